@@ -1,0 +1,24 @@
+"""heldout: benchmarks and evaluation protocols for optimizers of prompts and programs."""
+
+from heldout.benchmarks.base import (
+    Benchmark,
+    Candidate,
+    DataError,
+    Example,
+    HeldoutError,
+    MalformedCandidate,
+    RunLimits,
+    Verdict,
+    candidate_id,
+)
+from heldout.benchmarks.loading import Task, load_task
+from heldout.benchmarks.registry import all_tasks, get_benchmark
+from heldout.data_manifests import DriftError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Benchmark", "Candidate", "DataError", "DriftError", "Example", "HeldoutError",
+    "MalformedCandidate", "RunLimits", "Task", "Verdict", "all_tasks", "candidate_id",
+    "get_benchmark", "load_task",
+]

@@ -1,0 +1,96 @@
+"""``load_task``: benchmark definition + frozen manifest + verified data = a :class:`Task`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from heldout.benchmarks.base import Benchmark, DataError, Example
+from heldout.benchmarks.registry import get_benchmark
+from heldout.data_manifests import DriftError, DriftReport, Manifest
+
+DATA_DIR_ENV = "HELDOUT_DATA_DIR"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> str | None:
+    """The mirror directory to read from: the argument, else ``$HELDOUT_DATA_DIR``, else None
+    (load from the hub at the pinned revision)."""
+    chosen = data_dir if data_dir is not None else os.environ.get(DATA_DIR_ENV) or None
+    if chosen is None:
+        return None
+    path = Path(chosen)
+    if not path.is_dir():
+        raise DataError(f"data dir {str(path)!r} does not exist (from "
+                        f"{'--data-dir' if data_dir is not None else '$' + DATA_DIR_ENV})")
+    return str(path.resolve())
+
+
+@dataclass
+class Task:
+    """A benchmark bound to one split profile, with every example of the profile verified
+    against the manifest. ``drift`` is non-empty only when drift was explicitly allowed."""
+
+    benchmark: Benchmark
+    profile: str
+    splits: dict[str, list[Example]]
+    manifest: Manifest
+    data_dir: str | None = None
+    drift: DriftReport | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.benchmark.name
+
+    @property
+    def kind(self) -> str:
+        return self.benchmark.kind
+
+    def split(self, name: str) -> list[Example]:
+        try:
+            return self.splits[name]
+        except KeyError:
+            raise DataError(f"task {self.name!r} profile {self.profile!r} has no split {name!r}; "
+                            f"it has: {', '.join(self.splits)}") from None
+
+    @property
+    def examples(self) -> list[Example]:
+        seen: dict[str, Example] = {}
+        for exs in self.splits.values():
+            for ex in exs:
+                seen.setdefault(ex.id, ex)
+        return list(seen.values())
+
+    def sizes(self) -> dict[str, int]:
+        return {k: len(v) for k, v in self.splits.items()}
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.benchmark.describe(), "profile": self.profile, "sizes": self.sizes(),
+                "manifest_version": self.manifest.version,
+                "drift": None if self.drift is None else self.drift.to_dict()}
+
+
+def load_task(name: str, profile: str = "default", data_dir: str | os.PathLike | None = None,
+              allow_drift: bool = False) -> Task:
+    """Load task ``name`` with split profile ``profile``.
+
+    Every example the profile names is checked against its frozen hash; a mismatch raises
+    :class:`DriftError` naming the task, the ids and the changed fields, unless ``allow_drift``
+    is set, in which case the task loads with ``task.drift`` describing what changed."""
+    benchmark = get_benchmark(name)
+    manifest = Manifest.load(name)
+    splits_ids = manifest.profile(profile)
+    resolved = resolve_data_dir(data_dir) if not benchmark.source.embedded else None
+    examples = benchmark.load_raw(resolved)
+    report = manifest.verify(examples, manifest.profile_ids(profile))
+    drift = None
+    if not report.clean:
+        if not allow_drift:
+            raise DriftError(report)
+        drift = report
+    by_id = {ex.id: ex for ex in examples}
+    splits = {split: [by_id[i] for i in ids if i in by_id] for split, ids in splits_ids.items()}
+    return Task(benchmark=benchmark, profile=profile, splits=splits, manifest=manifest,
+                data_dir=resolved, drift=drift)

@@ -1,0 +1,146 @@
+"""The ``heldout`` command: a thin layer over the API.
+
+Each sub-command is a small function ``cmd_<name>(args) -> int`` plus its argparse wiring in
+:func:`build_parser`. Errors heldout raises on purpose are printed as one clear line (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from heldout.benchmarks.base import HeldoutError
+
+
+def _print_json(obj: Any) -> None:
+    print(json.dumps(obj, indent=None, default=str))
+
+
+# -- tasks ---------------------------------------------------------------------------------------
+def cmd_tasks_list(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.registry import all_tasks
+    from heldout.data_manifests import Manifest
+
+    rows = []
+    for bench in all_tasks():
+        try:
+            manifest = Manifest.load(bench.name)
+            profiles = {p: manifest.sizes(p) for p in manifest.profiles}
+        except HeldoutError as exc:
+            profiles = {"error": str(exc)}
+        rows.append({**bench.describe(), "profiles": profiles})
+    if args.json:
+        _print_json(rows)
+        return 0
+    print(f"{'task':<48} {'kind':<8} {'metric':<22} profiles (train/val/test)")
+    for row in rows:
+        profs = "  ".join(
+            f"{p}:{'/'.join(str(s.get(k, 0)) for k in ('train', 'val', 'test'))}"
+            for p, s in row["profiles"].items() if isinstance(s, dict)
+        )
+        print(f"{row['name']:<48} {row['kind']:<8} {row['metric']:<22} {profs}")
+    print(f"{len(rows)} tasks")
+    return 0
+
+
+# -- data ----------------------------------------------------------------------------------------
+def cmd_data_verify(args: argparse.Namespace) -> int:
+    from heldout.data_manifests.verify import verify_tasks
+
+    return verify_tasks(args.tasks, data_dir=args.data_dir, as_json=args.json)
+
+
+def cmd_data_freeze(args: argparse.Namespace) -> int:
+    from heldout.data_manifests.verify import freeze_command
+
+    return freeze_command(args)
+
+
+# -- eval ----------------------------------------------------------------------------------------
+def cmd_eval(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.loading import load_task
+
+    task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
+    bench = task.benchmark
+    if bench.kind != "program":
+        raise HeldoutError(f"{args.task} is a prompt task: it needs a worker model; use `heldout run`")
+    candidate = bench.candidate_from_path(args.candidate) if args.candidate else bench.seed_candidate()
+    options: dict[str, Any] = {}
+    if args.tolerance is not None:
+        options["tolerance"] = args.tolerance
+    limits = bench.default_limits.replace(wall_seconds=args.timeout)
+    examples = task.split(args.split)
+    verdicts = [bench.run(candidate, ex, limits, **options) for ex in examples]
+    summary = bench.summarize(candidate, verdicts, limits=limits, **options)
+    summary.setdefault("profile", task.profile)
+    summary.setdefault("split", args.split)
+    summary.setdefault("limits", limits.__dict__)
+    if task.drift is not None:
+        summary["drift"] = task.drift.to_dict()
+    if args.json:
+        _print_json(summary)
+    else:
+        for key, value in summary.items():
+            if key not in ("verdicts",):
+                print(f"{key:>22}: {value}")
+        for v in verdicts:
+            if v.feedback:
+                print(f"--- {v.example_id}\n{v.feedback}")
+    return 0 if summary.get("error") is None else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
+    p = tasks.add_parser("list", help="every task with kind, metric, split profiles and sizes")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tasks_list)
+
+    data = sub.add_parser("data", help="verify or freeze data manifests").add_subparsers(dest="action", required=True)
+    p = data.add_parser("verify", help="check manifests against the data")
+    p.add_argument("tasks", nargs="*", help="task names or family prefixes (default: all)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_data_verify)
+    p = data.add_parser("freeze", help="build a manifest (hashes + a profile) for data you hold")
+    p.add_argument("--task", required=True, help="task name (registered, or new with --jsonl)")
+    p.add_argument("--jsonl", default=None, help="your own examples: JSON lines with id, input, target[, group]")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--sizes", default=None, help="train/val/test sizes, e.g. 100/50/200 (seeded shuffle)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--by-group", action="store_true", help="topic-disjoint: no group spans two splits")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
+    p.set_defaults(func=cmd_data_freeze)
+
+    p = sub.add_parser("eval", help="evaluate one candidate on a program task")
+    p.add_argument("--task", required=True)
+    p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
+    p.add_argument("--profile", default="default")
+    p.add_argument("--split", default="test")
+    p.add_argument("--tolerance", type=float, default=None)
+    p.add_argument("--timeout", type=float, default=None, help="wall seconds per execution")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--allow-drift", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except HeldoutError as exc:
+        print(f"heldout: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

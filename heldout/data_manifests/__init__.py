@@ -1,0 +1,205 @@
+"""Frozen manifests: per task, the data source, the content hash of every example and named split
+profiles as explicit id lists.
+
+Splits are data, not code. A manifest is written once by :func:`freeze` and then only read;
+loading checks every example of the chosen profile against its hash and refuses to go on when
+anything changed (unless drift is explicitly allowed, and then the drift is recorded).
+
+File layout: ``heldout/data_manifests/<task name>.json`` (``bbh/word_sorting`` ->
+``bbh/word_sorting.json``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from heldout.benchmarks.base import DataError, Example, HeldoutError, Source
+
+MANIFEST_DIR = Path(__file__).resolve().parent
+MANIFEST_FORMAT = 1
+SPLITS = ("train", "val", "test")
+
+
+class DriftError(DataError):
+    """The data no longer matches its frozen manifest."""
+
+    def __init__(self, report: "DriftReport") -> None:
+        self.report = report
+        super().__init__(report.describe() + "\n(pass --allow-drift / allow_drift=True to proceed "
+                         "anyway; the drift is then recorded in every output)")
+
+
+@dataclass
+class DriftReport:
+    """What differs between the data as loaded and its manifest. Empty means identical."""
+
+    task: str
+    changed: dict[str, list[str]] = field(default_factory=dict)  # id -> changed fields
+    missing: list[str] = field(default_factory=list)  # in the manifest, not in the data
+    unexpected: list[str] = field(default_factory=list)  # in the data, not in the manifest
+    checked: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not (self.changed or self.missing or self.unexpected)
+
+    def describe(self, limit: int = 10) -> str:
+        if self.clean:
+            return f"{self.task}: {self.checked} examples match the manifest"
+        parts = [f"{self.task}: data does not match its frozen manifest"]
+        if self.changed:
+            ids = list(self.changed)
+            shown = ", ".join(f"{i} ({'+'.join(self.changed[i])})" for i in ids[:limit])
+            more = f" and {len(ids) - limit} more" if len(ids) > limit else ""
+            parts.append(f"  {len(ids)} examples changed: {shown}{more}")
+        if self.missing:
+            parts.append(f"  {len(self.missing)} examples missing: {', '.join(self.missing[:limit])}")
+        if self.unexpected:
+            parts.append(f"  {len(self.unexpected)} examples not in the manifest: "
+                         f"{', '.join(self.unexpected[:limit])}")
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "clean": self.clean, "checked": self.checked,
+                "changed": self.changed, "missing": self.missing, "unexpected": self.unexpected}
+
+
+def field_hashes(example: Example) -> dict[str, str]:
+    """Hashes of the separate fields, so a drift message can say *what* changed."""
+    from heldout.benchmarks.base import canonical_json, sha256_text
+
+    out = {"target": sha256_text(canonical_json(example.target))}
+    for key in sorted(example.input):
+        out[f"input.{key}"] = sha256_text(canonical_json(example.input[key]))
+    return out
+
+
+def short_hash(values: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Manifest:
+    task: str
+    version: str
+    source: dict[str, Any]
+    hashes: dict[str, str]  # example id -> content hash (source order)
+    profiles: dict[str, dict[str, list[str]]]  # profile -> split -> ids
+    fields: dict[str, dict[str, str]] = field(default_factory=dict)  # id -> field -> short hash
+    notes: dict[str, str] = field(default_factory=dict)  # profile -> how it was drawn
+    format: int = MANIFEST_FORMAT
+
+    # -- io ---------------------------------------------------------------------------------
+    @staticmethod
+    def path_for(task: str, root: Path = MANIFEST_DIR) -> Path:
+        if ".." in task.split("/") or task.startswith("/"):
+            raise DataError(f"bad task name {task!r}")
+        return root / f"{task}.json"
+
+    @classmethod
+    def load(cls, task: str, root: Path | None = None) -> "Manifest":
+        path = cls.path_for(task, root or MANIFEST_DIR)
+        if not path.exists():
+            raise DataError(f"no manifest for task {task!r} at {path}; freeze one with `heldout data freeze`")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(**data)
+        except (ValueError, TypeError) as exc:
+            raise DataError(f"manifest {path} is unreadable: {exc}") from exc
+
+    def save(self, root: Path | None = None) -> Path:
+        path = self.path_for(self.task, root or MANIFEST_DIR)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    # -- profiles ---------------------------------------------------------------------------
+    def profile(self, name: str) -> dict[str, list[str]]:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            raise DataError(f"task {self.task!r} has no split profile {name!r}; "
+                            f"it has: {', '.join(sorted(self.profiles))}") from None
+
+    def sizes(self, name: str) -> dict[str, int]:
+        return {split: len(ids) for split, ids in self.profile(name).items()}
+
+    def profile_ids(self, name: str) -> list[str]:
+        seen: dict[str, None] = {}
+        for ids in self.profile(name).values():
+            seen.update(dict.fromkeys(ids))
+        return list(seen)
+
+    # -- verification -----------------------------------------------------------------------
+    def verify(self, examples: Iterable[Example], ids: Sequence[str] | None = None) -> DriftReport:
+        """Compare loaded examples with the frozen hashes (all of them, or only ``ids``)."""
+        by_id = {ex.id: ex for ex in examples}
+        wanted = list(self.hashes) if ids is None else list(ids)
+        report = DriftReport(task=self.task, checked=len(wanted))
+        for ex_id in wanted:
+            ex = by_id.get(ex_id)
+            if ex is None:
+                report.missing.append(ex_id)
+                continue
+            if ex.content_hash() != self.hashes.get(ex_id):
+                old = self.fields.get(ex_id, {})
+                new = {k: v[:16] for k, v in field_hashes(ex).items()}
+                changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+                report.changed[ex_id] = changed or ["content"]
+        if ids is None:
+            report.unexpected = [i for i in by_id if i not in self.hashes]
+        return report
+
+
+def freeze(task: str, version: str, source: Source | Mapping[str, Any], examples: Sequence[Example],
+           profiles: Mapping[str, Mapping[str, Sequence[str]]], notes: Mapping[str, str] | None = None,
+           mirror_sha256: Mapping[str, str] | None = None) -> Manifest:
+    """Build a manifest for ``examples`` with the given profiles (explicit id lists).
+
+    Refuses duplicate ids, ids a profile names that do not exist, and a profile whose train and
+    test overlap unless the profile's note says it is intended (e.g. Lockpicking's ``paper``)."""
+    ids = [ex.id for ex in examples]
+    if len(set(ids)) != len(ids):
+        dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
+        raise DataError(f"{task}: duplicate example ids {dupes}")
+    known = set(ids)
+    notes = dict(notes or {})
+    for pname, splits in profiles.items():
+        for split, split_ids in splits.items():
+            unknown = [i for i in split_ids if i not in known]
+            if unknown:
+                raise DataError(f"{task}: profile {pname!r} split {split!r} names unknown ids {unknown[:5]}")
+            if len(set(split_ids)) != len(split_ids):
+                raise DataError(f"{task}: profile {pname!r} split {split!r} repeats ids")
+        overlap = set(splits.get("train", ())) & set(splits.get("test", ()))
+        if overlap and "train = test" not in notes.get(pname, ""):
+            raise DataError(f"{task}: profile {pname!r} has {len(overlap)} ids in both train and test")
+    src = asdict(source) if isinstance(source, Source) else dict(source)
+    src["mirror_files"] = [
+        {"path": p, "sha256": (mirror_sha256 or {}).get(p)} for p in src.get("mirror_files", ())
+    ]
+    return Manifest(
+        task=task, version=version, source=src,
+        hashes={ex.id: ex.content_hash() for ex in examples},
+        fields={ex.id: {k: v[:16] for k, v in field_hashes(ex).items()} for ex in examples},
+        profiles={p: {s: list(v) for s, v in splits.items()} for p, splits in profiles.items()},
+        notes=notes,
+    )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+__all__ = ["Manifest", "DriftReport", "DriftError", "freeze", "file_sha256", "MANIFEST_DIR", "SPLITS",
+           "HeldoutError"]
