@@ -1,0 +1,33 @@
+"""Shared fixtures. Real-data tests find the files at $HELDOUT_DATA_DIR or ../shared/data (relative
+to the repo root) and are skipped with a clear reason when neither exists; CI has them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def find_data_dir() -> Path | None:
+    env = os.environ.get("HELDOUT_DATA_DIR")
+    for candidate in ([Path(env)] if env else []) + [REPO_ROOT.parent / "shared" / "data"]:
+        if candidate.is_dir():
+            return candidate.resolve()
+    return None
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    found = find_data_dir()
+    if found is None:
+        pytest.skip("real data not found: set HELDOUT_DATA_DIR or place it at ../shared/data")
+    return found
+
+
+@pytest.fixture(scope="session")
+def shared_dir(data_dir: Path) -> Path:
+    """../shared (specs, constructions) next to the data dir."""
+    return data_dir.parent
