@@ -1,0 +1,539 @@
+"""OpenAI-compatible chat-completions client: bounded concurrency, retries, usage per channel.
+
+One :class:`ModelClient` serves workers and architects alike; what a request is *for* travels in
+:attr:`ChatRequest.channel`, so tokens are metered on the same scale for every optimizer. A
+request is answered, in this order, from a :class:`~heldout.models.recording.Replay` (never the
+endpoint), the :class:`~heldout.models.cache.ResponseCache`, or the endpoint itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import email.utils
+import os
+import random
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+import httpx
+
+from heldout.benchmarks.base import HeldoutError, canonical_json, sha256_text
+
+if TYPE_CHECKING:
+    from heldout.models.cache import ResponseCache
+    from heldout.models.recording import Recorder, Replay
+
+CHANNELS = ("worker-optimisation", "worker-deployment", "architect")
+"""Where a request's tokens are booked: worker calls made while optimising, worker calls made
+when the harness scores the final candidate, and the optimizer's architect model."""
+
+ROLES = ("system", "user", "assistant")
+
+# Request fields a caller may not smuggle in through ``extra`` (they are part of the key already).
+_RESERVED_PARAMS = {"model", "messages", "temperature", "max_tokens", "stream", "n"}
+
+
+class ModelError(HeldoutError):
+    """A model request that could not be answered. ``kind`` names the class of failure:
+    ``config``, ``http_status``, ``timeout``, ``connection``, ``bad_response``, ``replay_miss``."""
+
+    def __init__(self, message: str, *, kind: str, request_key: str | None = None,
+                 status: int | None = None, attempts: int = 0) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.request_key = request_key
+        self.status = status
+        self.attempts = attempts
+
+
+class BatchError(ModelError):
+    """Some requests of a :meth:`ModelClient.complete_many` batch failed after retries.
+
+    Nothing is lost: ``results`` holds, in input order, a :class:`ChatResponse` for every request
+    that succeeded (already cached and recorded) and the :class:`ModelError` of every one that
+    did not."""
+
+    def __init__(self, results: list["ChatResponse | ModelError"]) -> None:
+        self.results = results
+        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, ModelError)]
+        shown = "; ".join(f"request {i}: {err}" for i, err in failed[:3])
+        more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+        super().__init__(
+            f"{len(failed)} of {len(results)} model requests failed ({shown}{more}); the "
+            f"{len(results) - len(failed)} that succeeded are in .results",
+            kind=failed[0][1].kind if failed else "http_status")
+        self.failures = dict(failed)
+
+
+def _normalise_messages(messages: Any) -> tuple[dict[str, str], ...]:
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+        raise ValueError("ChatRequest.messages must be a sequence of {'role', 'content'} messages")
+    out = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):  # heldout.benchmarks.base.Message and the like
+            msg = {"role": getattr(msg, "role", None), "content": getattr(msg, "content", None)}
+        role, content = msg.get("role"), msg.get("content")
+        if role not in ROLES:
+            raise ValueError(f"message {i}: role must be one of {ROLES}, got {role!r}")
+        if not isinstance(content, str):
+            raise ValueError(f"message {i}: content must be a str, got {type(content).__name__}")
+        out.append({"role": role, "content": content})
+    if not out:
+        raise ValueError("ChatRequest.messages is empty")
+    return tuple(out)
+
+
+def _normalise_extra(extra: Any) -> tuple[tuple[str, Any], ...]:
+    pairs = list(extra.items()) if isinstance(extra, Mapping) else [tuple(p) for p in extra]
+    for pair in pairs:
+        if len(pair) != 2 or not isinstance(pair[0], str):
+            raise ValueError(f"ChatRequest.extra must hold (name, value) pairs, got {pair!r}")
+        if pair[0] in _RESERVED_PARAMS:
+            raise ValueError(f"ChatRequest.extra may not set {pair[0]!r}: it is a field of its own")
+        canonical_json(pair[1])  # must be JSON, or the cache key would not be stable
+    names = [p[0] for p in pairs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"ChatRequest.extra names a parameter twice: {sorted(names)}")
+    return tuple(sorted(pairs))
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat-completions request. Rule: two requests share a cache entry exactly when model,
+    decoding parameters, messages and replicate index agree; ``channel`` only says where the
+    tokens are booked, so it is not part of the key. Messages are copied on construction."""
+
+    messages: tuple[dict, ...]  # [{"role": "system"|"user"|"assistant", "content": str}]
+    model: str
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    replicate: int = 0  # distinct samples of the same request stay distinct in the cache
+    channel: str = "worker-optimisation"
+    extra: tuple = ()  # other decoding params, sorted (name, value) pairs
+
+    def __post_init__(self) -> None:
+        # Frozen: normalise once, here, so equal requests are equal field by field.
+        object.__setattr__(self, "messages", _normalise_messages(self.messages))
+        object.__setattr__(self, "extra", _normalise_extra(self.extra))
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError("ChatRequest.model must be a non-empty model name")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"ChatRequest.temperature must be in [0, 2], got {self.temperature!r}")
+        object.__setattr__(self, "temperature", float(self.temperature))  # 0 and 0.0: one key
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
+            raise ValueError(f"ChatRequest.max_tokens must be a positive int or None, got {self.max_tokens!r}")
+        if not isinstance(self.replicate, int) or isinstance(self.replicate, bool) or self.replicate < 0:
+            raise ValueError(f"ChatRequest.replicate must be an int >= 0, got {self.replicate!r}")
+        if self.channel not in CHANNELS:
+            raise ValueError(f"ChatRequest.channel must be one of {CHANNELS}, got {self.channel!r}")
+
+    def __hash__(self) -> int:  # messages are dicts, so the generated hash would fail
+        return hash((self.cache_key(), self.channel))
+
+    def cache_key(self) -> str:
+        """sha256 over model, decoding parameters, messages and replicate index."""
+        return sha256_text(canonical_json({
+            "model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens,
+            "extra": [list(p) for p in self.extra], "messages": list(self.messages),
+            "replicate": self.replicate,
+        }))
+
+    def payload(self) -> dict[str, Any]:
+        """The JSON body sent to ``/chat/completions`` (the replicate index stays local)."""
+        body: dict[str, Any] = {"model": self.model, "messages": list(self.messages),
+                                "temperature": self.temperature}
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        body.update(dict(self.extra))
+        return body
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["messages"], data["extra"] = list(self.messages), [list(p) for p in self.extra]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ChatRequest":
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass
+class ChatResponse:
+    """The answer to one request. ``cached`` is True when no endpoint call was made for it
+    (``source`` says whether a cache or a replay served it); token counts are those the endpoint
+    reported when the text was first produced."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool
+    seconds: float
+    request_key: str
+    source: str = "endpoint"  # "endpoint" | "cache" | "replay"
+    retries: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class ChannelUsage:
+    """Usage of one channel. Rule: ``prompt_tokens``/``completion_tokens`` count each successful
+    endpoint call exactly once; responses served without an endpoint call add to the
+    ``served_*`` counters instead; failed attempts that were retried count in ``retries`` only."""
+
+    requests: int = 0          # requests answered (any source)
+    endpoint_calls: int = 0    # successful endpoint calls (billed)
+    cache_hits: int = 0
+    replay_hits: int = 0
+    http_attempts: int = 0     # every HTTP request sent, including failed ones
+    retries: int = 0           # failed attempts that were followed by another attempt
+    failures: int = 0          # requests that still failed after retries
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    served_prompt_tokens: int = 0      # tokens of responses served from cache or replay
+    served_completion_tokens: int = 0
+    seconds: float = 0.0       # wall time spent on endpoint calls (overlapping calls add up)
+
+    @property
+    def tokens(self) -> int:
+        """Billed tokens: what the endpoint charged for."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: "ChannelUsage") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "tokens": self.tokens}
+
+
+class UsageMeter:
+    """Tokens and calls per channel; safe to update from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._channels: dict[str, ChannelUsage] = {}
+
+    def _bump(self, channel: str, **deltas: float) -> None:
+        with self._lock:
+            usage = self._channels.setdefault(channel, ChannelUsage())
+            for name, delta in deltas.items():
+                setattr(usage, name, getattr(usage, name) + delta)
+
+    def channel(self, name: str) -> ChannelUsage:
+        """A copy of one channel's usage (zeros when it was never used)."""
+        with self._lock:
+            return ChannelUsage(**asdict(self._channels.get(name, ChannelUsage())))
+
+    def total(self) -> ChannelUsage:
+        out = ChannelUsage()
+        with self._lock:
+            for usage in self._channels.values():
+                out.add(usage)
+        return out
+
+    def by_channel(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {name: usage.to_dict() for name, usage in sorted(self._channels.items())}
+
+
+def backoff_delay(attempt: int, retry_after: str | None, *, base: float, cap: float,
+                  rng: random.Random | None = None) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based). A ``Retry-After`` header
+    (seconds or an HTTP date) is honoured as given, up to 60 s; otherwise exponential backoff
+    with equal jitter: uniform in [d/2, d] for d = min(cap, base * 2**(attempt-1))."""
+    if retry_after:
+        seconds: float | None
+        try:
+            seconds = float(retry_after)
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(retry_after)
+                seconds = when.timestamp() - time.time()
+            except (TypeError, ValueError):
+                seconds = None  # unreadable header: fall back to our own backoff
+        if seconds is not None:
+            return min(max(seconds, 0.0), 60.0)
+    d = min(cap, base * 2 ** (attempt - 1))
+    return d / 2 + (rng or random).uniform(0, d / 2)
+
+
+def _retryable_status(status: int) -> bool:
+    return status == 429 or status == 408 or status >= 500
+
+
+class _LoopState:
+    """Per-event-loop resources: asyncio primitives and httpx clients belong to one loop."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.gate = asyncio.Semaphore(concurrency)
+        self.http: httpx.AsyncClient | None = None
+        self.inflight: dict[str, asyncio.Future] = {}
+
+
+def _run_sync(coro: Any) -> Any:
+    """Run a coroutine to completion from sync code, also when this thread already runs a loop
+    (then in a helper thread, so the caller's loop is not re-entered)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+class ModelClient:
+    """Chat completions against ``{base_url}/chat/completions``.
+
+    ``base_url``/``api_key`` default to ``OPENAI_BASE_URL``/``OPENAI_API_KEY``; a client with a
+    ``replay`` needs neither and never calls an endpoint. At most ``concurrency`` endpoint calls
+    are in flight per event loop. 429, 408, 5xx, timeouts and connection errors are retried up to
+    ``max_retries`` times with exponential backoff and jitter (``Retry-After`` honoured); other
+    statuses fail at once. With a cache, identical requests in flight at once share one call."""
+
+    def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
+                 concurrency: int = 16, max_retries: int = 6, timeout: float = 60.0,
+                 cache: "ResponseCache | None" = None, recorder: "Recorder | None" = None,
+                 replay: "Replay | None" = None, backoff_base: float = 0.5,
+                 backoff_cap: float = 20.0) -> None:
+        if not isinstance(model, str) or not model:
+            raise ValueError("ModelClient needs a model name")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        if base_url is None and replay is None:
+            raise ModelError(
+                "no model endpoint configured: pass base_url=... (e.g. http://127.0.0.1:8000/v1) "
+                "or set OPENAI_BASE_URL; to run without an endpoint, replay a recording",
+                kind="config")
+        if base_url is not None and not base_url.startswith(("http://", "https://")):
+            raise ModelError(f"base URL must start with http:// or https://, got {base_url!r}",
+                             kind="config")
+        self.model = model
+        self.base_url = base_url.rstrip("/") if base_url else None
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.timeout = timeout
+        self.cache = cache
+        self.recorder = recorder
+        self.replay = replay
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.usage = UsageMeter()
+        self._states: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState]" = \
+            weakref.WeakKeyDictionary()
+        self._states_lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"ModelClient(model={self.model!r}, base_url={self.base_url!r})"
+
+    def request(self, messages: Any, **params: Any) -> ChatRequest:
+        """A :class:`ChatRequest` for this client's model."""
+        return ChatRequest(messages=messages, model=params.pop("model", self.model), **params)
+
+    # -- sync entry point ---------------------------------------------------------------------
+    def complete_many(self, requests: Sequence[ChatRequest], *,
+                      return_exceptions: bool = False) -> list[ChatResponse]:
+        """Answer every request (bounded concurrency), keeping input order.
+
+        Raises :class:`BatchError` (a :class:`ModelError`, clear message) when some request still
+        fails after retries; every other response is cached, recorded and kept in
+        ``error.results``. With ``return_exceptions=True`` the failures are returned in place."""
+        requests = list(requests)
+        for i, req in enumerate(requests):
+            if not isinstance(req, ChatRequest):
+                raise TypeError(f"request {i} is a {type(req).__name__}, not a ChatRequest")
+        if not requests:
+            return []
+        results = _run_sync(self._complete_all(requests))
+        if not return_exceptions and any(isinstance(r, ModelError) for r in results):
+            raise BatchError(results)
+        return results
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        """One request, synchronously; raises :class:`ModelError` when it fails."""
+        result = self.complete_many([request], return_exceptions=True)[0]
+        if isinstance(result, ModelError):
+            raise result
+        return result
+
+    async def _complete_all(self, requests: list[ChatRequest]) -> list[Any]:
+        async def one(req: ChatRequest) -> Any:
+            try:
+                return await self.acomplete(req)
+            except ModelError as exc:
+                return exc
+        try:
+            return await asyncio.gather(*(one(r) for r in requests))
+        finally:
+            await self.aclose()
+
+    # -- async API -----------------------------------------------------------------------------
+    def _state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        with self._states_lock:
+            state = self._states.get(loop)
+            if state is None:
+                state = self._states[loop] = _LoopState(self.concurrency)
+            return state
+
+    async def aclose(self) -> None:
+        """Close this event loop's HTTP connections (``complete_many`` does it by itself)."""
+        loop = asyncio.get_running_loop()
+        with self._states_lock:
+            state = self._states.pop(loop, None)
+        if state is not None and state.http is not None:
+            await state.http.aclose()
+
+    async def acomplete(self, request: ChatRequest) -> ChatResponse:
+        """Answer one request from the replay, the cache or the endpoint (in that order)."""
+        if not isinstance(request, ChatRequest):
+            raise TypeError(f"acomplete takes a ChatRequest, got {type(request).__name__}")
+        key = request.cache_key()
+        started = time.perf_counter()
+        if self.replay is not None:
+            try:
+                stored = self.replay.lookup(request)
+            except ModelError:
+                self.usage._bump(request.channel, failures=1)
+                raise
+            return self._served(request, key, stored.text, stored.prompt_tokens,
+                                stored.completion_tokens, "replay", started)
+        if self.cache is None:
+            return await self._fetch(request, key)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return self._served(request, key, hit.text, hit.prompt_tokens,
+                                hit.completion_tokens, "cache", started)
+        state = self._state()
+        leader = state.inflight.get(key)
+        if leader is not None:  # the same request is on its way: share its answer
+            try:
+                first = await asyncio.shield(leader)
+            except ModelError:
+                self.usage._bump(request.channel, failures=1)
+                raise
+            return self._served(request, key, first.text, first.prompt_tokens,
+                                first.completion_tokens, "cache", started)
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())  # mark retrieved
+        state.inflight[key] = future
+        try:
+            response = await self._fetch(request, key)
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, ModelError) else
+                                 ModelError(f"request abandoned: {exc!r}", kind="connection",
+                                            request_key=key))
+            raise
+        else:
+            future.set_result(response)
+            return response
+        finally:
+            state.inflight.pop(key, None)
+
+    def _served(self, request: ChatRequest, key: str, text: str, prompt_tokens: int,
+                completion_tokens: int, source: str, started: float) -> ChatResponse:
+        response = ChatResponse(text=text, prompt_tokens=prompt_tokens,
+                                completion_tokens=completion_tokens, cached=True,
+                                seconds=time.perf_counter() - started, request_key=key,
+                                source=source)
+        self.usage._bump(request.channel, requests=1,
+                         **{"replay_hits" if source == "replay" else "cache_hits": 1},
+                         served_prompt_tokens=prompt_tokens,
+                         served_completion_tokens=completion_tokens)
+        if self.recorder is not None:
+            self.recorder.write(request, response)
+        return response
+
+    async def _fetch(self, request: ChatRequest, key: str) -> ChatResponse:
+        state = self._state()
+        if state.http is None:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            state.http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout), headers=headers,
+                limits=httpx.Limits(max_connections=self.concurrency,
+                                    max_keepalive_connections=self.concurrency))
+        url = f"{self.base_url}/chat/completions"
+        payload = request.payload()
+        channel = request.channel
+        started = time.perf_counter()
+        attempt = 0
+        async with state.gate:
+            while True:
+                attempt += 1
+                self.usage._bump(channel, http_attempts=1)
+                retry_after = None
+                try:
+                    reply = await state.http.post(url, json=payload)
+                except httpx.TimeoutException as exc:
+                    problem = ModelError(f"timed out after {self.timeout:g} s ({type(exc).__name__})",
+                                         kind="timeout", request_key=key, attempts=attempt)
+                except httpx.TransportError as exc:
+                    problem = ModelError(f"cannot reach {url}: {type(exc).__name__}: {exc}",
+                                         kind="connection", request_key=key, attempts=attempt)
+                else:
+                    if reply.status_code == 200:
+                        try:
+                            text, prompt_tokens, completion_tokens = _parse_completion(reply)
+                        except ModelError as exc:
+                            exc.request_key, exc.attempts = key, attempt
+                            self.usage._bump(channel, failures=1)
+                            raise
+                        break
+                    problem = ModelError(
+                        f"{url} answered HTTP {reply.status_code}: {reply.text[:200]!r}",
+                        kind="http_status", request_key=key, status=reply.status_code,
+                        attempts=attempt)
+                    if not _retryable_status(reply.status_code):
+                        self.usage._bump(channel, failures=1)
+                        raise problem
+                    retry_after = reply.headers.get("retry-after")
+                if attempt > self.max_retries:
+                    self.usage._bump(channel, failures=1)
+                    raise ModelError(f"model request failed after {attempt} attempts; last: {problem}",
+                                     kind=problem.kind, request_key=key, status=problem.status,
+                                     attempts=attempt)
+                self.usage._bump(channel, retries=1)
+                await asyncio.sleep(backoff_delay(attempt, retry_after, base=self.backoff_base,
+                                                  cap=self.backoff_cap))
+        seconds = time.perf_counter() - started
+        response = ChatResponse(text=text, prompt_tokens=prompt_tokens,
+                                completion_tokens=completion_tokens, cached=False, seconds=seconds,
+                                request_key=key, source="endpoint", retries=attempt - 1)
+        self.usage._bump(channel, requests=1, endpoint_calls=1, prompt_tokens=prompt_tokens,
+                         completion_tokens=completion_tokens, seconds=seconds)
+        # Persist before returning, so a crash after this point loses no paid-for answer.
+        if self.cache is not None:
+            self.cache.put(key, request, response)
+        if self.recorder is not None:
+            self.recorder.write(request, response)
+        return response
+
+
+def _parse_completion(reply: httpx.Response) -> tuple[str, int, int]:
+    """Text and token usage of a chat-completions body; ModelError(kind='bad_response') if the
+    body is not one."""
+    try:
+        body = reply.json()
+        content = body["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ModelError(f"endpoint answered 200 but not a chat completion ({type(exc).__name__}: "
+                         f"{exc}): {reply.text[:200]!r}", kind="bad_response") from None
+    if not isinstance(content, str):
+        raise ModelError(f"chat completion has no text content (got {type(content).__name__})",
+                         kind="bad_response")
+    usage = body.get("usage") or {}
+    try:
+        return content, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    except (TypeError, ValueError):
+        raise ModelError(f"chat completion has unreadable usage: {usage!r}", kind="bad_response") from None
