@@ -1,0 +1,302 @@
+"""SQL scorer candidates: validate (sqlglot, Snowflake dialect), transpile to DuckDB, execute.
+
+A candidate is the body of a scalar function over one column ``PROGRAM`` (the paper's form), e.g.
+``CASE WHEN NOT REGEXP_LIKE(PROGRAM,'^[0-9]{6}$') THEN '0' ELSE CAST(IFF(...)+... AS VARCHAR) END``.
+
+Rules, in the order they are applied:
+
+1. Size: at most :data:`MAX_SQL_BYTES` bytes (a 10 MB literal is refused before parsing).
+2. One scalar expression, not a statement: anything that starts with a statement keyword
+   (``SELECT``, ``COPY``, ``ATTACH``, ``INSTALL``, ``PRAGMA`` ...) or parses to more than one
+   expression is refused.
+3. Allow-list: every node of the parse tree is one of :data:`ALLOWED_NODES` (operators, ``CASE``,
+   ``IFF``, casts, string and regex functions that cannot amplify their input), the only column
+   is ``PROGRAM`` and the only free-form function is ``AI_COMPLETE``. Subqueries, tables, table
+   functions (``read_csv``), ``REPEAT``/``LPAD``/``REPLACE`` (memory amplifiers) and every
+   function not listed are refused by name.
+4. Execution in a fresh in-memory DuckDB that has file system access, extension install/autoload
+   and configuration changes switched off, one thread, a memory limit, and a wall-clock timeout
+   enforced by a timer thread that interrupts the query.
+
+The output of the expression must be an integer or a string holding one (``'3'``, ``' 3 '``);
+anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for that example.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import duckdb
+import numpy as np
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+if TYPE_CHECKING:
+    from heldout.benchmarks.lockpicking.rules import RuleSystem
+
+AiComplete = Callable[[str], str]
+"""The worker hook behind ``AI_COMPLETE(model, prompt)``: prompt text in, completion text out."""
+
+MAX_SQL_BYTES = 64 * 1024
+MAX_DEPTH = 200
+AI_FUNCTION = "AI_COMPLETE"
+_AI_UDF = "heldout_ai_complete"  # the DuckDB name; not itself on the allow-list
+
+STATEMENT_KEYWORDS = frozenset({
+    "SELECT", "WITH", "FROM", "VALUES", "TABLE", "INSERT", "UPDATE", "DELETE", "MERGE", "CREATE",
+    "DROP", "ALTER", "TRUNCATE", "COPY", "ATTACH", "DETACH", "INSTALL", "LOAD", "FORCE", "PRAGMA",
+    "SET", "RESET", "USE", "CALL", "EXPORT", "IMPORT", "EXPLAIN", "DESCRIBE", "SHOW", "SUMMARIZE",
+    "PUT", "GET", "LIST", "REMOVE", "GRANT", "REVOKE", "BEGIN", "COMMIT", "ROLLBACK", "EXECUTE",
+    "PREPARE", "VACUUM", "CHECKPOINT", "UNDROP", "UNSET",
+})
+
+ALLOWED_NODES: frozenset[type[exp.Expression]] = frozenset({
+    # values and structure
+    exp.Column, exp.Identifier, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Tuple,
+    exp.Case, exp.If, exp.DecodeCase, exp.Coalesce, exp.Nullif, exp.Cast, exp.TryCast,
+    exp.DataType, exp.DataTypeParam,
+    # logic and comparison
+    exp.And, exp.Or, exp.Not, exp.Xor, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In, exp.Between, exp.Like, exp.ILike,
+    # arithmetic
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Sign,
+    exp.Floor, exp.Ceil, exp.Round, exp.Least, exp.Greatest, exp.ToNumber, exp.ToChar,
+    # strings whose output is at most as long as their inputs together
+    exp.Substring, exp.Left, exp.Right, exp.Length, exp.StrPosition, exp.Contains, exp.StartsWith,
+    exp.EndsWith, exp.Upper, exp.Lower, exp.Trim, exp.Concat, exp.DPipe, exp.RegexpLike,
+    exp.RegexpILike, exp.RegexpCount, exp.RegexpExtract, exp.Anonymous,
+})
+ANONYMOUS_ALLOWED = frozenset({AI_FUNCTION})
+ALLOWED_TYPES = frozenset({
+    exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR, exp.DataType.Type.TEXT, exp.DataType.Type.NCHAR,
+    exp.DataType.Type.NVARCHAR, exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT,
+    exp.DataType.Type.TINYINT, exp.DataType.Type.DECIMAL, exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT,
+    exp.DataType.Type.BOOLEAN,
+})
+# Integer output: optional blanks, optional sign, at most 9 digits. One regex, used in DuckDB for
+# SQL candidates so per-example and exhaustive runs parse identically.
+_OUTPUT_RE = r"^[ \t\r\n]*([+-]?[0-9]{1,9})[ \t\r\n]*$"
+
+
+class SqlRejected(Exception):
+    """The candidate is not an acceptable scalar expression (``kind`` names why)."""
+
+    def __init__(self, message: str, kind: str = "forbidden") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class SqlExecutionError(Exception):
+    def __init__(self, message: str, kind: str = "crash") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class CheckedSql:
+    """A validated candidate: the original body, its DuckDB translation and what it calls."""
+
+    source: str
+    duckdb_sql: str
+    uses_ai: bool
+
+
+def _node_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return f"function {str(node.this).upper()}"
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name()}"
+    return type(node).__name__
+
+
+def check_sql(body: str) -> CheckedSql:
+    """Validate a candidate body and translate it to DuckDB. Raises :class:`SqlRejected`."""
+    if not isinstance(body, str):
+        raise SqlRejected(f"the SQL body must be text, got {type(body).__name__}", "malformed_candidate")
+    size = len(body.encode("utf-8"))
+    if size > MAX_SQL_BYTES:
+        raise SqlRejected(f"the SQL body is {size} bytes; the limit is {MAX_SQL_BYTES} bytes")
+    text = body.strip().rstrip(";").strip()
+    if not text:
+        raise SqlRejected("the SQL body is empty", "malformed_candidate")
+    first = re.match(r"[A-Za-z_]+", text)
+    if first and first.group(0).upper() in STATEMENT_KEYWORDS:
+        raise SqlRejected(f"statements are not allowed ({first.group(0).upper()} ...): the candidate must be "
+                          "a scalar expression over PROGRAM")
+    try:
+        trees = [t for t in sqlglot.parse(text, read="snowflake") if t is not None]
+    except SqlglotError as exc:
+        raise SqlRejected(f"the SQL body does not parse (Snowflake dialect): {str(exc).splitlines()[0]}",
+                          "malformed_candidate") from None
+    except RecursionError:
+        raise SqlRejected("the SQL body is nested too deeply to parse", "malformed_candidate") from None
+    if len(trees) != 1:
+        raise SqlRejected(f"the SQL body holds {len(trees)} statements; it must be one scalar expression")
+    tree = trees[0]
+    uses_ai = False
+    for node in tree.walk():
+        if node.depth > MAX_DEPTH:
+            raise SqlRejected(f"the expression is nested deeper than {MAX_DEPTH} levels")
+        if type(node) not in ALLOWED_NODES:
+            raise SqlRejected(f"{_node_name(node)} is not allowed in a scorer expression (only scalar "
+                              "operators, CASE/IFF, casts and string/regex functions over PROGRAM)")
+        if isinstance(node, exp.Anonymous):
+            name = str(node.this).upper()
+            if name not in ANONYMOUS_ALLOWED:
+                raise SqlRejected(f"function {name} is not allowed in a scorer expression")
+            if name == AI_FUNCTION:
+                uses_ai = True
+                if len(node.expressions) not in (1, 2):
+                    raise SqlRejected("AI_COMPLETE takes (model, prompt) or (prompt)", "malformed_candidate")
+        elif isinstance(node, exp.Column):
+            if node.table or node.name.upper() != "PROGRAM":
+                raise SqlRejected(f"unknown column {node.sql('snowflake')!r}: the only column is PROGRAM")
+        elif isinstance(node, exp.DataType) and node.this not in ALLOWED_TYPES:
+            raise SqlRejected(f"cast to {node.sql('snowflake')} is not allowed")
+    tree = tree.transform(_route_ai_complete)
+    try:
+        duck = tree.sql(dialect="duckdb")
+    except SqlglotError as exc:
+        raise SqlRejected(f"the SQL body cannot be translated to DuckDB: {exc}", "malformed_candidate") from None
+    return CheckedSql(source=body, duckdb_sql=duck, uses_ai=uses_ai)
+
+
+def _route_ai_complete(node: exp.Expression) -> exp.Expression:
+    # AI_COMPLETE(model, prompt): the worker is chosen by the evaluator, so only the prompt crosses.
+    if isinstance(node, exp.Anonymous) and str(node.this).upper() == AI_FUNCTION:
+        return exp.Anonymous(this=_AI_UDF, expressions=[node.expressions[-1].copy()])
+    return node
+
+
+@dataclass
+class SqlRun:
+    """Outputs of one execution, in input order: the raw text and the parsed integer (None when
+    the output is not an integer)."""
+
+    raw: list[str | None]
+    parsed: list[int | None]
+    seconds: float
+    ai_errors: list[str] = field(default_factory=list)
+
+
+def _connect(memory_mb: int) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(":memory:", config={
+        "enable_external_access": False, "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False, "allow_unsigned_extensions": False,
+        "threads": 1, "memory_limit": f"{max(64, int(memory_mb))}MB",
+    })
+
+
+class _Watchdog:
+    """Interrupts the connection's running query after ``seconds`` of wall time."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
+        self.fired = False
+        self._con = con
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._con.interrupt()
+
+    def __enter__(self) -> "_Watchdog":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def run_query(con: duckdb.DuckDBPyConnection, query: str, wall_seconds: float, *, numpy: bool = False):
+    """Run one trusted query under a wall-clock limit and fetch its rows (or numpy columns).
+    Raises :class:`SqlExecutionError` naming the kind of failure."""
+    with _Watchdog(con, wall_seconds) as dog:
+        try:
+            result = con.execute(query)
+            return result.fetchnumpy() if numpy else result.fetchall()
+        except duckdb.Error as exc:
+            if dog.fired or isinstance(exc, duckdb.InterruptException):
+                raise SqlExecutionError(f"timeout after {wall_seconds:g} s wall (limit)", "timeout") from None
+            if isinstance(exc, duckdb.OutOfMemoryException):
+                raise SqlExecutionError(f"out of memory: {str(exc).splitlines()[0]}", "memory") from None
+            raise SqlExecutionError(f"execution failed: {str(exc).splitlines()[0]}") from None
+
+
+def _load(con: duckdb.DuckDBPyConnection, programs: Sequence[str], all_six_digit: bool) -> None:
+    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`.
+    con.execute("CREATE TABLE examples (i BIGINT, PROGRAM VARCHAR)")
+    if all_six_digit:
+        con.execute("INSERT INTO examples SELECT range, lpad(CAST(range AS VARCHAR), 6, '0') FROM range(1000000)")
+    offset = 10**6 if all_six_digit else 0
+    if programs:
+        con.executemany("INSERT INTO examples VALUES (?, ?)", [[offset + k, p] for k, p in enumerate(programs)])
+    con.execute("SET lock_configuration = true")
+
+
+def _query(checked: CheckedSql) -> str:
+    return (f"SELECT raw, TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) AS y FROM "
+            f"(SELECT i, CAST(({checked.duckdb_sql}) AS VARCHAR) AS raw FROM examples) ORDER BY i")
+
+
+def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float, memory_mb: int,
+            ai_complete: AiComplete | None = None) -> SqlRun:
+    """Evaluate the candidate on ``programs`` in a fresh locked-down DuckDB, one query for all."""
+    if checked.uses_ai and ai_complete is None:
+        raise SqlExecutionError("the candidate calls AI_COMPLETE but no worker model is configured: register "
+                                "one with LockpickingBenchmark.set_ai_complete(fn) or pass ai_complete=fn",
+                                "model_error")
+    started = time.perf_counter()
+    ai_errors: list[str] = []
+    con = _connect(memory_mb)
+    try:
+        if checked.uses_ai:
+            def hook(prompt: str | None) -> str | None:
+                # A worker failure on one row becomes an invalid output for that row, not a failed batch.
+                try:
+                    return None if prompt is None else str(ai_complete(prompt))
+                except Exception as exc:  # noqa: BLE001 - any worker failure is reported per row
+                    ai_errors.append(f"{type(exc).__name__}: {exc}")
+                    return None
+            con.create_function(_AI_UDF, hook, ["VARCHAR"], "VARCHAR", side_effects=True,
+                                null_handling="special")
+        _load(con, programs, all_six_digit=False)
+        rows = run_query(con, _query(checked), wall_seconds)
+    finally:
+        con.close()
+    return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows],
+                  seconds=time.perf_counter() - started, ai_errors=ai_errors)
+
+
+def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_seconds: float,
+                       memory_mb: int) -> "np.ma.MaskedArray":
+    """The candidate's parsed outputs on all 10^6 six-digit strings (index = value) followed by
+    ``malformed``; masked where the output is not an integer. Deterministic candidates only."""
+    if checked.uses_ai:
+        raise SqlExecutionError("the exhaustive check is for deterministic candidates; this one calls AI_COMPLETE",
+                                "not_deterministic")
+    con = _connect(memory_mb)
+    try:
+        _load(con, malformed, all_six_digit=True)
+        got = run_query(con, _query(checked), wall_seconds, numpy=True)["y"]
+    finally:
+        con.close()
+    return np.ma.masked_array(np.ma.getdata(got).astype(np.int64), mask=np.ma.getmaskarray(got))
+
+
+def rule_table_sql(system: "RuleSystem") -> str:
+    """A rule table written as a candidate body in the champion's shape (Snowflake dialect): one
+    ``IFF`` per position, valid when its digit is in the candidate set and no killer matches."""
+    terms = []
+    for pos in range(1, len(system.candidate_sets) + 1):
+        digits = ", ".join(f"'{d}'" for d in sorted(system.candidate_sets[pos - 1]))
+        conds = [f"SUBSTR(PROGRAM, {pos}, 1) IN ({digits})"]
+        conds += [f"SUBSTR(PROGRAM, {t}, 1) <> '{d}'" for t, d in system.killers[pos]]
+        terms.append(f"IFF({' AND '.join(conds)}, 1, 0)")
+    body = "\n  + ".join(terms)
+    return f"CASE WHEN NOT REGEXP_LIKE(PROGRAM, '^[0-9]{{6}}$') THEN '0' ELSE CAST(\n    {body}\n  AS VARCHAR) END\n"
