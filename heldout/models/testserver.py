@@ -49,10 +49,12 @@ _ARCHITECT = re.compile(r"\b(rewrite|improve|revise|propose|refine)\b.{0,120}\b(
 _LETTER_OPTION = re.compile(r"^\s*\(([A-Z])\)\s*\S", re.MULTILINE)
 _BULLETS_AFTER_OPTIONS = re.compile(r"Options:\s*\n((?:[ \t]*[-*][ \t]*.+\n?)+)", re.IGNORECASE)
 _INLINE_OPTIONS = re.compile(r"Options:[ \t]*(\S[^\n]*)", re.IGNORECASE)
-_YES_NO = re.compile(r"\byes\b[^\n]{0,40}\bno\b|\?\s*$", re.IGNORECASE)
+_YES_NO = re.compile(r"\byes\b[^\n]{0,40}\bno\b|^[^\n]*\b(?:is|are|was|were|do|does|did|can|could|will|"
+                     r"would|should|has|have)\b[^\n]*\?[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_HOW_MANY = re.compile(r"\bhow many\b", re.IGNORECASE)
 _WORD_LIST = re.compile(r"List:\s*([^\n]+)")
-_BOOLEAN = re.compile(r"((?:\b(?:not|and|or|True|False)\b|[()\s])+?)\s+is\s*$")
-_ARITHMETIC = re.compile(r"([-+*()\d\s]*\d[-+*()\d\s]*)=\s*$")
+_BOOLEAN = re.compile(r"((?:\b(?:not|and|or|True|False)\b|[()]|[ \t])+)\bis\b")
+_ARITHMETIC = re.compile(r"([-+*()\d \t]*\d[-+*()\d \t]*)=")
 _STRATEGIES = (
     "Restate the question in your own words before answering.",
     "Work step by step and check each step.",
@@ -80,7 +82,9 @@ def options_in(text: str) -> list[str]:
         parts = [p.strip() for p in re.split(r",|\bor\b|/", inline.group(1)) if p.strip()]
         if len(parts) > 1:
             return parts
-    if _YES_NO.search(text.strip()):
+    if _HOW_MANY.search(text):
+        return [str(n) for n in range(13)]
+    if _YES_NO.search(text):
         return ["Yes", "No"]
     return []
 
@@ -124,19 +128,18 @@ def solve(text: str) -> tuple[str, str] | None:
         right = " ".join(sorted(words))
         wrong = " ".join(sorted(words, reverse=True)) if len(set(words)) > 1 else right + " " + right
         return right, wrong
-    match = _BOOLEAN.search(text)
-    if match and re.search(r"True|False", match.group(1)):
-        try:
-            value = _eval_boolean(match.group(1))
-        except (SyntaxError, ValueError, RecursionError):
-            return None
-        return str(value), str(not value)
-    match = _ARITHMETIC.search(text)
-    if match:
+    for match in _BOOLEAN.finditer(text):
+        if re.search(r"True|False", match.group(1)):
+            try:
+                value = _eval_boolean(match.group(1))
+            except (SyntaxError, ValueError, RecursionError):
+                continue
+            return str(value), str(not value)
+    for match in _ARITHMETIC.finditer(text):
         try:
             value = _eval_arithmetic(ast.parse(match.group(1).strip(), mode="eval"))
         except (SyntaxError, ValueError, RecursionError):
-            return None
+            continue
         return str(value), str(value + 1)
     return None
 
@@ -173,7 +176,7 @@ def reply_for(messages: list[dict], temperature: float = 0.0, extra: Any = None)
     last = users[-1] if users else ""
     if _ARCHITECT.search(last):
         return ("Here is an improved instruction:\n```\n" + _rewrite_instruction(last) + "\n```")
-    whole = json.dumps([messages, temperature, extra], sort_keys=True)
+    whole = json.dumps([messages, float(temperature), extra or {}], sort_keys=True)
     draw = _unit("answer", whole)
     solved = solve(last)
     if solved is not None:

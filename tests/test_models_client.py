@@ -1,0 +1,260 @@
+"""ModelClient against the real loopback test server: concurrency, retries, accounting, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import socket
+import time
+
+import httpx
+import pytest
+
+from heldout.benchmarks.base import Message
+from heldout.models import (
+    BatchError,
+    ChatRequest,
+    ModelClient,
+    ModelError,
+    ResponseCache,
+    backoff_delay,
+)
+from heldout.models.client import _parse_completion
+from heldout.models.testserver import TestServer, count_tokens, reply_for
+
+FAST = {"backoff_base": 0.001, "backoff_cap": 0.01}
+
+
+def word_sorting(i: int, instruction: str = "Sort the words.") -> ChatRequest:
+    return ChatRequest(
+        messages=({"role": "system", "content": instruction},
+                  {"role": "user", "content": f"Sort the following words alphabetically: List: w{i} b a{i % 7} c"}),
+        model="test-model")
+
+
+# -- the request ---------------------------------------------------------------------------------
+def test_cache_key_covers_model_decoding_messages_and_replicate_but_not_channel():
+    base = word_sorting(1)
+    variants = [
+        ChatRequest(base.messages, "other-model"),
+        ChatRequest(base.messages, base.model, temperature=0.7),
+        ChatRequest(base.messages, base.model, max_tokens=5),
+        ChatRequest(base.messages, base.model, replicate=1),
+        ChatRequest(base.messages, base.model, extra={"top_p": 0.5}),
+        word_sorting(2),
+    ]
+    keys = {base.cache_key()} | {v.cache_key() for v in variants}
+    assert len(keys) == len(variants) + 1
+    same = ChatRequest(list(base.messages), base.model, temperature=0, channel="architect")
+    assert same.cache_key() == base.cache_key()
+
+
+def test_request_normalises_its_inputs_and_copies_messages():
+    msgs = [{"role": "user", "content": "hi"}]
+    request = ChatRequest(msgs, "m", extra=[("top_p", 0.9), ("seed", 3)])
+    key = request.cache_key()
+    msgs[0]["content"] = "changed afterwards"
+    assert request.cache_key() == key
+    assert request.extra == (("seed", 3), ("top_p", 0.9))
+    assert ChatRequest([Message("user", "hi")], "m").messages == ({"role": "user", "content": "hi"},)
+    assert hash(request) == hash(ChatRequest([{"role": "user", "content": "hi"}], "m",
+                                             extra={"seed": 3, "top_p": 0.9}))
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
+    ({"messages": [{"role": "user", "content": None}]}, "content"),
+    ({"messages": []}, "empty"),
+    ({"messages": "hello"}, "sequence"),
+    ({"channel": "worker"}, "channel"),
+    ({"temperature": 3.0}, "temperature"),
+    ({"replicate": -1}, "replicate"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"extra": {"model": "x"}}, "extra"),
+    ({"extra": {"stop": object()}}, "JSON"),
+])
+def test_malformed_requests_are_refused_with_a_clear_error(bad, message):
+    fields = {"messages": [{"role": "user", "content": "q"}], "model": "m", **bad}
+    with pytest.raises((ValueError, TypeError), match=message):
+        ChatRequest(**fields)
+
+
+# -- configuration -------------------------------------------------------------------------------
+def test_missing_base_url_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ModelError, match="OPENAI_BASE_URL") as err:
+        ModelClient("m")
+    assert err.value.kind == "config"
+    with pytest.raises(ModelError, match="http://"):
+        ModelClient("m", base_url="127.0.0.1:8000/v1")
+
+
+def test_base_url_and_key_come_from_the_environment(monkeypatch):
+    with TestServer(api_key="sk-test") as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        client = ModelClient("test-model")
+        assert "sk-test" not in repr(client)
+        [response] = client.complete_many([word_sorting(0)])
+        assert response.text.endswith(".") and srv.stats.ok == 1
+
+
+def test_wrong_key_fails_at_once_without_retrying():
+    with TestServer(api_key="sk-right") as srv:
+        client = ModelClient("test-model", srv.base_url, "sk-wrong", **FAST)
+        with pytest.raises(ModelError, match="HTTP 401") as err:
+            client.complete(word_sorting(0))
+        assert err.value.status == 401 and err.value.attempts == 1
+        assert srv.stats.calls == 1 and client.usage.total().failures == 1
+
+
+# -- concurrency and order -----------------------------------------------------------------------
+def test_concurrency_bound_is_honoured_and_order_kept():
+    requests = [word_sorting(i) for i in range(12)]
+    with TestServer(latency=0.1) as srv:
+        responses = ModelClient("test-model", srv.base_url, concurrency=3).complete_many(requests)
+        stats = srv.stats
+    assert 1 < stats.max_in_flight <= 3
+    assert stats.calls == 12
+    assert [r.text for r in responses] == [reply_for(list(q.messages)) for q in requests]
+
+
+def test_complete_many_works_inside_a_running_event_loop():
+    with TestServer() as srv:
+        client = ModelClient("test-model", srv.base_url)
+
+        async def caller():  # e.g. an async evaluation server calling the sync API
+            return client.complete_many([word_sorting(1), word_sorting(2)])
+
+        texts = [r.text for r in asyncio.run(caller())]
+    assert texts == [reply_for(list(word_sorting(i).messages)) for i in (1, 2)]
+
+
+def test_async_api_can_be_used_directly():
+    with TestServer() as srv:
+        client = ModelClient("test-model", srv.base_url)
+
+        async def main():
+            try:
+                return await asyncio.gather(*(client.acomplete(word_sorting(i)) for i in range(5)))
+            finally:
+                await client.aclose()
+
+        responses = asyncio.run(main())
+    assert [r.source for r in responses] == ["endpoint"] * 5
+
+
+# -- retries and accounting ----------------------------------------------------------------------
+def run_with_faults(seed: int) -> tuple[list, object, object]:
+    requests = [word_sorting(i) for i in range(40)]
+    with TestServer(error_rate=0.25, rate_429=0.25, seed=seed) as srv:
+        client = ModelClient("test-model", srv.base_url, max_retries=30, **FAST)
+        responses = client.complete_many(requests)
+        return responses, client.usage.channel("worker-optimisation"), srv.stats
+
+
+def test_retries_on_injected_429_and_500_keep_accounting_exact():
+    responses, usage, stats = run_with_faults(seed=7)
+    assert stats.http_429 > 0 and stats.http_500 > 0  # faults really happened
+    # Every HTTP request the server saw is accounted for, failed or not.
+    assert usage.http_attempts == stats.calls
+    assert usage.retries == stats.http_429 + stats.http_500 == sum(r.retries for r in responses)
+    # Tokens are counted once per successful call, never for a failed attempt.
+    assert usage.endpoint_calls == stats.ok == 40 and usage.requests == 40
+    assert usage.prompt_tokens == stats.prompt_tokens == sum(r.prompt_tokens for r in responses)
+    assert usage.completion_tokens == stats.completion_tokens
+    assert all(r.completion_tokens == count_tokens(r.text) for r in responses)
+    assert usage.failures == 0 and usage.cache_hits == 0
+
+
+def test_injected_faults_are_reproducible_for_a_seed():
+    first, _, stats_a = run_with_faults(seed=7)
+    second, _, stats_b = run_with_faults(seed=7)
+    assert stats_a == stats_b
+    assert [r.retries for r in first] == [r.retries for r in second]
+    assert [r.text for r in first] == [r.text for r in second]
+
+
+def test_a_request_failing_after_retries_loses_none_of_the_others(tmp_path):
+    requests = [word_sorting(i) for i in range(30)]
+    with TestServer(error_rate=0.5, seed=3) as srv:
+        client = ModelClient("test-model", srv.base_url, max_retries=1,
+                             cache=ResponseCache(tmp_path), **FAST)
+        with pytest.raises(BatchError, match="failed after 2 attempts") as err:
+            client.complete_many(requests)
+        results = err.value.results
+        failed = [i for i, r in enumerate(results) if isinstance(r, ModelError)]
+        answered = [i for i, r in enumerate(results) if not isinstance(r, ModelError)]
+        assert failed and answered and sorted(err.value.failures) == failed
+        assert all(results[i].status == 500 and results[i].attempts == 2 for i in failed)
+        usage = client.usage.total()
+        assert usage.failures == len(failed) and usage.endpoint_calls == len(answered)
+        # The answered ones were kept: asking again costs endpoint calls only for the failed.
+        calls_before = srv.stats.calls
+        again = client.complete_many([requests[i] for i in answered])
+        assert srv.stats.calls == calls_before
+        assert [r.text for r in again] == [results[i].text for i in answered]
+        # return_exceptions gives the same picture without raising.
+        mixed = client.complete_many(requests, return_exceptions=True)
+        assert len(mixed) == 30 and all(not isinstance(mixed[i], ModelError) for i in answered)
+
+
+def test_timeouts_are_retried_and_counted():
+    requests = [word_sorting(i) for i in range(8)]
+    with TestServer(stall_rate=0.4, stall_seconds=3.0, seed=1) as srv:
+        client = ModelClient("test-model", srv.base_url, timeout=0.3, max_retries=10, **FAST)
+        responses = client.complete_many(requests)
+        stats = srv.stats
+    usage = client.usage.total()
+    assert stats.stalls > 0
+    assert usage.retries == stats.stalls and usage.endpoint_calls == 8
+    assert [r.text for r in responses] == [reply_for(list(q.messages)) for q in requests]
+
+
+def test_unreachable_endpoint_is_a_clear_connection_error():
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = ModelClient("m", f"http://127.0.0.1:{port}/v1", max_retries=2, **FAST)
+    with pytest.raises(ModelError, match="after 3 attempts.*cannot reach") as err:
+        client.complete(word_sorting(0))
+    assert err.value.kind == "connection"
+    usage = client.usage.total()
+    assert (usage.http_attempts, usage.retries, usage.failures, usage.tokens) == (3, 2, 1, 0)
+
+
+def test_backoff_is_exponential_with_jitter_and_honours_retry_after():
+    rng = random.Random(0)
+    for attempt in range(1, 8):
+        d = min(4.0, 0.5 * 2 ** (attempt - 1))
+        for _ in range(20):
+            assert d / 2 <= backoff_delay(attempt, None, base=0.5, cap=4.0, rng=rng) <= d
+    assert backoff_delay(1, "2.5", base=0.5, cap=4.0) == 2.5
+    assert backoff_delay(1, "7200", base=0.5, cap=4.0) == 60.0
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= backoff_delay(1, later, base=0.5, cap=4.0) <= 31
+    assert 0.25 <= backoff_delay(1, "soon", base=0.5, cap=4.0) <= 0.5
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"choices": []}',
+                                  b'{"choices": [{"message": {"content": null}}]}',
+                                  b'{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": "many"}}'])
+def test_a_200_that_is_not_a_chat_completion_is_a_bad_response(body):
+    with pytest.raises(ModelError) as err:
+        _parse_completion(httpx.Response(200, content=body))
+    assert err.value.kind == "bad_response"
+
+
+def test_usage_is_booked_per_channel():
+    with TestServer() as srv:
+        client = ModelClient("test-model", srv.base_url)
+        worker = word_sorting(0)
+        architect = ChatRequest(worker.messages, worker.model, replicate=1, channel="architect")
+        deployment = ChatRequest(worker.messages, worker.model, replicate=2, channel="worker-deployment")
+        client.complete_many([worker, architect, deployment, word_sorting(1)])
+    by_channel = client.usage.by_channel()
+    assert by_channel["worker-optimisation"]["endpoint_calls"] == 2
+    assert by_channel["architect"]["endpoint_calls"] == 1
+    assert by_channel["worker-deployment"]["endpoint_calls"] == 1
+    assert client.usage.total().tokens == sum(c["tokens"] for c in by_channel.values())
