@@ -82,6 +82,10 @@ class Example:
     group: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise TypeError(f"example ids are strings, got {self.id!r} ({type(self.id).__name__})")
+
     def content_hash(self) -> str:
         """sha256 of the canonical JSON of ``input`` + ``target``: what manifests freeze."""
         return sha256_text(canonical_json({"input": self.input, "target": self.target}))

@@ -1,0 +1,61 @@
+"""GSM-Hard: GSM8K questions with one number replaced by a large one (PAL, Gao et al. 2023).
+
+Source: ``reasoning-machines/gsm-hard`` (split ``train``, the only one; no full revision sha was
+published) = reasoning-machines/pal @ f81ca2a ``datasets/gsmhardv2.jsonl`` (mirror
+``gsm_hard/gsmhardv2.jsonl``). 1,319 items; targets are floats (303 non-integers, 146 negative,
+e.g. row 0's -9867630.0 eggs: labels come from running the PAL program on the changed numbers).
+The PAL ``code`` is kept in ``meta`` (it computes the answer, so it is never shown as input).
+
+Scoring: the final number of the model text (commas, currency, units, negative signs and
+fractions handled by :func:`heldout.benchmarks.answers.extract_number`) matches the target within
+:func:`heldout.benchmarks.answers.numbers_match`'s tolerance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from heldout.benchmarks import answers
+from heldout.benchmarks.base import DataError, Example, Source, Verdict
+from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
+from heldout.benchmarks.registry import register
+from heldout.benchmarks.sources import iter_hub_rows, read_jsonl
+
+
+class GSMHardTask(PromptBenchmark):
+    name = "gsm_hard"
+    family = "gsm_hard"
+    metric = "numeric match (flexible; strict alongside)"
+    version = "1"
+    description = "GSM-Hard: grade-school math with large numbers; float targets"
+    source = Source(hub_id="reasoning-machines/gsm-hard", config="default", split="train",
+                    revision=None, mirror_files=("gsm_hard/gsmhardv2.jsonl",))
+    answer_format = "Finish with: So the answer is <number>."
+
+    def read_mirror(self, data_dir: str) -> list[dict[str, Any]]:
+        return read_jsonl(data_dir, "gsm_hard/gsmhardv2.jsonl")
+
+    def read_hub(self) -> list[dict[str, Any]]:
+        return [dict(row) for row in iter_hub_rows(self.source)]
+
+    def to_examples(self, rows: list[dict[str, Any]]) -> list[Example]:
+        out = []
+        for index, row in enumerate(rows):
+            try:
+                out.append(Example(id=str(index), input={"question": row["input"]},
+                                   target=float(row["target"]), meta={"code": row.get("code", "")}))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DataError(f"gsm_hard: malformed row {index}: {exc}") from exc
+        return out
+
+    def format_input(self, example: Example) -> str:
+        return example.input["question"]
+
+    def score_text(self, text: str, example: Example) -> Verdict:
+        try:
+            scored = answers.score_number(text or "", example.target)
+        except Exception as exc:
+            return Verdict.failure(example.id, f"scoring failed: {exc}", "scoring_error")
+        return mode_verdict(example, scored, text=text)
+
+
+register(GSMHardTask())

@@ -1,0 +1,86 @@
+"""How the shipped dataset manifests were built (re-runnable, for review):
+
+    python -m heldout.data_manifests.build --data-dir ../shared/data [TASK_PREFIX...]
+
+Profiles (all drawn in hash order, see :mod:`heldout.data_manifests.profiles`):
+
+* ``default`` (every task): 20% train / 20% val / 60% test.
+* ``sepo`` (the SEPO paper's sizes): every BBH task train 50 / test the rest up to 200;
+  MMLU-Pro computer_science, economics, psychology train 100 / test 200; MBPP+ train 100 /
+  val 50 / test 228; GSM-Hard train 200 / test 400; HotpotQA (only 302 real items offline)
+  train 100 / test 200.
+* ``topic-disjoint`` (HotpotQA, MMLU-Pro): no group (gold-title pair / source subject) spans
+  two splits; 20/20/60 by examples.
+* MMLU-Pro profiles also carry a ``fewshot`` pool: the category's validation rows.
+
+Re-running on unchanged data reproduces the shipped files byte for byte."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from heldout.benchmarks.base import Example
+from heldout.benchmarks.loading import resolve_data_dir
+from heldout.benchmarks.registry import all_tasks
+from heldout.data_manifests import Manifest, file_sha256, freeze
+from heldout.data_manifests.profiles import default_profile, group_disjoint_profile, sized_profile
+
+SEPO_SIZES: dict[str, tuple[int, int, int | None]] = {
+    "mmlu_pro/computer_science": (100, 0, 200),
+    "mmlu_pro/economics": (100, 0, 200),
+    "mmlu_pro/psychology": (100, 0, 200),
+    "mbpp_plus": (100, 50, 228),
+    "gsm_hard": (200, 0, 400),
+    "hotpotqa/distractor": (100, 0, 200),
+}
+BBH_SEPO = (50, 0, 200)
+
+
+def profiles_for(task: str, examples: list[Example]) -> tuple[dict, dict]:
+    fewshot = [ex.id for ex in examples if ex.meta.get("source_split") == "validation"]
+    pool = [ex for ex in examples if ex.id not in set(fewshot)]
+    ids = [ex.id for ex in pool]
+    profiles: dict[str, dict[str, list[str]]] = {"default": default_profile(task, ids)}
+    notes = {"default": "hash order (sha256 of task|default|id): 20% train, 20% val, rest test"}
+    sizes = BBH_SEPO if task.startswith("bbh/") else SEPO_SIZES.get(task)
+    if sizes:
+        profiles["sepo"] = sized_profile(task, ids, *sizes, salt="sepo")
+        notes["sepo"] = f"SEPO sizes train {sizes[0]} / val {sizes[1]} / test up to {sizes[2]}, hash order"
+    if task.startswith(("hotpotqa/", "mmlu_pro/")):
+        profiles["topic-disjoint"] = group_disjoint_profile(task, pool)
+        notes["topic-disjoint"] = "whole groups per split, groups in hash order, 20/20/60 by examples"
+    if fewshot:
+        for prof in profiles.values():
+            prof["fewshot"] = fewshot
+    return profiles, notes
+
+
+def build(data_dir: str, prefixes: list[str]) -> list[str]:
+    written = []
+    for bench in all_tasks():
+        if bench.source.embedded or bench.kind != "prompt":
+            continue
+        if prefixes and not any(bench.name.startswith(p) for p in prefixes):
+            continue
+        examples = bench.load_raw(data_dir)
+        profiles, notes = profiles_for(bench.name, examples)
+        shas = {p: file_sha256(Path(data_dir) / p) for p in bench.source.mirror_files}
+        manifest = freeze(bench.name, bench.version, bench.source, examples, profiles, notes, shas)
+        written.append(str(manifest.save()))
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("prefixes", nargs="*")
+    parser.add_argument("--data-dir", required=True)
+    args = parser.parse_args(argv)
+    for path in build(resolve_data_dir(args.data_dir), args.prefixes):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
