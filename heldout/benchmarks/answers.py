@@ -53,14 +53,15 @@ _RUN_ON = re.compile(r"\n\s*Q\s*:")
 _MINUS_SIGNS = "\u2212\u2013\ufe63\uff0d"  # unicode minus, en dash, small/full-width hyphen-minus
 
 
-def _as_text(text: Any) -> str:
-    """Model output as a string to search; anything that is not a string is 'no output'."""
+def _as_text(text: Any, *, fold: bool) -> str:
+    """Model output as a string to search; anything that is not a string is 'no output'.
+
+    ``fold`` (every format except free-text spans): NFKC folds full-width letters and digits
+    ("（Ｂ）" -> "(B)") and the curly apostrophe becomes "'". Spans are kept as written, because
+    the official HotpotQA normalisation compares them as written."""
     if not isinstance(text, str):
         return ""
-    # NFKC folds full-width letters/digits ("（Ｂ）" -> "(B)"); curly apostrophes are folded for
-    # word lists; the unicode minus family becomes "-".
-    text = unicodedata.normalize("NFKC", text).replace("\u2019", "'")
-    return text.translate({ord(c): "-" for c in _MINUS_SIGNS})
+    return unicodedata.normalize("NFKC", text).replace("\u2019", "'") if fold else text
 
 
 def _drop_run_on(text: str) -> str:
@@ -78,7 +79,7 @@ _LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*?)\s*\}\s*\{\s*([^{}]*?)\s*
 
 def _clean(segment: str) -> str:
     """Remove presentation around an answer: markdown emphasis, code ticks, LaTeX wrappers and
-    math delimiters, surrounding quotes, leading ':' / 'is', one trailing period."""
+    math delimiters, surrounding quotes, a leading ':', one trailing period."""
     s = _LATEX_FRAC.sub(r"\1/\2", segment)
     for _ in range(3):  # nested wrappers: \boxed{\text{B}}
         s = _LATEX_WRAPPERS.sub(r"\1", s)
@@ -86,8 +87,6 @@ def _clean(segment: str) -> str:
     s = s.replace("\\,", "").replace("\\%", "%").replace("\\$", "$")
     s = s.replace("**", "").replace("__", "").replace("*", "").replace("`", "")
     s = s.strip().lstrip(":").strip()
-    if s.lower().startswith("is "):
-        s = s[3:].lstrip(" :")
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
         s = s[1:-1].strip()
     if s.endswith(".") and not s.endswith(".."):
@@ -127,9 +126,9 @@ class _Grammar:
     last: Callable[[str], str | None]
 
 
-def _extract(text: Any, grammar: _Grammar, mode: str) -> str | None:
+def _extract(text: Any, grammar: _Grammar, mode: str, *, fold: bool = True) -> str | None:
     _check_mode(mode)
-    body = _drop_run_on(_as_text(text))
+    body = _drop_run_on(_as_text(text, fold=fold))
     if not body.strip():
         return None
     segments = [_clean(s) for s in _segments_after_cues(body)]
@@ -255,7 +254,7 @@ _CURRENCY = "$€£¥₹"
 _NUMBER = re.compile(
     rf"""(?<![\w.])
     (?P<cur1>[{_CURRENCY}]\s?)?
-    (?P<sign>[-+])?
+    (?P<sign>[-+{_MINUS_SIGNS}])?
     (?P<cur2>[{_CURRENCY}]\s?)?
     (?:
         (?:(?P<whole>\d+)[ ](?=\d+/))?(?P<num>\d+)\s*/\s*(?P<den>\d+)(?![\d/]|\.\d)
@@ -274,7 +273,7 @@ class _Number:
 
 
 def _read_number(m: re.Match[str], *, fractions: bool = True, exponents: bool = True) -> _Number | None:
-    negative = m.group("sign") == "-"
+    negative = m.group("sign") is not None and m.group("sign") != "+"
     try:
         if m.group("num") is not None:
             if not fractions or int(m.group("den")) == 0:
@@ -649,7 +648,7 @@ def score_bbh(text: Any, target: str, fmt: str) -> dict[str, Any]:
     gold = _canonical_bbh_target(target, fmt)
     if fmt == "choice" and not _CHOICE_TARGET.fullmatch(gold):
         norm_gold = normalize_answer(gold)
-        return _scores(text, lambda mode: _extract(text, _FREE_TEXT, mode),
+        return _scores(text, lambda mode: _extract(text, _FREE_TEXT, mode, fold=False),
                        lambda got: normalize_answer(got) == norm_gold)
     if fmt in _WORDS:
         return _scores(text, lambda mode: extract_bbh(text, fmt, mode, target=gold),
@@ -734,7 +733,7 @@ def extract_span(text: Any, mode: str) -> str | None:
     """HotpotQA: the answer span. Strict: the rest of the line after the last answer cue
     (markdown, quotes and one trailing period removed). Flexible: that, else the last non-empty
     line of the text (a one-line answer is the whole text)."""
-    return _extract(text, _SPAN, mode)
+    return _extract(text, _SPAN, mode, fold=False)
 
 
 def score_span(text: Any, gold: str) -> dict[str, Any]:
