@@ -90,6 +90,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if summary.get("error") is None else 1
 
 
+# -- ledger / run --------------------------------------------------------------------------------
+def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    from heldout.evaluators.ledger import verify_ledger
+
+    worst = 0
+    for run_dir in args.run_dirs:
+        report = verify_ledger(run_dir)
+        print(report.describe())
+        worst = max(worst, 0 if report.ok else 1)
+    return worst
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from heldout.protocols.run import run_command
+
+    return run_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,6 +145,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-drift", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
+
+    ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
+    p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
+    p.add_argument("run_dirs", nargs="+")
+    p.set_defaults(func=cmd_ledger_verify)
+
+    p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
+    p.add_argument("--task", action="append", required=True, help="repeatable")
+    p.add_argument("--profile", default="default")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seeds", default=None, help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--budget", type=int, required=True, help="metric calls per session")
+    p.add_argument("--architect-tokens", type=int, default=None)
+    p.add_argument("--wall-seconds", type=float, default=None)
+    p.add_argument("--optimizer", action="append", default=[],
+                   help="in-process optimizer: module:function or a reference name (repeatable)")
+    p.add_argument("--optimizer-cmd", action="append", default=[],
+                   help="isolated optimizer command (repeatable); served the task view over HTTP")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--policy", default="standard")
+    p.add_argument("--worker-model", default=None)
+    p.add_argument("--architect-model", default=None)
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    p.add_argument("--cache-dir", default=None, help="response cache directory")
+    p.add_argument("--tolerance", type=float, default=None)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--allow-drift", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_run)
     return parser
 
 

@@ -1,0 +1,478 @@
+"""Sessions: the one choke point through which an optimizer touches a task.
+
+* :class:`Session` owns the budget, the ledger, the visibility policy and the test split.
+* :class:`EvaluationService` evaluates candidates on train/val examples only (it never holds test
+  examples), counts every metric call before anything runs, and appends every result to the
+  ledger before returning it.
+* :class:`TaskView` is the only thing an optimizer gets: it wraps the service and filters
+  verdicts through the visibility policy.
+
+A metric call is one worker call, or one program execution, on one example. Cache hits count
+as metric calls (so arms stay comparable) but cost no endpoint call. An evaluation that would
+exceed the budget is refused before anything runs: overshoot is impossible.
+
+Resuming: a session re-opened on an existing run dir reads its ledger. Budget already spent stays
+spent; evaluations the optimizer asks for again (a deterministic optimizer restarted with the same
+seed replays its requests) are served from the recorded results in order, without spending again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from heldout.benchmarks.base import (
+    Candidate,
+    Example,
+    HeldoutError,
+    MalformedCandidate,
+    RunLimits,
+    Verdict,
+    candidate_id,
+    check_candidate,
+)
+from heldout.benchmarks.loading import Task, load_task
+from heldout.evaluators.ledger import Ledger
+from heldout.evaluators.records import RunRecord
+
+OPTIMISATION = "worker-optimisation"
+DEPLOYMENT = "worker-deployment"
+ARCHITECT = "architect"
+
+
+class BudgetExceeded(HeldoutError):
+    """An evaluation (or architect call) would exceed the session's budget; nothing ran."""
+
+
+class VisibilityError(HeldoutError):
+    """The optimizer asked for something its visibility policy does not allow (e.g. test)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one session. ``metric_calls`` is the unit matched across methods."""
+
+    metric_calls: int
+    architect_tokens: int | None = None
+    wall_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric_calls, int) or self.metric_calls < 0:
+            raise ValueError(f"metric_calls must be a non-negative int, got {self.metric_calls!r}")
+
+
+VERDICT_FIELDS = ("score", "valid", "dimensions", "feedback", "error", "error_kind", "output", "target")
+
+
+@dataclass(frozen=True)
+class VisibilityPolicy:
+    """Which verdict fields the optimizer sees, per split. An empty set refuses the split.
+
+    ``standard``: train shows everything (score, feedback, dimensions, target); val shows the
+    score only; test is refused (scored once by the harness after the optimizer returns)."""
+
+    name: str = "standard"
+    train: frozenset[str] = frozenset(VERDICT_FIELDS)
+    val: frozenset[str] = frozenset({"score"})
+    test: frozenset[str] = frozenset()
+
+    def fields(self, split: str) -> frozenset[str]:
+        allowed = getattr(self, split, None) if split in ("train", "val", "test") else None
+        if not allowed:
+            raise VisibilityError(f"split {split!r} is not visible to the optimizer under the "
+                                  f"{self.name!r} policy")
+        return allowed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **{s: sorted(getattr(self, s)) for s in ("train", "val", "test")}}
+
+
+STANDARD_POLICY = VisibilityPolicy()
+# For leakage experiments only: val behaves like train. Reports state the policy.
+LEAKY_VAL_POLICY = VisibilityPolicy(name="leaky-val", val=frozenset(VERDICT_FIELDS))
+POLICIES = {p.name: p for p in (STANDARD_POLICY, LEAKY_VAL_POLICY)}
+
+
+@dataclass
+class Usage:
+    """Counts by channel: logical metric calls, endpoint calls, cache hits, tokens."""
+
+    metric_calls: int = 0
+    endpoint_calls: dict[str, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
+    replayed: int = 0
+
+    def add_tokens(self, channel: str, prompt: int, completion: int, calls: int = 1) -> None:
+        tok = self.tokens.setdefault(channel, {"prompt": 0, "completion": 0})
+        tok["prompt"] += int(prompt)
+        tok["completion"] += int(completion)
+        self.endpoint_calls[channel] = self.endpoint_calls.get(channel, 0) + calls
+
+
+def _verdict_from_entry(data: Mapping[str, Any]) -> Verdict:
+    return Verdict.from_dict(data["verdict"])
+
+
+class Scorer:
+    """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
+    execution (``Benchmark.run``) for program tasks. Never raises for a bad candidate."""
+
+    def __init__(self, benchmark, worker=None, limits: RunLimits | None = None,
+                 options: Mapping[str, Any] | None = None, jobs: int = 2) -> None:
+        self.benchmark = benchmark
+        self.worker = worker
+        self.limits = limits or benchmark.default_limits
+        self.options = dict(options or {})
+        self.jobs = max(1, jobs)
+
+    def score(self, candidate: Candidate, examples: Sequence[Example], channel: str,
+              usage: Usage) -> list[Verdict]:
+        if not examples:
+            return []
+        if self.benchmark.kind == "program":
+            def run_one(ex: Example) -> Verdict:
+                try:
+                    return self.benchmark.run(candidate, ex, self.limits, **self.options)
+                except Exception as exc:  # the benchmark's own rule is never to raise; belt and braces
+                    return Verdict.failure(ex.id, f"evaluator error: {exc}", "crash")
+            with ThreadPoolExecutor(max_workers=min(self.jobs, len(examples))) as pool:
+                return list(pool.map(run_one, examples))
+        return self._score_prompt(candidate, examples, channel, usage)
+
+    def _score_prompt(self, candidate: Candidate, examples: Sequence[Example], channel: str,
+                      usage: Usage) -> list[Verdict]:
+        from heldout.models import ChatRequest, ModelError
+
+        if self.worker is None:
+            raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
+                               "(pass worker=ModelClient(...) or --worker-model/--base-url)")
+        requests = [ChatRequest(messages=tuple({"role": m.role, "content": m.content}
+                                               for m in self.benchmark.render(candidate, ex)),
+                                model=self.worker.model, temperature=self.options.get("temperature", 0.0),
+                                max_tokens=self.options.get("max_tokens"), channel=channel)
+                    for ex in examples]
+        responses = self.worker.complete_many(requests, return_exceptions=True)
+        verdicts = []
+        for ex, resp in zip(examples, responses):
+            if isinstance(resp, BaseException):
+                kind = "model_error" if isinstance(resp, ModelError) else "crash"
+                verdicts.append(Verdict.failure(ex.id, f"worker call failed: {resp}", kind))
+                continue
+            if resp.cached:
+                usage.cache_hits += 1
+            else:
+                usage.add_tokens(channel, resp.prompt_tokens, resp.completion_tokens)
+            verdict = self.benchmark.score_text(resp.text, ex)
+            verdict.usage = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                             "seconds": resp.seconds, "cached": float(resp.cached)}
+            verdicts.append(verdict)
+        return verdicts
+
+
+class EvaluationService:
+    """Evaluates candidates on train/val examples under the budget, appending to the ledger.
+
+    Holds no test example (the harness keeps those), so nothing reachable from a view can yield
+    a test target."""
+
+    def __init__(self, examples: Mapping[str, Sequence[Example]], scorer: Scorer, ledger: Ledger,
+                 budget: Budget, policy: VisibilityPolicy, started: float) -> None:
+        assert "test" not in examples
+        self._examples = {s: {ex.id: ex for ex in exs} for s, exs in examples.items()}
+        self._scorer = scorer
+        self._ledger = ledger
+        self.budget = budget
+        self.policy = policy
+        self._started = started
+        self._lock = threading.Lock()
+        self.usage = Usage()
+        self.candidates: dict[str, dict[str, Any]] = {}  # id -> {"first_call", "parent", "sums"}
+        self.trajectory: list[dict[str, Any]] = []
+        self._best: tuple[float, str | None] = (float("-inf"), None)
+        self._replay: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        self._memo: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._load_recorded()
+
+    # -- resume ---------------------------------------------------------------------------------
+    def _load_recorded(self) -> None:
+        for entry in self._ledger.entries():
+            data = entry["data"]
+            if entry["kind"] == "evaluation":
+                key = (data["candidate_id"], data["split"], data["example_id"])
+                self._replay.setdefault(key, []).append(data)
+                self.usage.metric_calls += 1
+            elif entry["kind"] == "architect_call":
+                self.usage.add_tokens(ARCHITECT, data["prompt_tokens"], data["completion_tokens"])
+
+    # -- the budget -----------------------------------------------------------------------------
+    @property
+    def remaining(self) -> int:
+        return self.budget.metric_calls - self.usage.metric_calls
+
+    def check_wall_time(self) -> None:
+        if self.budget.wall_seconds is not None and time.time() - self._started > self.budget.wall_seconds:
+            raise BudgetExceeded(f"wall-time budget of {self.budget.wall_seconds} s is used up")
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def evaluate(self, candidate: Candidate, split: str, ids: Sequence[str] | None,
+                 parent: str | None = None) -> list[tuple[Example, Verdict]]:
+        self.policy.fields(split)  # refuses test (and any split the policy hides)
+        if split not in self._examples:
+            raise VisibilityError(f"unknown split {split!r}; the optimizer can use: {', '.join(self._examples)}")
+        check_candidate(candidate)
+        cid = candidate_id(candidate)
+        pool = self._examples[split]
+        wanted = list(pool) if ids is None else list(ids)
+        if len(set(wanted)) != len(wanted):
+            raise VisibilityError("ids repeat within one request; ask for each example once")
+        unknown = [i for i in wanted if i not in pool]
+        if unknown:
+            raise VisibilityError(f"ids not in split {split!r}: {unknown[:5]}")
+        with self._lock:
+            self.check_wall_time()
+            replayed, fresh = [], []
+            for ex_id in wanted:
+                (replayed if self._replay.get((cid, split, ex_id)) else fresh).append(ex_id)
+            # replayed results were paid for before the interruption; only fresh ones cost now
+            if len(fresh) > self.remaining:
+                self._ledger.append("budget_refused", {"candidate_id": cid, "split": split,
+                                                       "requested": len(wanted), "new": len(fresh),
+                                                       "remaining": self.remaining})
+                raise BudgetExceeded(
+                    f"evaluating {len(fresh)} new example(s) would exceed the budget: "
+                    f"{self.remaining} of {self.budget.metric_calls} metric calls left; nothing was run")
+            self.usage.metric_calls += len(fresh)
+            results: dict[str, Verdict] = {}
+            for ex_id in replayed:
+                data = self._replay[(cid, split, ex_id)].pop(0)
+                results[ex_id] = _verdict_from_entry(data)
+                self.usage.replayed += 1
+                self._memo[(cid, split, ex_id)] = data
+            self._register_candidate(candidate, cid, parent)
+        memo_hits = [i for i in fresh if (cid, split, i) in self._memo]
+        to_run = [i for i in fresh if (cid, split, i) not in self._memo]
+        verdicts = self._scorer.score(candidate, [pool[i] for i in to_run], OPTIMISATION, self.usage)
+        with self._lock:
+            for ex_id in memo_hits:
+                self.usage.cache_hits += 1
+                data = self._memo[(cid, split, ex_id)]
+                results[ex_id] = _verdict_from_entry(data)
+                self._record(cid, split, ex_id, results[ex_id], cached=True)
+            for ex_id, verdict in zip(to_run, verdicts):
+                results[ex_id] = verdict
+                self._record(cid, split, ex_id, verdict, cached=False)
+            self._update_trajectory(cid, split, [results[i] for i in wanted])
+        return [(pool[i], results[i]) for i in wanted]
+
+    def _record(self, cid: str, split: str, ex_id: str, verdict: Verdict, cached: bool) -> None:
+        data = {"candidate_id": cid, "split": split, "example_id": ex_id, "cached": cached,
+                "metric_calls": self.usage.metric_calls, "verdict": verdict.to_dict()}
+        self._ledger.append("evaluation", data)
+        self._memo[(cid, split, ex_id)] = data
+
+    def _register_candidate(self, candidate: Candidate, cid: str, parent: str | None) -> None:
+        if cid not in self.candidates:
+            self.candidates[cid] = {"first_metric_call": self.usage.metric_calls, "parent": parent,
+                                    "sums": {}}
+            if not any(e["data"].get("candidate_id") == cid for e in self._ledger.entries("candidate")):
+                self._ledger.append("candidate", {"candidate_id": cid, "parent": parent,
+                                                  "components": dict(candidate)})
+
+    def _update_trajectory(self, cid: str, split: str, verdicts: Iterable[Verdict]) -> None:
+        sums = self.candidates[cid]["sums"].setdefault(split, [0.0, 0])
+        for v in verdicts:
+            sums[0] += v.score
+            sums[1] += 1
+        # best-so-far: a candidate's mean on val when it has val results, else on train
+        stats = self.candidates[cid]["sums"]
+        chosen = "val" if stats.get("val", (0, 0))[1] else split
+        if not stats[chosen][1]:
+            return
+        score = stats[chosen][0] / stats[chosen][1]
+        if score > self._best[0]:
+            self._best = (score, cid)
+            self.trajectory.append({"metric_calls": self.usage.metric_calls, "best_score": score,
+                                    "candidate_id": cid, "split": chosen})
+
+    @property
+    def best_candidate_id(self) -> str | None:
+        return self._best[1]
+
+    def record_event(self, kind: str, data: dict[str, Any]) -> None:
+        self._ledger.append(kind, data)
+
+
+class MeteredArchitect:
+    """The architect model as the optimizer sees it: every call is metered on the architect
+    channel and recorded in the ledger. The token limit is checked before each call (a call's
+    own size is unknown in advance, so the last call may cross the limit; it is recorded)."""
+
+    def __init__(self, client, service: EvaluationService) -> None:
+        self._client = client
+        self._service = service
+
+    @property
+    def tokens_used(self) -> int:
+        tok = self._service.usage.tokens.get(ARCHITECT, {})
+        return tok.get("prompt", 0) + tok.get("completion", 0)
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
+                 max_tokens: int | None = None, replicate: int = 0) -> str:
+        from heldout.models import ChatRequest
+
+        if self._client is None:
+            raise HeldoutError("this session has no architect model configured")
+        limit = self._service.budget.architect_tokens
+        if limit is not None and self.tokens_used >= limit:
+            raise BudgetExceeded(f"architect token budget of {limit} is used up")
+        self._service.check_wall_time()
+        request = ChatRequest(messages=tuple(dict(m) for m in messages), model=self._client.model,
+                              temperature=temperature, max_tokens=max_tokens, replicate=replicate,
+                              channel=ARCHITECT)
+        response = self._client.complete_many([request])[0]
+        self._service.usage.add_tokens(ARCHITECT, response.prompt_tokens, response.completion_tokens)
+        self._service.record_event("architect_call", {"prompt_tokens": response.prompt_tokens,
+                                                      "completion_tokens": response.completion_tokens,
+                                                      "cached": response.cached,
+                                                      "request_key": response.request_key})
+        return response.text
+
+
+class TaskView:
+    """Everything an optimizer may see of a task, and nothing else: the seed candidate, train
+    examples (inputs + targets), val examples (inputs only), ``evaluate`` (verdicts filtered by
+    the visibility policy), the remaining budget and a metered architect. Never test examples."""
+
+    __slots__ = ("task_name", "description", "kind", "seed_candidate", "train", "val", "policy",
+                 "_service", "architect")
+
+    def __init__(self, task_name: str, description: str, kind: str, seed: Candidate,
+                 train: Sequence[Example], val: Sequence[Example], service: EvaluationService,
+                 architect: MeteredArchitect) -> None:
+        self.task_name = task_name
+        self.description = description
+        self.kind = kind
+        self.seed_candidate = dict(seed)
+        self.train = [{"id": ex.id, "input": ex.input, "target": ex.target} for ex in train]
+        self.val = [{"id": ex.id, "input": ex.input} for ex in val]
+        self.policy = service.policy.name
+        self._service = service
+        self.architect = architect
+
+    @property
+    def remaining(self) -> int:
+        return self._service.remaining
+
+    @property
+    def budget(self) -> Budget:
+        return self._service.budget
+
+    def evaluate(self, candidate: Candidate, split: str = "train", ids: Sequence[str] | None = None,
+                 parent: str | None = None) -> list[dict[str, Any]]:
+        """Score ``candidate`` on ``ids`` of ``split`` (all of it when None). Returns one dict per
+        example with the fields the visibility policy allows. Raises BudgetExceeded (nothing ran)
+        or VisibilityError."""
+        allowed = self._service.policy.fields(split)
+        out = []
+        for example, verdict in self._service.evaluate(candidate, split, ids, parent):
+            shown = {"id": example.id}
+            full = {**verdict.to_dict(), "target": example.target}
+            shown.update({k: full[k] for k in VERDICT_FIELDS if k in allowed})
+            out.append(shown)
+        return out
+
+
+Optimizer = Callable[[TaskView, int], Candidate]
+
+
+class Session:
+    """One optimizer run on one task with one seed. See the module docstring."""
+
+    def __init__(self, task: Task | str, profile: str = "default", budget: Budget | int = 100,
+                 seed: int = 0, worker=None, run_dir: str | Path = "runs/session", *,
+                 architect=None, policy: VisibilityPolicy | str = STANDARD_POLICY,
+                 data_dir: str | None = None, allow_drift: bool = False, method: str = "unnamed",
+                 limits: RunLimits | None = None, options: Mapping[str, Any] | None = None,
+                 deployment_worker=None, jobs: int = 2) -> None:
+        self.task = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
+        self.budget = budget if isinstance(budget, Budget) else Budget(metric_calls=int(budget))
+        self.policy = POLICIES[policy] if isinstance(policy, str) else policy
+        self.seed = seed
+        self.method = method
+        self.run_dir = Path(run_dir)
+        self.options = dict(options or {})
+        self.ledger = Ledger.open(self.run_dir)
+        bench = self.task.benchmark
+        self._started = time.time()
+        self.scorer = Scorer(bench, worker, limits, self.options, jobs)
+        self.deploy_scorer = Scorer(bench, deployment_worker or worker, limits, self.options, jobs)
+        visible = {s: self.task.splits.get(s, []) for s in ("train", "val")}
+        self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
+                                         self._started)
+        self.resumed = len(self.ledger) > 0
+        if not self.resumed:
+            self.ledger.append("session_start", self.header())
+        else:
+            self.ledger.append("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls})
+        self.view = TaskView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
+                             visible["train"], visible["val"], self.service,
+                             MeteredArchitect(architect, self.service))
+
+    def header(self) -> dict[str, Any]:
+        return {"task": self.task.name, "profile": self.task.profile, "seed": self.seed,
+                "method": self.method, "budget": asdict(self.budget), "policy": self.policy.to_dict(),
+                "sizes": self.task.sizes(), "manifest_version": self.task.manifest.version,
+                "drift": None if self.task.drift is None else self.task.drift.to_dict(),
+                "limits": asdict(self.scorer.limits), "options": self.options}
+
+    # -- the harness ----------------------------------------------------------------------------
+    def run(self, optimizer: Optimizer) -> RunRecord:
+        """Call the optimizer, then score its final candidate once on test (and val), outside the
+        budget, and write the run record. A crashing optimizer gives a ``failed`` record."""
+        try:
+            final = optimizer(self.view, self.seed)
+            check_candidate(final)
+        except Exception as exc:
+            kind = "malformed_candidate" if isinstance(exc, MalformedCandidate) else type(exc).__name__
+            self.ledger.append("optimizer_failed", {"error": f"{kind}: {exc}",
+                                                    "traceback": traceback.format_exc()[-4000:]})
+            return self.finish(None, status="failed", error=f"optimizer failed: {kind}: {exc}")
+        return self.finish(final)
+
+    def finish(self, final: Candidate | None, status: str = "ok", error: str | None = None) -> RunRecord:
+        test_verdicts: list[Verdict] = []
+        val_verdicts: list[Verdict] = []
+        usage = self.service.usage
+        if final is not None:
+            cid = candidate_id(final)
+            self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
+            val_verdicts = self._score_final(final, "val", usage)
+            test_verdicts = self._score_final(final, "test", usage)
+        record = RunRecord.build(session=self, final=final, status=status, error=error,
+                                 test_verdicts=test_verdicts, val_verdicts=val_verdicts)
+        self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
+                                           "metric_calls": usage.metric_calls})
+        record.ledger_head = self.ledger.head
+        record.ledger_entries = len(self.ledger)
+        record.save(self.run_dir)
+        self.ledger.close()
+        return record
+
+    def _score_final(self, final: Candidate, split: str, usage: Usage) -> list[Verdict]:
+        """Scored by the harness, outside the optimizer's budget (recorded under its own kind)."""
+        examples = self.task.splits.get(split, [])
+        recorded = {e["data"]["example_id"]: e["data"] for e in self.ledger.entries(f"{split}_scoring")
+                    if e["data"]["candidate_id"] == candidate_id(final)}
+        todo = [ex for ex in examples if ex.id not in recorded]
+        verdicts = {ex_id: Verdict.from_dict(d["verdict"]) for ex_id, d in recorded.items()}
+        for ex, v in zip(todo, self.deploy_scorer.score(final, todo, DEPLOYMENT, usage)):
+            self.ledger.append(f"{split}_scoring", {"candidate_id": candidate_id(final), "example_id": ex.id,
+                                                   "verdict": v.to_dict()})
+            verdicts[ex.id] = v
+        return [verdicts[ex.id] for ex in examples]
