@@ -1,0 +1,104 @@
+"""Model-client throughput against the loopback test server (issue 4's performance target).
+
+2,000 chat calls at concurrency 16 with 100 ms server latency. The ideal time is
+calls x latency / concurrency; the script prints achieved throughput / ideal throughput (goal
+>= 0.87), and, as a reference measured in the same run, the same ratio for bare httpx (a plain
+semaphore-bounded ``AsyncClient.post`` loop with no retries, cache or accounting). Then it repeats
+the run from the filled response cache and prints the endpoint calls that repeat made (goal: 0).
+
+The server runs in its own process (``python -m heldout.models.testserver``) so the client and the
+server do not share one interpreter lock.
+
+    python perf/model_throughput.py [--calls 2000] [--concurrency 16] [--latency 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from heldout.models import ChatRequest, ModelClient, ResponseCache
+
+
+def start_server(latency: float) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "heldout.models.testserver", "--port", "0", "--latency", str(latency)],
+        stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise SystemExit(f"test server did not start: {line!r}")
+    return proc, line.rsplit(" ", 1)[1].strip()
+
+
+def make_requests(n: int, tag: str) -> list[ChatRequest]:
+    return [ChatRequest(
+        messages=({"role": "system", "content": "Sort the words alphabetically."},
+                  {"role": "user", "content": f"Sort the following words alphabetically: List: {tag} w{i} b a c"}),
+        model="test-model") for i in range(n)]
+
+
+def bare_httpx(base_url: str, requests: list[ChatRequest], concurrency: int) -> float:
+    async def run() -> None:
+        gate = asyncio.Semaphore(concurrency)
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        async with httpx.AsyncClient(limits=limits, timeout=60) as http:
+            async def one(req: ChatRequest) -> None:
+                async with gate:
+                    (await http.post(f"{base_url}/chat/completions", json=req.payload())).raise_for_status()
+            await asyncio.gather(*(one(r) for r in requests))
+    started = time.perf_counter()
+    asyncio.run(run())
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--latency", type=float, default=0.1)
+    args = parser.parse_args()
+    ideal = args.calls * args.latency / args.concurrency
+    proc, base_url = start_server(args.latency)
+    try:
+        reference = bare_httpx(base_url, make_requests(args.calls, "reference"), args.concurrency)
+        with tempfile.TemporaryDirectory() as tmp:
+            requests = make_requests(args.calls, "client")
+            client = ModelClient("test-model", base_url, concurrency=args.concurrency,
+                                 cache=ResponseCache(tmp))
+            started = time.perf_counter()
+            first = client.complete_many(requests)
+            elapsed = time.perf_counter() - started
+            paid = client.usage.total()
+
+            repeat = ModelClient("test-model", base_url, concurrency=args.concurrency,
+                                 cache=ResponseCache(tmp))
+            started = time.perf_counter()
+            second = repeat.complete_many(requests)
+            cached_elapsed = time.perf_counter() - started
+            cached = repeat.usage.total()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert [r.text for r in first] == [r.text for r in second]
+    print(f"calls={args.calls} concurrency={args.concurrency} latency={args.latency:g}s "
+          f"ideal={ideal:.2f}s")
+    print(f"bare httpx (reference): {reference:.2f}s  throughput/ideal={ideal / reference:.3f}")
+    print(f"ModelClient + cache:    {elapsed:.2f}s  throughput/ideal={ideal / elapsed:.3f}  "
+          f"(goal >= 0.87)  vs bare httpx={reference / elapsed:.3f}  "
+          f"endpoint_calls={paid.endpoint_calls} retries={paid.retries}")
+    print(f"cached repeat:          {cached_elapsed:.2f}s  endpoint_calls={cached.endpoint_calls} "
+          f"(goal 0)  cache_hits={cached.cache_hits}")
+    ok = ideal / elapsed >= 0.87 and cached.endpoint_calls == 0
+    print("PASS" if ok else "BELOW GOAL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
