@@ -27,6 +27,7 @@ ST_FLAGS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOAT
             2048: MS_NODIRATIME, 4096: MS_RELATIME}
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 TAIL = 3000
+STACK_BYTES = 64 * 1024 * 1024  # runaway C recursion ends in SIGSEGV quickly instead of eating memory
 
 _chan = None
 _libc = None
@@ -139,10 +140,13 @@ def isolate(job):
     lim = job["limits"]
     cpu = max(1, int(math.ceil(lim["cpu_seconds"])))
     mem = int(lim["memory_mb"]) * 1024 * 1024
+    hard_stack = resource.getrlimit(resource.RLIMIT_STACK)[1]
+    stack = STACK_BYTES if hard_stack == resource.RLIM_INFINITY else min(STACK_BYTES, hard_stack)
     for res, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)),
                        (resource.RLIMIT_AS, (mem, mem)),
                        (resource.RLIMIT_FSIZE, (lim["max_file_mb"] * 1024 * 1024,) * 2),
                        (resource.RLIMIT_NOFILE, (lim["max_open_files"],) * 2),
+                       (resource.RLIMIT_STACK, (stack, stack)),
                        (resource.RLIMIT_CORE, (0, 0))):
         resource.setrlimit(res, value)
     if mode == "root":
@@ -189,7 +193,7 @@ def install_audit_hook(hidden, allow_processes):
     _exit, _str, _isinstance, _abspath = os._exit, str, isinstance, os.path.abspath
 
     def hook(event, args):
-        if event in forbidden or (event == "os.kill" and args and args[0] not in (pid, 0)):
+        if event in forbidden or (event == "os.kill" and args and args[0] != pid):
             fatal("forbidden", f"forbidden operation: {event}{_str(args)[:200]}")
         if event == "open" and args and _isinstance(args[0], (str, bytes)) and hidden:
             path = args[0].decode(errors="replace") if _isinstance(args[0], bytes) else args[0]
