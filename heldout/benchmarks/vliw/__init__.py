@@ -1,0 +1,16 @@
+"""The VLIW kernel simulator and the ``vliw/takehome`` task (issue 7; ``../shared/specs/vliw.md``).
+
+* :mod:`.reference` - the plain-Python machine: the executable specification;
+* :mod:`.fast` - the same machine as decoded integer arrays + a numba interpreter;
+* :mod:`.machine` - the public API, ``simulate(program, memory, ...)``;
+* :mod:`.benchmark` - the forest/hash benchmark, memory image and reference algorithm;
+* :mod:`.task` - the registered task: builders run in the sandbox, hidden instances, cycles.
+"""
+
+from heldout.benchmarks.vliw.machine import (
+    DEFAULT_CYCLE_CAP, DecodedProgram, Fault, InvalidInput, SimResult, decode, simulate, utilisation,
+    words_sha256,
+)
+
+__all__ = ["DEFAULT_CYCLE_CAP", "DecodedProgram", "Fault", "InvalidInput", "SimResult", "decode", "simulate",
+           "utilisation", "words_sha256"]

@@ -1,0 +1,504 @@
+"""The fast path: a program decoded once into integer arrays, run by a numba-compiled interpreter.
+
+Semantics are those of :mod:`heldout.benchmarks.vliw.reference` (the executable specification);
+the tests run both on the same programs and require identical cycles, pc, state, memory, scratch,
+fault and slot counts.
+
+Why it is fast: everything that depends only on the instruction is settled at decode time.
+Scratch operands are immediates, so their range checks, the slot-shape checks, slot limits and
+unknown engines become either a valid integer row or a FAULT row placed exactly where the
+reference would raise (control effects of earlier slots in the bundle still happen).
+``load_offset`` folds into ``load``, ``coreid`` into ``const 0``, ``cond_jump_rel`` into an
+absolute ``cond_jump``, ``trace_write`` of a valid address into a no-op. What remains at run time
+is data: memory addresses, zero divisors, jump-target sign, the cycle cap and out-of-range write
+commits (emulated in first-write order like the reference's dict of pending writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+from numba import njit
+
+from heldout.benchmarks.vliw.reference import (
+    ALU_OPS, CHECKED_ENGINES, DEFAULT_CYCLE_CAP, FAULT_KINDS, MASK, PAUSED, RUNNING, SCRATCH_SIZE,
+    SLOT_LIMITS, STOPPED, VLEN, Fault, SimResult,
+)
+
+# -- opcodes of the decoded form -------------------------------------------------------------
+# 0..12: scalar ALU op ALU_OPS[i]; 16..28: lane-wise VALU op ALU_OPS[i - 16]
+OP_VALU = 16
+OP_VBROADCAST, OP_MULTIPLY_ADD = 30, 31
+OP_LOAD, OP_VLOAD, OP_CONST = 40, 42, 43
+OP_STORE, OP_VSTORE = 50, 51
+OP_SELECT, OP_VSELECT, OP_ADD_IMM, OP_HALT, OP_PAUSE = 60, 61, 62, 63, 64
+OP_COND_JUMP, OP_JUMP, OP_JUMP_INDIRECT, OP_NOP = 66, 67, 68, 70
+OP_FAULT = 99
+
+FAULT_CODES: tuple[str, ...] = tuple(FAULT_KINDS)  # code = index
+_F = {kind: i for i, kind in enumerate(FAULT_CODES)}
+F_ZERO, F_SCRATCH, F_MEMORY, F_JUMP, F_CAP = (_F["zero_division"], _F["scratch_range"], _F["memory_range"],
+                                               _F["bad_jump"], _F["cycle_cap"])
+NO_FAULT = -1
+
+S_RUNNING, S_PAUSED, S_STOPPED = 0, 1, 2
+STATE_NAMES = (RUNNING, PAUSED, STOPPED)
+
+ENGINE_INDEX = {engine: i for i, engine in enumerate(CHECKED_ENGINES)}
+_BIG = 1 << 40  # operands beyond this are out of every range; clamping keeps int64 arithmetic safe
+
+
+def _clamp(value: int) -> int:
+    return -_BIG if value < -_BIG else (_BIG if value > _BIG else value)
+
+
+@dataclass(frozen=True)
+class DecodedProgram:
+    """A program as integer arrays: ``code[k] = (op, a, b, c, d)``; bundle ``i`` is rows
+    ``start[i]:start[i+1]``; ``charged[i]`` = it has a non-debug key; ``counts[i, e]`` = slots of
+    engine ``CHECKED_ENGINES[e]`` (for utilisation); ``messages`` explain FAULT rows."""
+
+    code: np.ndarray
+    start: np.ndarray
+    charged: np.ndarray
+    counts: np.ndarray
+    messages: dict[int, str]
+
+    @property
+    def n_bundles(self) -> int:
+        return len(self.charged)
+
+
+class _Decoder:
+    def __init__(self) -> None:
+        self.messages: dict[int, str] = {}
+        self.cache: dict[tuple, tuple] = {}
+
+    def fault_row(self, kind: str, message: str) -> tuple:
+        return (OP_FAULT, _F[kind], 0, 0, 0, message)
+
+    def encode(self, engine: str, slot: Any, index: int) -> tuple:
+        """One slot -> one row (op, a, b, c, d[, message for FAULT rows])."""
+        if not isinstance(slot, (list, tuple)) or not slot or not isinstance(slot[0], str):
+            return self.fault_row("bad_slot", f"{engine} slot {slot!r} is not (opcode, operands...)")
+        op, ops = slot[0], slot[1:]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in ops):
+            return self.fault_row("bad_slot", f"{engine} slot {list(slot)!r} has a non-integer operand")
+        n = len(ops)
+        reads: list[tuple[int, int]] = []  # (first scratch address, width) read by the slot
+        row: tuple | None = None
+        if engine == "alu":
+            if n == 3 and op in ALU_OPS:
+                row = (ALU_OPS.index(op), ops[0], ops[1], ops[2], 0)
+                reads = [(ops[1], 1), (ops[2], 1)]
+        elif engine == "valu":
+            if op == "vbroadcast" and n == 2:
+                row = (OP_VBROADCAST, ops[0], ops[1], 0, 0)
+                reads = [(ops[1], 1)]
+            elif op == "multiply_add" and n == 4:
+                row = (OP_MULTIPLY_ADD, ops[0], ops[1], ops[2], ops[3])
+                reads = [(ops[1], VLEN), (ops[2], VLEN), (ops[3], VLEN)]
+            elif op in ALU_OPS and n == 3:
+                row = (OP_VALU + ALU_OPS.index(op), ops[0], ops[1], ops[2], 0)
+                reads = [(ops[1], VLEN), (ops[2], VLEN)]
+        elif engine == "load":
+            if op == "load" and n == 2:
+                row = (OP_LOAD, ops[0], ops[1], 0, 0)
+                reads = [(ops[1], 1)]
+            elif op == "load_offset" and n == 3:
+                row = (OP_LOAD, ops[0] + ops[2], ops[1] + ops[2], 0, 0)
+                reads = [(ops[1] + ops[2], 1)]
+            elif op == "vload" and n == 2:
+                row = (OP_VLOAD, ops[0], ops[1], 0, 0)
+                reads = [(ops[1], 1)]
+            elif op == "const" and n == 2:
+                row = (OP_CONST, ops[0], ops[1] & MASK, 0, 0)
+        elif engine == "store":
+            if op == "store" and n == 2:
+                row = (OP_STORE, ops[0], ops[1], 0, 0)
+                reads = [(ops[0], 1), (ops[1], 1)]
+            elif op == "vstore" and n == 2:
+                row = (OP_VSTORE, ops[0], ops[1], 0, 0)
+                reads = [(ops[0], 1), (ops[1], VLEN)]
+        elif engine == "flow":
+            if op == "select" and n == 4:
+                row = (OP_SELECT, *ops)
+                reads = [(ops[1], 1), (ops[2], 1), (ops[3], 1)]
+            elif op == "vselect" and n == 4:
+                row = (OP_VSELECT, *ops)
+                reads = [(ops[1], VLEN), (ops[2], VLEN), (ops[3], VLEN)]
+            elif op == "add_imm" and n == 3:
+                row = (OP_ADD_IMM, ops[0], ops[1], ops[2] & MASK, 0)
+                reads = [(ops[1], 1)]
+            elif op == "halt" and n == 0:
+                row = (OP_HALT, 0, 0, 0, 0)
+            elif op == "pause" and n == 0:
+                row = (OP_PAUSE, 0, 0, 0, 0)
+            elif op == "trace_write" and n == 1:
+                row = (OP_NOP, 0, 0, 0, 0)  # no architectural effect beyond its read check
+                reads = [(ops[0], 1)]
+            elif op == "cond_jump" and n == 2:
+                row = (OP_COND_JUMP, ops[0], ops[1], 0, 0)
+                reads = [(ops[0], 1)]
+            elif op == "cond_jump_rel" and n == 2:
+                row = (OP_COND_JUMP, ops[0], index + 1 + ops[1], 0, 0)
+                reads = [(ops[0], 1)]
+            elif op == "jump" and n == 1:
+                if ops[0] < 0:
+                    return self.fault_row("bad_jump", f"jump to negative bundle index {ops[0]}")
+                row = (OP_JUMP, ops[0], 0, 0, 0)
+            elif op == "jump_indirect" and n == 1:
+                row = (OP_JUMP_INDIRECT, ops[0], 0, 0, 0)
+                reads = [(ops[0], 1)]
+            elif op == "coreid" and n == 1:
+                row = (OP_CONST, ops[0], 0, 0, 0)
+        if row is None:
+            return self.fault_row("bad_slot", f"{engine} slot ({op!r}, {n} operands) is not a "
+                                              f"{engine.upper()} form")
+        for first, width in reads:
+            if first < 0 or first + width > SCRATCH_SIZE:
+                return self.fault_row("scratch_range", f"scratch read at {first}")
+        if row[0] == OP_CONST or row[0] == OP_ADD_IMM:
+            return (row[0], _clamp(row[1]), row[2], row[3], 0)
+        return tuple(_clamp(v) for v in row)
+
+    def slot_row(self, engine: str, slot: Any, index: int) -> tuple:
+        # Cache by exact content; the key carries the operand types so 1, True and 1.0 differ.
+        try:
+            key = (engine, *slot, *map(type, slot))
+        except TypeError:
+            return self.encode(engine, slot, index)
+        if engine == "flow" and slot and slot[0] == "cond_jump_rel":
+            return self.encode(engine, slot, index)  # depends on the bundle index
+        try:
+            row = self.cache.get(key)
+        except TypeError:  # unhashable operand
+            return self.encode(engine, slot, index)
+        if row is None:
+            row = self.cache[key] = self.encode(engine, slot, index)
+        return row
+
+
+def decode(program: Sequence[Any]) -> DecodedProgram:
+    """Decode ``program`` (list of bundles: mapping engine -> list of slots) once. Never raises
+    for a malformed program: what is wrong becomes a FAULT row where the reference would fault."""
+    if not isinstance(program, (list, tuple)):
+        raise TypeError(f"a program is a list of bundles, got {type(program).__name__}")
+    dec = _Decoder()
+    rows: list[tuple] = []
+    start = [0]
+    charged = bytearray(len(program))
+    counts = np.zeros((len(program), len(CHECKED_ENGINES)), dtype=np.int64)
+    messages: dict[int, str] = {}
+    limits = SLOT_LIMITS
+    engine_index = ENGINE_INDEX
+    for index, bundle in enumerate(program):
+        if not isinstance(bundle, Mapping):
+            messages[len(rows)] = f"bundle is a {type(bundle).__name__}, not a mapping"
+            rows.append((OP_FAULT, _F["bad_bundle"], 0, 0, 0))
+            start.append(len(rows))
+            continue
+        for engine, slots in bundle.items():
+            if engine == "debug":
+                continue
+            charged[index] = 1
+            limit = limits.get(engine) if isinstance(engine, str) else None
+            if limit is None:
+                row = dec.fault_row("unknown_engine", f"unknown engine {engine!r}")
+            elif not isinstance(slots, (list, tuple)):
+                row = dec.fault_row("bad_bundle", f"engine {engine!r} maps to a {type(slots).__name__}, "
+                                                  "not a list of slots")
+            elif len(slots) > limit:
+                row = dec.fault_row("slot_overflow", f"{len(slots)} {engine} slots, limit {limit}")
+            else:
+                counts[index, engine_index[engine]] += len(slots)
+                row = None
+                for slot in slots:
+                    r = dec.slot_row(engine, slot, index)
+                    if r[0] == OP_FAULT:
+                        row = r
+                        break
+                    rows.append(r)
+            if row is not None:
+                messages[len(rows)] = row[5]
+                rows.append(row[:5])
+                break  # nothing after a fault executes
+        start.append(len(rows))
+    code = np.array(rows, dtype=np.int64).reshape(len(rows), 5)
+    return DecodedProgram(code=code, start=np.array(start, dtype=np.int64),
+                          charged=np.frombuffer(bytes(charged), dtype=np.uint8).copy(),
+                          counts=counts, messages=messages)
+
+
+# -- the interpreter -------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _alu(op, x, y):
+    """One ALU op on two words (int64 holding values < 2**32); -1 means zero divisor."""
+    if op == 0:
+        return (x + y) & 0xFFFFFFFF
+    elif op == 1:
+        return (x - y) & 0xFFFFFFFF
+    elif op == 2:
+        return (x * y) & 0xFFFFFFFF  # int64 wraps; the low 32 bits are still exact
+    elif op == 3:
+        if y == 0:
+            return -1
+        return x // y
+    elif op == 4:
+        if y == 0:
+            return -1
+        return (x + y - 1) // y
+    elif op == 5:
+        if y == 0:
+            return -1
+        return x % y
+    elif op == 6:
+        return x ^ y
+    elif op == 7:
+        return x & y
+    elif op == 8:
+        return x | y
+    elif op == 9:
+        if y >= 32:
+            return 0
+        return (x << y) & 0xFFFFFFFF
+    elif op == 10:
+        if y >= 32:
+            return 0
+        return x >> y
+    elif op == 11:
+        return 1 if x < y else 0
+    else:
+        return 1 if x == y else 0
+
+
+@njit(cache=True)
+def _commit(ws_a, ws_v, ns, target, size):
+    """Apply pending writes in order (last writer wins). If one address is out of range, apply
+    -- like a dict of pending writes -- the final value of every address first written before it,
+    and return the position of the bad write; else return -1 (nothing bad)."""
+    bad = -1
+    for i in range(ns):
+        a = ws_a[i]
+        if a < 0 or a >= size:
+            bad = i
+            break
+    if bad < 0:
+        for i in range(ns):
+            target[ws_a[i]] = ws_v[i]
+        return -1
+    for j in range(bad):
+        a = ws_a[j]
+        for k in range(ns - 1, -1, -1):
+            if ws_a[k] == a:
+                target[a] = ws_v[k]
+                break
+    return bad
+
+
+@njit(cache=True)
+def _execute(code, start, charged, scratch, mem, pc, cycle, state, cycle_cap, enable_pause, runs,
+             exec_count):
+    """Run the decoded program; returns (pc, cycle, state, fault code, fault bundle, detail,
+    bundles executed). ``exec_count[i]`` counts commits of bundle i (for utilisation)."""
+    n = charged.shape[0]
+    size_mem = mem.shape[0]
+    ws_a = np.empty(160, np.int64)
+    ws_v = np.empty(160, np.int64)
+    wm_a = np.empty(40, np.int64)
+    wm_v = np.empty(40, np.int64)
+    fault = -1
+    fbundle = -1
+    detail = 0
+    executed = 0
+    for _ in range(runs):
+        if state == 1:
+            state = 0
+        while state == 0:
+            if pc >= n:
+                state = 2
+                break
+            index = pc
+            if charged[index] != 0 and cycle >= cycle_cap:
+                fault = 8  # cycle_cap
+                fbundle = index
+                break
+            pc = index + 1
+            ns = 0
+            nm = 0
+            for k in range(start[index], start[index + 1]):
+                op = code[k, 0]
+                a = code[k, 1]
+                b = code[k, 2]
+                c = code[k, 3]
+                if op < 13:
+                    v = _alu(op, scratch[b], scratch[c])
+                    if v < 0:
+                        fault = 4
+                        break
+                    ws_a[ns] = a
+                    ws_v[ns] = v
+                    ns += 1
+                elif op < 30:
+                    sub = op - 16
+                    for i in range(8):
+                        v = _alu(sub, scratch[b + i], scratch[c + i])
+                        if v < 0:
+                            fault = 4
+                            break
+                        ws_a[ns] = a + i
+                        ws_v[ns] = v
+                        ns += 1
+                    if fault >= 0:
+                        break
+                elif op == 31:  # multiply_add
+                    d = code[k, 4]
+                    for i in range(8):
+                        ws_a[ns] = a + i
+                        ws_v[ns] = (((scratch[b + i] * scratch[c + i]) & 0xFFFFFFFF) + scratch[d + i]) & 0xFFFFFFFF
+                        ns += 1
+                elif op == 30:  # vbroadcast
+                    v = scratch[b]
+                    for i in range(8):
+                        ws_a[ns] = a + i
+                        ws_v[ns] = v
+                        ns += 1
+                elif op == 40:  # load (and load_offset)
+                    m = scratch[b]
+                    if m >= size_mem:
+                        fault = 6
+                        detail = m
+                        break
+                    ws_a[ns] = a
+                    ws_v[ns] = mem[m]
+                    ns += 1
+                elif op == 42:  # vload
+                    m = scratch[b]
+                    if m + 7 >= size_mem:
+                        fault = 6
+                        detail = m
+                        break
+                    for i in range(8):
+                        ws_a[ns] = a + i
+                        ws_v[ns] = mem[m + i]
+                        ns += 1
+                elif op == 43:  # const / coreid
+                    ws_a[ns] = a
+                    ws_v[ns] = b
+                    ns += 1
+                elif op == 50:  # store
+                    wm_a[nm] = scratch[a]
+                    wm_v[nm] = scratch[b]
+                    nm += 1
+                elif op == 51:  # vstore
+                    m = scratch[a]
+                    for i in range(8):
+                        wm_a[nm] = m + i
+                        wm_v[nm] = scratch[b + i]
+                        nm += 1
+                elif op == 60:  # select
+                    ws_a[ns] = a
+                    ws_v[ns] = scratch[c] if scratch[b] != 0 else scratch[code[k, 4]]
+                    ns += 1
+                elif op == 61:  # vselect
+                    d = code[k, 4]
+                    for i in range(8):
+                        ws_a[ns] = a + i
+                        ws_v[ns] = scratch[c + i] if scratch[b + i] != 0 else scratch[d + i]
+                        ns += 1
+                elif op == 62:  # add_imm
+                    ws_a[ns] = a
+                    ws_v[ns] = (scratch[b] + c) & 0xFFFFFFFF
+                    ns += 1
+                elif op == 63:  # halt
+                    state = 2
+                elif op == 64:  # pause
+                    if enable_pause:
+                        state = 1
+                elif op == 66:  # cond_jump (cond_jump_rel decoded to absolute)
+                    if scratch[a] != 0:
+                        if b < 0:
+                            fault = 7
+                            detail = b
+                            break
+                        pc = b
+                elif op == 67:  # jump
+                    pc = a
+                elif op == 68:  # jump_indirect
+                    pc = scratch[a]
+                elif op == 70:  # nop (trace_write)
+                    pass
+                else:  # FAULT row decided at decode time
+                    fault = a
+                    detail = k
+                    break
+            if fault >= 0:
+                fbundle = index
+                break
+            bad = _commit(ws_a, ws_v, ns, scratch, scratch.shape[0])
+            if bad != -1:
+                fault = 5
+                detail = ws_a[bad]
+                fbundle = index
+                break
+            bad = _commit(wm_a, wm_v, nm, mem, size_mem)
+            if bad != -1:
+                fault = 6
+                detail = wm_a[bad]
+                fbundle = index
+                break
+            exec_count[index] += 1
+            executed += 1
+            if charged[index] != 0:
+                cycle += 1
+        if fault >= 0:
+            break
+    return pc, cycle, state, fault, fbundle, detail, executed
+
+
+def _check_codes() -> None:
+    # The interpreter hard-codes fault codes for speed; keep them tied to FAULT_KINDS.
+    assert (F_ZERO, F_SCRATCH, F_MEMORY, F_JUMP, F_CAP) == (4, 5, 6, 7, 8), FAULT_CODES
+
+
+_check_codes()
+
+
+def run_decoded(decoded: DecodedProgram, memory: Sequence[int] | np.ndarray, *, enable_pause: bool = False,
+                cycle_cap: int = DEFAULT_CYCLE_CAP, scratch_init: Mapping[int, int] | None = None,
+                runs: int = 1) -> SimResult:
+    """Run a decoded program on a copy of ``memory``; same contract as ``simulate_reference``."""
+    mem = np.array(memory, dtype=np.int64)
+    scratch = np.zeros(SCRATCH_SIZE, dtype=np.int64)
+    for addr, value in (scratch_init or {}).items():
+        scratch[int(addr)] = int(value) & MASK
+    exec_count = np.zeros(decoded.n_bundles, dtype=np.int64)
+    pc, cycle, state, fault, fbundle, detail, executed = _execute(
+        decoded.code, decoded.start, decoded.charged, scratch, mem, 0, 0, S_RUNNING,
+        int(min(cycle_cap, 1 << 62)), bool(enable_pause), int(runs), exec_count)
+    fault_obj = None
+    if fault >= 0:
+        fault_obj = Fault(FAULT_CODES[fault], int(fbundle), _fault_message(decoded, fault, int(detail),
+                                                                           cycle_cap, len(mem)))
+    counts = exec_count @ decoded.counts if decoded.n_bundles else np.zeros(len(CHECKED_ENGINES), np.int64)
+    return SimResult(cycles=int(cycle), pc=int(pc), state=STATE_NAMES[state], memory=mem.tolist(),
+                     scratch=scratch.tolist(), fault=fault_obj,
+                     slots={e: int(counts[i]) for i, e in enumerate(CHECKED_ENGINES)}, bundles=int(executed))
+
+
+def _fault_message(decoded: DecodedProgram, fault: int, detail: int, cycle_cap: int, mem_len: int) -> str:
+    kind = FAULT_CODES[fault]
+    if kind == "zero_division":
+        return "//, % or cdiv by zero"
+    if kind == "memory_range":
+        return f"memory access at {detail} (memory has {mem_len} words)"
+    if kind == "scratch_range":
+        return f"scratch write at {detail}"
+    if kind == "bad_jump":
+        return f"jump to negative bundle index {detail}"
+    if kind == "cycle_cap":
+        return f"still running after {cycle_cap} cycles"
+    return decoded.messages.get(detail, FAULT_KINDS[kind])
