@@ -49,6 +49,14 @@ def bootstrap_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -
     return out
 
 
+def resample_counts(rng: np.random.Generator, k: int, rows: int) -> np.ndarray:
+    """``rows`` x ``k`` matrix: how often each of ``k`` units is drawn in each resample of size
+    ``k`` with replacement. Same law as ``rng.multinomial(k, [1/k]*k, rows)``, but built from
+    one index matrix and a single ``bincount``, which is many times faster for large ``k``."""
+    idx = rng.integers(0, k, size=(rows, k)) + (np.arange(rows) * k)[:, None]
+    return np.bincount(idx.ravel(), minlength=rows * k).reshape(rows, k)
+
+
 def percentile_interval(boot: np.ndarray, level: float) -> tuple[float, float]:
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(boot, [tail, 1.0 - tail])

@@ -175,11 +175,12 @@ def _cluster_bootstrap_upper(
     sizes = np.zeros(n_boot)
     for stratum in np.unique(cluster_stratum):
         members = np.flatnonzero(cluster_stratum == stratum)
+        sums_h, sizes_h = cluster_sum[members], cluster_size[members]
         k = members.shape[0]
         rows = max(1, CHUNK_CELLS // k)
         for start in range(0, n_boot, rows):
             size = min(n_boot, start + rows) - start
-            counts = rng.multinomial(k, np.full(k, 1.0 / k), size=size)
-            totals[start : start + size] += counts @ cluster_sum[members]
-            sizes[start : start + size] += counts @ cluster_size[members]
+            drawn = rng.integers(0, k, size=(size, k))
+            totals[start : start + size] += sums_h[drawn].sum(axis=1)
+            sizes[start : start + size] += sizes_h[drawn].sum(axis=1)
     return float(np.quantile(totals / sizes, 1.0 - alpha))

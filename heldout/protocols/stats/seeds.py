@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._checks import StatsInputError, as_paired, as_scores, check_level, check_n_boot
-from .bootstrap import CHUNK_CELLS, percentile_interval
+from .bootstrap import CHUNK_CELLS, percentile_interval, resample_counts
 
 ExampleResampling = Literal["shared", "nested"]
 
@@ -149,15 +149,15 @@ def two_level_bootstrap(
 
 
 def _shared_means(diff: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    # A resample's mean is (seed counts) @ diff @ (example counts) / (S * N): multinomial
-    # counts replace index matrices, so the cost is O(n_boot * S * N) with no 3-d array.
+    # A resample's mean is (seed counts) @ diff @ (example counts) / (S * N): draw counts
+    # replace a 3-d index array, so memory stays O(n_boot * (S + N)).
     n_seeds, n_examples = diff.shape
     rows = max(1, CHUNK_CELLS // max(n_seeds, n_examples))
     out = np.empty(n_boot)
     for start in range(0, n_boot, rows):
         size = min(n_boot, start + rows) - start
-        seed_counts = rng.multinomial(n_seeds, np.full(n_seeds, 1.0 / n_seeds), size=size)
-        example_counts = rng.multinomial(n_examples, np.full(n_examples, 1.0 / n_examples), size=size)
+        seed_counts = resample_counts(rng, n_seeds, size)
+        example_counts = resample_counts(rng, n_examples, size)
         out[start : start + size] = np.einsum("bs,se,be->b", seed_counts, diff, example_counts, optimize=True)
     return out / (n_seeds * n_examples)
 
