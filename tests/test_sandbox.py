@@ -1,0 +1,171 @@
+"""The sandbox API: what crosses the boundary, how, and with which limits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from heldout.benchmarks.base import RunLimits
+from heldout.evaluators.sandbox import (SandboxError, decode_typed, isolation_mode, run_calls,
+                                        run_function)
+
+LIMITS = RunLimits(wall_seconds=20, cpu_seconds=20, memory_mb=1024)
+
+
+def call(source: str, function: str = "f", args=(), kwargs=None, **kw):
+    return run_function({"prog.py": source}, "prog", function, args, kwargs, limits=kw.pop("limits", LIMITS), **kw)
+
+
+def test_a_plain_call_returns_plain_data_with_args_and_kwargs():
+    r = call("def f(a, b=0):\n    return {'sum': a + b, 'items': [a, b, None, True, 'x']}\n", args=[2], kwargs={"b": 3})
+    assert r.ok and r.error is None and r.error_kind is None
+    assert r.value == {"sum": 5, "items": [2, 3, None, True, "x"]}
+    assert r.limits == LIMITS and r.seconds > 0
+
+
+def test_numpy_arrays_scalars_and_tuples_become_lists_and_numbers():
+    r = call("import numpy as np\ndef f():\n    return np.arange(6).reshape(2, 3), np.float32(0.5), np.int64(7), (1, 2)\n")
+    assert r.ok
+    assert r.value == [[[0, 1, 2], [3, 4, 5]], 0.5, 7, [1, 2]]
+    assert type(r.value[1]) is float and type(r.value[2]) is int
+
+
+def test_huge_integers_cross_exactly():
+    r = call("def f(x):\n    return x * 3\n", args=[10**40])
+    assert r.ok and r.value == 3 * 10**40
+
+
+def test_nan_crosses_so_that_the_scorer_can_reject_it():
+    r = call("def f():\n    return [float('nan'), float('inf')]\n")
+    assert r.ok and r.value[0] != r.value[0] and r.value[1] == float("inf")
+
+
+def test_non_data_return_values_are_bad_output():
+    for body in ("return object()", "return {1: 2}", "return {1, 2}", "return lambda: 0", "return b'x'"):
+        r = call(f"def f():\n    {body}\n")
+        assert not r.ok and r.error_kind == "bad_output", body
+        assert "bad output" in r.error
+
+
+def test_typed_encoding_keeps_tuples_sets_bytes_complex_and_non_str_keys():
+    src = "def f():\n    return [(1, 'a'), {3, 4}, frozenset([5]), b'\\x00\\xff', 2+3j, {(1, 2): [1.5]}, {'k': (None,)}]\n"
+    r = call(src, encoding="typed")
+    assert r.ok
+    assert decode_typed(r.value) == [(1, "a"), {3, 4}, frozenset([5]), b"\x00\xff", 2 + 3j, {(1, 2): [1.5]},
+                                     {"k": (None,)}]
+    assert type(decode_typed(r.value)[0]) is tuple
+
+
+def test_setup_files_are_importable_next_to_the_candidate():
+    r = run_function({"prog.py": "def g():\n    return 41\n"}, "helper", "h", limits=LIMITS,
+                     setup_files={"helper.py": "import prog\ndef h():\n    return prog.g() + 1\n"})
+    assert r.ok and r.value == 42
+
+
+def test_candidate_files_may_live_in_subpackages():
+    r = run_function({"pkg/__init__.py": "", "pkg/mod.py": "def f():\n    return 'deep'\n"}, "pkg.mod", "f",
+                     limits=LIMITS)
+    assert r.ok and r.value == "deep"
+
+
+@pytest.mark.parametrize("path", ["../escape.py", "/etc/evil.py", "a/../../b.py", "_heldout_entry.py"])
+def test_file_paths_outside_the_scratch_dir_or_reserved_are_refused(path):
+    with pytest.raises(SandboxError):
+        run_function({path: "x = 1\n"}, "x", "f", limits=LIMITS)
+
+
+def test_arguments_must_be_json_data():
+    with pytest.raises(SandboxError, match="JSON"):
+        call("def f(x):\n    return x\n", args=[object()])
+
+
+def test_the_child_runs_in_a_fresh_scratch_dir_that_is_removed_afterwards():
+    r = call("import os\ndef f():\n    open('out.txt', 'w').write('ok')\n    return os.getcwd()\n")
+    assert r.ok
+    scratch = Path(r.value)
+    assert scratch.name.startswith("heldout-sbx-") and not scratch.exists()
+
+
+def test_the_environment_is_scrubbed(monkeypatch):
+    monkeypatch.setenv("HELDOUT_TEST_SECRET", "s3cr3t")
+    r = call("import os\ndef f():\n    return dict(os.environ)\n")
+    assert r.ok
+    assert "HELDOUT_TEST_SECRET" not in r.value and "s3cr3t" not in str(r.value)
+    assert r.value["OMP_NUM_THREADS"] == "1"
+
+
+def test_stdout_tail_is_kept_for_feedback():
+    r = call("def f():\n    print('hello from the candidate')\n    return 1\n")
+    assert r.ok and "hello from the candidate" in r.stdout_tail
+
+
+def test_a_crash_reports_the_traceback_tail():
+    r = call("def f():\n    return 1 / 0\n")
+    assert not r.ok and r.error_kind == "crash"
+    assert "ZeroDivisionError" in r.error and "prog.py" in r.error
+
+
+def test_a_missing_function_or_module_is_a_crash_with_a_clear_message():
+    r = call("x = 1\n", function="nope")
+    assert r.error_kind == "crash" and "no function 'nope'" in r.error
+    r = run_function({"prog.py": "x = 1\n"}, "other", "f", limits=LIMITS)
+    assert r.error_kind == "crash" and "No module named 'other'" in r.error
+
+
+def test_run_calls_pays_imports_once_and_reports_each_call():
+    r = run_calls({"prog.py": "def f(x):\n    return x * x\n"}, "prog", "f", [([i], {}) for i in range(5)], limits=LIMITS)
+    assert r.ok and r.value == [0, 1, 4, 9, 16]
+    assert [c["call"] for c in r.calls] == list(range(5))
+
+
+def test_run_calls_per_call_timeout_and_stop_on_error():
+    src = "import time\ndef f(x):\n    if x == 1:\n        time.sleep(30)\n    return x\n"
+    calls = [([0], {}), ([1], {}), ([2], {})]
+    r = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, per_call_seconds=[0.5, 0.5, 0.5])
+    assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
+    assert [c["ok"] for c in r.calls] == [True, False, True]
+    r = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, per_call_seconds=[0.5] * 3, stop_on_error=True)
+    assert [c["ok"] for c in r.calls] == [True, False]
+
+
+def test_limits_are_applied_in_the_child():
+    lim = RunLimits(wall_seconds=20, cpu_seconds=7, memory_mb=900, max_processes=33, max_file_mb=3, max_open_files=77)
+    r = run_function({"prog.py": "import resource as R\ndef f():\n    return [R.getrlimit(x)[0] for x in "
+                      "(R.RLIMIT_CPU, R.RLIMIT_AS, R.RLIMIT_FSIZE, R.RLIMIT_NOFILE)]\n"}, "prog", "f", limits=lim)
+    assert r.ok
+    assert r.value == [7, 900 * 1024 * 1024, 3 * 1024 * 1024, 77]
+
+
+def test_file_size_limit_stops_big_writes():
+    lim = LIMITS.replace(max_file_mb=1)
+    r = call("def f():\n    open('big', 'wb').write(b'x' * (3 * 1024 * 1024))\n    return 1\n", limits=lim)
+    assert not r.ok and r.error_kind == "crash"
+
+
+def test_isolation_is_namespaced_when_running_as_root():
+    mode = isolation_mode()
+    if os.geteuid() == 0:
+        assert mode == "root"
+    r = call("import os, socket\ndef f():\n    return [os.getuid(), os.getpid(), [n for _, n in socket.if_nameindex()]]\n")
+    assert r.ok and r.isolation == mode
+    if mode == "root":
+        uid, pid, nets = r.value
+        assert uid >= 2_000_000  # a throw-away uid
+        assert pid == 1  # first process of a fresh PID namespace
+        assert nets == ["lo"]  # a fresh network namespace
+
+
+def test_forced_fallback_without_namespaces_still_runs_and_guards(monkeypatch):
+    monkeypatch.setenv("HELDOUT_SANDBOX_ISOLATION", "none")
+    r = call("def f():\n    return 'fallback'\n")
+    assert r.ok and r.value == "fallback" and r.isolation == "none"
+    r = call("import socket\ndef f():\n    socket.create_connection(('127.0.0.1', 9))\n")
+    assert r.error_kind == "forbidden"
+
+
+def test_an_unknown_forced_isolation_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("HELDOUT_SANDBOX_ISOLATION", "docker")
+    with pytest.raises(SandboxError, match="HELDOUT_SANDBOX_ISOLATION"):
+        call("def f():\n    return 1\n")
