@@ -209,6 +209,15 @@ def test_integer_targets_compare_as_numbers():
     assert score_bbh("So the answer is 7.5", "7", "integer")["flexible"] == 0
 
 
+def test_absurdly_long_numbers_are_read_without_crashing():
+    huge = "9" * 5000
+    assert extract_bbh(f"So the answer is -{huge}.", "integer", "strict") == "-" + huge
+    assert extract_bbh("So the answer is -0.", "integer", "strict") == "0"
+    assert score_number(f"So the answer is {huge}.", 3.0) == {
+        "strict": 0, "flexible": 0, "extracted_strict": None, "extracted_flexible": None}
+    assert extract_number("The answer is 1e999999.", "flexible") is None
+
+
 # --- BBH: dyck ----------------------------------------------------------------------------------
 
 

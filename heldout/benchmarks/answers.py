@@ -37,7 +37,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from heldout.benchmarks.base import Verdict
 
@@ -94,19 +94,22 @@ def _clean(segment: str) -> str:
     return s
 
 
-def _segments_after_cues(text: str) -> list[str]:
-    """The text after each answer cue, last cue first: the rest of the cue's line, or when that is
-    empty, the next paragraph (a block of non-empty lines)."""
-    out = []
-    for cue in reversed(list(_CUE.finditer(text))):
-        rest = text[cue.end():]
-        line, _, after = rest.partition("\n")
-        if _clean(line):
-            out.append(line)
-        else:
-            paragraph = after.strip("\n").split("\n\n", 1)[0]
-            out.append(paragraph)
-    return out
+_NEXT_PARAGRAPH = re.compile(r"\s*(.*?)(?:\n[ \t]*\n|\Z)", re.DOTALL)
+_MAX_CUES = 64  # the last 64 cues are tried: bounded work on degenerate, repetitive output
+
+
+def _segments_after_cues(text: str) -> Iterator[str]:
+    """The cleaned text after each answer cue, last cue first: the rest of the cue's line, or
+    when that is empty, the next paragraph (a block of non-empty lines)."""
+    cues = [m.end() for m in _CUE.finditer(text)][-_MAX_CUES:]
+    for start in reversed(cues):
+        line_end = text.find("\n", start)
+        line = text[start:] if line_end < 0 else text[start:line_end]
+        segment = _clean(line)
+        if not segment and line_end >= 0:
+            paragraph = _NEXT_PARAGRAPH.match(text, line_end)
+            segment = _clean(paragraph.group(1)) if paragraph else ""
+        yield segment
 
 
 def _boxed(text: str) -> list[str]:
@@ -121,25 +124,26 @@ class _Grammar:
     ``loose``: first candidate of the looser grammar in the text after a cue;
     ``last``: last well-formed candidate anywhere in the text."""
 
-    strict: Callable[[str], str | None]
-    loose: Callable[[str], str | None]
-    last: Callable[[str], str | None]
+    strict: Callable[[str], Any]
+    loose: Callable[[str], Any]
+    last: Callable[[str], Any]
 
 
-def _extract(text: Any, grammar: _Grammar, mode: str, *, fold: bool = True) -> str | None:
+def _extract(text: Any, grammar: _Grammar, mode: str, *, fold: bool = True) -> Any:
     _check_mode(mode)
     body = _drop_run_on(_as_text(text, fold=fold))
     if not body.strip():
         return None
-    segments = [_clean(s) for s in _segments_after_cues(body)]
-    for segment in segments:
+    last_segment = None
+    for segment in _segments_after_cues(body):
+        last_segment = segment if last_segment is None else last_segment
         found = grammar.strict(segment)
         if found is not None:
             return found
     if mode == "strict":
         return None
-    if segments:
-        found = grammar.loose(segments[0])
+    if last_segment is not None:
+        found = grammar.loose(last_segment)
         if found is not None:
             return found
     for boxed in reversed(_boxed(body)):
@@ -294,7 +298,7 @@ def _read_number(m: re.Match[str], *, fractions: bool = True, exponents: bool = 
         return None
     if not value.is_finite():
         return None
-    return _Number(-value if negative else value, decimals)
+    return _Number(value.copy_negate() if negative else value, decimals)  # exact, no rounding
 
 
 def _number_grammar(*, fractions: bool, exponents: bool) -> _Grammar:
@@ -316,7 +320,7 @@ def _number_grammar(*, fractions: bool, exponents: bool) -> _Grammar:
         found = [n for n in (read(m) for m in _NUMBER.finditer(_clean_numbers(text))) if n is not None]
         return found[-1] if found else None
 
-    return _Grammar(strict, loose, last)  # type: ignore[arg-type]
+    return _Grammar(strict, loose, last)
 
 
 def _clean_numbers(text: str) -> str:
@@ -327,7 +331,15 @@ _GSM_GRAMMAR = _number_grammar(fractions=True, exponents=True)
 
 
 def _extract_number_token(text: Any, mode: str) -> _Number | None:
-    return _extract(text, _GSM_GRAMMAR, mode)  # type: ignore[return-value]
+    return _extract(text, _GSM_GRAMMAR, mode)
+
+
+def _finite(number: _Number | None) -> float | None:
+    """The float of an extracted number; one too large for a float counts as no number."""
+    if number is None:
+        return None
+    value = float(number.value)
+    return value if math.isfinite(value) else None
 
 
 def extract_number(text: Any, mode: str) -> float | None:
@@ -338,8 +350,7 @@ def extract_number(text: Any, mode: str) -> float | None:
     unicode minus, decimals, fractions as decimals ("3/4" -> 0.75, ``\\frac{3}{4}`` too) and
     scientific notation ("1.5e6"). European decimal commas ("1.234,5") are not supported: "1,5"
     reads as 1 and 5."""
-    got = _extract_number_token(text, mode)
-    return float(got.value) if got is not None else None
+    return _finite(_extract_number_token(text, mode))
 
 
 def numbers_match(pred: float, target: float, *, rel_tol: float = 1e-13, abs_tol: float = 1e-3,
@@ -384,8 +395,9 @@ def score_number(text: Any, target: float) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in EXTRACTION_MODES:
         got = _extract_number_token(text, mode)
-        out[mode] = int(got is not None and numbers_match(float(got.value), t, decimals=got.decimals))
-        out[f"extracted_{mode}"] = float(got.value) if got is not None else None
+        value = _finite(got)
+        out[mode] = int(value is not None and numbers_match(value, t, decimals=got.decimals))
+        out[f"extracted_{mode}"] = value
     return out
 
 
@@ -539,10 +551,12 @@ def _dyck_grammar() -> _Grammar:
 
 
 def _canonical_integer(n: _Number) -> str:
+    # Decimal formatting, not int(): a 5,000-digit "answer" must not hit int's str limit.
     value = n.value
     if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")  # extracted but not an integer: scores 0
+        magnitude = format(value.to_integral_value().copy_abs(), "f")
+        return "-" + magnitude if value < 0 else magnitude
+    return format(value, "f")  # extracted but not an integer: scores 0
 
 
 def _integer_grammar() -> _Grammar:
