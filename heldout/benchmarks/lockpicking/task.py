@@ -21,6 +21,7 @@ import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -265,7 +266,7 @@ class LockpickingBenchmark(Benchmark):
                 return self._exhaustive[key]
         if form == "prompt":
             return _exhaustive_result(None, 0, "not deterministic: a prompt candidate")
-        truth = np.concatenate([TRUTH.labels_all().astype(np.int64), np.zeros(len(MALFORMED), dtype=np.int64)])
+        truth = _exhaustive_truth()
         if form == "sql":
             try:
                 checked = sqlmod.check_sql(candidate[SQL])
@@ -323,6 +324,14 @@ class LockpickingBenchmark(Benchmark):
         else:
             summary["exhaustive_accuracy"] = None
         return summary
+
+
+@lru_cache(maxsize=1)
+def _exhaustive_truth() -> np.ndarray:
+    """True labels of all 10^6 six-digit strings (index = value), then of the malformed set (0)."""
+    truth = np.concatenate([TRUTH.labels_all().astype(np.int64), np.zeros(len(MALFORMED), dtype=np.int64)])
+    truth.flags.writeable = False
+    return truth
 
 
 def _exhaustive_result(accuracy: float | None, n: int, error: str | None, kind: str | None = None) -> dict[str, Any]:
