@@ -60,6 +60,13 @@ def test_few_clusters_use_the_exact_sign_flip_distribution():
     assert five.p_value == 1 / 32 and five.regressed
 
 
+def test_one_pair_or_no_change_never_fires():
+    one = regression_check([1.0], [0.0])
+    assert one.p_value == 0.5 and not one.regressed
+    unchanged = regression_check([0.2, 0.9, 0.5], [0.2, 0.9, 0.5])
+    assert unchanged.p_value == 1.0 and unchanged.mean_change == 0.0 and not unchanged.regressed
+
+
 def test_exact_p_equals_brute_force_enumeration():
     diff = np.array([-0.3, -0.1, 0.05, -0.2, 0.0, -0.4, 0.1])
     flipped = [np.dot(signs, diff) for signs in itertools.product([-1, 1], repeat=diff.size)]

@@ -77,6 +77,7 @@ def regression_check(
     move together (e.g. ``(task, example_id)``, so one example's seeds stay together) and
     ``strata`` labels groups resampled separately so their weights stay fixed (e.g. the task);
     each cluster must lie in one stratum. Default: every pair is its own cluster, one stratum.
+    ``min_effect`` is in score units (a drop of at most this much is tolerated).
 
     Significance comes from a one-sided sign-flip randomisation test on cluster sums of
     ``current - baseline``: under "no change" the two arms are exchangeable within each
