@@ -55,22 +55,22 @@ def as_array(value: Any, shape: tuple[int | None, ...], what: str) -> np.ndarray
     return arr
 
 
-def _describe(kind: str, items: list[tuple[str, float]], tol: float) -> list[str]:
+def _describe(items: list[tuple[str, float]]) -> list[str]:
+    """Violations, worst first, at most MAX_LISTED_VIOLATIONS of them (plus a count of the rest)."""
     items.sort(key=lambda t: -t[1])
-    out = [f"{kind} {label} by {amount:.3g}" for label, amount in items[:MAX_LISTED_VIOLATIONS]]
+    out = [f"{label} by {amount:.3g}" for label, amount in items[:MAX_LISTED_VIOLATIONS]]
     if len(items) > MAX_LISTED_VIOLATIONS:
-        out.append(f"... and {len(items) - MAX_LISTED_VIOLATIONS} more {kind} violations")
+        out.append(f"... and {len(items) - MAX_LISTED_VIOLATIONS} more violations")
     return out
 
 
-def _pair_overlaps(centers: np.ndarray, radii: np.ndarray, tol: float) -> tuple[list[str], float]:
+def _pair_overlaps(centers: np.ndarray, radii: np.ndarray, tol: float) -> tuple[list[tuple[str, float]], float]:
     i, j = np.triu_indices(len(radii), 1)
     dist = np.sqrt(((centers[i] - centers[j]) ** 2).sum(axis=1))
     excess = (radii[i] + radii[j]) - dist  # touching (excess 0) is allowed
     worst = float(excess.max()) if excess.size else -math.inf
     bad = np.nonzero(excess > tol)[0]
-    items = [(f"circles {i[k]} and {j[k]}", float(excess[k])) for k in bad]
-    return _describe("overlap:", items, tol), worst
+    return [(f"overlap: circles {i[k]} and {j[k]}", float(excess[k])) for k in bad], worst
 
 
 def _check_radii(radii: np.ndarray) -> Scored | None:
@@ -101,11 +101,10 @@ def circles_in_square(centers: Any, radii: Any, *, n: int = 26, tol: float = 0.0
         return bad
     outside = np.stack([r - c[:, 0], c[:, 0] + r - 1.0, r - c[:, 1], c[:, 1] + r - 1.0], axis=1)
     sides = ("left", "right", "bottom", "top")
-    items = [(f"circle {k} leaves the square ({sides[s]} side)", float(outside[k, s]))
+    items = [(f"containment: circle {k} leaves the square ({sides[s]} side)", float(outside[k, s]))
              for k, s in np.argwhere(outside > tol)]
-    violations = _describe("containment:", items, tol)
     overlaps, worst_pair = _pair_overlaps(c, r, tol)
-    violations += overlaps
+    violations = _describe(items + overlaps)
     worst = max(float(outside.max()), worst_pair)
     objective = float(np.sum(r))
     if violations:
@@ -130,12 +129,11 @@ def circles_in_rectangle(centers: Any, radii: Any, *, n: int = 21, perimeter: fl
     width = float((c[:, 0] + r).max() - (c[:, 0] - r).min())
     height = float((c[:, 1] + r).max() - (c[:, 1] - r).min())
     box_excess = width + height - perimeter / 2
-    violations = []
+    items = []
     if box_excess > tol:
-        violations.append(f"bounding box: w + h = {width + height:.17g} exceeds {perimeter / 2:g} "
-                          f"by {box_excess:.3g}")
+        items.append((f"bounding box: w + h = {width + height:.17g} exceeds {perimeter / 2:g}", box_excess))
     overlaps, worst_pair = _pair_overlaps(c, r, tol)
-    violations += overlaps
+    violations = _describe(items + overlaps)
     objective = float(np.sum(r))
     details = {"width": width, "height": height}
     worst = max(box_excess, worst_pair)
@@ -169,8 +167,8 @@ def heilbronn_triangle(points: Any, *, n: int = 11, tol: float = 0.0) -> Scored:
     x, y = p[:, 0], p[:, 1]
     excess = np.stack([-y, SQRT3 * x - (SQRT3 - y), y - SQRT3 * x], axis=1)
     edges = ("below the base", "beyond the right edge", "beyond the left edge")
-    items = [(f"point {k} lies {edges[s]}", float(excess[k, s])) for k, s in np.argwhere(excess > tol)]
-    violations = _describe("containment:", items, tol)
+    items = [(f"containment: point {k} lies {edges[s]}", float(excess[k, s])) for k, s in np.argwhere(excess > tol)]
+    violations = _describe(items)
     worst = float(excess.max())
     if violations:
         return Scored(valid=False, error=f"invalid at tolerance {tol:g}: {violations[0]}", error_kind="invalid",
