@@ -1,0 +1,33 @@
+"""Small reference optimizers so the suite runs end to end without an LLM.
+
+Each is a callable ``optimize(view, seed) -> Candidate`` that touches the task only through the
+:class:`~heldout.evaluators.session.TaskView` it is given. ``REFERENCE_OPTIMIZERS`` maps the names
+``heldout run --optimizer NAME`` accepts to ``module:function`` paths."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from heldout.benchmarks.base import HeldoutError
+
+REFERENCE_OPTIMIZERS: dict[str, str] = {
+    "seed": "heldout.optimizers.seed:optimize",
+    "geometry-search": "heldout.optimizers.geometry_search:optimize",
+    "lockpicking-search": "heldout.optimizers.lockpicking_search:optimize",
+    "reflective": "heldout.optimizers.reflective:optimize",
+    "local-search": "heldout.optimizers.local_search:optimize",
+}
+
+
+def resolve_optimizer(name: str) -> Callable:
+    """A reference name or ``module:function``."""
+    target = REFERENCE_OPTIMIZERS.get(name, name)
+    if ":" not in target:
+        raise HeldoutError(f"unknown optimizer {name!r}: use one of {', '.join(REFERENCE_OPTIMIZERS)} "
+                           "or module:function")
+    module, _, func = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), func)
+    except (ImportError, AttributeError) as exc:
+        raise HeldoutError(f"cannot load optimizer {target!r}: {exc}") from exc
