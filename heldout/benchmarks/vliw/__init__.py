@@ -11,6 +11,10 @@ from heldout.benchmarks.vliw.machine import (
     DEFAULT_CYCLE_CAP, DecodedProgram, Fault, InvalidInput, SimResult, decode, simulate, utilisation,
     words_sha256,
 )
+from heldout.benchmarks.registry import register
+from heldout.benchmarks.vliw.task import TASK, VliwTakehome
+
+register(TASK)
 
 __all__ = ["DEFAULT_CYCLE_CAP", "DecodedProgram", "Fault", "InvalidInput", "SimResult", "decode", "simulate",
-           "utilisation", "words_sha256"]
+           "utilisation", "words_sha256", "TASK", "VliwTakehome"]
