@@ -156,7 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="default")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--seeds", default=None, help="comma-separated, e.g. 0,1,2")
-    p.add_argument("--budget", type=int, required=True, help="metric calls per session")
+    p.add_argument("--budget", action="append", required=True,
+                   help="metric calls per session: N, or TASK=N per task (repeatable)")
     p.add_argument("--architect-tokens", type=int, default=None)
     p.add_argument("--wall-seconds", type=float, default=None)
     p.add_argument("--optimizer", action="append", default=[],
