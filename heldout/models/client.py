@@ -16,7 +16,7 @@ import random
 import threading
 import time
 import weakref
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import httpx
@@ -269,24 +269,41 @@ def _retryable_status(status: int) -> bool:
     return status == 429 or status == 408 or status >= 500
 
 
-class _LoopState:
-    """Per-event-loop resources: asyncio primitives and httpx clients belong to one loop."""
+class _Engine:
+    """A client's private event loop in a daemon thread, with the resources that belong to it.
+
+    Every call of a client runs here, whichever thread or loop it comes from, so one concurrency
+    bound, one connection pool and one table of in-flight requests hold for all of them."""
 
     def __init__(self, concurrency: int) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
         self.gate = asyncio.Semaphore(concurrency)
         self.http: httpx.AsyncClient | None = None
         self.inflight: dict[str, asyncio.Future] = {}
+        self.thread = threading.Thread(target=self._run, name="heldout-model-client", daemon=True)
+        self.thread.start()
 
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
 
-def _run_sync(coro: Any) -> Any:
-    """Run a coroutine to completion from sync code, also when this thread already runs a loop
-    (then in a helper thread, so the caller's loop is not re-entered)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+    def submit(self, coro: Any) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def stop(self) -> None:
+        async def close_http() -> None:
+            if self.http is not None:
+                await self.http.aclose()
+                self.http = None
+        if self.thread.is_alive():
+            try:
+                self.submit(close_http()).result(timeout=10)
+            finally:
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
 
 
 class ModelClient:
@@ -294,9 +311,10 @@ class ModelClient:
 
     ``base_url``/``api_key`` default to ``OPENAI_BASE_URL``/``OPENAI_API_KEY``; a client with a
     ``replay`` needs neither and never calls an endpoint. At most ``concurrency`` endpoint calls
-    are in flight per event loop. 429, 408, 5xx, timeouts and connection errors are retried up to
-    ``max_retries`` times with exponential backoff and jitter (``Retry-After`` honoured); other
-    statuses fail at once. With a cache, identical requests in flight at once share one call."""
+    are in flight for the whole client, whichever threads call it. 429, 408, 5xx, timeouts and
+    connection errors are retried up to ``max_retries`` times with exponential backoff and jitter
+    (``Retry-After`` honoured); other statuses fail at once. With a cache, identical requests in
+    flight at once share one call. ``close()`` (or ``with``) releases connections."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  concurrency: int = 16, max_retries: int = 6, timeout: float = 60.0,
@@ -330,9 +348,8 @@ class ModelClient:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.usage = UsageMeter()
-        self._states: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopState]" = \
-            weakref.WeakKeyDictionary()
-        self._states_lock = threading.Lock()
+        self._engine: _Engine | None = None
+        self._engine_lock = threading.Lock()
 
     def __repr__(self) -> str:  # never shows the key
         return f"ModelClient(model={self.model!r}, base_url={self.base_url!r})"
@@ -344,7 +361,8 @@ class ModelClient:
     # -- sync entry point ---------------------------------------------------------------------
     def complete_many(self, requests: Sequence[ChatRequest], *,
                       return_exceptions: bool = False) -> list[ChatResponse]:
-        """Answer every request (bounded concurrency), keeping input order.
+        """Answer every request (bounded concurrency), keeping input order. Callable from any
+        thread, also one that runs an event loop.
 
         Raises :class:`BatchError` (a :class:`ModelError`, clear message) when some request still
         fails after retries; every other response is cached, recorded and kept in
@@ -355,7 +373,16 @@ class ModelClient:
                 raise TypeError(f"request {i} is a {type(req).__name__}, not a ChatRequest")
         if not requests:
             return []
-        results = _run_sync(self._complete_all(requests))
+        engine = self._get_engine()
+        if threading.current_thread() is engine.thread:
+            raise RuntimeError("complete_many called from the client's own event loop; await "
+                               "acomplete there instead")
+        future = engine.submit(self._complete_all(requests, engine))
+        try:
+            results = future.result()
+        except BaseException:
+            future.cancel()  # e.g. Ctrl-C: do not leave the batch running behind the caller
+            raise
         if not return_exceptions and any(isinstance(r, ModelError) for r in results):
             raise BatchError(results)
         return results
@@ -367,36 +394,50 @@ class ModelClient:
             raise result
         return result
 
-    async def _complete_all(self, requests: list[ChatRequest]) -> list[Any]:
+    async def _complete_all(self, requests: list[ChatRequest], engine: _Engine) -> list[Any]:
         async def one(req: ChatRequest) -> Any:
             try:
-                return await self.acomplete(req)
+                return await self._acomplete(req, engine)
             except ModelError as exc:
                 return exc
-        try:
-            return await asyncio.gather(*(one(r) for r in requests))
-        finally:
-            await self.aclose()
+        return await asyncio.gather(*(one(r) for r in requests))
 
-    # -- async API -----------------------------------------------------------------------------
-    def _state(self) -> _LoopState:
-        loop = asyncio.get_running_loop()
-        with self._states_lock:
-            state = self._states.get(loop)
-            if state is None:
-                state = self._states[loop] = _LoopState(self.concurrency)
-            return state
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _get_engine(self) -> _Engine:
+        with self._engine_lock:
+            engine = self._engine
+            # A forked child inherits the engine object but not its thread: start afresh.
+            if engine is None or engine.pid != os.getpid() or not engine.thread.is_alive():
+                engine = self._engine = _Engine(self.concurrency)
+                weakref.finalize(self, engine.stop)
+            return engine
+
+    def close(self) -> None:
+        """Close connections and stop the client's loop (a later call starts them again)."""
+        with self._engine_lock:
+            engine, self._engine = self._engine, None
+        if engine is not None and engine.pid == os.getpid():
+            engine.stop()
 
     async def aclose(self) -> None:
-        """Close this event loop's HTTP connections (``complete_many`` does it by itself)."""
-        loop = asyncio.get_running_loop()
-        with self._states_lock:
-            state = self._states.pop(loop, None)
-        if state is not None and state.http is not None:
-            await state.http.aclose()
+        await asyncio.to_thread(self.close)
 
+    def __enter__(self) -> "ModelClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- async API -----------------------------------------------------------------------------
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
-        """Answer one request from the replay, the cache or the endpoint (in that order)."""
+        """Answer one request from the replay, the cache or the endpoint (in that order); may be
+        awaited from any event loop."""
+        engine = self._get_engine()
+        if asyncio.get_running_loop() is engine.loop:
+            return await self._acomplete(request, engine)
+        return await asyncio.wrap_future(engine.submit(self._acomplete(request, engine)))
+
+    async def _acomplete(self, request: ChatRequest, engine: _Engine) -> ChatResponse:
         if not isinstance(request, ChatRequest):
             raise TypeError(f"acomplete takes a ChatRequest, got {type(request).__name__}")
         key = request.cache_key()
@@ -410,13 +451,12 @@ class ModelClient:
             return self._served(request, key, stored.text, stored.prompt_tokens,
                                 stored.completion_tokens, "replay", started)
         if self.cache is None:
-            return await self._fetch(request, key)
+            return await self._fetch(request, key, engine)
         hit = self.cache.get(key)
         if hit is not None:
             return self._served(request, key, hit.text, hit.prompt_tokens,
                                 hit.completion_tokens, "cache", started)
-        state = self._state()
-        leader = state.inflight.get(key)
+        leader = engine.inflight.get(key)
         if leader is not None:  # the same request is on its way: share its answer
             try:
                 first = await asyncio.shield(leader)
@@ -427,9 +467,9 @@ class ModelClient:
                                 first.completion_tokens, "cache", started)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda f: f.cancelled() or f.exception())  # mark retrieved
-        state.inflight[key] = future
+        engine.inflight[key] = future
         try:
-            response = await self._fetch(request, key)
+            response = await self._fetch(request, key, engine)
         except BaseException as exc:
             future.set_exception(exc if isinstance(exc, ModelError) else
                                  ModelError(f"request abandoned: {exc!r}", kind="connection",
@@ -439,7 +479,7 @@ class ModelClient:
             future.set_result(response)
             return response
         finally:
-            state.inflight.pop(key, None)
+            engine.inflight.pop(key, None)
 
     def _served(self, request: ChatRequest, key: str, text: str, prompt_tokens: int,
                 completion_tokens: int, source: str, started: float) -> ChatResponse:
@@ -455,11 +495,10 @@ class ModelClient:
             self.recorder.write(request, response)
         return response
 
-    async def _fetch(self, request: ChatRequest, key: str) -> ChatResponse:
-        state = self._state()
-        if state.http is None:
+    async def _fetch(self, request: ChatRequest, key: str, engine: _Engine) -> ChatResponse:
+        if engine.http is None:
             headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            state.http = httpx.AsyncClient(
+            engine.http = httpx.AsyncClient(
                 timeout=httpx.Timeout(self.timeout), headers=headers,
                 limits=httpx.Limits(max_connections=self.concurrency,
                                     max_keepalive_connections=self.concurrency))
@@ -468,13 +507,13 @@ class ModelClient:
         channel = request.channel
         started = time.perf_counter()
         attempt = 0
-        async with state.gate:
+        async with engine.gate:
             while True:
                 attempt += 1
                 self.usage._bump(channel, http_attempts=1)
                 retry_after = None
                 try:
-                    reply = await state.http.post(url, json=payload)
+                    reply = await engine.http.post(url, json=payload)
                 except httpx.TimeoutException as exc:
                     problem = ModelError(f"timed out after {self.timeout:g} s ({type(exc).__name__})",
                                          kind="timeout", request_key=key, attempts=attempt)
