@@ -1,0 +1,55 @@
+"""``reflective``: a minimal reflective prompt rewriter (GEPA-style, stripped to its core).
+
+Loop: score the current instruction on a train minibatch; show the architect the instruction and
+the failures with their feedback; ask for an improved instruction (returned in a fenced block);
+score it on the same minibatch; keep it when it is no worse. Uses the metered architect, so its
+optimisation tokens land on the same scale as any other method's."""
+
+from __future__ import annotations
+
+import random
+import re
+
+from heldout.evaluators.session import BudgetExceeded
+
+MINIBATCH = 8
+_FENCE = re.compile(r"```(?:[a-zA-Z]*\n)?(.*?)```", re.DOTALL)
+
+
+def _mean(results) -> float:
+    return sum(r["score"] for r in results) / len(results) if results else 0.0
+
+
+def _reflection_prompt(instruction: str, results, train_by_id) -> list[dict[str, str]]:
+    failures = [r for r in results if r["score"] < 1.0][:4]
+    shown = "\n\n".join(
+        f"Input:\n{str(train_by_id[r['id']]['input'])[:1500]}\nExpected: {r.get('target')}\n"
+        f"Feedback: {r.get('feedback', '')[:500]}" for r in failures) or "(no failures on this batch)"
+    return [
+        {"role": "system", "content": "You improve instructions for a language model."},
+        {"role": "user", "content": (
+            "Here is the current instruction:\n```\n" + instruction + "\n```\n\n"
+            "It was used on these examples and got them wrong:\n\n" + shown + "\n\n"
+            "Please rewrite the instruction to fix these failures while keeping what works. "
+            "Return only the improved instruction inside one ``` block.")},
+    ]
+
+
+def optimize(view, seed: int):
+    rng = random.Random(seed)
+    train_by_id = {ex["id"]: ex for ex in view.train}
+    best = dict(view.seed_candidate)
+    component = "instruction" if "instruction" in best else sorted(best)[0]
+    while view.remaining >= 2 * min(MINIBATCH, len(view.train)):
+        batch = rng.sample(sorted(train_by_id), min(MINIBATCH, len(train_by_id)))
+        try:
+            current = view.evaluate(best, "train", batch)
+            reply = view.architect.complete(_reflection_prompt(best[component], current, train_by_id))
+            blocks = _FENCE.findall(reply)
+            proposal = {**best, component: (blocks[-1] if blocks else reply).strip()}
+            trial = view.evaluate(proposal, "train", batch)
+        except BudgetExceeded:
+            break
+        if proposal[component] and _mean(trial) >= _mean(current):
+            best = proposal
+    return best
