@@ -1,0 +1,182 @@
+"""Gather run records for a report: find them, check each against its ledger, group them.
+
+Rule: a run counts only when its ledger verifies *and* its run record agrees with the ledger
+(same head hash and entry count, same held-out scores as the ledger's ``test_scoring`` entries).
+Anything else is excluded and listed with the reason, never silently dropped or silently used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from heldout.benchmarks.base import HeldoutError
+from heldout.evaluators.ledger import LEDGER_FILE, LedgerError, read_entries, verify_ledger
+from heldout.evaluators.records import RECORD_FILE, RunRecord
+
+
+class ReportError(HeldoutError):
+    """The runs cannot make the requested report or check (nothing found, nothing to pair...)."""
+
+
+@dataclass
+class Run:
+    """One verified run: its record, the directory it came from, and the task label tables use
+    (the task name, plus ``[profile]`` when the report holds that task under two profiles)."""
+
+    path: Path
+    record: RunRecord
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.record.task
+
+    def test_scores(self) -> dict[str, float]:
+        return self.record.verdict_scores("test")
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A run left out of every table and test, and why."""
+
+    path: Path
+    reason: str
+
+
+@dataclass
+class RunSet:
+    """Verified runs (status ``ok``), failed runs (the optimizer crashed: no held-out score) and
+    excluded runs (ledger or record does not verify, or a duplicate cell)."""
+
+    runs: list[Run] = field(default_factory=list)
+    failed: list[Run] = field(default_factory=list)
+    excluded: list[Excluded] = field(default_factory=list)
+    def tasks(self) -> list[str]:
+        return sorted({r.label for r in self.runs})
+
+    def methods(self) -> list[str]:
+        return sorted({r.record.method for r in self.runs})
+
+    def cells(self) -> dict[tuple[str, str], dict[int, Run]]:
+        """``(task label, method) -> {seed: run}`` over verified, finished runs."""
+        out: dict[tuple[str, str], dict[int, Run]] = {}
+        for run in self.runs:
+            out.setdefault((run.label, run.record.method), {})[run.record.seed] = run
+        return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
+
+    def settings(self, task: str | None = None) -> dict[str, list[str]]:
+        """What every table must state, as the distinct values seen (one value when uniform)."""
+        runs = [r for r in self.runs if task is None or r.label == task]
+        seen: dict[str, set[str]] = {"profile": set(), "policy": set(), "budget": set(),
+                                     "tolerance": set(), "drift": set()}
+        for run in runs:
+            rec = run.record
+            seen["profile"].add(rec.profile)
+            seen["policy"].add(str(rec.policy.get("name", rec.policy)))
+            seen["budget"].add(describe_budget(rec.budget))
+            tol = rec.options.get("tolerance")
+            seen["tolerance"].add("task default" if tol is None else f"{tol:g}")
+            seen["drift"].add("none" if not rec.drift else f"{rec.task}: " + json.dumps(rec.drift, sort_keys=True))
+        return {k: sorted(v) for k, v in seen.items()}
+
+
+def describe_budget(budget: dict[str, Any]) -> str:
+    parts = [f"{budget.get('metric_calls')} metric calls"]
+    if budget.get("architect_tokens") is not None:
+        parts.append(f"{budget['architect_tokens']} architect tokens")
+    if budget.get("wall_seconds") is not None:
+        parts.append(f"{budget['wall_seconds']:g} s wall")
+    return ", ".join(parts)
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> Iterator[Path]:
+    """Every directory under ``paths`` (recursively) that holds a run record or a ledger, in
+    sorted order. A run dir with a ledger but no record is reported (interrupted run)."""
+    seen: set[Path] = set()
+    for root in paths:
+        root = Path(root)
+        if not root.exists():
+            raise ReportError(f"run dir {root} does not exist")
+        found = [root] if (root / RECORD_FILE).exists() or (root / LEDGER_FILE).exists() else []
+        found += [p.parent for p in root.rglob(RECORD_FILE)] + [p.parent for p in root.rglob(LEDGER_FILE)]
+        for run_dir in sorted(set(found)):
+            resolved = run_dir.resolve()
+            if resolved not in seen:
+                seen.add(resolved)
+                yield run_dir
+
+
+def check_run(run_dir: Path) -> tuple[RunRecord | None, str | None]:
+    """``(record, None)`` when the run verifies, else ``(None, reason)``."""
+    if not (run_dir / RECORD_FILE).exists():
+        return None, "no run record (the session was interrupted before it finished; resume it)"
+    ledger = verify_ledger(run_dir)
+    if not ledger.ok:
+        return None, "ledger does not verify: " + "; ".join(ledger.problems[:3])
+    try:
+        record = RunRecord.load(run_dir)
+    except (HeldoutError, TypeError) as exc:
+        return None, f"run record unreadable: {exc}"
+    if record.ledger_head != ledger.head or record.ledger_entries != ledger.entries:
+        return None, (f"run record is not anchored to its ledger (record says {record.ledger_entries} "
+                      f"entries ending {record.ledger_head[:16]}, ledger has {ledger.entries} ending "
+                      f"{ledger.head[:16]})")
+    mismatch = _test_scores_mismatch(run_dir, record)
+    if mismatch:
+        return None, mismatch
+    return record, None
+
+
+def _test_scores_mismatch(run_dir: Path, record: RunRecord) -> str | None:
+    """The held-out scores a report uses must be the ones the ledger holds."""
+    try:
+        entries, _ = read_entries(run_dir / LEDGER_FILE)
+    except LedgerError as exc:  # verify_ledger already passed; belt and braces
+        return f"ledger unreadable: {exc}"
+    ledger_scores = {e["data"]["example_id"]: float(e["data"]["verdict"]["score"]) for e in entries
+                     if e["kind"] == "test_scoring" and e["data"]["candidate_id"] == record.final_candidate_id}
+    record_scores = record.verdict_scores("test")
+    if record_scores != ledger_scores:
+        differing = sorted(k for k in set(record_scores) | set(ledger_scores)
+                           if record_scores.get(k) != ledger_scores.get(k))
+        return (f"run record's held-out scores differ from its ledger on {len(differing)} example(s) "
+                f"(first: {differing[:3]})")
+    return None
+
+
+def collect_runs(paths: Iterable[str | Path]) -> RunSet:
+    """Load and verify every run under ``paths``. Raises :class:`ReportError` when no run dir
+    is found at all; excluded runs are returned, not raised (the report lists them)."""
+    result = RunSet()
+    by_key: dict[tuple[str, str, str, int], Run] = {}
+    any_found = False
+    for run_dir in find_run_dirs(paths):
+        any_found = True
+        record, reason = check_run(run_dir)
+        if record is None:
+            result.excluded.append(Excluded(run_dir, reason or "unknown"))
+            continue
+        run = Run(run_dir, record)
+        key = (record.task, record.profile, record.method, record.seed)
+        if key in by_key:
+            result.excluded.append(Excluded(run_dir, f"duplicate of {by_key[key].path} (same task, profile, "
+                                                     f"method and seed); only the first is used"))
+            continue
+        by_key[key] = run
+        (result.runs if record.status == "ok" else result.failed).append(run)
+    if not any_found:
+        raise ReportError("no run records found under " + ", ".join(str(p) for p in paths))
+    _label_profiles(result)
+    return result
+
+
+def _label_profiles(runs: RunSet) -> None:
+    # A task run under two split profiles is two different comparisons: label them apart.
+    profiles: dict[str, set[str]] = {}
+    for run in runs.runs + runs.failed:
+        profiles.setdefault(run.record.task, set()).add(run.record.profile)
+    for run in runs.runs + runs.failed:
+        if len(profiles[run.record.task]) > 1:
+            run.label = f"{run.record.task} [{run.record.profile}]"

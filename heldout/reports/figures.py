@@ -1,0 +1,210 @@
+"""The report's figures (matplotlib, Agg backend, PNG bytes so the HTML can embed them).
+
+* :func:`score_bars`        - per task, bars of mean held-out score by method with 95% CIs;
+* :func:`best_so_far_plot`  - best-so-far vs metric calls, mean line and min-max band over seeds;
+* :func:`pareto_plot`       - held-out score vs optimisation (or deployment) tokens, Pareto front;
+* :func:`paired_scatter`    - per example (or per group) baseline vs method, seed-averaged.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on CI machines; must precede pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from heldout.protocols.stats import mean_interval  # noqa: E402
+from heldout.reports.collect import RunSet  # noqa: E402
+from heldout.reports.tables import (  # noqa: E402
+    DEPLOYMENT_CHANNELS,
+    OPTIMISATION_CHANNELS,
+    example_means,
+    seed_scores,
+    tokens,
+)
+
+DPI = 100
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    title: str
+    caption: str
+    png: bytes
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _grid(n: int, width: float = 4.2, height: float = 3.2):
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _colors(methods: Sequence[str]) -> dict[str, str]:
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {m: cycle[i % len(cycle)] for i, m in enumerate(methods)}
+
+
+def score_bars(runs: RunSet) -> Figure:
+    """Bars: mean over seeds of the held-out score; whiskers: 95% bootstrap CI of the mean over
+    seeds when a cell has >= 2 distinct seed scores, none otherwise."""
+    cells, tasks, methods = runs.cells(), runs.tasks(), runs.methods()
+    colors = _colors(methods)
+    fig, axes = _grid(len(tasks))
+    for ax, task in zip(axes, tasks):
+        present = [m for m in methods if (task, m) in cells]
+        means, lows, highs = [], [], []
+        for m in present:
+            scores = np.array(seed_scores(cells[(task, m)]))
+            interval = mean_interval(scores, n_boot=2000, method="percentile")
+            mean = float(scores.mean())
+            means.append(mean)
+            ok = interval.method not in ("undefined", "degenerate")
+            lows.append(mean - interval.low if ok else 0.0)
+            highs.append(interval.high - mean if ok else 0.0)
+        x = np.arange(len(present))
+        ax.bar(x, means, color=[colors[m] for m in present], yerr=[lows, highs], capsize=4)
+        ax.set_xticks(x, present, rotation=20, ha="right")
+        ax.set_title(task, fontsize=10)
+        ax.set_ylabel("held-out score")
+    fig.suptitle("Held-out score by method (mean over seeds, 95% CI)")
+    return Figure("bars", "Held-out score per task", "Mean held-out score over seeds; whiskers: 95% percentile "
+                  "bootstrap CI over seeds (absent when all seeds agree or only one seed ran).", _png(fig))
+
+
+def best_so_far_plot(runs: RunSet) -> Figure:
+    cells, tasks, methods = runs.cells(), runs.tasks(), runs.methods()
+    colors = _colors(methods)
+    fig, axes = _grid(len(tasks))
+    for ax, task in zip(axes, tasks):
+        for m in methods:
+            cell = cells.get((task, m))
+            if not cell:
+                continue
+            budget = max(int(r.record.budget.get("metric_calls") or 0) for r in cell.values())
+            grid = np.arange(0, max(budget, 1) + 1)
+            curves = []
+            for run in cell.values():
+                curve = np.full(grid.shape, np.nan)
+                for point in run.record.trajectory:
+                    curve[grid >= point["metric_calls"]] = point["best_score"]
+                curves.append(curve)
+            stack = np.array(curves)
+            seen = ~np.all(np.isnan(stack), axis=0)
+            if not seen.any():
+                continue
+            with np.errstate(all="ignore"):
+                mean = np.nanmean(stack[:, seen], axis=0)
+                low, high = np.nanmin(stack[:, seen], axis=0), np.nanmax(stack[:, seen], axis=0)
+            ax.step(grid[seen], mean, where="post", color=colors[m], label=f"{m} (n={len(cell)})")
+            ax.fill_between(grid[seen], low, high, step="post", color=colors[m], alpha=0.2)
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel("metric calls")
+        ax.set_ylabel("best-so-far (optimizer-visible)")
+        ax.legend(fontsize=7)
+    fig.suptitle("Best-so-far vs metric calls (line: mean; band: min-max over seeds)")
+    return Figure("best_so_far", "Best-so-far vs metric calls", "Optimizer-visible best score (val, else train) "
+                  "after each metric call; the band spans the seeds.", _png(fig))
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Points not dominated by another (fewer or equal tokens and higher or equal score, one of
+    them strictly), sorted by tokens."""
+    front = []
+    for i, (t, s) in enumerate(points):
+        dominated = any((t2 <= t and s2 >= s) and (t2 < t or s2 > s) for j, (t2, s2) in enumerate(points) if j != i)
+        if not dominated:
+            front.append((t, s))
+    return sorted(set(front))
+
+
+def pareto_plot(runs: RunSet, kind: str) -> Figure:
+    """``kind`` is ``"optimisation"`` or ``"deployment"``."""
+    channels = OPTIMISATION_CHANNELS if kind == "optimisation" else DEPLOYMENT_CHANNELS
+    cells, tasks, methods = runs.cells(), runs.tasks(), runs.methods()
+    colors = _colors(methods)
+    fig, axes = _grid(len(tasks))
+    all_zero = True
+    for ax, task in zip(axes, tasks):
+        points, names = [], []
+        for m in methods:
+            cell = cells.get((task, m))
+            if not cell:
+                continue
+            used = float(np.mean([tokens(r, channels) for r in cell.values()]))
+            score = float(np.mean(seed_scores(cell)))
+            all_zero &= used == 0
+            points.append((used, score))
+            names.append(m)
+            ax.scatter([used], [score], color=colors[m], s=40, label=m, zorder=3)
+        front = pareto_front(points)
+        if len(front) > 1:
+            ax.plot(*zip(*front), color="0.4", linestyle="--", linewidth=1, label="Pareto front", zorder=2)
+        if any(t > 0 for t, _ in points):
+            ax.set_xscale("symlog", linthresh=1000)
+        ax.set_title(task, fontsize=10)
+        ax.set_xlabel(f"{kind} tokens (mean over seeds)")
+        ax.set_ylabel("held-out score")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Held-out score vs {kind} tokens")
+    caption = (f"Each point is a method (mean over seeds); the dashed line joins the methods no other beats on "
+               f"both held-out score and {kind} tokens.")
+    if all_zero:
+        caption += f" No {kind} tokens were recorded in these runs (program tasks or cached calls)."
+    return Figure(f"pareto_{kind}", f"Pareto front: score vs {kind} tokens", caption, _png(fig))
+
+
+def paired_scatter(runs: RunSet, baseline: str, groups: Mapping[str, Mapping[str, str]] | None = None) -> Figure | None:
+    """Per task, each method's seed-averaged score per example (or per group when ``groups[task]``
+    maps example ids to groups) against the baseline's. Points above the diagonal improved."""
+    cells, tasks = runs.cells(), runs.tasks()
+    pairs = [(t, m) for t in tasks for m in runs.methods() if m != baseline and (t, m) in cells and (t, baseline) in cells]
+    if not pairs:
+        return None
+    colors = _colors(runs.methods())
+    fig, axes = _grid(len(pairs), width=3.6, height=3.4)
+    rng = np.random.default_rng(0)
+    by_group = False
+    for ax, (task, method) in zip(axes, pairs):
+        base, mine = example_means(cells[(task, baseline)]), example_means(cells[(task, method)])
+        shared = [e for e in base if e in mine]
+        mapping = (groups or {}).get(task)
+        if mapping and any(mapping.get(e) for e in shared):
+            by_group = True
+            keys = sorted({mapping.get(e) or "(none)" for e in shared})
+            x = np.array([np.mean([base[e] for e in shared if (mapping.get(e) or "(none)") == k]) for k in keys])
+            y = np.array([np.mean([mine[e] for e in shared if (mapping.get(e) or "(none)") == k]) for k in keys])
+        else:
+            x = np.array([base[e] for e in shared])
+            y = np.array([mine[e] for e in shared])
+        # Scores are often 0/1: a little jitter shows how many points sit on each corner.
+        span = max(float(np.ptp(np.concatenate([x, y]))), 1e-9)
+        jitter = 0.015 * span
+        ax.scatter(x + rng.uniform(-jitter, jitter, x.shape), y + rng.uniform(-jitter, jitter, y.shape),
+                   s=14, alpha=0.6, color=colors[method])
+        lo, hi = float(min(x.min(), y.min())), float(max(x.max(), y.max()))
+        pad = 0.05 * max(hi - lo, 1e-9)
+        ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="0.5", linewidth=1, linestyle=":")
+        ax.set_xlabel(f"{baseline}")
+        ax.set_ylabel(method)
+        ax.set_title(f"{task}", fontsize=9)
+    unit = "group (topic)" if by_group else "example"
+    fig.suptitle(f"Per-{unit} held-out score: {baseline} vs optimised (seed-averaged)")
+    return Figure("scatter", f"Per-{unit} scatter vs {baseline}", f"Each point is one held-out {unit}, its score "
+                  f"averaged over seeds; above the dotted diagonal the method beats {baseline}. Points are "
+                  "jittered slightly so ties stay visible.", _png(fig))

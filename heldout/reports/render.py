@@ -1,0 +1,217 @@
+"""Assemble a report from run dirs and write ``report.md``, ``report.html`` and ``results.json``.
+
+``report.html`` is self-contained: inline CSS, figures embedded as base64 PNG, no script, no
+external resource, so it opens the same on an air-gapped machine or as a CI artifact.
+Excluded runs (ledger or record does not verify) are announced at the top of every output.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from heldout.benchmarks.base import HeldoutError
+from heldout.reports.collect import RunSet, collect_runs
+from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
+from heldout.reports.tables import (
+    Table,
+    budget_table,
+    cost_table,
+    heldout_table,
+    results_table,
+    runs_table,
+    settings_note,
+)
+
+DEFAULT_BASELINE = "seed"
+
+
+@dataclass
+class Report:
+    runs: RunSet
+    baseline: str
+    alpha: float
+    tables: list[Table] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def table(self, key: str) -> Table:
+        return next(t for t in self.tables if t.key == key)
+
+
+def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELINE, alpha: float = 0.05,
+                 checkpoints: Sequence[int] | None = None, data_dir: str | None = None,
+                 n_boot: int = 10_000) -> Report:
+    """Collect and verify the runs under ``paths`` and compute every table and figure."""
+    runs = collect_runs(list(paths))
+    report = Report(runs=runs, baseline=baseline, alpha=alpha)
+    for ex in runs.excluded:
+        report.warnings.append(f"EXCLUDED {ex.path}: {ex.reason}")
+    for run in runs.failed:
+        report.warnings.append(f"FAILED {run.path}: {run.record.error}")
+    if not runs.runs:
+        report.warnings.append("no verified, finished run: every table is empty")
+        report.tables.append(runs_table(runs))
+        return report
+    has_baseline = baseline in runs.methods()
+    if not has_baseline:
+        report.warnings.append(f"baseline method {baseline!r} is not among the runs ({', '.join(runs.methods())}); "
+                               "paired tables need it (pass --baseline)")
+    report.tables.append(results_table(runs, baseline if has_baseline else None))
+    if has_baseline:
+        report.tables.append(heldout_table(runs, baseline, alpha=alpha, n_boot=n_boot))
+    report.tables.append(cost_table(runs, baseline if has_baseline else None))
+    report.tables.append(budget_table(runs, checkpoints))
+    report.tables.append(runs_table(runs))
+    report.figures += [score_bars(runs), best_so_far_plot(runs), pareto_plot(runs, "optimisation"),
+                       pareto_plot(runs, "deployment")]
+    if has_baseline:
+        scatter = paired_scatter(runs, baseline, _groups(runs, data_dir))
+        if scatter is not None:
+            report.figures.append(scatter)
+    return report
+
+
+def _groups(runs: RunSet, data_dir: str | None) -> dict[str, dict[str, str]]:
+    """Held-out example id -> group (topic) per task label, when the task's examples carry
+    groups and can be loaded here; tasks that cannot be loaded fall back to per-example."""
+    from heldout.benchmarks.loading import load_task
+
+    out: dict[str, dict[str, str]] = {}
+    for label in runs.tasks():
+        rec = next(r.record for r in runs.runs if r.label == label)
+        try:
+            task = load_task(rec.task, profile=rec.profile, data_dir=data_dir, allow_drift=bool(rec.drift))
+        except (HeldoutError, OSError, ValueError):
+            continue
+        mapping = {ex.id: ex.group for ex in task.splits.get("test", []) if ex.group}
+        if mapping:
+            out[label] = mapping
+    return out
+
+
+# -- writing -----------------------------------------------------------------------------------------
+def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    for fig in report.figures:
+        (out / "figures" / f"{fig.key}.png").write_bytes(fig.png)
+    paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "results.json"}
+    _atomic_write(paths["md"], render_markdown(report))
+    _atomic_write(paths["html"], render_html(report))
+    _atomic_write(paths["json"], json.dumps(_json_safe(results(report)), indent=1, sort_keys=False))
+    return paths
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def results(report: Report) -> dict[str, Any]:
+    runs = report.runs
+    return {
+        "baseline": report.baseline,
+        "alpha": report.alpha,
+        "settings": runs.settings() if runs.runs else {},
+        "warnings": report.warnings,
+        "excluded": [{"path": str(e.path), "reason": e.reason} for e in runs.excluded],
+        "failed": [{"path": str(r.path), "task": r.label, "method": r.record.method, "seed": r.record.seed,
+                    "error": r.record.error} for r in runs.failed],
+        "tables": {t.key: t.as_dict() for t in report.tables},
+        "figures": [{"key": f.key, "title": f.title, "caption": f.caption, "file": f"figures/{f.key}.png"}
+                    for f in report.figures],
+    }
+
+
+def _json_safe(value: Any) -> Any:
+    """Strict JSON: NaN becomes null and infinities the strings "inf"/"-inf"."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _title(report: Report) -> str:
+    runs = report.runs
+    return (f"heldout report: {len(runs.tasks())} task(s), {len(runs.methods())} method(s), "
+            f"{len(runs.runs)} run(s)")
+
+
+def render_markdown(report: Report) -> str:
+    lines = [f"# {_title(report)}", ""]
+    if report.warnings:
+        lines += ["> **WARNING**", ">"] + [f"> - {w}" for w in report.warnings] + [""]
+    if report.runs.runs:
+        lines += [settings_note(report.runs), ""]
+    for table in report.tables:
+        lines += [f"## {table.title}", ""]
+        lines.append("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
+        lines.append("|" + "---|" * len(table.columns))
+        for row in table.rows:
+            lines.append("| " + " | ".join(f"**{_md_escape(c.text)}**" if c.strong else _md_escape(c.text)
+                                           for c in row) + " |")
+        lines.append("")
+        lines += [f"{note}" for note in table.notes]
+        lines.append("")
+    for fig in report.figures:
+        lines += [f"## {fig.title}", "", f"![{fig.title}](figures/{fig.key}.png)", "", fig.caption, ""]
+    return "\n".join(lines)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1400px; }
+table { border-collapse: collapse; margin: 0.5em 0 0.5em 0; font-size: 0.85em; }
+th, td { border: 1px solid #bbb; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #eee; }
+.warning { background: #fde2e1; border: 2px solid #c0392b; padding: 0.6em 1em; margin: 1em 0; }
+.note { font-size: 0.85em; color: #444; margin: 0.2em 0; }
+img { max-width: 100%; border: 1px solid #ddd; }
+figure { margin: 1em 0; }
+"""
+
+
+def render_html(report: Report) -> str:
+    esc = html.escape
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{esc(_title(report))}</title><style>{CSS}</style></head><body>",
+             f"<h1>{esc(_title(report))}</h1>"]
+    if report.warnings:
+        items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
+        parts.append(f'<div class="warning" id="warnings"><strong>WARNING</strong><ul>{items}</ul></div>')
+    if report.runs.runs:
+        parts.append(f'<p class="note">{esc(settings_note(report.runs))}</p>')
+    for table in report.tables:
+        parts.append(f'<h2>{esc(table.title)}</h2><table id="table-{esc(table.key)}"><thead><tr>')
+        parts.append("".join(f"<th>{esc(c)}</th>" for c in table.columns) + "</tr></thead><tbody>")
+        for row in table.rows:
+            cells = "".join(f"<td><strong>{esc(c.text)}</strong></td>" if c.strong else f"<td>{esc(c.text)}</td>"
+                            for c in row)
+            parts.append(f"<tr>{cells}</tr>")
+        parts.append("</tbody></table>")
+        parts += [f'<p class="note">{esc(note)}</p>' for note in table.notes]
+    for fig in report.figures:
+        data = base64.b64encode(fig.png).decode("ascii")
+        parts.append(f'<figure id="figure-{esc(fig.key)}"><h2>{esc(fig.title)}</h2>'
+                     f'<img alt="{esc(fig.title)}" src="data:image/png;base64,{data}">'
+                     f"<figcaption>{esc(fig.caption)}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts)

@@ -1,0 +1,341 @@
+"""The report's tables, computed from verified runs with :mod:`heldout.protocols.stats`.
+
+* :func:`results_table`  - Table 1: task x method, mean +/- std of the held-out score over seeds,
+  best marked, n seeds, macro mean and win counts against the baseline;
+* :func:`heldout_table`  - per task, each method against the baseline, paired by example:
+  mean paired change, bootstrap CI, Wilcoxon p, paired t p, dz, win/tie/loss, Holm and
+  Benjamini-Hochberg p across tasks, and a verdict that says "cannot separate" when it can't;
+* :func:`cost_table`     - optimisation tokens (worker-optimisation + architect), deployment
+  tokens, candidate length, held-out gain per million optimisation tokens;
+* :func:`budget_table`   - best-so-far (optimizer-visible score) at metric-call checkpoints.
+
+Rule: every table carries the settings it was computed under (split profile, visibility policy,
+budget, tolerance, drift override) in its notes; mixed settings are flagged, not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from heldout.protocols.stats import (
+    correct_pvalues,
+    macro_mean,
+    paired_comparison,
+    separates,
+    summarize_seeds,
+    win_counts,
+)
+from heldout.reports.collect import Run, RunSet
+
+OPTIMISATION_CHANNELS = ("worker-optimisation", "architect")
+DEPLOYMENT_CHANNELS = ("worker-deployment",)
+SEPO_CHECKPOINTS = (500, 1000, 1500, 2000)
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    strong: bool = False
+
+
+@dataclass
+class Table:
+    """A rendered-ready table: display cells plus the numbers behind them (``data``, one dict
+    per row) for ``results.json``. ``notes`` state the settings and how to read the table."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]]
+    notes: list[str] = field(default_factory=list)
+    data: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "title": self.title, "columns": self.columns,
+                "rows": [[c.text for c in row] for row in self.rows], "notes": self.notes, "data": self.data}
+
+
+# -- helpers -----------------------------------------------------------------------------------------
+def settings_note(runs: RunSet, tasks: Sequence[str] | None = None) -> str:
+    """One line with the settings every table states; a setting that differs between runs is
+    printed as ``MIXED: a | b`` so nobody reads a mixed table as a matched one."""
+    merged: dict[str, set[str]] = {}
+    for task in tasks or [None]:
+        for name, values in runs.settings(task).items():
+            merged.setdefault(name, set()).update(values)
+    labels = {"profile": "split profile", "policy": "visibility policy", "budget": "budget",
+              "tolerance": "tolerance", "drift": "data drift override"}
+    parts = []
+    for name, label in labels.items():
+        values = sorted(merged.get(name, ()))
+        text = values[0] if len(values) == 1 else ("MIXED: " + " | ".join(values) if values else "n/a")
+        parts.append(f"{label}: {text}")
+    return "Settings - " + "; ".join(parts) + "."
+
+
+def seed_scores(cell: dict[int, Run]) -> list[float]:
+    return [float(run.record.test_score or 0.0) for run in cell.values()]
+
+
+def example_means(cell: dict[int, Run]) -> dict[str, float]:
+    """Per held-out example, its score averaged over the cell's seeds (examples every seed scored)."""
+    per_seed = [run.test_scores() for run in cell.values()]
+    common = set.intersection(*(set(s) for s in per_seed)) if per_seed else set()
+    order = [ex for ex in per_seed[0] if ex in common] if per_seed else []
+    return {ex: float(np.mean([s[ex] for s in per_seed])) for ex in order}
+
+
+def tokens(run: Run, channels: Sequence[str]) -> int:
+    used = run.record.usage.get("tokens", {})
+    return int(sum(used.get(ch, {}).get("prompt", 0) + used.get(ch, {}).get("completion", 0) for ch in channels))
+
+
+def candidate_length(run: Run) -> int:
+    """Characters over all components of the final candidate (the prompt/program length)."""
+    return sum(len(text) for text in (run.record.final_candidate or {}).values())
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float) and math.isinf(value):
+        return "+inf" if value > 0 else "-inf"
+    return f"{value:.{digits}f}"
+
+
+def fmt_p(p: float) -> str:
+    if p is None or math.isnan(p):
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _strong_best(scores: dict[str, list[float]]) -> tuple[str | None, bool]:
+    """The method with the best mean, and whether its seed range separates from the runner-up."""
+    if not scores:
+        return None, False
+    ranked = sorted(scores, key=lambda m: float(np.mean(scores[m])), reverse=True)
+    if len(ranked) == 1:
+        return ranked[0], False
+    return ranked[0], separates(scores[ranked[0]], scores[ranked[1]])
+
+
+# -- Table 1 -----------------------------------------------------------------------------------------
+def results_table(runs: RunSet, baseline: str | None = None) -> Table:
+    cells = runs.cells()
+    tasks, methods = runs.tasks(), runs.methods()
+    rows, data = [], []
+    for task in tasks:
+        scores = {m: seed_scores(cells[(task, m)]) for m in methods if (task, m) in cells}
+        best, separated = _strong_best(scores)
+        row = [Cell(task)]
+        for method in methods:
+            if method not in scores:
+                row.append(Cell("-"))
+                continue
+            summary = summarize_seeds(scores[method])
+            mark = "" if method != best or separated or len(scores) == 1 else " †"
+            row.append(Cell(f"{summary.format()} (n={summary.k}){mark}", strong=method == best))
+            data.append({"task": task, "method": method, "seeds": sorted(cells[(task, method)]),
+                         **summary.as_dict(), "best": method == best, "best_separated": method == best and separated})
+        rows.append(row)
+    complete = [m for m in methods if all((t, m) in cells for t in tasks)]
+    if len(tasks) > 1 and complete:
+        macro = {m: macro_mean({t: float(np.mean(seed_scores(cells[(t, m)]))) for t in tasks}) for m in complete}
+        rows.append([Cell("macro mean")] + [Cell(fmt(macro[m])) if m in macro else Cell("-") for m in methods])
+    notes = [settings_note(runs),
+             "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
+             "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated."]
+    if baseline and baseline in methods and len(methods) > 1 and complete and baseline in complete:
+        table = {m: {t: seed_scores(cells[(t, m)]) for t in tasks} for m in complete}
+        counts = win_counts(table, [baseline])
+        rows.append([Cell(f"wins/ties/losses vs {baseline}")] + [
+            Cell(next((f"{c.wins}/{c.ties}/{c.losses} (sep. {c.separated_wins}/{c.separated_losses})"
+                       for c in counts if c.method == m), "-")) for m in methods])
+        notes.append("wins/ties/losses compare means over seeds per task; 'sep.' counts only tasks where the "
+                     "seed ranges do not overlap (separated wins / separated losses).")
+    return Table("results", "Table 1: held-out score by task and method", ["task"] + methods, rows, notes, data)
+
+
+# -- held-out paired table -----------------------------------------------------------------------------
+def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: int = 10_000) -> Table:
+    cells = runs.cells()
+    tasks, methods = runs.tasks(), [m for m in runs.methods() if m != baseline]
+    columns = ["task", "method", "n", "seeds", f"{baseline}", "method mean", "mean change", "95% CI",
+               "Wilcoxon p", "paired t p", "dz", "W/T/L", "Holm p", "BH p", "verdict"]
+    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
+    for task in tasks:
+        if (task, baseline) not in cells:
+            continue
+        base_cell = cells[(task, baseline)]
+        base = example_means(base_cell)
+        for method in methods:
+            if (task, method) not in cells:
+                continue
+            cell = cells[(task, method)]
+            mine = example_means(cell)
+            shared = [ex for ex in base if ex in mine]
+            if not shared:
+                continue
+            result = paired_comparison([base[e] for e in shared], [mine[e] for e in shared], n_boot=n_boot,
+                                       ci=1 - alpha, labels=(baseline, method))
+            comparisons[(task, method)] = {"result": result, "seeds": (len(base_cell), len(cell)),
+                                           "dropped": len(set(base) ^ set(mine)),
+                                           "seeds_separate": separates(seed_scores(cell), seed_scores(base_cell)),
+                                           "enough_seeds": min(len(cell), len(base_cell)) >= 2}
+    corrected: dict[tuple[str, str], dict[str, float]] = {}
+    for method in methods:
+        keys = [k for k in comparisons if k[1] == method]
+        if not keys:
+            continue
+        pvals = {k[0]: comparisons[k]["result"].wilcoxon_p for k in keys}
+        holm = correct_pvalues(pvals, method="holm", alpha=alpha)
+        bh = correct_pvalues(pvals, method="fdr_bh", alpha=alpha)
+        for i, task in enumerate(holm.names):
+            corrected[(task, method)] = {"holm": holm.p_adjusted[i], "fdr_bh": bh.p_adjusted[i],
+                                         "holm_reject": holm.reject[i]}
+    rows, data = [], []
+    for (task, method), info in sorted(comparisons.items()):
+        res = info["result"]
+        corr = corrected[(task, method)]
+        verdict = _verdict(res, corr, info, alpha)
+        rows.append([Cell(task), Cell(method), Cell(str(res.n)), Cell(f"{info['seeds'][0]}/{info['seeds'][1]}"),
+                     Cell(fmt(res.mean_a)), Cell(fmt(res.mean_b)), Cell(f"{res.mean_diff:+.3f}"),
+                     Cell(f"[{res.ci_low:+.3f}, {res.ci_high:+.3f}]" if not math.isnan(res.ci_low) else "n/a"),
+                     Cell(fmt_p(res.wilcoxon_p)), Cell(fmt_p(res.ttest_p)), Cell(fmt(res.dz, 2)),
+                     Cell(f"{res.wins}/{res.ties}/{res.losses}"), Cell(fmt_p(corr["holm"])),
+                     Cell(fmt_p(corr["fdr_bh"])), Cell(verdict, strong=not verdict.startswith("cannot separate"))])
+        data.append({"task": task, "method": method, "baseline": baseline, **res.as_dict(),
+                     "seeds_baseline": info["seeds"][0], "seeds_method": info["seeds"][1],
+                     "examples_unpaired": info["dropped"], "seed_ranges_separate": info["seeds_separate"],
+                     "p_holm": corr["holm"], "p_fdr_bh": corr["fdr_bh"], "report_verdict": verdict})
+    notes = [settings_note(runs),
+             f"Paired by held-out example: each example's score is averaged over a cell's seeds, then "
+             f"the two arms are compared example by example (change = method - {baseline}). "
+             f"CI: {int(round((1 - alpha) * 100))}% bootstrap (BCa) of the mean change; Wilcoxon signed-rank "
+             f"(zero differences: Pratt); paired t; dz = mean change / sd of changes; W/T/L counted for the method.",
+             f"Holm (family-wise) and Benjamini-Hochberg (false discovery) adjust the Wilcoxon p over the tasks "
+             f"of each method (statsmodels multipletests 'holm' and 'fdr_bh'). A difference is called only "
+             f"when the CI excludes 0, Wilcoxon p < {alpha:g}, Holm p < {alpha:g} and, with >= 2 seeds a side, "
+             f"the seed ranges do not overlap; otherwise the verdict says 'cannot separate' and why."]
+    dropped = sum(info["dropped"] for info in comparisons.values())
+    if dropped:
+        notes.append(f"{dropped} held-out example(s) were scored by only one arm and left out of the pairing.")
+    if not any((t, baseline) in cells for t in tasks):
+        notes.append(f"No runs of the baseline method {baseline!r}: nothing to pair against "
+                     f"(methods present: {', '.join(runs.methods())}).")
+    return Table("heldout", f"Held-out paired comparison against {baseline}", columns, rows, notes, data)
+
+
+def _verdict(res, corr: dict[str, float], info: dict[str, Any], alpha: float) -> str:
+    if not res.separable:
+        return res.verdict
+    if not corr["holm_reject"]:
+        return f"cannot separate after Holm correction (p={corr['holm']:.3g} >= {alpha:g}); {res.verdict}"
+    if info["enough_seeds"] and not info["seeds_separate"]:
+        return f"cannot separate: seed ranges overlap ({res.verdict})"
+    return res.verdict
+
+
+# -- Table 5 analogue: cost --------------------------------------------------------------------------
+def cost_table(runs: RunSet, baseline: str | None = None) -> Table:
+    cells = runs.cells()
+    columns = ["task", "method", "optimisation tokens", "of which architect", "deployment tokens",
+               "candidate length (chars)", "held-out gain", "gain per 1M opt. tokens"]
+    rows, data = [], []
+    for (task, method), cell in cells.items():
+        opt = float(np.mean([tokens(r, OPTIMISATION_CHANNELS) for r in cell.values()]))
+        arch = float(np.mean([tokens(r, ("architect",)) for r in cell.values()]))
+        dep = float(np.mean([tokens(r, DEPLOYMENT_CHANNELS) for r in cell.values()]))
+        length = float(np.mean([candidate_length(r) for r in cell.values()]))
+        gain = per_million = None
+        if baseline and (task, baseline) in cells and method != baseline:
+            gain = float(np.mean(seed_scores(cell)) - np.mean(seed_scores(cells[(task, baseline)])))
+            per_million = gain / (opt / 1e6) if opt > 0 else None
+        rows.append([Cell(task), Cell(method), Cell(f"{opt:,.0f}"), Cell(f"{arch:,.0f}"), Cell(f"{dep:,.0f}"),
+                     Cell(f"{length:,.0f}"), Cell("-" if gain is None else f"{gain:+.3f}"),
+                     Cell("n/a (no tokens)" if gain is not None and per_million is None else
+                          "-" if per_million is None else f"{per_million:+.3f}")])
+        data.append({"task": task, "method": method, "optimisation_tokens": opt, "architect_tokens": arch,
+                     "deployment_tokens": dep, "candidate_chars": length, "gain": gain,
+                     "gain_per_million_optimisation_tokens": per_million, "seeds": len(cell)})
+    notes = [settings_note(runs),
+             "Means over seeds. Optimisation tokens = worker-optimisation + architect channels (prompt + completion, "
+             "cache hits excluded); deployment tokens = worker-deployment (scoring the final candidate on val/test). "
+             f"Gain = mean held-out score minus {baseline or 'the baseline'}'s; per 1M optimisation tokens. "
+             "Program tasks spend no worker tokens, so their gain per token is n/a."]
+    return Table("cost", "Table 5 analogue: optimisation and deployment cost", columns, rows, notes, data)
+
+
+# -- budget-matched best-so-far ------------------------------------------------------------------------
+def default_checkpoints(runs: RunSet) -> list[int]:
+    budget = max((int(r.record.budget.get("metric_calls") or 0) for r in runs.runs), default=0)
+    if budget >= SEPO_CHECKPOINTS[-1]:
+        return list(SEPO_CHECKPOINTS)
+    return sorted({max(1, round(budget * q)) for q in (0.25, 0.5, 0.75, 1.0)}) if budget else []
+
+
+def best_so_far(run: Run, checkpoint: int) -> float | None:
+    """The optimizer-visible best score after at most ``checkpoint`` metric calls (None before
+    the first scored candidate)."""
+    value = None
+    for point in run.record.trajectory:
+        if point["metric_calls"] <= checkpoint:
+            value = float(point["best_score"])
+    return value
+
+
+def budget_table(runs: RunSet, checkpoints: Sequence[int] | None = None) -> Table:
+    points = list(checkpoints) if checkpoints else default_checkpoints(runs)
+    columns = ["task", "method"] + [f"@{c} calls" for c in points]
+    rows, data = [], []
+    for (task, method), cell in runs.cells().items():
+        row = [Cell(task), Cell(method)]
+        entry: dict[str, Any] = {"task": task, "method": method, "checkpoints": {}}
+        for c in points:
+            values = [v for v in (best_so_far(r, c) for r in cell.values()) if v is not None]
+            over = [r for r in cell.values() if int(r.record.budget.get("metric_calls") or 0) < c]
+            if not values:
+                row.append(Cell("-"))
+                entry["checkpoints"][str(c)] = None
+                continue
+            summary = summarize_seeds(values)
+            text = summary.format() + (f" (n={summary.k}/{len(cell)})" if summary.k < len(cell) else "")
+            row.append(Cell(text + (" ‡" if over else "")))
+            entry["checkpoints"][str(c)] = {**summary.as_dict(), "beyond_budget_seeds": len(over)}
+        rows.append(row)
+        data.append(entry)
+    notes = [settings_note(runs),
+             "Best-so-far is the score the optimizer could see (val mean when the candidate has val results, else "
+             "train), from the run's ledger-derived trajectory; it is not the held-out score. Mean ± std over seeds; "
+             "n < seeds when some seeds had no scored candidate yet. ‡ checkpoint beyond some runs' budget "
+             "(their final value is carried forward)."]
+    return Table("budget", "Budget-matched best-so-far by metric calls", columns, rows, notes, data)
+
+
+def runs_table(runs: RunSet) -> Table:
+    """Every run used, failed or excluded, with its path: the report's audit trail."""
+    rows, data = [], []
+    for run in runs.runs + runs.failed:
+        rec = run.record
+        status = "used" if rec.status == "ok" else f"FAILED: {rec.error}"
+        rows.append([Cell(run.label), Cell(rec.method), Cell(str(rec.seed)), Cell(fmt(rec.test_score or 0.0)),
+                     Cell(str(rec.usage.get("metric_calls"))), Cell(rec.ledger_head[:12]), Cell(status),
+                     Cell(str(run.path))])
+        data.append({"task": run.label, "method": rec.method, "seed": rec.seed, "test_score": rec.test_score,
+                     "metric_calls": rec.usage.get("metric_calls"), "ledger_head": rec.ledger_head,
+                     "status": rec.status, "error": rec.error, "path": str(run.path)})
+    for ex in runs.excluded:
+        rows.append([Cell("?"), Cell("?"), Cell("?"), Cell("-"), Cell("-"), Cell("-"),
+                     Cell(f"EXCLUDED: {ex.reason}", strong=True), Cell(str(ex.path))])
+        data.append({"status": "excluded", "reason": ex.reason, "path": str(ex.path)})
+    return Table("runs", "Runs", ["task", "method", "seed", "test score", "metric calls", "ledger head",
+                                  "status", "path"], rows, [], data)
+
+
+__all__ = ["Cell", "Table", "results_table", "heldout_table", "cost_table", "budget_table", "runs_table",
+           "settings_note", "example_means", "seed_scores", "tokens", "candidate_length", "best_so_far",
+           "default_checkpoints"]
