@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -24,7 +25,7 @@ from heldout.models import (
     read_recording,
 )
 from heldout.models.client import ChatResponse
-from heldout.models.testserver import TestServer
+from heldout.models.testserver import TestServer, reply_for
 
 FAST = {"backoff_base": 0.001, "backoff_cap": 0.01}
 
@@ -176,6 +177,39 @@ def test_a_recording_cut_anywhere_reads_up_to_its_last_full_line(tmp_path_factor
     assert len(entries) == expected == len(Replay(path))
     originals = [json.loads(line)["key"] for line in lines[:expected]]
     assert [e["key"] for e in entries] == originals
+
+
+def test_a_recording_process_killed_mid_run_leaves_a_replayable_file(tmp_path):
+    path = tmp_path / "calls.jsonl"
+    script = textwrap.dedent("""
+        import sys
+        from heldout.models import ChatRequest, ModelClient, Recorder
+        requests = [ChatRequest([{"role": "user", "content": f"Is {i} even?"}], "test-model")
+                    for i in range(400)]
+        with Recorder(sys.argv[2]) as recorder:
+            ModelClient("test-model", sys.argv[1], concurrency=4, recorder=recorder).complete_many(requests)
+    """)
+    with TestServer(latency=0.02) as srv:
+        proc = subprocess.Popen([sys.executable, "-c", script, srv.base_url, str(path)])
+        try:
+            deadline = time.monotonic() + 60
+            while (not path.exists() or path.read_bytes().count(b"\n") < 20) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        finally:
+            proc.kill()  # SIGKILL: no cleanup, no final flush
+            proc.wait(timeout=10)
+        assert proc.returncode == -9
+        entries = read_recording(path)
+        assert 20 <= len(entries) < 400
+        # Every surviving line replays exactly what the server answered.
+        replayed = ModelClient("test-model", replay=Replay(path)).complete_many(
+            [e["request"] for e in entries])
+        assert [r.text for r in replayed] == [
+            reply_for(list(e["request"].messages)) for e in entries]
+        # Resuming appends after the surviving lines.
+        with Recorder(path) as recorder:
+            ModelClient("test-model", srv.base_url, recorder=recorder).complete_many([question(1)])
+    assert len(read_recording(path)) == len(entries) + 1
 
 
 def test_recorder_reopened_on_a_torn_file_drops_the_torn_line_and_appends(tmp_path):

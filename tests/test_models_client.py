@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import httpx
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from heldout.benchmarks.base import Message
 from heldout.models import (
@@ -62,6 +63,24 @@ def test_request_normalises_its_inputs_and_copies_messages():
     assert ChatRequest([Message("user", "hi")], "m").messages == ({"role": "user", "content": "hi"},)
     assert hash(request) == hash(ChatRequest([{"role": "user", "content": "hi"}], "m",
                                              extra={"seed": 3, "top_p": 0.9}))
+
+
+texts = st.text(max_size=30)
+messages = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
+                                           "content": texts}), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages=messages, replicate=st.integers(0, 5), temperature=st.sampled_from([0, 0.0, 0.7, 1]),
+       seed=st.integers(0, 3))
+def test_cache_key_is_a_function_of_content_not_of_construction(messages, replicate, temperature, seed):
+    a = ChatRequest(messages, "m", temperature=temperature, replicate=replicate, extra={"seed": seed, "top_p": 1})
+    rebuilt = [{"content": m["content"], "role": m["role"]} for m in messages]  # other key order
+    b = ChatRequest(tuple(rebuilt), "m", temperature=float(temperature), replicate=replicate,
+                    extra=[("top_p", 1), ("seed", seed)], channel="architect")
+    assert a.cache_key() == b.cache_key() == ChatRequest.from_dict(a.to_dict()).cache_key()
+    assert ChatRequest(messages, "m", temperature=temperature, replicate=replicate + 1,
+                       extra={"seed": seed, "top_p": 1}).cache_key() != a.cache_key()
 
 
 @pytest.mark.parametrize("bad, message", [
