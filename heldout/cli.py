@@ -108,6 +108,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+# -- report / check ------------------------------------------------------------------------------
+def cmd_report(args: argparse.Namespace) -> int:
+    from heldout.reports import build_report, write_report
+
+    checkpoints = [int(c) for c in args.checkpoints.split(",")] if args.checkpoints else None
+    report = build_report(args.run_dirs, baseline=args.baseline, alpha=args.alpha, checkpoints=checkpoints,
+                          data_dir=args.data_dir)
+    for warning in report.warnings:
+        print(f"heldout report: WARNING: {warning}", file=sys.stderr)
+    paths = write_report(report, args.out)
+    runs = report.runs
+    print(f"{len(runs.runs)} run(s) used, {len(runs.failed)} failed, {len(runs.excluded)} excluded")
+    for kind, path in paths.items():
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from heldout.reports import check_runs
+
+    result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
+                        method=args.method, pair_seeds=args.pair_seeds)
+    if args.json:
+        _print_json(result.as_dict())
+    else:
+        print(result.evidence())
+    return 1 if result.regressed else 0
+
+
 # -- vliw ----------------------------------------------------------------------------------------
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     from heldout.benchmarks.vliw.conformance import load_cases, run_case
@@ -185,6 +214,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-drift", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
+    p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--baseline", default="seed", help="method every paired table compares against")
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
+    p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
+    p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
+    p.add_argument("--current", nargs="+", required=True, help="current run dirs")
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--min-effect", type=float, default=0.0, help="ignore drops no larger than this")
+    p.add_argument("--method", default=None, help="compare this method when a run set holds several")
+    p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
+                   help="pair seeds by id (default) or by rank when the current set used fresh seeds")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
