@@ -283,6 +283,23 @@ def test_backoff_is_exponential_with_jitter_and_honours_retry_after():
     assert 0.25 <= backoff_delay(1, "soon", base=0.5, cap=4.0) <= 0.5
 
 
+def test_the_client_waits_what_retry_after_says(monkeypatch):
+    import heldout.models.client as client_module
+
+    waits = []
+
+    def spy(attempt, retry_after, **kw):  # observes the real rule, changes nothing
+        waits.append((retry_after, backoff_delay(attempt, retry_after, **kw)))
+        return waits[-1][1]
+
+    monkeypatch.setattr(client_module, "backoff_delay", spy)
+    with TestServer(rate_429=0.5, retry_after=0.05, seed=2) as srv:
+        ModelClient("test-model", srv.base_url, max_retries=20, backoff_base=30.0).complete_many(
+            [word_sorting(i) for i in range(10)])
+        assert len(waits) == srv.stats.http_429 > 0
+    assert set(waits) == {("0.05", 0.05)}  # not the 15-30 s its own backoff would have chosen
+
+
 @pytest.mark.parametrize("body", [b"not json", b'{"choices": []}',
                                   b'{"choices": [{"message": {"content": null}}]}',
                                   b'{"choices": [{"message": {"content": "x"}}], "usage": {"prompt_tokens": "many"}}'])
