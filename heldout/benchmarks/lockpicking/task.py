@@ -165,11 +165,14 @@ class LockpickingBenchmark(Benchmark):
             batch = self._python_batch(candidate, programs, limits)
         if batch.error_kind == "sandbox_error":  # not the candidate's fault: do not remember it
             return batch
-        with self._lock:
-            self._batches[key] = batch
-            while len(self._batches) > _CACHE_SIZE:
-                self._batches.popitem(last=False)
+        self._remember(self._batches, key, batch)
         return batch
+
+    def _remember(self, cache: OrderedDict, key: tuple, value: Any) -> None:
+        with self._lock:
+            cache[key] = value
+            while len(cache) > _CACHE_SIZE:
+                cache.popitem(last=False)
 
     def _sql_batch(self, checked: sqlmod.CheckedSql, programs: list[str], limits: RunLimits,
                    hook: sqlmod.AiComplete | None) -> _Batch:
@@ -282,10 +285,7 @@ class LockpickingBenchmark(Benchmark):
             result = self._python_exhaustive(candidate, truth, limits)
             if result["exhaustive_error_kind"] == "sandbox_error":
                 return result
-        with self._lock:
-            self._exhaustive[key] = result
-            while len(self._exhaustive) > _CACHE_SIZE:
-                self._exhaustive.popitem(last=False)
+        self._remember(self._exhaustive, key, result)
         return result
 
     def _python_exhaustive(self, candidate: Candidate, truth: np.ndarray, limits: RunLimits) -> dict[str, Any]:
