@@ -3,8 +3,6 @@ execution limits; either way every example scores 0 and the diagnostic names the
 
 from __future__ import annotations
 
-import time
-
 import duckdb
 import pytest
 
@@ -20,9 +18,9 @@ ATTACKS = {
     "read_csv in a subquery": ("(SELECT COUNT(*) FROM read_csv('/etc/passwd'))", "not allowed"),
     "read the manifest": (f"LENGTH(READ_TEXT('{MANIFEST}'))", "READ_TEXT"),
     "read the manifest as json": (f"(SELECT COUNT(*) FROM read_json('{MANIFEST}'))", "not allowed"),
-    "copy to": ("COPY (SELECT 1) TO '/tmp/lockpicking-owned.csv'", "statements are not allowed"),
+    "copy to": ("COPY (SELECT 1) TO 'owned.csv'", "statements are not allowed"),
     "copy into": ("COPY INTO @stage FROM (SELECT PROGRAM)", "statements are not allowed"),
-    "attach": ("ATTACH '/tmp/lockpicking-owned.db' AS owned", "statements are not allowed"),
+    "attach": ("ATTACH 'owned.db' AS owned", "statements are not allowed"),
     "install": ("INSTALL httpfs", "statements are not allowed"),
     "load": ("LOAD httpfs", "statements are not allowed"),
     "pragma": ("PRAGMA database_list", "statements are not allowed"),
@@ -53,9 +51,7 @@ def test_attack_is_rejected_before_execution(name, monkeypatch):
     body, message = ATTACKS[name]
     executed = []
     monkeypatch.setattr(sqlmod, "execute", lambda *a, **k: executed.append(a))
-    started = time.perf_counter()
     verdict = LockpickingBenchmark().run({"scorer.sql": body}, EXAMPLE)
-    assert time.perf_counter() - started < 30  # a sanity bound on a hang, not a performance target
     assert verdict.score == 0 and not verdict.valid
     assert verdict.error_kind in ("forbidden", "malformed_candidate")
     assert message.lower() in verdict.error.lower(), verdict.error
@@ -73,11 +69,9 @@ def test_rejected_candidate_summary_names_the_error_and_skips_the_exhaustive_che
 
 def test_a_query_that_never_ends_is_stopped_by_the_wall_clock_limit():
     con = sqlmod._connect(256)
-    started = time.perf_counter()
     with pytest.raises(sqlmod.SqlExecutionError) as err:
         sqlmod.run_query(con, "SELECT count(*) FROM range(1000000000) a, range(1000000000) b", 0.5)
     assert err.value.kind == "timeout" and "timeout after 0.5 s wall" in str(err.value)
-    assert time.perf_counter() - started < 30
 
 
 def test_an_accepted_candidate_over_its_time_limit_scores_zero_with_a_timeout():
@@ -87,20 +81,21 @@ def test_an_accepted_candidate_over_its_time_limit_scores_zero_with_a_timeout():
 
 
 @pytest.mark.parametrize("query", [
-    "SELECT * FROM read_csv('/etc/passwd')",
-    "COPY (SELECT 1) TO '/tmp/lockpicking-owned.csv'",
-    "ATTACH '/tmp/lockpicking-owned.db' AS owned",
+    "SELECT * FROM read_csv('{dir}/secret.csv')",
+    "COPY (SELECT 1) TO '{dir}/owned.csv'",
+    "ATTACH '{dir}/owned.db' AS owned",
     "INSTALL httpfs",
     "SET enable_external_access = true",
 ])
-def test_the_execution_connection_is_locked_down_even_for_sql_that_got_past_validation(query):
+def test_the_execution_connection_is_locked_down_even_for_sql_that_got_past_validation(query, tmp_path):
     # Defence in depth: the DuckDB the candidate runs in has no file system, no extension
     # installs and a locked configuration, so even an allow-list hole could not read or write.
+    (tmp_path / "secret.csv").write_text("a\n1\n")
     con = sqlmod._connect(256)
     sqlmod._load(con, ["729405"], all_six_digit=False)
     with pytest.raises(sqlmod.SqlExecutionError, match="execution failed"):
-        sqlmod.run_query(con, query, 10)
-    assert not __import__("os").path.exists("/tmp/lockpicking-owned.csv")
+        sqlmod.run_query(con, query.format(dir=tmp_path), 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.csv"]
 
 
 def test_the_memory_and_thread_limits_are_applied_and_locked():
