@@ -352,4 +352,7 @@ def main():
     os._exit(0)
 
 
-main()
+# run as `python -I -c SOURCE` (the sandbox); imported, it only lends its isolation helpers
+# (heldout.evaluators.isolated reuses them)
+if __name__ == "__main__":
+    main()

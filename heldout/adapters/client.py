@@ -1,0 +1,184 @@
+"""The client an isolated optimizer uses to reach its task view (standard library only).
+
+An isolated optimizer (``heldout run ... --optimizer-cmd "CMD"``) runs in a separate, sandboxed
+process. The harness serves its session's :class:`~heldout.evaluators.session.TaskView` over HTTP
+(:mod:`heldout.evaluators.view_server`) and passes the address in the environment:
+
+* ``HELDOUT_VIEW_SOCKET``: path of a Unix socket (used when set; it works inside a network
+  namespace that has no usable loopback), or
+* ``HELDOUT_VIEW_URL``: ``http://127.0.0.1:PORT``;
+* ``HELDOUT_VIEW_TOKEN``: the session's bearer token.
+
+The optimizer **returns its final candidate** with :meth:`TaskClient.submit_final` (``POST
+/final``). It may submit as often as it likes (e.g. its best so far after every improvement); the
+last submission before the process exits is the one the harness scores on the test split. The
+run counts as successful only if the process exits with status 0 and has submitted a final.
+
+    from heldout.adapters.client import TaskClient
+
+    client = TaskClient.from_env()
+    seed = client.seed_candidate
+    results = client.evaluate(seed, "train", ids=[ex["id"] for ex in client.train[:10]])
+    client.submit_final(seed)
+
+Refusals arrive as exceptions with the server's message: :class:`BudgetExceeded` (HTTP 402,
+nothing ran), :class:`VisibilityError` (403, e.g. the test split), :class:`RequestRefused`
+(any other 4xx/5xx). This module must stay importable on its own: the harness copies it into the
+optimizer's sandbox, which cannot see the rest of heldout.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
+
+URL_ENV = "HELDOUT_VIEW_URL"
+SOCKET_ENV = "HELDOUT_VIEW_SOCKET"
+TOKEN_ENV = "HELDOUT_VIEW_TOKEN"
+
+
+class RequestRefused(Exception):
+    """The view server refused a request; ``status`` is the HTTP status, ``kind`` its error kind."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {kind}: {message}")
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+
+class BudgetExceeded(RequestRefused):
+    """The evaluation (or architect call) would exceed the budget; nothing ran."""
+
+
+class VisibilityError(RequestRefused):
+    """The request asked for something the visibility policy does not allow."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class TaskClient:
+    """Methods mirror :class:`~heldout.evaluators.session.TaskView`. Thread-safe (one connection
+    per request). ``timeout`` bounds each request; evaluations of slow tasks may need more."""
+
+    def __init__(self, token: str, *, url: str | None = None, socket_path: str | None = None,
+                 timeout: float = 3600.0) -> None:
+        if not token:
+            raise ValueError("TaskClient needs the session token")
+        if not url and not socket_path:
+            raise ValueError("TaskClient needs a url (http://127.0.0.1:PORT) or a Unix socket path")
+        self._token = token
+        self._socket_path = socket_path
+        self._timeout = timeout
+        self._host = self._port = None
+        if not socket_path:
+            parsed = urlsplit(url)
+            if parsed.scheme != "http" or not parsed.hostname:
+                raise ValueError(f"view url must look like http://127.0.0.1:PORT, got {url!r}")
+            self._host, self._port = parsed.hostname, parsed.port or 80
+        self._task: dict[str, Any] | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, timeout: float = 3600.0) -> "TaskClient":
+        env = os.environ if environ is None else environ
+        token = env.get(TOKEN_ENV)
+        if not token or not (env.get(SOCKET_ENV) or env.get(URL_ENV)):
+            raise RuntimeError(f"not started by heldout: set {TOKEN_ENV} and {SOCKET_ENV} or {URL_ENV}")
+        return cls(token, url=env.get(URL_ENV), socket_path=env.get(SOCKET_ENV) or None, timeout=timeout)
+
+    # -- transport ------------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """One JSON request; returns the decoded answer or raises :class:`RequestRefused`."""
+        if self._socket_path:
+            conn: http.client.HTTPConnection = _UnixConnection(self._socket_path, self._timeout)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        payload = None if body is None else json.dumps(body).encode("utf-8")
+        headers = {"Authorization": f"Bearer {self._token}", "Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            conn.request(method, path, body=payload, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        finally:
+            conn.close()
+        try:
+            data = json.loads(raw) if raw else None
+        except ValueError:
+            data = {"error": raw[:500].decode("utf-8", "replace"), "kind": "bad_response"}
+        if resp.status >= 400:
+            info = data if isinstance(data, dict) else {}
+            kind, message = str(info.get("kind", "error")), str(info.get("error", raw[:500]))
+            cls = {402: BudgetExceeded, 403: VisibilityError}.get(resp.status, RequestRefused)
+            raise cls(resp.status, kind, message)
+        return data
+
+    # -- the view -------------------------------------------------------------------------------
+    @property
+    def task(self) -> dict[str, Any]:
+        """Everything ``GET /task`` returns (fetched once): task, description, kind,
+        seed_candidate, train, val, policy, budget, remaining (at fetch time)."""
+        if self._task is None:
+            self._task = self.request("GET", "/task")
+        return self._task
+
+    @property
+    def seed_candidate(self) -> dict[str, str]:
+        return dict(self.task["seed_candidate"])
+
+    @property
+    def train(self) -> list[dict[str, Any]]:
+        """Train examples: id, input, target."""
+        return self.task["train"]
+
+    @property
+    def val(self) -> list[dict[str, Any]]:
+        """Val examples: id and input only."""
+        return self.task["val"]
+
+    @property
+    def remaining(self) -> int:
+        """Metric calls left (asked fresh every time)."""
+        return int(self.request("GET", "/remaining")["remaining"])
+
+    def evaluate(self, candidate: Mapping[str, str], split: str = "train", ids: Sequence[str] | None = None,
+                 parent: str | None = None) -> list[dict[str, Any]]:
+        """Score ``candidate`` on ``ids`` of ``split`` (all of it when None): one dict per example
+        with the fields the visibility policy shows."""
+        body = {"candidate": dict(candidate), "split": split,
+                "ids": None if ids is None else list(ids), "parent": parent}
+        return self.request("POST", "/evaluate", body)["results"]
+
+    def architect(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
+                  max_tokens: int | None = None, replicate: int = 0) -> str:
+        """One metered call of the session's architect model; returns its text."""
+        body = {"messages": [dict(m) for m in messages], "temperature": temperature,
+                "max_tokens": max_tokens, "replicate": replicate}
+        return self.request("POST", "/architect", body)["text"]
+
+    def submit_final(self, candidate: Mapping[str, str]) -> str:
+        """Hand in the final candidate (the last submission wins); returns its candidate id."""
+        return self.request("POST", "/final", {"candidate": dict(candidate)})["candidate_id"]
+
+
+__all__ = ["BudgetExceeded", "RequestRefused", "TaskClient", "VisibilityError",
+           "SOCKET_ENV", "TOKEN_ENV", "URL_ENV"]
