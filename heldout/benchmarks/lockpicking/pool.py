@@ -10,7 +10,7 @@ so that the aggregate count is informative about the rule table:
 * every edge is also *masked* at least once (fires on a base-invalid target, so it changes nothing);
 * several triggers fire together on many strings; every label 0..6 occurs; a few are malformed.
 
-Rebuild (only when the task version changes): ``python -m heldout.benchmarks.lockpicking.pool``.
+Rebuild (only when the task version changes): ``python -m heldout.benchmarks.lockpicking.rebuild``.
 """
 
 from __future__ import annotations
@@ -110,8 +110,3 @@ def freeze_manifest():
              "generalise": "train = the paper's 50; val 50 and test 300 further strings from the same pool, "
                            "disjoint from train: transfer of the recovered rules, beyond the paper"}
     return freeze(BENCHMARK.name, BENCHMARK.version, BENCHMARK.source, examples, profiles, notes)
-
-
-if __name__ == "__main__":
-    write_pool(draw_pool())
-    print(freeze_manifest().save())
