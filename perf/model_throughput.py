@@ -29,7 +29,7 @@ from heldout.models import ChatRequest, ModelClient, ResponseCache
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "heldout.models.testserver", "--port", "0", "--latency", str(latency)],
-        stdout=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     if "listening on" not in line:
         proc.kill()
