@@ -146,6 +146,12 @@ def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from heldout.protocols.demo import demo_command
+
+    return demo_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -214,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-drift", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="run the small study of the README and write its report")
+    p.add_argument("--run-dir", default="runs/demo")
+    p.add_argument("--out", default="runs/demo-report")
+    p.add_argument("--jobs", type=int, default=2)
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
