@@ -123,10 +123,24 @@ def check_run(run_dir: Path) -> tuple[RunRecord | None, str | None]:
         return None, (f"run record is not anchored to its ledger (record says {record.ledger_entries} "
                       f"entries ending {record.ledger_head[:16]}, ledger has {ledger.entries} ending "
                       f"{ledger.head[:16]})")
-    mismatch = _test_scores_mismatch(run_dir, record)
+    mismatch = _header_mismatch(run_dir, record) or _test_scores_mismatch(run_dir, record)
     if mismatch:
         return None, mismatch
     return record, None
+
+
+def _header_mismatch(run_dir: Path, record: RunRecord) -> str | None:
+    """Task, profile, seed, method and settings must be the ones the session started with."""
+    entries, _ = read_entries(run_dir / LEDGER_FILE)
+    start = next((e["data"] for e in entries if e["kind"] == "session_start"), None)
+    if start is None:
+        return "ledger has no session_start entry"
+    fields = ("task", "profile", "seed", "method", "budget", "policy", "limits", "options", "drift")
+    differing = [f for f in fields if json.dumps(start.get(f), sort_keys=True, default=str)
+                 != json.dumps(getattr(record, f), sort_keys=True, default=str)]
+    if differing:
+        return f"run record's {', '.join(differing)} differ from the ledger's session_start"
+    return None
 
 
 def _test_scores_mismatch(run_dir: Path, record: RunRecord) -> str | None:

@@ -1,0 +1,354 @@
+"""Reports and the regression gate, on run dirs made by real sessions.
+
+The runs are real: ``lockpicking/six`` (profile ``paper``) sessions with small in-process
+optimizers, SQL candidates run in DuckDB, ledgers hash-chained on disk, an architect reached over
+HTTP on a loopback test server (so optimisation tokens are real counts). Methods:
+
+* ``seed``      - returns the task's seed candidate (the baseline every table needs);
+* ``champion``  - evaluates the seed and the stored champion on train, returns the champion;
+* ``search``    - asks the architect once, then tries random mixes of the champion's and the
+                  seed's rules (a seeded draw) on train and returns the best: it varies by seed.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from heldout.benchmarks.lockpicking.task import CANDIDATES_DIR
+from heldout.cli import main
+from heldout.evaluators.session import Session
+from heldout.models import ModelClient
+from heldout.models.testserver import TestServer
+from heldout.reports import build_report, check_runs, collect_runs, write_report
+
+TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
+CHAMPION = (CANDIDATES_DIR / "champion.sql").read_text()
+SEED_SQL = (CANDIDATES_DIR / "seed.sql").read_text()
+
+
+def rules(sql: str, lines_per_rule: int) -> tuple[str, list[str], str]:
+    """Split a stored candidate into header, its six rule terms and footer."""
+    lines = sql.strip().splitlines()
+    body = lines[1:-1]
+    terms = ["\n".join(body[i:i + lines_per_rule]) for i in range(0, len(body), lines_per_rule)]
+    assert len(terms) == 6
+    return lines[0], terms, lines[-1]
+
+
+def mix(mask: list[bool]) -> dict[str, str]:
+    """The champion's rule where ``mask`` is True, the seed's (looser) rule elsewhere."""
+    head, champ_terms, foot = rules(CHAMPION, 2)
+    _, seed_terms, _ = rules(SEED_SQL, 1)
+    body = [c if keep else s for keep, c, s in zip(mask, champ_terms, seed_terms)]
+    return {"scorer.sql": "\n".join([head, *body, foot]) + "\n"}
+
+
+def seed_method(view, seed):
+    return view.seed_candidate
+
+
+def champion_method(view, seed):
+    ids = [ex["id"] for ex in view.train[:10]]
+    view.evaluate(view.seed_candidate, "train", ids)
+    view.evaluate({"scorer.sql": CHAMPION}, "train", ids)
+    return {"scorer.sql": CHAMPION}
+
+
+def search_method(view, seed):
+    view.architect.complete([{"role": "user", "content": f"Propose rule edits for {view.task_name}. Seed {seed}."}])
+    rng = random.Random(seed)
+    best, best_score = view.seed_candidate, float("-inf")
+    ids = [ex["id"] for ex in view.train]
+    for k in range(5):
+        candidate = mix([rng.random() < 0.5 for _ in range(6)])
+        shown = view.evaluate(candidate, "train", rng.sample(ids, 12))
+        score = sum(row["score"] for row in shown) / len(shown)
+        if score > best_score:
+            best, best_score = candidate, score
+    return best
+
+
+METHODS = {"seed": seed_method, "champion": champion_method, "search": search_method}
+
+
+def run_cell(root: Path, method: str, seed: int, architect=None) -> Path:
+    run_dir = root / TASK.replace("/", "__") / method / f"seed-{seed}"
+    Session(TASK, profile=PROFILE, budget=BUDGET, seed=seed, run_dir=run_dir, method=method,
+            architect=architect).run(METHODS[method])
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """``main``: seed, champion, search on seeds 0-2; ``fresh``: search and champion on seeds 3-5."""
+    root = tmp_path_factory.mktemp("runs")
+    with TestServer() as server:
+        architect = ModelClient("test-architect", server.base_url)
+        for method in METHODS:
+            for seed in (0, 1, 2):
+                run_cell(root / "main", method, seed, architect)
+        for method in ("search", "champion"):
+            for seed in (3, 4, 5):
+                run_cell(root / "fresh", method, seed, architect)
+    return root
+
+
+@pytest.fixture(scope="module")
+def report_dir(study, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    assert main(["report", str(study / "main"), "--out", str(out)]) == 0
+    return out
+
+
+# -- collecting --------------------------------------------------------------------------------------
+def test_collect_finds_every_run_recursively_and_groups_by_task_method_seed(study):
+    runs = collect_runs([study / "main"])
+    assert not runs.excluded and not runs.failed
+    cells = runs.cells()
+    assert sorted(cells) == [(TASK, "champion"), (TASK, "search"), (TASK, "seed")]
+    assert all(sorted(cell) == [0, 1, 2] for cell in cells.values())
+
+
+def test_search_method_really_varies_by_seed_and_spends_architect_tokens(study):
+    cell = collect_runs([study / "main"]).cells()[(TASK, "search")]
+    assert len({run.record.final_candidate_id for run in cell.values()}) > 1
+    assert all(run.record.usage["tokens"]["architect"]["prompt"] > 0 for run in cell.values())
+
+
+# -- the report ------------------------------------------------------------------------------------
+def test_report_writes_markdown_html_and_json_with_every_table(report_dir):
+    md = (report_dir / "report.md").read_text()
+    for title in ("Table 1: held-out score by task and method", "Held-out paired comparison against seed",
+                  "Table 5 analogue", "Budget-matched best-so-far", "Runs"):
+        assert f"## {title}" in md
+    # champion is best (bold) but one search seed also reaches 1.0: the ranking is not separated (†)
+    assert "| lockpicking/six | **1.000 ± 0.000 (n=3) †** |" in md
+    html = (report_dir / "report.html").read_text()
+    assert html.count("<table") == 5 and html.count('src="data:image/png;base64,') == 5
+    assert "http://" not in html and "https://" not in html and "<script" not in html
+    results = json.loads((report_dir / "results.json").read_text())
+    assert set(results["tables"]) == {"results", "heldout", "cost", "budget", "runs"}
+    for fig in results["figures"]:
+        assert (report_dir / fig["file"]).read_bytes().startswith(b"\x89PNG")
+
+
+def test_every_table_states_profile_policy_budget_tolerance_and_drift(report_dir):
+    results = json.loads((report_dir / "results.json").read_text())
+    expected = (f"split profile: {PROFILE}; visibility policy: standard; budget: {BUDGET} metric calls; "
+                "tolerance: task default; data drift override: none")
+    for key in ("results", "heldout", "cost", "budget"):
+        assert expected in results["tables"][key]["notes"][0], key
+
+
+def test_heldout_table_matches_the_paired_statistics_of_the_scores(study, report_dir):
+    from heldout.protocols.stats import paired_comparison
+
+    results = json.loads((report_dir / "results.json").read_text())
+    rows = {row["method"]: row for row in results["tables"]["heldout"]["data"]}
+    assert set(rows) == {"champion", "search"}
+    champ = rows["champion"]
+    runs = collect_runs([study / "main"]).cells()
+    seed_scores = runs[(TASK, "seed")][0].test_scores()
+    champ_scores = runs[(TASK, "champion")][0].test_scores()
+    ids = list(seed_scores)
+    expected = paired_comparison([seed_scores[i] for i in ids], [champ_scores[i] for i in ids])
+    assert champ["mean_diff"] == pytest.approx(expected.mean_diff)
+    assert champ["wilcoxon_p"] == pytest.approx(expected.wilcoxon_p)
+    assert (champ["wins"], champ["ties"], champ["losses"]) == (expected.wins, expected.ties, expected.losses)
+    assert champ["mean_diff"] > 0.5 and champ["report_verdict"].startswith("champion is better than seed")
+    # one task: the corrections cannot change a single p-value
+    assert champ["p_holm"] == pytest.approx(champ["wilcoxon_p"]) == pytest.approx(champ["p_fdr_bh"])
+
+
+def test_a_comparison_without_evidence_says_cannot_separate(study, tmp_path):
+    # "twin" returns the champion too: identical held-out scores, nothing to call
+    for seed in (0, 1, 2):
+        run_dir = tmp_path / "twin" / f"seed-{seed}"
+        Session(TASK, profile=PROFILE, budget=BUDGET, seed=seed, run_dir=run_dir, method="twin").run(champion_method)
+    report = build_report([study / "main", tmp_path / "twin"], baseline="champion", n_boot=1000)
+    rows = {row["method"]: row for row in report.table("heldout").data}
+    assert rows["twin"]["report_verdict"] == "cannot separate: all 50 paired differences are 0"
+    assert rows["seed"]["report_verdict"].startswith("seed is worse than champion")
+    results_rows = report.table("results").rows
+    assert any("†" in cell.text for row in results_rows for cell in row)  # champion and twin tie for best
+
+
+def test_cost_table_counts_architect_tokens_and_gain_per_million(report_dir):
+    results = json.loads((report_dir / "results.json").read_text())
+    rows = {row["method"]: row for row in results["tables"]["cost"]["data"]}
+    assert rows["search"]["architect_tokens"] > 0
+    assert rows["search"]["optimisation_tokens"] == rows["search"]["architect_tokens"]  # program task: no worker
+    assert rows["search"]["gain_per_million_optimisation_tokens"] == pytest.approx(
+        rows["search"]["gain"] / (rows["search"]["optimisation_tokens"] / 1e6))
+    assert rows["champion"]["gain_per_million_optimisation_tokens"] is None  # no tokens: n/a, not inf
+    assert rows["champion"]["candidate_chars"] == len(CHAMPION)
+
+
+def test_budget_table_reports_best_so_far_at_checkpoints(study):
+    report = build_report([study / "main"], checkpoints=[10, 20, 60], n_boot=1000)
+    rows = {row["method"]: row for row in report.table("budget").data}
+    champ = rows["champion"]["checkpoints"]
+    assert champ["10"]["mean"] == pytest.approx(0.2)  # the seed candidate on the first 10 train examples
+    assert champ["20"]["mean"] == champ["60"]["mean"] == pytest.approx(1.0)
+    assert rows["seed"]["checkpoints"]["60"] is None  # the seed method never evaluates
+
+
+# -- tampering and failures are excluded loudly -------------------------------------------------------
+def copy_main(study: Path, dest: Path) -> Path:
+    shutil.copytree(study / "main", dest)
+    return dest / TASK.replace("/", "__")
+
+
+def test_a_tampered_ledger_is_excluded_and_announced_everywhere(study, tmp_path, capsys):
+    cells = copy_main(study, tmp_path / "runs")
+    ledger = cells / "champion" / "seed-1" / "ledger.jsonl"
+    lines = ledger.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"test_scoring"' in line and '"score": 0.0' not in line)
+    lines[index] = lines[index].replace('"score": 1.0', '"score": 0.0', 1)
+    ledger.write_text("\n".join(lines) + "\n")
+
+    out = tmp_path / "report"
+    assert main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "EXCLUDED" in err and "champion/seed-1" in err and "content was edited" in err
+    assert "**WARNING**" in (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    assert 'class="warning"' in html and "ledger does not verify" in html
+    results = json.loads((out / "results.json").read_text())
+    assert [Path(e["path"]).parts[-2:] for e in results["excluded"]] == [("champion", "seed-1")]
+    champ = next(r for r in results["tables"]["results"]["data"] if r["method"] == "champion")
+    assert champ["seeds"] == [0, 2]
+
+
+def test_a_run_record_edited_behind_the_ledger_is_excluded(study, tmp_path):
+    cells = copy_main(study, tmp_path / "runs")
+    path = cells / "seed" / "seed-2" / "run_record.json"
+    record = json.loads(path.read_text())
+    record["test_verdicts"][0]["score"] = 1.0 - record["test_verdicts"][0]["score"]
+    path.write_text(json.dumps(record))
+    runs = collect_runs([tmp_path / "runs"])
+    assert [e.path.parts[-2:] for e in runs.excluded] == [("seed", "seed-2")]
+    assert "differ from its ledger" in runs.excluded[0].reason
+
+
+def test_an_interrupted_run_and_a_crashed_optimizer_are_listed_not_used(study, tmp_path):
+    cells = copy_main(study, tmp_path / "runs")
+    (cells / "search" / "seed-0" / "run_record.json").unlink()
+
+    def crashing(view, seed):
+        view.evaluate(view.seed_candidate, "train", [view.train[0]["id"]])
+        raise RuntimeError("optimizer bug")
+
+    Session(TASK, profile=PROFILE, budget=BUDGET, seed=7, run_dir=cells / "crashy" / "seed-7",
+            method="crashy").run(crashing)
+    report = build_report([tmp_path / "runs"], n_boot=1000)
+    assert any("no run record" in w and "search/seed-0" in w for w in report.warnings)
+    assert any(w.startswith("FAILED") and "optimizer bug" in w for w in report.warnings)
+    assert "crashy" not in report.runs.methods()
+
+
+def test_report_on_an_empty_or_missing_dir_is_a_clear_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
+    assert "no run records found" in capsys.readouterr().err
+
+
+# -- the regression gate -----------------------------------------------------------------------------
+def heldout_check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "heldout.cli", "check", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_check_exits_1_on_a_planted_regression_and_prints_the_evidence(study):
+    cells = study / "main" / TASK.replace("/", "__")
+    # baseline: the champion; current: the worse seed candidate on the same seeds
+    done = heldout_check("--baseline", str(cells / "champion"), "--current", str(cells / "seed"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.startswith("REGRESSION: mean change -0.62")
+    assert "0->0,1->1,2->2" in done.stdout and "lockpicking/six" in done.stdout
+
+
+def test_check_exits_0_when_the_same_method_reruns_on_fresh_seeds(study):
+    # the same seed-dependent search on seeds 3-5 against seeds 0-2: run-to-run noise only
+    base = study / "main" / TASK.replace("/", "__") / "search"
+    cur = study / "fresh" / TASK.replace("/", "__") / "search"
+    result = check_runs([base], [cur], pair_seeds="rank")
+    assert not result.regressed, result.evidence()
+    assert result.gate.n_pairs == 150 and result.gate.n_clusters == 50
+    assert main(["check", "--baseline", str(base), "--current", str(cur), "--pair-seeds", "rank"]) == 0
+
+
+def test_check_exits_0_on_the_same_candidate_and_1_only_above_min_effect(study, capsys):
+    cells = study / "main" / TASK.replace("/", "__")
+    same = check_runs([cells / "champion"], [study / "fresh" / TASK.replace("/", "__") / "champion"],
+                      pair_seeds="rank")
+    assert not same.regressed and same.gate.mean_change == 0.0
+    # a drop of 0.62 is not a regression when only drops above 0.7 count
+    assert main(["check", "--baseline", str(cells / "champion"), "--current", str(cells / "seed"),
+                 "--min-effect", "0.7"]) == 0
+    assert "does not exceed min-effect 0.7" in capsys.readouterr().out
+
+
+def test_check_refuses_what_it_cannot_pair(study, capsys):
+    cells = study / "main" / TASK.replace("/", "__")
+    fresh = study / "fresh" / TASK.replace("/", "__") / "champion"
+    assert main(["check", "--baseline", str(cells / "champion"), "--current", str(fresh)]) == 2
+    assert "share none" in capsys.readouterr().err
+    assert main(["check", "--baseline", str(study / "main"), "--current", str(study / "main")]) == 2
+    assert "pass --method" in capsys.readouterr().err
+    assert main(["check", "--baseline", str(study / "main"), "--current", str(study / "main"),
+                 "--method", "search"]) == 0
+
+
+def test_check_warns_about_excluded_current_runs(study, tmp_path):
+    cells = copy_main(study, tmp_path / "runs")
+    (cells / "seed" / "seed-0" / "ledger.head").write_text('{"count": 1, "hash": "x"}')
+    result = check_runs([study / "main" / TASK.replace("/", "__") / "champion"], [cells / "seed"])
+    assert result.regressed
+    assert any("EXCLUDED" in w and "seed-0" in w for w in result.warnings)
+    assert [row["seed_pairs"] for row in result.per_task] == [[(1, 1), (2, 2)]]
+    assert "WARNING: current run EXCLUDED" in result.evidence()
+
+
+# -- the HTML renders in a real browser ------------------------------------------------------------
+CHROMIUM = Path("/usr/bin/chromium")
+RENDER_PROBE = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.from(document.images);
+  var shown = function (el) { return el.offsetHeight > 0 && el.offsetWidth > 0; };
+  var out = document.createElement('pre');
+  out.id = 'render-check';
+  out.textContent = 'images=' + imgs.length
+    + ' decoded=' + imgs.filter(function (i) { return i.complete && i.naturalWidth > 0 && shown(i); }).length
+    + ' tables=' + Array.from(document.querySelectorAll('table')).filter(shown).length
+    + ' rows=' + Array.from(document.querySelectorAll('tbody tr')).filter(shown).length;
+  document.body.appendChild(out);
+});
+</script></body>"""
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed (/usr/bin/chromium absent)")
+def test_report_html_renders_tables_and_images_in_headless_chromium(report_dir, tmp_path):
+    # The report itself has no script; a copy gets a probe that writes what rendered into the DOM.
+    page = tmp_path / "probe.html"
+    page.write_text((report_dir / "report.html").read_text().replace("</body>", RENDER_PROBE))
+    done = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    results = json.loads((report_dir / "results.json").read_text())
+    n_rows = sum(len(t["rows"]) for t in results["tables"].values())
+    assert f'id="render-check">images=5 decoded=5 tables=5 rows={n_rows}<' in dom
+    assert "<td><strong>champion is better than seed: mean change +0.62" in dom
