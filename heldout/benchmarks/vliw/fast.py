@@ -189,48 +189,58 @@ def decode(program: Sequence[Any]) -> DecodedProgram:
         raise TypeError(f"a program is a list of bundles, got {type(program).__name__}")
     dec = _Decoder()
     rows: list[tuple] = []
+    append = rows.append
     start = [0]
     charged = bytearray(len(program))
-    counts = np.zeros((len(program), len(CHECKED_ENGINES)), dtype=np.int64)
+    n_engines = len(CHECKED_ENGINES)
+    counts = [0] * (len(program) * n_engines)
     messages: dict[int, str] = {}
     limits = SLOT_LIMITS
     engine_index = ENGINE_INDEX
+    cache = dec.cache
     for index, bundle in enumerate(program):
-        if not isinstance(bundle, Mapping):
+        if type(bundle) is not dict and not isinstance(bundle, Mapping):
             messages[len(rows)] = f"bundle is a {type(bundle).__name__}, not a mapping"
-            rows.append((OP_FAULT, _F["bad_bundle"], 0, 0, 0))
+            append((OP_FAULT, _F["bad_bundle"], 0, 0, 0))
             start.append(len(rows))
             continue
         for engine, slots in bundle.items():
             if engine == "debug":
                 continue
             charged[index] = 1
-            limit = limits.get(engine) if isinstance(engine, str) else None
+            limit = limits.get(engine) if type(engine) is str else None
             if limit is None:
                 row = dec.fault_row("unknown_engine", f"unknown engine {engine!r}")
-            elif not isinstance(slots, (list, tuple)):
+            elif type(slots) is not list and not isinstance(slots, (list, tuple)):
                 row = dec.fault_row("bad_bundle", f"engine {engine!r} maps to a {type(slots).__name__}, "
                                                   "not a list of slots")
             elif len(slots) > limit:
                 row = dec.fault_row("slot_overflow", f"{len(slots)} {engine} slots, limit {limit}")
             else:
-                counts[index, engine_index[engine]] += len(slots)
+                counts[index * n_engines + engine_index[engine]] += len(slots)
                 row = None
                 for slot in slots:
-                    r = dec.slot_row(engine, slot, index)
+                    # fast path: a cached slot (the key carries operand types: 1, True, 1.0 differ)
+                    try:
+                        r = cache.get((engine, *slot, *map(type, slot)))
+                    except TypeError:
+                        r = None
+                    if r is None:
+                        r = dec.slot_row(engine, slot, index)
                     if r[0] == OP_FAULT:
                         row = r
                         break
-                    rows.append(r)
+                    append(r)
             if row is not None:
                 messages[len(rows)] = row[5]
-                rows.append(row[:5])
+                append(row[:5])
                 break  # nothing after a fault executes
         start.append(len(rows))
     code = np.array(rows, dtype=np.int64).reshape(len(rows), 5)
     return DecodedProgram(code=code, start=np.array(start, dtype=np.int64),
                           charged=np.frombuffer(bytes(charged), dtype=np.uint8).copy(),
-                          counts=counts, messages=messages)
+                          counts=np.array(counts, dtype=np.int64).reshape(len(program), n_engines),
+                          messages=messages)
 
 
 # -- the interpreter -------------------------------------------------------------------------
