@@ -208,21 +208,40 @@ class BadOutput(Exception):
     pass
 
 
-def to_plain(value, typed, depth=0):
+class OutputTooLarge(Exception):
+    pass
+
+
+class Budget:
+    """Counts (a lower bound of) the JSON size while converting, so a huge value is refused
+    before it is built a second time."""
+
+    def __init__(self, limit):
+        self.left = limit
+
+    def spend(self, n):
+        self.left -= n
+        if self.left < 0:
+            raise OutputTooLarge()
+
+
+def to_plain(value, typed, depth=0, budget=None):
     """JSON mode: dict(str keys)/list/str/int/float/bool/None, tuples -> lists, numpy -> lists.
     Typed mode keeps tuple/set/frozenset/bytes/complex/non-str keys as tagged objects."""
+    if budget is None:
+        budget = Budget(float("inf"))
     if depth > 200:
         raise BadOutput("output is nested more than 200 levels deep")
     t = type(value)
-    if value is None or t in (bool, str, float):
-        return value
-    if t is int:
+    if value is None or t in (bool, str, float, int):
+        budget.spend(len(value) + 2 if t is str else 2)
         return value
     np = sys.modules.get("numpy")
     if np is not None:
         if isinstance(value, np.ndarray):
             if value.dtype.kind not in "biuf":
                 raise BadOutput(f"numpy array of dtype {value.dtype} is not numeric")
+            budget.spend(2 * value.size)
             return value.tolist()
         if isinstance(value, np.generic):
             item = value.item()
@@ -230,23 +249,23 @@ def to_plain(value, typed, depth=0):
                 raise BadOutput(f"numpy scalar of type {t.__name__} is not a number")
             return item
     if t is list:
-        return [to_plain(v, typed, depth + 1) for v in value]
+        return [to_plain(v, typed, depth + 1, budget) for v in value]
     if t is tuple:
-        items = [to_plain(v, typed, depth + 1) for v in value]
+        items = [to_plain(v, typed, depth + 1, budget) for v in value]
         return {"__tuple__": items} if typed else items
     if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
         if typed:
-            return {"__dict__": [[to_plain(k, typed, depth + 1), to_plain(v, typed, depth + 1)]
+            return {"__dict__": [[to_plain(k, typed, depth + 1, budget), to_plain(v, typed, depth + 1, budget)]
                                  for k, v in dict.items(value)]}
         out = {}
         for k, v in dict.items(value):
             if type(k) is not str:
                 raise BadOutput(f"dict key {type(k).__name__} is not a str")
-            out[k] = to_plain(v, typed, depth + 1)
+            out[k] = to_plain(v, typed, depth + 1, budget)
         return out
     if typed:
         if t in (set, frozenset):
-            return {f"__{t.__name__}__": [to_plain(v, typed, depth + 1) for v in value]}
+            return {f"__{t.__name__}__": [to_plain(v, typed, depth + 1, budget) for v in value]}
         if t is bytes:
             return {"__bytes__": value.hex()}
         if t is complex:
@@ -268,7 +287,7 @@ def on_xcpu(signum, frame):
     raise CpuLimit()
 
 
-def run_call(fn, call, typed, cpu_limit):
+def run_call(fn, call, typed, cpu_limit, max_bytes):
     seconds = call.get("seconds")
     start = time.perf_counter()
 
@@ -295,9 +314,11 @@ def run_call(fn, call, typed, cpu_limit):
         return failed("crash", tail_of_traceback(exc))
     elapsed = time.perf_counter() - start
     try:
-        out = {"ok": True, "value": to_plain(value, typed), "seconds": elapsed}
+        out = {"ok": True, "value": to_plain(value, typed, 0, Budget(max_bytes)), "seconds": elapsed}
         json.dumps(out, allow_nan=True)  # fails here, not in send(), on e.g. a huge int
         return out
+    except OutputTooLarge:
+        return failed("output_too_large", f"output too large: the result exceeds {max_bytes} bytes")
     except RecursionError:
         return failed("bad_output", "bad output: nested too deeply to convert")
     except MemoryError:
@@ -338,7 +359,7 @@ def main():
     except BaseException as exc:  # noqa: BLE001
         fatal("crash", "importing the program failed:\n" + tail_of_traceback(exc))
     for index, call in enumerate(job["calls"]):
-        out = run_call(fn, call, typed, cpu_limit)
+        out = run_call(fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
         out["call"] = index
         try:
             send(out)

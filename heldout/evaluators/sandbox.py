@@ -310,22 +310,51 @@ def _execute(job_path: Path, scratch: Path, mode: str, limits: RunLimits, n_call
             if killed_for:
                 break
     finally:
-        _kill_group(proc)
+        _kill_group(proc, mode)
         sel.close()
         os.close(read_fd)
         proc.stdout.close()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    cpu_used = usage.ru_utime + usage.ru_stime
+    cpu_used = _reap(proc, timeout=None) or 0.0
     tail = stdout_tail.decode("utf-8", errors="replace")
     return _interpret(result_buf, killed_for, proc.returncode, cpu_used, tail, limits, mode, n_calls)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, mode: str) -> None:
+    """Kill everything the run started. With namespaces, killing the namespace's first process
+    makes the kernel kill every process in it, and ``unshare`` exits only once they are all gone,
+    so waiting for it guarantees nothing survives; the process-group kill covers the rest."""
+    if mode != "none" and proc.poll() is None:
+        try:
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        except OSError:
+            children = []
+        for child in children:
+            try:
+                os.kill(int(child), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, ValueError):
+                pass
+        _reap(proc, timeout=10.0)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _reap(proc: subprocess.Popen, timeout: float | None) -> float | None:
+    """Wait for ``proc`` (at most ``timeout`` s; None = forever), record its exit code and return
+    the CPU seconds it and its reaped descendants used (None if it is still running)."""
+    if proc.returncode is not None:
+        return getattr(proc, "_heldout_cpu", 0.0)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, 0 if deadline is None else os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            proc._heldout_cpu = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
+            return proc._heldout_cpu  # type: ignore[attr-defined]
+        if deadline is not None and time.monotonic() > deadline:
+            return None
+        time.sleep(0.005)
 
 
 def _interpret(result_buf: bytes, killed_for: str | None, returncode: int, cpu_used: float, tail: str,
