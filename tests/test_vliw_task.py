@@ -296,3 +296,29 @@ def test_heldout_eval_reports_a_wrong_stream_with_exit_1(tmp_path):
     summary = json.loads(out.stdout)
     assert out.returncode == 1 and summary["valid"] is False and summary["score"] == 0.0
     assert "wrong values" in summary["error"]
+
+
+@pytest.mark.parametrize("kernel", ["baseline", "packed"])
+def test_fast_and_reference_engines_agree_on_real_kernels(bench, kernel):
+    source = (PACKAGE_DIR / "kernels" / f"{kernel}.py").read_text(encoding="utf-8")
+    from heldout.evaluators.sandbox import run_function
+    from heldout.benchmarks.vliw.task import _sandbox_setup_files
+    res = run_function({"perf_takehome.py": source}, "_heldout_vliw_build", "build",
+                       ["perf_takehome", 10, 2047, 256, 16, 10**6], limits=bench.default_limits,
+                       setup_files=_sandbox_setup_files())
+    assert res.ok, res.error
+    program = json.loads(res.value)
+    mem, expected = make_instance(77)
+    ref = simulate(program, mem, engine="reference")
+    fast = simulate(program, mem, engine="fast")
+    assert ref.ok and fast.ok
+    assert (fast.cycles, fast.pc, fast.state, fast.slots) == (ref.cycles, ref.pc, ref.state, ref.slots)
+    assert fast.memory == ref.memory and fast.scratch == ref.scratch
+    assert ref.memory[2310:2566] == expected
+
+
+def test_fresh_instances_use_new_seeds_and_score_like_frozen_ones(bench):
+    fresh = bench.fresh_instances(2)
+    assert len({e.id for e in fresh}) == 2 and all(e.target == make_instance(e.input["seed"])[1] for e in fresh)
+    v = bench.run({"perf_takehome.py": PACKED_SOURCE}, fresh[0])
+    assert v.valid

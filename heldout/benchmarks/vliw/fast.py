@@ -12,6 +12,10 @@ reference would raise (control effects of earlier slots in the bundle still happ
 absolute ``cond_jump``, ``trace_write`` of a valid address into a no-op. What remains at run time
 is data: memory addresses, zero divisors, jump-target sign, the cycle cap and out-of-range write
 commits (emulated in first-write order like the reference's dict of pending writes).
+
+One representational limit: immediates are int64, so a scratch address or jump target beyond
+2**40 is clamped to 2**40 (still out of range / past the end, so behaviour is the same; only the
+reported ``pc`` after such a jump differs from the reference's exact big integer).
 """
 
 from __future__ import annotations

@@ -123,6 +123,14 @@ class VliwTakehome(Benchmark):
         test = [self.make_example(f"seed-{test_seed(k)}", test_seed(k)) for k in range(N_TEST_INSTANCES)]
         return train + test
 
+    def fresh_instances(self, n: int = N_TEST_INSTANCES, shape: dict[str, int] | None = None) -> list[Example]:
+        """``n`` new instances with seeds drawn from OS entropy (like the original submission
+        harness): for evaluations outside the frozen splits that nobody can have seen."""
+        import secrets
+
+        seeds = [secrets.randbits(48) for _ in range(n)]
+        return [self.make_example(f"seed-{s}", s, shape) for s in seeds]
+
     def seed_candidate(self) -> Candidate:
         return {"perf_takehome.py": (PACKAGE_DIR / "kernels" / "baseline.py").read_text(encoding="utf-8")}
 
