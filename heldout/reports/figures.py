@@ -116,7 +116,10 @@ def best_so_far_plot(runs: RunSet) -> Figure:
         ax.set_title(task, fontsize=10)
         ax.set_xlabel("metric calls")
         ax.set_ylabel("best-so-far (optimizer-visible)")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no method evaluated a candidate", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle("Best-so-far vs metric calls (line: mean; band: min-max over seeds)")
     return Figure("best_so_far", "Best-so-far vs metric calls", "Optimizer-visible best score (val, else train) "
                   "after each metric call; the band spans the seeds.", _png(fig))

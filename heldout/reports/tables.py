@@ -99,6 +99,15 @@ def candidate_length(run: Run) -> int:
     return sum(len(text) for text in (run.record.final_candidate or {}).values())
 
 
+def decimals(values: Sequence[float], significant: int = 3) -> int:
+    """Enough decimals to show ``significant`` digits of the smallest non-zero magnitude among
+    ``values`` (geometry objectives are ~1e-3, accuracies ~1e-1), at least 3."""
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v) and v != 0]
+    if not finite:
+        return 3
+    return max(3, min(8, significant - 1 - math.floor(math.log10(min(finite)))))
+
+
 def fmt(value: float, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
@@ -137,15 +146,17 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
                 row.append(Cell("-"))
                 continue
             summary = summarize_seeds(scores[method])
+            digits = decimals([float(np.mean(v)) for v in scores.values()])
             mark = "" if method != best or separated or len(scores) == 1 else " †"
-            row.append(Cell(f"{summary.format()} (n={summary.k}){mark}", strong=method == best))
+            row.append(Cell(f"{summary.format(digits)} (n={summary.k}){mark}", strong=method == best))
             data.append({"task": task, "method": method, "seeds": sorted(cells[(task, method)]),
                          **summary.as_dict(), "best": method == best, "best_separated": method == best and separated})
         rows.append(row)
     complete = [m for m in methods if all((t, m) in cells for t in tasks)]
     if len(tasks) > 1 and complete:
         macro = {m: macro_mean({t: float(np.mean(seed_scores(cells[(t, m)]))) for t in tasks}) for m in complete}
-        rows.append([Cell("macro mean")] + [Cell(fmt(macro[m])) if m in macro else Cell("-") for m in methods])
+        d = decimals(list(macro.values()))
+        rows.append([Cell("macro mean")] + [Cell(fmt(macro[m], d)) if m in macro else Cell("-") for m in methods])
     notes = [settings_note(runs),
              "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
              "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated."]
@@ -164,7 +175,7 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
 def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: int = 10_000) -> Table:
     cells = runs.cells()
     tasks, methods = runs.tasks(), [m for m in runs.methods() if m != baseline]
-    columns = ["task", "method", "n", "seeds", f"{baseline}", "method mean", "mean change", "95% CI",
+    columns = ["task", "method", "n", "seeds", f"{baseline}", "method mean", "mean change", f"{(1 - alpha):.0%} CI",
                "Wilcoxon p", "paired t p", "dz", "W/T/L", "Holm p", "BH p", "verdict"]
     comparisons: dict[tuple[str, str], dict[str, Any]] = {}
     for task in tasks:
@@ -176,14 +187,20 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
             if (task, method) not in cells:
                 continue
             cell = cells[(task, method)]
-            mine = example_means(cell)
-            shared = [ex for ex in base if ex in mine]
+            b_vals, m_vals = base, example_means(cell)
+            unit = "examples"
+            if len([ex for ex in b_vals if ex in m_vals]) < 2:
+                # A single-instance task (one held-out example): the seeds are the replicates.
+                unit = "seeds"
+                b_vals = {s: float(r.record.test_score or 0.0) for s, r in base_cell.items()}
+                m_vals = {s: float(r.record.test_score or 0.0) for s, r in cell.items()}
+            shared = [key for key in b_vals if key in m_vals]
             if not shared:
                 continue
-            result = paired_comparison([base[e] for e in shared], [mine[e] for e in shared], n_boot=n_boot,
+            result = paired_comparison([b_vals[k] for k in shared], [m_vals[k] for k in shared], n_boot=n_boot,
                                        ci=1 - alpha, labels=(baseline, method))
-            comparisons[(task, method)] = {"result": result, "seeds": (len(base_cell), len(cell)),
-                                           "dropped": len(set(base) ^ set(mine)),
+            comparisons[(task, method)] = {"result": result, "seeds": (len(base_cell), len(cell)), "unit": unit,
+                                           "dropped": len(set(b_vals) ^ set(m_vals)) if unit == "examples" else 0,
                                            "seeds_separate": separates(seed_scores(cell), seed_scores(base_cell)),
                                            "enough_seeds": min(len(cell), len(base_cell)) >= 2}
     corrected: dict[tuple[str, str], dict[str, float]] = {}
@@ -202,19 +219,22 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
         res = info["result"]
         corr = corrected[(task, method)]
         verdict = _verdict(res, corr, info, alpha)
-        rows.append([Cell(task), Cell(method), Cell(str(res.n)), Cell(f"{info['seeds'][0]}/{info['seeds'][1]}"),
-                     Cell(fmt(res.mean_a)), Cell(fmt(res.mean_b)), Cell(f"{res.mean_diff:+.3f}"),
-                     Cell(f"[{res.ci_low:+.3f}, {res.ci_high:+.3f}]" if not math.isnan(res.ci_low) else "n/a"),
+        d = decimals([res.mean_a, res.mean_b, res.mean_diff])
+        rows.append([Cell(task), Cell(method), Cell(f"{res.n} {info['unit']}"),
+                     Cell(f"{info['seeds'][0]}/{info['seeds'][1]}"),
+                     Cell(fmt(res.mean_a, d)), Cell(fmt(res.mean_b, d)), Cell(f"{res.mean_diff:+.{d}f}"),
+                     Cell(f"[{res.ci_low:+.{d}f}, {res.ci_high:+.{d}f}]" if not math.isnan(res.ci_low) else "n/a"),
                      Cell(fmt_p(res.wilcoxon_p)), Cell(fmt_p(res.ttest_p)), Cell(fmt(res.dz, 2)),
                      Cell(f"{res.wins}/{res.ties}/{res.losses}"), Cell(fmt_p(corr["holm"])),
                      Cell(fmt_p(corr["fdr_bh"])), Cell(verdict, strong=not verdict.startswith("cannot separate"))])
-        data.append({"task": task, "method": method, "baseline": baseline, **res.as_dict(),
+        data.append({"task": task, "method": method, "baseline": baseline, "unit": info["unit"], **res.as_dict(),
                      "seeds_baseline": info["seeds"][0], "seeds_method": info["seeds"][1],
                      "examples_unpaired": info["dropped"], "seed_ranges_separate": info["seeds_separate"],
                      "p_holm": corr["holm"], "p_fdr_bh": corr["fdr_bh"], "report_verdict": verdict})
     notes = [settings_note(runs),
-             f"Paired by held-out example: each example's score is averaged over a cell's seeds, then "
-             f"the two arms are compared example by example (change = method - {baseline}). "
+             f"Paired by held-out example (n examples): each example's score is averaged over a cell's seeds, then "
+             f"the two arms are compared example by example (change = method - {baseline}); a task with a "
+             f"single held-out instance is paired by seed instead (n seeds). "
              f"CI: {int(round((1 - alpha) * 100))}% bootstrap (BCa) of the mean change; Wilcoxon signed-rank "
              f"(zero differences: Pratt); paired t; dz = mean change / sd of changes; W/T/L counted for the method.",
              f"Holm (family-wise) and Benjamini-Hochberg (false discovery) adjust the Wilcoxon p over the tasks "
@@ -256,7 +276,7 @@ def cost_table(runs: RunSet, baseline: str | None = None) -> Table:
             gain = float(np.mean(seed_scores(cell)) - np.mean(seed_scores(cells[(task, baseline)])))
             per_million = gain / (opt / 1e6) if opt > 0 else None
         rows.append([Cell(task), Cell(method), Cell(f"{opt:,.0f}"), Cell(f"{arch:,.0f}"), Cell(f"{dep:,.0f}"),
-                     Cell(f"{length:,.0f}"), Cell("-" if gain is None else f"{gain:+.3f}"),
+                     Cell(f"{length:,.0f}"), Cell("-" if gain is None else f"{gain:+.{decimals([gain])}f}"),
                      Cell("n/a (no tokens)" if gain is not None and per_million is None else
                           "-" if per_million is None else f"{per_million:+.3f}")])
         data.append({"task": task, "method": method, "optimisation_tokens": opt, "architect_tokens": arch,
@@ -303,7 +323,7 @@ def budget_table(runs: RunSet, checkpoints: Sequence[int] | None = None) -> Tabl
                 entry["checkpoints"][str(c)] = None
                 continue
             summary = summarize_seeds(values)
-            text = summary.format() + (f" (n={summary.k}/{len(cell)})" if summary.k < len(cell) else "")
+            text = summary.format(decimals([summary.mean])) + (f" (n={summary.k}/{len(cell)})" if summary.k < len(cell) else "")
             row.append(Cell(text + (" ‡" if over else "")))
             entry["checkpoints"][str(c)] = {**summary.as_dict(), "beyond_budget_seeds": len(over)}
         rows.append(row)
