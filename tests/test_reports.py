@@ -180,6 +180,22 @@ def test_a_comparison_without_evidence_says_cannot_separate(study, tmp_path):
     assert any("†" in cell.text for row in results_rows for cell in row)  # champion and twin tie for best
 
 
+def test_a_single_instance_task_is_paired_by_seed_and_three_seeds_cannot_separate(tmp_path):
+    from heldout.optimizers import resolve_optimizer
+
+    for method in ("seed", "geometry-search"):
+        for seed in (0, 1, 2):
+            Session("heilbronn/triangle11", budget=6, seed=seed, run_dir=tmp_path / method / f"seed-{seed}",
+                    method=method).run(resolve_optimizer(method))
+    report = build_report([tmp_path], n_boot=1000)
+    row = report.table("heldout").data[0]
+    assert (row["unit"], row["n"]) == ("seeds", 3)
+    # even 3 wins out of 3 seeds cannot reach Wilcoxon p < 0.05 (the smallest two-sided p is 0.25)
+    assert row["wilcoxon_p"] == pytest.approx(0.25) and row["wins"] == 3
+    assert row["report_verdict"].startswith("cannot separate")
+    assert "0.000562" in report.table("results").rows[0][2].text  # the seed's ~5.6e-4 area is not shown as 0.001
+
+
 def test_cost_table_counts_architect_tokens_and_gain_per_million(report_dir):
     results = json.loads((report_dir / "results.json").read_text())
     rows = {row["method"]: row for row in results["tables"]["cost"]["data"]}
