@@ -20,6 +20,20 @@ REFERENCE_OPTIMIZERS: dict[str, str] = {
 }
 
 
+def mean_train_score(view, candidate, ids) -> float | None:
+    """The candidate's mean score on train ``ids``, or None when the budget cannot pay for it
+    (the reference optimizers stop there rather than letting BudgetExceeded escape)."""
+    from heldout.evaluators.session import BudgetExceeded
+
+    if view.remaining < len(ids):
+        return None
+    try:
+        results = view.evaluate(candidate, "train", ids)
+    except BudgetExceeded:
+        return None
+    return sum(r["score"] for r in results) / len(results) if results else None
+
+
 def resolve_optimizer(name: str) -> Callable:
     """A reference name or ``module:function``."""
     target = REFERENCE_OPTIMIZERS.get(name, name)

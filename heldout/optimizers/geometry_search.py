@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from heldout.benchmarks.base import HeldoutError
-from heldout.evaluators.session import BudgetExceeded
+from heldout.optimizers import mean_train_score
 
 _MARGIN = 1e-12  # keep strictly inside the constraints so zero-tolerance checks pass in floats
 
@@ -80,13 +80,7 @@ def optimize(view, seed: int, restarts: int = 3):
         return _into_triangle(moved)
 
     def score(state: np.ndarray) -> float | None:
-        if view.remaining < len(ids):
-            return None
-        try:
-            results = view.evaluate({"program.py": _program(entry, make(state))}, "train", ids)
-        except BudgetExceeded:
-            return None
-        return sum(r["score"] for r in results) / len(results)
+        return mean_train_score(view, {"program.py": _program(entry, make(state))}, ids)
 
     best_state, best = None, float("-inf")
     per_restart = max(1, view.remaining // max(1, len(ids)) // restarts)

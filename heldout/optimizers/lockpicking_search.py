@@ -13,7 +13,7 @@ import re
 
 from heldout.benchmarks.lockpicking.rules import N_POSITIONS, Edge, RuleSystem
 from heldout.benchmarks.lockpicking.sql import rule_table_sql
-from heldout.evaluators.session import BudgetExceeded
+from heldout.optimizers import mean_train_score
 
 _SET = re.compile(r"SUBSTR\(PROGRAM, (\d), 1\) IN \(([^)]*)\)")
 _KILL = re.compile(r"SUBSTR\(PROGRAM, (\d), 1\) <> '(\d)'")
@@ -40,13 +40,7 @@ def optimize(view, seed: int):
     ids = [ex["id"] for ex in train]
 
     def score(system: RuleSystem) -> float | None:
-        if view.remaining < len(ids):
-            return None
-        try:
-            results = view.evaluate({"scorer.sql": rule_table_sql(system)}, "train", ids)
-        except BudgetExceeded:
-            return None
-        return sum(r["score"] for r in results) / len(results)
+        return mean_train_score(view, {"scorer.sql": rule_table_sql(system)}, ids)
 
     def local_accuracy(system: RuleSystem) -> int:
         return sum(system.label(ex["input"]["program"]) == ex["target"] for ex in train)
