@@ -14,11 +14,21 @@ from heldout.benchmarks.base import (
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.registry import all_tasks, get_benchmark
 from heldout.data_manifests import DriftError
+from heldout.evaluators.records import RunRecord
+from heldout.evaluators.session import (
+    Budget,
+    BudgetExceeded,
+    Session,
+    TaskView,
+    VisibilityError,
+    VisibilityPolicy,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Benchmark", "Candidate", "DataError", "DriftError", "Example", "HeldoutError",
-    "MalformedCandidate", "RunLimits", "Task", "Verdict", "all_tasks", "candidate_id",
-    "get_benchmark", "load_task",
+    "Benchmark", "Budget", "BudgetExceeded", "Candidate", "DataError", "DriftError", "Example",
+    "HeldoutError", "MalformedCandidate", "RunLimits", "RunRecord", "Session", "Task", "TaskView",
+    "Verdict", "VisibilityError", "VisibilityPolicy", "all_tasks", "candidate_id", "get_benchmark",
+    "load_task",
 ]
