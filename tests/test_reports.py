@@ -368,3 +368,42 @@ def test_report_html_renders_tables_and_images_in_headless_chromium(report_dir, 
     n_rows = sum(len(t["rows"]) for t in results["tables"].values())
     assert f'id="render-check">images=5 decoded=5 tables=5 rows={n_rows}<' in dom
     assert "<td><strong>champion is better than seed: mean change +0.62" in dom
+
+
+# -- several tasks: labels, corrections, mixed settings ---------------------------------------------
+def test_two_profiles_are_two_comparisons_corrected_together_and_flagged_as_mixed(study, tmp_path):
+    from statsmodels.stats.multitest import multipletests
+
+    for method in ("seed", "champion"):
+        for seed in (0, 1):
+            Session(TASK, profile="generalise", budget=BUDGET, seed=seed, method=method,
+                    run_dir=tmp_path / method / f"seed-{seed}").run(METHODS[method])
+    report = build_report([study / "main", tmp_path], n_boot=1000)
+    assert report.runs.tasks() == [f"{TASK} [generalise]", f"{TASK} [paper]"]
+    rows = [r for r in report.table("heldout").data if r["method"] == "champion"]
+    assert [r["n"] for r in rows] == [300, 50]
+    raw = [r["wilcoxon_p"] for r in rows]
+    assert [r["p_holm"] for r in rows] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    assert [r["p_fdr_bh"] for r in rows] == pytest.approx(list(multipletests(raw, method="fdr_bh")[1]))
+    for table in ("results", "heldout", "cost", "budget"):
+        assert "split profile: MIXED: generalise | paper" in report.table(table).notes[0]
+    assert "macro mean" in [row[0].text for row in report.table("results").rows]
+
+
+# -- figure helpers ---------------------------------------------------------------------------------
+def test_pareto_front_keeps_only_points_no_other_beats_on_both_axes():
+    from heldout.reports.figures import pareto_front
+
+    points = [(0.0, 0.5), (10.0, 0.9), (5.0, 0.4), (20.0, 0.9), (10.0, 0.7)]
+    assert pareto_front(points) == [(0.0, 0.5), (10.0, 0.9)]
+
+
+def test_scatter_aggregates_by_topic_when_groups_are_known(study):
+    from heldout.reports.figures import paired_scatter
+
+    runs = collect_runs([study / "main"])
+    ids = list(runs.cells()[(TASK, "seed")][0].test_scores())
+    by_example = paired_scatter(runs, "seed")
+    by_group = paired_scatter(runs, "seed", {TASK: {ex: f"topic-{i % 4}" for i, ex in enumerate(ids)}})
+    assert by_example.title.startswith("Per-example") and by_group.title.startswith("Per-group (topic)")
+    assert by_group.png.startswith(b"\x89PNG") and by_group.png != by_example.png
