@@ -9,8 +9,9 @@ Each step mutates the best candidate so far, scores it on a random train minibat
 best (the same examples, so the comparison is paired), keeps it when it is no worse, and submits
 the best so far as the final candidate (the last submission is the one heldout scores on test).
 
-Mutations are deliberately generic: a single-digit literal such as ``'7'`` (in SQL or code) is
-replaced by another digit; otherwise a sentence is added to or removed from the text (prompts).
+Mutations are deliberately generic: a quoted single digit such as ``'7'`` (SQL) is replaced by
+another digit; else a number literal is nudged (programs); else a sentence is added to or removed
+from the text (prompts).
 With ``--architect`` the session's metered architect model proposes rewrites instead.
 """
 
@@ -25,6 +26,7 @@ import sys
 from heldout.adapters.client import BudgetExceeded, TaskClient
 
 DIGIT_LITERAL = re.compile(r"'(\d)'")
+NUMBER = re.compile(r"(?<![\w.])(\d+\.\d+|\d+)(?![\w.])")
 SENTENCES = (
     "Think step by step before answering.",
     "Check the answer against the question before giving it.",
@@ -41,6 +43,12 @@ def mutate(candidate: dict[str, str], rng: random.Random) -> dict[str, str]:
     if digits:
         hit = rng.choice(digits)
         new = rng.choice([d for d in "0123456789" if d != hit.group(1)])
+        text = text[:hit.start(1)] + new + text[hit.end(1):]
+    elif NUMBER.search(text):
+        hit = rng.choice(list(NUMBER.finditer(text)))
+        old = hit.group(1)
+        new = (f"{float(old) * rng.uniform(0.8, 1.2):.4g}" if "." in old
+               else str(max(0, int(old) + rng.choice([-2, -1, 1, 2]))))
         text = text[:hit.start(1)] + new + text[hit.end(1):]
     else:
         present = [s for s in SENTENCES if s in text]
@@ -98,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             steps += 1
             if child_score >= parent_score and child != best:
                 best, best_id = child, client.submit_final(child)
-                print(f"step {steps}: {parent_score:.3f} -> {child_score:.3f}", flush=True)
+                print(f"step {steps}: {parent_score:.4g} -> {child_score:.4g}", flush=True)
     except BudgetExceeded as exc:
         print(f"stopping: {exc.message}", flush=True)
     print(f"done after {steps} steps; final {best_id or 'seed'}", flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -298,8 +299,37 @@ def test_the_client_module_imports_without_the_rest_of_heldout(tmp_path):
     (pkg / "__init__.py").write_text("")
     shutil.copyfile(REPO / "heldout" / "adapters" / "client.py", pkg / "client.py")
     code = "import sys, heldout.adapters.client as c; assert 'heldout.benchmarks' not in sys.modules; print(c.TaskClient)"
-    import subprocess
-
     done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {code}"],
                           capture_output=True, text=True, env={**os.environ})
     assert done.returncode == 0, done.stderr
+
+
+def heldout_run(run_root: Path, task: str, *args: str) -> Path:
+    """`heldout run ... --optimizer-cmd` from the repo root, as a user would type it."""
+    cmd = [sys.executable, "-m", "heldout.cli", "run", "--task", task, "--seed", "0", "--run-dir", str(run_root),
+           "--optimizer-cmd", "python examples/isolated_random_search.py --minibatch 2", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = [p.parent for p in run_root.rglob("run_record.json")]
+    return run_dir
+
+
+@pytest.mark.parametrize("task,profile", [("lockpicking/six", "paper"), ("heilbronn/triangle11", "default")])
+def test_cli_runs_program_tasks_with_an_isolated_optimizer(task, profile, tmp_path):
+    run_dir = heldout_run(tmp_path / "study", task, "--profile", profile, "--budget", "6")
+    record = RunRecord.load(run_dir)
+    assert record.status == "ok" and record.test_verdicts and record.usage["metric_calls"] <= 6
+    verify = subprocess.run([sys.executable, "-m", "heldout.cli", "ledger", "verify", str(run_dir)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert verify.returncode == 0 and "chain intact" in verify.stdout
+    assert any(json.loads(line)["kind"] == "optimizer_launch" for line in (run_dir / LEDGER_FILE).open())
+
+
+def test_cli_runs_a_prompt_task_with_an_isolated_optimizer(data_dir, tmp_path):
+    with TestServer(latency=0.0, seed=0) as srv:
+        run_dir = heldout_run(tmp_path / "study", "bbh/word_sorting", "--profile", "sepo", "--budget", "10",
+                              "--worker-model", "test-model", "--base-url", srv.base_url,
+                              "--data-dir", str(data_dir))
+    record = RunRecord.load(run_dir)
+    assert record.status == "ok" and len(record.test_verdicts) == 200
+    assert verify_ledger(run_dir).ok
