@@ -124,6 +124,12 @@ def forge(path):
         fh.write(json.dumps({"seq": 999, "kind": "evaluation", "data": {"forged": True}}) + "\\n")
     return "appended"
 
+def others_in_tmp():
+    names = [n for n in os.listdir(cfg["tmp"]) if n.startswith("heldout-test-other-")]
+    if not names:
+        raise FileNotFoundError("no other session visible")
+    return names
+
 def import_manifests():
     import heldout.data_manifests
     return heldout.data_manifests.__file__
@@ -139,6 +145,7 @@ attempt("d_test_route", lambda: client.request("POST", "/score_test", {"candidat
 attempt("e_other_token_here", lambda: TaskClient(cfg["other_token"], socket_path=os.environ["HELDOUT_VIEW_SOCKET"]).remaining)
 attempt("e_other_socket", lambda: TaskClient(cfg["other_token"], socket_path=cfg["other_socket"]).remaining)
 attempt("e_other_tcp", lambda: TaskClient(cfg["other_token"], url=cfg["other_url"], timeout=5).remaining)
+attempt("e_other_session_dirs", others_in_tmp)
 attempt("f_forge_ledger", lambda: forge(cfg["ledger"]))
 attempt("g_write_outside_scratch", lambda: forge(cfg["outside_file"]))
 outcomes["env"] = sorted(os.environ)
@@ -164,7 +171,8 @@ def run_probe(world_readable_dir: Path, data_dir: Path, isolation: str | None = 
             cfg = {"data_file": str(data_file), "data_dir": str(data_dir), "manifest_file": str(manifest_file),
                    "rules_file": rules.__file__, "ledger": str(run_dir / LEDGER_FILE),
                    "other_token": other_server.token, "other_socket": other_server.socket_path,
-                   "other_url": other_server.url, "outside_file": str(world_readable_dir / "planted.txt")}
+                   "other_url": other_server.url, "outside_file": str(world_readable_dir / "planted.txt"),
+                   "tmp": tempfile.gettempdir()}
             record = run_isolated(session, [sys.executable, str(probe), json.dumps(cfg)], isolation=isolation)
         other.ledger.close()
     finally:
@@ -211,6 +219,7 @@ def test_without_namespaces_the_same_probe_does_reach_the_files(data_dir, world_
     assert outcomes["b_manifest_file"].startswith("LEAKED")
     assert outcomes["d_test_split"].startswith("blocked")  # the server refuses whatever the isolation
     assert outcomes["f_forge_ledger"].startswith("LEAKED")
+    assert outcomes["e_other_session_dirs"].startswith("LEAKED")
     report = verify_ledger(run_dir)
     assert not report.ok and report.problems
 

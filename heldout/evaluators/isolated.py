@@ -13,8 +13,9 @@ the task only through that socket:
   - ``root`` (running as root, e.g. CI): fresh mount, network and PID namespaces. Empty tmpfs
     cover heldout's package directory (scoring rules, ``data_manifests``), the shared data dir
     next to a checkout, ``$HELDOUT_DATA_DIR`` and the session's data dir, the datasets/HF caches,
-    the worker's response cache and the session's run dir (ledger); every other mount is
-    read-only except the scratch dir; the network namespace has no usable interface (the Unix
+    the worker's response cache and the session's run dir (ledger); the temp dir is a fresh
+    tmpfs holding only the child's private dir and its own code (other sessions' sockets and run
+    dirs there are out of sight); every other mount is read-only except the scratch dir; the network namespace has no usable interface (the Unix
     socket is the only way out); then the child becomes a throw-away uid with no capabilities
     and ``no_new_privs``, and the socket and scratch dir belong to that uid alone.
   - ``userns``: the same namespaces inside a user namespace; capabilities are dropped and locked
@@ -220,7 +221,8 @@ def _run(session: Session, argv: list[str], mode: str, uid: int, private: Path, 
         expose += [a if os.path.isdir(a) else os.path.dirname(a) for a in argv
                    if os.path.isabs(a) and os.path.exists(a)]
         job = {"isolation": mode, "uid": uid, "scratch": str(scratch), "hide": hidden,
-               "expose": sorted(set(expose)), "argv": argv, "env": child_env,
+               "expose": sorted(set(expose)), "tmp": str(Path(tempfile.gettempdir()).resolve()),
+               "private": str(private), "argv": argv, "env": child_env,
                "limits": {"cpu_seconds": 10 ** 9, "memory_mb": limits.memory_mb or 0,
                           "max_processes": limits.max_processes, "max_file_mb": limits.max_file_mb,
                           "max_open_files": limits.max_open_files}}
@@ -325,6 +327,22 @@ SECUREBITS_LOCKED_NOROOT = 0b1111
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 
 
+def _private_tmp(sbx, job: dict[str, Any]) -> None:
+    """Give the child a fresh, empty temp dir holding only what it needs from the real one (its
+    private dir, its own code): other sessions' sockets and run dirs there stay out of sight even
+    for a child with the harness's uid (userns mode). Skipped when Python itself lives there."""
+    tmp = job["tmp"]
+    if tmp == "/" or any(sbx.inside(p, tmp) for p in _python_paths()):
+        return
+    keep = sorted({p for p in [job["private"], *job["expose"]] if sbx.inside(p, tmp) and os.path.exists(p)})
+    fds = {p: os.open(p, os.O_PATH) for p in keep}
+    sbx.mount("tmpfs", tmp, "tmpfs", sbx.MS_NOSUID | sbx.MS_NODEV, "mode=1777,size=1m")
+    for path, fd in fds.items():
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        sbx.mount(f"/proc/self/fd/{fd}", path, None, sbx.MS_BIND | sbx.MS_REC)
+        os.close(fd)
+
+
 def _launch(job_path: str) -> None:
     """Runs as the first process in the child's namespaces (see :func:`_execute`): isolate with
     the sandbox's own helpers, then replace itself with the optimizer command."""
@@ -343,6 +361,8 @@ def _launch(job_path: str) -> None:
         if not limits["memory_mb"]:  # no address-space cap: keep the current hard limit
             hard = resource.getrlimit(resource.RLIMIT_AS)[1]
             limits["memory_mb"] = 1 << 40 if hard == resource.RLIM_INFINITY else hard // (1 << 20)
+        if mode != "none":
+            _private_tmp(sbx, job)
         sbx.isolate({**job, "limits": limits})
         sbx.libc().prctl(sbx.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with our parent
     except Exception as exc:  # noqa: BLE001
