@@ -407,3 +407,29 @@ def test_scatter_aggregates_by_topic_when_groups_are_known(study):
     by_group = paired_scatter(runs, "seed", {TASK: {ex: f"topic-{i % 4}" for i, ex in enumerate(ids)}})
     assert by_example.title.startswith("Per-example") and by_group.title.startswith("Per-group (topic)")
     assert by_group.png.startswith(b"\x89PNG") and by_group.png != by_example.png
+
+
+# -- a prompt task: worker and architect tokens over loopback HTTP --------------------------------
+def test_prompt_task_report_counts_deployment_tokens_and_refuses_a_split_seed_range(data_dir, tmp_path):
+    from heldout.optimizers import resolve_optimizer
+
+    with TestServer() as server:
+        worker = ModelClient("test-worker", server.base_url)
+        architect = ModelClient("test-architect", server.base_url)
+        for method in ("seed", "reflective"):
+            for seed in (0, 1):
+                Session("bbh/boolean_expressions", budget=24, seed=seed, method=method, worker=worker,
+                        architect=architect, data_dir=str(data_dir),
+                        run_dir=tmp_path / "runs" / method / f"seed-{seed}").run(resolve_optimizer(method))
+    report = build_report([tmp_path / "runs"], data_dir=str(data_dir), n_boot=1000)
+    cost = {row["method"]: row for row in report.table("cost").data}
+    assert cost["seed"]["optimisation_tokens"] == 0 and cost["seed"]["deployment_tokens"] > 0
+    assert cost["reflective"]["optimisation_tokens"] > cost["reflective"]["architect_tokens"] > 0
+    assert cost["reflective"]["gain_per_million_optimisation_tokens"] == pytest.approx(
+        cost["reflective"]["gain"] / (cost["reflective"]["optimisation_tokens"] / 1e6))
+    # the report calls a difference only with the paired test, Holm AND non-overlapping seed ranges
+    row = report.table("heldout").data[0]
+    called = row["separable"] and row["p_holm"] < 0.05 and row["seed_ranges_separate"]
+    assert row["report_verdict"].startswith("cannot separate") is (not called)
+    assert {f.key for f in report.figures} >= {"pareto_optimisation", "pareto_deployment"}
+    assert "No deployment tokens" not in next(f.caption for f in report.figures if f.key == "pareto_deployment")

@@ -80,13 +80,22 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
 
 def _groups(runs: RunSet, data_dir: str | None) -> dict[str, dict[str, str]]:
     """Held-out example id -> group (topic) per task label, when the task's examples carry
-    groups and can be loaded here; tasks that cannot be loaded fall back to per-example."""
-    from heldout.benchmarks.loading import load_task
+    groups and can be loaded from local files; other tasks fall back to per-example points.
+    A report never downloads: a dataset task without a data dir (``--data-dir`` or
+    ``$HELDOUT_DATA_DIR``) is not loaded."""
+    from heldout.benchmarks.loading import load_task, resolve_data_dir
+    from heldout.benchmarks.registry import get_benchmark
 
+    try:
+        local = resolve_data_dir(data_dir)
+    except HeldoutError:
+        local = None
     out: dict[str, dict[str, str]] = {}
     for label in runs.tasks():
         rec = next(r.record for r in runs.runs if r.label == label)
         try:
+            if local is None and not get_benchmark(rec.task).source.embedded:
+                continue
             task = load_task(rec.task, profile=rec.profile, data_dir=data_dir, allow_drift=bool(rec.drift))
         except (HeldoutError, OSError, ValueError):
             continue
