@@ -26,7 +26,7 @@ from heldout.cli import main
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
-from heldout.reports import build_report, check_runs, collect_runs, write_report
+from heldout.reports import build_report, check_runs, collect_runs
 
 TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
 CHAMPION = (CANDIDATES_DIR / "champion.sql").read_text()

@@ -172,11 +172,13 @@ def pareto_plot(runs: RunSet, kind: str) -> Figure:
     return Figure(f"pareto_{kind}", f"Pareto front: score vs {kind} tokens", caption, _png(fig))
 
 
-def paired_scatter(runs: RunSet, baseline: str, groups: Mapping[str, Mapping[str, str]] | None = None) -> Figure | None:
+def paired_scatter(runs: RunSet, baseline: str,
+                   groups: Mapping[str, Mapping[str, str]] | None = None) -> Figure | None:
     """Per task, each method's seed-averaged score per example (or per group when ``groups[task]``
     maps example ids to groups) against the baseline's. Points above the diagonal improved."""
     cells, tasks = runs.cells(), runs.tasks()
-    pairs = [(t, m) for t in tasks for m in runs.methods() if m != baseline and (t, m) in cells and (t, baseline) in cells]
+    pairs = [(t, m) for t in tasks for m in runs.methods()
+             if m != baseline and (t, m) in cells and (t, baseline) in cells]
     if not pairs:
         return None
     colors = _colors(runs.methods())

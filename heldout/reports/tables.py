@@ -323,7 +323,9 @@ def budget_table(runs: RunSet, checkpoints: Sequence[int] | None = None) -> Tabl
                 entry["checkpoints"][str(c)] = None
                 continue
             summary = summarize_seeds(values)
-            text = summary.format(decimals([summary.mean])) + (f" (n={summary.k}/{len(cell)})" if summary.k < len(cell) else "")
+            text = summary.format(decimals([summary.mean]))
+            if summary.k < len(cell):
+                text += f" (n={summary.k}/{len(cell)})"
             row.append(Cell(text + (" ‡" if over else "")))
             entry["checkpoints"][str(c)] = {**summary.as_dict(), "beyond_budget_seeds": len(over)}
         rows.append(row)
