@@ -143,8 +143,6 @@ def test_kill_minus_nine_then_resume_equals_an_uninterrupted_run(clean_and_kille
     assert kinds["test_scoring"] == len(reference.test_verdicts)
 
 
-@pytest.mark.xfail(strict=True, reason="session.py: replayed evaluations register candidates and best-so-far "
-                   "points at the live metric-call count (the count at resume), not the recorded one")
 def test_resumed_trajectory_and_lineage_keep_their_original_metric_call_counts(clean_and_killed):
     clean, killed, _ = clean_and_killed
     assert history(RunRecord.load(killed)) == history(RunRecord.load(clean))

@@ -249,12 +249,16 @@ class EvaluationService:
                     f"{self.remaining} of {self.budget.metric_calls} metric calls left; nothing was run")
             self.usage.metric_calls += len(fresh)
             results: dict[str, Verdict] = {}
+            # when this request happened, in metric calls: now, or (all replayed) when it was recorded
+            stamp = self.usage.metric_calls
             for ex_id in replayed:
                 data = self._replay[(cid, split, ex_id)].pop(0)
                 results[ex_id] = _verdict_from_entry(data)
                 self.usage.replayed += 1
                 self._memo[(cid, split, ex_id)] = data
-            self._register_candidate(candidate, cid, parent)
+            if replayed and not fresh:
+                stamp = max(self._memo[(cid, split, i)]["metric_calls"] for i in replayed)
+            self._register_candidate(candidate, cid, parent, stamp)
         memo_hits = [i for i in fresh if (cid, split, i) in self._memo]
         to_run = [i for i in fresh if (cid, split, i) not in self._memo]
         verdicts = self._scorer.score(candidate, [pool[i] for i in to_run], OPTIMISATION, self.usage)
@@ -267,7 +271,7 @@ class EvaluationService:
             for ex_id, verdict in zip(to_run, verdicts):
                 results[ex_id] = verdict
                 self._record(cid, split, ex_id, verdict, cached=False)
-            self._update_trajectory(cid, split, [results[i] for i in wanted])
+            self._update_trajectory(cid, split, [results[i] for i in wanted], stamp)
         return [(pool[i], results[i]) for i in wanted]
 
     def _record(self, cid: str, split: str, ex_id: str, verdict: Verdict, cached: bool) -> None:
@@ -276,15 +280,15 @@ class EvaluationService:
         self._ledger.append("evaluation", data)
         self._memo[(cid, split, ex_id)] = data
 
-    def _register_candidate(self, candidate: Candidate, cid: str, parent: str | None) -> None:
+    def _register_candidate(self, candidate: Candidate, cid: str, parent: str | None, stamp: int) -> None:
         if cid not in self.candidates:
-            self.candidates[cid] = {"first_metric_call": self.usage.metric_calls, "parent": parent,
+            self.candidates[cid] = {"first_metric_call": stamp, "parent": parent,
                                     "sums": {}}
             if not any(e["data"].get("candidate_id") == cid for e in self._ledger.entries("candidate")):
                 self._ledger.append("candidate", {"candidate_id": cid, "parent": parent,
                                                   "components": dict(candidate)})
 
-    def _update_trajectory(self, cid: str, split: str, verdicts: Iterable[Verdict]) -> None:
+    def _update_trajectory(self, cid: str, split: str, verdicts: Iterable[Verdict], stamp: int) -> None:
         sums = self.candidates[cid]["sums"].setdefault(split, [0.0, 0])
         for v in verdicts:
             sums[0] += v.score
@@ -297,7 +301,7 @@ class EvaluationService:
         score = stats[chosen][0] / stats[chosen][1]
         if score > self._best[0]:
             self._best = (score, cid)
-            self.trajectory.append({"metric_calls": self.usage.metric_calls, "best_score": score,
+            self.trajectory.append({"metric_calls": stamp, "best_score": score,
                                     "candidate_id": cid, "split": chosen})
 
     @property

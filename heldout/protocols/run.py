@@ -112,7 +112,8 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
     if cell.method.command:
         from heldout.evaluators.isolated import run_isolated
 
-        record = run_isolated(session, cell.method.command)
+        # hide the whole study (sibling cells' ledgers, study.json), not only this cell's run dir
+        record = run_isolated(session, cell.method.command, hide_paths=[config.run_root])
     else:
         record = session.run(resolve_optimizer(cell.method.target or cell.method.name))
     return {"status": record.status, "skipped": False, "test_score": record.test_score,
