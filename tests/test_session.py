@@ -218,3 +218,43 @@ def test_cli_ledger_verify(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "heldout.cli", "ledger", "verify", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "edited" in bad.stdout
+
+
+def test_a_recorded_run_replays_exactly_with_zero_endpoint_calls(server, bbh_task, tmp_path):
+    from heldout.models import Recorder, Replay
+    from heldout.optimizers import resolve_optimizer
+
+    recording = tmp_path / "model_calls.jsonl"
+    recorder = Recorder(recording)
+    live = Session(bbh_task, budget=40, seed=1, run_dir=tmp_path / "live", method="reflective",
+                   worker=ModelClient("test-model", base_url=server.base_url, api_key="k", recorder=recorder),
+                   architect=ModelClient("test-architect", base_url=server.base_url, api_key="k",
+                                         recorder=recorder))
+    original = live.run(resolve_optimizer("reflective"))
+    recorder.close()
+    calls_before = server.stats.calls
+    replay = Replay(recording)
+    again = Session(bbh_task, budget=40, seed=1, run_dir=tmp_path / "replayed", method="reflective",
+                    worker=ModelClient("test-model", replay=replay),
+                    architect=ModelClient("test-architect", replay=replay))
+    replayed = again.run(resolve_optimizer("reflective"))
+    assert server.stats.calls == calls_before  # zero endpoint calls
+    assert replayed.final_candidate == original.final_candidate
+    def scored(record):  # everything but timing
+        return [{k: v for k, v in verdict.items() if k != "usage"} for verdict in record.test_verdicts]
+
+    assert scored(replayed) == scored(original) and replayed.trajectory == original.trajectory
+    assert original.usage["tokens"]["architect"]["prompt"] > 0
+
+
+def test_reflective_optimizer_uses_the_metered_architect_within_budget(server, bbh_task, tmp_path):
+    from heldout.optimizers import resolve_optimizer
+
+    session = Session(bbh_task, budget=Budget(48, architect_tokens=100_000), seed=0, run_dir=tmp_path,
+                      worker=worker_for(server),
+                      architect=ModelClient("test-architect", base_url=server.base_url, api_key="k"))
+    record = session.run(resolve_optimizer("reflective"))
+    assert record.status == "ok" and record.usage["metric_calls"] <= 48
+    architect = record.usage["tokens"]["architect"]
+    assert architect["prompt"] > 0 and record.usage["endpoint_calls"]["architect"] >= 1
+    assert len(record.lineage) >= 2  # it proposed at least one rewrite
