@@ -1,4 +1,4 @@
-"""The child side of the sandbox: this file's *source* is handed to a fresh ``python -I -c``; it is
+"""The child side of the sandbox: this file's *source* is handed to a fresh ``python -s -c``; it is
 never imported by the child, so the child needs no path to heldout.
 
 It reads its job file, isolates itself (mount namespace: everything read-only except the scratch
@@ -358,7 +358,11 @@ def main():
         fatal("memory", "memory limit exceeded while importing the program")
     except BaseException as exc:  # noqa: BLE001
         fatal("crash", "importing the program failed:\n" + tail_of_traceback(exc))
+    failed_groups = set()
     for index, call in enumerate(job["calls"]):
+        group = call.get("group")
+        if group in failed_groups:
+            continue  # stop_on_error stops only the failing call's group
         out = run_call(fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
         out["call"] = index
         try:
@@ -366,14 +370,16 @@ def main():
         except (ValueError, RecursionError, OverflowError) as exc:
             send({"call": index, "ok": False, "error_kind": "bad_output", "error": f"bad output: {exc}"})
         if not out["ok"] and job.get("stop_on_error"):
-            break
+            if group is None:
+                break
+            failed_groups.add(group)
     send({"done": True})
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
-# run as `python -I -c SOURCE` (the sandbox); imported, it only lends its isolation helpers
+# run as `python -s -c SOURCE` (the sandbox); imported, it only lends its isolation helpers
 # (heldout.evaluators.isolated reuses them)
 if __name__ == "__main__":
     main()

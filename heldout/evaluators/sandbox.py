@@ -1,6 +1,6 @@
 """Sandboxed execution of untrusted code: every program evaluation in heldout goes through here.
 
-A candidate runs in a fresh Python (``python -I``) started in its own session/process group, with:
+A candidate runs in a fresh Python (``python -s``, environment built from scratch) started in its own session/process group, with:
 
 * a wall-clock timeout enforced by the parent (the whole group is killed) and rlimits on CPU time,
   address space, processes, file size and open files;
@@ -180,13 +180,14 @@ def run_calls(files: dict[str, str], module: str, function: str,
               per_call_seconds: Sequence[float | None] | None = None,
               setup_files: dict[str, str] | None = None, encoding: str = "json",
               hide_paths: Sequence[str] = (), stop_on_error: bool = False,
-              allow_processes: bool = False) -> SandboxResult:
+              allow_processes: bool = False, groups: Sequence[str] | None = None) -> SandboxResult:
     """Like :func:`run_function`, but call ``function`` once per ``(args, kwargs)`` in ``calls`` in
     one sandboxed process (imports are paid once). ``per_call_seconds`` adds a wall limit per call
     (enforced in the child by a timer; the overall ``limits.wall_seconds`` is still enforced by the
     parent). ``result.calls`` holds one outcome per call that ran: ``{"ok", "value"}`` or
     ``{"ok": False, "error_kind", "error"}``; ``result.value`` is the list of values when all
-    succeeded. With ``stop_on_error`` the child stops at the first failing call."""
+    succeeded. With ``stop_on_error`` the child stops at the first failing call, or, when
+    ``groups`` names a group per call, skips only the rest of the failing call's group."""
     if encoding not in ("json", "typed"):
         raise SandboxError(f"encoding must be 'json' or 'typed', not {encoding!r}")
     mode = isolation_mode()
@@ -213,7 +214,8 @@ def run_calls(files: dict[str, str], module: str, function: str,
         "limits": limits.__dict__ if hasattr(limits, "__dict__") else dict(limits),
         "hide": hidden,
         "expose": _python_paths(),
-        "calls": [{"args": list(a), "kwargs": dict(k), "seconds": s} for (a, k), s in zip(calls, per_call)],
+        "calls": [{"args": list(a), "kwargs": dict(k), "seconds": s, "group": g}
+                  for (a, k), s, g in zip(calls, per_call, groups if groups is not None else [None] * len(calls))],
     }
     try:
         job_path.write_text(json.dumps(job), encoding="utf-8")
@@ -250,7 +252,8 @@ def _write_files(scratch: Path, files: dict[str, str], setup_files: dict[str, st
 
 def _child_env(scratch: Path) -> dict[str, str]:
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch),
-           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONHASHSEED": "0"}  # reproducible set/dict orders across runs
     # one thread per numeric library: thread pools count against the process limit
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
                 "NUMEXPR_NUM_THREADS"):
@@ -261,7 +264,8 @@ def _child_env(scratch: Path) -> dict[str, str]:
 
 def _execute(job_path: Path, scratch: Path, mode: str, limits: RunLimits, n_calls: int) -> SandboxResult:
     read_fd, write_fd = os.pipe()
-    cmd = [sys.executable, "-I", "-c", _CHILD_SOURCE, str(job_path), str(write_fd)]
+    # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
+    cmd = [sys.executable, "-s", "-c", _CHILD_SOURCE, str(job_path), str(write_fd)]
     if mode != "none":
         cmd = [shutil.which("unshare") or "unshare", *_UNSHARE_ARGS[mode], "--", *cmd]
     stdout_cap = max(limits.max_output_bytes, 64 * 1024)

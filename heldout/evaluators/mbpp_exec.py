@@ -1,0 +1,345 @@
+"""MBPP+ execution-based pass@1 with evalplus semantics, run in heldout's sandbox.
+
+What is evalplus's (facts carried over; see evalplus 0.3.x ``evaluate.py`` / ``eval/__init__.py``):
+
+* expected outputs come from running the canonical solution (prompt + canonical_solution) on the
+  same inputs, which also gives each input's reference runtime ``t``;
+* each test input has a time limit ``max(min_time_limit, factor * t)`` with evalplus's defaults
+  ``min_time_limit = 1.0`` s and ``factor = 4.0``;
+* inputs are deserialised per task (tuples, sets, complex ...: :mod:`._mbpp_child`);
+* comparison: ``out == expected``; special oracles for ``are_equivalent`` (Mbpp/164, anything
+  passes), ``sum_div`` (Mbpp/295, 0 also passes), ``surface_Area`` (Mbpp/581) and
+  ``digit_distance_nums`` (Mbpp/558) (a second accepted answer), set comparison for eight tasks,
+  "not None" for three tasks whose outputs cannot be serialised; if the expected output is a float
+  (or a non-empty list/tuple of floats) and the task's ``atol`` is 0, ``atol`` becomes 1e-6 for this
+  and every later input of the suite; an inexact match then passes when the types (and lengths)
+  agree and ``numpy.allclose(out, exp, rtol=1e-7, atol=atol)``;
+* base and plus inputs are separate suites, each stopping at its first failure (evalplus's
+  default ``fast_check``); pass@1 "base" = base suite passes, "plus" = base and plus both pass.
+
+Where heldout differs, and why:
+
+* the solution runs in :mod:`heldout.evaluators.sandbox` (namespaces, rlimits, scrubbed env)
+  instead of evalplus's in-process ``reliability_guard``;
+* outputs cross back as typed plain data (tuple, set, dict, bytes, complex ... kept) and are
+  compared **in the parent**, so expected outputs never enter the sandbox and an object with a
+  tricky ``__eq__`` fails as ``bad_output`` instead of passing (evalplus compares inside the
+  untrusted process, where such an object would pass);
+* it scores one problem at a time (:func:`check_solution`), which the harness needs per example;
+  expected outputs are computed once per problem and cached in memory (evalplus pickles them
+  per dataset);
+* the whole-suite wall limit is ``min(limits.wall_seconds, sum(time limits) + 2 s)``;
+* an output whose ``repr`` exceeds 4 M characters (a handful of MBPP+ plus inputs produce hundreds
+  of MB) crosses as a sha256 of its ``repr`` and is compared exactly (both processes run with
+  ``PYTHONHASHSEED=0``, so set/dict orders agree); ``atol`` does not apply to such outputs.
+
+evalplus itself is optional (``pip install heldout[evalplus]``); nothing here imports it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from heldout.benchmarks.base import DataError, RunLimits, Verdict
+from heldout.evaluators._mbpp_child import DIGEST_KEY
+from heldout.evaluators.sandbox import SandboxError, decode_typed, run_calls
+
+MIN_TIME_LIMIT = 1.0
+TIME_LIMIT_FACTOR = 4.0
+FLOAT_ATOL = 1e-6
+HELPER_NAME = "_heldout_mbpp"
+HELPER_SOURCE = (Path(__file__).resolve().parent / "_mbpp_child.py").read_text(encoding="utf-8")
+TRUTH_MAX_BYTES = 512 * 1024 * 1024
+DEFAULT_LIMITS = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=4096)
+
+SET_EQUAL_TASKS = frozenset({"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
+                             "larg_nnum", "intersection_array", "find_dissimilar", "Diff"})
+
+
+# -- results ---------------------------------------------------------------------------------------
+@dataclass
+class SuiteResult:
+    """One test suite (``base`` or ``plus``) of one problem. ``status`` is ``pass`` or ``fail``;
+    ``failure`` describes the first failing test (reason: wrong_answer, timeout, crash, memory,
+    bad_output, forbidden, output_too_large)."""
+
+    name: str
+    status: str
+    passed: int
+    total: int
+    failure: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "pass"
+
+
+@dataclass
+class MbppResult:
+    task_id: str
+    base: SuiteResult
+    plus: SuiteResult | None
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def base_pass(self) -> bool:
+        return self.base.ok
+
+    @property
+    def plus_pass(self) -> bool:
+        """evalplus's "base + extra": both suites pass."""
+        return self.base.ok and self.plus is not None and self.plus.ok
+
+    def first_failure(self) -> dict[str, Any] | None:
+        for suite in (self.base, self.plus):
+            if suite is not None and suite.failure:
+                return {"suite": suite.name, **suite.failure}
+        return None
+
+    def to_verdict(self, example_id: str | None = None) -> Verdict:
+        """score = plus pass@1 (base and plus); ``dimensions`` has ``base`` and ``plus``."""
+        dims = {"base": float(self.base_pass), "plus": float(self.plus_pass)}
+        lines = [f"base: {self.base.status} ({self.base.passed}/{self.base.total})"]
+        if self.plus is not None:
+            lines.append(f"plus: {self.plus.status} ({self.plus.passed}/{self.plus.total})")
+        fail = self.first_failure()
+        kind = None
+        if fail:
+            kind = fail["reason"]
+            lines.append(f"first failure ({fail['suite']} test {fail['index']}): {fail['reason']}: {fail['message']}")
+        eid = example_id or self.task_id
+        output = {"base": self.base_pass, "plus": self.plus_pass, "failure": fail}
+        usage = {"seconds": self.seconds}
+        if fail and kind != "wrong_answer":
+            return Verdict(example_id=eid, score=float(self.plus_pass), valid=True, dimensions=dims,
+                           feedback="\n".join(lines), error=f"{kind}: {fail['message']}", error_kind=kind,
+                           output=output, usage=usage)
+        return Verdict(example_id=eid, score=float(self.plus_pass), valid=True, dimensions=dims,
+                       feedback="\n".join(lines), error_kind=kind, output=output, usage=usage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# -- expected outputs --------------------------------------------------------------------------------
+@dataclass
+class GroundTruth:
+    base: list[Any]
+    plus: list[Any]
+    base_time: list[float]
+    plus_time: list[float]
+    base_bytes: int = 0  # size of the encoded expected outputs: solutions may send about as much
+    plus_bytes: int = 0
+
+
+_truth_cache: dict[str, GroundTruth] = {}
+_truth_lock = threading.Lock()
+
+
+def _problem_key(problem: dict[str, Any]) -> str:
+    parts = {k: problem.get(k) for k in ("task_id", "prompt", "canonical_solution", "entry_point", "base_input",
+                                         "plus_input")}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def ground_truth(problem: dict[str, Any], *, limits: RunLimits = DEFAULT_LIMITS) -> GroundTruth:
+    """Expected outputs and reference runtimes: the canonical solution, run in the sandbox on every
+    base and plus input (cached per problem content). Raises :class:`DataError` if it fails."""
+    key = _problem_key(problem)
+    with _truth_lock:
+        cached = _truth_cache.get(key)
+    if cached is not None:
+        return cached
+    code = problem["prompt"] + problem["canonical_solution"]
+    inputs = list(problem["base_input"]) + list(problem["plus_input"])
+    calls = [([problem["task_id"], problem["entry_point"], inp, "truth"], {}) for inp in inputs]
+    trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
+    result = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=trusted, encoding="typed",
+                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE})
+    if not result.ok:
+        raise DataError(f"{problem['task_id']}: the canonical solution failed ({result.error_kind}): "
+                        f"{str(result.error)[-500:]}")
+    outs = [decode_typed(c["value"]) for c in result.calls]
+    times = [float(c.get("seconds", 0.0)) for c in result.calls]
+    sizes = [len(json.dumps(c["value"])) for c in result.calls]
+    nb = len(problem["base_input"])
+    truth = GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
+    with _truth_lock:
+        _truth_cache[key] = truth
+    return truth
+
+
+# -- comparison ----------------------------------------------------------------------------------------
+def is_floats(x: Any) -> bool:
+    """A float, or a non-empty list/tuple of floats (evalplus's rule for switching atol on)."""
+    if isinstance(x, float):
+        return True
+    if isinstance(x, (list, tuple)) and x:
+        return all(isinstance(i, float) for i in x)
+    return False
+
+
+def _oracle_surface_area(base_edge: float, height: float) -> int:
+    slant = math.sqrt((base_edge / 2) ** 2 + height ** 2)
+    return round(base_edge ** 2 + 4 * (base_edge * slant) / 2)
+
+
+def _oracle_digit_distance(a: int, b: int) -> int:
+    sa, sb = str(a), str(b)
+    width = max(len(sa), len(sb))
+    return sum(abs(int(x) - int(y)) for x, y in zip(sa.zfill(width), sb.zfill(width)))
+
+
+def _is_digest(x: Any) -> bool:
+    return isinstance(x, dict) and DIGEST_KEY in x
+
+
+def compare(entry_point: str, out: Any, exp: Any, inp: Any, atol: float) -> tuple[bool, float, str]:
+    """(passed, atol for the next input, reason text). Never raises."""
+    if _is_digest(out) or _is_digest(exp):
+        same = _is_digest(out) and _is_digest(exp) and out[DIGEST_KEY] == exp[DIGEST_KEY]
+        return same, atol, "" if same else "output differs (large output, compared exactly by digest)"
+    try:
+        exact = out == exp
+        if entry_point == "are_equivalent":
+            exact = True
+        elif entry_point == "sum_div":
+            exact = exact or out == 0
+        elif entry_point == "surface_Area":
+            exact = exact or abs(out - _oracle_surface_area(*inp)) <= atol
+        elif entry_point == "digit_distance_nums":
+            exact = exact or out == _oracle_digit_distance(*inp)
+        elif entry_point in SET_EQUAL_TASKS:
+            exact = set(out) == set(exp)
+        if atol == 0 and is_floats(exp):
+            atol = FLOAT_ATOL
+        if not exact and atol != 0:
+            if type(out) is not type(exp):
+                return False, atol, f"expected a {type(exp).__name__}, got a {type(out).__name__}"
+            if isinstance(exp, (list, tuple)) and len(out) != len(exp):
+                return False, atol, f"expected {len(exp)} items, got {len(out)}"
+            ok = bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
+            return ok, atol, "" if ok else f"not within atol={atol:g}"
+        return bool(exact), atol, "" if exact else "output differs"
+    except Exception as exc:  # noqa: BLE001 - a comparison that blows up is a failed test
+        return False, atol, f"comparison failed: {type(exc).__name__}: {exc}"
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+# -- running a solution ------------------------------------------------------------------------------
+def _suite_from_calls(problem: dict[str, Any], which: str, calls: list[dict[str, Any]], expected: Sequence[Any],
+                      seconds: float, process_error: tuple[str | None, str | None]) -> SuiteResult:
+    inputs = list(problem[f"{which}_input"])
+    atol = float(problem.get("atol") or 0)
+    passed = 0
+    for i, call in enumerate(calls):
+        if not call.get("ok"):
+            return SuiteResult(which, "fail", passed, len(inputs), {
+                "index": i, "reason": call.get("error_kind") or "crash", "input": _short(inputs[i]),
+                "message": str(call.get("error"))[-1500:]}, seconds)
+        try:
+            out = decode_typed(call.get("value"))
+        except Exception as exc:  # noqa: BLE001
+            return SuiteResult(which, "fail", passed, len(inputs), {
+                "index": i, "reason": "bad_output", "input": _short(inputs[i]), "message": str(exc)}, seconds)
+        ok, atol, why = compare(problem["entry_point"], out, expected[i], inputs[i], atol)
+        if not ok:
+            return SuiteResult(which, "fail", passed, len(inputs), {
+                "index": i, "reason": "wrong_answer", "input": _short(inputs[i]), "expected": _short(expected[i]),
+                "got": _short(out), "message": f"{why}: expected {_short(expected[i], 80)}, got {_short(out, 80)}"},
+                seconds)
+        passed += 1
+    if passed < len(inputs):
+        # the process died before every test of the suite ran (wall limit, memory, forbidden ...)
+        kind, error = process_error
+        return SuiteResult(which, "fail", passed, len(inputs), {
+            "index": passed, "reason": kind or "crash", "input": _short(inputs[passed]),
+            "message": str(error or "the program stopped before this test")[-1500:]}, seconds)
+    return SuiteResult(which, "pass", passed, len(inputs), None, seconds)
+
+
+def run_suites(problem: dict[str, Any], code: str, truth: GroundTruth, which: Sequence[str], *, limits: RunLimits,
+               min_time_limit: float = MIN_TIME_LIMIT, factor: float = TIME_LIMIT_FACTOR) -> dict[str, SuiteResult]:
+    """Both suites in one sandboxed process; each suite stops at its own first failure."""
+    plan = [(name, list(problem[f"{name}_input"]), getattr(truth, name), getattr(truth, f"{name}_time"))
+            for name in which]
+    calls, per_call, groups = [], [], []
+    for name, inputs, _, ref in plan:
+        calls += [([problem["task_id"], problem["entry_point"], inp, "check"], {}) for inp in inputs]
+        per_call += [max(min_time_limit, factor * t) for t in ref]
+        groups += [name] * len(inputs)
+    expected_bytes = sum(getattr(truth, f"{name}_bytes") for name in which)
+    # the suites' time limits bound the whole run; a correct solution sends about as much as the canonical one
+    lim = limits.replace(wall_seconds=min(limits.wall_seconds, sum(per_call) + 2.0),
+                         cpu_seconds=max(limits.cpu_seconds, 1.0),
+                         max_output_bytes=max(limits.max_output_bytes, 2 * expected_bytes + (1 << 20)))
+    out: dict[str, SuiteResult] = {}
+    if not calls:
+        return {name: SuiteResult(name, "pass", 0, 0) for name in which}
+    try:
+        res = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=lim, encoding="typed",
+                        per_call_seconds=per_call, stop_on_error=True, groups=groups,
+                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE})
+    except SandboxError as exc:
+        return {name: SuiteResult(name, "fail", 0, len(inputs), {"index": 0, "reason": "malformed_candidate",
+                                                                "input": "", "message": str(exc)})
+                for name, inputs, _, _ in plan}
+    offset = 0
+    for name, inputs, expected, _ in plan:
+        mine = sorted((c for c in res.calls if offset <= c["call"] < offset + len(inputs)), key=lambda c: c["call"])
+        out[name] = _suite_from_calls(problem, name, mine, expected, res.seconds, (res.error_kind, res.error))
+        offset += len(inputs)
+    return out
+
+
+def check_solution(problem: dict[str, Any], solution_code: str, *, which: Iterable[str] = ("base", "plus"),
+                   limits: RunLimits | None = None, min_time_limit: float = MIN_TIME_LIMIT,
+                   factor: float = TIME_LIMIT_FACTOR) -> MbppResult:
+    """Run ``solution_code`` on one evalplus MBPP+ record (``task_id``, ``prompt``, ``entry_point``,
+    ``canonical_solution``, ``base_input``, ``plus_input``, ``atol``) and report base and plus
+    separately. Never raises for a bad solution; raises :class:`DataError` if the record's own
+    canonical solution cannot produce expected outputs."""
+    import time
+
+    limits = limits or DEFAULT_LIMITS
+    start = time.perf_counter()
+    truth = ground_truth(problem, limits=limits)
+    names = ["base"] + (["plus"] if "plus" in tuple(which) else [])
+    suites = run_suites(problem, solution_code, truth, names, limits=limits, min_time_limit=min_time_limit,
+                        factor=factor)
+    return MbppResult(problem["task_id"], suites["base"], suites.get("plus"), time.perf_counter() - start)
+
+
+def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2, **kwargs: Any) -> list[MbppResult]:
+    """:func:`check_solution` over many (problem, code) pairs with a small thread pool (each
+    solution runs in its own sandboxed process, so threads only wait)."""
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(lambda pc: check_solution(pc[0], pc[1], **kwargs), items))
+
+
+def load_problems(path: str | Path) -> list[dict[str, Any]]:
+    """evalplus MBPP+ records from a JSON-lines file (parsed with ``json``: some inputs are huge ints)."""
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+__all__ = ["check_solution", "check_many", "ground_truth", "compare", "MbppResult", "SuiteResult", "load_problems",
+           "MIN_TIME_LIMIT", "TIME_LIMIT_FACTOR"]
