@@ -1,0 +1,173 @@
+"""MBPP+ execution: evalplus semantics, base and plus reported separately, wrong solutions fail for
+the right reason, and (where evalplus is installed) the same verdicts as evalplus's own evaluator."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from heldout.benchmarks.base import RunLimits
+from heldout.evaluators import _mbpp_child
+from heldout.evaluators.mbpp_exec import check_solution, compare, load_problems
+
+LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=4096)
+
+
+@pytest.fixture(scope="module")
+def problems(data_dir) -> dict[str, dict]:
+    return {p["task_id"]: p for p in load_problems(data_dir / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl")}
+
+
+def canonical(p: dict) -> str:
+    return p["prompt"] + p["canonical_solution"]
+
+
+def check(p: dict, code: str, **kw):
+    return check_solution(p, code, limits=LIMITS, **kw)
+
+
+def test_the_file_has_378_problems(problems):
+    assert len(problems) == 378
+
+
+@pytest.mark.parametrize("task_id", ["Mbpp/2", "Mbpp/3", "Mbpp/139", "Mbpp/722", "Mbpp/124", "Mbpp/580"])
+def test_canonical_solutions_pass_base_and_plus(problems, task_id):
+    r = check(problems[task_id], canonical(problems[task_id]))
+    assert r.base_pass and r.plus_pass, r.first_failure()
+    assert r.base.total == len(problems[task_id]["base_input"]) and r.plus.total == len(problems[task_id]["plus_input"])
+    v = r.to_verdict()
+    assert v.score == 1.0 and v.dimensions == {"base": 1.0, "plus": 1.0} and v.error is None
+
+
+def test_off_by_one_fails_as_a_wrong_answer(problems):
+    r = check(problems["Mbpp/17"], "def square_perimeter(a):\n    return 4 * a + 1\n")
+    assert not r.base_pass and not r.plus_pass
+    fail = r.first_failure()
+    assert fail["suite"] == "base" and fail["index"] == 0 and fail["reason"] == "wrong_answer"
+    assert "expected 40, got 41" in fail["message"]
+    v = r.to_verdict("Mbpp/17")
+    assert v.score == 0.0 and v.error_kind == "wrong_answer" and "base: fail (0/" in v.feedback
+
+
+def test_wrong_type_fails_even_when_the_values_agree(problems):
+    # Mbpp/4 expects a list; a tuple with the same numbers is a different output for ==
+    code = "import heapq\ndef heap_queue_largest(nums, n):\n    return tuple(heapq.nlargest(n, nums))\n"
+    r = check(problems["Mbpp/4"], code)
+    assert not r.base_pass and r.first_failure()["reason"] == "wrong_answer"
+
+
+def test_printing_instead_of_returning_fails(problems):
+    r = check(problems["Mbpp/17"], "def square_perimeter(a):\n    print(4 * a)\n")
+    fail = r.first_failure()
+    assert fail["reason"] == "wrong_answer" and "got None" in fail["message"]
+
+
+def test_too_slow_fails_on_the_per_test_time_limit(problems):
+    code = "import time\ndef square_perimeter(a):\n    time.sleep(5)\n    return 4 * a\n"
+    r = check(problems["Mbpp/17"], code, which=("base",))
+    fail = r.first_failure()
+    assert fail["reason"] == "timeout" and "per-call" in fail["message"]
+    assert r.base.seconds < 5  # stopped by the 1 s floor, not by the sleep
+
+
+def test_a_crash_and_a_syntax_error_fail_with_their_reason(problems):
+    r = check(problems["Mbpp/17"], "def square_perimeter(a):\n    return a / 0\n")
+    assert r.first_failure()["reason"] == "crash" and "ZeroDivisionError" in r.first_failure()["message"]
+    r = check(problems["Mbpp/17"], "def square_perimeter(a:\n")
+    assert r.first_failure()["reason"] == "crash" and "SyntaxError" in r.first_failure()["message"]
+    r = check(problems["Mbpp/17"], "def perimeter(a):\n    return 4 * a\n")
+    assert "square_perimeter" in r.first_failure()["message"]
+
+
+def test_an_object_with_tricky_eq_is_bad_output_not_a_pass(problems):
+    code = "class Any:\n    def __eq__(self, other):\n        return True\ndef square_perimeter(a):\n    return Any()\n"
+    r = check(problems["Mbpp/17"], code)
+    assert not r.base_pass and r.first_failure()["reason"] == "bad_output"
+
+
+def test_weak_and_strong_verifier_disagree_on_a_solution_that_only_handles_base(problems):
+    p = problems["Mbpp/17"]
+    cases = " ".join(f"{json.dumps(i[0])}: {4 * i[0]}," for i in p["base_input"])
+    code = f"def square_perimeter(a):\n    return {{{cases}}}.get(a, -1)\n"
+    r = check(p, code)
+    assert r.base_pass and not r.plus_pass
+    v = r.to_verdict()
+    assert v.dimensions == {"base": 1.0, "plus": 0.0} and v.score == 0.0
+
+
+def test_float_outputs_use_atol(problems):
+    p = problems["Mbpp/139"]  # atol 1e-4
+    r = check(p, "import math\ndef circle_circumference(r):\n    return 2 * math.pi * r + 1e-7\n")
+    assert r.base_pass and r.plus_pass
+    r = check(p, "import math\ndef circle_circumference(r):\n    return 2 * math.pi * r + 1e-2\n")
+    assert not r.base_pass and "atol" in r.first_failure()["message"]
+
+
+def test_compare_follows_evalplus_rules():
+    assert compare("f", 1.0000001, 1.0, (), 0) == (True, 1e-6, "")  # atol switched on for floats
+    ok, atol, _ = compare("f", 3, 3, (), 0)
+    assert ok and atol == 0
+    assert not compare("f", (1, 2), [1, 2], (), 0)[0]
+    assert not compare("f", [1.0, 2.0], (1.0, 2.0), (), 0)[0]  # inexact float match needs equal types
+    assert compare("similar_elements", (5, 4), (4, 5), (), 0)[0]  # set comparison task
+    assert compare("are_equivalent", False, True, (), 0)[0]  # Mbpp/164 accepts anything
+    assert compare("sum_div", 0, 7, (), 0)[0]  # Mbpp/295 also accepts 0
+    assert compare("digit_distance_nums", 7, 0, (123, 256), 0)[0]  # |1-2|+|2-5|+|3-6|
+    assert not compare("f", math.nan, math.nan, (), 0)[0]
+    assert not compare("f", object(), [1], (), 0)[0]
+
+
+def test_input_deserialisation_gives_the_task_its_types(problems):
+    inp = _mbpp_child.deserialize("Mbpp/2", problems["Mbpp/2"]["base_input"][0])
+    assert all(type(a) is tuple for a in inp)
+    inp = _mbpp_child.deserialize("Mbpp/124", problems["Mbpp/124"]["base_input"][0])
+    assert type(inp[0]) is float and type(inp[1]) is complex
+    inp = _mbpp_child.deserialize("Mbpp/580", problems["Mbpp/580"]["base_input"][0])
+    assert type(inp) is tuple and type(inp[0]) is tuple
+
+
+# -- the same answers as evalplus, where evalplus is installed -----------------------------------
+def test_deserialisation_equals_evalplus_on_every_input(problems):
+    mbpp = pytest.importorskip("evalplus.data.mbpp")
+    for tid, p in problems.items():
+        for key in ("base_input", "plus_input"):
+            theirs = mbpp.mbpp_deserialize_inputs(tid, json.loads(json.dumps(p[key])))
+            mine = [_mbpp_child.deserialize(tid, inp) for inp in json.loads(json.dumps(p[key]))]
+            assert mine == (list(theirs) if not theirs else theirs), tid  # == tells a list from a tuple everywhere
+
+
+def _variants(p: dict) -> dict[str, str]:
+    entry = p["entry_point"]
+    return {
+        "canonical": canonical(p),
+        "returns_none": f"def {entry}(*args):\n    return None\n",
+        "crashes": f"def {entry}(*args):\n    raise ValueError('no')\n",
+        "base_only": canonical(p).replace(f"def {entry}(", f"def _real_{entry}(") +
+        f"\n_seen = {{json_key}}\ndef {entry}(*args):\n    return _real_{entry}(*args) if repr(args) in _seen else None\n"
+        .replace("{json_key}", repr({repr(tuple(_mbpp_child.deserialize(p['task_id'], i))) for i in p["base_input"]})),
+    }
+
+
+@pytest.mark.parametrize("task_id", ["Mbpp/2", "Mbpp/17", "Mbpp/139", "Mbpp/124", "Mbpp/722", "Mbpp/58", "Mbpp/580"])
+def test_verdicts_equal_evalplus_on_the_same_samples(problems, task_id):
+    ev = pytest.importorskip("evalplus.evaluate")
+    mbpp = pytest.importorskip("evalplus.data.mbpp")
+    from evalplus.gen.util import trusted_exec
+
+    raw = problems[task_id]
+    p = dict(raw)
+    p["base_input"] = mbpp.mbpp_deserialize_inputs(task_id, json.loads(json.dumps(raw["base_input"])))
+    p["plus_input"] = mbpp.mbpp_deserialize_inputs(task_id, json.loads(json.dumps(raw["plus_input"])))
+    not_none = raw["entry_point"] in _mbpp_child.OUTPUT_NOT_NONE
+    expected = {}
+    for which in ("base", "plus"):
+        expected[which], expected[f"{which}_time"] = trusted_exec(
+            canonical(raw), p[f"{which}_input"], raw["entry_point"], record_time=True, output_not_none=not_none)
+    for name, code in _variants(raw).items():
+        theirs = ev.check_correctness("mbpp", 0, p, code, expected, fast_check=True)
+        mine = check(raw, code)
+        assert (theirs["base"][0] == "pass", theirs["plus"][0] == "pass") == (mine.base_pass, mine.base.ok and mine.plus.ok), \
+            (task_id, name, theirs["base"][0], theirs["plus"][0], mine.first_failure())
