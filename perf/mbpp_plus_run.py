@@ -1,0 +1,97 @@
+"""MBPP+ full canonical run: wall time of heldout's sandboxed evaluator, against evalplus's own.
+
+Both evaluate the same samples (every problem's prompt + canonical solution) from the same file,
+cold (expected outputs computed in the run, as on a first evaluation), with the same number of
+workers, in the same run. heldout: ``check_many`` (sandbox per problem: expected outputs, then the
+check). evalplus (optional, ``pip install heldout[evalplus]``): ``evalplus.evaluate.evaluate`` with
+``MBPP_OVERRIDE_PATH`` pointing at the local file and its ground-truth cache cleared first.
+Printed: seconds of each, pass counts (base, plus), and the ratio heldout / evalplus (goal <= 1.0).
+
+    python perf/mbpp_plus_run.py [--data-dir ../shared/data] [--workers 2] [--limit N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from heldout.benchmarks.base import RunLimits
+from heldout.evaluators.mbpp_exec import check_many, load_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# evalplus runs in its own interpreter so that its imports (transformers, provider SDKs) and its
+# ground-truth cache stay out of this process
+EVALPLUS_RUNNER = r"""
+import json, os, sys, time
+from evalplus.evaluate import evaluate
+samples, workers = sys.argv[1], int(sys.argv[2])
+start = time.perf_counter()
+evaluate("mbpp", samples=samples, parallel=workers, i_just_wanna_run=True)
+seconds = time.perf_counter() - start
+res = json.load(open(samples.replace(".jsonl", "_eval_results.json")))["eval"]
+base = sum(all(r["base_status"] == "pass" for r in v) for v in res.values())
+plus = sum(all(r["base_status"] == "pass" and r["plus_status"] == "pass" for r in v) for v in res.values())
+print(json.dumps({"seconds": seconds, "base": base, "plus": plus, "n": len(res)}))
+"""
+
+
+def run_evalplus(jsonl: Path, problems: list[dict], workers: int) -> dict | None:
+    try:
+        import evalplus  # noqa: F401
+    except ImportError:
+        return None
+    from evalplus.data.utils import CACHE_DIR
+
+    work = Path(tempfile.mkdtemp(prefix="heldout-perf-evalplus-"))
+    try:
+        data = work / "mbpp_plus.jsonl"
+        data.write_text("".join(json.dumps(p) + "\n" for p in problems))
+        samples = work / "samples.jsonl"
+        samples.write_text("".join(json.dumps({"task_id": p["task_id"], "solution": p["prompt"] + p["canonical_solution"]})
+                                   + "\n" for p in problems))
+        for cached in Path(CACHE_DIR).glob("*.pkl") if Path(CACHE_DIR).is_dir() else []:
+            cached.unlink()  # cold ground truth, like heldout's run
+        env = {**os.environ, "MBPP_OVERRIDE_PATH": str(data)}
+        out = subprocess.run([sys.executable, "-c", EVALPLUS_RUNNER, str(samples), str(workers)], env=env,
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    args = ap.parse_args()
+    jsonl = Path(args.data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl"
+    problems = load_problems(jsonl)[: args.limit]
+
+    start = time.perf_counter()
+    results = check_many([(p, p["prompt"] + p["canonical_solution"]) for p in problems], workers=args.workers,
+                         limits=RunLimits(wall_seconds=120, cpu_seconds=120, memory_mb=4096))
+    mine = time.perf_counter() - start
+    base = sum(r.base_pass for r in results)
+    plus = sum(r.plus_pass for r in results)
+    print(f"problems: {len(problems)}, workers: {args.workers}")
+    print(f"heldout  (sandboxed): {mine:8.1f} s   base {base}/{len(problems)}  plus {plus}/{len(problems)}")
+    theirs = run_evalplus(jsonl, problems, args.workers)
+    if theirs is None:
+        print("evalplus not installed: no reference (pip install heldout[evalplus])")
+        return
+    print(f"evalplus (its own):   {theirs['seconds']:8.1f} s   base {theirs['base']}/{theirs['n']}  "
+          f"plus {theirs['plus']}/{theirs['n']}")
+    print(f"ratio heldout / evalplus = {mine / theirs['seconds']:.2f}x (goal <= 1.0x)")
+
+
+if __name__ == "__main__":
+    main()
