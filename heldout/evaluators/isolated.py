@@ -330,9 +330,10 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 def _private_tmp(sbx, job: dict[str, Any]) -> None:
     """Give the child a fresh, empty temp dir holding only what it needs from the real one (its
     private dir, its own code): other sessions' sockets and run dirs there stay out of sight even
-    for a child with the harness's uid (userns mode). Skipped when Python itself lives there."""
+    for a child with the harness's uid (userns mode). What the child needs from there (Python
+    itself, when a virtualenv lives in the temp dir) is in ``expose`` and bound back in."""
     tmp = job["tmp"]
-    if tmp == "/" or any(sbx.inside(p, tmp) for p in _python_paths()):
+    if tmp == "/":
         return
     keep = sorted({p for p in [job["private"], *job["expose"]] if sbx.inside(p, tmp) and os.path.exists(p)})
     fds = {p: os.open(p, os.O_PATH) for p in keep}
