@@ -171,3 +171,14 @@ def test_verdicts_equal_evalplus_on_the_same_samples(problems, task_id):
         mine = check(raw, code)
         assert (theirs["base"][0] == "pass", theirs["plus"][0] == "pass") == (mine.base_pass, mine.base.ok and mine.plus.ok), \
             (task_id, name, theirs["base"][0], theirs["plus"][0], mine.first_failure())
+
+
+def test_the_mbpp_plus_task_scores_model_text_through_this_path(data_dir, problems):
+    from heldout.benchmarks.registry import get_benchmark
+
+    bench = get_benchmark("mbpp_plus")
+    example = next(ex for ex in bench.load_raw(str(data_dir)) if ex.id == "Mbpp/17")
+    good = bench.score_text("Here it is:\n```python\ndef square_perimeter(a):\n    return 4 * a\n```\n", example)
+    assert good.score == 1.0 and good.dimensions == {"base": 1.0, "plus": 1.0}
+    bad = bench.score_text("```python\ndef square_perimeter(a):\n    return 4 * a + 1\n```", example)
+    assert bad.score == 0.0 and bad.error_kind == "wrong_answer"

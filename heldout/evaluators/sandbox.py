@@ -314,10 +314,12 @@ def _execute(job_path: Path, scratch: Path, mode: str, limits: RunLimits, n_call
             if killed_for:
                 break
     finally:
-        _kill_group(proc, mode)
+        # close our ends first: a writer blocked on a full pipe (even unshare itself) then fails
+        # with EPIPE instead of keeping the namespace alive
         sel.close()
         os.close(read_fd)
         proc.stdout.close()
+        _kill_group(proc, mode)
     cpu_used = _reap(proc, timeout=None) or 0.0
     tail = stdout_tail.decode("utf-8", errors="replace")
     return _interpret(result_buf, killed_for, proc.returncode, cpu_used, tail, limits, mode, n_calls)
