@@ -88,17 +88,24 @@ def _circles(value: Any, n: int) -> tuple[np.ndarray, np.ndarray] | Scored:
     return arr[:, :2], arr[:, 2]
 
 
-def circles_in_square(centers: Any, radii: Any, *, n: int = 26, tol: float = 0.0) -> Scored:
-    """n disjoint closed discs in the unit square; objective = Σr. Containment is
-    ``r - tol <= x <= 1 - r + tol`` (same for y); non-overlap ``|ci - cj| >= ri + rj - tol``."""
+def _centers_radii(centers: Any, radii: Any, n: int) -> tuple[np.ndarray, np.ndarray] | Scored:
+    """The (n,2) centres and (n,) radii as finite arrays, or the Scored rejection."""
     c = as_array(centers, (n, 2), "centers")
     if isinstance(c, Scored):
         return c
     r = as_array(radii, (n,), "radii")
     if isinstance(r, Scored):
         return r
-    if (bad := _check_radii(r)) is not None:
-        return bad
+    return _check_radii(r) or (c, r)
+
+
+def circles_in_square(centers: Any, radii: Any, *, n: int = 26, tol: float = 0.0) -> Scored:
+    """n disjoint closed discs in the unit square; objective = Σr. Containment is
+    ``r - tol <= x <= 1 - r + tol`` (same for y); non-overlap ``|ci - cj| >= ri + rj - tol``."""
+    read = _centers_radii(centers, radii, n)
+    if isinstance(read, Scored):
+        return read
+    c, r = read
     outside = np.stack([r - c[:, 0], c[:, 0] + r - 1.0, r - c[:, 1], c[:, 1] + r - 1.0], axis=1)
     sides = ("left", "right", "bottom", "top")
     items = [(f"containment: circle {k} leaves the square ({sides[s]} side)", float(outside[k, s]))
@@ -118,14 +125,10 @@ def circles_in_rectangle(centers: Any, radii: Any, *, n: int = 21, perimeter: fl
                          tol: float = 0.0) -> Scored:
     """n disjoint discs in an axis-aligned rectangle of the given perimeter, aspect free: the
     rectangle is the circles' bounding box, which must satisfy ``w + h <= perimeter/2 + tol``."""
-    c = as_array(centers, (n, 2), "centers")
-    if isinstance(c, Scored):
-        return c
-    r = as_array(radii, (n,), "radii")
-    if isinstance(r, Scored):
-        return r
-    if (bad := _check_radii(r)) is not None:
-        return bad
+    read = _centers_radii(centers, radii, n)
+    if isinstance(read, Scored):
+        return read
+    c, r = read
     width = float((c[:, 0] + r).max() - (c[:, 0] - r).min())
     height = float((c[:, 1] + r).max() - (c[:, 1] - r).min())
     box_excess = width + height - perimeter / 2
