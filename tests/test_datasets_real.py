@@ -195,7 +195,7 @@ def test_every_gold_answer_written_as_a_model_would_scores_one(family, data_dir)
     for bench in (b for b in dataset_tasks() if b.family == family):
         for ex in bench.load_raw(str(data_dir)):
             verdict = bench.score_text(gold_text(bench, ex), ex)
-            if verdict.score != 1.0 or verdict.dimensions.get("strict", verdict.dimensions.get("em_strict")) != 1.0:
+            if verdict.score != 1.0 or verdict.dimensions.get("strict") != 1.0:
                 failures.append((bench.name, ex.id, verdict.feedback))
     assert not failures, failures[:10]
 

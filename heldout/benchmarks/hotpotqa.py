@@ -87,21 +87,13 @@ class HotpotQADistractor(PromptBenchmark):
         return f"{paragraphs}\n\nQuestion: {example.input['question']}"
 
     def score_text(self, text: str, example: Example) -> Verdict:
+        """Exact match and token F1 / precision / recall in both modes; the score is flexible EM."""
         gold = example.target["answer"]
         try:
-            dims: dict[str, Any] = {}
-            extracted = {}
-            for mode in answers.EXTRACTION_MODES:
-                span = answers.extract_span(text or "", mode)
-                extracted[f"extracted_{mode}"] = span
-                dims[f"em_{mode}"] = float(answers.exact_match(span or "", gold))
-                dims[f"f1_{mode}"] = float(answers.token_f1(span or "", gold))
+            scored = answers.score_span(text or "", gold)
         except Exception as exc:
             return Verdict.failure(example.id, f"scoring failed: {exc}", "scoring_error")
-        verdict = mode_verdict(example, {"flexible": dims["em_flexible"], **extracted}, text=text,
-                               target_for_feedback=gold)
-        verdict.dimensions = dims
-        return verdict
+        return mode_verdict(example, scored, text=text, target_for_feedback=gold)
 
 
 register(HotpotQADistractor())
