@@ -197,6 +197,7 @@ class EvaluationService:
         self._best: tuple[float, str | None] = (float("-inf"), None)
         self._replay: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         self._memo: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._recorded_candidates: set[str] = set()  # candidates whose components are in the ledger
         self._load_recorded()
 
     # -- resume ---------------------------------------------------------------------------------
@@ -207,6 +208,8 @@ class EvaluationService:
                 key = (data["candidate_id"], data["split"], data["example_id"])
                 self._replay.setdefault(key, []).append(data)
                 self.usage.metric_calls += 1
+            elif entry["kind"] == "candidate":
+                self._recorded_candidates.add(data["candidate_id"])
             elif entry["kind"] == "architect_call":
                 self.usage.add_tokens(ARCHITECT, data["prompt_tokens"], data["completion_tokens"])
 
@@ -284,7 +287,8 @@ class EvaluationService:
         if cid not in self.candidates:
             self.candidates[cid] = {"first_metric_call": stamp, "parent": parent,
                                     "sums": {}}
-            if not any(e["data"].get("candidate_id") == cid for e in self._ledger.entries("candidate")):
+            if cid not in self._recorded_candidates:
+                self._recorded_candidates.add(cid)
                 self._ledger.append("candidate", {"candidate_id": cid, "parent": parent,
                                                   "components": dict(candidate)})
 
@@ -471,12 +475,13 @@ class Session:
     def _score_final(self, final: Candidate, split: str, usage: Usage) -> list[Verdict]:
         """Scored by the harness, outside the optimizer's budget (recorded under its own kind)."""
         examples = self.task.splits.get(split, [])
+        cid = candidate_id(final)
         recorded = {e["data"]["example_id"]: e["data"] for e in self.ledger.entries(f"{split}_scoring")
-                    if e["data"]["candidate_id"] == candidate_id(final)}
+                    if e["data"]["candidate_id"] == cid}
         todo = [ex for ex in examples if ex.id not in recorded]
         verdicts = {ex_id: Verdict.from_dict(d["verdict"]) for ex_id, d in recorded.items()}
         for ex, v in zip(todo, self.deploy_scorer.score(final, todo, DEPLOYMENT, usage)):
-            self.ledger.append(f"{split}_scoring", {"candidate_id": candidate_id(final), "example_id": ex.id,
+            self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": ex.id,
                                                    "verdict": v.to_dict()})
             verdicts[ex.id] = v
         return [verdicts[ex.id] for ex in examples]
