@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 
-from heldout.benchmarks.base import RunLimits
+from heldout.contracts import RunLimits
 from heldout.benchmarks.registry import get_benchmark
-from heldout.evaluators.sandbox import isolation_mode, run_function
+from heldout.sandbox import isolation_mode, run_function
 
 LIMITS = RunLimits(wall_seconds=30, cpu_seconds=30, memory_mb=1024)
 

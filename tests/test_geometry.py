@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from heldout.benchmarks.base import RunLimits
+from heldout.contracts import RunLimits
 from heldout.benchmarks.geometry import TASKS, GeometryError, scoring
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.registry import get_benchmark

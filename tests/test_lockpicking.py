@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from heldout import load_task
-from heldout.benchmarks.base import Example, Verdict
+from heldout.contracts import Example, Verdict
 from heldout.benchmarks.lockpicking import sql as sqlmod
-from heldout.benchmarks.lockpicking.pool import SPEC_VECTORS, decisive, freeze_manifest, load_pool, masked
+from heldout.benchmarks.lockpicking.pool import SPEC_VECTORS, decisive, load_pool, masked
+from heldout.benchmarks.lockpicking.rebuild import freeze_manifest
 from heldout.benchmarks.lockpicking.rules import MALFORMED, SEED_RULES, TRUTH, Edge, RuleSystem, well_formed
 from heldout.benchmarks.lockpicking.task import BENCHMARK, LockpickingBenchmark
 from heldout.cli import main as cli_main

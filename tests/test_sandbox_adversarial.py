@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from heldout.benchmarks.base import RunLimits
+from heldout.contracts import RunLimits
 from heldout.benchmarks.registry import get_benchmark
-from heldout.evaluators.sandbox import isolation_mode
+from heldout.sandbox import isolation_mode
 
 TASK = "circle_packing/square26"
 FAST = RunLimits(wall_seconds=2.5, cpu_seconds=2.5, memory_mb=512, max_processes=32)

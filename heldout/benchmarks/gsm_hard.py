@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from heldout.benchmarks import answers
-from heldout.benchmarks.base import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_jsonl

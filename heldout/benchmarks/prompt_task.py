@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from heldout.benchmarks.base import Benchmark, Candidate, Example, Message, Verdict, check_candidate
+from heldout.contracts import Candidate, Example, Message, Verdict, check_candidate
+from heldout.benchmarks.base import Benchmark
 
 SEED_INSTRUCTION = (
     "Read the problem carefully and make sure you understand what is being asked. "

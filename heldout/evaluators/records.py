@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heldout.benchmarks.base import Candidate, HeldoutError, Verdict, candidate_id
+from heldout.contracts import Candidate, HeldoutError, Verdict, candidate_id
 
 RECORD_FILE = "run_record.json"
 

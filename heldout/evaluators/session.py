@@ -26,31 +26,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from heldout.benchmarks.base import (
-    Candidate,
-    Example,
-    HeldoutError,
-    MalformedCandidate,
-    RunLimits,
-    Verdict,
-    candidate_id,
-    check_candidate,
-)
+from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, MalformedCandidate, RunLimits,
+                               Verdict, VisibilityError, candidate_id, check_candidate)
 from heldout.benchmarks.loading import Task, load_task
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RunRecord
+from heldout.models import ChatRequest, ModelError
 
 OPTIMISATION = "worker-optimisation"
 DEPLOYMENT = "worker-deployment"
 ARCHITECT = "architect"
-
-
-class BudgetExceeded(HeldoutError):
-    """An evaluation (or architect call) would exceed the session's budget; nothing ran."""
-
-
-class VisibilityError(HeldoutError):
-    """The optimizer asked for something its visibility policy does not allow (e.g. test)."""
 
 
 @dataclass(frozen=True)
@@ -147,8 +132,6 @@ class Scorer:
 
     def _score_prompt(self, candidate: Candidate, examples: Sequence[Example], channel: str,
                       usage: Usage) -> list[Verdict]:
-        from heldout.models import ChatRequest, ModelError
-
         if self.worker is None:
             raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
                                "(pass worker=ModelClient(...) or --worker-model/--base-url)")
@@ -332,8 +315,6 @@ class MeteredArchitect:
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
                  max_tokens: int | None = None, replicate: int = 0) -> str:
-        from heldout.models import ChatRequest
-
         if self._client is None:
             raise HeldoutError("this session has no architect model configured")
         limit = self._service.budget.architect_tokens

@@ -43,8 +43,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-from heldout.benchmarks.base import Candidate, HeldoutError, MalformedCandidate, candidate_id, check_candidate
-from heldout.evaluators.session import BudgetExceeded, Session, VisibilityError
+from heldout.contracts import Candidate, HeldoutError, MalformedCandidate, candidate_id, check_candidate
+from heldout.contracts import BudgetExceeded, VisibilityError
+from heldout.evaluators.session import Session
+from heldout.models import ModelError
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_RECORDED_ATTEMPTS = 100
@@ -310,7 +312,6 @@ class ViewServer:
         return {"results": results, "remaining": self.view.remaining}
 
     def _architect(self, body: Any) -> dict[str, Any]:
-        from heldout.models import ModelError
 
         body = _object(body, ARCHITECT_KEYS, required={"messages"})
         messages = body["messages"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 
-from heldout.evaluators.session import BudgetExceeded
+from heldout.contracts import BudgetExceeded
 
 MINIBATCH = 8
 _FENCE = re.compile(r"```(?:[a-zA-Z]*\n)?(.*?)```", re.DOTALL)

@@ -4,7 +4,7 @@
 
 A candidate is a program (``{"program.py": ...}``) exposing the public entry point of its task,
 so existing evolved programs run unchanged. It runs in the sandbox
-(:mod:`heldout.evaluators.sandbox`); its return value comes back as plain data and is scored by
+(:mod:`heldout.sandbox`); its return value comes back as plain data and is scored by
 :mod:`heldout.benchmarks.geometry.scoring`: non-finite values rejected first, validity at zero
 tolerance unless ``tolerance=`` is given, every quantity recomputed. A program's own claim
 (``run_packing``'s sum, AC2's C2) is compared with the recomputed value and reported, never
@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from heldout.benchmarks.base import (Benchmark, Candidate, Example, HeldoutError, MalformedCandidate,
-                                     RunLimits, Source, Verdict, check_candidate)
+from heldout.contracts import Candidate, Example, HeldoutError, MalformedCandidate, RunLimits, Source, Verdict, check_candidate
+from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.geometry import scoring
 from heldout.benchmarks.geometry.scoring import Scored
 from heldout.benchmarks.registry import register
+from heldout.data_manifests import freeze
+from heldout.sandbox import SandboxError, run_function
 
 SEED_DIR = Path(__file__).resolve().parent / "seeds"
 ENTRY_MODULE = "_heldout_entry"
@@ -114,7 +116,6 @@ class GeometryTask(Benchmark):
     # -- running a program ----------------------------------------------------------------------
     def run(self, candidate: Candidate, example: Example, limits: RunLimits | None = None,
             tolerance: float | None = None, **options: Any) -> Verdict:
-        from heldout.evaluators.sandbox import SandboxError, run_function
 
         tol = self._tolerance(tolerance)
         limits = limits or self.default_limits
@@ -344,8 +345,6 @@ TASKS = [register(cls()) for cls in (CirclePackingSquare26, CirclePackingRect21,
 def freeze_manifests() -> list[Path]:
     """(Re)write the six manifests: one embedded instance, profile ``default`` train = test.
     ``python -c "from heldout.benchmarks.geometry import freeze_manifests; freeze_manifests()"``"""
-    from heldout.data_manifests import freeze
-
     paths = []
     for task in TASKS:
         examples = task.load_raw(None)

@@ -27,13 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from heldout.benchmarks.base import (
-    Benchmark, Candidate, Example, MalformedCandidate, Message, RunLimits, Source, Verdict, candidate_id,
-    check_candidate,
-)
+from heldout.contracts import Candidate, Example, MalformedCandidate, Message, RunLimits, Source, Verdict, candidate_id, check_candidate
+from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import load_pool
 from heldout.benchmarks.lockpicking.rules import MALFORMED, N_POSITIONS, TRUTH
+from heldout.benchmarks.candidates import read_candidate
+from heldout.sandbox import SandboxError, run_function
 
 HERE = Path(__file__).resolve().parent
 CANDIDATES_DIR = HERE / "candidates"
@@ -104,7 +104,6 @@ class LockpickingBenchmark(Benchmark):
         component = {".sql": SQL, ".py": PYTHON, ".txt": PROMPT, ".md": PROMPT}.get(suffix)
         if component is None or Path(path).is_dir():
             return super().candidate_from_path(path)
-        from heldout.benchmarks.candidates import read_candidate
 
         return read_candidate(path, component)
 
@@ -192,7 +191,6 @@ class LockpickingBenchmark(Benchmark):
         return _Batch(outputs=outputs, seconds=run.seconds)
 
     def _python_batch(self, candidate: Candidate, programs: list[str], limits: RunLimits) -> _Batch:
-        from heldout.evaluators.sandbox import SandboxError, run_function
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_batch", [programs], limits=limits,
@@ -289,7 +287,6 @@ class LockpickingBenchmark(Benchmark):
         return result
 
     def _python_exhaustive(self, candidate: Candidate, truth: np.ndarray, limits: RunLimits) -> dict[str, Any]:
-        from heldout.evaluators.sandbox import SandboxError, run_function
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_exhaustive", [list(MALFORMED)], limits=limits,

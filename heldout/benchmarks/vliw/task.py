@@ -28,14 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heldout.benchmarks.base import (
-    Benchmark, Candidate, Example, MalformedCandidate, RunLimits, Source, Verdict, candidate_id,
-    check_candidate,
-)
+from heldout.contracts import Candidate, Example, MalformedCandidate, RunLimits, Source, Verdict, candidate_id, check_candidate
+from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, make_instance, n_nodes_for
 from heldout.benchmarks.vliw.fast import DecodedProgram, decode
 from heldout.benchmarks.vliw.machine import InvalidInput, load_program_json, simulate, utilisation
 from heldout.benchmarks.vliw.reference import CHECKED_ENGINES
+from heldout.benchmarks.candidates import _read_text
+from heldout.sandbox import SandboxError, run_function
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 STREAM_COMPONENT = "program.json"
@@ -141,7 +141,6 @@ class VliwTakehome(Benchmark):
         if p.is_file() and p.suffix == ".json":
             import json
 
-            from heldout.benchmarks.candidates import _read_text
 
             text = _read_text(p)
             try:
@@ -185,7 +184,6 @@ class VliwTakehome(Benchmark):
                 next(n for n in candidate if n.endswith(".json"))
             text = candidate[name]
         else:
-            from heldout.evaluators.sandbox import SandboxError, run_function
 
             module = entry[:-3].replace("/", ".")
             files = {n: t for n, t in candidate.items()}

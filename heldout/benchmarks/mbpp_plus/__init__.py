@@ -16,10 +16,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from heldout.benchmarks.base import DataError, Example, RunLimits, Source, Verdict
+from heldout.contracts import DataError, Example, RunLimits, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import read_jsonl
+from heldout.benchmarks.mbpp_plus.execution import check_solution
 
 MIRROR_FILE = "mbpp_plus/MbppPlus-v0.2.0.jsonl"
 TARGET_FIELDS = ("canonical_solution", "base_input", "plus_input", "atol", "contract", "assertion")
@@ -79,7 +80,6 @@ class MBPPPlusTask(PromptBenchmark):
                 f"`{example.input['entry_point']}`.")
 
     def score_text(self, text: str, example: Example, limits: RunLimits | None = None) -> Verdict:
-        from heldout.evaluators.mbpp_exec import check_solution
 
         code = extract_code(text, example.input["entry_point"])
         try:
