@@ -19,6 +19,9 @@ from heldout.benchmarks.vliw.conformance import load_cases, run_case
 from heldout.contracts import HeldoutError
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import verify_ledger
+from heldout.models import ModelClient, ResponseCache
+from heldout.protocols.leakage import ablate, scan_candidate
+from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.reports import build_report, check_runs, write_report
 
@@ -172,6 +175,57 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if result.regressed else 0
 
 
+# -- split / leak --------------------------------------------------------------------------------
+def cmd_split_build(args: argparse.Namespace) -> int:
+    built = build_split(args.task, args.name, SplitSizes.parse(args.sizes), probe=args.probe, seed=args.seed,
+                        out=args.out, data_dir=args.data_dir)
+    if args.json:
+        _print_json(asdict(built))
+    else:
+        print(f"froze profile {built.profile!r} of {built.task} in {built.path}")
+        for pool, n in built.sizes.items():
+            print(f"  {pool:<20} {n:>6} examples  {built.groups[pool]:>5} groups")
+        print(f"load it with --profile {built.profile} and $HELDOUT_MANIFEST_PATH including {Path(built.path).parents[len(Path(built.task).parts) - 1]}")
+    return 0
+
+
+def cmd_split_check(args: argparse.Namespace) -> int:
+    check = check_split(args.task, args.profile, data_dir=args.data_dir, manifest_dirs=args.manifest_dir,
+                        threshold=args.threshold, ngram=args.ngram, min_answer_words=args.min_answer_words)
+    if args.json:
+        _print_json(check.to_dict())
+    else:
+        print(check.describe())
+    return 0 if check.ok else 1
+
+
+def cmd_leak_scan(args: argparse.Namespace) -> int:
+    task = load_task(args.task, args.profile, args.data_dir, manifest_dirs=args.manifest_dir)
+    scan = scan_candidate(task.benchmark.candidate_from_path(args.candidate), task)
+    if args.json:
+        _print_json(scan.to_dict())
+    else:
+        print(scan.describe())
+    return 0
+
+
+def cmd_leak_ablate(args: argparse.Namespace) -> int:
+    study = Path(args.run_dir) / "study.json"
+    config = json.loads(study.read_text()).get("config", {}) if study.is_file() else {}
+    model = args.worker_model or config.get("worker_model")
+    cache_dir = args.cache_dir or config.get("cache_dir")
+    worker = (ModelClient(model, base_url=args.base_url or config.get("base_url"),
+                          cache=ResponseCache(cache_dir) if cache_dir else None) if model else None)
+    result = ablate(args.run_dir, baseline=args.baseline, worker=worker,
+                    data_dir=args.data_dir or config.get("data_dir"), manifest_dirs=args.manifest_dir,
+                    jobs=args.jobs)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(result.describe())
+    return 0
+
+
 # -- vliw ----------------------------------------------------------------------------------------
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     for case in load_cases(args.cases):
@@ -287,6 +341,52 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pair seeds by id (default) or by rank when the current set used fresh seeds")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)
+
+    split = sub.add_parser("split", help="build and prove topic-disjoint split profiles").add_subparsers(
+        dest="action", required=True)
+    p = split.add_parser("build", help="whole groups to test, then val, then train (+ a shared-topic probe pool)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--by", choices=("group",), default="group", help="the unit kept whole (topic groups)")
+    p.add_argument("--sizes", required=True, help="target examples TRAIN/VAL/TEST, e.g. 60/40/120")
+    p.add_argument("--probe", type=int, default=0, help="fresh items per train group for shared_topic_probe")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", required=True, help="the new profile's name")
+    p.add_argument("--out", default=None, help="user manifest root (default: first dir of $HELDOUT_MANIFEST_PATH)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_split_build)
+    p = split.add_parser("check", help="prove zero group overlap (exit 1 otherwise) and scan for near-duplicates")
+    p.add_argument("--task", required=True)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--threshold", type=float, default=0.5, help="near-duplicate Jaccard threshold")
+    p.add_argument("--ngram", type=int, default=2, help="word n-gram size of the near-duplicate scan")
+    p.add_argument("--min-answer-words", type=int, default=3)
+    p.add_argument("--manifest-dir", action="append", default=[], help="user manifest root (repeatable)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_split_check)
+
+    leak = sub.add_parser("leak", help="answer keys in candidates; the topic-shared leakage ablation").add_subparsers(
+        dest="action", required=True)
+    p = leak.add_parser("scan", help="training questions/answers found in a candidate's text")
+    p.add_argument("candidate", help="candidate file or folder (a .json dict of components, or text)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--manifest-dir", action="append", default=[], help="user manifest root (repeatable)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_leak_scan)
+    p = leak.add_parser("ablate", help="score seed and final candidates on test / exact train / shared-topic probe")
+    p.add_argument("run_dir", help="a study's run dir (searched recursively for run records)")
+    p.add_argument("--baseline", default="seed", help="'seed' (the task's seed candidate) or a method name")
+    p.add_argument("--worker-model", default=None, help="default: the study's (study.json)")
+    p.add_argument("--base-url", default=None)
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--manifest-dir", action="append", default=[], help="user manifest root (repeatable)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_leak_ablate)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")

@@ -4,7 +4,12 @@ Answers are deterministic functions of the request body. A worker prompt gets an
 from the options it offers ("(A) ...", "Options: - x - y", yes/no), or, for shapes the server can
 solve (word sorting, boolean expressions, integer arithmetic), the right answer with a
 probability set by the instruction (system message, else the first paragraph), so different
-instructions reach different, reproducible accuracies. A request to rewrite or improve an
+instructions reach different, reproducible accuracies. Two instruction effects exist for leakage
+tests: an *answer key* in the system message (lines ``Q: <question> A: <answer>``) makes the
+server give the keyed answer to a question containing a keyed question, and a *stated rule*
+(``Rule: the code of a word is the word spelled backwards`` / ``... in capitals``) makes it
+answer every "code of '<word>'" question by that rule; without them those questions get the
+echo below, which is never the code. A request to rewrite or improve an
 instruction (an architect call) gets a new instruction derived from the old one. Every reply ends
 with "So the answer is X." and reports whitespace token counts as usage.
 
@@ -65,6 +70,10 @@ _STRATEGIES = (
     "Identify what kind of problem this is first.",
     "Write intermediate results down explicitly.",
 )
+_KEY_ENTRY = re.compile(r"^[ \t]*Q:[ \t]*(.+?)[ \t]*(?:\n[ \t]*)?A:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_CODE_QUESTION = re.compile(r"\bcode of '([^'\n]+)'")
+_CODE_RULES = {"spelled backwards": lambda w: w[::-1], "in capitals": str.upper}
+_CODE_RULE = re.compile(r"\bRule: the code of a word is the word (" + "|".join(_CODE_RULES) + ")")
 _ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
 
@@ -144,6 +153,27 @@ def solve(text: str) -> tuple[str, str] | None:
     return None
 
 
+def _squash(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def keyed_answer(system: str, question: str) -> str | None:
+    """The answer an answer key in ``system`` gives for ``question`` (None when no key entry's
+    question occurs in it). Keys are read from system messages only, so a few-shot user prompt's
+    "Q: ... A: ..." demonstrations never act as a key."""
+    asked = _squash(question)
+    for key_question, answer in _KEY_ENTRY.findall(system):
+        if _squash(key_question) and _squash(key_question) in asked:
+            return answer
+    return None
+
+
+def ruled_answer(instruction: str, question: str) -> str | None:
+    """The code of the quoted word when the instruction states a code rule, else None."""
+    rule, word = _CODE_RULE.search(instruction), _CODE_QUESTION.search(question)
+    return _CODE_RULES[rule.group(1)](word.group(1)) if rule and word else None
+
+
 def instruction_of(messages: list[dict]) -> str:
     """What the server treats as the instruction: the system messages, else the first paragraph
     of the first user message."""
@@ -178,8 +208,12 @@ def reply_for(messages: list[dict], temperature: float = 0.0, extra: Any = None)
         return ("Here is an improved instruction:\n```\n" + _rewrite_instruction(last) + "\n```")
     whole = json.dumps([messages, float(temperature), extra or {}], sort_keys=True)
     draw = _unit("answer", whole)
+    system = "\n".join(m["content"] for m in messages if m.get("role") == "system")
+    told = keyed_answer(system, last) or ruled_answer(instruction_of(messages), last)
     solved = solve(last)
-    if solved is not None:
+    if told is not None:
+        answer = told
+    elif solved is not None:
         right, wrong = solved
         answer = right if draw < skill_of(instruction_of(messages)) else wrong
     else:
