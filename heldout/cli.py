@@ -93,8 +93,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         options["tolerance"] = args.tolerance
     limits = bench.default_limits.replace(wall_seconds=args.timeout)
     examples = task.split(args.split)
-    verdicts = [bench.run(candidate, ex, limits, **options) for ex in examples]
-    summary = bench.summarize(candidate, verdicts, limits=limits, **options)
+    context = bench.context(limits, **options)
+    verdicts = [bench.run(candidate, ex, context) for ex in examples]
+    summary = bench.summarize(candidate, verdicts, context)
     summary.setdefault("profile", task.profile)
     summary.setdefault("split", args.split)
     summary.setdefault("limits", limits.__dict__)
