@@ -15,10 +15,13 @@ from typing import Any, Sequence
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks
+from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
+from heldout.benchmarks.verifiers import CANONICAL, describe_variants
 from heldout.benchmarks.vliw.conformance import load_cases, run_case
 from heldout.contracts import HeldoutError
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import verify_ledger
+from heldout.evaluators.session import POLICIES
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.reports import build_report, check_runs, write_report
 
@@ -76,7 +79,7 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
 def cmd_data_freeze(args: argparse.Namespace) -> int:
     saved, sizes = freeze_profile(args.task, args.profile, out=args.out, jsonl=args.jsonl,
                                   data_dir=args.data_dir, sizes=args.sizes, by_group=args.by_group,
-                                  seed=args.seed)
+                                  seed=args.seed, answer_format=args.answer_format)
     print(f"froze profile {args.profile!r} of {args.task} ({sizes}) in {saved}")
     return 0
 
@@ -134,7 +137,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir)
+                         cache_dir=args.cache_dir, verifier=args.verifier)
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.run_dir) / "study.json").write_text(json.dumps(
         {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
@@ -212,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = data.add_parser("freeze", help="build a manifest (hashes + a profile) for data you hold")
     p.add_argument("--task", required=True, help="task name (registered, or new with --jsonl)")
     p.add_argument("--jsonl", default=None, help="your own examples: JSON lines with id, input, target[, group]")
+    p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="span",
+                   help="how answers to your JSONL questions are scored (with --jsonl)")
     p.add_argument("--profile", required=True)
     p.add_argument("--sizes", default=None, help="train/val/test sizes, e.g. 100/50/200 (seeded shuffle)")
     p.add_argument("--seed", type=int, default=0)
@@ -252,7 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--policy", default="standard")
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
+                   help="visibility policy: what the optimizer sees per split")
+    p.add_argument("--verifier", default=CANONICAL,
+                   help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
     p.add_argument("--worker-model", default=None)
     p.add_argument("--architect-model", default=None)
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
