@@ -16,7 +16,7 @@ import pytest
 
 import heldout
 from heldout import cli
-from heldout.benchmarks.loading import MANIFEST_PATH_ENV
+from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.evaluators.ledger import Ledger, verify_ledger
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Budget, Session
@@ -28,6 +28,7 @@ from heldout.protocols.splits import PROBE, SplitSizes, build_split
 
 import synthetic_code_words as synthetic
 
+TASK = "user/code_words_leak"
 PROFILE = "leak-probe"
 SEEDS = (0, 1, 2)
 
@@ -67,7 +68,8 @@ def manifests(tmp_path_factory):
     root = tmp_path_factory.mktemp("manifests")
     mp = pytest.MonkeyPatch()
     mp.setenv(MANIFEST_PATH_ENV, str(root))
-    build_split(synthetic.TASK.name, PROFILE, SplitSizes(32, 24, 48), probe=2, seed=0)
+    synthetic.freeze_task(TASK, root)
+    build_split(TASK, PROFILE, SplitSizes(32, 24, 48), probe=2, seed=0)
     yield root
     mp.undo()
 
@@ -80,10 +82,10 @@ def worker(server) -> ModelClient:
 def study(server, manifests, tmp_path_factory):
     """A study dir laid out like `heldout run` writes it: task/method/seed-n with run records."""
     root = tmp_path_factory.mktemp("study")
-    task = heldout.load_task(synthetic.TASK.name, PROFILE)
+    task = heldout.load_task(TASK, PROFILE)
     for method, optimizer in (("memoriser", memoriser), ("inert", inert_memoriser), ("rule", rule_follower)):
         for seed in SEEDS:
-            run_dir = root / "synthetic__code_words" / method / f"seed-{seed}"
+            run_dir = root / "user__code_words_leak" / method / f"seed-{seed}"
             record = Session(task, budget=Budget(0), seed=seed, worker=worker(server), run_dir=run_dir,
                              method=method).run(optimizer)
             assert record.status == "ok"
@@ -99,7 +101,7 @@ def ablation(study, server):
 
 # -- the leak scan ------------------------------------------------------------------------------------
 def test_scan_finds_exactly_the_keyed_training_items_and_their_families(manifests):
-    task = heldout.load_task(synthetic.TASK.name, PROFILE)
+    task = heldout.load_task(TASK, PROFILE)
     train = [{"id": ex.id, "input": ex.input, "target": ex.target} for ex in task.split("train")]
     keyed = [ex for ex in train if ex["id"].startswith(train[0]["id"].split("-")[0])]
     candidate = {"instruction": "Answer briefly.\n" + "\n".join(synthetic.key_line(ex) for ex in keyed)}
@@ -111,7 +113,7 @@ def test_scan_finds_exactly_the_keyed_training_items_and_their_families(manifest
 
 
 def test_scan_sees_through_case_punctuation_and_component_boundaries(manifests):
-    task = heldout.load_task(synthetic.TASK.name, PROFILE)
+    task = heldout.load_task(TASK, PROFILE)
     ex = task.split("train")[0]
     shouted = ex.input["question"].upper().replace(":", " --").replace("'", '"')
     scan = scan_candidate({"a_notes": f"Remember: {shouted}", "b_more": f"=> {ex.target.upper()}!"}, task)
@@ -119,7 +121,7 @@ def test_scan_sees_through_case_punctuation_and_component_boundaries(manifests):
 
 
 def test_scan_flags_held_out_answers_and_test_questions_as_red(manifests):
-    task = heldout.load_task(synthetic.TASK.name, PROFILE)
+    task = heldout.load_task(TASK, PROFILE)
     test_ex, probe_ex, val_ex = task.split("test")[0], task.split(PROBE)[0], task.split("val")[0]
     candidate = {"instruction": "\n".join(synthetic.key_line({"input": e.input, "target": e.target})
                                           for e in (test_ex, probe_ex, val_ex))}
@@ -210,9 +212,9 @@ def test_rule_candidate_gains_everywhere(ablation):
     assert "The gain transfers" in m.reading and "a rule, not a key" in m.reading
 
 
-def test_ablation_scoring_is_counted_and_ledgered_and_resumes(ablation, study, server):
+def test_ablation_scoring_is_counted_and_ledgered_and_always_fresh(ablation, study, server):
     result, calls = ablation
-    task = heldout.load_task(synthetic.TASK.name, PROFILE)
+    task = heldout.load_task(TASK, PROFILE)
     pools = sum(len(task.split(p)) for p in ("test", "train", PROBE))
     unique_finals = 3 + 3 + 1  # two methods with a key per seed; the rule candidate is the same for every seed
     expected = pools * (1 + unique_finals) + len(task.split("val"))  # the seed is scored on val too
@@ -223,7 +225,9 @@ def test_ablation_scoring_is_counted_and_ledgered_and_resumes(ablation, study, s
     assert len(entries) == expected
     before = server.stats.ok
     again = ablate(study, baseline="seed", worker=worker(server), n_boot=2000)
-    assert again.metric_calls == 0 and server.stats.ok == before  # resumed from the ledger
+    # scored afresh (a ledger is never read back as results), appended to the same chain
+    assert again.metric_calls == expected == server.stats.ok - before
+    assert verify_ledger(ledger_dir).ok and len(list(Ledger.open(ledger_dir).entries("ablation_scoring"))) == 2 * expected
     assert [m.to_dict()["rows"] for m in again.methods] == [m.to_dict()["rows"] for m in result.methods]
     assert json.loads((ledger_dir / "ablation.json").read_text())["baseline"] == "seed"
 

@@ -4,6 +4,7 @@ for paraphrase leaks; the shipped topic-disjoint profiles pass the proof on the 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 import heldout
 from heldout import cli
-from heldout.benchmarks.loading import MANIFEST_PATH_ENV
+from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.contracts import DataError, Example
 from heldout.data_manifests import Manifest
 from heldout.protocols.splits import (PROBE, SplitSizes, build_split, check_profile, check_split, group_split,
@@ -96,38 +97,51 @@ def test_sizes_parse_refuses_nonsense():
 
 
 # -- building a user manifest -------------------------------------------------------------------------
+TASK = "user/code_words_splits"
+
+
+@pytest.fixture(scope="module")
+def frozen_task(tmp_path_factory):
+    root = tmp_path_factory.mktemp("frozen") / "manifests"
+    synthetic.freeze_task(TASK, root)
+    return root
+
+
 @pytest.fixture
-def manifest_dir(tmp_path, monkeypatch):
+def manifest_dir(frozen_task, tmp_path, monkeypatch):
+    """A user manifest root on the search path holding the synthetic task (frozen once as a user
+    JSONL task); each test gets its own copy."""
     root = tmp_path / "manifests"
+    shutil.copytree(frozen_task, root)
     monkeypatch.setenv(MANIFEST_PATH_ENV, str(root))
     return root
 
 
 def test_built_profile_is_frozen_hashed_and_loads_by_name(manifest_dir):
-    built = build_split(synthetic.TASK.name, "td-probe", SplitSizes(32, 24, 48), probe=2, seed=3)
-    assert Path(built.path) == manifest_dir / "synthetic" / "code_words.json"
+    built = build_split(TASK, "td-probe", SplitSizes(32, 24, 48), probe=2, seed=3)
+    assert Path(built.path) == manifest_dir / "user" / "code_words_splits.json"
     assert built.sizes == {"train": 32, "val": 24, "test": 48, PROBE: 16}
     assert built.groups == {"train": 8, "val": 4, "test": 8, PROBE: 8}
-    manifest = Manifest.load(synthetic.TASK.name, manifest_dir)
+    manifest = Manifest.load(TASK, manifest_dir)
     assert len(manifest.hashes) == synthetic.FAMILIES * synthetic.PER_FAMILY
     assert "test first" in manifest.notes["td-probe"]
-    task = heldout.load_task(synthetic.TASK.name, "td-probe")  # found through $HELDOUT_MANIFEST_PATH
+    task = heldout.load_task(TASK, "td-probe")  # found through $HELDOUT_MANIFEST_PATH
     assert task.sizes() == built.sizes
     check = check_profile(task)
     assert check.ok and not check.group_overlaps
     # the only look-alikes are a family's template shared by its train and probe items (by design)
     assert check.near_duplicates and all({d.a_pool, d.b_pool} == {"train", PROBE} for d in check.near_duplicates)
     # rebuilding the same draw is a no-op; a different draw under the same name is refused
-    assert build_split(synthetic.TASK.name, "td-probe", SplitSizes(32, 24, 48), probe=2, seed=3).sizes == built.sizes
+    assert build_split(TASK, "td-probe", SplitSizes(32, 24, 48), probe=2, seed=3).sizes == built.sizes
     with pytest.raises(DataError, match="already holds a different profile"):
-        build_split(synthetic.TASK.name, "td-probe", SplitSizes(32, 24, 48), probe=2, seed=4)
+        build_split(TASK, "td-probe", SplitSizes(32, 24, 48), probe=2, seed=4)
 
 
 def test_cli_build_then_check_exits_zero(manifest_dir, capsys):
-    assert cli.main(["split", "build", "--task", synthetic.TASK.name, "--by", "group", "--sizes", "24/12/36",
+    assert cli.main(["split", "build", "--task", TASK, "--by", "group", "--sizes", "24/12/36",
                      "--probe", "1", "--seed", "0", "--name", "cli", "--out", str(manifest_dir)]) == 0
     assert "froze profile 'cli'" in capsys.readouterr().out
-    assert cli.main(["split", "check", "--task", synthetic.TASK.name, "--profile", "cli", "--json"]) == 0
+    assert cli.main(["split", "check", "--task", TASK, "--profile", "cli", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["pools"]["test"]["groups"] == 6
     # a train family keeps 5 of its 6 items: 5 families (25 items) come closest to the target 24
@@ -142,21 +156,22 @@ def test_build_refuses_tasks_without_topics_and_shipped_names(manifest_dir, data
         build_split("hotpotqa/distractor", "topic-disjoint", SplitSizes(10, 10, 10), data_dir=str(data_dir))
 
 
-def test_build_without_a_destination_is_a_clear_error(monkeypatch):
+def test_build_without_a_destination_is_a_clear_error(monkeypatch, capsys):
     monkeypatch.delenv(MANIFEST_PATH_ENV, raising=False)
-    assert cli.main(["split", "build", "--task", synthetic.TASK.name, "--sizes", "6/6/6", "--name", "x"]) == 2
+    assert cli.main(["split", "build", "--task", TASK, "--sizes", "6/6/6", "--name", "x"]) == 2
+    assert "say where the user manifest goes: --out DIR or $HELDOUT_MANIFEST_PATH" in capsys.readouterr().err
 
 
 def test_check_refutes_a_profile_whose_groups_span_splits(manifest_dir, capsys):
-    build_split(synthetic.TASK.name, "clean", SplitSizes(24, 12, 24), seed=1)
-    manifest = Manifest.load(synthetic.TASK.name, manifest_dir)
+    build_split(TASK, "clean", SplitSizes(24, 12, 24), seed=1)
+    manifest = Manifest.load(TASK, manifest_dir)
     bad = {k: list(v) for k, v in manifest.profiles["clean"].items()}
     leaked = bad["test"][0]  # one test item moved into train: its family now spans train and test
     bad["train"].append(leaked)
     bad["test"].remove(leaked)
     manifest.profiles["leaky"] = bad
     manifest.save(manifest_dir)
-    assert cli.main(["split", "check", "--task", synthetic.TASK.name, "--profile", "leaky"]) == 1
+    assert cli.main(["split", "check", "--task", TASK, "--profile", "leaky"]) == 1
     out = capsys.readouterr().out
     assert "NOT PROVEN" in out and "1 group(s) span two splits" in out and leaked.split("-")[0] in out
 

@@ -5,42 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from heldout.contracts import DataError, Example
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.registry import get_benchmark
-from heldout.data_manifests import MANIFEST_DIR, DriftError, DriftReport, Manifest
+from heldout.data_manifests import DriftError, DriftReport, Manifest, manifest_roots
 
 DATA_DIR_ENV = "HELDOUT_DATA_DIR"
-MANIFEST_PATH_ENV = "HELDOUT_MANIFEST_PATH"
-
-
-def manifest_roots(extra: Sequence[str | os.PathLike] = ()) -> list[Path]:
-    """Where manifests are looked up, in order: ``extra`` dirs, then ``$HELDOUT_MANIFEST_PATH``
-    (``os.pathsep``-separated), then the shipped ``heldout/data_manifests``."""
-    env = [p for p in os.environ.get(MANIFEST_PATH_ENV, "").split(os.pathsep) if p]
-    roots = [Path(p) for p in (*extra, *env)] + [MANIFEST_DIR]
-    return list(dict.fromkeys(r.resolve() for r in roots))
-
-
-def find_manifest(task: str, profile: str | None = None,
-                  extra: Sequence[str | os.PathLike] = ()) -> Manifest:
-    """The first manifest of ``task`` on the search path that holds ``profile`` (any manifest of
-    the task when ``profile`` is None). A user manifest thus adds profiles without shadowing the
-    shipped ones it does not name."""
-    found: list[Manifest] = []
-    for root in manifest_roots(extra):
-        if Manifest.path_for(task, root).exists():
-            manifest = Manifest.load(task, root)
-            if profile is None or profile in manifest.profiles:
-                return manifest
-            found.append(manifest)
-    if not found:
-        return Manifest.load(task)  # the shipped location's clear "no manifest" error
-    known = sorted({p for m in found for p in m.profiles})
-    raise DataError(f"task {task!r} has no split profile {profile!r} on the manifest path "
-                    f"(${MANIFEST_PATH_ENV} + shipped); it has: {', '.join(known)}")
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> str | None:
@@ -101,16 +73,27 @@ class Task:
                 "drift": None if self.drift is None else self.drift.to_dict()}
 
 
+def manifest_holding(task: str, profile: str) -> Manifest:
+    """The first manifest of ``task`` on the search path that holds ``profile`` (else the first
+    one, whose error lists the profiles it has): a user manifest adds profiles without hiding
+    the shipped ones it does not repeat."""
+    for root in manifest_roots():
+        if Manifest.path_for(task, root).exists():
+            manifest = Manifest.load(task, root)
+            if profile in manifest.profiles:
+                return manifest
+    return Manifest.load(task)
+
+
 def load_task(name: str, profile: str = "default", data_dir: str | os.PathLike | None = None,
-              allow_drift: bool = False, manifest_dirs: Sequence[str | os.PathLike] = ()) -> Task:
+              allow_drift: bool = False) -> Task:
     """Load task ``name`` with split profile ``profile``.
 
     Every example the profile names is checked against its frozen hash; a mismatch raises
     :class:`DriftError` naming the task, the ids and the changed fields, unless ``allow_drift``
-    is set, in which case the task loads with ``task.drift`` describing what changed. The
-    manifest is found on the search path (:func:`manifest_roots`)."""
+    is set, in which case the task loads with ``task.drift`` describing what changed."""
     benchmark = get_benchmark(name)
-    manifest = find_manifest(name, profile, manifest_dirs)
+    manifest = manifest_holding(name, profile)
     splits_ids = manifest.profile(profile)
     resolved = resolve_data_dir(data_dir) if not benchmark.source.embedded else None
     examples = benchmark.load_raw(resolved)

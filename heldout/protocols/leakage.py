@@ -22,7 +22,8 @@ and report per subset the mean paired gain over the baseline with an interval th
 seeds (then examples), an exact sign test and a Wilcoxon signed-rank test over examples, an
 exact sign-flip test over seeds, and n; the validation gain beside them; and the reading in
 words. The scoring runs through the session's :class:`Scorer` and every verdict is appended to
-the hash-chained ledger ``RUN_DIR/ablation/`` (re-running resumes from it, nothing is paid twice)."""
+the hash-chained ledger ``RUN_DIR/ablation/``; a re-run scores afresh and appends (results are
+never read back from a ledger, as for the harness's held-out scoring)."""
 
 from __future__ import annotations
 
@@ -211,8 +212,7 @@ def scan_candidate(candidate: Mapping[str, str], task: Task, rules: ScanRules = 
 
 
 # -- the report hook -----------------------------------------------------------------------------
-def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None,
-                    manifest_dirs: Sequence[str] = ()) -> list[dict[str, Any]]:
+def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None) -> list[dict[str, Any]]:
     """One row per final candidate (task, profile, method, seed, share, encoded, families,
     red_flags), for a report's answer-key table. A task whose data cannot be loaded gives a row
     with ``share`` None and the reason, never an exception."""
@@ -224,7 +224,7 @@ def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None
         key = (rec.task, rec.profile)
         if key not in tasks:
             try:
-                tasks[key] = load_task(rec.task, rec.profile, data_dir, manifest_dirs=manifest_dirs)
+                tasks[key] = load_task(rec.task, rec.profile, data_dir)
             except HeldoutError as exc:
                 tasks[key] = str(exc)
         row: dict[str, Any] = {"task": rec.task, "profile": rec.profile, "method": rec.method, "seed": rec.seed,
@@ -395,8 +395,9 @@ def find_records(run_dir: str | Path) -> list[RunRecord]:
 
 
 class _AblationScorer:
-    """Scores (candidate, pool) once, through the session's Scorer, appending each verdict to the
-    ablation ledger; verdicts already in the ledger are reused (resume)."""
+    """Scores each (candidate, pool) once per ablation, through the session's Scorer, appending
+    every verdict to the ablation ledger. Like the harness's held-out scoring, results are always
+    fresh: nothing already in a ledger is read back as a result."""
 
     def __init__(self, ledger: Ledger, scorer_for: Mapping[str, Scorer]) -> None:
         self.ledger = ledger
@@ -404,12 +405,6 @@ class _AblationScorer:
         self.usage = Usage()
         self.done: dict[tuple[str, str, str], float] = {}
         self.known: set[str] = set()
-        for entry in ledger.entries():
-            data = entry["data"]
-            if entry["kind"] == "ablation_scoring":
-                self.done[(data["task"], data["candidate_id"], data["example_id"])] = float(data["verdict"]["score"])
-            elif entry["kind"] == "candidate":
-                self.known.add(data["candidate_id"])
 
     def scores(self, task: Task, candidate: Candidate, pool: str) -> dict[str, float]:
         cid = candidate_id(candidate)
@@ -429,7 +424,7 @@ class _AblationScorer:
 
 
 def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir: str | None = None,
-           manifest_dirs: Sequence[str] = (), jobs: int = 2, n_boot: int = 4000) -> Ablation:
+           jobs: int = 2, n_boot: int = 4000) -> Ablation:
     """The topic-shared leakage ablation of every finished run under ``run_dir`` (see the module
     docstring). ``baseline`` is ``"seed"`` (the task's seed candidate) or a method name, whose
     final candidate of the same seed is the baseline of each run."""
@@ -441,8 +436,9 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
     tasks: dict[tuple[str, str], Task] = {}
     for rec in records:
         if (rec.task, rec.profile) not in tasks:
-            tasks[(rec.task, rec.profile)] = load_task(rec.task, rec.profile, data_dir, manifest_dirs=manifest_dirs)
-    scorers = {t.name: Scorer(t.benchmark, worker, None, rec_options(records, t.name), jobs) for t in tasks.values()}
+            tasks[(rec.task, rec.profile)] = load_task(rec.task, rec.profile, data_dir)
+    scorers = {t.name: Scorer(t.benchmark, worker, None, rec_options(records, t.name), jobs, ledger=ledger)
+               for t in tasks.values()}
     scoring = _AblationScorer(ledger, scorers)
     notes: list[str] = []
     methods: list[MethodAblation] = []

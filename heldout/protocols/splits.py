@@ -29,10 +29,10 @@ import numpy as np
 from scipy import sparse
 
 from heldout.benchmarks.answers import normalize_answer
-from heldout.benchmarks.loading import MANIFEST_PATH_ENV, Task, load_task, resolve_data_dir
+from heldout.benchmarks.loading import Task, load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import DataError, Example, canonical_json
-from heldout.data_manifests import MANIFEST_DIR, Manifest, file_sha256, freeze
+from heldout.data_manifests import MANIFEST_DIR, MANIFEST_PATH_ENV, Manifest, file_sha256, freeze, manifest_roots
 from heldout.data_manifests.profiles import hash_order
 
 PROBE = "shared_topic_probe"
@@ -132,6 +132,15 @@ def user_manifest_root(out: str | os.PathLike | None) -> Path:
     return Path(first)
 
 
+def reference_manifest(task: str, user_root: Path) -> Manifest | None:
+    """The task's manifest elsewhere on the search path than ``user_root`` (the shipped one, or a
+    plugin's), whose hashes the new profile must agree with; None for a task without one."""
+    for root in manifest_roots():
+        if root.resolve() != user_root.resolve() and Manifest.path_for(task, root).exists():
+            return Manifest.load(task, root)
+    return None
+
+
 @dataclass
 class BuiltSplit:
     path: str
@@ -151,12 +160,13 @@ def build_split(task: str, name: str, sizes: SplitSizes, *, probe: int = 0, seed
     profile with a different assignment (splits are data: a new draw gets a new name). Pools the
     shipped profiles reserve (MMLU-Pro's ``fewshot`` demonstrations) stay out of the draw and are
     carried over unchanged."""
+    root = user_manifest_root(out)
     if group_key_of(task) is None and task.split("/", 1)[0] in NO_GROUP_REASONS:
         raise DataError(f"{task}: no topic groups ({NO_GROUP_REASONS[task.split('/', 1)[0]]})")
     bench = get_benchmark(task)
     resolved = None if bench.source.embedded else resolve_data_dir(data_dir)
     examples = bench.load_raw(resolved)
-    shipped = Manifest.load(task) if Manifest.path_for(task).exists() else None
+    shipped = reference_manifest(task, root)
     reserved: dict[str, list[str]] = {}
     if shipped is not None:
         report = shipped.verify(examples, ids=list(shipped.hashes))
@@ -175,7 +185,6 @@ def build_split(task: str, name: str, sizes: SplitSizes, *, probe: int = 0, seed
     note = (f"group split (groups = {group_key_of(task) or 'Example.group'}): whole groups, test first, "
             f"then val, then train; target sizes {sizes.train}/{sizes.val}/{sizes.test}; probe {probe} "
             f"per train group; hash order salted with {name}|{seed}")
-    root = user_manifest_root(out)
     path = Manifest.path_for(task, root)
     if path.exists():
         manifest = Manifest.load(task, root)
@@ -419,10 +428,9 @@ def check_profile(task: Task, *, threshold: float = 0.5, ngram: int = 2,
     return check
 
 
-def check_split(task: str, profile: str, *, data_dir: str | None = None, manifest_dirs: Sequence[str] = (),
-                threshold: float = 0.5, ngram: int = 2, min_answer_words: int = 3) -> SplitCheck:
+def check_split(task: str, profile: str, *, data_dir: str | None = None, threshold: float = 0.5, ngram: int = 2, min_answer_words: int = 3) -> SplitCheck:
     """Load ``task`` with ``profile`` (hashes verified) and :func:`check_profile` it."""
-    loaded = load_task(task, profile, data_dir, manifest_dirs=manifest_dirs)
+    loaded = load_task(task, profile, data_dir)
     return check_profile(loaded, threshold=threshold, ngram=ngram, min_answer_words=min_answer_words)
 
 
