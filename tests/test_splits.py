@@ -240,3 +240,22 @@ def test_split_check_entry_point_exits_zero_on_hotpotqa(data_dir):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] and report["pools"]["test"]["groups"] == 178 and report["group_overlaps"] == []
+
+
+def test_a_user_profile_for_a_shipped_task_adds_to_it_without_hiding_the_shipped_ones(data_dir, tmp_path,
+                                                                                       monkeypatch):
+    monkeypatch.setenv(MANIFEST_PATH_ENV, str(tmp_path))
+    built = build_split("mmlu_pro/economics", "td-probe", SplitSizes(200, 150, 400), probe=20,
+                        data_dir=str(data_dir))
+    assert built.sizes[PROBE] == 20 and built.groups[PROBE] == 1
+    mine = heldout.load_task("mmlu_pro/economics", "td-probe", data_dir=data_dir)
+    shipped = heldout.load_task("mmlu_pro/economics", "topic-disjoint", data_dir=data_dir)
+    assert [ex.id for ex in mine.split("fewshot")] == [ex.id for ex in shipped.split("fewshot")]  # carried over
+    assert Manifest.load("mmlu_pro/economics", tmp_path).hashes == shipped.manifest.hashes  # the same freeze
+    assert check_profile(mine).ok
+
+
+def test_tasks_without_topics_say_so(data_dir):
+    check = check_split("gsm_hard", "sepo", data_dir=str(data_dir))
+    assert check.ok and check.group_key is None
+    assert any("no topic key" in note for note in check.notes) and "no topic groups" in check.describe()
