@@ -406,18 +406,17 @@ class ChatServer:
 
         try:
             done = self.backend.complete(call, on_text=on_text)
-        except BackendRefusal as exc:
-            if started:
-                raise
-            self._count(bad_requests=1)
-            return _error(400, str(exc), "invalid_request_error")
         except (BrokenPipeError, ConnectionResetError):
             raise
         except Exception as exc:
-            if started:
-                raise
-            self._count(http_500=1)
-            return _error(500, f"backend failed: {type(exc).__name__}: {exc}", "server_error")
+            refused = isinstance(exc, BackendRefusal)
+            self._count(**{"bad_requests" if refused else "http_500": 1})
+            reply = (_error(400, str(exc), "invalid_request_error") if refused else
+                     _error(500, f"backend failed: {type(exc).__name__}: {exc}", "server_error"))
+            if not started:
+                return reply
+            handler.send_event(reply.body)  # the status line is gone: say it in the stream, then end it
+            return _Reply(reply.status, None)
         on_text("")  # an empty answer still opens the stream
         handler.send_event(chunk({}, done.finish_reason))
         options = body.get("stream_options")
