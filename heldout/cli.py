@@ -242,6 +242,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                  architect_model=backend.model_id, base_url=server.base_url,
                                  cache_dir=str(Path(run_dir) / "response-cache"), model_concurrency=2)
             results = run_study(cells, config, LocalExecutor(1))
+        served = server.stats
+        print(f"{backend.model_id} answered {served.ok} requests ({served.prompt_tokens} prompt + "
+              f"{served.completion_tokens} completion tokens); the rest came from the response cache")
     else:
         cells = build_cells(list(DEMO_TASKS), parse_methods(DEMO_METHODS, []), list(DEMO_SEEDS),
                             dict(DEMO_TASKS), "default", {})

@@ -106,7 +106,9 @@ class LlamaBackend:
     """A GGUF chat model through ``llama_cpp.Llama`` (see the module docstring). ``threads``:
     CPU threads for prompt and generation (1 is as fast as 2 for a 135M model and far better
     when the other core is busy); ``n_ctx``: the context in tokens; ``max_tokens_cap``: the most
-    tokens one answer may have (also the default when a request names none)."""
+    tokens one answer may have (also the default when a request names none); ``repeat_penalty``:
+    llama.cpp's chat default, without which a tiny model soon repeats itself. Temperature 0 is
+    greedy decoding; ``top_p`` and ``seed`` are read from the request when given."""
 
     def __init__(self, model: ModelFile, *, threads: int = 1, n_ctx: int = 2048, max_tokens_cap: int = 512,
                  seed: int = 0, repeat_penalty: float = 1.1) -> None:
