@@ -44,11 +44,13 @@ MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits of one session. ``metric_calls`` is the unit matched across methods."""
+    """Limits of one session. ``metric_calls`` is the unit matched across methods by default;
+    a protocol may match ``architect_calls`` or ``architect_tokens`` instead (both enforced)."""
 
     metric_calls: int
     architect_tokens: int | None = None
     wall_seconds: float | None = None
+    architect_calls: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric_calls, int) or self.metric_calls < 0:
@@ -398,6 +400,9 @@ class MeteredArchitect:
         limit = self._service.budget.architect_tokens
         if limit is not None and self.tokens_used >= limit:
             raise BudgetExceeded(f"architect token budget of {limit} is used up")
+        calls = self._service.budget.architect_calls
+        if calls is not None and self._service.usage.endpoint_calls.get(ARCHITECT, 0) >= calls:
+            raise BudgetExceeded(f"architect call budget of {calls} is used up")
         self._service.check_wall_time()
         request = ChatRequest(messages=tuple(dict(m) for m in messages), model=self._client.model,
                               temperature=temperature, max_tokens=max_tokens, replicate=replicate,
