@@ -428,7 +428,7 @@ class ArmsComparison:
         if self.headroom is not None:
             lines.append(self.headroom.describe())
         lines.append(f"{'arm':<26} {'seeds':>5} {'min':>8} {'median':>8} {'max':>8} {'spent ' + spec.fixed:>20}"
-                     f" {'merges':>7} {'unions':>7} {'accepted':>8} {'contested':>9}")
+                     f" {'rounds':>7} {'unions':>7} {'accepted':>8} {'contested':>9}")
         for row in self.rows():
             def num(v):
                 return "-" if v is None else f"{v:.4g}"
