@@ -22,6 +22,7 @@ import json
 import numbers
 import sys
 from array import array
+from itertools import chain
 from typing import Any
 
 COMPACT_FORMAT = "heldout-vliw-compact/1"
@@ -81,73 +82,88 @@ def _packed(values: list[int], signed: bool) -> dict[str, str]:
     return {"dtype": name, "data": base64.b64encode(arr.tobytes()).decode("ascii")}
 
 
+class _Inexpressible(Exception):
+    """The stream holds something the compact form cannot express exactly."""
+
+
+class _SlotTable(dict):
+    """Distinct slots -> their number. A lookup of a known slot stays in C (``dict`` subscript);
+    only a new slot reaches :meth:`__missing__`, which checks its shape and records it."""
+
+    def __init__(self, strings: dict[str, int]) -> None:
+        super().__init__()
+        self.strings = strings
+        self.op: list[int] = []
+        self.n: list[int] = []
+        self.operands: list[int] = []
+
+    def __missing__(self, slot: tuple) -> int:
+        if type(slot) is not tuple or not slot or type(slot[0]) is not str:
+            raise _Inexpressible
+        operands = slot[1:]
+        for v in operands:
+            if type(v) is not int or not -OPERAND_BOUND < v < OPERAND_BOUND:
+                raise _Inexpressible
+        op = self.strings.get(slot[0])
+        if op is None:
+            op = self.strings[slot[0]] = len(self.strings)
+        number = self[slot] = len(self.op)
+        self.op.append(op)
+        self.n.append(len(operands))
+        self.operands.extend(operands)
+        return number
+
+
 def compact(program: list | tuple) -> dict[str, Any] | None:
     """The compact form of ``program``, or None when it holds anything the form cannot express
     exactly (the caller then sends JSON). ``debug`` keys are dropped: they are inert and never
     checked, and a bundle's cycle charge is "has a non-debug key", which the groups still say."""
     strings: dict[str, int] = {}
-    uniques: dict[tuple, int] = {}
-    u_op: list[int] = []
-    u_n: list[int] = []
-    u_operands: list[int] = []
+    table = _SlotTable(strings)
+    number = table.__getitem__
     n_groups: list[int] = []
     g_engine: list[int] = []
     g_slots: list[int] = []
     slot_ids: list[int] = []
-    add_slot = slot_ids.append
-    bound = OPERAND_BOUND
-    for bundle in program:
-        if type(bundle) is not dict:
-            return None
-        groups = 0
-        for engine, slots in bundle.items():
-            if type(engine) is not str:
+    every_slot: list[Any] = []
+    try:
+        for bundle in program:
+            if type(bundle) is not dict:
                 return None
-            if engine == "debug":
-                continue
-            if type(slots) is not list and type(slots) is not tuple:
-                return None
-            e = strings.get(engine)
-            if e is None:
-                e = strings[engine] = len(strings)
-            g_engine.append(e)
-            g_slots.append(len(slots))
-            groups += 1
-            for slot in slots:
-                # the key carries every element's type: 1, True, 1.0 and np.int64(1) are equal
-                # as dict keys but not as operands
-                kind = type(slot)
-                if kind is tuple:
-                    key = (slot, *map(type, slot))
-                elif kind is list:
-                    key = (tuple(slot), *map(type, slot))
-                else:
+            groups = 0
+            for engine, slots in bundle.items():
+                if type(engine) is not str:
                     return None
+                if engine == "debug":
+                    continue
+                if type(slots) is not list and type(slots) is not tuple:
+                    return None
+                e = strings.get(engine)
+                if e is None:
+                    e = strings[engine] = len(strings)
+                g_engine.append(e)
+                g_slots.append(len(slots))
+                groups += 1
+                every_slot.extend(slots)
+                mark = len(slot_ids)
                 try:
-                    i = uniques.get(key)
-                except Exception:  # an element whose hash fails: the plain path reports it
-                    return None
-                if i is None:
-                    if not slot or type(slot[0]) is not str:
-                        return None
-                    operands = slot[1:]
-                    for v in operands:
-                        if type(v) is not int or not -bound < v < bound:
-                            return None
-                    op = strings.get(slot[0])
-                    if op is None:
-                        op = strings[slot[0]] = len(strings)
-                    i = uniques[key] = len(u_op)
-                    u_op.append(op)
-                    u_n.append(len(operands))
-                    u_operands.extend(operands)
-                add_slot(i)
-        n_groups.append(groups)
+                    slot_ids.extend(map(number, slots))
+                except TypeError:  # list slots are unhashable: number them as tuples
+                    del slot_ids[mark:]
+                    slot_ids.extend(map(number, map(tuple, slots)))
+            n_groups.append(groups)
+    except (_Inexpressible, TypeError, ValueError):
+        return None
+    # Equal slots share a number, and 1 == True == 1.0 as dict keys: only exact (str, int...)
+    # tuples and lists may be numbered by equality. Both scans run in C.
+    if not {type(s) for s in every_slot} <= {tuple, list} \
+            or not set(map(type, chain.from_iterable(every_slot))) <= {str, int}:
+        return None
     return {"format": COMPACT_FORMAT, "strings": list(strings),
             "n_groups": _packed(n_groups, False), "group_engine": _packed(g_engine, False),
             "group_slots": _packed(g_slots, False), "slot_ids": _packed(slot_ids, False),
-            "unique_op": _packed(u_op, False), "unique_n": _packed(u_n, False),
-            "unique_operands": _packed(u_operands, True)}
+            "unique_op": _packed(table.op, False), "unique_n": _packed(table.n, False),
+            "unique_operands": _packed(table.operands, True)}
 
 
 def build(entry_module: str, forest_height: int, n_nodes: int, batch_size: int, rounds: int,
