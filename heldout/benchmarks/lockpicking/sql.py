@@ -255,11 +255,13 @@ class SqlRun:
 
 
 def _connect(memory_mb: int, threads: int = 1) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(":memory:", config={
+    con = duckdb.connect(":memory:", config={
         "enable_external_access": False, "autoinstall_known_extensions": False,
         "autoload_known_extensions": False, "allow_unsigned_extensions": False,
-        "threads": threads, "enable_progress_bar": False, "memory_limit": f"{max(64, int(memory_mb))}MB",
+        "threads": threads, "memory_limit": f"{max(64, int(memory_mb))}MB",
     })
+    con.execute("SET enable_progress_bar = false")  # a long exhaustive query would draw one on stdout
+    return con
 
 
 class _Watchdog:
