@@ -23,25 +23,26 @@ def test_slow_start_doubles_per_round_then_grows_by_one_per_window():
             limit.succeeded()
         assert limit.window == 4          # one round of 2 successes doubled it
         limit.throttled(limit.epoch, None)
-        assert limit.window == 2 and limit.ssthresh == 2
-        for _ in range(2):
+        cut = 4 * AdaptiveLimit.DECREASE
+        assert limit.window == limit.ssthresh == cut
+        for _ in range(3):
             limit.succeeded()
-        assert 2.8 < limit.window < 3.0  # above ssthresh: about one more per window of successes
+        assert cut + 0.9 < limit.window < cut + 1.0  # above ssthresh: about one more per window of successes
         for _ in range(500):
             limit.succeeded()
         assert limit.window == 16         # recovered, never past the ceiling
     run(scenario())
 
 
-def test_a_burst_of_429s_from_one_round_cuts_once():
+def test_a_burst_of_429s_from_one_round_cuts_once_to_seven_tenths():
     async def scenario():
         limit = AdaptiveLimit(16, initial=16)
         epoch = limit.epoch
         for _ in range(10):               # ten answers to requests sent in the same round
             limit.throttled(epoch, None)
-        assert limit.window == 8
+        assert limit.window == 16 * AdaptiveLimit.DECREASE
         limit.throttled(limit.epoch, None)  # news from the next round cuts again
-        assert limit.window == 4
+        assert limit.window == 16 * AdaptiveLimit.DECREASE ** 2
     run(scenario())
 
 
@@ -53,7 +54,7 @@ def test_retry_after_holds_every_new_call_and_the_window_bounds_the_rest():
         start = loop.time()
         await limit.acquire()
         assert loop.time() - start >= 0.19  # nobody started during the hold
-        await limit.acquire()               # window is now 2: a third must wait for a release
+        await limit.acquire()               # window is now int(2.8) = 2: a third waits for a release
         third = asyncio.ensure_future(limit.acquire())
         await asyncio.sleep(0.05)
         assert not third.done()

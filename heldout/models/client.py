@@ -9,6 +9,7 @@ endpoint), the :class:`~heldout.models.cache.ResponseCache`, or the endpoint its
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import email.utils
@@ -281,9 +282,13 @@ class AdaptiveLimit:
 
     Rule: start at ``initial`` and grow by one per success (slow start: doubling per round
     trip) up to ``ssthresh``, then by 1/window per success (additive increase), never past
-    ``limit``. A 429 halves the window and sets ``ssthresh`` to it, once per round of requests
+    ``limit``. A 429 cuts the window to 0.7 of itself and sets ``ssthresh`` to it, once per round of requests
     (answers to requests sent before the last cut do not cut again), and a ``Retry-After`` holds
-    every new call until it has passed. Only used inside the client's event loop."""
+    every new call until it has passed. Calls are paced: successive starts are at least
+    round-trip / window apart (round trip = moving average of successful calls), so a window's
+    calls do not arrive as one burst at a rate limiter. Only used inside the client's event loop."""
+
+    DECREASE = 0.7  # gentler than halving (as CUBIC): the window's sawtooth stays near the rate
 
     def __init__(self, limit: int, initial: int = 2) -> None:
         self.limit = limit
@@ -292,32 +297,64 @@ class AdaptiveLimit:
         self.in_flight = 0
         self.epoch = 0               # bumped at every cut
         self.hold_until = 0.0        # loop time before which no new call starts
-        self._changed = asyncio.Event()
+        self.round_trip = 0.0        # moving average of successful calls' seconds (0: unknown)
+        self.next_start = 0.0        # loop time of the earliest next start (pacing)
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
 
     async def acquire(self) -> int:
-        """Wait for a free place in the window (and the end of any hold); returns the epoch."""
+        """Wait for a free place in the window (and the end of any hold or pacing gap), first
+        come first served; returns the epoch the call starts in."""
         loop = asyncio.get_running_loop()
-        while True:
-            wait = self.hold_until - loop.time()
-            if wait <= 0 and self.in_flight < int(self.window):
-                self.in_flight += 1
-                return self.epoch
-            self._changed.clear()
-            try:
-                await asyncio.wait_for(self._changed.wait(), timeout=wait if wait > 0 else None)
-            except asyncio.TimeoutError:
-                pass
+        turn = loop.create_future()
+        self._waiting.append(turn)
+        self._wake()
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # granted just as we were cancelled: give the place back
+            else:
+                self._waiting.remove(turn)
+            raise
+        return self.epoch
+
+    def _wake(self) -> None:
+        """Grant places to waiters in order while the window, hold and pacing allow; when only
+        time stands in the way, come back then (one timer, not one per waiter)."""
+        loop = asyncio.get_running_loop()
+        while self._waiting and self.in_flight < int(self.window):
+            now = loop.time()
+            start_at = max(self.hold_until, self.next_start)
+            if start_at > now:
+                if self._timer is None or self._timer.when() > start_at:
+                    if self._timer is not None:
+                        self._timer.cancel()
+                    self._timer = loop.call_at(start_at, self._on_timer)
+                return
+            turn = self._waiting.popleft()
+            if turn.done():  # cancelled while waiting
+                continue
+            self.in_flight += 1
+            self.next_start = now + self.round_trip / self.window
+            turn.set_result(None)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wake()
 
     def release(self) -> None:
         self.in_flight -= 1
-        self._changed.set()
+        self._wake()
 
-    def succeeded(self) -> None:
+    def succeeded(self, seconds: float | None = None) -> None:
+        if seconds is not None:
+            self.round_trip = seconds if self.round_trip == 0 else 0.875 * self.round_trip + 0.125 * seconds
         if self.window < self.ssthresh:
             self.window = min(self.limit, self.window + 1.0)
         else:
             self.window = min(self.limit, self.window + 1.0 / self.window)
-        self._changed.set()
+        self._wake()
 
     def throttled(self, epoch: int, retry_after: float | None) -> None:
         loop = asyncio.get_running_loop()
@@ -325,9 +362,9 @@ class AdaptiveLimit:
             self.hold_until = max(self.hold_until, loop.time() + retry_after)
         if epoch == self.epoch:  # first news of this round's overload
             self.epoch += 1
-            self.window = max(1.0, self.window / 2)
+            self.window = max(1.0, self.window * self.DECREASE)
             self.ssthresh = self.window
-        self._changed.set()
+        self._wake()
 
 
 class _Engine:
@@ -380,7 +417,7 @@ class ModelClient:
     (``Retry-After`` honoured); other statuses fail at once. With a cache, identical requests in
     flight at once share one call. With ``adaptive=True`` the bound is a ceiling: the client
     starts with two calls in flight and learns the endpoint's rate (:class:`AdaptiveLimit`),
-    backing off on 429 and honouring ``Retry-After`` for every call, not only the one refused.
+    pacing its calls, backing off on 429 and honouring ``Retry-After`` for every call, not only the one refused.
     ``close()`` (or ``with``) releases connections."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
@@ -587,6 +624,7 @@ class ModelClient:
                         reply = await engine.http.post(url, json=payload)
                     else:  # one place in the learned window per attempt, not per request
                         epoch = await limit.acquire()
+                        sent = time.perf_counter()
                         try:
                             reply = await engine.http.post(url, json=payload)
                         finally:
@@ -599,7 +637,7 @@ class ModelClient:
                                          kind="connection", request_key=key, attempts=attempt)
                 else:
                     if limit is not None and reply.status_code == 200:
-                        limit.succeeded()
+                        limit.succeeded(time.perf_counter() - sent)
                     elif limit is not None and reply.status_code == 429:
                         limit.throttled(epoch, parse_retry_after(reply.headers.get("retry-after")))
                     if reply.status_code == 200:
