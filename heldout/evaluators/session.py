@@ -152,8 +152,10 @@ class Scorer:
         if self.worker is None:
             raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
                                "(pass worker=ModelClient(...) or --worker-model/--base-url)")
+        # a named prompt format (e.g. BBH's published "cot_3shot") is a task option, recorded in the run record
+        prompt_format = {"prompt_format": self.options["prompt_format"]} if "prompt_format" in self.options else {}
         requests = [ChatRequest(messages=tuple({"role": m.role, "content": m.content}
-                                               for m in self.benchmark.render(candidate, ex)),
+                                               for m in self.benchmark.render(candidate, ex, **prompt_format)),
                                 model=self.worker.model, temperature=self.options.get("temperature", 0.0),
                                 max_tokens=self.options.get("max_tokens"), channel=channel)
                     for ex in examples]
