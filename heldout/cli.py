@@ -8,9 +8,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any, Sequence
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.benchmarks.loading import load_task
+from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
+from heldout.benchmarks.registry import all_tasks
+from heldout.benchmarks.vliw.conformance import load_cases, run_case
+from heldout.contracts import HeldoutError
+from heldout.data_manifests import Manifest
+from heldout.evaluators.ledger import verify_ledger
+from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
+from heldout.reports import build_report, check_runs, write_report
+
+# The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
+# matched budget per task (no model, no network; a minute or two on 2 cores).
+DEMO_TASKS = {"lockpicking/six": 300, "circle_packing/square26": 20, "heilbronn/triangle11": 20}
+DEMO_METHODS = ("seed", "local-search")
+DEMO_SEEDS = (0, 1, 2)
 
 
 def _print_json(obj: Any) -> None:
@@ -19,9 +35,6 @@ def _print_json(obj: Any) -> None:
 
 # -- tasks ---------------------------------------------------------------------------------------
 def cmd_tasks_list(args: argparse.Namespace) -> int:
-    from heldout.benchmarks.registry import all_tasks
-    from heldout.data_manifests import Manifest
-
     rows = []
     for bench in all_tasks():
         try:
@@ -46,21 +59,30 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
 
 # -- data ----------------------------------------------------------------------------------------
 def cmd_data_verify(args: argparse.Namespace) -> int:
-    from heldout.data_manifests.verify import verify_tasks
-
-    return verify_tasks(args.tasks, data_dir=args.data_dir, as_json=args.json)
+    rows = verify_tasks(args.tasks, data_dir=args.data_dir)
+    if args.json:
+        _print_json(rows)
+    else:
+        print(f"{'task':<48} {'status':<8} {'examples':>8}  profiles")
+        for r in rows:
+            print(f"{r['task']:<48} {'ok' if r['ok'] else 'FAILED':<8} {r['examples']:>8}  {','.join(r['profiles'])}")
+            if r["problem"]:
+                print("    " + r["problem"].replace("\n", "\n    "))
+        bad = sum(not r["ok"] for r in rows)
+        print(f"{len(rows) - bad} of {len(rows)} manifests verify" + (f"; {bad} FAILED" if bad else ""))
+    return 0 if all(r["ok"] for r in rows) else 1
 
 
 def cmd_data_freeze(args: argparse.Namespace) -> int:
-    from heldout.data_manifests.verify import freeze_command
-
-    return freeze_command(args)
+    saved, sizes = freeze_profile(args.task, args.profile, out=args.out, jsonl=args.jsonl,
+                                  data_dir=args.data_dir, sizes=args.sizes, by_group=args.by_group,
+                                  seed=args.seed)
+    print(f"froze profile {args.profile!r} of {args.task} ({sizes}) in {saved}")
+    return 0
 
 
 # -- eval ----------------------------------------------------------------------------------------
 def cmd_eval(args: argparse.Namespace) -> int:
-    from heldout.benchmarks.loading import load_task
-
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     bench = task.benchmark
     if bench.kind != "program":
@@ -71,8 +93,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         options["tolerance"] = args.tolerance
     limits = bench.default_limits.replace(wall_seconds=args.timeout)
     examples = task.split(args.split)
-    verdicts = [bench.run(candidate, ex, limits, **options) for ex in examples]
-    summary = bench.summarize(candidate, verdicts, limits=limits, **options)
+    context = bench.context(limits, **options)
+    verdicts = [bench.run(candidate, ex, context) for ex in examples]
+    summary = bench.summarize(candidate, verdicts, context)
     summary.setdefault("profile", task.profile)
     summary.setdefault("split", args.split)
     summary.setdefault("limits", limits.__dict__)
@@ -92,8 +115,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 # -- ledger / run --------------------------------------------------------------------------------
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    from heldout.evaluators.ledger import verify_ledger
-
     worst = 0
     for run_dir in args.run_dirs:
         report = verify_ledger(run_dir)
@@ -103,15 +124,32 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from heldout.protocols.run import run_command
-
-    return run_command(args)
+    seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
+             else [args.seed if args.seed is not None else 0])
+    methods = parse_methods(args.optimizer, args.optimizer_cmd)
+    budgets = parse_budgets(args.budget, args.task)
+    options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    cells = build_cells(args.task, methods, seeds, budgets, args.profile, options)
+    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
+                         policy=args.policy, architect_tokens=args.architect_tokens,
+                         wall_seconds=args.wall_seconds, worker_model=args.worker_model,
+                         architect_model=args.architect_model, base_url=args.base_url,
+                         cache_dir=args.cache_dir)
+    Path(args.run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(args.run_dir) / "study.json").write_text(json.dumps(
+        {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
+    results = run_study(cells, config, LocalExecutor(args.jobs))
+    if args.json:
+        _print_json(results)
+    else:
+        for r in results:
+            print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<7} "
+                  f"test {r['test_score']}  {r['run_dir']}")
+    return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
 # -- report / check ------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from heldout.reports import build_report, write_report
-
     checkpoints = [int(c) for c in args.checkpoints.split(",")] if args.checkpoints else None
     report = build_report(args.run_dirs, baseline=args.baseline, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
@@ -126,8 +164,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from heldout.reports import check_runs
-
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
                         method=args.method, pair_seeds=args.pair_seeds)
     if args.json:
@@ -139,17 +175,23 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 # -- vliw ----------------------------------------------------------------------------------------
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
-    from heldout.benchmarks.vliw.conformance import load_cases, run_case
-
     for case in load_cases(args.cases):
         _print_json(run_case(case, engine=args.engine, cycle_cap=args.cycle_cap))
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from heldout.protocols.demo import demo_command
-
-    return demo_command(args)
+    cells = build_cells(list(DEMO_TASKS), parse_methods(DEMO_METHODS, []), list(DEMO_SEEDS),
+                        dict(DEMO_TASKS), "default", {})
+    results = run_study(cells, StudyConfig(run_root=args.run_dir), LocalExecutor(args.jobs))
+    failed = [r for r in results if r["status"] != "ok"]
+    report = build_report([args.run_dir], baseline="seed")
+    for kind, path in write_report(report, args.out).items():
+        print(f"{kind}: {path}")
+    if failed:
+        print(f"{len(failed)} cell(s) failed: " + "; ".join(
+            f"{r['task']} {r['method']} s{r['seed']}: {r.get('error')}" for r in failed))
+    return 1 if failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:

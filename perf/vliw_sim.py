@@ -18,7 +18,7 @@ import time
 from heldout.benchmarks.vliw import decode, simulate
 from heldout.benchmarks.vliw.benchmark import make_instance
 from heldout.benchmarks.vliw.task import PACKAGE_DIR, VliwTakehome, _sandbox_setup_files
-from heldout.evaluators.sandbox import run_function
+from heldout.sandbox import run_function
 
 
 def build(source: str, bench: VliwTakehome) -> list:

@@ -19,7 +19,7 @@ import heldout
 from heldout.evaluators.isolated import LOG_FILE, OptimizerLimits, hidden_paths, run_isolated
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RunRecord
-from heldout.evaluators.sandbox import isolation_mode
+from heldout.sandbox import isolation_mode
 from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.view_server import ViewServer, token_fingerprint
 from heldout.models import ModelClient

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from heldout import load_task
-from heldout.benchmarks.base import Example, RunLimits
+from heldout.contracts import Example, RunLimits
 from heldout.benchmarks.lockpicking import task as taskmod
 from heldout.benchmarks.lockpicking.rules import CANDIDATE_SETS, TRIGGER_RULES, TRUTH
 from heldout.benchmarks.lockpicking.task import LockpickingBenchmark
@@ -40,7 +40,7 @@ def paper():
 @pytest.fixture()
 def counted_sandbox(monkeypatch):
     """Counts sandbox processes started by the task (the real sandbox runs every one of them)."""
-    from heldout.evaluators import sandbox
+    from heldout import sandbox
 
     calls: list[str] = []
     real = sandbox.run_function

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from heldout.benchmarks import extraction
-from heldout.benchmarks.base import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import ZERO_SHOT, PromptBenchmark, modes_scored, prompt_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_json
@@ -130,7 +130,7 @@ class BBHTask(PromptBenchmark):
             return f"{demos}\n\nQ: {example.input['question']}\nA: Let's think step by step."
         return super().user_message(example, prompt_format)
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         fmt = example.meta.get("format") or extraction.bbh_format_of(example.target, self.subtask)
         options = tuple(example.meta.get("options") or ())
         return prompt_verdict(example.id, text, lambda clean: modes_scored(

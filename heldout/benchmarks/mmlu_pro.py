@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from heldout.benchmarks import extraction
-from heldout.benchmarks.base import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import ZERO_SHOT, PromptBenchmark, modes_scored, prompt_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_parquet
@@ -137,7 +137,7 @@ class MMLUProTask(PromptBenchmark):
             return cot_5shot_prompt(self.category, demos, example.input["question"], example.input["options"])
         return super().user_message(example, prompt_format)
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         options = shown_options(example.input["options"])
         return prompt_verdict(example.id, text, lambda clean: modes_scored(
             extraction.score_choice(clean, example.target, len(options), options=options), example.target))

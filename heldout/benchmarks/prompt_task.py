@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from heldout.benchmarks.base import Benchmark, Candidate, Example, HeldoutError, Message, Verdict, check_candidate
+from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.extraction import EXTRACTION_MODES, HEADLINE_MODE, MAX_OUTPUT_CHARS, sanitize_text
+from heldout.contracts import Candidate, Example, HeldoutError, Message, RunContext, Verdict, check_candidate
 
 SEED_INSTRUCTION = (
     "Read the problem carefully and make sure you understand what is being asked. "
@@ -176,16 +177,16 @@ class PromptBenchmark(Benchmark):
         """The user message of ``example`` in ``prompt_format`` (families add few-shot formats)."""
         return f"{self.format_input(example)}\n\n{self.answer_format}"
 
-    def render(self, candidate: Candidate, example: Example, prompt_format: str | None = None) -> list[Message]:
+    def render(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> list[Message]:
         """System: the candidate's instruction (plus any other components, labelled, in name
-        order); user: the example in the chosen prompt format."""
+        order); user: the example in the prompt format ``context.options["prompt_format"]``."""
         check_candidate(candidate)
-        chosen = self.check_prompt_format(prompt_format)
+        chosen = self.check_prompt_format(context.option("prompt_format") if context is not None else None)
         parts = [candidate.get("instruction", "")]
         parts += [f"## {name}\n{text}" for name, text in sorted(candidate.items()) if name != "instruction"]
         system = "\n\n".join(p for p in parts if p)
         return [Message("system", system), Message("user", self.user_message(example, chosen))]
 
     # -- metric -----------------------------------------------------------------------------
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         raise NotImplementedError

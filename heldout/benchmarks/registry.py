@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-from heldout.benchmarks.base import Benchmark, HeldoutError
+from heldout.contracts import HeldoutError
+from heldout.benchmarks.base import Benchmark
 
 # Task-name prefix (the part before the first "/") -> the module that registers those tasks.
 # Adding a family = adding its prefix here (and its manifests). Only the module a name needs is

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from heldout.benchmarks.base import DataError, Example, HeldoutError, Source
+from heldout.contracts import DataError, Example, HeldoutError, Source, canonical_json, sha256_text
 
 MANIFEST_DIR = Path(__file__).resolve().parent
 MANIFEST_FORMAT = 1
@@ -70,7 +70,6 @@ class DriftReport:
 
 def field_hashes(example: Example) -> dict[str, str]:
     """Hashes of the separate fields, so a drift message can say *what* changed."""
-    from heldout.benchmarks.base import canonical_json, sha256_text
 
     out = {"target": sha256_text(canonical_json(example.target))}
     for key in sorted(example.input):

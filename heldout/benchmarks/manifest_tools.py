@@ -1,13 +1,13 @@
-"""``heldout data verify`` and ``heldout data freeze``."""
+"""Verifying task data against manifests and freezing new profiles (the logic behind ``heldout data
+verify`` and ``heldout data freeze``; the commands themselves live in :mod:`heldout.cli`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
 
-from heldout.benchmarks.base import DataError, Example, HeldoutError, Source
+from heldout.contracts import DataError, Example, HeldoutError, Source
 from heldout.benchmarks.loading import resolve_data_dir
 from heldout.benchmarks.registry import all_tasks, get_benchmark
 from heldout.data_manifests import MANIFEST_DIR, Manifest, freeze
@@ -44,20 +44,10 @@ def select(names: list[str]) -> list[str]:
     return chosen
 
 
-def verify_tasks(names: list[str], data_dir: str | None, as_json: bool = False) -> int:
+def verify_tasks(names: list[str], data_dir: str | None) -> list[dict[str, Any]]:
+    """One row per selected task: ok, examples checked, profiles, the problem when not ok."""
     resolved = resolve_data_dir(data_dir)
-    rows = [verify_one(n, resolved) for n in select(names)]
-    if as_json:
-        print(json.dumps(rows))
-    else:
-        print(f"{'task':<48} {'status':<8} {'examples':>8}  profiles")
-        for r in rows:
-            print(f"{r['task']:<48} {'ok' if r['ok'] else 'FAILED':<8} {r['examples']:>8}  {','.join(r['profiles'])}")
-            if r["problem"]:
-                print("    " + r["problem"].replace("\n", "\n    "))
-        bad = sum(not r["ok"] for r in rows)
-        print(f"{len(rows) - bad} of {len(rows)} manifests verify" + (f"; {bad} FAILED" if bad else ""))
-    return 0 if all(r["ok"] for r in rows) else 1
+    return [verify_one(n, resolved) for n in select(names)]
 
 
 def read_user_examples(path: str) -> list[Example]:
@@ -75,42 +65,42 @@ def read_user_examples(path: str) -> list[Example]:
     return out
 
 
-def freeze_command(args: argparse.Namespace) -> int:
-    """Add (or create) a profile in a manifest. Existing hashes are never rewritten: data that
-    drifted from an existing manifest is refused."""
-    root = Path(args.out) if args.out else MANIFEST_DIR
-    if args.jsonl:
-        examples = read_user_examples(args.jsonl)
-        source: Source | dict = {"mirror_files": (), "user_file": Path(args.jsonl).name}
+def freeze_profile(task: str, profile_name: str, *, out: str | None = None, jsonl: str | None = None,
+                   data_dir: str | None = None, sizes: str | None = None, by_group: bool = False,
+                   seed: int = 0) -> tuple[Path, dict[str, int]]:
+    """Add (or create) a profile in a manifest; returns the manifest path and the split sizes.
+    Existing hashes are never rewritten: data that drifted from an existing manifest is refused."""
+    root = Path(out) if out else MANIFEST_DIR
+    if jsonl:
+        examples = read_user_examples(jsonl)
+        source: Source | dict = {"mirror_files": (), "user_file": Path(jsonl).name}
         version = "user"
     else:
-        bench = get_benchmark(args.task)
-        examples = bench.load_raw(None if bench.source.embedded else resolve_data_dir(args.data_dir))
+        bench = get_benchmark(task)
+        examples = bench.load_raw(None if bench.source.embedded else resolve_data_dir(data_dir))
         source, version = bench.source, bench.version
     ids = [ex.id for ex in examples]
-    if args.by_group:
-        profile = group_disjoint_profile(args.task, examples, salt=f"{args.profile}|{args.seed}")
-        note = f"topic-disjoint, hash order salted with {args.profile}|{args.seed}"
-    elif args.sizes:
+    if by_group:
+        profile = group_disjoint_profile(task, examples, salt=f"{profile_name}|{seed}")
+        note = f"topic-disjoint, hash order salted with {profile_name}|{seed}"
+    elif sizes:
         try:
-            train, val, test = (int(x) for x in args.sizes.split("/"))
+            train, val, test = (int(x) for x in sizes.split("/"))
         except ValueError:
-            raise DataError(f"--sizes must look like 100/50/200, got {args.sizes!r}") from None
-        profile = sized_profile(args.task, ids, train, val, test, salt=f"{args.profile}|{args.seed}")
-        note = f"sizes {args.sizes}, hash order salted with {args.profile}|{args.seed}"
+            raise DataError(f"--sizes must look like 100/50/200, got {sizes!r}") from None
+        profile = sized_profile(task, ids, train, val, test, salt=f"{profile_name}|{seed}")
+        note = f"sizes {sizes}, hash order salted with {profile_name}|{seed}"
     else:
-        profile, note = default_profile(args.task, ids), "default rule: 20/20/60 hash order"
-    path = Manifest.path_for(args.task, root)
+        profile, note = default_profile(task, ids), "default rule: 20/20/60 hash order"
+    path = Manifest.path_for(task, root)
     if path.exists():
-        manifest = Manifest.load(args.task, root)
+        manifest = Manifest.load(task, root)
         report = manifest.verify(examples, ids=list(manifest.hashes))
         if not report.clean:
             raise DataError("refusing to add a profile to a manifest whose data drifted:\n" + report.describe())
-        manifest.profiles[args.profile] = profile
-        manifest.notes[args.profile] = note
+        manifest.profiles[profile_name] = profile
+        manifest.notes[profile_name] = note
     else:
-        manifest = freeze(args.task, version, source, examples, {args.profile: profile}, {args.profile: note})
+        manifest = freeze(task, version, source, examples, {profile_name: profile}, {profile_name: note})
     saved = manifest.save(root)
-    sizes = {k: len(v) for k, v in profile.items()}
-    print(f"froze profile {args.profile!r} of {args.task} ({sizes}) in {saved}")
-    return 0
+    return saved, {k: len(v) for k, v in profile.items()}
