@@ -57,6 +57,7 @@ class Scored:
     why: str | None = None
     detail: str = ""
     output: dict[str, Any] = field(default_factory=dict)
+    shown: str | None = None  # how feedback names the answer (default: its repr)
 
 
 _WHY = {
@@ -105,12 +106,15 @@ def prompt_verdict(example_id: str, text: Any, score: Callable[[str], Scored]) -
         feedback = f"no answer found: {_WHY.get(scored.why or '', scored.why or 'nothing readable')}"
         if scored.expected is not None:
             feedback += f"; expected {scored.expected!r}"
-    elif value >= 1.0:
-        feedback = f"correct: {scored.answer!r}"
-    elif value > 0.0:
-        feedback = f"partly correct ({value:.3g}): {scored.answer!r}, expected {scored.expected!r}"
     else:
-        feedback = f"wrong: {scored.answer!r}" + (f", expected {scored.expected!r}" if scored.expected is not None else "")
+        shown = scored.shown or repr(scored.answer)
+        expected = f", expected {scored.expected!r}" if scored.expected is not None else ""
+        if value >= 1.0:
+            feedback = f"correct: {shown}"
+        elif value > 0.0:
+            feedback = f"partly correct ({value:.3g}): {shown}{expected}"
+        else:
+            feedback = f"wrong: {shown}{expected}"
     others = ", ".join(f"{k} {dims[k]:g}" for k in EXTRACTION_MODES if k in dims and k != scored.headline)
     if others:
         feedback += f" [{scored.headline} {value:g}; {others}]"
