@@ -185,3 +185,12 @@ def test_hotpotqa_yes_no_answers_give_no_partial_credit(hotpot_answers):
         flipped = "no" if answer == "yes" else "yes"
         result = score_span(f"So the answer is {flipped}.", answer)
         assert result["f1_strict"] == 0.0 and result["strict"] == 0
+
+
+def test_a_closing_remark_about_this_answer_never_replaces_the_hotpotqa_answer(hotpot_answers):
+    """The audit's case: wrapping every gold as 'So the answer is X. I hope this answer is helpful.'
+    once left 0/302 correct (the last 'answer is' won)."""
+    for qid, answer in hotpot_answers.items():
+        for tail in (" I hope this answer is helpful.", "\nI am sure the answer is correct."):
+            result = score_span(f"So the answer is {answer}.{tail}", answer)
+            assert right(result) == BOTH_RIGHT, (qid, answer, tail, result)

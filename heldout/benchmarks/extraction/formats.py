@@ -33,7 +33,8 @@ def _last(matches: list[Any]) -> Any:
 
 def _connected(candidate: str) -> re.Pattern[str]:
     """Two candidates joined by "or" / "and" / "/" / "," (a hedge when they differ)."""
-    return re.compile(rf"(?:either\s+)?({candidate})\s*(?:,\s*|\s+)(?:or|and|and/or)\s+({candidate})"
+    return re.compile(rf"(?:either\s+)?({candidate})\s*(?:,\s*|\s+)(?:or|and|and/or)\s+"
+                      rf"(?:(?:maybe|perhaps|possibly|even|also|just)\s+)?({candidate})"
                       rf"|({candidate})\s*/\s*({candidate})", re.IGNORECASE)
 
 
@@ -368,6 +369,18 @@ def dyck_grammar() -> Grammar:
 # ---------------------------------------------------------------------------------------------
 
 _NEGATED = re.compile(r"(?:not|never|neither)\b", re.IGNORECASE)
+_BARE_CUE = re.compile(r"(?:so,?\s+)?(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+is)?\s*:?", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z\"'(])")
+_ABBREVIATION = re.compile(r"(?:\b[A-Z]|\b(?:St|Mt|Dr|Mr|Mrs|Ms|Jr|Sr|Ft|No|Co|Inc|Ltd|Corp|vs|Vol|Op))$")
+
+
+def _first_span_sentence(line: str) -> str:
+    """The line up to its first sentence end: "Paris. I hope this helps" -> "Paris"; an initial or
+    a common abbreviation before the period is no end ("J. R. R. Tolkien", "No. 2", "St. Louis")."""
+    for m in _SENTENCE_END.finditer(line):
+        if not _ABBREVIATION.search(line[:m.start()]):
+            return line[:m.start() + 1]
+    return line
 
 
 @register_format("span")
@@ -378,11 +391,11 @@ def span_grammar() -> Grammar:
     Not folded: the official normalisation compares spans as written. No hedge rule: 16 of the 302
     HotpotQA gold answers contain "and" ("Love and Theft"), one contains "or"."""
     def from_segment(segment: str) -> str | None:
-        line = segment.split("\n", 1)[0].strip()
+        line = clean(_first_span_sentence(segment.split("\n", 1)[0].strip()))
         return line if line and not _NEGATED.match(line) else None
 
     def last(text: str) -> str | None:
-        lines = [clean(line) for line in text.strip().split("\n") if clean(line)]
+        lines = [clean(line) for line in text.strip().split("\n") if clean(line) and not _BARE_CUE.fullmatch(clean(line))]
         return lines[-1] if lines else None
 
     return Grammar("span", from_segment, from_segment, last, fold=False)

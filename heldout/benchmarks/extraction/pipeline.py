@@ -89,13 +89,13 @@ def stage(name: str) -> Callable[[Stage], Stage]:
 def _final_cue_strict(ctx: Context) -> Reading | None:
     if ctx.final is None:
         return None
+    if ctx.grammar.hedged(ctx.final.text):
+        return Reading(None, "hedged")
     found = ctx.grammar.strict(ctx.final.text)
     if found is not None:
         return Reading(found)  # the format's own word may hold a "not": "not valid"
     if ctx.final.negated:
         return Reading(None, "negated")
-    if ctx.grammar.hedged(ctx.final.text):
-        return Reading(None, "hedged")
     return None
 
 

@@ -109,12 +109,14 @@ def clean(segment: str) -> str:
     s = s.replace("\\(", " ").replace("\\)", " ").replace("\\[", " ").replace("\\]", " ")
     s = s.replace("\\,", "").replace("\\%", "%").replace("\\$", "$")
     s = s.replace("**", "").replace("__", "").replace("*", "").replace("`", "")
-    s = s.strip().lstrip(":").strip()
+    s = _drop_period(s.strip().lstrip(":").strip())
     if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
-        s = s[1:-1].strip()
-    if s.endswith(".") and not s.endswith(".."):
-        s = s[:-1].rstrip()
+        s = _drop_period(s[1:-1].strip())
     return s
+
+
+def _drop_period(s: str) -> str:
+    return s[:-1].rstrip() if s.endswith(".") and not s.endswith("..") else s
 
 
 def clean_numbers(text: str) -> str:
