@@ -144,13 +144,16 @@ def _variants(p: dict) -> dict[str, str]:
         "canonical": canonical(p),
         "returns_none": f"def {entry}(*args):\n    return None\n",
         "crashes": f"def {entry}(*args):\n    raise ValueError('no')\n",
+        "numpy_array": "import numpy as _np\n" + canonical(p).replace(f"def {entry}(", f"def _np_{entry}(") +
+        f"\ndef {entry}(*args):\n    out = _np_{entry}(*args)\n"
+        "    return _np.array(out) if isinstance(out, list) and out and all(type(x) in (int, float) for x in out) else out\n",
         "base_only": canonical(p).replace(f"def {entry}(", f"def _real_{entry}(") +
         f"\n_seen = {{json_key}}\ndef {entry}(*args):\n    return _real_{entry}(*args) if repr(args) in _seen else None\n"
         .replace("{json_key}", repr({repr(tuple(_mbpp_child.deserialize(p['task_id'], i))) for i in p["base_input"]})),
     }
 
 
-@pytest.mark.parametrize("task_id", ["Mbpp/2", "Mbpp/17", "Mbpp/139", "Mbpp/124", "Mbpp/722", "Mbpp/58", "Mbpp/580"])
+@pytest.mark.parametrize("task_id", ["Mbpp/2", "Mbpp/4", "Mbpp/17", "Mbpp/139", "Mbpp/124", "Mbpp/722", "Mbpp/58", "Mbpp/580"])
 def test_verdicts_equal_evalplus_on_the_same_samples(problems, task_id):
     ev = pytest.importorskip("evalplus.evaluate")
     mbpp = pytest.importorskip("evalplus.data.mbpp")

@@ -115,6 +115,8 @@ def prompt_verdict(example_id: str, text: Any, score: Callable[[str], Scored]) -
             feedback = f"partly correct ({value:.3g}): {shown}{expected}"
         else:
             feedback = f"wrong: {shown}{expected}"
+        if scored.why in _WHY:
+            feedback += f" ({_WHY[scored.why]})"
     others = ", ".join(f"{k} {dims[k]:g}" for k in EXTRACTION_MODES if k in dims and k != scored.headline)
     if others:
         feedback += f" [{scored.headline} {value:g}; {others}]"
@@ -132,8 +134,14 @@ def modes_scored(result: Mapping[str, Any], expected: Any, *, headline: str = HE
     dims = {k: float(v) for k, v in result.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and not k.startswith(("extracted_", "why_"))}
     readings = {k: v for k, v in result.items() if k.startswith("extracted_")}
+    why = result.get(f"why_{headline}")
+    if result.get("why_strict") in _SPECIFIC_WHY:  # the strict reading knows best why nothing was read
+        why = result["why_strict"]
     return Scored(dimensions=dims, headline=metric or headline, answer=result.get(f"extracted_{headline}"),
-                  expected=expected, why=result.get(f"why_{headline}"), output=readings)
+                  expected=expected, why=why, output=readings)
+
+
+_SPECIFIC_WHY = ("hedged", "negated", "empty", "no_output")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -371,7 +371,7 @@ def dyck_grammar() -> Grammar:
 _NEGATED = re.compile(r"(?:not|never|neither)\b", re.IGNORECASE)
 _BARE_CUE = re.compile(r"(?:so,?\s+)?(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+is)?\s*:?", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z\"'(])")
-_ABBREVIATION = re.compile(r"(?:\b[A-Z]|\b(?:St|Mt|Dr|Mr|Mrs|Ms|Jr|Sr|Ft|No|Co|Inc|Ltd|Corp|vs|Vol|Op))$")
+_ABBREVIATION = re.compile(r"(?:(?:^|[\s(])[A-Z]|\b(?:St|Mt|Dr|Mr|Mrs|Ms|Jr|Sr|Ft|No|Co|Inc|Ltd|Corp|vs|Vol|Op))$")
 
 
 def _first_span_sentence(line: str) -> str:
