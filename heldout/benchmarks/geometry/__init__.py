@@ -143,11 +143,10 @@ class GeometryTask(Benchmark):
         return float(tol)
 
     # -- running a program ----------------------------------------------------------------------
-    def run(self, candidate: Candidate, example: Example, limits: RunLimits | None = None,
-            tolerance: float | None = None, **options: Any) -> Verdict:
-
-        tol = self._tolerance(tolerance)
-        limits = limits or self.default_limits
+    def run(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> Verdict:
+        context = context or self.context()
+        tol = self._tolerance(context.option("tolerance"))
+        limits = context.limits
         limits_text = describe_limits(limits)
         base_dims = {"tolerance": tol}
         try:
