@@ -22,7 +22,7 @@ from typing import Any
 from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import ZERO_SHOT, PromptBenchmark, modes_scored, prompt_verdict
-from heldout.benchmarks.registry import register
+from heldout.benchmarks.registry import register, register_group
 from heldout.benchmarks.sources import iter_hub_rows, read_json
 
 TASKS = (
@@ -139,3 +139,4 @@ class BBHTask(PromptBenchmark):
 
 for _subtask in TASKS:
     register(BBHTask(_subtask))
+register_group("bbh/sepo", [f"bbh/{t}" for t in SEPO_TASKS], "the eight BBH tasks of the SEPO paper")

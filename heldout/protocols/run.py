@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError
 from heldout.evaluators.isolated import run_isolated
 from heldout.evaluators.records import RECORD_FILE, RunRecord
@@ -44,9 +45,14 @@ class Cell:
     budget: int
     profile: str = "default"
     options: dict[str, Any] = field(default_factory=dict)
+    verifier: str = "decomposed"
 
     def run_dir(self, root: str | Path) -> Path:
-        return Path(root) / self.task.replace("/", "__") / self.method.name / f"seed-{self.seed}"
+        """``<task>/<method>/seed-<n>``; a non-canonical verifier adds a level: ``<method>/verifier-<v>``."""
+        method = Path(self.method.name)
+        if self.verifier != "decomposed":
+            method = method / f"verifier-{self.verifier.replace(':', '-').replace('+', '_')}"
+        return Path(root) / self.task.replace("/", "__") / method / f"seed-{self.seed}"
 
 
 class Executor(Protocol):
@@ -85,7 +91,6 @@ class StudyConfig:
     architect_model: str | None = None
     base_url: str | None = None
     cache_dir: str | None = None
-    verifier: str = "decomposed"
 
 
 def _client(model: str | None, config: StudyConfig):
@@ -107,7 +112,7 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
                       seed=cell.seed, worker=_client(config.worker_model, config), run_dir=run_dir,
                       architect=_client(config.architect_model, config), policy=config.policy,
                       data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
-                      options=cell.options, verifier=config.verifier)
+                      options=cell.options, verifier=cell.verifier)
     if cell.method.command:
         # hide the whole study (sibling cells' ledgers, study.json), not only this cell's run dir
         record = run_isolated(session, cell.method.command, hide_paths=[config.run_root])
@@ -178,7 +183,7 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
             n = int(value)
         except ValueError:
             raise HeldoutError(f"--budget takes N or TASK=N, got {spec!r}") from None
-        for t in ([task] if sep else tasks):
+        for t in (expand_tasks([task]) if sep else tasks):
             budgets[t] = n
     missing = [t for t in tasks if t not in budgets]
     if missing:
@@ -187,6 +192,7 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
 
 
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],
-                profile: str, options: dict[str, Any]) -> list[Cell]:
-    return [Cell(task, method, seed, budgets[task], profile, options)
-            for task in tasks for method in methods for seed in seeds]
+                profile: str, options: dict[str, Any], verifiers: list[str] | None = None) -> list[Cell]:
+    return [Cell(task, method, seed, budgets[task], profile, options, verifier)
+            for task in tasks for method in methods for verifier in (verifiers or ["decomposed"])
+            for seed in seeds]
