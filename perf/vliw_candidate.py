@@ -78,13 +78,12 @@ def _baseline_stream() -> list:
     """The baseline's stream as plain bundles (built in the sandbox, JSON form)."""
     import json
 
-    from heldout.benchmarks.vliw.task import _sandbox_setup_files
     from heldout.sandbox import run_function
 
     source = (PACKAGE_DIR / "kernels" / "baseline.py").read_text(encoding="utf-8")
     res = run_function({"perf_takehome.py": source}, "_heldout_vliw_build", "build",
                        ["perf_takehome", 10, 2047, 256, 16, 10**7, "json"], limits=VliwTakehome.default_limits,
-                       setup_files=_sandbox_setup_files())
+                       setup_files=VliwTakehome().helper_files())
     if not res.ok:
         raise SystemExit(f"build failed: {res.error}")
     return json.loads(res.value)
