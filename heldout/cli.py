@@ -175,7 +175,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     methods = parse_methods(args.optimizer, args.optimizer_cmd)
     tasks = expand_tasks(args.task)
     budgets = parse_budgets(args.budget, tasks)
-    options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    options: dict[str, Any] = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    if args.prompt_format:
+        options["prompt_format"] = args.prompt_format
     cells = build_cells(tasks, methods, seeds, budgets, args.profile, options, [args.verifier])
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, architect_tokens=args.architect_tokens,
@@ -431,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
+    p.add_argument("--prompt-format", default=None,
+                   help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
     p.add_argument("--verifier", default=CANONICAL,
                    help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
     p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from scipy import sparse
 
-from heldout.benchmarks.answers import normalize_answer
+from heldout.benchmarks.extraction import normalize_answer
 from heldout.benchmarks.loading import Task, load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import DataError, Example, canonical_json
