@@ -241,3 +241,28 @@ def test_a_run_dir_holds_one_arms_experiment(independent, capsys):
     code = main(["compare", "arms", "--task", "armstoy/independent", "--optimizer", "constant-search",
                  "--budget", "80", "--width", "4", "--seeds", "0,1,2", "--run-dir", str(independent), "--plan"])
     assert code == 2 and "holds another arms experiment" in capsys.readouterr().err
+
+
+# -- a prompt task end to end: the loopback test server as worker and architect ----------------------
+def test_prompt_task_arms_with_architect_calls_fixed_print_the_metric_call_confound(data_dir, tmp_path, capsys):
+    from heldout.models.testserver import TestServer
+
+    run_dir = tmp_path / "arms"
+    with TestServer() as server:
+        code = main(["compare", "arms", "--task", "bbh/boolean_expressions", "--profile", "cpu-demo",
+                     "--optimizer", "reflective", "--budget", "4", "--width", "2", "--seeds", "0,1,2",
+                     "--fixed", "architect_calls", "--metric-cap", "200", "--worker-model", "test-worker",
+                     "--architect-model", "test-architect", "--base-url", server.base_url,
+                     "--data-dir", str(data_dir), "--run-dir", str(run_dir)])
+    out = capsys.readouterr().out
+    result = compare_arms(run_dir)
+    rows = {r["arm"]: r for r in result.rows()}
+    # the sessions enforce the fixed unit: 4 architect calls per seed in every arm (2 per fork)
+    assert code == 0 and result.broken == [], out
+    assert rows["serial"]["spent_architect_calls"] == rows["merge-of-2"]["spent_architect_calls"] == 12
+    assert rows["fork-of-2 (selected)"]["spent_architect_calls"] == 12
+    assert "confound: merge-of-2 spent" in out and "metric calls vs fork-of-2" in out
+    assert "best on train (the task has no val split)" in out
+    assert "headroom: the seed scores" in out and " on train " in out
+    # one instruction component: the merge arm is flagged, not credited
+    assert any("has one component" in f for f in result.flags)

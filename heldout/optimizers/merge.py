@@ -105,9 +105,12 @@ def build_union(parent: Parts, proposals: Sequence[Parts | None], scores: Sequen
 
 def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: int = 0,
                  decomposition: Decomposition = COMPONENTS, ids: Sequence[str] | None = None,
-                 start: Candidate | None = None) -> Candidate:
+                 start: Candidate | None = None,
+                 observe: Callable[[Candidate, list[dict]], None] | None = None, patience: int = 3) -> Candidate:
     """Rounds of the module docstring until the budget cannot pay one more evaluation of ``ids``
-    (default: all train ids). Returns the last parent (the best candidate by train score)."""
+    (default: all train ids). Returns the last parent (the best candidate by train score).
+    ``observe(candidate, results)`` sees every evaluation (a proposer that reads feedback). The
+    search ends early after ``patience`` rounds in a row in which no worker proposed anything new."""
     if type(width) is not int or width < 1:
         raise ValueError(f"width must be a positive int, got {width!r}")
     ids = [ex["id"] for ex in view.train] if ids is None else list(ids)
@@ -122,12 +125,14 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
             results = view.evaluate(candidate, "train", ids)
         except BudgetExceeded:
             return None
+        if observe is not None:
+            observe(candidate, results)
         return sum(r["score"] for r in results) / len(results) if results else 0.0
 
     parent_score = score(parent)
     if parent_score is None:
         return parent
-    round_no = 0
+    round_no = idle = 0
     with ThreadPoolExecutor(max_workers=width) as pool:
         while view.remaining >= per_eval:
             affordable = view.remaining // per_eval
@@ -141,7 +146,11 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
                 candidates.append(None if proposal is None or proposal == parent else dict(proposal))
                 proposals_parts.append(None if candidates[-1] is None else decomposition.split(candidates[-1]))
             if not any(candidates):
-                break  # no worker can move: the search has converged
+                idle += 1  # a round with nothing new costs no metric call; a stochastic proposer may move next time
+                if idle >= patience:
+                    break  # no worker can move: the search has converged
+                continue
+            idle = 0
             scores = list(pool.map(lambda c: None if c is None else score(c), candidates))
             if all(s is None for s, c in zip(scores, candidates) if c is not None):
                 break  # budget gone

@@ -299,6 +299,8 @@ def separates(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Se
     separate when their seed ranges do not overlap (``heldout.protocols.stats.separates``) or
     when Welch's t-test on the per-seed scores gives p < ``alpha``. The two arms' runs are
     independent, so the test is unpaired. (This is the one place the test is chosen.)"""
+    a = [round(float(x), 12) for x in a]  # float noise is not spread (scipy warns on near-ties)
+    b = [round(float(x), 12) for x in b]
     if min(len(a), len(b)) < MIN_SEEDS:
         return Separation(False, f"no separation: {min(len(a), len(b))} seed(s); at least {MIN_SEEDS} per arm needed")
     disjoint = stats.separates(list(a), list(b), min_seeds=MIN_SEEDS)
