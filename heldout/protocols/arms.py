@@ -297,7 +297,8 @@ def separates(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Se
     """Seeds are the unit of replication: one held-out score per seed and arm. Refused (no
     separation) with fewer than :data:`MIN_SEEDS` seeds on either side. Otherwise the arms
     separate when their seed ranges do not overlap (``heldout.protocols.stats.separates``) or
-    when Welch's t-test on the per-seed scores gives p < ``alpha``. The two arms' runs are
+    when Welch's t-test on the per-seed scores gives p < ``alpha`` (only defined when both arms
+    have spread). The two arms' runs are
     independent, so the test is unpaired. (This is the one place the test is chosen.)"""
     a = [round(float(x), 12) for x in a]  # float noise is not spread (scipy warns on near-ties)
     b = [round(float(x), 12) for x in b]
@@ -305,12 +306,12 @@ def separates(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Se
         return Separation(False, f"no separation: {min(len(a), len(b))} seed(s); at least {MIN_SEEDS} per arm needed")
     disjoint = stats.separates(list(a), list(b), min_seeds=MIN_SEEDS)
     p: float | None = None
-    if statistics.pvariance(a) + statistics.pvariance(b) > 0:
+    if len(set(a)) > 1 and len(set(b)) > 1:  # Welch needs spread in both arms
         p = float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue)
         p = None if math.isnan(p) else p
     separated = disjoint or (p is not None and p < alpha)
     grounds = [f"seed ranges {'do not overlap' if disjoint else 'overlap'}",
-               f"Welch p = {p:.3g}" if p is not None else "Welch test undefined (no spread)"]
+               f"Welch p = {p:.3g}" if p is not None else "Welch test undefined (an arm has no spread)"]
     return Separation(separated, ("separates: " if separated else "no separation: ") + "; ".join(grounds), disjoint, p)
 
 
