@@ -28,6 +28,7 @@ from heldout.evaluators.session import POLICIES
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
+from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
@@ -186,7 +187,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.run_dir) / "study.json").write_text(json.dumps(
         {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
-    results = run_study(cells, config, LocalExecutor(args.jobs))
+    executor = make_executor(args.executor, args.run_dir, jobs=args.jobs, ray_address=args.ray_address,
+                             cell_cpus=args.cell_cpus, cell_memory_mb=args.cell_memory_mb)
+    try:
+        results = run_study(cells, config, executor)
+    finally:
+        getattr(executor, "close", lambda: None)()
     if args.json:
         _print_json(results)
     else:
@@ -411,6 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
+    p.add_argument("--cell-cpus", type=float, default=1.0, help="--executor ray: CPUs each cell asks for (default 1)")
+    p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
     p.add_argument("--prompt-format", default=None,
