@@ -129,12 +129,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     from heldout.reports import check_runs
 
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
-                        method=args.method, pair_seeds=args.pair_seeds)
+                        method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)
     if args.json:
         _print_json(result.as_dict())
     else:
         print(result.evidence())
-    return 1 if result.regressed else 0
+    return result.exit_code
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from heldout.reports.plan import plan_study
+
+    plan = plan_study(args.task, args.profile, args.seeds, pilot=args.pilot, p_base=args.p_base, run_sd=args.run_sd,
+                      paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect)
+    if args.json:
+        _print_json(plan.as_dict())
+    else:
+        print(f"{args.task} [{args.profile}]")
+        print(plan.describe())
+    return 0
 
 
 # -- vliw ----------------------------------------------------------------------------------------
@@ -236,16 +249,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
+    p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
     p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--min-effect", type=float, default=0.0, help="ignore drops no larger than this")
+    p.add_argument("--min-effect", type=float, default=0.0,
+                   help="largest drop you accept (score units); with 0 only a significant improvement passes")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
-    p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
-                   help="pair seeds by id (default) or by rank when the current set used fresh seeds")
+    p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
+                   help="pair seeds by id (default) or compare independent runs (fresh seeds; 'rank' = independent)")
+    p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD",
+                   help="compare runs that differ in FIELD (profile, budget, policy, limits, options, drift, "
+                        "verifier, models); stated in the output (repeatable)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("plan", help="minimum detectable effect of a K-seed study (paired 0/1 data, run variance)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--profile", default="default")
+    p.add_argument("--seeds", type=int, required=True, help="runs per arm")
+    p.add_argument("--pilot", default=None, help="pilot run dir: baseline score, run-to-run SD, seed headroom")
+    p.add_argument("--p-base", type=float, default=None, help="baseline score (overrides the pilot's)")
+    p.add_argument("--run-sd", type=float, default=None, help="SD of a run's mean score (overrides the pilot's)")
+    p.add_argument("--effect", type=float, default=None, help="target effect: seeds/examples needed to detect it")
+    p.add_argument("--pair-seeds", choices=("id", "independent"), default="id",
+                   help="as the gate will pair them (id: assumes no correlation within a pair, conservative)")
+    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--power", type=float, default=0.8)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
