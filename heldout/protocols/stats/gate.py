@@ -27,7 +27,18 @@ from typing import Any, Literal, Mapping
 import numpy as np
 
 from ._checks import StatsInputError, as_scores, check_alpha
-from .runs import RunComparison, compare_runs, seeds_needed, shift_p, tie_tolerance
+from .runs import (
+    RunComparison,
+    choose_test,
+    compare_runs,
+    permutation_p,
+    seeds_needed,
+    shift_p,
+    sign_flip_p,
+    t_moments,
+    t_shift_p,
+    tie_tolerance,
+)
 
 Outcome = Literal["regression", "pass", "inconclusive"]
 EXIT_CODES: dict[str, int] = {"pass": 0, "regression": 1, "inconclusive": 2}
@@ -123,6 +134,31 @@ def decide(p_regression: np.ndarray, p_noninferior: np.ndarray, alpha: float) ->
     regressed = np.any(holm_adjust(p_regression) <= alpha, axis=-1)
     passed = np.all(np.asarray(p_noninferior) <= alpha, axis=-1)
     return np.where(regressed, 1, np.where(passed, 0, 2))
+
+
+def batched_pvalues(base: np.ndarray, cur: np.ndarray, *, n_examples: int, paired: bool,
+                    min_effect: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(p_regression, p_noninferior)`` for a batch of designs: ``base`` (..., S_b) and ``cur``
+    (..., S_c) hold per-run scores. The same tests, margin and identical-runs rule as
+    :func:`regression_check`, as array operations (for simulations of the gate)."""
+    base = np.asarray(base, dtype=np.float64)
+    cur = np.asarray(cur, dtype=np.float64)
+    m = float(min_effect)
+    test = choose_test(n_examples, paired)
+    if test.endswith(" t"):
+        change, se, df = t_moments(base, cur, paired=paired)
+        p_reg, p_non = t_shift_p(change, se, df, -m, "less"), t_shift_p(change, se, df, -m, "greater")
+    elif test == "exact sign-flip":
+        p_reg, p_non = sign_flip_p(cur - base, -m, "less"), sign_flip_p(cur - base, -m, "greater")
+    else:
+        p_reg, p_non = permutation_p(base, cur, -m, "less"), permutation_p(base, cur, -m, "greater")
+    tol = tie_tolerance(base, cur)
+    if paired:
+        identical = np.all(np.abs(cur - base) <= tol, axis=-1)
+    else:
+        rows = np.concatenate([base, cur], axis=-1)
+        identical = np.all(np.abs(rows - rows[..., :1]) <= tol, axis=-1)
+    return np.where(identical, 1.0, p_reg), np.where(identical, 0.0, p_non)
 
 
 # -- the gate ----------------------------------------------------------------------------------------
