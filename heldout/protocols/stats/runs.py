@@ -331,3 +331,47 @@ def seeds_needed(run_sd: float, margin: float, *, alpha: float, paired: bool, li
         if float(scipy_stats.t.ppf(1 - alpha, df)) * se < margin:
             return s
     return None
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """A two-sided run-level comparison for a report: ``p`` (two-sided, twice the smaller
+    one-sided p at 0), ``separable`` (the interval excludes 0 and p < 1 - level) and one
+    sentence that names the winner or says why the data cannot separate the arms."""
+
+    comparison: RunComparison
+    p: float
+    separable: bool
+    verdict: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run_level": self.comparison.as_dict(), "run_level_p": self.p, "run_level_separable": self.separable,
+                "run_level_verdict": self.verdict}
+
+
+def run_verdict(base: Any, cur: Any, *, n_examples: int, paired: bool = False, alpha: float = 0.05,
+                labels: tuple[str, str] = ("a", "b")) -> RunVerdict:
+    """Two-sided comparison of per-run scores at ``alpha`` with the run as the unit (the
+    report's comparison when both arms have >= 2 runs)."""
+    comp = compare_runs(base, cur, paired=paired, n_examples=n_examples, alpha=alpha, two_sided=True)
+    b, c = np.asarray(base, dtype=float), np.asarray(cur, dtype=float)
+    p = min(1.0, 2.0 * min(comp.p_value(b, c, 0.0, "less"), comp.p_value(b, c, 0.0, "greater")))
+    excludes = comp.low > 0.0 or comp.high < 0.0
+    separable = bool(excludes and p < alpha)
+    a_name, b_name = labels
+    sd = (f"run-to-run SD {comp.run_sd_base:.3g} ({a_name}) / {comp.run_sd_cur:.3g} ({b_name})"
+          if not paired else f"run-to-run SD {comp.run_sd_diff:.3g} (paired)")
+    ci = f"{comp.level:.0%} CI [{comp.low:+.4g}, {comp.high:+.4g}]"
+    facts = f"mean change {comp.change:+.4g} over {comp.n_base}/{comp.n_cur} runs, {ci}, {comp.test} p={p:.3g}, {sd}"
+    if separable:
+        return RunVerdict(comp, p, True, f"{b_name} is {'better' if comp.change > 0 else 'worse'} than {a_name}: {facts}")
+    n = min(comp.n_base, comp.n_cur)
+    unit = "seed pairs" if paired else "runs per arm"
+    if n < comp.min_seeds:
+        why = f"{comp.test} needs >= {comp.min_seeds} {unit} to reach alpha={alpha:g}, got {n}"
+    else:
+        spread = comp.run_sd_diff if paired else max(comp.run_sd_base, comp.run_sd_cur)
+        k = seeds_needed(spread, abs(comp.change), alpha=alpha / 2, paired=paired)
+        why = (f"need >= {max(k, n + 1)} {unit} at the observed run-to-run SD" if k is not None
+               else "no feasible number of runs separates a change this small")
+    return RunVerdict(comp, p, False, f"cannot separate: {why} ({facts})")
