@@ -23,9 +23,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from heldout.protocols.stats import (
-    avg_at_k_interval,
     correct_pvalues,
     macro_mean,
+    macro_mean_interval,
     paired_comparison,
     separates,
     summarize_seeds,
@@ -135,6 +135,12 @@ def _strong_best(scores: dict[str, list[float]]) -> tuple[str | None, bool]:
     return ranked[0], separates(scores[ranked[0]], scores[ranked[1]])
 
 
+def _interval_text(agg, digits: int) -> str:
+    if not (math.isfinite(agg.low) and math.isfinite(agg.high)):
+        return " [n/a]"
+    return f" [{agg.low:.{digits}f}, {agg.high:.{digits}f}]"
+
+
 # -- Table 1 -----------------------------------------------------------------------------------------
 def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     cells = runs.cells()
@@ -158,11 +164,16 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     complete = [m for m in methods if all((t, m) in cells for t in tasks)]
     if len(tasks) > 1 and complete:
         macro = {m: macro_mean({t: float(np.mean(seed_scores(cells[(t, m)]))) for t in tasks}) for m in complete}
+        spread = {m: macro_mean_interval({t: seed_scores(cells[(t, m)]) for t in tasks}, ci=0.95) for m in complete}
         d = decimals(list(macro.values()))
-        rows.append([Cell("macro mean")] + [Cell(fmt(macro[m], d)) if m in macro else Cell("-") for m in methods])
+        rows.append([Cell("macro mean")] + [Cell(fmt(macro[m], d) + _interval_text(spread[m], d)) if m in macro
+                                            else Cell("-") for m in methods])
+        data += [{"task": "macro mean", "method": m, "mean": macro[m], "interval": spread[m].as_dict()} for m in complete]
     notes = [settings_note(runs),
              "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
-             "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated."]
+             "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated. "
+             "Macro mean: unweighted over tasks, with a 95% interval over tasks and runs (two-level bootstrap "
+             "with >= 5 tasks and >= 5 runs, else a t interval over runs with the tasks fixed; docs/statistics.md)."]
     if baseline and baseline in methods and len(methods) > 1 and complete and baseline in complete:
         table = {m: {t: seed_scores(cells[(t, m)]) for t in tasks} for m in complete}
         counts = win_counts(table, [baseline])
