@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from heldout.benchmarks.base import RunLimits
-from heldout.evaluators.mbpp_exec import check_many, load_problems
+from heldout.contracts import RunLimits
+from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 

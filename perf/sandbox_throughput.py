@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 
-from heldout.benchmarks.base import RunLimits
+from heldout.contracts import RunLimits
 from heldout.benchmarks.registry import get_benchmark
-from heldout.evaluators.sandbox import isolation_mode, run_function
+from heldout.sandbox import isolation_mode, run_function
 
 LIMITS = RunLimits(wall_seconds=30, cpu_seconds=30, memory_mb=1024)
 
@@ -47,7 +47,7 @@ def main() -> None:
     seed, example = bench.seed_candidate(), bench.load_raw(None)[0]
 
     def task() -> None:
-        v = bench.run(seed, example, LIMITS)
+        v = bench.run(seed, example, bench.context(LIMITS))
         assert v.valid, v.error
 
     r_bare, r_sbx, r_task = rate(n, bare), rate(n, sandboxed), rate(max(1, n // 2), task)

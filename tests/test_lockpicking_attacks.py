@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from heldout.benchmarks.base import Example, RunLimits
+from heldout.contracts import Example, RunLimits
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.task import BENCHMARK, LockpickingBenchmark
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from heldout.benchmarks.base import RunLimits
-from heldout.evaluators import _mbpp_child
-from heldout.evaluators.mbpp_exec import check_solution, compare, load_problems
+from heldout.contracts import RunLimits
+from heldout.benchmarks.mbpp_plus import _child as _mbpp_child
+from heldout.benchmarks.mbpp_plus.execution import check_solution, compare, load_problems
 
 LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=4096)
 

@@ -6,8 +6,8 @@ then the check), exactly as evalplus does."""
 
 from __future__ import annotations
 
-from heldout.benchmarks.base import RunLimits
-from heldout.evaluators.mbpp_exec import check_many, load_problems
+from heldout.contracts import RunLimits
+from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
 
 
 def test_every_canonical_solution_passes_base_and_plus(data_dir):

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from heldout.benchmarks.base import Message
+from heldout.contracts import Message
 from heldout.models import (
     BatchError,
     ChatRequest,

@@ -19,7 +19,7 @@ import pytest
 
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.sandbox import isolation_mode
+from heldout.sandbox import isolation_mode
 
 # A deterministic in-process optimizer: (1+1) search over digit literals of the seed SQL, in
 # minibatches of 5, pausing between steps so the test can kill it mid-run.

@@ -20,7 +20,7 @@ from heldout.protocols.run import (
     parse_methods,
     run_study,
 )
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import HeldoutError
 
 
 def test_methods_and_budgets_parse_with_clear_errors():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from heldout.benchmarks.base import RunLimits
-from heldout.evaluators.sandbox import (SandboxError, decode_typed, isolation_mode, run_calls,
+from heldout.contracts import RunLimits
+from heldout.sandbox import (SandboxError, decode_typed, isolation_mode, run_calls,
                                         run_function)
 
 LIMITS = RunLimits(wall_seconds=20, cpu_seconds=20, memory_mb=1024)

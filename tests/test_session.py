@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import heldout
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, LedgerError, verify_ledger
 from heldout.evaluators.records import RunRecord
-from heldout.evaluators.session import Budget, BudgetExceeded, Session, VisibilityError
+from heldout.contracts import BudgetExceeded, VisibilityError
+from heldout.evaluators.session import Budget, Session
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 

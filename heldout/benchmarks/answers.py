@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Iterator, Mapping
 
-from heldout.benchmarks.base import Verdict
+from heldout.contracts import Verdict
 
 EXTRACTION_MODES: tuple[str, ...] = ("strict", "flexible")
 

@@ -1,169 +1,35 @@
-"""The contracts every benchmark module shares.
+"""The base class every task module builds on.
 
-A benchmark module (``heldout/benchmarks/<family>.py`` or a package of that name) defines one
-subclass of :class:`Benchmark` per family and registers one instance per task with
-:func:`heldout.benchmarks.registry.register`. Every module has the same shape:
+A family module (``heldout/benchmarks/<family>.py`` or a package of that name, or a module of
+another package listed under the ``heldout.tasks`` entry-point group) defines its tasks as
+instances of a :class:`Benchmark` subclass and registers each with
+:func:`heldout.benchmarks.registry.register` at import time. Every module has the same shape:
 
 * ``load_raw(data_dir)``  -> the examples exactly as the source holds them (no split, no check);
-* ``seed_candidate()``    -> the task's unoptimised starting candidate;
-* prompt tasks:  ``render(candidate, example)`` -> chat messages, and
-  ``score_text(text, example)`` -> :class:`Verdict`;
-* program tasks: ``run(candidate, example, limits)`` -> :class:`Verdict` (runs in the sandbox).
+* ``seed_candidate()``    -> the task's unoptimised starting candidate (seed files of program
+  tasks live in the family's ``seeds/`` folder);
+* prompt tasks:  ``render(candidate, example, context)`` -> chat messages, and
+  ``score_text(text, example, context)`` -> :class:`Verdict`;
+* program tasks: ``run(candidate, example, context)`` -> :class:`Verdict` (runs in the sandbox,
+  with the trusted helper files ``helper_files()`` written next to the candidate);
+* ``aggregate(verdicts)`` -> the task's stated metric over examples (default: the mean); run
+  records, reports, the gate and ``heldout eval`` all use it;
+* ``verifier_options`` -> the weak test sets a verifier variant may switch to (optimisation only).
 
-Splits, hashing and drift checks are *not* the module's business: they live in the manifest
-(:mod:`heldout.data_manifests`) and are applied by :func:`heldout.load_task`.
+The :class:`RunContext` (limits, the metered worker, the task options) is built by the harness
+and passed to every run/score call. Splits, hashing and drift checks are *not* the module's
+business: they live in the manifest (:mod:`heldout.data_manifests`) and are applied by
+:func:`heldout.load_task`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Mapping
+from pathlib import Path
+from typing import Any
 
-Candidate = dict[str, str]
-"""What an optimizer proposes: named text components (``{"instruction": ...}``,
-``{"program.py": ...}``, ``{"scorer.sql": ...}``)."""
-
-TaskKind = Literal["prompt", "program"]
-
-
-def canonical_json(value: Any) -> str:
-    """The one serialisation used for every hash in heldout: sorted keys, no whitespace,
-    non-ASCII kept, integers of any size kept exactly."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def candidate_id(candidate: Mapping[str, str]) -> str:
-    """A candidate is identified by the sha256 of its canonical JSON."""
-    check_candidate(candidate)
-    return sha256_text(canonical_json(dict(candidate)))
-
-
-def check_candidate(candidate: Any) -> None:
-    """Raise ``MalformedCandidate`` unless ``candidate`` is a non-empty ``dict[str, str]``."""
-    if not isinstance(candidate, Mapping) or not candidate:
-        raise MalformedCandidate(
-            f"a candidate must be a non-empty dict of named text components, got {type(candidate).__name__}"
-        )
-    for key, value in candidate.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise MalformedCandidate(
-                f"candidate component {key!r} must map a str name to str text, got {type(value).__name__}"
-            )
-
-
-class HeldoutError(Exception):
-    """Base class of every error heldout raises on purpose (always with a clear message)."""
-
-
-class MalformedCandidate(HeldoutError, ValueError):
-    pass
-
-
-class DataError(HeldoutError):
-    """Data could not be loaded or does not match its manifest."""
-
-
-@dataclass(frozen=True)
-class Example:
-    """One scored unit. ``target`` is hidden from optimizers unless the split allows it.
-
-    ``group`` is the topic/family key protocols split on (None when the task has none)."""
-
-    id: str
-    input: dict[str, Any]
-    target: Any
-    group: str | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str):
-            raise TypeError(f"example ids are strings, got {self.id!r} ({type(self.id).__name__})")
-
-    def content_hash(self) -> str:
-        """sha256 of the canonical JSON of ``input`` + ``target``: what manifests freeze."""
-        return sha256_text(canonical_json({"input": self.input, "target": self.target}))
-
-
-@dataclass
-class Verdict:
-    """The result of scoring one candidate on one example.
-
-    Rule: a scorer never raises for one bad example or one bad output; it returns a verdict with
-    ``score=0.0``, ``valid=False`` and ``error`` set to a clear message (``error_kind`` names the
-    class of failure: ``timeout``, ``memory``, ``crash``, ``bad_output``, ``forbidden``,
-    ``malformed_candidate``, ``model_error`` ...)."""
-
-    example_id: str
-    score: float
-    valid: bool = True
-    dimensions: dict[str, float] = field(default_factory=dict)
-    feedback: str = ""
-    error: str | None = None
-    error_kind: str | None = None
-    output: Any = None  # what the candidate produced (model text, extracted answer, objective...)
-    usage: dict[str, float] = field(default_factory=dict)  # tokens, seconds
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.score, (int, float)) or not math.isfinite(self.score):
-            raise ValueError(f"verdict score must be a finite number, got {self.score!r}")
-        self.score = float(self.score)
-
-    @classmethod
-    def failure(cls, example_id: str, error: str, kind: str, **extra: Any) -> "Verdict":
-        return cls(example_id=example_id, score=0.0, valid=False, error=error, error_kind=kind,
-                   feedback=extra.pop("feedback", error), **extra)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Verdict":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-
-
-@dataclass(frozen=True)
-class Message:
-    role: Literal["system", "user", "assistant"]
-    content: str
-
-
-@dataclass(frozen=True)
-class RunLimits:
-    """Resource limits for one sandboxed execution; per task, overridable, printed in verdicts."""
-
-    wall_seconds: float = 30.0
-    cpu_seconds: float = 30.0
-    memory_mb: int = 2048
-    max_processes: int = 64
-    max_file_mb: int = 16
-    max_open_files: int = 256
-    max_output_bytes: int = 4 * 1024 * 1024
-
-    def replace(self, **changes: Any) -> "RunLimits":
-        values = asdict(self)
-        values.update({k: v for k, v in changes.items() if v is not None})
-        return RunLimits(**values)
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a task's data comes from: a hub dataset at a pinned revision, or mirror files (paths
-    relative to a data dir laid out like ``../shared/data``)."""
-
-    hub_id: str | None = None
-    config: str | None = None
-    split: str | None = None
-    revision: str | None = None
-    mirror_files: tuple[str, ...] = ()
-    embedded: bool = False  # the examples are generated by heldout itself (program tasks)
-
+from heldout.benchmarks.candidates import read_candidate
+from heldout.contracts import (Candidate, Example, Message, RunContext, RunLimits, Source, TaskKind,
+                               Verdict, mean_score)
 
 class Benchmark:
     """A named, versioned benchmark cell. Subclasses fill in the class attributes and the
@@ -187,40 +53,73 @@ class Benchmark:
     def seed_candidate(self) -> Candidate:
         raise NotImplementedError
 
+    def context(self, limits: RunLimits | None = None, worker=None, **options: Any) -> RunContext:
+        """A :class:`RunContext` for calling this task directly (tests, ``heldout eval``): the
+        task's default limits unless given."""
+        return RunContext(limits=limits or self.default_limits, worker=worker, options=options)
+
     # -- prompt tasks -----------------------------------------------------------------------
-    def render(self, candidate: Candidate, example: Example) -> list[Message]:
+    def render(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> list[Message]:
         raise NotImplementedError(f"{self.name} is not a prompt task")
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         """Score free model text against the example's target. Never raises."""
         raise NotImplementedError(f"{self.name} is not a prompt task")
 
     # -- program tasks ----------------------------------------------------------------------
-    def run(self, candidate: Candidate, example: Example, limits: RunLimits | None = None,
-            **options: Any) -> Verdict:
+    def run(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> Verdict:
         """Execute the candidate on one example (in the sandbox) and score it. Never raises for
         a bad candidate."""
         raise NotImplementedError(f"{self.name} is not a program task")
+
+    family_dir: Path | None = None
+    """The family's folder (helper files and ``seeds/`` live there)."""
+
+    helper_sources: dict[str, str] = {}
+    """Trusted files the sandbox gets next to the candidate: {name in the sandbox: file in the
+    family folder}. Nothing else of heldout is visible to a candidate."""
+
+    def helper_files(self) -> dict[str, str]:
+        """The trusted helper files' text, keyed by their name in the sandbox."""
+        assert self.family_dir is not None or not self.helper_sources, f"{self.name}: helper_sources need family_dir"
+        return {name: (self.family_dir / rel).read_text(encoding="utf-8") for name, rel in self.helper_sources.items()}
+
+    # -- the metric -------------------------------------------------------------------------
+    score_ceiling: float = 1.0
+    """The best score the metric can reach (coarse verifier variants quantise below it)."""
+
+    verifier_options: dict[str, dict[str, Any]] = {}
+    """Weak test sets a verifier variant may select for optimisation, as task options
+    (e.g. MBPP+ ``{"base-only": {"tests": "base"}}``). Held-out scoring never uses them."""
+
+    def aggregate(self, verdicts: list[Verdict]) -> float:
+        """The task's stated metric over a split's verdicts (default: the mean score)."""
+        return mean_score(verdicts)
+
+    def extra_metrics(self, candidate: Candidate, verdicts: list[Verdict],
+                      context: RunContext | None = None) -> dict[str, float]:
+        """Further held-out numbers a report shows beside the metric (e.g. Lockpicking's
+        exhaustive accuracy). Computed by the harness on the final candidate only."""
+        return {}
 
     # -- the `heldout eval` surface (program tasks; prompt tasks need a worker) ---------------
     def candidate_from_path(self, path: str) -> Candidate:
         """Read a candidate from a file or folder: a ``.json`` file holding a dict of components
         is taken as is; another file becomes ``{<default component>: text}``; a folder becomes
         one component per file (relative paths)."""
-        from heldout.benchmarks.candidates import read_candidate
-
         return read_candidate(path, self.default_component)
 
     default_component: str = "program.py"
 
-    def summarize(self, candidate: Candidate, verdicts: list[Verdict], **options: Any) -> dict[str, Any]:
-        """The one-object summary `heldout eval --json` prints. Subclasses add task fields
-        (objective, cycles, exhaustive_accuracy ...) but keep these keys."""
+    def summarize(self, candidate: Candidate, verdicts: list[Verdict],
+                  context: RunContext | None = None) -> dict[str, Any]:
+        """The one-object summary `heldout eval --json` prints: the aggregate as ``score`` plus
+        the extra metrics. Subclasses add task fields (cycles, bottleneck ...) but keep these."""
         n = len(verdicts)
         errors = [v.error for v in verdicts if v.error]
         return {"task": self.name, "valid": bool(n) and all(v.valid for v in verdicts),
-                "score": sum(v.score for v in verdicts) / n if n else 0.0, "n": n,
-                "error": errors[0] if errors else None}
+                "score": self.aggregate(verdicts), "n": n, "error": errors[0] if errors else None,
+                **self.extra_metrics(candidate, verdicts, context)}
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "family": self.family, "kind": self.kind,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from heldout.benchmarks.base import Candidate, MalformedCandidate, check_candidate
+from heldout.contracts import Candidate, MalformedCandidate, check_candidate
 
 MAX_CANDIDATE_BYTES = 8 * 1024 * 1024
 

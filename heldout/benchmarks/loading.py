@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heldout.benchmarks.base import Benchmark, DataError, Example
+from heldout.contracts import DataError, Example
+from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.registry import get_benchmark
 from heldout.data_manifests import DriftError, DriftReport, Manifest
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from heldout.benchmarks.base import DataError, Source
+from heldout.contracts import DataError, Source
 
 
 def mirror_path(data_dir: str, relpath: str) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from typing import Iterable, Sequence
 
-from heldout.benchmarks.base import DataError, Example
+from heldout.contracts import DataError, Example
 
 
 def hash_order(task: str, ids: Iterable[str], salt: str = "") -> list[str]:

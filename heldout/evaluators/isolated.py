@@ -8,7 +8,7 @@ the task only through that socket:
   ``HOME`` = ``TMPDIR`` = a private scratch dir that is also its working dir, ``PYTHONPATH``
   holding a private copy of :mod:`heldout.adapters.client` and nothing else of heldout,
   ``HELDOUT_SEED``);
-* with the sandbox's isolation (:func:`heldout.evaluators.sandbox.isolation_mode`):
+* with the sandbox's isolation (:func:`heldout.sandbox.isolation_mode`):
 
   - ``root`` (running as root, e.g. CI): fresh mount, network and PID namespaces. Empty tmpfs
     cover heldout's package directory (scoring rules, ``data_manifests``), the shared data dir
@@ -55,15 +55,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
-from heldout.evaluators.sandbox import _UNSHARE_ARGS, HIDE_ENV, _python_paths, isolation_mode
+from heldout.sandbox.process import _UNSHARE_ARGS, HIDE_ENV, _python_paths, isolation_mode
 from heldout.evaluators.session import Session
 from heldout.evaluators.view_server import ViewServer
+import heldout.data_manifests as manifests
+from heldout.sandbox import _child as sbx
 
 LOG_FILE = "optimizer.log"
 TAIL_BYTES = 4000
 CLIENT_SOURCE = Path(__file__).resolve().parents[1] / "adapters" / "client.py"
+CONTRACTS_SOURCE = Path(__file__).resolve().parents[1] / "contracts.py"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -86,8 +89,6 @@ def hidden_paths(session: Session, extra: Sequence[str | os.PathLike] = ()) -> l
     manifests), the shared data dir of a checkout, ``$HELDOUT_DATA_DIR``, the session's data dir,
     the datasets/HF caches, the worker's response cache/recording, the run dir (ledger),
     ``$HELDOUT_SANDBOX_HIDE`` and ``extra``."""
-    import heldout.data_manifests as manifests
-
     found: list[Path | str | None] = [PACKAGE_DIR, Path(manifests.__file__).resolve().parent]
     repo = PACKAGE_DIR.parent
     if (repo / "pyproject.toml").exists() or (repo / ".git").exists():
@@ -190,6 +191,7 @@ def _private_layout(private: Path, uid: int, mode: str) -> tuple[Path, Path, Pat
     (pkg / "__init__.py").write_text('"""heldout, as an isolated optimizer sees it: the client only."""\n')
     (pkg / "adapters" / "__init__.py").write_text("")
     shutil.copyfile(CLIENT_SOURCE, pkg / "adapters" / "client.py")
+    shutil.copyfile(CONTRACTS_SOURCE, pkg / "contracts.py")
     for path in (lib, pkg, pkg / "adapters"):
         path.chmod(0o755)
     for path in pkg.rglob("*.py"):
@@ -347,7 +349,6 @@ def _private_tmp(sbx, job: dict[str, Any]) -> None:
 def _launch(job_path: str) -> None:
     """Runs as the first process in the child's namespaces (see :func:`_execute`): isolate with
     the sandbox's own helpers, then replace itself with the optimizer command."""
-    from heldout.evaluators import _sandbox_child as sbx
 
     try:
         with open(job_path, encoding="utf-8") as fh:

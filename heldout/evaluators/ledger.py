@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from heldout.benchmarks.base import HeldoutError, canonical_json, sha256_text
+from heldout.contracts import HeldoutError, canonical_json, sha256_text
 
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"

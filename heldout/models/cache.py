@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from heldout.benchmarks.base import HeldoutError, canonical_json
+from heldout.contracts import HeldoutError, canonical_json
 
 if TYPE_CHECKING:
     from heldout.models.client import ChatRequest, ChatResponse

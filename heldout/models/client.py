@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import httpx
 
-from heldout.benchmarks.base import HeldoutError, canonical_json, sha256_text
+from heldout.contracts import HeldoutError, canonical_json, sha256_text
 
 if TYPE_CHECKING:
     from heldout.models.cache import ResponseCache

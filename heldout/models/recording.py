@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from heldout.benchmarks.base import canonical_json
+from heldout.contracts import canonical_json
 from heldout.models.client import ChatRequest, ModelError
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import BudgetExceeded, HeldoutError
 
 REFERENCE_OPTIMIZERS: dict[str, str] = {
     "seed": "heldout.optimizers.seed:optimize",
@@ -23,8 +23,6 @@ REFERENCE_OPTIMIZERS: dict[str, str] = {
 def mean_train_score(view, candidate, ids) -> float | None:
     """The candidate's mean score on train ``ids``, or None when the budget cannot pay for it
     (the reference optimizers stop there rather than letting BudgetExceeded escape)."""
-    from heldout.evaluators.session import BudgetExceeded
-
     if view.remaining < len(ids):
         return None
     try:

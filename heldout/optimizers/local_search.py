@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import HeldoutError
+from heldout.optimizers import geometry_search, lockpicking_search
 
 
 def optimize(view, seed: int):
     family = view.task_name.split("/", 1)[0]
     if family == "lockpicking":
-        from heldout.optimizers.lockpicking_search import optimize as search
+        search = lockpicking_search.optimize
     elif family in ("circle_packing", "heilbronn"):
-        from heldout.optimizers.geometry_search import optimize as search
+        search = geometry_search.optimize
     else:
         raise HeldoutError(f"local-search has no search for {view.task_name}; use `reflective` for prompt tasks")
     return search(view, seed)

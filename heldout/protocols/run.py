@@ -10,7 +10,6 @@ A distributed engine plugs in by implementing the same one-method interface."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -19,8 +18,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.benchmarks.registry import expand_tasks
+from heldout.contracts import HeldoutError
+from heldout.evaluators.isolated import run_isolated
 from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.evaluators.session import Budget, Session
+from heldout.models import ModelClient, ResponseCache
+from heldout.optimizers import resolve_optimizer
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,14 @@ class Cell:
     budget: int
     profile: str = "default"
     options: dict[str, Any] = field(default_factory=dict)
+    verifier: str = "decomposed"
 
     def run_dir(self, root: str | Path) -> Path:
-        return Path(root) / self.task.replace("/", "__") / self.method.name / f"seed-{self.seed}"
+        """``<task>/<method>/seed-<n>``; a non-canonical verifier adds a level: ``<method>/verifier-<v>``."""
+        method = Path(self.method.name)
+        if self.verifier != "decomposed":
+            method = method / f"verifier-{self.verifier.replace(':', '-').replace('+', '_')}"
+        return Path(root) / self.task.replace("/", "__") / method / f"seed-{self.seed}"
 
 
 class Executor(Protocol):
@@ -87,17 +96,12 @@ class StudyConfig:
 def _client(model: str | None, config: StudyConfig):
     if not model:
         return None
-    from heldout.models import ModelClient, ResponseCache
-
     cache = ResponseCache(config.cache_dir) if config.cache_dir else None
     return ModelClient(model, base_url=config.base_url, cache=cache)
 
 
 def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
     """Run (or resume, or skip) one cell. Never raises for a failing optimizer: the record says."""
-    from heldout.evaluators.session import Budget, Session
-    from heldout.optimizers import resolve_optimizer
-
     run_dir = cell.run_dir(config.run_root)
     record_path = run_dir / RECORD_FILE
     if record_path.exists():
@@ -108,10 +112,8 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
                       seed=cell.seed, worker=_client(config.worker_model, config), run_dir=run_dir,
                       architect=_client(config.architect_model, config), policy=config.policy,
                       data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
-                      options=cell.options)
+                      options=cell.options, verifier=cell.verifier)
     if cell.method.command:
-        from heldout.evaluators.isolated import run_isolated
-
         # hide the whole study (sibling cells' ledgers, study.json), not only this cell's run dir
         record = run_isolated(session, cell.method.command, hide_paths=[config.run_root])
     else:
@@ -181,7 +183,7 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
             n = int(value)
         except ValueError:
             raise HeldoutError(f"--budget takes N or TASK=N, got {spec!r}") from None
-        for t in ([task] if sep else tasks):
+        for t in (expand_tasks([task]) if sep else tasks):
             budgets[t] = n
     missing = [t for t in tasks if t not in budgets]
     if missing:
@@ -190,31 +192,7 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
 
 
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],
-                profile: str, options: dict[str, Any]) -> list[Cell]:
-    return [Cell(task, method, seed, budgets[task], profile, options)
-            for task in tasks for method in methods for seed in seeds]
-
-
-def run_command(args: argparse.Namespace) -> int:
-    seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
-             else [args.seed if args.seed is not None else 0])
-    methods = parse_methods(args.optimizer, args.optimizer_cmd)
-    budgets = parse_budgets(args.budget, args.task)
-    options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
-    cells = build_cells(args.task, methods, seeds, budgets, args.profile, options)
-    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
-                         policy=args.policy, architect_tokens=args.architect_tokens,
-                         wall_seconds=args.wall_seconds, worker_model=args.worker_model,
-                         architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir)
-    Path(args.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.run_dir) / "study.json").write_text(json.dumps(
-        {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
-    results = run_study(cells, config, LocalExecutor(args.jobs))
-    if args.json:
-        print(json.dumps(results))
-    else:
-        for r in results:
-            print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<7} "
-                  f"test {r['test_score']}  {r['run_dir']}")
-    return 0 if all(r["status"] == "ok" for r in results) else 1
+                profile: str, options: dict[str, Any], verifiers: list[str] | None = None) -> list[Cell]:
+    return [Cell(task, method, seed, budgets[task], profile, options, verifier)
+            for task in tasks for method in methods for verifier in (verifiers or ["decomposed"])
+            for seed in seeds]

@@ -31,7 +31,8 @@ from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
 SeedPairing = Literal["id", "independent"]
 DESIGN_FIELDS = ("profile", "budget", "policy", "limits", "options", "drift", "verifier", "models")
 """What must match for two runs to be comparable. ``verifier`` and ``models`` are read from the
-run record's ``extra`` (absent = None) so records that carry them are compared on them."""
+run record (a field of that name, else its ``extra``; absent = None), so records that carry
+them are compared on them."""
 
 
 class GateInputError(ReportError):
@@ -78,8 +79,9 @@ def design_of(run: Run) -> dict[str, str]:
     rec = run.record
     extra = rec.extra or {}
     values = {"profile": rec.profile, "budget": rec.budget, "policy": rec.policy, "limits": rec.limits,
-              "options": rec.options, "drift": rec.drift, "verifier": extra.get("verifier"),
-              "models": extra.get("models")}
+              "options": rec.options, "drift": rec.drift,
+              "verifier": getattr(rec, "verifier", None) or extra.get("verifier"),
+              "models": getattr(rec, "models", None) or extra.get("models")}
     return {k: json.dumps(v, sort_keys=True, default=str) for k, v in values.items()}
 
 

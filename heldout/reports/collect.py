@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import HeldoutError
 from heldout.evaluators.ledger import LEDGER_FILE, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 

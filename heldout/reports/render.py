@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import HeldoutError
+from heldout.benchmarks.loading import load_task, resolve_data_dir
+from heldout.benchmarks.registry import get_benchmark
 from heldout.reports.collect import RunSet, collect_runs
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
 from heldout.reports.tables import (
@@ -83,8 +85,6 @@ def _groups(runs: RunSet, data_dir: str | None) -> dict[str, dict[str, str]]:
     groups and can be loaded from local files; other tasks fall back to per-example points.
     A report never downloads: a dataset task without a data dir (``--data-dir`` or
     ``$HELDOUT_DATA_DIR``) is not loaded."""
-    from heldout.benchmarks.loading import load_task, resolve_data_dir
-    from heldout.benchmarks.registry import get_benchmark
 
     try:
         local = resolve_data_dir(data_dir)

@@ -91,22 +91,3 @@ def load_pool() -> dict[str, list[str]]:
 def write_pool(pool: dict[str, list[str]]) -> Path:
     POOL_FILE.write_text(json.dumps(pool, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return POOL_FILE
-
-
-def freeze_manifest():
-    """Freeze ``data_manifests/lockpicking/six.json`` from the stored pool (profiles `paper`,
-    `default` = `paper`, `generalise`)."""
-    from heldout.benchmarks.lockpicking.task import BENCHMARK
-    from heldout.data_manifests import freeze
-
-    examples = BENCHMARK.load_raw(None)
-    paper = [ex.id for ex in examples if ex.meta.get("pool") == "paper"]
-    extra = [ex.id for ex in examples if ex.meta.get("pool") == "extra"]
-    paper_note = ("train = test by design, as in the paper: all 50 strings are visible and scored; the measured "
-                  "quantity is reconstruction of the hidden rule system, not generalisation")
-    profiles = {"paper": {"train": paper, "test": paper}, "default": {"train": paper, "test": paper},
-                "generalise": {"train": paper, "val": extra[:50], "test": extra[50:]}}
-    notes = {"paper": paper_note, "default": "alias of `paper`; " + paper_note,
-             "generalise": "train = the paper's 50; val 50 and test 300 further strings from the same pool, "
-                           "disjoint from train: transfer of the recovered rules, beyond the paper"}
-    return freeze(BENCHMARK.name, BENCHMARK.version, BENCHMARK.source, examples, profiles, notes)

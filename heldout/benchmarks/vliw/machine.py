@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import HeldoutError
 from heldout.benchmarks.vliw.fast import DecodedProgram, decode, run_decoded
 from heldout.benchmarks.vliw.reference import (
     CHECKED_ENGINES, DEFAULT_CYCLE_CAP, MASK, SCRATCH_SIZE, SLOT_LIMITS, Fault, SimResult,

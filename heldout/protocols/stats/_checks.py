@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from heldout.benchmarks.base import HeldoutError
+from heldout.contracts import HeldoutError
 
 
 class StatsInputError(HeldoutError, ValueError):

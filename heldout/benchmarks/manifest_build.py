@@ -1,6 +1,6 @@
 """How the shipped dataset manifests were built (re-runnable, for review):
 
-    python -m heldout.data_manifests.build --data-dir ../shared/data [TASK_PREFIX...]
+    python -m heldout.benchmarks.manifest_build --data-dir ../shared/data [TASK_PREFIX...]
 
 Profiles (all drawn in hash order, see :mod:`heldout.data_manifests.profiles`):
 
@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from heldout.benchmarks.base import Example
+from heldout.contracts import Example
 from heldout.benchmarks.loading import resolve_data_dir
 from heldout.benchmarks.registry import all_tasks
 from heldout.data_manifests import Manifest, file_sha256, freeze

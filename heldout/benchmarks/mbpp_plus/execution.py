@@ -6,7 +6,7 @@ What is evalplus's (facts carried over; see evalplus 0.3.x ``evaluate.py`` / ``e
   same inputs, which also gives each input's reference runtime ``t``;
 * each test input has a time limit ``max(min_time_limit, factor * t)`` with evalplus's defaults
   ``min_time_limit = 1.0`` s and ``factor = 4.0``;
-* inputs are deserialised per task (tuples, sets, complex ...: :mod:`._mbpp_child`);
+* inputs are deserialised per task (tuples, sets, complex ...: :mod:`._child`);
 * comparison: ``out == expected``; special oracles for ``are_equivalent`` (Mbpp/164, anything
   passes), ``sum_div`` (Mbpp/295, 0 also passes), ``surface_Area`` (Mbpp/581) and
   ``digit_distance_nums`` (Mbpp/558) (a second accepted answer), set comparison for eight tasks,
@@ -19,7 +19,7 @@ What is evalplus's (facts carried over; see evalplus 0.3.x ``evaluate.py`` / ``e
 
 Where heldout differs, and why:
 
-* the solution runs in :mod:`heldout.evaluators.sandbox` (namespaces, rlimits, scrubbed env)
+* the solution runs in :mod:`heldout.sandbox` (namespaces, rlimits, scrubbed env)
   instead of evalplus's in-process ``reliability_guard``;
 * outputs cross back as typed plain data (tuple, set, dict, bytes, complex ... kept) and are
   compared **in the parent**, so expected outputs never enter the sandbox and an object with a
@@ -48,15 +48,15 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from heldout.benchmarks.base import DataError, RunLimits, Verdict
-from heldout.evaluators._mbpp_child import DIGEST_KEY
-from heldout.evaluators.sandbox import SandboxError, decode_typed, run_calls
+from heldout.contracts import DataError, RunLimits, Verdict
+from heldout.benchmarks.mbpp_plus._child import DIGEST_KEY
+from heldout.sandbox import SandboxError, decode_typed, run_calls
 
 MIN_TIME_LIMIT = 1.0
 TIME_LIMIT_FACTOR = 4.0
 FLOAT_ATOL = 1e-6
 HELPER_NAME = "_heldout_mbpp"
-HELPER_SOURCE = (Path(__file__).resolve().parent / "_mbpp_child.py").read_text(encoding="utf-8")
+HELPER_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 TRUTH_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_LIMITS = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=4096)
 

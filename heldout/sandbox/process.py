@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
-from heldout.benchmarks.base import HeldoutError, RunLimits
+from heldout.contracts import HeldoutError, RunLimits
 
 ERROR_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large", "sandbox_error")
 ISOLATION_ENV = "HELDOUT_SANDBOX_ISOLATION"
 HIDE_ENV = "HELDOUT_SANDBOX_HIDE"
 STDOUT_TAIL_BYTES = 4096
-_CHILD_SOURCE = (Path(__file__).resolve().parent / "_sandbox_child.py").read_text(encoding="utf-8")
+_CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 _RESERVED_PREFIX = "_heldout_"
 
 

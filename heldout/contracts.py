@@ -1,0 +1,333 @@
+"""The shared vocabulary of heldout: every other module speaks in these terms.
+
+This module depends on the standard library only (an isolated optimizer's sandbox may import it
+without the rest of heldout). It holds:
+
+* values: :data:`Candidate`, :class:`Example`, :class:`Verdict`, :class:`Message`,
+  :class:`RunLimits`, :class:`Source`, :class:`RunContext`;
+* the one hashing rule (:func:`canonical_json`, :func:`candidate_id`);
+* the errors heldout raises on purpose (all subclasses of :class:`HeldoutError`);
+* the Protocols that the parts meet at: :class:`Worker`, :class:`PromptTask`,
+  :class:`ProgramTask`, :class:`Verifier`, :class:`TaskView`, :class:`Optimizer`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+
+Candidate = dict[str, str]
+"""What an optimizer proposes: named text components (``{"instruction": ...}``,
+``{"program.py": ...}``, ``{"scorer.sql": ...}``)."""
+
+TaskKind = Literal["prompt", "program"]
+SPLITS = ("train", "val", "test")
+
+
+# -- hashing ----------------------------------------------------------------------------------------
+def canonical_json(value: Any) -> str:
+    """The one serialisation used for every hash in heldout: sorted keys, no whitespace,
+    non-ASCII kept, integers of any size kept exactly."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# -- errors ------------------------------------------------------------------------------------------
+class HeldoutError(Exception):
+    """Base class of every error heldout raises on purpose (always with a clear message)."""
+
+
+class MalformedCandidate(HeldoutError, ValueError):
+    """A candidate is not a non-empty ``dict[str, str]``."""
+
+
+class DataError(HeldoutError):
+    """Data could not be loaded or does not match its manifest."""
+
+
+class BudgetExceeded(HeldoutError):
+    """An evaluation (or architect call) would exceed the session's budget; nothing ran.
+
+    The same class is raised in-process and by the isolated client, so an optimizer catches one
+    name in both modes."""
+
+
+class VisibilityError(HeldoutError):
+    """The optimizer asked for something its visibility policy does not allow (e.g. test)."""
+
+
+# -- candidates --------------------------------------------------------------------------------------
+def check_candidate(candidate: Any) -> Candidate:
+    """Return a plain ``dict[str, str]`` copy of ``candidate``, or raise ``MalformedCandidate``.
+
+    The copy is the boundary rule: subclasses of ``dict`` or ``str`` (which could hash as one
+    candidate and run as another) are refused; what is hashed, recorded and built is this copy."""
+    if type(candidate) is not dict or not candidate:
+        raise MalformedCandidate(
+            "a candidate must be a non-empty plain dict of named text components, "
+            f"got {type(candidate).__name__}")
+    plain: Candidate = {}
+    for key, value in candidate.items():
+        if type(key) is not str or type(value) is not str:
+            raise MalformedCandidate(
+                f"candidate component {key!r} must map a plain str name to plain str text, "
+                f"got {type(key).__name__} -> {type(value).__name__}")
+        plain[str(key)] = str(value)
+    return plain
+
+
+def candidate_id(candidate: Mapping[str, str]) -> str:
+    """A candidate is identified by the sha256 of its canonical JSON."""
+    return sha256_text(canonical_json(check_candidate(candidate)))
+
+
+# -- examples and verdicts ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Example:
+    """One scored unit. ``target`` is hidden from optimizers unless the split allows it.
+
+    ``group`` is the topic/family key protocols split on (None when the task has none)."""
+
+    id: str
+    input: dict[str, Any]
+    target: Any
+    group: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise TypeError(f"example ids are strings, got {self.id!r} ({type(self.id).__name__})")
+
+    def content_hash(self) -> str:
+        """sha256 of the canonical JSON of ``input`` + ``target``: what manifests freeze."""
+        return sha256_text(canonical_json({"input": self.input, "target": self.target}))
+
+
+@dataclass
+class Verdict:
+    """The result of scoring one candidate on one example.
+
+    **The validity rule, stated once:** ``valid`` says whether the candidate *produced an output
+    that could be scored*. A scored output is valid even when it is wrong or holds no extractable
+    answer (score 0, the feedback says why). ``valid=False`` is reserved for failures to produce a
+    scorable output at all: a crash, a timeout, a memory or output limit, a model error, a
+    malformed candidate, an output of the wrong shape. Then ``score`` is 0.0 and ``error`` holds a
+    clear message and ``error_kind`` naming the class of failure (``timeout``, ``memory``,
+    ``crash``, ``bad_output``, ``forbidden``, ``malformed_candidate``, ``model_error`` ...).
+
+    A scorer never raises for one bad example or one bad output; it returns such a verdict."""
+
+    example_id: str
+    score: float
+    valid: bool = True
+    dimensions: dict[str, float] = field(default_factory=dict)
+    feedback: str = ""
+    error: str | None = None
+    error_kind: str | None = None
+    output: Any = None  # what the candidate produced (model text, extracted answer, objective...)
+    usage: dict[str, float] = field(default_factory=dict)  # tokens, seconds
+
+    def __post_init__(self) -> None:
+        if isinstance(self.score, bool) or not isinstance(self.score, (int, float)) \
+                or not math.isfinite(self.score):
+            raise ValueError(f"verdict score must be a finite number, got {self.score!r}")
+        self.score = float(self.score)
+        if not self.valid and self.score != 0.0:
+            raise ValueError("an invalid verdict scores 0.0")
+
+    @classmethod
+    def failure(cls, example_id: str, error: str, kind: str, **extra: Any) -> "Verdict":
+        return cls(example_id=example_id, score=0.0, valid=False, error=error, error_kind=kind,
+                   feedback=extra.pop("feedback", error), **extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Verdict":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def mean_score(verdicts: Sequence[Verdict]) -> float:
+    """The default ``aggregate``: the plain mean of the scores (0.0 for no verdicts)."""
+    return sum(v.score for v in verdicts) / len(verdicts) if verdicts else 0.0
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Resource limits for one sandboxed execution; per task, overridable, printed in verdicts."""
+
+    wall_seconds: float = 30.0
+    cpu_seconds: float = 30.0
+    memory_mb: int = 2048
+    max_processes: int = 64
+    max_file_mb: int = 16
+    max_open_files: int = 256
+    max_output_bytes: int = 4 * 1024 * 1024
+
+    def replace(self, **changes: Any) -> "RunLimits":
+        values = asdict(self)
+        values.update({k: v for k, v in changes.items() if v is not None})
+        return RunLimits(**values)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a task's data comes from: a hub dataset at a pinned revision, or mirror files (paths
+    relative to a data dir laid out like ``../shared/data``)."""
+
+    hub_id: str | None = None
+    config: str | None = None
+    split: str | None = None
+    revision: str | None = None
+    mirror_files: tuple[str, ...] = ()
+    embedded: bool = False  # the examples are generated by heldout itself (program tasks)
+
+
+# -- the worker ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Completion:
+    """One worker answer: its text and what it cost."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    cached: bool = False
+
+
+@runtime_checkable
+class Worker(Protocol):
+    """The frozen model that executes prompt candidates, as a task sees it.
+
+    Rule: one ``complete`` call is one metric call; the harness meters and ledgers it. It raises
+    (a ``HeldoutError`` subclass) when the model cannot answer; the task turns that into a
+    ``model_error`` verdict for that example."""
+
+    model: str
+
+    def complete(self, messages: Sequence[Message]) -> Completion: ...
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the harness hands every task's run/score call: the resource limits, the metered
+    worker (None when the session has none: a task that needs one returns a ``model_error``
+    verdict), and the task options (e.g. a tolerance) that are part of the experiment's
+    description. Built by the harness, never by a candidate."""
+
+    limits: RunLimits = RunLimits()
+    worker: Worker | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def option(self, name: str, default: Any = None) -> Any:
+        return self.options.get(name, default)
+
+
+# -- tasks ---------------------------------------------------------------------------------------------
+@runtime_checkable
+class PromptTask(Protocol):
+    """A task whose candidate is a prompt: the worker turns ``render``'s messages into text, and
+    ``score_text`` scores that text. ``score_text`` never raises (a verdict carries the error)."""
+
+    name: str
+    kind: TaskKind
+
+    def seed_candidate(self) -> Candidate: ...
+    def render(self, candidate: Candidate, example: Example, context: RunContext) -> list[Message]: ...
+    def score_text(self, text: str, example: Example, context: RunContext) -> Verdict: ...
+    def aggregate(self, verdicts: Sequence[Verdict]) -> float: ...
+
+
+@runtime_checkable
+class ProgramTask(Protocol):
+    """A task whose candidate is code (or SQL): ``run`` executes it on one example in the sandbox
+    and scores what it produced. ``run`` never raises for a bad candidate."""
+
+    name: str
+    kind: TaskKind
+
+    def seed_candidate(self) -> Candidate: ...
+    def run(self, candidate: Candidate, example: Example, context: RunContext) -> Verdict: ...
+    def aggregate(self, verdicts: Sequence[Verdict]) -> float: ...
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """What the optimizer is shown of a verdict: the task's scoring rule plus the feedback let through.
+
+    Rule: a verifier changes only what the *optimizer sees*. The canonical verifier
+    (``name == "decomposed"``) passes the task's verdict through; a variant returns a new verdict
+    derived from it (a scalar, a coarse score, ...). Held-out results are always scored with the
+    canonical verifier, whatever variant an optimisation ran under. ``repeats`` > 1 asks the
+    harness to score that many times and pass all the verdicts (for stochastic scorers)."""
+
+    name: str
+    repeats: int
+
+    def show(self, verdicts: Sequence[Verdict], example: Example) -> Verdict: ...
+
+
+# -- the optimizer's side --------------------------------------------------------------------------------
+@runtime_checkable
+class TaskView(Protocol):
+    """Everything an optimizer may see of a task, and nothing else. Implemented in-process by the
+    session's view and, for isolated optimizers, by :class:`heldout.adapters.client.TaskClient`
+    over HTTP: the same names, the same errors, the same architect call.
+
+    * ``train``: dicts with ``id``, ``input``, ``target``; ``val``: ``id`` and ``input`` only;
+      test examples are never reachable.
+    * ``evaluate(candidate, split, ids)`` returns one dict per example with the fields the
+      visibility policy shows; raises :class:`BudgetExceeded` (nothing ran) or
+      :class:`VisibilityError`. ``split`` must be exactly ``"train"`` or ``"val"``.
+    * ``architect(messages, ...)`` is one metered call of the session's architect model.
+    * ``record_event(kind, **data)`` writes mechanism evidence (e.g. ``merge_attempt``) to the
+      ledger; it costs no budget.
+    """
+
+    task_name: str
+    description: str
+    kind: str
+    policy: str
+    verifier: str
+    seed_candidate: Candidate
+    train: list[dict[str, Any]]
+    val: list[dict[str, Any]]
+
+    @property
+    def remaining(self) -> int: ...
+    @property
+    def metric_calls_budget(self) -> int: ...
+
+    def evaluate(self, candidate: Candidate, split: str = "train", ids: Sequence[str] | None = None,
+                 parent: str | None = None) -> list[dict[str, Any]]: ...
+    def architect(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
+                  max_tokens: int | None = None, replicate: int = 0) -> str: ...
+    def record_event(self, kind: str, **data: Any) -> None: ...
+
+
+Optimizer = Callable[[TaskView, int], Candidate]
+"""An optimizer is ``optimize(view, seed) -> Candidate``. It may raise :class:`BudgetExceeded`
+out of ``evaluate`` when it overruns; the harness then scores its best candidate so far only if
+the optimizer returned one, so a careful optimizer catches it and returns its best."""
+
+
+__all__ = [
+    "SPLITS", "BudgetExceeded", "Candidate", "Completion", "DataError", "Example",
+    "HeldoutError", "MalformedCandidate", "Message", "Optimizer", "ProgramTask", "PromptTask",
+    "RunContext", "RunLimits", "Source", "TaskKind", "TaskView", "Verdict", "Verifier",
+    "VisibilityError", "Worker", "candidate_id", "canonical_json", "check_candidate", "mean_score",
+    "sha256_text",
+]

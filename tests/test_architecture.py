@@ -1,0 +1,98 @@
+"""The house rules of the package, checked by walking every module's imports.
+
+Dependencies point one way: contracts <- sandbox, models, data_manifests <- benchmarks <-
+evaluators <- protocols <- reports <- cli. ``optimizers`` and ``adapters`` see the harness only
+through the TaskView Protocol in ``contracts`` (a task-specific reference optimizer may use its
+task's public helpers in ``benchmarks``). No function-level import of heldout code (that is how a
+cycle hides); imports under ``if TYPE_CHECKING:`` are annotations only and allowed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "heldout"
+
+LAYER = {"contracts": 0, "sandbox": 1, "models": 1, "data_manifests": 1, "benchmarks": 2,
+         "evaluators": 3, "protocols": 4, "reports": 5, "cli": 6}
+SIDE = {"optimizers", "adapters"}  # beside the layers, reaching the harness only through contracts
+SIDE_MAY_IMPORT = {"contracts", "benchmarks", "models", "optimizers", "adapters"}
+
+
+def folder_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out.append((".".join(parts), path))
+    return out
+
+
+def heldout_imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "heldout":
+            found.append((node, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node, a.name) for a in node.names if a.name.split(".")[0] == "heldout"]
+    return found
+
+
+def type_checking_nodes(tree: ast.Module) -> set[int]:
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            inside.update(id(n) for child in node.body for n in ast.walk(child))
+    return inside
+
+
+MODULES = modules()
+
+
+@pytest.mark.parametrize("module,path", MODULES, ids=[m for m, _ in MODULES])
+def test_imports_point_one_way(module: str, path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    src = folder_of(module)
+    if src == "__init__":
+        return  # the public API re-exports everything
+    wrong = []
+    for node, target in heldout_imports(tree):
+        dst = folder_of(target)
+        if dst == src or dst == "__init__" and target == "heldout":
+            continue
+        if src in SIDE:
+            if dst not in SIDE_MAY_IMPORT:
+                wrong.append(target)
+        elif dst in SIDE:
+            if src not in ("protocols", "reports", "cli", "evaluators"):
+                wrong.append(target)
+        elif LAYER.get(dst, 99) >= LAYER.get(src, -1):
+            wrong.append(target)
+    assert not wrong, f"{module} imports against the direction of dependencies: {sorted(set(wrong))}"
+
+
+@pytest.mark.parametrize("module,path", MODULES, ids=[m for m, _ in MODULES])
+def test_no_function_level_imports_of_heldout(module: str, path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top_level = {id(n) for n in tree.body}
+    annotations_only = type_checking_nodes(tree)
+    hidden = [f"line {node.lineno}: {target}" for node, target in heldout_imports(tree)
+              if id(node) not in top_level and id(node) not in annotations_only]
+    assert not hidden, f"{module} imports heldout code inside a function: {hidden}"
+
+
+def test_contracts_need_only_the_standard_library() -> None:
+    tree = ast.parse((PACKAGE / "contracts.py").read_text(encoding="utf-8"))
+    third_party = [a for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                   for a in ([node.module] if isinstance(node, ast.ImportFrom) else [x.name for x in node.names])
+                   if a and a.split(".")[0] not in {"__future__", "hashlib", "json", "math", "dataclasses", "typing"}]
+    assert not third_party, third_party
