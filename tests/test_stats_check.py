@@ -19,6 +19,7 @@ from heldout.cli import main
 from heldout.evaluators.session import Session
 from heldout.optimizers import resolve_optimizer
 from heldout.reports import check_runs
+from heldout.reports.check import GateInputError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEILBRONN, LOCKS = "heilbronn/triangle11", "lockpicking/six"
@@ -88,8 +89,11 @@ def test_the_same_runs_pass_as_identical_and_an_unknown_mismatch_field_is_refuse
     paper = str(runs / "locks" / "paper")
     assert main(["check", "--baseline", paper, "--current", paper]) == 0
     assert "identical" in capsys.readouterr().out
-    assert main(["check", "--baseline", paper, "--current", paper, "--allow-mismatch", "colour"]) == 2
-    assert "--allow-mismatch knows" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(["check", "--baseline", paper, "--current", paper, "--allow-mismatch", "colour"])
+    assert refused.value.code == 2 and "invalid choice: 'colour'" in capsys.readouterr().err
+    with pytest.raises(GateInputError, match="--allow-mismatch knows"):
+        check_runs([paper], [paper], allow_mismatch=["colour"])
 
 
 def test_plan_prints_the_minimum_detectable_effect_from_a_pilot(runs):
