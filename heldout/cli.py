@@ -15,12 +15,27 @@ from typing import Any, Sequence
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks
+from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
+from heldout.benchmarks.verifiers import CANONICAL, describe_variants
 from heldout.benchmarks.vliw.conformance import load_cases, run_case
 from heldout.contracts import HeldoutError
+from heldout import __version__
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import verify_ledger
+from heldout.evaluators.session import POLICIES
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.reports import build_report, check_runs, write_report
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` -> [0, 1, 2]; a clear one-line error for anything else, and for repeats."""
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise HeldoutError(f"--seeds takes comma-separated integers such as 0,1,2, got {text!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise HeldoutError(f"--seeds repeats a seed ({text}): each seed is one run")
+    return seeds
+
 
 # The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
 # matched budget per task (no model, no network; a minute or two on 2 cores).
@@ -76,7 +91,7 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
 def cmd_data_freeze(args: argparse.Namespace) -> int:
     saved, sizes = freeze_profile(args.task, args.profile, out=args.out, jsonl=args.jsonl,
                                   data_dir=args.data_dir, sizes=args.sizes, by_group=args.by_group,
-                                  seed=args.seed)
+                                  seed=args.seed, answer_format=args.answer_format)
     print(f"froze profile {args.profile!r} of {args.task} ({sizes}) in {saved}")
     return 0
 
@@ -91,10 +106,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.tolerance is not None:
         options["tolerance"] = args.tolerance
-    limits = bench.default_limits.replace(wall_seconds=args.timeout)
+    limits = bench.default_limits.replace(wall_seconds=args.wall_seconds)
     examples = task.split(args.split)
-    verdicts = [bench.run(candidate, ex, limits, **options) for ex in examples]
-    summary = bench.summarize(candidate, verdicts, limits=limits, **options)
+    context = bench.context(limits, **options)
+    verdicts = [bench.run(candidate, ex, context) for ex in examples]
+    summary = bench.summarize(candidate, verdicts, context)
     summary.setdefault("profile", task.profile)
     summary.setdefault("split", args.split)
     summary.setdefault("limits", limits.__dict__)
@@ -114,17 +130,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 # -- ledger / run --------------------------------------------------------------------------------
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    worst = 0
-    for run_dir in args.run_dirs:
-        report = verify_ledger(run_dir)
-        print(report.describe())
-        worst = max(worst, 0 if report.ok else 1)
-    return worst
+    reports = [verify_ledger(run_dir) for run_dir in args.run_dirs]
+    if args.json:
+        _print_json([{"run_dir": str(d), "ok": r.ok, "problem": None if r.ok else r.describe()}
+                     for d, r in zip(args.run_dirs, reports)])
+    else:
+        for report in reports:
+            print(report.describe())
+    return 0 if all(r.ok for r in reports) else 1
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
-             else [args.seed if args.seed is not None else 0])
+    seeds = parse_seeds(args.seeds)
     methods = parse_methods(args.optimizer, args.optimizer_cmd)
     budgets = parse_budgets(args.budget, args.task)
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
@@ -133,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir)
+                         cache_dir=args.cache_dir, verifier=args.verifier)
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.run_dir) / "study.json").write_text(json.dumps(
         {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
@@ -150,7 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 # -- report / check ------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
     checkpoints = [int(c) for c in args.checkpoints.split(",")] if args.checkpoints else None
-    report = build_report(args.run_dirs, baseline=args.baseline, alpha=args.alpha, checkpoints=checkpoints,
+    report = build_report(args.run_dirs, baseline=args.baseline_method, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
     for warning in report.warnings:
         print(f"heldout report: WARNING: {warning}", file=sys.stderr)
@@ -195,84 +212,90 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"heldout {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
     p = tasks.add_parser("list", help="every task with kind, metric, split profiles and sizes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_tasks_list)
 
     data = sub.add_parser("data", help="verify or freeze data manifests").add_subparsers(dest="action", required=True)
     p = data.add_parser("verify", help="check manifests against the data")
     p.add_argument("tasks", nargs="*", help="task names or family prefixes (default: all)")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_data_verify)
     p = data.add_parser("freeze", help="build a manifest (hashes + a profile) for data you hold")
     p.add_argument("--task", required=True, help="task name (registered, or new with --jsonl)")
     p.add_argument("--jsonl", default=None, help="your own examples: JSON lines with id, input, target[, group]")
-    p.add_argument("--profile", required=True)
+    p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="span",
+                   help="how answers to your JSONL questions are scored (with --jsonl)")
+    p.add_argument("--profile", required=True, help="name of the split profile to write")
     p.add_argument("--sizes", default=None, help="train/val/test sizes, e.g. 100/50/200 (seeded shuffle)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="salt of the hash order the profile is drawn in")
     p.add_argument("--by-group", action="store_true", help="topic-disjoint: no group spans two splits")
-    p.add_argument("--data-dir", default=None)
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
     p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
     p.set_defaults(func=cmd_data_freeze)
 
     p = sub.add_parser("eval", help="evaluate one candidate on a program task")
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task name (see `heldout tasks list`)")
     p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
-    p.add_argument("--profile", default="default")
-    p.add_argument("--split", default="test")
-    p.add_argument("--tolerance", type=float, default=None)
-    p.add_argument("--timeout", type=float, default=None, help="wall seconds per execution")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--allow-drift", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--split", default="test", choices=("train", "val", "test"), help="split to evaluate")
+    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    p.add_argument("--wall-seconds", type=float, default=None, help="wall seconds per sandboxed execution")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_eval)
 
     ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
     p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
-    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("run_dirs", nargs="+", help="session dirs holding a ledger.jsonl")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_ledger_verify)
 
     p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
     p.add_argument("--task", action="append", required=True, help="repeatable")
-    p.add_argument("--profile", default="default")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--seeds", default=None, help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
     p.add_argument("--budget", action="append", required=True,
                    help="metric calls per session: N, or TASK=N per task (repeatable)")
-    p.add_argument("--architect-tokens", type=int, default=None)
-    p.add_argument("--wall-seconds", type=float, default=None)
+    p.add_argument("--architect-tokens", type=int, default=None, help="architect token budget per session")
+    p.add_argument("--wall-seconds", type=float, default=None, help="wall-time budget per session, seconds")
     p.add_argument("--optimizer", action="append", default=[],
                    help="in-process optimizer: module:function or a reference name (repeatable)")
     p.add_argument("--optimizer-cmd", action="append", default=[],
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
-    p.add_argument("--run-dir", required=True)
+    p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--policy", default="standard")
-    p.add_argument("--worker-model", default=None)
-    p.add_argument("--architect-model", default=None)
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
+                   help="visibility policy: what the optimizer sees per split")
+    p.add_argument("--verifier", default=CANONICAL,
+                   help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
+    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
+    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
     p.add_argument("--cache-dir", default=None, help="response cache directory")
-    p.add_argument("--tolerance", type=float, default=None)
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--allow-drift", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
-    p.add_argument("--run-dir", default="runs/demo")
-    p.add_argument("--out", default="runs/demo-report")
-    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--run-dir", default="runs/demo", help="study folder")
+    p.add_argument("--out", default="runs/demo-report", help="report folder")
+    p.add_argument("--jobs", type=int, default=2, help="sessions in parallel")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--baseline", default="seed", help="method every paired table compares against")
-    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--baseline-method", default="seed", help="method every paired table compares against")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level")
     p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.set_defaults(func=cmd_report)
@@ -280,19 +303,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level")
     p.add_argument("--min-effect", type=float, default=0.0, help="ignore drops no larger than this")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
     p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
                    help="pair seeds by id (default) or by rank when the current set used fresh seeds")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
     p.add_argument("cases", help="CASES.json: a list of {name, program, mem[, scratch_init, enable_pause, runs]}")
-    p.add_argument("--engine", choices=("fast", "reference"), default="fast")
-    p.add_argument("--cycle-cap", type=int, default=10_000_000)
+    p.add_argument("--engine", choices=("fast", "reference"), default="fast", help="simulator engine")
+    p.add_argument("--cycle-cap", type=int, default=10_000_000, help="stop a program after this many cycles")
     p.set_defaults(func=cmd_vliw_simulate)
     return parser
 

@@ -225,7 +225,7 @@ def test_a_builder_looking_for_test_data_finds_none(bench, read_files):
 
 def test_a_builder_that_never_returns_is_stopped(bench):
     loop = "class KernelBuilder:\n    def build_kernel(self, *a):\n        while True:\n            pass\n"
-    v = bench.run({"perf_takehome.py": loop}, instance(1), RunLimits(wall_seconds=3, cpu_seconds=3))
+    v = bench.run({"perf_takehome.py": loop}, instance(1), bench.context(RunLimits(wall_seconds=3, cpu_seconds=3)))
     assert not v.valid and v.error_kind == "timeout" and "build error" in v.error
 
 
@@ -241,7 +241,7 @@ def test_a_builder_that_never_returns_is_stopped(bench):
      "entry file"),
 ])
 def test_bad_candidates_fail_with_a_named_reason(bench, candidate, kind, words):
-    v = bench.run(candidate, instance(2), cycle_cap=10_000)
+    v = bench.run(candidate, instance(2), bench.context(cycle_cap=10_000))
     assert not v.valid and v.score == 0.0 and v.error_kind == kind, (v.error_kind, v.error)
     assert words in v.error
 

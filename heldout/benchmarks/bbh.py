@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from heldout.benchmarks import answers
-from heldout.contracts import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_json
@@ -82,7 +82,7 @@ class BBHTask(PromptBenchmark):
     def format_input(self, example: Example) -> str:
         return example.input["question"]
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         try:
             fmt = example.meta.get("format") or answers.bbh_format_of(example.target, self.subtask)
             scored = answers.score_bbh(text or "", example.target, fmt)

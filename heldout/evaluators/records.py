@@ -49,8 +49,10 @@ class RunRecord:
         usage = service.usage
         header = session.header()
 
-        def mean(vs: list[Verdict]) -> float | None:
-            return sum(v.score for v in vs) / len(vs) if vs else None
+        aggregate = session.task.benchmark.aggregate
+
+        def metric(vs: list[Verdict]) -> float | None:  # the task's stated metric (None: no examples)
+            return aggregate(vs) if vs else None
 
         lineage = [{"candidate_id": cid, "parent": info["parent"],
                     "first_metric_call": info["first_metric_call"],
@@ -63,7 +65,7 @@ class RunRecord:
             final_candidate_id=candidate_id(final) if final else None,
             test_verdicts=[v.to_dict() for v in test_verdicts],
             val_verdicts=[v.to_dict() for v in val_verdicts],
-            test_score=mean(test_verdicts), val_score=mean(val_verdicts),
+            test_score=metric(test_verdicts), val_score=metric(val_verdicts),
             usage={"metric_calls": usage.metric_calls, "metric_call_budget": session.budget.metric_calls,
                    "endpoint_calls": dict(usage.endpoint_calls), "cache_hits": usage.cache_hits,
                    "replayed": usage.replayed, "tokens": {k: dict(v) for k, v in usage.tokens.items()}},

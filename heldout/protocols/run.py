@@ -85,6 +85,7 @@ class StudyConfig:
     architect_model: str | None = None
     base_url: str | None = None
     cache_dir: str | None = None
+    verifier: str = "decomposed"
 
 
 def _client(model: str | None, config: StudyConfig):
@@ -106,7 +107,7 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
                       seed=cell.seed, worker=_client(config.worker_model, config), run_dir=run_dir,
                       architect=_client(config.architect_model, config), policy=config.policy,
                       data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
-                      options=cell.options)
+                      options=cell.options, verifier=config.verifier)
     if cell.method.command:
         # hide the whole study (sibling cells' ledgers, study.json), not only this cell's run dir
         record = run_isolated(session, cell.method.command, hide_paths=[config.run_root])
