@@ -193,7 +193,7 @@ def test_hostile_optimizer_is_contained_recorded_and_still_scored(data_dir, worl
     attempts = {k: v for k, v in outcomes.items() if k[1] == "_"}
     leaked = {k: v for k, v in attempts.items() if not v.startswith("blocked")}
     assert not leaked, leaked
-    assert "VisibilityError" in outcomes["d_test_split"] and "HTTP 404" in outcomes["d_test_route"]
+    assert "HTTP 403" in outcomes["d_test_split"] and "HTTP 404" in outcomes["d_test_route"]
     assert "HTTP 401" in outcomes["e_other_token_here"]
     assert not (world_readable_dir / "planted.txt").exists()
     assert outcomes["env"] == sorted(["HELDOUT_SEED", "HELDOUT_VIEW_SOCKET", "HELDOUT_VIEW_TOKEN", "HOME", "LANG",

@@ -241,7 +241,7 @@ def _run(session: Session, argv: list[str], readonly: list[tuple[str, str]], lim
         os.chmod(sock / "view.sock", 0o600)
         view_env = {**server.child_env(), "HELDOUT_VIEW_SOCKET": f"{SOCK_DIR}/view.sock"}
         view_env.pop("HELDOUT_VIEW_URL", None)
-        env = {"PATH": "/usr/bin:/bin", "HOME": SCRATCH_DIR, "TMPDIR": SCRATCH_DIR, "LANG": "C.UTF-8",
+        env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]), "HOME": SCRATCH_DIR, "TMPDIR": SCRATCH_DIR, "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": LIB_DIR,
                "HELDOUT_SEED": str(session.seed), **extra_env, **view_env}
         allow = AllowList(code=lib, scratch_mb=limits.scratch_mb, readonly=tuple(readonly),
