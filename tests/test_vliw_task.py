@@ -116,10 +116,10 @@ def test_prebuilt_instruction_stream_is_accepted_directly(bench, tmp_path):
 def _packed_program(bench) -> list:
     """The packed kernel's instruction stream, built in the sandbox like any candidate."""
     from heldout.sandbox import run_function
-    from heldout.benchmarks.vliw.task import _sandbox_setup_files
+    from heldout.benchmarks.vliw.task import TASK
     res = run_function({"perf_takehome.py": PACKED_SOURCE}, "_heldout_vliw_build", "build",
                        ["perf_takehome", 10, 2047, 256, 16, 10**6], limits=bench.default_limits,
-                       setup_files=_sandbox_setup_files())
+                       setup_files=TASK.helper_files())
     assert res.ok, res.error
     return json.loads(res.value)
 
@@ -309,10 +309,10 @@ def test_heldout_eval_reports_a_wrong_stream_with_exit_1(tmp_path):
 def test_fast_and_reference_engines_agree_on_real_kernels(bench, kernel):
     source = (PACKAGE_DIR / "kernels" / f"{kernel}.py").read_text(encoding="utf-8")
     from heldout.sandbox import run_function
-    from heldout.benchmarks.vliw.task import _sandbox_setup_files
+    from heldout.benchmarks.vliw.task import TASK
     res = run_function({"perf_takehome.py": source}, "_heldout_vliw_build", "build",
                        ["perf_takehome", 10, 2047, 256, 16, 10**6], limits=bench.default_limits,
-                       setup_files=_sandbox_setup_files())
+                       setup_files=TASK.helper_files())
     assert res.ok, res.error
     program = json.loads(res.value)
     mem, expected = make_instance(77)

@@ -24,6 +24,7 @@ business: they live in the manifest (:mod:`heldout.data_manifests`) and are appl
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from heldout.benchmarks.candidates import read_candidate
@@ -71,9 +72,17 @@ class Benchmark:
         a bad candidate."""
         raise NotImplementedError(f"{self.name} is not a program task")
 
+    family_dir: Path | None = None
+    """The family's folder (helper files and ``seeds/`` live there)."""
+
+    helper_sources: dict[str, str] = {}
+    """Trusted files the sandbox gets next to the candidate: {name in the sandbox: file in the
+    family folder}. Nothing else of heldout is visible to a candidate."""
+
     def helper_files(self) -> dict[str, str]:
-        """Trusted files written next to the candidate in the sandbox ({relative path: text})."""
-        return {}
+        """The trusted helper files' text, keyed by their name in the sandbox."""
+        assert self.family_dir is not None or not self.helper_sources, f"{self.name}: helper_sources need family_dir"
+        return {name: (self.family_dir / rel).read_text(encoding="utf-8") for name, rel in self.helper_sources.items()}
 
     # -- the metric -------------------------------------------------------------------------
     score_ceiling: float = 1.0

@@ -37,20 +37,6 @@ SEED_DIR = Path(__file__).resolve().parent / "seeds"
 ENTRY_MODULE = "_heldout_entry"
 CLAIM_RTOL = 1e-9  # a claim within this relative distance of the recomputed value "matches"
 
-# Trusted helper written next to the candidate: finds the first entry point the program defines
-# and calls it. Runs inside the sandbox; the return value is converted to plain data there.
-ENTRY_SOURCE = '''\
-import importlib
-
-
-def call(module, entries):
-    program = importlib.import_module(module)
-    for name in entries:
-        fn = getattr(program, name, None)
-        if callable(fn):
-            return {"entry": name, "value": fn()}
-    raise AttributeError(f"the program defines none of the entry points: {', '.join(entries)}")
-'''
 
 
 class GeometryError(HeldoutError):
@@ -123,8 +109,8 @@ class GeometryTask(Benchmark):
     def seed_candidate(self) -> Candidate:
         return {"program.py": (SEED_DIR / self.spec.seed_file).read_text(encoding="utf-8")}
 
-    def helper_files(self) -> dict[str, str]:
-        return {f"{ENTRY_MODULE}.py": ENTRY_SOURCE}
+    family_dir = Path(__file__).resolve().parent
+    helper_sources = {f"{ENTRY_MODULE}.py": "entry_helper.py"}
 
     # -- scoring the returned value (no sandbox) ------------------------------------------------
     def score_value(self, entry: str, value: Any, tolerance: float | None = None) -> Interpreted:

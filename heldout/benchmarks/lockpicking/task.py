@@ -66,6 +66,8 @@ class LockpickingBenchmark(Benchmark):
     source = Source(embedded=True)
     default_limits = RunLimits(wall_seconds=30.0, cpu_seconds=60.0, memory_mb=1024)
     default_component = SQL
+    family_dir = HERE
+    helper_sources = {f"{RUNNER_MODULE}.py": "sandbox_runner.py"}
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -205,7 +207,7 @@ class LockpickingBenchmark(Benchmark):
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_batch", [programs], limits=limits,
-                                  setup_files=_runner_files())
+                                  setup_files=self.helper_files())
         except SandboxError as exc:
             return _Batch(error=f"malformed candidate: {exc}", error_kind="malformed_candidate")
         if not result.ok:
@@ -301,7 +303,7 @@ class LockpickingBenchmark(Benchmark):
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_exhaustive", [list(MALFORMED)], limits=limits,
-                                  setup_files=_runner_files())
+                                  setup_files=self.helper_files())
         except SandboxError as exc:
             return _exhaustive_result(None, 0, str(exc), "malformed_candidate")
         if not result.ok:
@@ -354,10 +356,6 @@ def _ai_complete(worker: Worker | None) -> sqlmod.AiComplete | None:
     if worker is None:
         return None
     return lambda prompt: worker.complete([Message("user", prompt)]).text
-
-
-def _runner_files() -> dict[str, str]:
-    return {f"{RUNNER_MODULE}.py": (HERE / "sandbox_runner.py").read_text(encoding="utf-8")}
 
 
 def _sandbox_message(result: Any) -> str:

@@ -47,15 +47,6 @@ TRAIN_SEEDS = (1, 2, 3)
 N_TEST_INSTANCES = 8
 
 
-def _sandbox_setup_files() -> dict[str, str]:
-    """The trusted modules shipped next to the candidate: ``problem`` and its helpers."""
-    read = lambda name: (PACKAGE_DIR / name).read_text(encoding="utf-8")  # noqa: E731
-    return {"problem.py": read("problem_shim.py"),
-            "_heldout_vliw_reference.py": read("reference.py"),
-            "_heldout_vliw_benchmark.py": read("benchmark.py"),
-            "_heldout_vliw_build.py": read("build_runner.py")}
-
-
 FRESH_SEED_BITS = 48
 
 
@@ -110,6 +101,9 @@ class VliwTakehome(Benchmark):
                    "correct on hidden instances, fewer cycles is better.")
     source = Source(embedded=True)
     default_component = "perf_takehome.py"
+    family_dir = PACKAGE_DIR
+    helper_sources = {"problem.py": "problem_shim.py", "_heldout_vliw_reference.py": "reference.py",
+                      "_heldout_vliw_benchmark.py": "benchmark.py", "_heldout_vliw_build.py": "build_runner.py"}
     # Builder limits: generous for Python that emits ~200k bundles; the stream can be several MB.
     default_limits = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=2048,
                                max_output_bytes=64 * 1024 * 1024)
@@ -209,7 +203,7 @@ class VliwTakehome(Benchmark):
                     shape["rounds"], MAX_BUNDLES]
             try:
                 res = run_function(files, "_heldout_vliw_build", "build", args, limits=limits,
-                                   setup_files=_sandbox_setup_files())
+                                   setup_files=self.helper_files())
             except SandboxError as exc:
                 return BuildOutcome(None, f"build error: {exc}", "malformed_candidate",
                                     time.perf_counter() - start)
