@@ -15,8 +15,11 @@ Rules, in the order they are applied:
    functions (``read_csv``), ``REPEAT``/``LPAD``/``REPLACE`` (memory amplifiers) and every
    function not listed are refused by name.
 4. Execution in a fresh in-memory DuckDB that has file system access, extension install/autoload
-   and configuration changes switched off, one thread, a memory limit, and a wall-clock timeout
-   enforced by a timer thread that interrupts the query.
+   and configuration changes switched off, one thread and a memory limit, **inside the sandbox**
+   (:mod:`heldout.benchmarks.lockpicking.sql_child`): the sandbox's parent enforces the wall
+   limit by killing the process, so a slow query always stops at its timeout. Only a body that
+   calls ``AI_COMPLETE`` (which needs the harness's metered worker) runs in-process, under a
+   timer that interrupts the query.
 
 The output of the expression must be an integer or a string holding one (``'3'``, ``' 3 '``);
 anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for that example.
@@ -25,6 +28,7 @@ anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for th
 from __future__ import annotations
 
 import re
+from pathlib import Path
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +41,10 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
+
+from heldout.benchmarks.lockpicking import sql_child
+from heldout.contracts import RunLimits
+from heldout.sandbox import SandboxError, run_function
 
 if TYPE_CHECKING:
     from heldout.benchmarks.lockpicking.rules import RuleSystem
@@ -82,7 +90,7 @@ ALLOWED_TYPES = frozenset({
 })
 # Integer output: optional blanks, optional sign, at most 9 digits. One regex, used in DuckDB for
 # SQL candidates so per-example and exhaustive runs parse identically.
-_OUTPUT_RE = r"^[ \t\r\n]*([+-]?[0-9]{1,9})[ \t\r\n]*$"
+_OUTPUT_RE = sql_child.OUTPUT_RE
 
 
 class SqlRejected(Exception):
@@ -200,12 +208,30 @@ class SqlRun:
     ai_errors: list[str] = field(default_factory=list)
 
 
-def _connect(memory_mb: int) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(":memory:", config={
-        "enable_external_access": False, "autoinstall_known_extensions": False,
-        "autoload_known_extensions": False, "allow_unsigned_extensions": False,
-        "threads": 1, "memory_limit": f"{max(64, int(memory_mb))}MB",
-    })
+_connect = sql_child.connect
+SQL_HELPER_MODULE = "_heldout_lockpicking_sql"
+_SQL_HELPER_SOURCE = Path(sql_child.__file__).read_text(encoding="utf-8")
+DUCKDB_HEADROOM_MB = 512  # address space DuckDB maps beyond its own memory_limit
+
+
+def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: int) -> dict:
+    """Run a function of :mod:`sql_child` in the sandbox; its answer, or SqlExecutionError."""
+    limits = RunLimits(wall_seconds=wall_seconds, cpu_seconds=wall_seconds, memory_mb=memory_mb + DUCKDB_HEADROOM_MB,
+                       max_output_bytes=64 * 1024 * 1024)
+    try:
+        result = run_function({}, SQL_HELPER_MODULE, function, [*args, memory_mb], limits=limits,
+                              setup_files={f"{SQL_HELPER_MODULE}.py": _SQL_HELPER_SOURCE})
+    except SandboxError as exc:
+        raise SqlExecutionError(f"cannot run the query: {exc}", "sandbox_error") from None
+    if not result.ok:
+        kind = result.error_kind or "crash"
+        message = f"timeout after {wall_seconds:g} s wall (limit)" if kind == "timeout" else str(result.error)[:500]
+        raise SqlExecutionError(message, kind)
+    value = result.value if isinstance(result.value, dict) else {}
+    if "error" in value:
+        prefix = "out of memory" if value.get("kind") == "memory" else "execution failed"
+        raise SqlExecutionError(f"{prefix}: {value['error']}", value.get("kind", "crash"))
+    return value
 
 
 class _Watchdog:
@@ -270,6 +296,12 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
                                 "a session with a worker model (--worker-model/--base-url)",
                                 "model_error")
     started = time.perf_counter()
+    if not checked.uses_ai:
+        rows = _in_sandbox("run_rows", [checked.duckdb_sql, list(programs)], wall_seconds=wall_seconds,
+                           memory_mb=memory_mb).get("rows")
+        if not isinstance(rows, list) or len(rows) != len(programs):
+            raise SqlExecutionError("the query returned a malformed result")
+        return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows], seconds=time.perf_counter() - started)
     ai_errors: list[str] = []
     con = _connect(memory_mb)
     try:
@@ -298,21 +330,14 @@ def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_se
     if checked.uses_ai:
         raise SqlExecutionError("the exhaustive check is for deterministic candidates; this one calls AI_COMPLETE",
                                 "not_deterministic")
-    con = _connect(memory_mb)
-    try:
-        _load(con, malformed, all_six_digit=True)
-        # No ORDER BY: sorting 10^6 rows costs more than placing them by i with numpy.
-        query = _query(checked).replace("SELECT raw,", "SELECT i, raw,", 1).rsplit(" ORDER BY i", 1)[0]
-        cols = run_query(con, query, wall_seconds, numpy=True)
-    finally:
-        con.close()
+    codes = _in_sandbox("run_codes", [checked.duckdb_sql, list(malformed)], wall_seconds=wall_seconds,
+                        memory_mb=memory_mb).get("codes")
     n = 10**6 + len(malformed)
-    order = np.asarray(cols["i"], dtype=np.int64)
-    if order.size != n or np.ma.getmaskarray(cols["i"]).any():
-        raise SqlExecutionError(f"the exhaustive query returned {order.size} rows, expected {n}")
-    values, missing = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
-    values[order] = np.ma.getdata(cols["y"]).astype(np.int64)
-    missing[order] = np.ma.getmaskarray(cols["y"])
+    if not isinstance(codes, str) or len(codes) != n:
+        raise SqlExecutionError(f"the exhaustive query returned {len(codes or '')} rows, expected {n}")
+    raw = np.frombuffer(codes.encode("ascii"), dtype=np.uint8)
+    missing = raw == ord("x")
+    values = np.where(missing, 0, raw.astype(np.int64) - 48)
     return np.ma.masked_array(values, mask=missing)
 
 
