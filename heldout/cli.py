@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from heldout.sandbox import allow_unsafe_no_sandbox
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
-from heldout.benchmarks.registry import all_tasks
+from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
 from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
 from heldout.benchmarks.verifiers import CANONICAL, describe_variants
 from heldout.benchmarks.vliw.conformance import load_cases, run_case
@@ -23,6 +23,7 @@ from heldout.contracts import HeldoutError
 from heldout import __version__
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import verify_ledger
+from heldout.evaluators.outputs import read_outputs, score_outputs
 from heldout.evaluators.session import POLICIES
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.reports import build_report, check_runs, write_report
@@ -60,7 +61,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
             profiles = {"error": str(exc)}
         rows.append({**bench.describe(), "profiles": profiles})
     if args.json:
-        _print_json(rows)
+        _print_json(rows if not args.groups else task_groups())
         return 0
     print(f"{'task':<48} {'kind':<8} {'metric':<22} profiles (train/val/test)")
     for row in rows:
@@ -70,6 +71,9 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         )
         print(f"{row['name']:<48} {row['kind']:<8} {row['metric']:<22} {profs}")
     print(f"{len(rows)} tasks")
+    print("\ngroups (--task GROUP, or a glob such as 'mmlu_pro/*'):")
+    for name, members in task_groups().items():
+        print(f"  {name:<18} {len(members):>3} task(s)")
     return 0
 
 
@@ -129,6 +133,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if summary.get("error") is None else 1
 
 
+def cmd_score(args: argparse.Namespace) -> int:
+    task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
+    verdicts, summary = score_outputs(task, read_outputs(args.outputs), args.split)
+    if args.json:
+        _print_json({**summary, "verdicts": [{"id": v.example_id, "score": v.score, "valid": v.valid,
+                                              "dimensions": v.dimensions} for v in verdicts]})
+    else:
+        for key in ("task", "profile", "split", "n", "missing", "score", "dimensions"):
+            print(f"{key:>12}: {summary[key]}")
+    return 0
+
+
 # -- ledger / run --------------------------------------------------------------------------------
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     reports = [verify_ledger(run_dir) for run_dir in args.run_dirs]
@@ -144,9 +160,10 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     methods = parse_methods(args.optimizer, args.optimizer_cmd)
-    budgets = parse_budgets(args.budget, args.task)
+    tasks = expand_tasks(args.task)
+    budgets = parse_budgets(args.budget, tasks)
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
-    cells = build_cells(args.task, methods, seeds, budgets, args.profile, options)
+    cells = build_cells(tasks, methods, seeds, budgets, args.profile, options)
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
@@ -222,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
     p = tasks.add_parser("list", help="every task with kind, metric, split profiles and sizes")
+    p.add_argument("--groups", action="store_true", help="with --json: print the task groups instead")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_tasks_list)
 
@@ -256,6 +274,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_eval)
 
+    p = sub.add_parser("score", help="score a JSONL of {id, output} rows with a prompt task's canonical verifier")
+    p.add_argument("--task", required=True, help="prompt task name")
+    p.add_argument("--outputs", required=True, help="JSONL file, one {\"id\": ..., \"output\": ...} per line")
+    p.add_argument("--split", default="val", choices=("train", "val", "test"), help="split the ids belong to")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_score)
+
     ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
     p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
     p.add_argument("run_dirs", nargs="+", help="session dirs holding a ledger.jsonl")
@@ -263,7 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ledger_verify)
 
     p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
-    p.add_argument("--task", action="append", required=True, help="repeatable")
+    p.add_argument("--task", action="append", required=True,
+                   help="task, family (bbh), group (bbh/sepo, program), or glob ('mmlu_pro/*'); repeatable")
     p.add_argument("--profile", default="default", help="split profile (default: default)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
     p.add_argument("--budget", action="append", required=True,

@@ -16,7 +16,7 @@ from typing import Any
 from heldout.benchmarks import answers
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
-from heldout.benchmarks.registry import register
+from heldout.benchmarks.registry import register, register_group
 from heldout.benchmarks.sources import iter_hub_rows, read_json
 
 TASKS = (
@@ -93,3 +93,4 @@ class BBHTask(PromptBenchmark):
 
 for _subtask in TASKS:
     register(BBHTask(_subtask))
+register_group("bbh/sepo", [f"bbh/{t}" for t in SEPO_TASKS], "the eight BBH tasks of the SEPO paper")

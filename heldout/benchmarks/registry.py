@@ -13,6 +13,7 @@ Where tasks come from, in the order a name is looked up:
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -40,7 +41,9 @@ BUILTIN_FAMILIES: dict[str, str] = {
 }
 
 _TASKS: dict[str, Benchmark] = {}
+_GROUPS: dict[str, tuple[str, ...]] = {}  # named task groups a family declares (e.g. bbh/sepo)
 _LOADED_PLUGINS: set[str] = set()
+KIND_GROUPS = ("prompt", "program")
 
 
 class UnknownTask(HeldoutError, KeyError):
@@ -56,6 +59,44 @@ def register(benchmark: Benchmark) -> Benchmark:
         raise ValueError(f"task {benchmark.name!r} registered twice")
     _TASKS[benchmark.name] = benchmark
     return benchmark
+
+
+def register_group(name: str, tasks: list[str] | tuple[str, ...], description: str = "") -> None:
+    """A named task group (``--task bbh/sepo``); its members must be tasks of the same family."""
+    _GROUPS[name] = tuple(tasks)
+
+
+def task_groups() -> dict[str, list[str]]:
+    """Every group a name can expand from: families, declared groups, and the two kinds."""
+    tasks = all_tasks()
+    groups: dict[str, list[str]] = {}
+    for bench in tasks:
+        groups.setdefault(bench.name.split("/", 1)[0], []).append(bench.name)
+    groups = {k: v for k, v in groups.items() if len(v) > 1 or v[0] != k}
+    groups.update({name: list(members) for name, members in sorted(_GROUPS.items())})
+    for kind in KIND_GROUPS:
+        groups[kind] = [b.name for b in tasks if b.kind == kind]
+    return groups
+
+
+def expand_tasks(patterns: list[str]) -> list[str]:
+    """Task names from names, globs (``mmlu_pro/*``), families (``bbh``), declared groups
+    (``bbh/sepo``) and kinds (``program``), in order, without repeats. Unknown: a clear error."""
+    out: list[str] = []
+    for pattern in patterns:
+        if any(ch in pattern for ch in "*?["):
+            names = [b.name for b in all_tasks() if fnmatch.fnmatchcase(b.name, pattern)]
+            if not names:
+                raise UnknownTask(f"no task matches {pattern!r}; `heldout tasks list` shows them all")
+        else:
+            try:
+                names = [get_benchmark(pattern).name]
+            except UnknownTask:
+                names = task_groups().get(pattern, [])
+                if not names:
+                    raise
+        out += [n for n in names if n not in out]
+    return out
 
 
 def _import_builtin(prefix: str) -> None:

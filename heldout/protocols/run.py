@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError
 from heldout.evaluators.isolated import is_function_spec, run_isolated, run_isolated_function
 from heldout.evaluators.records import RECORD_FILE, RunRecord
@@ -184,7 +185,7 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
             n = int(value)
         except ValueError:
             raise HeldoutError(f"--budget takes N or TASK=N, got {spec!r}") from None
-        for t in ([task] if sep else tasks):
+        for t in (expand_tasks([task]) if sep else tasks):
             budgets[t] = n
     missing = [t for t in tasks if t not in budgets]
     if missing:
