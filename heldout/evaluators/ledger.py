@@ -21,6 +21,7 @@ truncates it and records a ``torn_tail_repaired`` entry, so nothing that was ack
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -37,6 +38,7 @@ GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
 HEAD_FILE = "ledger.head"
 RECORD_FILE = "run_record.json"
+LOCK_FILE = "ledger.lock"
 KEY_ENV = "HELDOUT_LEDGER_KEY"
 
 
@@ -180,8 +182,10 @@ def verify_ledger(run_dir: str | Path) -> LedgerReport:
 class Ledger:
     """Append-only writer. One per session; thread-safe; every append is durable on return."""
 
-    def __init__(self, run_dir: Path, entries: list[dict[str, Any]]) -> None:
+    def __init__(self, run_dir: Path, entries: list[dict[str, Any]], lock: int | None = None) -> None:
         self.run_dir = run_dir
+        # a file object, so a writer that is dropped without close() still releases the run dir
+        self._lock_file = os.fdopen(lock, "rb", buffering=0) if lock is not None else None
         self.path = run_dir / LEDGER_FILE
         self._entries = entries
         self._lock = threading.Lock()
@@ -196,13 +200,22 @@ class Ledger:
         run_dir = Path(run_dir)
         if not run_dir.exists():
             run_dir.mkdir(mode=0o700, parents=True)
+        lock = _lock_run_dir(run_dir)
+        try:
+            return cls._open_locked(run_dir, lock)
+        except BaseException:
+            os.close(lock)
+            raise
+
+    @classmethod
+    def _open_locked(cls, run_dir: Path, lock: int) -> "Ledger":
         path = run_dir / LEDGER_FILE
         entries, torn = read_entries(path)
         if torn:
             with open(path, "r+b") as fh:
                 fh.truncate(path.stat().st_size - len(torn))
         if not path.exists():
-            return cls(run_dir, [])
+            return cls(run_dir, [], lock)
         report = verify_ledger(run_dir)
         if _head_lags_by_one(run_dir, entries):
             # killed after the entry was durable but before the head was updated: benign
@@ -210,7 +223,7 @@ class Ledger:
                                if not p.startswith(("head file says", "head file's anchor"))]
         if not report.ok:
             raise LedgerError("refusing to resume on a ledger that does not verify:\n" + report.describe())
-        ledger = cls(run_dir, entries)
+        ledger = cls(run_dir, entries, lock)
         if torn:
             ledger.append("torn_tail_repaired", {"bytes_dropped": len(torn)})
         return ledger
@@ -246,6 +259,26 @@ class Ledger:
 
     def close(self) -> None:
         self._fh.close()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the run dir for the next writer
+            self._lock_file = None
+
+
+def _lock_run_dir(run_dir: Path) -> int:
+    """An exclusive lock on ``run_dir`` for this writer's lifetime (released by the kernel if the
+    process dies, so kill -9 + resume works). A second writer gets a clear error, not a corrupt
+    ledger (e.g. the same seed twice in one study, or two studies on one run dir)."""
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise LedgerError(f"{run_dir} is in use by another session ({holder}); one writer per run dir: "
+                          "wait for it, or use another --run-dir / seed") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+    return fd
 
 
 def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
