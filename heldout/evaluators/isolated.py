@@ -266,7 +266,7 @@ def _execute(session: Session, allow: AllowList, job: dict[str, Any], group: Run
     # (the view token) stays readable inside but the optimizer's own environment
     status_r, status_w = os.pipe()
     cmd = [*bwrap_argv(allow, privileged=privileged), "--", sys.executable, "-s", "-c", _SUPERVISOR_SOURCE,
-           str(status_w)]
+           str(status_w), _CHILD_HELPERS]
     cmd = group.attach_argv(cmd)
     log_path = Path(session.run_dir) / LOG_FILE
     started = time.time()
@@ -359,9 +359,12 @@ def _finish(session: Session, server: ViewServer, outcome: dict[str, Any], wall:
 # (rlimits, throw-away uid, no new privileges, exec), waits for it and writes its exact wait status
 # to a pipe the optimizer does not hold. As root-in-the-sandbox it cannot be signalled by the
 # optimizer's uid.
+_CHILD_HELPERS = (PACKAGE_DIR / "sandbox" / "_child.py").read_text(encoding="utf-8")  # for its seccomp filter
 _SUPERVISOR_SOURCE = r'''
 import ctypes, json, os, resource, sys
 status = int(sys.argv[1])
+helpers = {"__name__": "heldout_sandbox_child"}
+exec(sys.argv[2], helpers)
 job = json.loads(sys.stdin.buffer.read())
 null = os.open(os.devnull, os.O_RDONLY)
 os.dup2(null, 0)
@@ -383,6 +386,7 @@ if pid == 0:
             os.setuid(uid)
             resource.setrlimit(resource.RLIMIT_NPROC, (lim["max_processes"],) * 2)
         ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        helpers["install_seccomp"]()  # no new namespaces, mounts, ptrace, bpf ... (see heldout.sandbox._child)
     except Exception as exc:
         print(f"heldout: isolating the optimizer failed: {exc!r}", file=sys.stderr, flush=True)
         os._exit(125)
