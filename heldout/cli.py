@@ -163,13 +163,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     tasks = expand_tasks(args.task)
     budgets = parse_budgets(args.budget, tasks)
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
-    cells = build_cells(tasks, methods, seeds, budgets, args.profile, options)
+    cells = build_cells(tasks, methods, seeds, budgets, args.profile, options, [args.verifier])
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir, verifier=args.verifier,
-                         trusted_optimizer=args.trusted_optimizer)
+                         cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.run_dir) / "study.json").write_text(json.dumps(
         {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))

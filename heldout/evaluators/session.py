@@ -542,12 +542,14 @@ class Session:
         val_verdicts: list[Verdict] = []
         usage = self.service.usage
         metrics: dict[str, float] = {}
+        own: float | None = None
         if final is not None:
             final = check_candidate(final)
             cid = candidate_id(final)
             self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
             val_verdicts = self._score_final(final, "val", usage)
             test_verdicts = self._score_final(final, "test", usage)
+            own = self._score_val_own_verifier(final, usage)
             if test_verdicts:
                 metrics = self.task.benchmark.extra_metrics(final, test_verdicts,
                                                             self.deploy_scorer.context(DEPLOYMENT, usage))
@@ -557,6 +559,8 @@ class Session:
                                  test_verdicts=test_verdicts, val_verdicts=val_verdicts)
         record.extra["test_metrics"] = metrics
         record.extra["verifier"] = self.variant.name
+        if final is not None and own is not None:
+            record.extra["val_score_own_verifier"] = own
         self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
                                            "metric_calls": usage.metric_calls})
         record.ledger_head = self.ledger.head
@@ -564,6 +568,23 @@ class Session:
         record.save(self.run_dir)
         self.ledger.close()
         return record
+
+    def _score_val_own_verifier(self, final: Candidate, usage: Usage) -> float | None:
+        """Under a verifier variant, the final candidate's val score as the optimizer's own verifier
+        would show it (what it optimised; the verifier ablation's "validation gain"). None when the
+        session runs the canonical verifier (then it is the val score itself) or has no val split."""
+        examples = self.task.splits.get("val", [])
+        if self.variant.canonical or not examples:
+            return None
+        cid = candidate_id(final)
+        scorings = [self.scorer.score(final, examples, DEPLOYMENT, usage, self.variant.options, r)
+                    for r in range(self.variant.repeats)]
+        shown = [self.variant.show([s[k] for s in scorings], ex, seed=self.seed, candidate_id=cid)
+                 for k, ex in enumerate(examples)]
+        for ex, v in zip(examples, shown):
+            self.ledger.append("val_scoring_own_verifier", {"candidate_id": cid, "example_id": ex.id,
+                                                            "verifier": self.variant.name, "verdict": v.to_dict()})
+        return self.task.benchmark.aggregate(shown)
 
     def _score_final(self, final: Candidate, split: str, usage: Usage) -> list[Verdict]:
         """Scored by the harness with the canonical verifier, outside the optimizer's budget, and

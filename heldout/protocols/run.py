@@ -45,9 +45,14 @@ class Cell:
     budget: int
     profile: str = "default"
     options: dict[str, Any] = field(default_factory=dict)
+    verifier: str = "decomposed"
 
     def run_dir(self, root: str | Path) -> Path:
-        return Path(root) / self.task.replace("/", "__") / self.method.name / f"seed-{self.seed}"
+        """``<task>/<method>/seed-<n>``; a non-canonical verifier adds a level: ``<method>/verifier-<v>``."""
+        method = Path(self.method.name)
+        if self.verifier != "decomposed":
+            method = method / f"verifier-{self.verifier.replace(':', '-').replace('+', '_')}"
+        return Path(root) / self.task.replace("/", "__") / method / f"seed-{self.seed}"
 
 
 class Executor(Protocol):
@@ -86,7 +91,6 @@ class StudyConfig:
     architect_model: str | None = None
     base_url: str | None = None
     cache_dir: str | None = None
-    verifier: str = "decomposed"
     trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
 
 
@@ -109,7 +113,7 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
                       seed=cell.seed, worker=_client(config.worker_model, config), run_dir=run_dir,
                       architect=_client(config.architect_model, config), policy=config.policy,
                       data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
-                      options=cell.options, verifier=config.verifier)
+                      options=cell.options, verifier=cell.verifier)
     target = cell.method.target or cell.method.name
     if cell.method.command:
         record = run_isolated(session, cell.method.command)
@@ -194,6 +198,7 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
 
 
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],
-                profile: str, options: dict[str, Any]) -> list[Cell]:
-    return [Cell(task, method, seed, budgets[task], profile, options)
-            for task in tasks for method in methods for seed in seeds]
+                profile: str, options: dict[str, Any], verifiers: list[str] | None = None) -> list[Cell]:
+    return [Cell(task, method, seed, budgets[task], profile, options, verifier)
+            for task in tasks for method in methods for verifier in (verifiers or ["decomposed"])
+            for seed in seeds]
