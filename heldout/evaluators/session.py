@@ -285,8 +285,8 @@ class EvaluationService:
                                                        "requested": len(wanted), "new": len(fresh),
                                                        "remaining": self.remaining})
                 raise BudgetExceeded(
-                    f"evaluating {len(fresh)} new example(s) would cost {cost} metric call(s) and exceed the "
-                    f"budget: {self.remaining} of {self.budget.metric_calls} left; nothing was run")
+                    f"evaluating {len(fresh)} new example(s) ({cost} metric call(s)) would exceed the budget: "
+                    f"{self.remaining} of {self.budget.metric_calls} metric calls left; nothing was run")
             self.usage.metric_calls += cost
             results: dict[str, Verdict] = {}
             # when this request happened, in metric calls: now, or (all replayed) when it was recorded
