@@ -91,6 +91,7 @@ class StudyConfig:
     architect_model: str | None = None
     base_url: str | None = None
     cache_dir: str | None = None
+    model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
     trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
 
 
@@ -98,7 +99,7 @@ def _client(model: str | None, config: StudyConfig):
     if not model:
         return None
     cache = ResponseCache(config.cache_dir) if config.cache_dir else None
-    return ModelClient(model, base_url=config.base_url, cache=cache)
+    return ModelClient(model, base_url=config.base_url, cache=cache, concurrency=config.model_concurrency)
 
 
 def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:

@@ -15,11 +15,11 @@ Rules, in the order they are applied:
    functions (``read_csv``), ``REPEAT``/``LPAD``/``REPLACE`` (memory amplifiers) and every
    function not listed are refused by name.
 4. Execution in a fresh in-memory DuckDB that has file system access, extension install/autoload
-   and configuration changes switched off, one thread and a memory limit, **inside the sandbox**
-   (:mod:`heldout.benchmarks.lockpicking.sql_child`): the sandbox's parent enforces the wall
-   limit by killing the process, so a slow query always stops at its timeout. Only a body that
-   calls ``AI_COMPLETE`` (which needs the harness's metered worker) runs in-process, under a
-   timer that interrupts the query.
+   and configuration changes switched off and a memory limit, **inside the sandbox**
+   (:mod:`heldout.benchmarks.lockpicking.sql_child`): the sandbox's parent enforces the wall limit
+   by killing the process, so a slow query always stops at its timeout. Only a body that calls
+   ``AI_COMPLETE`` (which needs the harness's metered worker) runs in-process, under a timer
+   that interrupts the query.
 
 The output of the expression must be an integer or a string holding one (``'3'``, ``' 3 '``);
 anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for that example.
@@ -27,13 +27,14 @@ anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for th
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -109,11 +110,17 @@ class SqlExecutionError(Exception):
 
 @dataclass(frozen=True)
 class CheckedSql:
-    """A validated candidate: the original body, its DuckDB translation and what it calls."""
+    """A validated candidate: the original body, its DuckDB translation and what it calls.
+
+    ``shared`` names the substrings-of-PROGRAM that occur more than once (``(column, DuckDB
+    expression)``) and ``duckdb_sql_shared`` is the translation reading them from those columns:
+    the exhaustive check computes each once per row instead of once per occurrence."""
 
     source: str
     duckdb_sql: str
     uses_ai: bool
+    shared: tuple[tuple[str, str], ...] = ()
+    duckdb_sql_shared: str | None = None
 
 
 def _node_name(node: exp.Expression) -> str:
@@ -185,9 +192,56 @@ def _check_sql(body: str) -> CheckedSql:
     tree = tree.transform(_route_ai_complete)
     try:
         duck = tree.sql(dialect="duckdb")
+        shared, duck_shared = _share_substrings(tree)
     except SqlglotError as exc:
         raise SqlRejected(f"the SQL body cannot be translated to DuckDB: {exc}", "malformed_candidate") from None
-    return CheckedSql(source=body, duckdb_sql=duck, uses_ai=uses_ai)
+    return CheckedSql(source=body, duckdb_sql=duck, uses_ai=uses_ai, shared=shared, duckdb_sql_shared=duck_shared)
+
+
+# Functions of PROGRAM and integer literals: deterministic, so computing one once per row and
+# reading it wherever it occurs gives the same values (a run that raises falls back to the plain
+# translation, so even an error inside an untaken branch cannot change a verdict).
+_SHAREABLE = (exp.Substring, exp.Left, exp.Right, exp.Length, exp.Upper, exp.Lower)
+_SHARED_PREFIX = "heldout_shared_"
+
+
+def _is_int_literal(node: Any) -> bool:
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit()
+
+
+def _shareable_sql(node: exp.Expression) -> str | None:
+    if not isinstance(node, _SHAREABLE):
+        return None
+    this = node.args.get("this")
+    if not (isinstance(this, exp.Column) and not this.table and this.name.upper() == "PROGRAM"):
+        return None
+    for key, value in node.args.items():
+        if key == "this" or value is None or isinstance(value, bool):  # flags only steer the translation
+            continue
+        if not _is_int_literal(value):
+            return None
+    return node.sql(dialect="duckdb")
+
+
+def _share_substrings(tree: exp.Expression) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    counts: dict[str, int] = {}
+    for node in tree.walk():
+        key = _shareable_sql(node)
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    repeated = [key for key, n in counts.items() if n > 1]
+    if not repeated:
+        return (), None
+    names = {key: f"{_SHARED_PREFIX}{k}" for k, key in enumerate(repeated)}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        key = _shareable_sql(node)
+        return exp.column(names[key]) if key in names else node
+
+    rewritten = tree.copy().transform(swap)
+    return tuple((name, key) for key, name in names.items()), rewritten.sql(dialect="duckdb")
 
 
 def _route_ai_complete(node: exp.Expression) -> exp.Expression:
@@ -216,10 +270,10 @@ DUCKDB_HEADROOM_MB = 512  # address space DuckDB maps beyond its own memory_limi
 
 def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: int) -> dict:
     """Run a function of :mod:`sql_child` in the sandbox; its answer, or SqlExecutionError."""
-    limits = RunLimits(wall_seconds=wall_seconds, cpu_seconds=wall_seconds, memory_mb=memory_mb + DUCKDB_HEADROOM_MB,
-                       max_output_bytes=64 * 1024 * 1024)
+    limits = RunLimits(wall_seconds=wall_seconds, cpu_seconds=2 * wall_seconds,
+                       memory_mb=memory_mb + DUCKDB_HEADROOM_MB, max_output_bytes=64 * 1024 * 1024)
     try:
-        result = run_function({}, SQL_HELPER_MODULE, function, [*args, memory_mb], limits=limits,
+        result = run_function({}, SQL_HELPER_MODULE, function, [*args], limits=limits,
                               setup_files={f"{SQL_HELPER_MODULE}.py": _SQL_HELPER_SOURCE})
     except SandboxError as exc:
         raise SqlExecutionError(f"cannot run the query: {exc}", "sandbox_error") from None
@@ -270,22 +324,36 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, wall_seconds: float, *
             raise SqlExecutionError(f"execution failed: {str(exc).splitlines()[0]}") from None
 
 
-def _load(con: duckdb.DuckDBPyConnection, programs: Sequence[str], all_six_digit: bool) -> None:
-    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`.
-    con.execute("CREATE TABLE examples (i BIGINT, PROGRAM VARCHAR)")
-    if all_six_digit:
-        con.execute("INSERT INTO examples SELECT range, lpad(CAST(range AS VARCHAR), 6, '0') FROM range(1000000)")
-    offset = 10**6 if all_six_digit else 0
-    if programs:  # one statement for the whole list (executemany costs milliseconds per row)
-        con.execute("INSERT INTO examples SELECT ? + k - 1, p FROM "
-                    "(SELECT unnest(?::VARCHAR[]) AS p, generate_subscripts(?::VARCHAR[], 1) AS k)",
-                    [offset, list(programs), list(programs)])
-    con.execute("SET lock_configuration = true")
+_load = sql_child.load
+
+
+# A lone digit is by far the commonest output; reading it directly skips the regex for it (same value).
+_PARSE_OUTPUT = (f"CASE WHEN raw IN ({', '.join(repr(str(d)) for d in range(10))}) THEN CAST(raw AS INTEGER) "
+                 f"ELSE TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) END")
+
+
+_ALL_SIX_DIGIT = sql_child.ALL_SIX_DIGIT
+# The exhaustive check reads the six-digit strings as they are generated (no table to fill), the
+# malformed ones from the table, and may use both cores: it is one trusted query over 10^6 rows.
+_EXHAUSTIVE_SOURCE = f"({_ALL_SIX_DIGIT} UNION ALL SELECT i, PROGRAM FROM examples)"
+EXHAUSTIVE_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
 def _query(checked: CheckedSql) -> str:
-    return (f"SELECT raw, TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) AS y FROM "
+    return (f"SELECT raw, {_PARSE_OUTPUT} AS y FROM "
             f"(SELECT i, CAST(({checked.duckdb_sql}) AS VARCHAR) AS raw FROM examples) ORDER BY i")
+
+
+def _exhaustive_query(checked: CheckedSql, shared: bool) -> str:
+    """Row number and parsed output only (the raw text is not needed); with ``shared``, the
+    repeated substrings come from an inner projection computed once per row."""
+    if shared and checked.duckdb_sql_shared is not None:
+        inner = ", ".join(f"{sql} AS {name}" for name, sql in checked.shared)
+        source = f"(SELECT i, PROGRAM, {inner} FROM {_EXHAUSTIVE_SOURCE})"
+        expr = checked.duckdb_sql_shared
+    else:
+        source, expr = _EXHAUSTIVE_SOURCE, checked.duckdb_sql
+    return f"SELECT i, {_PARSE_OUTPUT} AS y FROM (SELECT i, CAST(({expr}) AS VARCHAR) AS raw FROM {source})"
 
 
 def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float, memory_mb: int,
@@ -297,7 +365,7 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
                                 "model_error")
     started = time.perf_counter()
     if not checked.uses_ai:
-        rows = _in_sandbox("run_rows", [checked.duckdb_sql, list(programs)], wall_seconds=wall_seconds,
+        rows = _in_sandbox("run_rows", [_query(checked), list(programs), memory_mb], wall_seconds=wall_seconds,
                            memory_mb=memory_mb).get("rows")
         if not isinstance(rows, list) or len(rows) != len(programs):
             raise SqlExecutionError("the query returned a malformed result")
@@ -324,14 +392,27 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
 
 
 def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_seconds: float,
-                       memory_mb: int) -> "np.ma.MaskedArray":
+                       memory_mb: int, shared: bool = True) -> "np.ma.MaskedArray":
     """The candidate's parsed outputs on all 10^6 six-digit strings (index = value) followed by
-    ``malformed``; masked where the output is not an integer. Deterministic candidates only."""
+    ``malformed``; masked where the output is not an integer. Deterministic candidates only.
+    ``shared=False`` evaluates the plain translation (each substring at each occurrence)."""
     if checked.uses_ai:
         raise SqlExecutionError("the exhaustive check is for deterministic candidates; this one calls AI_COMPLETE",
                                 "not_deterministic")
-    codes = _in_sandbox("run_codes", [checked.duckdb_sql, list(malformed)], wall_seconds=wall_seconds,
-                        memory_mb=memory_mb).get("codes")
+    started = time.monotonic()
+
+    def codes_for(query: str, seconds: float) -> str:
+        return _in_sandbox("run_codes", [query, list(malformed), memory_mb, EXHAUSTIVE_THREADS],
+                           wall_seconds=seconds, memory_mb=memory_mb).get("codes")
+
+    try:
+        codes = codes_for(_exhaustive_query(checked, shared=shared), wall_seconds)
+    except SqlExecutionError as exc:
+        if exc.kind != "crash" or not shared or checked.duckdb_sql_shared is None:
+            raise
+        # a shared substring raised where the plain expression might not evaluate it: ask the plain one
+        codes = codes_for(_exhaustive_query(checked, shared=False),
+                          max(0.1, wall_seconds - (time.monotonic() - started)))
     n = 10**6 + len(malformed)
     if not isinstance(codes, str) or len(codes) != n:
         raise SqlExecutionError(f"the exhaustive query returned {len(codes or '')} rows, expected {n}")
