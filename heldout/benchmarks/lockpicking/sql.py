@@ -28,6 +28,7 @@ anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for th
 from __future__ import annotations
 
 import os
+import base64
 import re
 from pathlib import Path
 import threading
@@ -265,7 +266,7 @@ class SqlRun:
 _connect = sql_child.connect
 SQL_HELPER_MODULE = "_heldout_lockpicking_sql"
 _SQL_HELPER_SOURCE = Path(sql_child.__file__).read_text(encoding="utf-8")
-DUCKDB_HEADROOM_MB = 512  # address space DuckDB maps beyond its own memory_limit
+DUCKDB_HEADROOM_MB = 1024  # address space DuckDB (and numpy, for the exhaustive check) map beyond memory_limit
 
 
 def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: int) -> dict:
@@ -401,24 +402,25 @@ def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_se
                                 "not_deterministic")
     started = time.monotonic()
 
-    def codes_for(query: str, seconds: float) -> str:
-        return _in_sandbox("run_codes", [query, list(malformed), memory_mb, EXHAUSTIVE_THREADS],
-                           wall_seconds=seconds, memory_mb=memory_mb).get("codes")
+    def outputs_for(query: str, seconds: float) -> dict:
+        return _in_sandbox("run_outputs", [query, list(malformed), memory_mb, EXHAUSTIVE_THREADS],
+                           wall_seconds=seconds, memory_mb=memory_mb)
 
     try:
-        codes = codes_for(_exhaustive_query(checked, shared=shared), wall_seconds)
+        got = outputs_for(_exhaustive_query(checked, shared=shared), wall_seconds)
     except SqlExecutionError as exc:
         if exc.kind != "crash" or not shared or checked.duckdb_sql_shared is None:
             raise
         # a shared substring raised where the plain expression might not evaluate it: ask the plain one
-        codes = codes_for(_exhaustive_query(checked, shared=False),
-                          max(0.1, wall_seconds - (time.monotonic() - started)))
+        got = outputs_for(_exhaustive_query(checked, shared=False), max(0.1, wall_seconds - (time.monotonic() - started)))
     n = 10**6 + len(malformed)
-    if not isinstance(codes, str) or len(codes) != n:
-        raise SqlExecutionError(f"the exhaustive query returned {len(codes or '')} rows, expected {n}")
-    raw = np.frombuffer(codes.encode("ascii"), dtype=np.uint8)
-    missing = raw == ord("x")
-    values = np.where(missing, 0, raw.astype(np.int64) - 48)
+    try:
+        values = np.frombuffer(base64.b64decode(got["values"]), dtype="<i8").astype(np.int64)
+        missing = np.frombuffer(base64.b64decode(got["missing"]), dtype=np.uint8).astype(bool)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SqlExecutionError(f"the exhaustive query returned a malformed result ({exc})") from None
+    if values.size != n or missing.size != n:
+        raise SqlExecutionError(f"the exhaustive query returned {values.size} rows, expected {n}")
     return np.ma.masked_array(values, mask=missing)
 
 
