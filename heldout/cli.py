@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from heldout.sandbox import allow_unsafe_no_sandbox
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
@@ -184,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir)
+                         cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.run_dir) / "study.json").write_text(json.dumps(
         {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
@@ -354,6 +355,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
+                             "(recorded as isolation 'none'); never for code you did not write")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
@@ -419,7 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--architect-tokens", type=int, default=None, help="architect token budget per session")
     p.add_argument("--wall-seconds", type=float, default=None, help="wall-time budget per session, seconds")
     p.add_argument("--optimizer", action="append", default=[],
-                   help="in-process optimizer: module:function or a reference name (repeatable)")
+                   help="optimizer function module:function (runs isolated in the sandbox unless "
+                        "--trusted-optimizer) or a reference name (repeatable)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
     p.add_argument("--optimizer-cmd", action="append", default=[],
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
@@ -561,6 +568,8 @@ def _local_model_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.unsafe_no_sandbox:
+        allow_unsafe_no_sandbox()
     try:
         return int(args.func(args) or 0)
     except HeldoutError as exc:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from heldout.benchmarks.lockpicking.task import CANDIDATES_DIR
+from heldout.benchmarks.lockpicking.task import CANDIDATES_DIR  # the seed only
 from heldout.cli import main
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient
@@ -29,7 +29,7 @@ from heldout.models.testserver import TestServer
 from heldout.reports import build_report, check_runs, collect_runs
 
 TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
-CHAMPION = (CANDIDATES_DIR / "champion.sql").read_text()
+CHAMPION = (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()
 SEED_SQL = (CANDIDATES_DIR / "seed.sql").read_text()
 
 
