@@ -95,8 +95,8 @@ class SandboxResult:
 
 
 def scratch_mb(limits: RunLimits) -> int:
-    """Total size of the private scratch tmpfs (``RunLimits.scratch_mb`` when the field exists)."""
-    return int(getattr(limits, "scratch_mb", None) or DEFAULT_SCRATCH_MB)
+    """Total size of the private scratch tmpfs."""
+    return int(limits.scratch_mb or DEFAULT_SCRATCH_MB)
 
 
 # -- isolation ---------------------------------------------------------------------------------------
