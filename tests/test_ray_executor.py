@@ -94,14 +94,16 @@ def test_a_worker_killed_mid_cell_is_retried_and_resumes_from_its_ledger(cluster
     method = Method("dies-once", target="ray_cell_optimizers:dies_once_mid_cell")
     cell = Cell("lockpicking/six", method, seed=5, budget=150, profile="paper")
     lines: list[str] = []
-    summary = run_study([cell], StudyConfig(run_root=str(tmp_path / "ray")),
+    # trusted: the optimizer runs in the Ray worker itself, so its SIGKILL takes the worker down
+    summary = run_study([cell], StudyConfig(run_root=str(tmp_path / "ray"), trusted_optimizer=True),
                         RayExecutor(tmp_path / "ray", log=lines.append), progress=False)[0]
     assert (cluster / "markers" / "seed-5").exists(), "the first attempt was killed"
     assert summary["status"] == "ok" and summary["attempts"] == 2
     assert any("Ray worker lost" in line and "retrying from its ledger" in line for line in lines)
     resumed = RunRecord.load(cell.run_dir(tmp_path / "ray"))
     # the same optimizer run uninterrupted (its marker now exists, so it does not die) on this machine
-    uninterrupted = run_study([cell], StudyConfig(run_root=str(tmp_path / "local")), progress=False)[0]
+    uninterrupted = run_study([cell], StudyConfig(run_root=str(tmp_path / "local"), trusted_optimizer=True),
+                              progress=False)[0]
     reference = RunRecord.load(cell.run_dir(tmp_path / "local"))
     assert verify_ledger(cell.run_dir(tmp_path / "ray")).ok
     assert resumed.usage["replayed"] > 0 and resumed.usage["metric_calls"] == reference.usage["metric_calls"]
@@ -112,7 +114,9 @@ def test_a_worker_killed_mid_cell_is_retried_and_resumes_from_its_ledger(cluster
 
 def test_a_candidate_sandboxed_inside_a_ray_worker_cannot_see_the_run_dirs(cluster):
     study, cell = cluster / "study", PROBE_CELL
-    summary = run_study([cell], StudyConfig(run_root=str(study)), RayExecutor(study), progress=False)[0]
+    # trusted: the optimizer runs in the Ray worker; the candidate it submits runs in the sandbox
+    summary = run_study([cell], StudyConfig(run_root=str(study), trusted_optimizer=True), RayExecutor(study),
+                        progress=False)[0]
     assert summary["status"] == "ok"
     targets = os.environ[PROBE_TARGETS].split(os.pathsep)
     assert all(Path(t).exists() for t in targets)  # all there, and readable to the harness itself

@@ -16,8 +16,9 @@ Ray instance or an existing cluster (``--executor ray --ray-address ADDR``). The
   to ``retries`` times; the new attempt resumes the session from its ledger (spent budget stays
   spent, recorded evaluations replay), exactly as a re-run of ``heldout run`` would.
 * **Same isolation.** Sandboxed candidates are started by the Ray worker with the same sandbox;
-  the driver's ``$HELDOUT_DATA_DIR`` and ``$HELDOUT_SANDBOX_HIDE`` are forwarded to the workers so
-  the same paths are hidden.
+  the driver's ``$HELDOUT_DATA_DIR``, ``$HELDOUT_SANDBOX_HIDE``, ``$HELDOUT_SANDBOX_ISOLATION`` and
+  ``$HELDOUT_UNSAFE_NO_SANDBOX`` are forwarded to the workers (when Ray is started here), so the
+  same paths are hidden and the same isolation is required.
 
 Ray is an optional extra (``pip install heldout[ray]``); importing this module does not need it."""
 
@@ -34,11 +35,12 @@ from typing import Any, Callable, Iterator
 
 from heldout.contracts import HeldoutError
 from heldout.protocols.run import Cell, LocalExecutor
-from heldout.sandbox.process import HIDE_ENV
+from heldout.sandbox.process import HIDE_ENV, ISOLATION_ENV, UNSAFE_ENV
 
 LOCK_DIR = ".locks"
-# Driver environment a worker needs for the same sandbox (hidden paths) and the same data.
-FORWARDED_ENV = ("HELDOUT_DATA_DIR", HIDE_ENV)
+# Driver environment a worker needs for the same sandbox (hidden paths, isolation choice, the
+# explicit unsafe opt-in) and the same data.
+FORWARDED_ENV = ("HELDOUT_DATA_DIR", HIDE_ENV, ISOLATION_ENV, UNSAFE_ENV)
 
 
 class ExecutorError(HeldoutError):
