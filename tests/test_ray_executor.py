@@ -18,7 +18,7 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.protocols.executors import (CellResources, ExecutorError, LOCK_DIR, RayExecutor, cell_lock,
                                          lock_path, make_executor)
 from heldout.protocols.run import Cell, LocalExecutor, Method, StudyConfig, build_cells, parse_methods, run_study
-from heldout.sandbox.process import isolation_mode
+from heldout.sandbox.process import isolation_level
 from ray_cell_optimizers import KILL_MARKERS, PROBE_TARGETS
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_a_candidate_sandboxed_inside_a_ray_worker_cannot_see_the_run_dirs(clust
     text = json.dumps(verdicts)
     assert all("probe: " in v["error"] and v["error"].count("'blocked'") == 3 for v in verdicts)  # ran; 3 refused
     assert "LISTED" not in text and "READ" not in text and "held-out answer key" not in text
-    assert f"(isolation {isolation_mode()})" in text  # the same isolation level as on the driver
+    assert f"(isolation {isolation_level()})" in text  # the same isolation level as on the driver
 
 
 def test_heldout_run_executor_ray_on_the_cli(cluster, tmp_path, capsys):
