@@ -249,7 +249,7 @@ def test_prompt_task_arms_with_architect_calls_fixed_print_the_metric_call_confo
 
     run_dir = tmp_path / "arms"
     with TestServer() as server:
-        code = main(["compare", "arms", "--task", "bbh/boolean_expressions", "--profile", "cpu-demo",
+        code = main(["compare", "arms", "--task", "bbh/word_sorting",
                      "--optimizer", "reflective", "--budget", "4", "--width", "2", "--seeds", "0,1,2",
                      "--fixed", "architect_calls", "--metric-cap", "200", "--worker-model", "test-worker",
                      "--architect-model", "test-architect", "--base-url", server.base_url,
@@ -262,7 +262,20 @@ def test_prompt_task_arms_with_architect_calls_fixed_print_the_metric_call_confo
     assert rows["serial"]["spent_architect_calls"] == rows["merge-of-2"]["spent_architect_calls"] == 12
     assert rows["fork-of-2 (selected)"]["spent_architect_calls"] == 12
     assert "confound: merge-of-2 spent" in out and "metric calls vs fork-of-2" in out
-    assert "best on train (the task has no val split)" in out
-    assert "headroom: the seed scores" in out and " on train " in out
+    assert "the selected fork is the best on val" in out
+    assert "headroom: the seed scores" in out and " on val " in out
     # one instruction component: the merge arm is flagged, not credited
     assert any("has one component" in f for f in result.flags)
+
+
+def test_lockpicking_search_merges_edge_moves_per_target_position(tmp_path):
+    session = Session("lockpicking/six", budget=300, run_dir=tmp_path, method="lockpicking-search?width=3")
+    record = session.run(resolve_optimizer("lockpicking-search?width=3"))
+    entries, _ = read_entries(tmp_path / "ledger.jsonl")
+    events = [e["data"] for e in entries if e["kind"] == "optimizer_event"]
+    assert record.status == "ok" and record.usage["metric_calls"] == 300
+    attempt = next(e["data"] for e in events if e["kind"] == "merge_attempt")
+    assert attempt["workers"] == 3 and len(attempt["edits"]) == 3
+    # the rule table is six parts (one per target position), each worker's move edits one of them
+    assert all(len(parts) == 1 for parts in attempt["edits"].values())
+    assert next(e["data"] for e in events if e["kind"] == "merge_round")["parts_total"] == 6
