@@ -24,12 +24,13 @@ anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for th
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -101,11 +102,17 @@ class SqlExecutionError(Exception):
 
 @dataclass(frozen=True)
 class CheckedSql:
-    """A validated candidate: the original body, its DuckDB translation and what it calls."""
+    """A validated candidate: the original body, its DuckDB translation and what it calls.
+
+    ``shared`` names the substrings-of-PROGRAM that occur more than once (``(column, DuckDB
+    expression)``) and ``duckdb_sql_shared`` is the translation reading them from those columns:
+    the exhaustive check computes each once per row instead of once per occurrence."""
 
     source: str
     duckdb_sql: str
     uses_ai: bool
+    shared: tuple[tuple[str, str], ...] = ()
+    duckdb_sql_shared: str | None = None
 
 
 def _node_name(node: exp.Expression) -> str:
@@ -177,9 +184,56 @@ def _check_sql(body: str) -> CheckedSql:
     tree = tree.transform(_route_ai_complete)
     try:
         duck = tree.sql(dialect="duckdb")
+        shared, duck_shared = _share_substrings(tree)
     except SqlglotError as exc:
         raise SqlRejected(f"the SQL body cannot be translated to DuckDB: {exc}", "malformed_candidate") from None
-    return CheckedSql(source=body, duckdb_sql=duck, uses_ai=uses_ai)
+    return CheckedSql(source=body, duckdb_sql=duck, uses_ai=uses_ai, shared=shared, duckdb_sql_shared=duck_shared)
+
+
+# Functions of PROGRAM and integer literals: deterministic, so computing one once per row and
+# reading it wherever it occurs gives the same values (a run that raises falls back to the plain
+# translation, so even an error inside an untaken branch cannot change a verdict).
+_SHAREABLE = (exp.Substring, exp.Left, exp.Right, exp.Length, exp.Upper, exp.Lower)
+_SHARED_PREFIX = "heldout_shared_"
+
+
+def _is_int_literal(node: Any) -> bool:
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit()
+
+
+def _shareable_sql(node: exp.Expression) -> str | None:
+    if not isinstance(node, _SHAREABLE):
+        return None
+    this = node.args.get("this")
+    if not (isinstance(this, exp.Column) and not this.table and this.name.upper() == "PROGRAM"):
+        return None
+    for key, value in node.args.items():
+        if key == "this" or value is None or isinstance(value, bool):  # flags only steer the translation
+            continue
+        if not _is_int_literal(value):
+            return None
+    return node.sql(dialect="duckdb")
+
+
+def _share_substrings(tree: exp.Expression) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    counts: dict[str, int] = {}
+    for node in tree.walk():
+        key = _shareable_sql(node)
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    repeated = [key for key, n in counts.items() if n > 1]
+    if not repeated:
+        return (), None
+    names = {key: f"{_SHARED_PREFIX}{k}" for k, key in enumerate(repeated)}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        key = _shareable_sql(node)
+        return exp.column(names[key]) if key in names else node
+
+    rewritten = tree.copy().transform(swap)
+    return tuple((name, key) for key, name in names.items()), rewritten.sql(dialect="duckdb")
 
 
 def _route_ai_complete(node: exp.Expression) -> exp.Expression:
@@ -200,12 +254,14 @@ class SqlRun:
     ai_errors: list[str] = field(default_factory=list)
 
 
-def _connect(memory_mb: int) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(":memory:", config={
+def _connect(memory_mb: int, threads: int = 1) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(":memory:", config={
         "enable_external_access": False, "autoinstall_known_extensions": False,
         "autoload_known_extensions": False, "allow_unsigned_extensions": False,
-        "threads": 1, "memory_limit": f"{max(64, int(memory_mb))}MB",
+        "threads": threads, "memory_limit": f"{max(64, int(memory_mb))}MB",
     })
+    con.execute("SET enable_progress_bar = false")  # a long exhaustive query would draw one on stdout
+    return con
 
 
 class _Watchdog:
@@ -244,12 +300,15 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, wall_seconds: float, *
             raise SqlExecutionError(f"execution failed: {str(exc).splitlines()[0]}") from None
 
 
-def _load(con: duckdb.DuckDBPyConnection, programs: Sequence[str], all_six_digit: bool) -> None:
-    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`.
+def _load(con: duckdb.DuckDBPyConnection, programs: Sequence[str], all_six_digit: bool,
+          offset: int | None = None) -> None:
+    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`
+    # (from ``offset`` when given: the exhaustive check streams the six-digit strings instead).
     con.execute("CREATE TABLE examples (i BIGINT, PROGRAM VARCHAR)")
     if all_six_digit:
-        con.execute("INSERT INTO examples SELECT range, lpad(CAST(range AS VARCHAR), 6, '0') FROM range(1000000)")
-    offset = 10**6 if all_six_digit else 0
+        con.execute(f"INSERT INTO examples {_ALL_SIX_DIGIT}")
+    if offset is None:
+        offset = 10**6 if all_six_digit else 0
     if programs:  # one statement for the whole list (executemany costs milliseconds per row)
         con.execute("INSERT INTO examples SELECT ? + k - 1, p FROM "
                     "(SELECT unnest(?::VARCHAR[]) AS p, generate_subscripts(?::VARCHAR[], 1) AS k)",
@@ -257,9 +316,33 @@ def _load(con: duckdb.DuckDBPyConnection, programs: Sequence[str], all_six_digit
     con.execute("SET lock_configuration = true")
 
 
+# A lone digit is by far the commonest output; reading it directly skips the regex for it (same value).
+_PARSE_OUTPUT = (f"CASE WHEN raw IN ({', '.join(repr(str(d)) for d in range(10))}) THEN CAST(raw AS INTEGER) "
+                 f"ELSE TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) END")
+
+
+_ALL_SIX_DIGIT = "SELECT range AS i, lpad(CAST(range AS VARCHAR), 6, '0') AS PROGRAM FROM range(1000000)"
+# The exhaustive check reads the six-digit strings as they are generated (no table to fill), the
+# malformed ones from the table, and may use both cores: it is one trusted query over 10^6 rows.
+_EXHAUSTIVE_SOURCE = f"({_ALL_SIX_DIGIT} UNION ALL SELECT i, PROGRAM FROM examples)"
+EXHAUSTIVE_THREADS = max(1, min(2, os.cpu_count() or 1))
+
+
 def _query(checked: CheckedSql) -> str:
-    return (f"SELECT raw, TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) AS y FROM "
+    return (f"SELECT raw, {_PARSE_OUTPUT} AS y FROM "
             f"(SELECT i, CAST(({checked.duckdb_sql}) AS VARCHAR) AS raw FROM examples) ORDER BY i")
+
+
+def _exhaustive_query(checked: CheckedSql, shared: bool) -> str:
+    """Row number and parsed output only (the raw text is not needed); with ``shared``, the
+    repeated substrings come from an inner projection computed once per row."""
+    if shared and checked.duckdb_sql_shared is not None:
+        inner = ", ".join(f"{sql} AS {name}" for name, sql in checked.shared)
+        source = f"(SELECT i, PROGRAM, {inner} FROM {_EXHAUSTIVE_SOURCE})"
+        expr = checked.duckdb_sql_shared
+    else:
+        source, expr = _EXHAUSTIVE_SOURCE, checked.duckdb_sql
+    return f"SELECT i, {_PARSE_OUTPUT} AS y FROM (SELECT i, CAST(({expr}) AS VARCHAR) AS raw FROM {source})"
 
 
 def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float, memory_mb: int,
@@ -292,18 +375,26 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
 
 
 def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_seconds: float,
-                       memory_mb: int) -> "np.ma.MaskedArray":
+                       memory_mb: int, shared: bool = True) -> "np.ma.MaskedArray":
     """The candidate's parsed outputs on all 10^6 six-digit strings (index = value) followed by
-    ``malformed``; masked where the output is not an integer. Deterministic candidates only."""
+    ``malformed``; masked where the output is not an integer. Deterministic candidates only.
+    ``shared=False`` evaluates the plain translation (each substring at each occurrence)."""
     if checked.uses_ai:
         raise SqlExecutionError("the exhaustive check is for deterministic candidates; this one calls AI_COMPLETE",
                                 "not_deterministic")
-    con = _connect(memory_mb)
+    started = time.monotonic()
+    con = _connect(memory_mb, threads=EXHAUSTIVE_THREADS)
     try:
-        _load(con, malformed, all_six_digit=True)
+        _load(con, malformed, all_six_digit=False, offset=10**6)
         # No ORDER BY: sorting 10^6 rows costs more than placing them by i with numpy.
-        query = _query(checked).replace("SELECT raw,", "SELECT i, raw,", 1).rsplit(" ORDER BY i", 1)[0]
-        cols = run_query(con, query, wall_seconds, numpy=True)
+        try:
+            cols = run_query(con, _exhaustive_query(checked, shared=shared), wall_seconds, numpy=True)
+        except SqlExecutionError as exc:
+            if exc.kind != "crash" or not shared or checked.duckdb_sql_shared is None:
+                raise
+            # a shared substring raised where the plain expression might not evaluate it: ask the plain one
+            left = max(0.1, wall_seconds - (time.monotonic() - started))
+            cols = run_query(con, _exhaustive_query(checked, shared=False), left, numpy=True)
     finally:
         con.close()
     n = 10**6 + len(malformed)

@@ -6,7 +6,9 @@ How a candidate is evaluated (spec section 8):
 1. **Build, isolated.** A program candidate (one or more ``.py`` files; the entry file defines
    ``KernelBuilder``) runs in the sandbox with only the four shape parameters, before any test
    data exists, under a build-time limit and a program-size cap, next to a ``problem`` module with
-   the take-home's names. It returns the instruction stream as JSON text (bundle key order kept).
+   the take-home's names. It returns the instruction stream in a compact binary form (integer
+   arrays; each distinct slot once) that the parent decodes and checks itself, or as JSON text
+   (bundle key order kept) when the stream holds anything the compact form cannot express.
    A candidate may instead hold a pre-built stream (component ``program.json``).
 2. **Decode once, run per instance.** The trusted simulator (fast path) runs the stream on each
    instance: a memory image generated from the instance's seed, never seen by the builder.
@@ -32,7 +34,7 @@ from heldout.contracts import (Candidate, Example, MalformedCandidate, RunContex
                                candidate_id, check_candidate)
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, make_instance, n_nodes_for
-from heldout.benchmarks.vliw.fast import DecodedProgram, decode
+from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode, decode_compact
 from heldout.benchmarks.vliw.machine import InvalidInput, load_program_json, simulate, utilisation
 from heldout.benchmarks.vliw.reference import CHECKED_ENGINES
 from heldout.benchmarks.candidates import _read_text
@@ -99,8 +101,11 @@ class VliwTakehome(Benchmark):
     default_limits = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=2048,
                                max_output_bytes=64 * 1024 * 1024)
 
-    def __init__(self, cycle_cap: int = DEFAULT_CYCLE_CAP, cache_size: int = 4) -> None:
+    def __init__(self, cycle_cap: int = DEFAULT_CYCLE_CAP, cache_size: int = 4, build_form: str = "compact") -> None:
+        if build_form not in ("compact", "json"):
+            raise ValueError(f"build_form must be 'compact' or 'json', got {build_form!r}")
         self.cycle_cap = cycle_cap
+        self.build_form = build_form  # "json": the plain path, kept to check the compact one against
         self._builds: OrderedDict[tuple, BuildOutcome] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -183,7 +188,7 @@ class VliwTakehome(Benchmark):
             module = entry[:-3].replace("/", ".")
             files = {n: t for n, t in candidate.items()}
             args = [module, shape["forest_height"], n_nodes_for(shape["forest_height"]), shape["batch_size"],
-                    shape["rounds"], MAX_BUNDLES]
+                    shape["rounds"], MAX_BUNDLES, self.build_form]
             try:
                 res = run_function(files, "_heldout_vliw_build", "build", args, limits=limits,
                                    setup_files=self.helper_files())
@@ -194,6 +199,14 @@ class VliwTakehome(Benchmark):
             if not res.ok:
                 return BuildOutcome(None, f"build error ({res.error_kind}): {res.error}", res.error_kind,
                                     time.perf_counter() - start, stdout_tail=stdout_tail)
+            if isinstance(res.value, dict):  # the compact form: decoded and checked here
+                try:
+                    decoded = decode_compact(res.value, MAX_BUNDLES)
+                except CompactFormError as exc:
+                    return BuildOutcome(None, f"bad instruction stream: {exc}", "bad_output",
+                                        time.perf_counter() - start, stdout_tail=stdout_tail)
+                return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=decoded.n_bundles,
+                                    stdout_tail=stdout_tail)
             text = res.value
             if not isinstance(text, str):
                 return BuildOutcome(None, "build error: the builder did not return a stream", "bad_output",
@@ -206,7 +219,7 @@ class VliwTakehome(Benchmark):
         except (InvalidInput, RecursionError) as exc:
             return BuildOutcome(None, f"bad instruction stream: {exc}", "bad_output",
                                 time.perf_counter() - start, stdout_tail=stdout_tail)
-        return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=len(program),
+        return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=decoded.n_bundles,
                             stdout_tail=stdout_tail)
 
     # -- running --------------------------------------------------------------------------------
