@@ -6,6 +6,7 @@ translation the same as the per-example path."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from heldout.benchmarks.lockpicking.rules import MALFORMED, SEED_RULES, TRUTH
 from heldout.benchmarks.lockpicking.task import BENCHMARK
 
 CANDIDATES = {
-    "champion": BENCHMARK.reference_candidate()["scorer.sql"],
+    "champion": (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text(encoding="utf-8"),
     "seed rules": sqlmod.rule_table_sql(SEED_RULES),
     "truth rules": sqlmod.rule_table_sql(TRUTH),
     # Snowflake SUBSTR edge positions (0 is 1, negative counts from the end, past the end is '')
