@@ -322,7 +322,7 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
         return 0
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
-                         base_url=args.base_url, cache_dir=args.cache_dir)
+                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
     result = run_ablation(plan, config, LocalExecutor(args.jobs), progress=True)
     if args.json:
         _print_json(result.to_dict())
@@ -616,7 +616,10 @@ def build_parser() -> argparse.ArgumentParser:
                              ).add_subparsers(dest="action", required=True)
     p = compare.add_parser("verifiers", help="optimise under each verifier variant, re-score with the canonical one")
     p.add_argument("--task", required=True, help="one task")
-    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function")
+    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function (isolated unless "
+                   "--trusted-optimizer)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
     p.add_argument("--variants", default="decomposed,scalar,coarse:3", help=f"comma-separated: {describe_variants()}")
     p.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
     p.add_argument("--budget", type=int, required=True, help="metric calls per session")

@@ -90,7 +90,8 @@ def run(tmp_path, server, variants, seeds):
     plan = plan_ablation("mbpp_plus", Method("gaming", f"{__name__}:gaming_optimizer"), variants, seeds, 12,
                          profile=PROFILE, data_dir=DATA_DIR)
     config = StudyConfig(run_root=str(tmp_path / "ablation"), data_dir=DATA_DIR, policy="leaky-val",
-                         worker_model="heldout-test", base_url=server.base_url)
+                         worker_model="heldout-test", base_url=server.base_url,
+                         trusted_optimizer=True)  # the test's own scripted optimizer, observed in-process
     return plan, run_ablation(plan, config)
 
 

@@ -40,7 +40,7 @@ def test_one_instance_is_gamed_and_all_instances_are_not(tmp_path):
     plan = plan_ablation("vliw/takehome", Method("memorise", f"{__name__}:one_instance_optimizer"),
                          ["decomposed", "tests:one-instance"], [0], 3)
     assert plan.selection_split == "train"
-    result = run_ablation(plan, StudyConfig(run_root=str(tmp_path)))
+    result = run_ablation(plan, StudyConfig(run_root=str(tmp_path), trusted_optimizer=True))
     weak, canonical = result.row("tests:one-instance"), result.row("decomposed")
     assert weak.final_candidates == canonical.final_candidates
 

@@ -20,8 +20,9 @@ ledger ``RUN_DIR/verifier_ablation/`` (always fresh, never read back).
 * transfer_s = canonical held-out score(final_s) - canonical held-out score(seed_s);
 * gaming gap_s = validation gain_s - transfer_s;
 
-with means over seeds, a t interval over the per-seed values for transfer and gap (the seed is
-the unit: S-1 degrees of freedom; no interval from one seed) and the seed spread of the final
+with means over seeds, an interval over the per-seed values for transfer and gap with the seed
+as the unit (:func:`heldout.protocols.stats.compare_runs`: paired t over seeds, S-1 degrees of
+freedom, or an exact sign-flip bound for single-instance tasks; no interval from one seed) and the seed spread of the final
 candidates' held-out scores (:func:`heldout.protocols.stats.summarize_seeds`). The verdict the
 optimizer saw is the variant's (the ledger's ``evaluation`` entries); the canonical verdict it was
 derived from is kept beside it (``scored``) and never shown."""
@@ -35,7 +36,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
@@ -45,7 +45,7 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.session import OPTIMISATION, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study
-from heldout.protocols.stats import summarize_seeds
+from heldout.protocols.stats import compare_runs, summarize_seeds
 
 SEED_METHOD = "seed"
 ABLATION_DIR = "verifier_ablation"
@@ -218,16 +218,15 @@ class VerifierAblation:
         return "\n".join(lines)
 
 
-def t_interval(values: Sequence[float], level: float = CI_LEVEL) -> Interval | None:
-    """Student-t interval of the mean over seeds (None for one seed; zero width when all agree)."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size < 2:
+def seed_interval(base: Sequence[float], current: Sequence[float], n_examples: int,
+                  level: float = CI_LEVEL) -> Interval | None:
+    """Interval of the mean of ``current - base`` over seed pairs, the seed as the unit
+    (:func:`heldout.protocols.stats.compare_runs`: paired t over seeds, or an exact sign-flip
+    bound for single-instance tasks). None for one seed."""
+    if len(base) < 2:
         return None
-    sem = float(scipy_stats.sem(arr))
-    if sem == 0.0:
-        return Interval(float(arr.mean()), float(arr.mean()), level, "t over seeds (all seeds agree)")
-    low, high = scipy_stats.t.interval(level, df=arr.size - 1, loc=float(arr.mean()), scale=sem)
-    return Interval(float(low), float(high), level, f"t over seeds, {arr.size - 1} df")
+    comp = compare_runs(list(base), list(current), paired=True, n_examples=max(1, n_examples), alpha=1 - level)
+    return Interval(comp.low, comp.high, comp.level, f"{comp.test} over {len(base)} seeds")
 
 
 def reading(row: VariantResult) -> str:
@@ -336,8 +335,9 @@ def summarise(plan: AblationPlan, run_root: str | Path, config: StudyConfig | No
                                    ("metric_calls", int(final.usage.get("metric_calls", 0)))):
                     values[key].append(value)
             row = VariantResult(variant=variant, seeds=list(plan.seeds), **values)
-            row.transfer_ci = t_interval(row.transfer)
-            row.gap_ci = t_interval(row.gap)
+            n_test = plan.sizes.get("test", 1)
+            row.transfer_ci = seed_interval(row.seed_test, row.final_test, n_test)
+            row.gap_ci = seed_interval(row.transfer, row.val_gain, n_test)  # gap_s = gain_s - transfer_s
             row.seed_spread = asdict(summarize_seeds(row.final_test))
             row.reading = reading(row)
             rows.append(row)
@@ -369,5 +369,5 @@ def run_ablation(plan: AblationPlan, config: StudyConfig, executor: Executor | N
 
 
 __all__ = ["ABLATION_DIR", "RESULT_FILE", "SEED_METHOD", "AblationError", "AblationPlan", "Interval",
-           "VariantResult", "VerifierAblation", "plan_ablation", "reading", "run_ablation", "summarise",
-           "t_interval"]
+           "VariantResult", "VerifierAblation", "plan_ablation", "reading", "run_ablation", "seed_interval",
+           "summarise"]
