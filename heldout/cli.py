@@ -550,33 +550,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", default=None, help="require this bearer token")
     p.set_defaults(func=cmd_serve_model)
 
-    compare = sub.add_parser("compare", help="equal-budget protocols").add_subparsers(dest="action", required=True)
-    p = compare.add_parser("arms", help="serial vs best-of-N fork vs merge-of-N at an equal budget")
-    p.add_argument("--task", required=True, help="one task name")
-    p.add_argument("--optimizer", required=True, help="reference name or module:function taking width/stream")
-    p.add_argument("--budget", type=int, required=True, help="budget B per seed and arm, in the --fixed unit")
-    p.add_argument("--width", type=int, required=True, help="N: forks in the fork arm, workers in the merge arm")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 to separate arms; default 0,1,2)")
-    p.add_argument("--fixed", choices=FIXED_UNITS, default="metric_calls",
-                   help="the unit held equal and enforced; the others are measured as confounds")
-    p.add_argument("--metric-cap", type=int, default=None,
-                   help="with --fixed architect_calls/tokens: metric calls per run of budget B")
-    p.add_argument("--drift-tolerance", type=float, default=0.10,
-                   help="an arm spending this fraction less of the fixed unit marks the comparison broken")
-    p.add_argument("--min-headroom", type=float, default=0.10,
-                   help="warn when the seed's val score is within this fraction of the ceiling")
-    p.add_argument("--plan", action="store_true", help="print every run, its budget and the total; spend nothing")
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--run-dir", required=True, help="the experiment's folder (one level per arm; resumable)")
-    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
-    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--cache-dir", default=None, help="response cache directory")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_compare_arms)
-
     p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
     p.add_argument("--out", required=True, help="output directory")
@@ -684,6 +657,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_compare_verifiers)
+    p = compare.add_parser("arms", help="serial vs best-of-N fork vs merge-of-N at an equal budget")
+    p.add_argument("--task", required=True, help="one task name")
+    p.add_argument("--optimizer", required=True, help="reference name or module:function taking width/stream")
+    p.add_argument("--budget", type=int, required=True, help="budget B per seed and arm, in the --fixed unit")
+    p.add_argument("--width", type=int, required=True, help="N: forks in the fork arm, workers in the merge arm")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 to separate arms; default 0,1,2)")
+    p.add_argument("--fixed", choices=FIXED_UNITS, default="metric_calls",
+                   help="the unit held equal and enforced; the others are measured as confounds")
+    p.add_argument("--metric-cap", type=int, default=None,
+                   help="with --fixed architect_calls/tokens: metric calls per run of budget B")
+    p.add_argument("--drift-tolerance", type=float, default=0.10,
+                   help="an arm spending this fraction less of the fixed unit marks the comparison broken")
+    p.add_argument("--min-headroom", type=float, default=0.10,
+                   help="warn when the seed's val score is within this fraction of the ceiling")
+    p.add_argument("--plan", action="store_true", help="print every run, its budget and the total; spend nothing")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--run-dir", required=True, help="the experiment's folder (one level per arm; resumable)")
+    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
+    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    p.add_argument("--cache-dir", default=None, help="response cache directory")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_compare_arms)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
