@@ -6,7 +6,8 @@ the task only through that socket:
 
 * its own process group, a scrubbed environment (the view's socket/url and token, ``PATH``,
   ``HOME`` = ``TMPDIR`` = a private scratch dir that is also its working dir, ``PYTHONPATH``
-  holding a private copy of :mod:`heldout.adapters.client` and nothing else of heldout,
+  holding private copies of :mod:`heldout.contracts` and :mod:`heldout.adapters` (the client and
+  the library adapters) and nothing else of heldout,
   ``HELDOUT_SEED``);
 * with the sandbox's isolation (:func:`heldout.sandbox.isolation_mode`):
 
@@ -66,6 +67,9 @@ from heldout.sandbox import _child as sbx
 LOG_FILE = "optimizer.log"
 TAIL_BYTES = 4000
 CLIENT_SOURCE = Path(__file__).resolve().parents[1] / "adapters" / "client.py"
+# the library adapters (GEPA, DSPy, OpenEvolve) import only contracts and the client, so the
+# child gets them too and runs e.g. ``python -m heldout.adapters.gepa``
+ADAPTER_SOURCES = sorted(p for p in CLIENT_SOURCE.parent.glob("*.py") if p.name != "__init__.py")
 CONTRACTS_SOURCE = Path(__file__).resolve().parents[1] / "contracts.py"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -190,7 +194,8 @@ def _private_layout(private: Path, uid: int, mode: str) -> tuple[Path, Path, Pat
     pkg = lib / "heldout"
     (pkg / "__init__.py").write_text('"""heldout, as an isolated optimizer sees it: the client only."""\n')
     (pkg / "adapters" / "__init__.py").write_text("")
-    shutil.copyfile(CLIENT_SOURCE, pkg / "adapters" / "client.py")
+    for source in ADAPTER_SOURCES:
+        shutil.copyfile(source, pkg / "adapters" / source.name)
     shutil.copyfile(CONTRACTS_SOURCE, pkg / "contracts.py")
     for path in (lib, pkg, pkg / "adapters"):
         path.chmod(0o755)
