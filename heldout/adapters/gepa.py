@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from heldout.adapters.client import TaskClient
+from heldout.adapters.shown import feedback_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
 try:
@@ -87,20 +88,6 @@ class Trajectory:
     data_id: str
     input: Any
     shown: dict[str, Any]
-
-
-def feedback_text(shown: Mapping[str, Any]) -> str:
-    """The Feedback of a reflective record, from the fields the policy showed (and only those)."""
-    parts = []
-    if "score" in shown:
-        parts.append(f"Score: {shown['score']:g}")
-    if shown.get("error"):
-        parts.append(f"Error: {shown['error']}")
-    if shown.get("feedback"):
-        parts.append(str(shown["feedback"]))
-    if "target" in shown:
-        parts.append(f"Expected answer: {shown['target']}")
-    return "\n".join(parts)
 
 
 class ViewGEPAAdapter:

@@ -212,12 +212,14 @@ def library_reply(messages: list[dict]) -> str | None:
     outputs = _DSPY_OUTPUTS.search(system)
     if outputs:  # DSPy's chat adapter: every output field, then the completion marker
         given = dict(_DSPY_INPUT.findall(last))
-        old = given.get("basic_instruction", given.get("current_instruction", "")).strip()
-        parts = []
-        for name in _DSPY_FIELD.findall(outputs.group(1)):
-            value = (_rewrite_instruction(f"```\n{old}\n```\n{last}") if "instruction" in name
-                     else f"A short {name.replace('_', ' ')}.")
-            parts.append(f"[[ ## {name} ## ]]\n{value}")
+        old = next((given[k] for k in ("basic_instruction", "current_instruction", "current_instruction_doc")
+                    if k in given), "").strip()
+        values = {name: (_rewrite_instruction(f"```\n{old}\n```\n{last}") if "instruction" in name
+                         else f"A short {name.replace('_', ' ')}.")
+                  for name in _DSPY_FIELD.findall(outputs.group(1))}
+        if "JSON object" in last:  # DSPy's JSON adapter
+            return json.dumps(values)
+        parts = [f"[[ ## {name} ## ]]\n{value}" for name, value in values.items()]
         return "\n\n".join(parts + ["[[ ## completed ## ]]"])
     if _GEPA_REFLECTION.search(last):
         return "Here is the new instruction:\n```\n" + _rewrite_instruction(last) + "\n```"
