@@ -501,6 +501,11 @@ class Session:
         self.ledger = Ledger.open(self.run_dir)
         bench = self.task.benchmark
         self.variant = parse_verifier(verifier, bench.verifier_options, bench.score_ceiling)
+        if "prompt_format" in self.options:  # a wrong name is a clear error now, not one per example later
+            check = getattr(bench, "check_prompt_format", None)
+            if check is None:
+                raise HeldoutError(f"{bench.name} has no prompt formats")
+            check(self.options["prompt_format"])
         self._started = time.time()
         self.scorer = Scorer(bench, worker, limits, self.options, jobs, self.ledger)
         # held-out scoring: the canonical verifier, the experiment's own options, never a variant's

@@ -91,13 +91,14 @@ class StudyConfig:
     architect_model: str | None = None
     base_url: str | None = None
     cache_dir: str | None = None
+    model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
 
 
 def _client(model: str | None, config: StudyConfig):
     if not model:
         return None
     cache = ResponseCache(config.cache_dir) if config.cache_dir else None
-    return ModelClient(model, base_url=config.base_url, cache=cache)
+    return ModelClient(model, base_url=config.base_url, cache=cache, concurrency=config.model_concurrency)
 
 
 def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
