@@ -351,6 +351,20 @@ def _private_tmp(sbx, job: dict[str, Any]) -> None:
         os.close(fd)
 
 
+SHM = "/dev/shm"
+SHM_SIZE = "64m"
+
+
+def _private_shm(sbx, job: dict[str, Any]) -> None:
+    """A fresh, size-capped ``/dev/shm`` of the child's own (POSIX semaphores, which any
+    ``multiprocessing`` pool needs, e.g. OpenEvolve's, live there): the host's shared memory stays
+    out of sight, and the mount stays writable when :func:`sbx.isolate` makes the rest read-only."""
+    if not os.path.isdir(SHM):
+        return
+    sbx.mount("tmpfs", SHM, "tmpfs", sbx.MS_NOSUID | sbx.MS_NODEV, f"mode=1777,size={SHM_SIZE}")
+    job["writable"] = [SHM]
+
+
 def _launch(job_path: str) -> None:
     """Runs as the first process in the child's namespaces (see :func:`_execute`): isolate with
     the sandbox's own helpers, then replace itself with the optimizer command."""
@@ -370,6 +384,7 @@ def _launch(job_path: str) -> None:
             limits["memory_mb"] = 1 << 40 if hard == resource.RLIM_INFINITY else hard // (1 << 20)
         if mode != "none":
             _private_tmp(sbx, job)
+            _private_shm(sbx, job)
         sbx.isolate({**job, "limits": limits})
         sbx.libc().prctl(sbx.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with our parent
     except Exception as exc:  # noqa: BLE001

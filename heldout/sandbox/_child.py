@@ -124,7 +124,7 @@ def isolate(job):
             else:
                 mount("/dev/null", path, None, MS_BIND)
         for point in mount_points():
-            if point == scratch:
+            if point == scratch or point in job.get("writable", ()):  # private mounts made for the child
                 continue
             try:
                 flags = 0
