@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from heldout.sandbox import allow_unsafe_no_sandbox
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
@@ -32,6 +33,8 @@ from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.reports import build_report, check_runs, write_report
+from heldout.reports.check import DESIGN_FIELDS
+from heldout.reports.plan import plan_study
 
 def parse_seeds(text: str) -> list[int]:
     """``0,1,2`` -> [0, 1, 2]; a clear one-line error for anything else, and for repeats."""
@@ -182,7 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir)
+                         cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.run_dir) / "study.json").write_text(json.dumps(
         {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
@@ -213,12 +216,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
-                        method=args.method, pair_seeds=args.pair_seeds)
+                        method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)
     if args.json:
         _print_json(result.as_dict())
     else:
         print(result.evidence())
-    return 1 if result.regressed else 0
+    return result.exit_code
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = plan_study(args.task, args.profile, args.seeds, pilot=args.pilot, p_base=args.p_base, run_sd=args.run_sd,
+                      paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect)
+    if args.json:
+        _print_json(plan.as_dict())
+    else:
+        print(f"{args.task} [{args.profile}]")
+        print(plan.describe())
+    return 0
 
 
 # -- split / leak --------------------------------------------------------------------------------
@@ -341,6 +355,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
+                             "(recorded as isolation 'none'); never for code you did not write")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
@@ -406,7 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--architect-tokens", type=int, default=None, help="architect token budget per session")
     p.add_argument("--wall-seconds", type=float, default=None, help="wall-time budget per session, seconds")
     p.add_argument("--optimizer", action="append", default=[],
-                   help="in-process optimizer: module:function or a reference name (repeatable)")
+                   help="optimizer function module:function (runs isolated in the sandbox unless "
+                        "--trusted-optimizer) or a reference name (repeatable)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
     p.add_argument("--optimizer-cmd", action="append", default=[],
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
@@ -455,16 +475,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
+    p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level")
-    p.add_argument("--min-effect", type=float, default=0.0, help="ignore drops no larger than this")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of each one-sided test")
+    p.add_argument("--min-effect", type=float, default=0.0,
+                   help="largest drop you accept (score units); with 0 only a significant improvement passes")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
-    p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
-                   help="pair seeds by id (default) or by rank when the current set used fresh seeds")
+    p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
+                   help="pair seeds by id (default) or compare independent runs (fresh seeds; 'rank' = independent)")
+    p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD", choices=DESIGN_FIELDS,
+                   help="compare runs that differ in FIELD (" + ", ".join(DESIGN_FIELDS) + "); stated in the "
+                        "output (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("plan", help="minimum detectable effect of a K-seed study (paired 0/1 data, run variance)")
+    p.add_argument("--task", required=True, help="task name")
+    p.add_argument("--profile", default="default", help="split profile (its test split is the design's examples)")
+    p.add_argument("--seeds", type=int, required=True, help="runs per arm")
+    p.add_argument("--pilot", default=None, help="pilot run dir: baseline score, run-to-run SD, seed headroom")
+    p.add_argument("--p-base", type=float, default=None, help="baseline score (overrides the pilot's)")
+    p.add_argument("--run-sd", type=float, default=None, help="SD of a run's mean score (overrides the pilot's)")
+    p.add_argument("--effect", type=float, default=None, help="target effect: seeds/examples needed to detect it")
+    p.add_argument("--pair-seeds", choices=("id", "independent"), default="id",
+                   help="as the gate will pair them (id: assumes no correlation within a pair, conservative)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
+    p.add_argument("--power", type=float, default=0.8, help="target power")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
 
     split = sub.add_parser("split", help="build and prove topic-disjoint split profiles").add_subparsers(
         dest="action", required=True)
@@ -529,6 +568,8 @@ def _local_model_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.unsafe_no_sandbox:
+        allow_unsafe_no_sandbox()
     try:
         return int(args.func(args) or 0)
     except HeldoutError as exc:
