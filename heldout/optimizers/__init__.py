@@ -24,15 +24,12 @@ REFERENCE_OPTIMIZERS: dict[str, str] = {
     "lockpicking-search": "heldout.optimizers.lockpicking_search:optimize",
     "reflective": "heldout.optimizers.reflective:optimize",
     "local-search": "heldout.optimizers.local_search:optimize",
-<<<<<<< HEAD
     "constant-search": "heldout.optimizers.constant_search:optimize",
-=======
     # the real libraries, through heldout.adapters (extras [gepa], [dspy], [openevolve])
     "gepa": "heldout.optimizers.gepa:optimize",
     "dspy-mipro": "heldout.optimizers.dspy:optimize_mipro",
     "dspy-gepa": "heldout.optimizers.dspy:optimize_gepa",
     "openevolve": "heldout.optimizers.openevolve:optimize",
->>>>>>> adapters
 }
 
 OPTIMIZER_OPTIONS = {"width": 1, "stream": 0}
