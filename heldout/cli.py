@@ -31,6 +31,7 @@ from heldout.models.server import ChatServer
 from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
+from heldout.protocols.study import Study, load_study, parse_study, save_resolved
 from heldout.reports import build_report, check_runs, write_report
 
 def parse_seeds(text: str) -> list[int]:
@@ -169,24 +170,57 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in reports) else 1
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    seeds = parse_seeds(args.seeds)
-    methods = parse_methods(args.optimizer, args.optimizer_cmd)
+# `heldout run` flags that say what the cells are; a study file says all of them itself
+STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "profile", "seeds", "verifier", "policy",
+               "prompt_format", "architect_tokens", "wall_seconds", "worker_model", "architect_model",
+               "base_url", "cache_dir", "tolerance", "data_dir", "allow_drift")
+
+
+def study_from_flags(args: argparse.Namespace) -> Study:
+    """The flags as a study mapping, resolved by the same parser as a study file."""
+    if not args.task or not args.budget or not args.run_dir:
+        raise HeldoutError("heldout run needs a STUDY.toml, or --task, --budget and --run-dir")
     tasks = expand_tasks(args.task)
-    budgets = parse_budgets(args.budget, tasks)
-    options: dict[str, Any] = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    methods = parse_methods(args.optimizer or [], args.optimizer_cmd or [])
+    data: dict[str, Any] = {
+        "run_dir": args.run_dir, "tasks": tasks, "profiles": [args.profile or "default"],
+        "seeds": parse_seeds(args.seeds or "0"), "budget": parse_budgets(args.budget, tasks),
+        "methods": [{"name": m.name, **({"command": m.command} if m.command else {"optimizer": m.target})}
+                    for m in methods],
+        "verifiers": [args.verifier or CANONICAL], "policy": args.policy or "standard",
+        "allow_drift": bool(args.allow_drift), "executor": {"jobs": args.jobs or 1},
+        "options": {} if args.tolerance is None else {"tolerance": args.tolerance},
+        "limits": {k: v for k, v in (("architect_tokens", args.architect_tokens),
+                                     ("wall_seconds", args.wall_seconds)) if v is not None},
+        "models": {k: v for k, v in (("worker", args.worker_model), ("architect", args.architect_model),
+                                     ("base_url", args.base_url), ("cache_dir", args.cache_dir)) if v is not None}}
     if args.prompt_format:
-        options["prompt_format"] = args.prompt_format
-    cells = build_cells(tasks, methods, seeds, budgets, args.profile, options, [args.verifier])
-    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
-                         policy=args.policy, architect_tokens=args.architect_tokens,
-                         wall_seconds=args.wall_seconds, worker_model=args.worker_model,
-                         architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir)
-    Path(args.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.run_dir) / "study.json").write_text(json.dumps(
-        {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
-    results = run_study(cells, config, LocalExecutor(args.jobs))
+        data["prompt_format"] = args.prompt_format
+    if args.data_dir:
+        data["data_dir"] = args.data_dir
+    return parse_study(data, origin="heldout run")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.study:
+        given = [f"--{f.replace('_', '-')}" for f in STUDY_FLAGS if getattr(args, f) not in (None, [], False)]
+        if given:
+            raise HeldoutError(f"{args.study} is the whole study; drop {', '.join(given)} (edit the file instead)")
+        study = load_study(args.study, run_dir=args.run_dir)
+        if args.jobs:
+            study.jobs = args.jobs
+    else:
+        study = study_from_flags(args)
+    if args.dry_run:
+        print("\n".join(study.plan()))
+        return 0
+    save_resolved(study)
+    results = []
+    for config, cells in study.groups():
+        Path(config.run_root).mkdir(parents=True, exist_ok=True)
+        (Path(config.run_root) / "study.json").write_text(json.dumps(
+            {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
+        results += run_study(cells, config, LocalExecutor(study.jobs))
     if args.json:
         _print_json(results)
     else:
@@ -397,25 +431,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ledger_verify)
 
     p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
-    p.add_argument("--task", action="append", required=True,
+    p.add_argument("study", nargs="?", default=None,
+                   help="STUDY.toml: the whole study in one file (see docs); or give the flags below")
+    p.add_argument("--dry-run", action="store_true", help="print every cell and the total budget, run nothing")
+    p.add_argument("--task", action="append", default=None,
                    help="task, family (bbh), group (bbh/sepo, program), or glob ('mmlu_pro/*'); repeatable")
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
-    p.add_argument("--budget", action="append", required=True,
+    p.add_argument("--profile", default=None, help="split profile (default: default)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2 (default 0)")
+    p.add_argument("--budget", action="append", default=None,
                    help="metric calls per session: N, or TASK=N per task (repeatable)")
     p.add_argument("--architect-tokens", type=int, default=None, help="architect token budget per session")
     p.add_argument("--wall-seconds", type=float, default=None, help="wall-time budget per session, seconds")
-    p.add_argument("--optimizer", action="append", default=[],
+    p.add_argument("--optimizer", action="append", default=None,
                    help="in-process optimizer: module:function or a reference name (repeatable)")
-    p.add_argument("--optimizer-cmd", action="append", default=[],
+    p.add_argument("--optimizer-cmd", action="append", default=None,
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
-    p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
-    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
+    p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
+    p.add_argument("--jobs", type=int, default=None, help="sessions in parallel (process pool; default 1)")
+    p.add_argument("--policy", default=None, choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
     p.add_argument("--prompt-format", default=None,
                    help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
-    p.add_argument("--verifier", default=CANONICAL,
+    p.add_argument("--verifier", default=None,
                    help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
     p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
     p.add_argument("--architect-model", default=None, help="model id of the metered architect")
