@@ -109,7 +109,6 @@ class Study:
     config: StudyConfig
     jobs: int = 1
     executor: str = "local"
-    method_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def groups(self) -> list[tuple[StudyConfig, list[Cell]]]:
         """``(config, cells)`` per profile, each config's ``run_root`` where its cells live."""
@@ -406,13 +405,14 @@ def read_resolved(run_dir: str | Path) -> dict[str, Any] | None:
 
 
 def find_resolved_studies(paths: list[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
-    """Every resolved ``study.toml`` at or under ``paths`` (and at the study root above a session
-    dir given directly): what a report shows as "the study that ran"."""
+    """Every resolved ``study.toml`` at or under ``paths``, or, for a path inside a study, the
+    nearest one above it (the study root; a further one up is some other file): what a report
+    shows as "the study that ran"."""
     found: dict[Path, dict[str, Any]] = {}
     for raw in paths:
-        root = Path(raw)
+        root = Path(raw).resolve()
         candidates = list(root.rglob(STUDY_FILE)) if root.is_dir() else []
-        candidates += [p / STUDY_FILE for p in root.parents if (p / STUDY_FILE).is_file()]
+        candidates += [p / STUDY_FILE for p in root.parents if (p / STUDY_FILE).is_file()][:1]
         for path in candidates:
             path = path.resolve()
             if path not in found:
