@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from heldout.sandbox import allow_unsafe_no_sandbox
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
@@ -28,11 +29,15 @@ from heldout.evaluators.session import POLICIES
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
+from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.protocols.study import Study, load_study, parse_study, save_resolved
 from heldout.reports import build_report, check_runs, write_report
+from heldout.reports.check import DESIGN_FIELDS
+from heldout.reports.plan import plan_study
+from heldout.reports.store import TABLES, ResultsStore
 
 def parse_seeds(text: str) -> list[int]:
     """``0,1,2`` -> [0, 1, 2]; a clear one-line error for anything else, and for repeats."""
@@ -173,7 +178,12 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 # `heldout run` flags that say what the cells are; a study file says all of them itself
 STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "profile", "seeds", "verifier", "policy",
                "prompt_format", "architect_tokens", "wall_seconds", "worker_model", "architect_model",
-               "base_url", "cache_dir", "tolerance", "data_dir", "allow_drift")
+               "base_url", "cache_dir", "tolerance", "data_dir", "allow_drift", "trusted_optimizer")
+
+
+def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {"kind": args.executor, "jobs": args.jobs, "ray_address": args.ray_address, "cell_cpus": args.cell_cpus,
+            "cell_memory_mb": args.cell_memory_mb}
 
 
 def study_from_flags(args: argparse.Namespace) -> Study:
@@ -188,7 +198,8 @@ def study_from_flags(args: argparse.Namespace) -> Study:
         "methods": [{"name": m.name, **({"command": m.command} if m.command else {"optimizer": m.target})}
                     for m in methods],
         "verifiers": [args.verifier or CANONICAL], "policy": args.policy or "standard",
-        "allow_drift": bool(args.allow_drift), "executor": {"jobs": args.jobs or 1},
+        "allow_drift": bool(args.allow_drift), "trusted_optimizer": bool(args.trusted_optimizer),
+        "executor": {k: v for k, v in _executor_flags(args).items() if v is not None},
         "options": {} if args.tolerance is None else {"tolerance": args.tolerance},
         "limits": {k: v for k, v in (("architect_tokens", args.architect_tokens),
                                      ("wall_seconds", args.wall_seconds)) if v is not None},
@@ -207,8 +218,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if given:
             raise HeldoutError(f"{args.study} is the whole study; drop {', '.join(given)} (edit the file instead)")
         study = load_study(args.study, run_dir=args.run_dir)
-        if args.jobs:
-            study.jobs = args.jobs
+        # how to run (not what): the execution flags override the file's [executor]
+        study.executor.update({k: v for k, v in _executor_flags(args).items() if v is not None})
     else:
         study = study_from_flags(args)
     if args.dry_run:
@@ -220,7 +231,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         Path(config.run_root).mkdir(parents=True, exist_ok=True)
         (Path(config.run_root) / "study.json").write_text(json.dumps(
             {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
-        results += run_study(cells, config, LocalExecutor(study.jobs))
+        executor = make_executor(study.executor["kind"], config.run_root, jobs=study.executor["jobs"],
+                                 ray_address=study.executor.get("ray_address"),
+                                 cell_cpus=study.executor["cell_cpus"],
+                                 cell_memory_mb=study.executor.get("cell_memory_mb"))
+        try:
+            results += run_study(cells, config, executor)
+        finally:
+            getattr(executor, "close", lambda: None)()
     if args.json:
         _print_json(results)
     else:
@@ -228,6 +246,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<7} "
                   f"test {r['test_score']}  {r['run_dir']}")
     return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+# -- runs (the results store) --------------------------------------------------------------------
+def cmd_runs_query(args: argparse.Namespace) -> int:
+    result = ResultsStore.open([args.run_dir]).query(args.sql)
+    if args.json:
+        for row in result.to_dicts():
+            _print_json(row)
+    else:
+        print(result.format())
+    return 0
+
+
+def cmd_runs_export(args: argparse.Namespace) -> int:
+    store = ResultsStore.open([args.run_dir])
+    for path in store.export_parquet(args.parquet):
+        print(f"{path}  ({store.count(path.stem)} rows)")
+    return 0
 
 
 # -- report / check ------------------------------------------------------------------------------
@@ -247,12 +283,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
-                        method=args.method, pair_seeds=args.pair_seeds)
+                        method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)
     if args.json:
         _print_json(result.as_dict())
     else:
         print(result.evidence())
-    return 1 if result.regressed else 0
+    return result.exit_code
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = plan_study(args.task, args.profile, args.seeds, pilot=args.pilot, p_base=args.p_base, run_sd=args.run_sd,
+                      paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect)
+    if args.json:
+        _print_json(plan.as_dict())
+    else:
+        print(f"{args.task} [{args.profile}]")
+        print(plan.describe())
+    return 0
 
 
 # -- split / leak --------------------------------------------------------------------------------
@@ -375,6 +422,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
+                             "(recorded as isolation 'none'); never for code you did not write")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
@@ -443,11 +493,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--architect-tokens", type=int, default=None, help="architect token budget per session")
     p.add_argument("--wall-seconds", type=float, default=None, help="wall-time budget per session, seconds")
     p.add_argument("--optimizer", action="append", default=None,
-                   help="in-process optimizer: module:function or a reference name (repeatable)")
+                   help="optimizer function module:function (runs isolated in the sandbox unless "
+                        "--trusted-optimizer) or a reference name (repeatable)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
     p.add_argument("--optimizer-cmd", action="append", default=None,
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
     p.add_argument("--jobs", type=int, default=None, help="sessions in parallel (process pool; default 1)")
+    p.add_argument("--executor", default=None, choices=EXECUTORS,
+                   help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
+    p.add_argument("--cell-cpus", type=float, default=None, help="--executor ray: CPUs each cell asks for (default 1)")
+    p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
     p.add_argument("--policy", default=None, choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
     p.add_argument("--prompt-format", default=None,
@@ -463,6 +522,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
+
+    runs = sub.add_parser("runs", help="the results store: SQL over verified runs, Parquet exports").add_subparsers(
+        dest="action", required=True)
+    p = runs.add_parser("query", help=f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)")
+    p.add_argument("run_dir", help="a study's run dir (verified now) or a Parquet export dir")
+    p.add_argument("sql", help='e.g. "SELECT task, method, avg(test_score) FROM runs GROUP BY ALL"')
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.set_defaults(func=cmd_runs_query)
+    p = runs.add_parser("export", help="write one Parquet file per table")
+    p.add_argument("run_dir", help="a study's run dir")
+    p.add_argument("--parquet", required=True, metavar="OUT", help="directory for runs.parquet, verdicts.parquet, ...")
+    p.set_defaults(func=cmd_runs_export)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
     p.add_argument("--real-model", action="store_true",
@@ -492,16 +563,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
+    p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level")
-    p.add_argument("--min-effect", type=float, default=0.0, help="ignore drops no larger than this")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of each one-sided test")
+    p.add_argument("--min-effect", type=float, default=0.0,
+                   help="largest drop you accept (score units); with 0 only a significant improvement passes")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
-    p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
-                   help="pair seeds by id (default) or by rank when the current set used fresh seeds")
+    p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
+                   help="pair seeds by id (default) or compare independent runs (fresh seeds; 'rank' = independent)")
+    p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD", choices=DESIGN_FIELDS,
+                   help="compare runs that differ in FIELD (" + ", ".join(DESIGN_FIELDS) + "); stated in the "
+                        "output (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("plan", help="minimum detectable effect of a K-seed study (paired 0/1 data, run variance)")
+    p.add_argument("--task", required=True, help="task name")
+    p.add_argument("--profile", default="default", help="split profile (its test split is the design's examples)")
+    p.add_argument("--seeds", type=int, required=True, help="runs per arm")
+    p.add_argument("--pilot", default=None, help="pilot run dir: baseline score, run-to-run SD, seed headroom")
+    p.add_argument("--p-base", type=float, default=None, help="baseline score (overrides the pilot's)")
+    p.add_argument("--run-sd", type=float, default=None, help="SD of a run's mean score (overrides the pilot's)")
+    p.add_argument("--effect", type=float, default=None, help="target effect: seeds/examples needed to detect it")
+    p.add_argument("--pair-seeds", choices=("id", "independent"), default="id",
+                   help="as the gate will pair them (id: assumes no correlation within a pair, conservative)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
+    p.add_argument("--power", type=float, default=0.8, help="target power")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
 
     split = sub.add_parser("split", help="build and prove topic-disjoint split profiles").add_subparsers(
         dest="action", required=True)
@@ -566,6 +656,8 @@ def _local_model_arguments(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.unsafe_no_sandbox:
+        allow_unsafe_no_sandbox()
     try:
         return int(args.func(args) or 0)
     except HeldoutError as exc:

@@ -24,7 +24,7 @@ FAST = RunLimits(wall_seconds=2.5, cpu_seconds=2.5, memory_mb=512, max_processes
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "heldout" / "data_manifests" / "circle_packing" / "square26.json"
 SCORING = REPO / "heldout" / "benchmarks" / "geometry" / "scoring.py"
-NAMESPACED = isolation_mode() in ("root", "userns")
+NAMESPACED = isolation_mode() == "bwrap"
 
 HEADER = '''\
 import os, sys, time, ctypes, socket, signal
@@ -152,7 +152,7 @@ def test_unbounded_recursion_with_the_limit_lifted_ends_cleanly():
 
 
 def test_huge_return_value_is_refused():
-    failed(attack("return [[0.5, 0.5, 0.1]] * 2_000_000"), "output_too_large")
+    failed(attack("return [[0.5, 0.5, 0.1]] * 2_000_000", FAST.replace(wall_seconds=60, cpu_seconds=60)), "output_too_large")
 
 
 def test_deeply_nested_return_value_is_bad_output():

@@ -84,7 +84,7 @@ def test_flags_and_a_study_file_give_the_same_cells(tmp_path):
     file.write_text(f'run_dir = "{tmp_path / "runs"}"\n' + SAME_AS_FILE)
     from_file, from_flags = load_study(file), _flags_study(tmp_path / "runs")
     assert _cells(from_file) == _cells(from_flags)
-    assert asdict(from_file.config) == asdict(from_flags.config) and from_file.jobs == from_flags.jobs == 2
+    assert asdict(from_file.config) == asdict(from_flags.config) and from_file.executor == from_flags.executor == {"kind": "local", "jobs": 2, "cell_cpus": 1.0}
     # 9 tasks x 3 methods x 3 seeds, the SEPO eight at 40 calls and navigate at 60
     assert len(from_file.cells()) == 81
     assert from_file.budgets == {**{f"bbh/{t}": 40 for t in SEPO_TASKS}, "bbh/navigate": 60}
@@ -105,11 +105,11 @@ def test_the_resolved_study_round_trips_and_states_every_default(tmp_path):
 
 
 def test_two_profiles_keep_their_sessions_apart(tmp_path):
-    study = parse_study({"run_dir": str(tmp_path), "tasks": ["bbh/boolean_expressions"],
+    study = parse_study({"run_dir": str(tmp_path), "tasks": ["bbh/causal_judgement"],
                          "profiles": ["default", "sepo"], "budget": 5, "methods": [{"name": "seed"}]})
     dirs = [c.run_dir(config.run_root) for config, cells in study.groups() for c in cells]
-    assert dirs == [tmp_path / "profile-default" / "bbh__boolean_expressions" / "seed" / "seed-0",
-                    tmp_path / "profile-sepo" / "bbh__boolean_expressions" / "seed" / "seed-0"]
+    assert dirs == [tmp_path / "profile-default" / "bbh__causal_judgement" / "seed" / "seed-0",
+                    tmp_path / "profile-sepo" / "bbh__causal_judgement" / "seed" / "seed-0"]
 
 
 BASE = {"run_dir": "r", "tasks": ["lockpicking/six"], "budget": 5, "methods": [{"name": "seed"}]}

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError
-from heldout.evaluators.isolated import run_isolated
+from heldout.evaluators.isolated import is_function_spec, run_isolated, run_isolated_function
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.session import Budget, Session
 from heldout.models import ModelClient, ResponseCache
@@ -95,6 +95,7 @@ class StudyConfig:
     base_url: str | None = None
     cache_dir: str | None = None
     model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
+    trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
 
 
 def _client(model: str | None, config: StudyConfig):
@@ -117,11 +118,16 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
                       architect=_client(config.architect_model, config), policy=config.policy,
                       data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
                       options=cell.options, verifier=cell.verifier)
+    target = cell.method.target or cell.method.name
     if cell.method.command:
-        # hide the whole study (sibling cells' ledgers, study.json), not only this cell's run dir
-        record = run_isolated(session, cell.method.command, hide_paths=[config.run_root])
+        record = run_isolated(session, cell.method.command)
+    elif is_function_spec(target) and not config.trusted_optimizer:
+        # user code: isolated by default (the trust model); heldout's reference names run in-process
+        record = run_isolated_function(session, target)
     else:
-        optimizer = resolve_optimizer(cell.method.target or cell.method.name)
+        session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
+                                                         "isolation": "trusted, not isolated"})
+        optimizer = resolve_optimizer(target)
         record = session.run(functools.partial(optimizer, **cell.method.options) if cell.method.options else optimizer)
     return {"status": record.status, "skipped": False, "test_score": record.test_score,
             "error": record.error, "run_dir": str(run_dir)}

@@ -56,6 +56,8 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError
 from heldout.data_manifests import Manifest
 from heldout.evaluators.session import POLICIES
+from heldout.evaluators.isolated import is_function_spec
+from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_budgets
 
 STUDY_FILE = "study.toml"
@@ -82,14 +84,15 @@ _TOP = {
     "options": ((dict,), "task options: tolerance, max_tokens, temperature"),
     "limits": ((dict,), "architect_tokens, wall_seconds per session"),
     "models": ((dict,), "worker, architect, base_url, cache_dir, concurrency"),
-    "executor": ((dict,), "kind = \"local\", jobs = N"),
+    "executor": ((dict,), "kind = \"local\" or \"ray\", jobs, ray_address, cell_cpus, cell_memory_mb"),
+    "trusted_optimizer": ((bool,), "run module:function optimizers in-process (recorded as trusted, not isolated)"),
 }
 _METHOD = {"name": (str,), "optimizer": (str,), "command": (str,), "options": (dict,)}
 _OPTIONS = {"tolerance": (int, float), "max_tokens": (int,), "temperature": (int, float)}
 _LIMITS = {"architect_tokens": (int,), "wall_seconds": (int, float)}
 _MODELS = {"worker": (str,), "architect": (str,), "base_url": (str,), "cache_dir": (str,), "concurrency": (int,)}
-_EXECUTOR = {"kind": (str,), "jobs": (int,)}
-EXECUTORS = ("local",)
+_EXECUTOR = {"kind": (str,), "jobs": (int,), "ray_address": (str,), "cell_cpus": (int, float),
+             "cell_memory_mb": (int,)}
 
 
 @dataclass
@@ -107,8 +110,7 @@ class Study:
     verifiers: list[str]
     options: dict[str, Any]
     config: StudyConfig
-    jobs: int = 1
-    executor: str = "local"
+    executor: dict[str, Any] = field(default_factory=dict)  # kind, jobs, ray_address, cell_cpus, cell_memory_mb
 
     def groups(self) -> list[tuple[StudyConfig, list[Cell]]]:
         """``(config, cells)`` per profile, each config's ``run_root`` where its cells live."""
@@ -137,7 +139,7 @@ class Study:
         lines.append(f"{n} cell(s); total budget {self.total_metric_calls()} metric calls"
                      + (f", {n * self.config.architect_tokens} architect tokens" if self.config.architect_tokens else "")
                      + (f", {n * self.config.wall_seconds:g} wall seconds" if self.config.wall_seconds else "")
-                     + f"; {self.jobs} job(s)")
+                     + f"; executor {self.executor['kind']}, {self.executor['jobs']} job(s)")
         return lines
 
     def resolved(self) -> dict[str, Any]:
@@ -164,7 +166,8 @@ class Study:
             "models": {"worker": self.config.worker_model, "architect": self.config.architect_model,
                        "base_url": self.config.base_url, "cache_dir": self.config.cache_dir,
                        "concurrency": self.config.model_concurrency},
-            "executor": {"kind": self.executor, "jobs": self.jobs},
+            "trusted_optimizer": self.config.trusted_optimizer,
+            "executor": dict(self.executor),
             "methods": methods,
         }
         return _drop_none(data)
@@ -220,21 +223,25 @@ def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
     limits = _table(data.get("limits", {}), _LIMITS, "limits", origin)
     models = _table(data.get("models", {}), _MODELS, "models", origin)
     executor = _table(data.get("executor", {}), _EXECUTOR, "executor", origin)
-    kind = executor.get("kind", "local")
-    if kind not in EXECUTORS:
-        raise StudyError(f"{origin}: executor.kind {kind!r} is not one of {', '.join(EXECUTORS)}")
-    jobs = executor.get("jobs", 1)
-    if jobs < 1:
-        raise StudyError(f"{origin}: executor.jobs must be >= 1, got {jobs}")
+    executor = {"kind": "local", "jobs": 1, "cell_cpus": 1.0, **executor}
+    if executor["kind"] not in EXECUTORS:
+        raise StudyError(f"{origin}: executor.kind {executor['kind']!r} is not one of {', '.join(EXECUTORS)}")
+    if executor["jobs"] < 1:
+        raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
+    trusted = data.get("trusted_optimizer", False)
+    for k, m in enumerate(methods):
+        if m.options and is_function_spec(m.target or "") and not trusted:
+            raise StudyError(f"{origin}: methods[{k}].options reach in-process optimizers only: a module:function "
+                             "runs isolated unless trusted_optimizer = true")
     _check_against_tasks(tasks, profiles, verifiers, options, origin)
     config = StudyConfig(run_root=run_dir, data_dir=data.get("data_dir"), allow_drift=data.get("allow_drift", False),
                          policy=policy, architect_tokens=limits.get("architect_tokens"),
                          wall_seconds=limits.get("wall_seconds"), worker_model=models.get("worker"),
                          architect_model=models.get("architect"), base_url=models.get("base_url"),
-                         cache_dir=models.get("cache_dir"),
+                         cache_dir=models.get("cache_dir"), trusted_optimizer=trusted,
                          **({"model_concurrency": models["concurrency"]} if "concurrency" in models else {}))
     return Study(run_dir=run_dir, tasks=tasks, profiles=profiles, seeds=seeds, budgets=budgets, methods=methods,
-                 verifiers=verifiers, options=options, config=config, jobs=jobs, executor=kind)
+                 verifiers=verifiers, options=options, config=config, executor=executor)
 
 
 def _check_keys(table: Mapping[str, Any], allowed: Mapping[str, Any], where: str, origin: str) -> None:
