@@ -35,6 +35,7 @@ from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.protocols.study import Study, load_study, parse_study, save_resolved
 from heldout.reports import build_report, check_runs, write_report
+from heldout.reports.inspect_export import export_inspect
 from heldout.reports.check import DESIGN_FIELDS
 from heldout.reports.plan import plan_study
 from heldout.reports.store import TABLES, ResultsStore
@@ -264,6 +265,17 @@ def cmd_runs_export(args: argparse.Namespace) -> int:
     for path in store.export_parquet(args.parquet):
         print(f"{path}  ({store.count(path.stem)} rows)")
     return 0
+
+
+# -- export ------------------------------------------------------------------------------------
+def cmd_export_inspect(args: argparse.Namespace) -> int:
+    result = export_inspect(args.run_dir, args.out, with_optimisation=args.with_optimisation, data_dir=args.data_dir)
+    for note in result.notes:
+        print(f"heldout export: note: {note}", file=sys.stderr)
+    for path, reason in result.skipped:
+        print(f"heldout export: SKIPPED {path}: {reason}", file=sys.stderr)
+    print(f"wrote {len(result.written)} Inspect log(s) to {args.out}; view them with `inspect view --log-dir {args.out}`")
+    return 1 if result.skipped else 0
 
 
 # -- report / check ------------------------------------------------------------------------------
@@ -534,6 +546,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a study's run dir")
     p.add_argument("--parquet", required=True, metavar="OUT", help="directory for runs.parquet, verdicts.parquet, ...")
     p.set_defaults(func=cmd_runs_export)
+
+    export = sub.add_parser("export", help="sessions in other tools' formats").add_subparsers(dest="action", required=True)
+    p = export.add_parser("inspect", help="Inspect eval logs (held-out scoring, optionally optimisation) for `inspect view`")
+    p.add_argument("run_dir", help="a study's or a session's run dir (searched recursively for ledgers)")
+    p.add_argument("--out", required=True, help="log dir to write the .eval files into")
+    p.add_argument("--with-optimisation", action="store_true", help="also every evaluation the optimizer paid for")
+    p.add_argument("--data-dir", default=None, help="to render prompts and show targets of dataset tasks")
+    p.set_defaults(func=cmd_export_inspect)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
     p.add_argument("--real-model", action="store_true",
