@@ -36,6 +36,7 @@ from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse
 from heldout.protocols.study import Study, load_study, parse_study, save_resolved
 from heldout.reports import build_report, check_runs, write_report
 from heldout.reports.inspect_export import export_inspect
+from heldout.reports.paper import FORMATS as PAPER_FORMATS, write_paper
 from heldout.reports.check import DESIGN_FIELDS
 from heldout.reports.plan import plan_study
 from heldout.reports.store import TABLES, ResultsStore
@@ -286,6 +287,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         print(f"heldout report: WARNING: {warning}", file=sys.stderr)
     paths = write_report(report, args.out)
+    if args.format:
+        paths.update(write_paper(report, args.out, args.format))
     runs = report.runs
     print(f"{len(runs.runs)} run(s) used, {len(runs.failed)} failed, {len(runs.excluded)} excluded")
     for kind, path in paths.items():
@@ -581,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.05, help="significance level")
     p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
+    p.add_argument("--format", action="append", choices=PAPER_FORMATS, default=None,
+                   help="also Table 1 and the paired table as booktabs LaTeX / CSV in OUT/paper, figures as PDF+SVG (repeatable)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
