@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (tab completion: `heldout completion bash`)
 """The ``heldout`` command: a thin layer over the API.
 
 Each sub-command is a small function ``cmd_<name>(args) -> int`` plus its argparse wiring in
@@ -9,11 +10,17 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from heldout.sandbox import allow_unsafe_no_sandbox
+try:
+    import argcomplete
+except ImportError:  # the optional extra heldout[completion]
+    argcomplete = None
+
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
@@ -227,7 +234,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(study.plan()))
         return 0
-    save_resolved(study)
+    saved = save_resolved(study)
+    if args.verbosity > 0:
+        print(f"heldout run: study {saved}:\n{saved.read_text()}", file=sys.stderr)
     results = []
     for config, cells in study.groups():
         Path(config.run_root).mkdir(parents=True, exist_ok=True)
@@ -238,7 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                  cell_cpus=study.executor["cell_cpus"],
                                  cell_memory_mb=study.executor.get("cell_memory_mb"))
         try:
-            results += run_study(cells, config, executor)
+            results += run_study(cells, config, executor, progress=args.verbosity >= 0)
         finally:
             getattr(executor, "close", lambda: None)()
     if args.json:
@@ -271,7 +280,7 @@ def cmd_runs_export(args: argparse.Namespace) -> int:
 # -- export ------------------------------------------------------------------------------------
 def cmd_export_inspect(args: argparse.Namespace) -> int:
     result = export_inspect(args.run_dir, args.out, with_optimisation=args.with_optimisation, data_dir=args.data_dir)
-    for note in result.notes:
+    for note in result.notes if args.verbosity >= 0 else []:
         print(f"heldout export: note: {note}", file=sys.stderr)
     for path, reason in result.skipped:
         print(f"heldout export: SKIPPED {path}: {reason}", file=sys.stderr)
@@ -440,7 +449,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
                         help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
                              "(recorded as isolation 'none'); never for code you did not write")
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
+                      help="no progress lines or notes on stderr (warnings and errors still print)")
+    talk.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                      help="more on stderr: the resolved study before a run, a traceback with an error")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("completion", help="print a shell completion script (needs argcomplete: heldout[completion])")
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="e.g. `eval \"$(heldout completion bash)\"` in ~/.bashrc")
+    p.set_defaults(func=cmd_completion)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
     p = tasks.add_parser("list", help="every task with kind, metric, split profiles and sizes")
@@ -678,14 +696,28 @@ def _local_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=2048, help="context length in tokens")
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    if argcomplete is None:
+        raise HeldoutError("shell completion needs argcomplete: pip install 'heldout[completion]'")
+    print(argcomplete.shellcode(["heldout"], shell=args.shell))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if argcomplete is not None:
+        argcomplete.autocomplete(parser)  # answers the shell's completion request (and exits) if it is one
     args = parser.parse_args(argv)
     if args.unsafe_no_sandbox:
         allow_unsafe_no_sandbox()
     try:
         return int(args.func(args) or 0)
     except HeldoutError as exc:
+        if args.verbosity > 0:
+            traceback.print_exc(file=sys.stderr)
         print(f"heldout: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

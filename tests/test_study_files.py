@@ -5,6 +5,7 @@ a study runs, saves its resolved file, and refuses to be mixed with a different 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -191,3 +192,35 @@ def test_a_study_runs_saves_its_resolved_file_and_refuses_another_study(tmp_path
         save_resolved(other)
     rerun = load_study(runs / "study.toml")  # the saved file reruns the same study (all cells done)
     assert _cells(rerun) == _cells(load_study(file))
+
+
+def test_shell_completion_completes_subcommands_and_flags(tmp_path):
+    pytest.importorskip("argcomplete", reason="the [completion] extra (argcomplete) is not installed")
+    script = subprocess.run([sys.executable, "-m", "heldout.cli", "completion", "bash"], capture_output=True,
+                            text=True, cwd=REPO, timeout=120)
+    assert script.returncode == 0 and "complete " in script.stdout and "heldout" in script.stdout
+    answers = tmp_path / "completions"
+    line = "heldout run --dry"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_STDOUT_FILENAME": str(answers), "_ARGCOMPLETE_IFS": "\n"}
+    subprocess.run([sys.executable, "-m", "heldout.cli"], env=env, cwd=REPO, timeout=120, capture_output=True)
+    assert answers.read_text().split() == ["--dry-run"]
+
+
+def test_quiet_and_verbose_are_a_top_level_pair(tmp_path):
+    parser = build_parser()
+    assert parser.parse_args(["-q", "tasks", "list"]).verbosity == -1
+    assert parser.parse_args(["--verbose", "tasks", "list"]).verbosity == 1
+    assert parser.parse_args(["tasks", "list"]).verbosity == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["-q", "-v", "tasks", "list"])
+    bad = tmp_path / "bad.toml"
+    bad.write_text('run_dir = "r"\ntasks = ["lockpicking/six"]\nbudget = 3\nmethodz = []\n')
+    loud = subprocess.run([sys.executable, "-m", "heldout.cli", "-v", "run", str(bad), "--dry-run"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    plain = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(bad), "--dry-run"],
+                           capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert loud.returncode == plain.returncode == 2
+    assert plain.stderr.strip().splitlines() == [f"heldout: error: {bad}: unknown key 'methodz' (allowed: "
+                                                 + plain.stderr.split("(allowed: ", 1)[1].strip()]
+    assert "Traceback" in loud.stderr and "Traceback" not in plain.stderr

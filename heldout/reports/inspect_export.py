@@ -21,11 +21,13 @@ Rules:
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterable, Mapping
 
 from heldout.benchmarks.loading import load_task
@@ -33,24 +35,27 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, RunContext, Verdict
 from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 
-try:
-    from inspect_ai.log import (
-        EvalConfig,
-        EvalDataset,
-        EvalError,
-        EvalLog,
-        EvalMetric,
-        EvalResults,
-        EvalSample,
-        EvalScore,
-        EvalSpec,
-        EvalStats,
-        write_eval_log,
-    )
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser, ModelOutput
-    from inspect_ai.scorer import Score
-except ImportError:  # the optional extra: a clear error when the export is asked for
-    write_eval_log = None
+_API: SimpleNamespace | None = None
+
+
+def inspect_api() -> SimpleNamespace:
+    """The inspect-ai classes the export builds, imported on first use: inspect-ai is an optional
+    extra and takes seconds to import, which no other ``heldout`` command should pay."""
+    global _API
+    if _API is None:
+        try:
+            log = importlib.import_module("inspect_ai.log")
+            model = importlib.import_module("inspect_ai.model")
+            scorer = importlib.import_module("inspect_ai.scorer")
+        except ImportError:
+            raise ExportError("the Inspect export needs inspect-ai: pip install 'heldout[inspect]'") from None
+        _API = SimpleNamespace(**{name: getattr(log, name) for name in (
+            "EvalConfig", "EvalDataset", "EvalError", "EvalLog", "EvalMetric", "EvalResults", "EvalSample",
+            "EvalScore", "EvalSpec", "EvalStats", "write_eval_log")},
+            **{name: getattr(model, name) for name in (
+                "ChatMessageAssistant", "ChatMessageSystem", "ChatMessageUser", "ModelOutput")},
+            Score=scorer.Score)
+    return _API
 
 SCORER = "heldout"
 
@@ -82,8 +87,7 @@ class _Session:
 def export_inspect(run_dir: str | Path, out: str | Path, *, with_optimisation: bool = False,
                    data_dir: str | None = None) -> ExportResult:
     """Write Inspect logs for every session under ``run_dir`` into ``out``."""
-    if write_eval_log is None:
-        raise ExportError("the Inspect export needs inspect-ai: pip install 'heldout[inspect]'")
+    inspect_api()
     root = Path(run_dir)
     if not root.is_dir():
         raise ExportError(f"no such run dir: {root}")
@@ -121,7 +125,7 @@ def export_inspect(run_dir: str | Path, out: str | Path, *, with_optimisation: b
 
 
 def _write(log: "EvalLog", path: Path) -> Path:
-    write_eval_log(log, str(path))
+    inspect_api().write_eval_log(log, str(path))
     return path
 
 
@@ -166,6 +170,7 @@ def _study_model(root: Path) -> str:
 
 
 def _log(session: _Session, kind: str, entries: list[dict[str, Any]], task, model: str) -> "EvalLog":
+    api = inspect_api()
     header = session.header
     bench = get_benchmark(header["task"])
     examples = {} if task is None else {ex.id: ex for split in task.splits.values() for ex in split}
@@ -185,55 +190,56 @@ def _log(session: _Session, kind: str, entries: list[dict[str, Any]], task, mode
                                 "metric_calls": data.get("metric_calls"), "cached": data.get("cached")}))
     started = _iso(session.entries[0]["time"])
     completed = _iso(session.entries[-1]["time"])
-    spec = EvalSpec(
+    spec = api.EvalSpec(
         created=started, task=f"heldout/{header['task']}", task_version=str(header.get("manifest_version", 0)),
         task_args={"profile": header["profile"], "seed": header["seed"], "verifier": header.get("verifier"),
                    "options": header.get("options") or {}},
-        solver=header.get("method"), model=model, config=EvalConfig(),
-        dataset=EvalDataset(name=f"{header['task']} [{header['profile']}] {'test' if kind == 'heldout' else 'train/val'}",
+        solver=header.get("method"), model=model, config=api.EvalConfig(),
+        dataset=api.EvalDataset(name=f"{header['task']} [{header['profile']}] {'test' if kind == 'heldout' else 'train/val'}",
                             samples=len(samples), sample_ids=[s.id for s in samples]),
         metadata={"heldout": kind, "session_dir": str(session.path), "session": header,
                   "final_candidate_id": session.final_id, "ledger_head": session.entries[-1]["hash"]})
     metrics = {}
     if verdicts:  # a failed session has no held-out scoring: no metric rather than a NaN
-        metrics["mean"] = EvalMetric(name="mean", value=_mean([v.score for v in verdicts]))
-        metrics["task_metric"] = EvalMetric(name="task_metric", value=float(bench.aggregate(verdicts)))
+        metrics["mean"] = api.EvalMetric(name="mean", value=_mean([v.score for v in verdicts]))
+        metrics["task_metric"] = api.EvalMetric(name="task_metric", value=float(bench.aggregate(verdicts)))
     for dim in sorted({d for v in verdicts for d in v.dimensions}):
-        metrics[dim] = EvalMetric(name=dim, value=_mean([v.dimensions[dim] for v in verdicts if dim in v.dimensions]))
-    results = EvalResults(total_samples=len(samples), completed_samples=len(samples),
-                          scores=[EvalScore(name=SCORER, scorer=SCORER, scored_samples=len(samples), metrics=metrics)])
+        metrics[dim] = api.EvalMetric(name=dim, value=_mean([v.dimensions[dim] for v in verdicts if dim in v.dimensions]))
+    results = api.EvalResults(total_samples=len(samples), completed_samples=len(samples),
+                          scores=[api.EvalScore(name=SCORER, scorer=SCORER, scored_samples=len(samples), metrics=metrics)])
     failed = session.status == "failed"
-    return EvalLog(status="error" if failed else "success" if session.status else "started", eval=spec,
-                   results=results, stats=EvalStats(started_at=started, completed_at=completed), samples=samples,
-                   error=EvalError(message=session.error or "session failed", traceback="", traceback_ansi="")
+    return api.EvalLog(status="error" if failed else "success" if session.status else "started", eval=spec,
+                   results=results, stats=api.EvalStats(started_at=started, completed_at=completed), samples=samples,
+                   error=api.EvalError(message=session.error or "session failed", traceback="", traceback_ansi="")
                    if failed else None)
 
 
 def _sample(sample_id: str, epoch: int, verdict: Verdict, components: Mapping[str, str], example, bench,
             context: RunContext, model: str, where: dict[str, Any]) -> "EvalSample":
+    api = inspect_api()
     output = verdict.output if isinstance(verdict.output, dict) else {"value": verdict.output}
     if bench.kind == "prompt":
         if example is not None and components:
             rendered = bench.render(dict(components), example, context)
-            prompt = [ChatMessageSystem(content=m.content) if m.role == "system" else ChatMessageUser(content=m.content)
+            prompt = [api.ChatMessageSystem(content=m.content) if m.role == "system" else api.ChatMessageUser(content=m.content)
                       for m in rendered]
         else:
-            prompt = [ChatMessageUser(content=f"(prompt not rendered: example {verdict.example_id} did not load "
+            prompt = [api.ChatMessageUser(content=f"(prompt not rendered: example {verdict.example_id} did not load "
                                               "here; pass --data-dir)")]
         text = str(output.get("text", "")) if verdict.valid else ""
     else:
-        prompt = [ChatMessageUser(content="\n\n".join(f"## {name}\n{body}" for name, body in sorted(components.items()))
+        prompt = [api.ChatMessageUser(content="\n\n".join(f"## {name}\n{body}" for name, body in sorted(components.items()))
                                   or "(candidate not in the ledger)")]
         text = json.dumps(output, default=str, indent=1)
     answer = output.get("answer") if bench.kind == "prompt" else output.get("value", output.get("objective"))
     target = "" if example is None or example.target is None else (
         example.target if isinstance(example.target, str) else json.dumps(example.target, default=str))
-    messages = [*prompt, ChatMessageAssistant(content=text or (verdict.error or ""), model=model)]
-    score = Score(value=verdict.score, answer=None if answer is None else str(answer), explanation=verdict.feedback,
+    messages = [*prompt, api.ChatMessageAssistant(content=text or (verdict.error or ""), model=model)]
+    score = api.Score(value=verdict.score, answer=None if answer is None else str(answer), explanation=verdict.feedback,
                   metadata={"dimensions": dict(verdict.dimensions), "valid": verdict.valid,
                             "error_kind": verdict.error_kind})
-    return EvalSample(id=sample_id, epoch=epoch, input=prompt, target=target, messages=messages,
-                      output=ModelOutput.from_content(model, text, error=verdict.error),
+    return api.EvalSample(id=sample_id, epoch=epoch, input=prompt, target=target, messages=messages,
+                      output=api.ModelOutput.from_content(model, text, error=verdict.error),
                       scores={SCORER: score}, error=None,
                       metadata={**where, "example_id": verdict.example_id, "dimensions": dict(verdict.dimensions),
                                 "valid": verdict.valid, "error": verdict.error, "usage": dict(verdict.usage)})
