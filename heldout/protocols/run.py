@@ -10,6 +10,7 @@ A distributed engine plugs in by implementing the same one-method interface."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -30,11 +31,13 @@ from heldout.optimizers import resolve_optimizer
 @dataclass(frozen=True)
 class Method:
     """A named optimizer: in-process (``target`` = reference name or module:function) or an
-    isolated command (``command`` set)."""
+    isolated command (``command`` set). ``options`` are keyword arguments of an in-process
+    optimizer function (``optimize(view, seed, **options)``)."""
 
     name: str
     target: str | None = None
     command: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,8 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
     else:
         session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
                                                          "isolation": "trusted, not isolated"})
-        record = session.run(resolve_optimizer(target))
+        optimizer = resolve_optimizer(target)
+        record = session.run(functools.partial(optimizer, **cell.method.options) if cell.method.options else optimizer)
     return {"status": record.status, "skipped": False, "test_score": record.test_score,
             "error": record.error, "run_dir": str(run_dir)}
 

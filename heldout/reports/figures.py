@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -37,6 +37,8 @@ class Figure:
     title: str
     caption: str
     png: bytes
+    # the matplotlib figure itself (closed in pyplot, still drawable): vector copies on demand
+    figure: Any = field(default=None, repr=False, compare=False)
 
 
 def _png(fig) -> bytes:
@@ -84,7 +86,7 @@ def score_bars(runs: RunSet) -> Figure:
         ax.set_ylabel("held-out score")
     fig.suptitle("Held-out score by method (mean over seeds, 95% CI)")
     return Figure("bars", "Held-out score per task", "Mean held-out score over seeds; whiskers: 95% percentile "
-                  "bootstrap CI over seeds (absent when all seeds agree or only one seed ran).", _png(fig))
+                  "bootstrap CI over seeds (absent when all seeds agree or only one seed ran).", _png(fig), fig)
 
 
 def best_so_far_plot(runs: RunSet) -> Figure:
@@ -122,7 +124,7 @@ def best_so_far_plot(runs: RunSet) -> Figure:
             ax.text(0.5, 0.5, "no method evaluated a candidate", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle("Best-so-far vs metric calls (line: mean; band: min-max over seeds)")
     return Figure("best_so_far", "Best-so-far vs metric calls", "Optimizer-visible best score (val, else train) "
-                  "after each metric call; the band spans the seeds.", _png(fig))
+                  "after each metric call; the band spans the seeds.", _png(fig), fig)
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -169,7 +171,7 @@ def pareto_plot(runs: RunSet, kind: str) -> Figure:
                f"both held-out score and {kind} tokens.")
     if all_zero:
         caption += f" No {kind} tokens were recorded in these runs (program tasks or cached calls)."
-    return Figure(f"pareto_{kind}", f"Pareto front: score vs {kind} tokens", caption, _png(fig))
+    return Figure(f"pareto_{kind}", f"Pareto front: score vs {kind} tokens", caption, _png(fig), fig)
 
 
 def paired_scatter(runs: RunSet, baseline: str,
@@ -212,4 +214,4 @@ def paired_scatter(runs: RunSet, baseline: str,
     fig.suptitle(f"Per-{unit} held-out score: {baseline} vs optimised (seed-averaged)")
     return Figure("scatter", f"Per-{unit} scatter vs {baseline}", f"Each point is one held-out {unit}, its score "
                   f"averaged over seeds; above the dotted diagonal the method beats {baseline}. Points are "
-                  "jittered slightly so ties stay visible.", _png(fig))
+                  "jittered slightly so ties stay visible.", _png(fig), fig)
