@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from heldout.models.server import send_json
+
 
 @dataclass
 class RateStats:
@@ -74,17 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
             owner._leave()
 
     def _send(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        send_json(self, status, body, headers)
 
 
 class _Server(ThreadingHTTPServer):

@@ -155,6 +155,22 @@ def _error(status: int, message: str, kind: str) -> _Reply:
     return _Reply(status, {"error": {"message": message, "type": kind}})
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: dict,
+              headers: dict[str, str] | None = None) -> None:
+    """One JSON answer with its length; a client that already gave up (e.g. its timeout) is ignored."""
+    data = json.dumps(body).encode("utf-8")
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so a client's connection pool is reused
     disable_nagle_algorithm = True  # else small header/body writes wait ~40 ms for delayed ACKs
@@ -164,17 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (e.g. its timeout): nothing to answer
+        send_json(self, status, body, headers)
 
     def start_events(self) -> None:
         """Headers of a server-sent-events answer; the connection closes after it (no length)."""
