@@ -20,6 +20,7 @@ from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.session import Budget, Session
 from heldout.protocols.run import Cell, Method, StudyConfig, run_cell
 from heldout.sandbox import isolation_mode
+from heldout.sandbox.cgroups import limits_level
 
 pytestmark = pytest.mark.skipif(isolation_mode() != "bwrap", reason="isolated optimizers need bubblewrap")
 BUDGET = 12
@@ -225,7 +226,24 @@ def test_an_optimizer_memory_bomb_stops_at_the_whole_tree_limit(folders):
                                "        hog[i] = 1\n    return client.seed_candidate\n")
     record = run_isolated_function(session_in(root / "run"), "bomb:optimize", search=[str(code)],
                                    limits=OptimizerLimits(memory_mb=300))
-    assert record.status == "failed" and "optimizer crashed" in record.error
+    if limits_level() == "rlimit":
+        pytest.skip("no writable memory cgroup on this machine: only per-process limits apply")
+    assert record.status == "failed" and "optimizer crashed" in record.error, record.error
+
+
+def test_an_optimizer_whose_helper_process_is_killed_for_memory_fails_even_if_it_goes_on(folders):
+    """The memory limit is the whole tree's budget: a helper the kernel killed for it makes the run
+    fail, although the main process waited for it and then submitted normally."""
+    root, code = folders
+    write_module(code, "helperbomb", "import os\ndef optimize(client, seed):\n"
+                                     "    pid = os.fork()\n    if pid == 0:\n"
+                                     "        hog = bytearray(600 << 20)\n        os._exit(0)\n"
+                                     "    os.waitpid(pid, 0)\n    return client.seed_candidate\n")
+    record = run_isolated_function(session_in(root / "run"), "helperbomb:optimize", search=[str(code)],
+                                   limits=OptimizerLimits(memory_mb=300))
+    if limits_level() == "rlimit":
+        pytest.skip("no writable memory cgroup on this machine: only per-process limits apply")
+    assert record.status == "failed" and "whole-run memory limit" in record.error, record.error
 
 
 def test_an_optimizer_package_that_holds_the_run_dir_is_refused(folders):

@@ -310,7 +310,8 @@ def _execute(session: Session, allow: AllowList, job: dict[str, Any], group: Run
     return {"returncode": status.get("exit", proc.returncode), "signal": status.get("signal"),
             "setup_error": status.get("setup_error"), "killed_for": killed_for,
             "seconds": round(time.time() - started, 3), "tail": pump.text(), "output_bytes": pump.total,
-            "memory_exceeded": group.memory_exceeded(), "processes_exceeded": group.processes_exceeded()}
+            "memory_exceeded": group.memory_exceeded(), "oom_kills": group.oom_kills(),
+            "processes_exceeded": group.processes_exceeded()}
 
 
 def _parse_status(text: str) -> dict[str, Any]:
@@ -347,6 +348,11 @@ def _finish(session: Session, server: ViewServer, outcome: dict[str, Any], wall:
         error += tail_note
     elif outcome["returncode"] != 0:
         error = f"optimizer crashed: exited with status {outcome['returncode']}" + tail_note
+    elif outcome.get("oom_kills"):
+        # the memory limit is a budget of the whole tree: a run that went over it is not a run
+        # within budget, even if the process the kernel picked was a helper and the main one went on
+        error = (f"optimizer crashed: its processes together went over the whole-run memory limit and the "
+                 f"kernel killed {outcome['oom_kills']} of them" + tail_note)
     elif final is None:
         error = "optimizer exited without submitting a final candidate (POST /final)" + tail_note
     else:

@@ -173,6 +173,21 @@ class RunGroup:
             return _read_int(d / "memory.failcnt") > 0
         return False
 
+    def oom_kills(self) -> int:
+        """How many processes of the run the kernel killed for the memory limit (0 without a
+        memory controller, or on a v1 kernel that does not count kills)."""
+        if self.level == "cgroup-v2":
+            path = self.dirs["unified"] / "memory.events"
+        elif "memory" in self.dirs:
+            path = self.dirs["memory"] / "memory.oom_control"
+        else:
+            return 0
+        for line in _read(path).splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "oom_kill":
+                return int(parts[1])
+        return 0
+
     def processes_exceeded(self) -> bool:
         d = self.dirs.get("unified") or self.dirs.get("pids")
         if d is None:
