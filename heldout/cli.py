@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import sys
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
@@ -18,8 +19,11 @@ from heldout.benchmarks.registry import all_tasks
 from heldout.benchmarks.vliw.conformance import load_cases, run_case
 from heldout.contracts import HeldoutError
 from heldout.data_manifests import Manifest
-from heldout.evaluators.ledger import verify_ledger
-from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
+from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
+from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
+from heldout.models import ModelClient
+from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
+                                   parse_seeds, run_study)
 from heldout.reports import build_report, check_runs, write_report
 
 # The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
@@ -83,23 +87,36 @@ def cmd_data_freeze(args: argparse.Namespace) -> int:
 
 # -- eval ----------------------------------------------------------------------------------------
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Score one candidate on one split, outside any session (nothing is ledgered). The default
+    split is ``val``; the test split only when asked, and its targets only with --show-targets."""
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     bench = task.benchmark
+    worker = None
     if bench.kind != "program":
-        raise HeldoutError(f"{args.task} is a prompt task: it needs a worker model; use `heldout run`")
+        if not args.worker_model:
+            raise HeldoutError(f"{args.task} is a prompt task: pass --worker-model (and --base-url or "
+                               "$OPENAI_BASE_URL) to evaluate it")
+        worker = ModelClient(args.worker_model, base_url=args.base_url)
     candidate = bench.candidate_from_path(args.candidate) if args.candidate else bench.seed_candidate()
     options: dict[str, Any] = {}
     if args.tolerance is not None:
         options["tolerance"] = args.tolerance
     limits = bench.default_limits.replace(wall_seconds=args.timeout)
     examples = task.split(args.split)
-    verdicts = [bench.run(candidate, ex, limits, **options) for ex in examples]
+    if not examples:
+        raise HeldoutError(f"{args.task} profile {task.profile!r} has an empty {args.split} split")
+    verdicts = Scorer(bench, worker, limits, options).score(candidate, examples, DEPLOYMENT, Usage())
     summary = bench.summarize(candidate, verdicts, limits=limits, **options)
     summary.setdefault("profile", task.profile)
     summary.setdefault("split", args.split)
     summary.setdefault("limits", limits.__dict__)
+    if worker is not None:
+        summary.setdefault("worker", {"model": worker.model, "base_url": worker.base_url})
     if task.drift is not None:
         summary["drift"] = task.drift.to_dict()
+    hide_targets = args.split == "test" and not args.show_targets
+    if hide_targets:
+        summary = _without_targets(summary)
     if args.json:
         _print_json(summary)
     else:
@@ -107,24 +124,51 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if key not in ("verdicts",):
                 print(f"{key:>22}: {value}")
         for v in verdicts:
-            if v.feedback:
+            if v.feedback and not hide_targets:
                 print(f"--- {v.example_id}\n{v.feedback}")
+        if hide_targets:
+            print("(test split: per-example feedback and targets are not printed; pass --show-targets to see them)")
     return 0 if summary.get("error") is None else 1
+
+
+def _without_targets(value: Any) -> Any:
+    """Drop per-example targets (and feedback, which may quote them) from a summary."""
+    if isinstance(value, dict):
+        return {k: _without_targets(v) for k, v in value.items() if k not in ("target", "targets", "feedback")}
+    if isinstance(value, list):
+        return [_without_targets(v) for v in value]
+    return value
 
 
 # -- ledger / run --------------------------------------------------------------------------------
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    worst = 0
-    for run_dir in args.run_dirs:
-        report = verify_ledger(run_dir)
-        print(report.describe())
-        worst = max(worst, 0 if report.ok else 1)
+    """Every ledger under each DIR (a session dir or a whole study), one line each."""
+    worst, count = 0, 0
+    for root in map(Path, args.run_dirs):
+        if not root.exists():
+            raise HeldoutError(f"{root} does not exist")
+        dirs = sorted({p.parent for p in root.rglob(LEDGER_FILE)} | ({root} if (root / LEDGER_FILE).exists() else set()))
+        if not dirs:
+            print(f"{root}: no ledger found (looked for {LEDGER_FILE} in it and below)")
+            worst = 1
+        for run_dir in dirs:
+            report = verify_ledger(run_dir)
+            count += 1
+            if report.ok:
+                print(f"ok       {run_dir}: {report.entries} entries, head {report.head[:16]}")
+            else:
+                more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+                print(f"INVALID  {run_dir}: {report.problems[0]}{more}")
+                worst = 1
+    if count > 1:
+        print(f"{count} ledger(s) checked" + ("" if worst == 0 else "; some do NOT verify"))
     return worst
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
-             else [args.seed if args.seed is not None else 0])
+    if args.seeds and args.seed is not None:
+        raise HeldoutError("pass --seed N or --seeds A,B,C, not both")
+    seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 0]
     methods = parse_methods(args.optimizer, args.optimizer_cmd)
     budgets = parse_budgets(args.budget, args.task)
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
@@ -134,22 +178,26 @@ def cmd_run(args: argparse.Namespace) -> int:
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
                          cache_dir=args.cache_dir)
-    Path(args.run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(args.run_dir) / "study.json").write_text(json.dumps(
-        {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
-    results = run_study(cells, config, LocalExecutor(args.jobs))
+    for task in args.task:  # a typo in a task or profile fails before any run dir is made
+        load_task(task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
+    open_study(cells, config, resume=args.resume)
+    argv = list(args.argv or sys.argv[1:])
+    hint = "heldout " + " ".join(shlex.quote(a) for a in argv) + ("" if "--resume" in argv else " --resume")
+    results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint=hint)
     if args.json:
         _print_json(results)
     else:
         for r in results:
-            print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<7} "
-                  f"test {r['test_score']}  {r['run_dir']}")
+            outcome = f"test {r['test_score']}" if r["status"] == "ok" else (r.get("error") or "")
+            print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<11} {outcome}  {r['run_dir']}")
+    if any(r["status"] in ("interrupted", "not started") for r in results):
+        return 130
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
 # -- report / check ------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    checkpoints = [int(c) for c in args.checkpoints.split(",")] if args.checkpoints else None
+    checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
     report = build_report(args.run_dirs, baseline=args.baseline, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
     for warning in report.warnings:
@@ -160,6 +208,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     for kind, path in paths.items():
         print(f"wrote {path}")
     return 0
+
+
+def _parse_checkpoints(text: str) -> list[int]:
+    try:
+        points = [int(c) for c in text.split(",")]
+    except ValueError:
+        points = []
+    if not points or any(p < 1 for p in points):
+        raise HeldoutError(f"--checkpoints takes whole numbers >= 1 separated by commas (metric calls, "
+                           f"e.g. 500,1000,1500), got {text!r}")
+    return sorted(set(points))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -182,7 +241,10 @@ def cmd_vliw_simulate(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     cells = build_cells(list(DEMO_TASKS), parse_methods(DEMO_METHODS, []), list(DEMO_SEEDS),
                         dict(DEMO_TASKS), "default", {})
-    results = run_study(cells, StudyConfig(run_root=args.run_dir), LocalExecutor(args.jobs))
+    config = StudyConfig(run_root=args.run_dir)
+    open_study(cells, config, resume=None)  # the demo's settings never change: re-running continues it
+    results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint="heldout demo " + " ".join(
+        shlex.quote(a) for a in (args.argv or sys.argv[1:])[1:]))
     failed = [r for r in results if r["status"] != "ok"]
     report = build_report([args.run_dir], baseline="seed")
     for kind, path in write_report(report, args.out).items():
@@ -193,8 +255,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``heldout run: error: ...``), like every other heldout error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool = False, high: float | None = None):
+    """An argparse type: a ``kind`` number >= ``low`` (> with ``strict``), < ``high`` when given."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        ok = value is not None and math.isfinite(value) and (value > low if strict else value >= low) \
+            and (high is None or value < high)
+        if not ok:
+            bound = f"{'>' if strict else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"{what} must be a {'whole ' if kind is int else ''}number {bound}, "
+                                             f"got {text!r}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
@@ -219,13 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
     p.set_defaults(func=cmd_data_freeze)
 
-    p = sub.add_parser("eval", help="evaluate one candidate on a program task")
+    p = sub.add_parser("eval", help="evaluate one candidate on a task split (outside any session)")
     p.add_argument("--task", required=True)
     p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
     p.add_argument("--profile", default="default")
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default="val", choices=("train", "val", "test"),
+                   help="default val; test only when asked (its targets only with --show-targets)")
+    p.add_argument("--show-targets", action="store_true", help="with --split test: print feedback and targets")
+    p.add_argument("--worker-model", default=None, help="prompt tasks: the worker model")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
     p.add_argument("--tolerance", type=float, default=None)
-    p.add_argument("--timeout", type=float, default=None, help="wall seconds per execution")
+    p.add_argument("--timeout", type=_number(float, 0, "--timeout", strict=True), default=None,
+                   help="wall seconds per execution")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--allow-drift", action="store_true")
     p.add_argument("--json", action="store_true")
@@ -233,25 +324,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
     p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
-    p.add_argument("run_dirs", nargs="+")
+    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger in and below them is checked")
     p.set_defaults(func=cmd_ledger_verify)
 
     p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
     p.add_argument("--task", action="append", required=True, help="repeatable")
     p.add_argument("--profile", default="default")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=_number(int, 0, "--seed"), default=None)
     p.add_argument("--seeds", default=None, help="comma-separated, e.g. 0,1,2")
     p.add_argument("--budget", action="append", required=True,
-                   help="metric calls per session: N, or TASK=N per task (repeatable)")
-    p.add_argument("--architect-tokens", type=int, default=None)
-    p.add_argument("--wall-seconds", type=float, default=None)
+                   help="metric calls per session (>= 1): N, or TASK=N per task (repeatable)")
+    p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None)
+    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None)
     p.add_argument("--optimizer", action="append", default=[],
                    help="in-process optimizer: module:function or a reference name (repeatable)")
     p.add_argument("--optimizer-cmd", action="append", default=[],
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--policy", default="standard")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the study in --run-dir (only with exactly the settings it was started with)")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
     p.add_argument("--worker-model", default=None)
     p.add_argument("--architect-model", default=None)
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
@@ -265,14 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
     p.add_argument("--run-dir", default="runs/demo")
     p.add_argument("--out", default="runs/demo-report")
-    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--baseline", default="seed", help="method every paired table compares against")
-    p.add_argument("--alpha", type=float, default=0.05)
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05)
     p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.set_defaults(func=cmd_report)
@@ -280,8 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=float, default=0.05)
-    p.add_argument("--min-effect", type=float, default=0.0, help="ignore drops no larger than this")
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05)
+    p.add_argument("--min-effect", type=_number(float, 0, "--min-effect"), default=0.0,
+                   help="ignore drops no larger than this")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
     p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
                    help="pair seeds by id (default) or by rank when the current set used fresh seeds")
@@ -300,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     try:
         return int(args.func(args) or 0)
     except HeldoutError as exc:
