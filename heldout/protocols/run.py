@@ -166,25 +166,40 @@ class Progress:
 
 
 _WORKER_EVENTS: Any = None  # the progress queue of a pool worker (set by _worker_init)
-_WORKER_IN_CELL = False      # whether this pool worker is running a cell right now
-_WORKER_INTERRUPTED = False  # whether a signal already interrupted it
+# Where a running cell stops. In-process optimizers stop at the next safe point: the end of an
+# evaluate() call, when every result it produced is in the ledger (an asynchronous exception
+# could land between a ledger write and its fsync). An isolated optimizer's harness only waits
+# for its child (the view server's thread writes the ledger), so it is interrupted at once.
+_STOP = threading.Event()
+_ISOLATED_CELL = False  # this process's main thread is waiting for an isolated optimizer
+_INTERRUPTED = False    # a StudyInterrupted was already raised in this process
 
 
-def _raise_interrupted(signum, frame) -> None:
-    global _WORKER_INTERRUPTED
-    # only the first signal interrupts (a second one must not break the cleanup it started);
-    # an idle worker just stops taking cells (the parent submits none)
-    if _WORKER_IN_CELL and not _WORKER_INTERRUPTED:
-        _WORKER_INTERRUPTED = True
+def _request_stop(signum) -> None:
+    global _INTERRUPTED
+    _STOP.set()
+    if _ISOLATED_CELL and not _INTERRUPTED:  # only once: a second signal must not break the cleanup
+        _INTERRUPTED = True
         raise StudyInterrupted(signal.Signals(signum).name)
-    _WORKER_INTERRUPTED = True
+
+
+def _worker_signal(signum, frame) -> None:
+    _request_stop(signum)
+
+
+def _checkpoint() -> None:
+    """Raise :class:`StudyInterrupted` at a safe point when a stop was requested."""
+    global _INTERRUPTED
+    if _STOP.is_set() and not _INTERRUPTED and threading.current_thread() is threading.main_thread():
+        _INTERRUPTED = True
+        raise StudyInterrupted("stop requested")
 
 
 def _worker_init(events) -> None:
     global _WORKER_EVENTS
     _WORKER_EVENTS = events
-    signal.signal(signal.SIGINT, _raise_interrupted)
-    signal.signal(signal.SIGTERM, _raise_interrupted)
+    signal.signal(signal.SIGINT, _worker_signal)
+    signal.signal(signal.SIGTERM, _worker_signal)
 
 
 class LocalExecutor:
@@ -201,8 +216,7 @@ class LocalExecutor:
 
     def stop(self) -> None:
         self.stopping = True
-        if self.jobs == 1:
-            raise StudyInterrupted("stop")
+        _STOP.set()
         pool = self._pool
         for process in list(getattr(pool, "_processes", {}).values()) if pool else []:
             try:
@@ -390,8 +404,17 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
                                      f"{'; '.join(differing)}. Use a new run dir")
         return {"status": record.status, "skipped": True, "test_score": record.test_score, "error": record.error,
                 "run_dir": str(run_dir)}
+    global _ISOLATED_CELL, _INTERRUPTED
+
+    def checkpoint(used: int, budget: int, best: float | None) -> None:
+        if progress is not None:
+            progress(used, budget, best)
+        _checkpoint()
+
+    _INTERRUPTED = False
     session = cell_session(cell, config)
-    session.service.progress = progress
+    session.service.progress = checkpoint
+    _ISOLATED_CELL = bool(cell.method.command)
     try:
         if cell.method.command:
             # hide the whole study (sibling cells' ledgers, study.json), not only this cell's run dir
@@ -399,10 +422,13 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
         else:
             record = session.run(resolve_optimizer(cell.method.target or cell.method.name))
     except StudyInterrupted:
+        _ISOLATED_CELL = False
         session.ledger.close()
         return {"status": "interrupted", "skipped": False, "test_score": None,
                 "error": "interrupted; its ledger is consistent and the cell resumes from it",
                 "run_dir": str(run_dir)}
+    finally:
+        _ISOLATED_CELL = False
     return {"status": record.status, "skipped": False, "test_score": record.test_score,
             "error": record.error, "run_dir": str(run_dir)}
 
@@ -418,7 +444,6 @@ class _CellRunner:
         return {"config": self.config, "local_progress": None}
 
     def __call__(self, cell: Cell) -> dict[str, Any]:
-        global _WORKER_IN_CELL
         events = _WORKER_EVENTS
         if self.local_progress is not None:
             report = self.local_progress
@@ -430,14 +455,11 @@ class _CellRunner:
                 events.put((cell.label, used, budget, best))
         else:
             hook = None
-        _WORKER_IN_CELL = True
         try:
             return run_cell(cell, self.config, hook)
         except HeldoutError as exc:  # e.g. the cell's dir holds another experiment: say so, run the rest
             return {"status": "refused", "skipped": False, "test_score": None, "error": str(exc),
                     "run_dir": str(cell.run_dir(self.config.run_root))}
-        finally:
-            _WORKER_IN_CELL = False
 
 
 def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None = None,
@@ -454,8 +476,11 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
     def on_signal(signum, frame):
         caught.append(signal.Signals(signum).name)
         if len(caught) == 1:
-            executor.stop()  # raises StudyInterrupted in-process (jobs=1)
+            executor.stop()
+            if in_process:
+                _request_stop(signum)  # an isolated cell running in this process stops at once
 
+    _STOP.clear()
     installed = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
