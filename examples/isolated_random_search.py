@@ -2,7 +2,7 @@
 
 Run it under heldout, which serves the task view and starts this script in a sandbox:
 
-    heldout run --task lockpicking/six --profile paper --seed 0 --budget 200 \
+    heldout run --task lockpicking/six --profile paper --seeds 0 --budget 200 \
         --optimizer-cmd "python examples/isolated_random_search.py" --run-dir runs/demo
 
 Each step mutates the best candidate so far, scores it on a random train minibatch next to the

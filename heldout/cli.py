@@ -15,16 +15,21 @@ from typing import Any, Callable, Sequence
 
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
-from heldout.benchmarks.registry import all_tasks
+from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
+from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
+from heldout.benchmarks.verifiers import CANONICAL, describe_variants
 from heldout.benchmarks.vliw.conformance import load_cases, run_case
 from heldout.contracts import HeldoutError
+from heldout import __version__
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
+from heldout.evaluators.outputs import read_outputs, score_outputs
 from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
 from heldout.models import ModelClient
 from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
                                    parse_seeds, run_study)
 from heldout.reports import build_report, check_runs, write_report
+
 
 # The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
 # matched budget per task (no model, no network; a minute or two on 2 cores).
@@ -48,7 +53,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
             profiles = {"error": str(exc)}
         rows.append({**bench.describe(), "profiles": profiles})
     if args.json:
-        _print_json(rows)
+        _print_json(rows if not args.groups else task_groups())
         return 0
     print(f"{'task':<48} {'kind':<8} {'metric':<22} profiles (train/val/test)")
     for row in rows:
@@ -58,6 +63,9 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         )
         print(f"{row['name']:<48} {row['kind']:<8} {row['metric']:<22} {profs}")
     print(f"{len(rows)} tasks")
+    print("\ngroups (--task GROUP, or a glob such as 'mmlu_pro/*'):")
+    for name, members in task_groups().items():
+        print(f"  {name:<18} {len(members):>3} task(s)")
     return 0
 
 
@@ -80,7 +88,7 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
 def cmd_data_freeze(args: argparse.Namespace) -> int:
     saved, sizes = freeze_profile(args.task, args.profile, out=args.out, jsonl=args.jsonl,
                                   data_dir=args.data_dir, sizes=args.sizes, by_group=args.by_group,
-                                  seed=args.seed)
+                                  seed=args.seed, answer_format=args.answer_format)
     print(f"froze profile {args.profile!r} of {args.task} ({sizes}) in {saved}")
     return 0
 
@@ -101,12 +109,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {}
     if args.tolerance is not None:
         options["tolerance"] = args.tolerance
-    limits = bench.default_limits.replace(wall_seconds=args.timeout)
+    limits = bench.default_limits.replace(wall_seconds=args.wall_seconds)
     examples = task.split(args.split)
     if not examples:
         raise HeldoutError(f"{args.task} profile {task.profile!r} has an empty {args.split} split")
-    verdicts = Scorer(bench, worker, limits, options).score(candidate, examples, DEPLOYMENT, Usage())
-    summary = bench.summarize(candidate, verdicts, limits=limits, **options)
+    scorer = Scorer(bench, worker, limits, options)
+    usage = Usage()
+    verdicts = scorer.score(candidate, examples, DEPLOYMENT, usage)
+    summary = bench.summarize(candidate, verdicts, scorer.context(DEPLOYMENT, usage))
     summary.setdefault("profile", task.profile)
     summary.setdefault("split", args.split)
     summary.setdefault("limits", limits.__dict__)
@@ -140,45 +150,59 @@ def _without_targets(value: Any) -> Any:
     return value
 
 
+def cmd_score(args: argparse.Namespace) -> int:
+    task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
+    verdicts, summary = score_outputs(task, read_outputs(args.outputs), args.split)
+    if args.json:
+        _print_json({**summary, "verdicts": [{"id": v.example_id, "score": v.score, "valid": v.valid,
+                                              "dimensions": v.dimensions} for v in verdicts]})
+    else:
+        for key in ("task", "profile", "split", "n", "missing", "score", "dimensions"):
+            print(f"{key:>12}: {summary[key]}")
+    return 0
+
+
 # -- ledger / run --------------------------------------------------------------------------------
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    """Every ledger under each DIR (a session dir or a whole study), one line each."""
-    worst, count = 0, 0
+    """Every ledger in and below each DIR (a session dir or a whole study), one line each."""
+    dirs: list[Path] = []
     for root in map(Path, args.run_dirs):
         if not root.exists():
             raise HeldoutError(f"{root} does not exist")
-        dirs = sorted({p.parent for p in root.rglob(LEDGER_FILE)} | ({root} if (root / LEDGER_FILE).exists() else set()))
-        if not dirs:
-            print(f"{root}: no ledger found (looked for {LEDGER_FILE} in it and below)")
-            worst = 1
-        for run_dir in dirs:
-            report = verify_ledger(run_dir)
-            count += 1
+        found = sorted({p.parent for p in root.rglob(LEDGER_FILE)} | ({root} if (root / LEDGER_FILE).exists() else set()))
+        if not found:
+            raise HeldoutError(f"no ledger in or below {root} (looked for {LEDGER_FILE})")
+        dirs += [d for d in found if d not in dirs]
+    reports = [verify_ledger(run_dir) for run_dir in dirs]
+    if args.json:
+        _print_json([{"run_dir": str(d), "ok": r.ok, "entries": r.entries, "head": r.head,
+                      "problems": r.problems} for d, r in zip(dirs, reports)])
+    else:
+        for run_dir, report in zip(dirs, reports):
             if report.ok:
                 print(f"ok       {run_dir}: {report.entries} entries, head {report.head[:16]}")
             else:
                 more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
                 print(f"INVALID  {run_dir}: {report.problems[0]}{more}")
-                worst = 1
-    if count > 1:
-        print(f"{count} ledger(s) checked" + ("" if worst == 0 else "; some do NOT verify"))
-    return worst
+        if len(reports) > 1:
+            bad = sum(not r.ok for r in reports)
+            print(f"{len(reports)} ledger(s) checked" + (f"; {bad} do NOT verify" if bad else ", all verify"))
+    return 0 if all(r.ok for r in reports) else 1
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.seeds and args.seed is not None:
-        raise HeldoutError("pass --seed N or --seeds A,B,C, not both")
-    seeds = parse_seeds(args.seeds) if args.seeds else [args.seed if args.seed is not None else 0]
+    seeds = parse_seeds(args.seeds)
     methods = parse_methods(args.optimizer, args.optimizer_cmd)
-    budgets = parse_budgets(args.budget, args.task)
+    tasks = expand_tasks(args.task)
+    budgets = parse_budgets(args.budget, tasks)
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
-    cells = build_cells(args.task, methods, seeds, budgets, args.profile, options)
+    cells = build_cells(tasks, methods, seeds, budgets, args.profile, options, [args.verifier])
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
                          cache_dir=args.cache_dir)
-    for task in args.task:  # a typo in a task or profile fails before any run dir is made
+    for task in tasks:  # a typo in a task or profile fails before any run dir is made
         load_task(task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     open_study(cells, config, resume=args.resume)
     argv = list(args.argv or sys.argv[1:])
@@ -198,7 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 # -- report / check ------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
     checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
-    report = build_report(args.run_dirs, baseline=args.baseline, alpha=args.alpha, checkpoints=checkpoints,
+    report = build_report(args.run_dirs, baseline=args.baseline_method, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
     for warning in report.warnings:
         print(f"heldout report: WARNING: {warning}", file=sys.stderr)
@@ -243,8 +267,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
                         dict(DEMO_TASKS), "default", {})
     config = StudyConfig(run_root=args.run_dir)
     open_study(cells, config, resume=None)  # the demo's settings never change: re-running continues it
-    results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint="heldout demo " + " ".join(
-        shlex.quote(a) for a in (args.argv or sys.argv[1:])[1:]))
+    results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint="heldout " + " ".join(
+        shlex.quote(a) for a in (args.argv or sys.argv[1:])))
     failed = [r for r in results if r["status"] != "ok"]
     report = build_report([args.run_dir], baseline="seed")
     for kind, path in write_report(report, args.out).items():
@@ -281,91 +305,112 @@ def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool =
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"heldout {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
     p = tasks.add_parser("list", help="every task with kind, metric, split profiles and sizes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--groups", action="store_true", help="with --json: print the task groups instead")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_tasks_list)
 
     data = sub.add_parser("data", help="verify or freeze data manifests").add_subparsers(dest="action", required=True)
     p = data.add_parser("verify", help="check manifests against the data")
     p.add_argument("tasks", nargs="*", help="task names or family prefixes (default: all)")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_data_verify)
     p = data.add_parser("freeze", help="build a manifest (hashes + a profile) for data you hold")
     p.add_argument("--task", required=True, help="task name (registered, or new with --jsonl)")
     p.add_argument("--jsonl", default=None, help="your own examples: JSON lines with id, input, target[, group]")
-    p.add_argument("--profile", required=True)
+    p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="span",
+                   help="how answers to your JSONL questions are scored (with --jsonl)")
+    p.add_argument("--profile", required=True, help="name of the split profile to write")
     p.add_argument("--sizes", default=None, help="train/val/test sizes, e.g. 100/50/200 (seeded shuffle)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="salt of the hash order the profile is drawn in")
     p.add_argument("--by-group", action="store_true", help="topic-disjoint: no group spans two splits")
-    p.add_argument("--data-dir", default=None)
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
     p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
     p.set_defaults(func=cmd_data_freeze)
 
     p = sub.add_parser("eval", help="evaluate one candidate on a task split (outside any session)")
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task name (see `heldout tasks list`)")
     p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
-    p.add_argument("--profile", default="default")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
     p.add_argument("--split", default="val", choices=("train", "val", "test"),
-                   help="default val; test only when asked (its targets only with --show-targets)")
+                   help="split to evaluate (default val; test only when asked, its targets only with --show-targets)")
     p.add_argument("--show-targets", action="store_true", help="with --split test: print feedback and targets")
-    p.add_argument("--worker-model", default=None, help="prompt tasks: the worker model")
+    p.add_argument("--worker-model", default=None, help="prompt tasks: model id of the worker")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--tolerance", type=float, default=None)
-    p.add_argument("--timeout", type=_number(float, 0, "--timeout", strict=True), default=None,
-                   help="wall seconds per execution")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--allow-drift", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+                   help="wall seconds per sandboxed execution")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("score", help="score a JSONL of {id, output} rows with a prompt task's canonical verifier")
+    p.add_argument("--task", required=True, help="prompt task name")
+    p.add_argument("--outputs", required=True, help="JSONL file, one {\"id\": ..., \"output\": ...} per line")
+    p.add_argument("--split", default="val", choices=("train", "val", "test"), help="split the ids belong to")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_score)
 
     ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
     p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
-    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger in and below them is checked")
+    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_ledger_verify)
 
     p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
-    p.add_argument("--task", action="append", required=True, help="repeatable")
-    p.add_argument("--profile", default="default")
-    p.add_argument("--seed", type=_number(int, 0, "--seed"), default=None)
-    p.add_argument("--seeds", default=None, help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--task", action="append", required=True,
+                   help="task, family (bbh), group (bbh/sepo, program), or glob ('mmlu_pro/*'); repeatable")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
     p.add_argument("--budget", action="append", required=True,
-                   help="metric calls per session (>= 1): N, or TASK=N per task (repeatable)")
-    p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None)
-    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None)
+                   help="metric calls per session: N, or TASK=N per task (repeatable)")
+    p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None,
+                   help="architect token budget per session")
+    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+                   help="wall-time budget per session, seconds")
     p.add_argument("--optimizer", action="append", default=[],
                    help="in-process optimizer: module:function or a reference name (repeatable)")
     p.add_argument("--optimizer-cmd", action="append", default=[],
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
-    p.add_argument("--run-dir", required=True)
+    p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
     p.add_argument("--resume", action="store_true",
                    help="continue the study in --run-dir (only with exactly the settings it was started with)")
     p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
-    p.add_argument("--worker-model", default=None)
-    p.add_argument("--architect-model", default=None)
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
+                   help="visibility policy: what the optimizer sees per split")
+    p.add_argument("--verifier", default=CANONICAL,
+                   help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
+    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
+    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
     p.add_argument("--cache-dir", default=None, help="response cache directory")
-    p.add_argument("--tolerance", type=float, default=None)
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--allow-drift", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
-    p.add_argument("--run-dir", default="runs/demo")
-    p.add_argument("--out", default="runs/demo-report")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2)
+    p.add_argument("--run-dir", default="runs/demo", help="study folder")
+    p.add_argument("--out", default="runs/demo-report", help="report folder")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2, help="sessions in parallel")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--baseline", default="seed", help="method every paired table compares against")
-    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05)
+    p.add_argument("--baseline-method", default="seed", help="method every paired table compares against")
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+                   help="significance level")
     p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.set_defaults(func=cmd_report)
@@ -373,20 +418,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05)
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+                   help="significance level")
     p.add_argument("--min-effect", type=_number(float, 0, "--min-effect"), default=0.0,
                    help="ignore drops no larger than this")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
     p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
                    help="pair seeds by id (default) or by rank when the current set used fresh seeds")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
     p.add_argument("cases", help="CASES.json: a list of {name, program, mem[, scratch_init, enable_pause, runs]}")
-    p.add_argument("--engine", choices=("fast", "reference"), default="fast")
-    p.add_argument("--cycle-cap", type=int, default=10_000_000)
+    p.add_argument("--engine", choices=("fast", "reference"), default="fast", help="simulator engine")
+    p.add_argument("--cycle-cap", type=int, default=10_000_000, help="stop a program after this many cycles")
     p.set_defaults(func=cmd_vliw_simulate)
     return parser
 

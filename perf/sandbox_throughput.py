@@ -47,7 +47,7 @@ def main() -> None:
     seed, example = bench.seed_candidate(), bench.load_raw(None)[0]
 
     def task() -> None:
-        v = bench.run(seed, example, LIMITS)
+        v = bench.run(seed, example, bench.context(LIMITS))
         assert v.valid, v.error
 
     r_bare, r_sbx, r_task = rate(n, bare), rate(n, sandboxed), rate(max(1, n // 2), task)

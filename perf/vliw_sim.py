@@ -17,14 +17,14 @@ import time
 
 from heldout.benchmarks.vliw import decode, simulate
 from heldout.benchmarks.vliw.benchmark import make_instance
-from heldout.benchmarks.vliw.task import PACKAGE_DIR, VliwTakehome, _sandbox_setup_files
+from heldout.benchmarks.vliw.task import PACKAGE_DIR, TASK, VliwTakehome
 from heldout.sandbox import run_function
 
 
 def build(source: str, bench: VliwTakehome) -> list:
     res = run_function({"perf_takehome.py": source}, "_heldout_vliw_build", "build",
                        ["perf_takehome", 10, 2047, 256, 16, 10**7], limits=bench.default_limits,
-                       setup_files=_sandbox_setup_files())
+                       setup_files=TASK.helper_files())
     if not res.ok:
         raise SystemExit(f"build failed: {res.error}")
     return json.loads(res.value)

@@ -36,7 +36,7 @@ def packing_program(entry: str, centers, radii) -> dict[str, str]:
 def run(task: str, candidate: dict[str, str], tolerance: float | None = None):
     bench = get_benchmark(task)
     example = bench.load_raw(None)[0]
-    return bench.run(candidate, example, LIMITS, tolerance=tolerance)
+    return bench.run(candidate, example, bench.context(LIMITS, tolerance=tolerance))
 
 
 def rel(a: float, b: float) -> float:
@@ -214,7 +214,7 @@ def test_a_bad_tolerance_is_the_callers_error():
     bench = get_benchmark("minmax/d3n14")
     for tol in (-1e-6, float("nan")):
         with pytest.raises(GeometryError, match="tolerance"):
-            bench.run(bench.seed_candidate(), bench.load_raw(None)[0], LIMITS, tolerance=tol)
+            bench.run(bench.seed_candidate(), bench.load_raw(None)[0], bench.context(LIMITS, tolerance=tol))
 
 
 # -- tasks, manifests, CLI -------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_each_seed_is_valid_and_loads_through_its_manifest(task):
     assert [ex.id for ex in loaded.split("train")] == [ex.id for ex in loaded.split("test")] == ["instance"]
     assert "train = test" in loaded.manifest.notes["default"]
     bench = loaded.benchmark
-    v = bench.run(bench.seed_candidate(), loaded.split("test")[0], LIMITS)
+    v = bench.run(bench.seed_candidate(), loaded.split("test")[0], bench.context(LIMITS))
     assert v.valid and v.score > 0 and math.isfinite(v.dimensions["ratio"])
 
 

@@ -315,7 +315,7 @@ def test_the_client_module_imports_without_the_rest_of_heldout(tmp_path):
 
 def heldout_run(run_root: Path, task: str, *args: str) -> Path:
     """`heldout run ... --optimizer-cmd` from the repo root, as a user would type it."""
-    cmd = [sys.executable, "-m", "heldout.cli", "run", "--task", task, "--seed", "0", "--run-dir", str(run_root),
+    cmd = [sys.executable, "-m", "heldout.cli", "run", "--task", task, "--seeds", "0", "--run-dir", str(run_root),
            "--optimizer-cmd", "python examples/isolated_random_search.py --minibatch 2", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -124,8 +124,8 @@ def test_unknown_routes_and_methods_are_refused_and_recorded(served, session, me
 @pytest.mark.parametrize("body,match", [
     (b"not json", "not JSON"),
     (b"[1, 2]", "JSON object"),
-    (json.dumps({"candidate": {"scorer.sql": 3}}).encode(), "must map a str name"),
-    (json.dumps({"candidate": {}}).encode(), "non-empty dict"),
+    (json.dumps({"candidate": {"scorer.sql": 3}}).encode(), "must map a plain str name"),
+    (json.dumps({"candidate": {}}).encode(), "non-empty plain dict"),
     (json.dumps({"candidate": {"a": "b"}, "ids": "six-p00"}).encode(), "list of example id"),
     (json.dumps({"candidate": {"a": "b"}, "budget": 10 ** 6}).encode(), "unknown field"),
     (json.dumps({"split": "train"}).encode(), "missing field"),
@@ -153,7 +153,7 @@ def test_request_bodies_are_capped(session):
 
 def test_final_is_validated_and_the_last_submission_wins(served, session):
     client = client_for(served)
-    with pytest.raises(RequestRefused, match="must map a str name") as info:
+    with pytest.raises(RequestRefused, match="must map a plain str name") as info:
         client.submit_final({"scorer.sql": ["not", "text"]})
     assert info.value.status == 400 and served.final is None
     first = client.submit_final(client.seed_candidate)

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from heldout import load_task
+from heldout.models.workers import FunctionWorker
 from heldout.contracts import Example, Verdict
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import SPEC_VECTORS, decisive, load_pool, masked
@@ -31,9 +32,10 @@ def paper():
     return load_task("lockpicking/six", profile="paper")
 
 
-def evaluate(bench: LockpickingBenchmark, candidate, examples, **options) -> tuple[list[Verdict], dict]:
-    verdicts = [bench.run(candidate, ex, **options) for ex in examples]
-    return verdicts, bench.summarize(candidate, verdicts, **options)
+def evaluate(bench: LockpickingBenchmark, candidate, examples, worker=None, **options) -> tuple[list[Verdict], dict]:
+    context = bench.context(worker=worker, **options)
+    verdicts = [bench.run(candidate, ex, context) for ex in examples]
+    return verdicts, bench.summarize(candidate, verdicts, context)
 
 
 def truth_agreement(system: RuleSystem) -> float:
@@ -231,10 +233,10 @@ def test_counts_feedback_shows_only_predicted_and_expected():
 
 
 def test_decomposed_feedback_reveals_per_position_validity():
-    verdict = BENCHMARK.run({"scorer.sql": "6"}, Example("e", {"program": "429405"}, 4), feedback="decomposed")
+    verdict = BENCHMARK.run({"scorer.sql": "6"}, Example("e", {"program": "429405"}, 4), BENCHMARK.context(feedback="decomposed"))
     assert verdict.feedback.endswith("P1=valid P2=invalid P3=valid P4=valid P5=valid P6=invalid")
     with pytest.raises(ValueError, match="feedback"):
-        BENCHMARK.run({"scorer.sql": "6"}, Example("e", {"program": "1"}, 0), feedback="everything")
+        BENCHMARK.run({"scorer.sql": "6"}, Example("e", {"program": "1"}, 0), BENCHMARK.context(feedback="everything"))
 
 
 # -- the worker hook: AI_COMPLETE and prompt candidates ---------------------------------------------
@@ -244,7 +246,7 @@ def oracle_worker(prompts: list[str]):
     def complete(prompt: str) -> str:
         prompts.append(prompt)
         return f"The count is {TRUTH.label(prompt.rsplit('PROGRAM: ', 1)[1].split(chr(10))[0])}"
-    return complete
+    return FunctionWorker(complete)
 
 
 AI_SQL = "TRY_TO_NUMBER(REGEXP_SUBSTR(AI_COMPLETE('worker', CONCAT('Count the valid positions. PROGRAM: ', PROGRAM)), '[0-9]+$'))"
@@ -258,9 +260,8 @@ def test_ai_complete_without_a_worker_is_a_clear_error():
 
 def test_ai_complete_calls_the_registered_worker_once_per_example(paper):
     bench, prompts = LockpickingBenchmark(), []
-    bench.set_ai_complete(oracle_worker(prompts))
     examples = paper.split("test")[:10]
-    verdicts, summary = evaluate(bench, {"scorer.sql": AI_SQL}, examples)
+    verdicts, summary = evaluate(bench, {"scorer.sql": AI_SQL}, examples, worker=oracle_worker(prompts))
     assert summary["correct"] == 10
     assert len(prompts) == 10 and prompts[0] == f"Count the valid positions. PROGRAM: {examples[0].input['program']}"
     assert summary["exhaustive_accuracy"] is None  # not deterministic: never checked exhaustively
@@ -272,8 +273,8 @@ def test_a_failing_worker_fails_only_its_example():
             raise TimeoutError("worker timed out")
         return "3"
     sql = "AI_COMPLETE('worker', CONCAT('PROGRAM: ', PROGRAM))"
-    bad = BENCHMARK.run({"scorer.sql": sql}, Example("a", {"program": "429405"}, 4), ai_complete=flaky)
-    good = BENCHMARK.run({"scorer.sql": sql}, Example("b", {"program": "720105"}, 3), ai_complete=flaky)
+    bad = BENCHMARK.run({"scorer.sql": sql}, Example("a", {"program": "429405"}, 4), BENCHMARK.context(worker=FunctionWorker(flaky)))
+    good = BENCHMARK.run({"scorer.sql": sql}, Example("b", {"program": "720105"}, 3), BENCHMARK.context(worker=FunctionWorker(flaky)))
     assert bad.error_kind == "bad_output" and "AI_COMPLETE failed: TimeoutError: worker timed out" in bad.error
     assert good.score == 1.0
 
@@ -283,9 +284,11 @@ def test_prompt_candidates_go_to_the_worker(paper):
     missing = LockpickingBenchmark().run(BENCHMARK.seed_instruction(), example)
     assert missing.error_kind == "model_error" and "worker" in missing.error
     prompts: list[str] = []
-    verdict = BENCHMARK.run(BENCHMARK.seed_instruction(), example, ai_complete=oracle_worker(prompts))
+    verdict = BENCHMARK.run(BENCHMARK.seed_instruction(), example, BENCHMARK.context(worker=oracle_worker(prompts)))
     assert verdict.score == 1.0 and "P1 in {1, 4, 7}" in prompts[0]
-    assert BENCHMARK.run(BENCHMARK.seed_instruction(), example, ai_complete=lambda p: "no idea").error_kind == "bad_output"
+    # no integer in the answer: a valid verdict (the worker answered) that scores 0
+    no_answer = BENCHMARK.run(BENCHMARK.seed_instruction(), example, BENCHMARK.context(worker=FunctionWorker(lambda p: "no idea")))
+    assert no_answer.valid and no_answer.score == 0.0 and "no integer" in no_answer.feedback
 
 
 # -- the CLI ----------------------------------------------------------------------------------------

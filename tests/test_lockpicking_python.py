@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from heldout.benchmarks.lockpicking import task as lockpicking_task
+
 from heldout import load_task
 from heldout.contracts import Example, RunLimits
 from heldout.benchmarks.lockpicking import task as taskmod
@@ -40,16 +42,14 @@ def paper():
 @pytest.fixture()
 def counted_sandbox(monkeypatch):
     """Counts sandbox processes started by the task (the real sandbox runs every one of them)."""
-    from heldout import sandbox
-
     calls: list[str] = []
-    real = sandbox.run_function
+    real = lockpicking_task.run_function
 
     def counting(files, module, function, *args, **kwargs):
         calls.append(function)
         return real(files, module, function, *args, **kwargs)
 
-    monkeypatch.setattr(sandbox, "run_function", counting)
+    monkeypatch.setattr(lockpicking_task, "run_function", counting)
     return calls
 
 

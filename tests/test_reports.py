@@ -62,7 +62,7 @@ def champion_method(view, seed):
 
 
 def search_method(view, seed):
-    view.architect.complete([{"role": "user", "content": f"Propose rule edits for {view.task_name}. Seed {seed}."}])
+    view.architect([{"role": "user", "content": f"Propose rule edits for {view.task_name}. Seed {seed}."}])
     rng = random.Random(seed)
     best, best_score = view.seed_candidate, float("-inf")
     ids = [ex["id"] for ex in view.train]

@@ -43,7 +43,7 @@ def circle_packing26():
 def attack(body: str, limits: RunLimits = FAST, **params: str):
     text = HEADER + "".join(f"    {line}\n" for line in body.format(**params).splitlines())
     bench = get_benchmark(TASK)
-    return bench.run({"program.py": text}, bench.load_raw(None)[0], limits)
+    return bench.run({"program.py": text}, bench.load_raw(None)[0], bench.context(limits))
 
 
 def digest(path: Path) -> str:
@@ -56,7 +56,7 @@ def evaluator_unharmed():
     yield
     assert {p: digest(p) for p in before} == before
     bench = get_benchmark(TASK)
-    again = bench.run(bench.seed_candidate(), bench.load_raw(None)[0], FAST.replace(wall_seconds=30, cpu_seconds=30))
+    again = bench.run(bench.seed_candidate(), bench.load_raw(None)[0], bench.context(FAST.replace(wall_seconds=30, cpu_seconds=30)))
     assert again.valid and again.score == pytest.approx(2.4975)
 
 
@@ -292,6 +292,6 @@ def test_exiting_before_returning_is_a_crash():
 
 def test_syntax_error_is_a_crash_with_the_line():
     bench = get_benchmark(TASK)
-    v = bench.run({"program.py": "def circle_packing26(:\n"}, bench.load_raw(None)[0], FAST)
+    v = bench.run({"program.py": "def circle_packing26(:\n"}, bench.load_raw(None)[0], bench.context(FAST))
     failed(v, "crash")
     assert "SyntaxError" in v.error

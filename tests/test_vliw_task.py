@@ -109,10 +109,10 @@ def test_prebuilt_instruction_stream_is_accepted_directly(bench, tmp_path):
 def _packed_program(bench) -> list:
     """The packed kernel's instruction stream, built in the sandbox like any candidate."""
     from heldout.sandbox import run_function
-    from heldout.benchmarks.vliw.task import _sandbox_setup_files
+    from heldout.benchmarks.vliw.task import TASK
     res = run_function({"perf_takehome.py": PACKED_SOURCE}, "_heldout_vliw_build", "build",
                        ["perf_takehome", 10, 2047, 256, 16, 10**6], limits=bench.default_limits,
-                       setup_files=_sandbox_setup_files())
+                       setup_files=TASK.helper_files())
     assert res.ok, res.error
     return json.loads(res.value)
 
@@ -225,7 +225,7 @@ def test_a_builder_looking_for_test_data_finds_none(bench, read_files):
 
 def test_a_builder_that_never_returns_is_stopped(bench):
     loop = "class KernelBuilder:\n    def build_kernel(self, *a):\n        while True:\n            pass\n"
-    v = bench.run({"perf_takehome.py": loop}, instance(1), RunLimits(wall_seconds=3, cpu_seconds=3))
+    v = bench.run({"perf_takehome.py": loop}, instance(1), bench.context(RunLimits(wall_seconds=3, cpu_seconds=3)))
     assert not v.valid and v.error_kind == "timeout" and "build error" in v.error
 
 
@@ -241,7 +241,7 @@ def test_a_builder_that_never_returns_is_stopped(bench):
      "entry file"),
 ])
 def test_bad_candidates_fail_with_a_named_reason(bench, candidate, kind, words):
-    v = bench.run(candidate, instance(2), cycle_cap=10_000)
+    v = bench.run(candidate, instance(2), bench.context(cycle_cap=10_000))
     assert not v.valid and v.score == 0.0 and v.error_kind == kind, (v.error_kind, v.error)
     assert words in v.error
 
@@ -302,10 +302,10 @@ def test_heldout_eval_reports_a_wrong_stream_with_exit_1(tmp_path):
 def test_fast_and_reference_engines_agree_on_real_kernels(bench, kernel):
     source = (PACKAGE_DIR / "kernels" / f"{kernel}.py").read_text(encoding="utf-8")
     from heldout.sandbox import run_function
-    from heldout.benchmarks.vliw.task import _sandbox_setup_files
+    from heldout.benchmarks.vliw.task import TASK
     res = run_function({"perf_takehome.py": source}, "_heldout_vliw_build", "build",
                        ["perf_takehome", 10, 2047, 256, 16, 10**6], limits=bench.default_limits,
-                       setup_files=_sandbox_setup_files())
+                       setup_files=TASK.helper_files())
     assert res.ok, res.error
     program = json.loads(res.value)
     mem, expected = make_instance(77)

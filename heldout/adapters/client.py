@@ -21,10 +21,14 @@ run counts as successful only if the process exits with status 0 and has submitt
     results = client.evaluate(seed, "train", ids=[ex["id"] for ex in client.train[:10]])
     client.submit_final(seed)
 
-Refusals arrive as exceptions with the server's message: :class:`BudgetExceeded` (HTTP 402,
-nothing ran), :class:`VisibilityError` (403, e.g. the test split), :class:`RequestRefused`
-(any other 4xx/5xx). This module must stay importable on its own: the harness copies it into the
-optimizer's sandbox, which cannot see the rest of heldout.
+:class:`TaskClient` implements the :class:`heldout.contracts.TaskView` Protocol, like the
+in-process view: the same names (``task_name``, ``train``, ``val``, ``remaining``, ``evaluate``,
+``architect``, ``record_event`` ...) and the same errors, so one optimizer function runs in both
+modes. Refusals arrive as exceptions with the server's message: :class:`BudgetExceeded` (HTTP 402,
+nothing ran) and :class:`VisibilityError` (403, e.g. the test split), the classes of
+:mod:`heldout.contracts`, also instances of :class:`RequestRefused` (which any other 4xx/5xx
+raises) with the HTTP status. This module needs only the standard library and
+``heldout.contracts``: the harness copies both into the optimizer's sandbox.
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ import socket
 from typing import Any, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from heldout.contracts import BudgetExceeded, HeldoutError, VisibilityError
+
 URL_ENV = "HELDOUT_VIEW_URL"
 SOCKET_ENV = "HELDOUT_VIEW_SOCKET"
 TOKEN_ENV = "HELDOUT_VIEW_TOKEN"
 
 
-class RequestRefused(Exception):
+class RequestRefused(HeldoutError):
     """The view server refused a request; ``status`` is the HTTP status, ``kind`` its error kind."""
 
     def __init__(self, status: int, kind: str, message: str) -> None:
@@ -51,12 +57,12 @@ class RequestRefused(Exception):
         self.message = message
 
 
-class BudgetExceeded(RequestRefused):
-    """The evaluation (or architect call) would exceed the budget; nothing ran."""
+class _BudgetRefused(RequestRefused, BudgetExceeded):
+    """HTTP 402: the evaluation (or architect call) would exceed the budget; nothing ran."""
 
 
-class VisibilityError(RequestRefused):
-    """The request asked for something the visibility policy does not allow."""
+class _VisibilityRefused(RequestRefused, VisibilityError):
+    """HTTP 403: the request asked for something the visibility policy does not allow."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -128,7 +134,7 @@ class TaskClient:
         if resp.status >= 400:
             info = data if isinstance(data, dict) else {}
             kind, message = str(info.get("kind", "error")), str(info.get("error", raw[:500]))
-            cls = {402: BudgetExceeded, 403: VisibilityError}.get(resp.status, RequestRefused)
+            cls = {402: _BudgetRefused, 403: _VisibilityRefused}.get(resp.status, RequestRefused)
             raise cls(resp.status, kind, message)
         return data
 
@@ -140,6 +146,31 @@ class TaskClient:
         if self._task is None:
             self._task = self.request("GET", "/task")
         return self._task
+
+    @property
+    def task_name(self) -> str:
+        return str(self.task["task"])
+
+    @property
+    def description(self) -> str:
+        return str(self.task["description"])
+
+    @property
+    def kind(self) -> str:
+        return str(self.task["kind"])
+
+    @property
+    def policy(self) -> str:
+        """The visibility policy's name (the full policy is in ``task["policy"]``)."""
+        return str(self.task["policy"]["name"])
+
+    @property
+    def verifier(self) -> str:
+        return str(self.task.get("verifier", "decomposed"))
+
+    @property
+    def metric_calls_budget(self) -> int:
+        return int(self.task["budget"]["metric_calls"])
 
     @property
     def seed_candidate(self) -> dict[str, str]:
@@ -174,6 +205,14 @@ class TaskClient:
         body = {"messages": [dict(m) for m in messages], "temperature": temperature,
                 "max_tokens": max_tokens, "replicate": replicate}
         return self.request("POST", "/architect", body)["text"]
+
+    @property
+    def architect_tokens_used(self) -> int:
+        return int(self.request("GET", "/remaining")["architect_tokens_used"])
+
+    def record_event(self, kind: str, **data: Any) -> None:
+        """Write mechanism evidence (``merge_attempt`` ...) to the session's ledger; free."""
+        self.request("POST", "/event", {"kind": kind, "data": data})
 
     def submit_final(self, candidate: Mapping[str, str]) -> str:
         """Hand in the final candidate (the last submission wins); returns its candidate id."""

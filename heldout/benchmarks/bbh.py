@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from heldout.benchmarks import answers
-from heldout.contracts import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
-from heldout.benchmarks.registry import register
+from heldout.benchmarks.registry import register, register_group
 from heldout.benchmarks.sources import iter_hub_rows, read_json
 
 TASKS = (
@@ -82,7 +82,7 @@ class BBHTask(PromptBenchmark):
     def format_input(self, example: Example) -> str:
         return example.input["question"]
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         try:
             fmt = example.meta.get("format") or answers.bbh_format_of(example.target, self.subtask)
             scored = answers.score_bbh(text or "", example.target, fmt)
@@ -93,3 +93,4 @@ class BBHTask(PromptBenchmark):
 
 for _subtask in TASKS:
     register(BBHTask(_subtask))
+register_group("bbh/sepo", [f"bbh/{t}" for t in SEPO_TASKS], "the eight BBH tasks of the SEPO paper")

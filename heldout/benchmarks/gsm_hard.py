@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from heldout.benchmarks import answers
-from heldout.contracts import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_jsonl
@@ -50,7 +50,7 @@ class GSMHardTask(PromptBenchmark):
     def format_input(self, example: Example) -> str:
         return example.input["question"]
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         try:
             scored = answers.score_number(text or "", example.target)
         except Exception as exc:

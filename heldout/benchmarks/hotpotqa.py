@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from heldout.benchmarks import answers
-from heldout.contracts import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_json, read_jsonl
@@ -86,7 +86,7 @@ class HotpotQADistractor(PromptBenchmark):
         paragraphs = "\n\n".join(f"{title}: {''.join(sents)}" for title, sents in example.input["context"])
         return f"{paragraphs}\n\nQuestion: {example.input['question']}"
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         """Exact match and token F1 / precision / recall in both modes; the score is flexible EM."""
         gold = example.target["answer"]
         try:

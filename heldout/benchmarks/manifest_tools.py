@@ -4,12 +4,14 @@ verify`` and ``heldout data freeze``; the commands themselves live in :mod:`held
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 from heldout.contracts import DataError, Example, HeldoutError, Source
 from heldout.benchmarks.loading import resolve_data_dir
 from heldout.benchmarks.registry import all_tasks, get_benchmark
+from heldout.benchmarks.user_jsonl import ANSWER_FORMATS, read_user_examples
 from heldout.data_manifests import MANIFEST_DIR, Manifest, freeze
 from heldout.data_manifests.profiles import default_profile, group_disjoint_profile, sized_profile
 
@@ -50,30 +52,27 @@ def verify_tasks(names: list[str], data_dir: str | None) -> list[dict[str, Any]]
     return [verify_one(n, resolved) for n in select(names)]
 
 
-def read_user_examples(path: str) -> list[Example]:
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                out.append(Example(id=str(row["id"]), input=row["input"], target=row.get("target"),
-                                   group=row.get("group"), meta=row.get("meta") or {}))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise DataError(f"{path} line {lineno}: need a JSON object with id, input, target: {exc}") from exc
-    return out
-
-
 def freeze_profile(task: str, profile_name: str, *, out: str | None = None, jsonl: str | None = None,
                    data_dir: str | None = None, sizes: str | None = None, by_group: bool = False,
-                   seed: int = 0) -> tuple[Path, dict[str, int]]:
+                   seed: int = 0, answer_format: str = "span") -> tuple[Path, dict[str, int]]:
     """Add (or create) a profile in a manifest; returns the manifest path and the split sizes.
-    Existing hashes are never rewritten: data that drifted from an existing manifest is refused."""
+    Existing hashes are never rewritten: data that drifted from an existing manifest is refused.
+    With ``jsonl`` the file is copied next to the manifest and becomes a :class:`UserJsonlTask`
+    (``out`` is then required: user manifests never go into heldout's own folder)."""
     root = Path(out) if out else MANIFEST_DIR
     if jsonl:
+        if not out:
+            raise DataError("freezing your own JSONL needs --out DIR (then put DIR on $HELDOUT_MANIFEST_PATH)")
+        if answer_format not in ANSWER_FORMATS:
+            raise DataError(f"--answer-format must be one of {', '.join(ANSWER_FORMATS)}, got {answer_format!r}")
         examples = read_user_examples(jsonl)
-        source: Source | dict = {"mirror_files": (), "user_file": Path(jsonl).name}
+        data_file = Manifest.path_for(task, root).with_suffix(".jsonl")
+        data_file.parent.mkdir(parents=True, exist_ok=True)
+        if data_file.exists() and data_file.read_bytes() != Path(jsonl).read_bytes():
+            raise DataError(f"{data_file} already holds other data for {task!r}; refusing to overwrite it")
+        shutil.copyfile(jsonl, data_file)
+        source: Source | dict = {"kind": "jsonl", "file": data_file.name, "answer_format": answer_format,
+                                 "user_file": Path(jsonl).name}
         version = "user"
     else:
         bench = get_benchmark(task)

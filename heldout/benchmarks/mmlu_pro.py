@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from heldout.benchmarks import answers
-from heldout.contracts import DataError, Example, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_parquet
@@ -86,7 +86,7 @@ class MMLUProTask(PromptBenchmark):
 
     answer_format = "Finish with: So the answer is (X), where X is the letter of the correct option."
 
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         try:
             scored = answers.score_choice(text or "", example.target, len(example.input["options"]))
         except Exception as exc:

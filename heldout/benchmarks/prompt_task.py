@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from heldout.contracts import Candidate, Example, Message, Verdict, check_candidate
+from heldout.contracts import Candidate, Example, Message, RunContext, Verdict, check_candidate
 from heldout.benchmarks.base import Benchmark
 
 SEED_INSTRUCTION = (
@@ -50,7 +50,7 @@ class PromptBenchmark(Benchmark):
     def format_input(self, example: Example) -> str:
         raise NotImplementedError
 
-    def render(self, candidate: Candidate, example: Example) -> list[Message]:
+    def render(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> list[Message]:
         """System: the candidate's instruction (plus any other components, labelled, in name
         order); user: the example and the fixed answer-format line."""
         check_candidate(candidate)
@@ -61,7 +61,7 @@ class PromptBenchmark(Benchmark):
                 Message("user", f"{self.format_input(example)}\n\n{self.answer_format}")]
 
     # -- metric -----------------------------------------------------------------------------
-    def score_text(self, text: str, example: Example) -> Verdict:
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         raise NotImplementedError
 
 

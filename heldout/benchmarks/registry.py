@@ -1,19 +1,32 @@
 """The task registry: one name -> one :class:`Benchmark` instance.
 
-Family modules register their tasks at import time; the registry imports them lazily so that
-``heldout tasks list`` does not pay for modules it does not need until asked."""
+Where tasks come from, in the order a name is looked up:
+
+1. heldout's own families (:data:`BUILTIN_FAMILIES`), imported lazily by name prefix so that one
+   family's heavy imports never slow down (or break) another's;
+2. plugin packages: every entry point of the group ``heldout.tasks`` names a module that registers
+   its tasks at import (the entry point's name is the family prefix). A ``manifests/`` folder next
+   to that module (or a ``MANIFEST_DIR`` the module defines) goes on the manifest search path;
+3. user JSONL tasks frozen with ``heldout data freeze --jsonl``: a manifest on the search path
+   whose source says ``{"kind": "jsonl"}`` becomes a :class:`UserJsonlTask`.
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
+from importlib.metadata import entry_points
+from pathlib import Path
 
-from heldout.contracts import HeldoutError
 from heldout.benchmarks.base import Benchmark
+from heldout.benchmarks.user_jsonl import UserJsonlTask
+from heldout.contracts import DataError, HeldoutError
+from heldout.data_manifests import Manifest, add_manifest_root, manifest_roots
+
+ENTRY_POINT_GROUP = "heldout.tasks"
 
 # Task-name prefix (the part before the first "/") -> the module that registers those tasks.
-# Adding a family = adding its prefix here (and its manifests). Only the module a name needs is
-# imported, so one family's heavy imports never slow down (or break) another's.
-FAMILY_MODULES: dict[str, str] = {
+BUILTIN_FAMILIES: dict[str, str] = {
     "bbh": "heldout.benchmarks.bbh",
     "mmlu_pro": "heldout.benchmarks.mmlu_pro",
     "mbpp_plus": "heldout.benchmarks.mbpp_plus",
@@ -28,6 +41,9 @@ FAMILY_MODULES: dict[str, str] = {
 }
 
 _TASKS: dict[str, Benchmark] = {}
+_GROUPS: dict[str, tuple[str, ...]] = {}  # named task groups a family declares (e.g. bbh/sepo)
+_LOADED_PLUGINS: set[str] = set()
+KIND_GROUPS = ("prompt", "program")
 
 
 class UnknownTask(HeldoutError, KeyError):
@@ -45,30 +61,116 @@ def register(benchmark: Benchmark) -> Benchmark:
     return benchmark
 
 
-def _import_family(prefix: str) -> None:
-    module = FAMILY_MODULES.get(prefix)
-    if module is None:
-        return
-    try:
+def register_group(name: str, tasks: list[str] | tuple[str, ...], description: str = "") -> None:
+    """A named task group (``--task bbh/sepo``); its members must be tasks of the same family."""
+    _GROUPS[name] = tuple(tasks)
+
+
+def task_groups() -> dict[str, list[str]]:
+    """Every group a name can expand from: families, declared groups, and the two kinds."""
+    tasks = all_tasks()
+    groups: dict[str, list[str]] = {}
+    for bench in tasks:
+        groups.setdefault(bench.name.split("/", 1)[0], []).append(bench.name)
+    groups = {k: v for k, v in groups.items() if len(v) > 1 or v[0] != k}
+    groups.update({name: list(members) for name, members in sorted(_GROUPS.items())})
+    for kind in KIND_GROUPS:
+        groups[kind] = [b.name for b in tasks if b.kind == kind]
+    return groups
+
+
+def expand_tasks(patterns: list[str]) -> list[str]:
+    """Task names from names, globs (``mmlu_pro/*``), families (``bbh``), declared groups
+    (``bbh/sepo``) and kinds (``program``), in order, without repeats. Unknown: a clear error."""
+    out: list[str] = []
+    for pattern in patterns:
+        if any(ch in pattern for ch in "*?["):
+            names = [b.name for b in all_tasks() if fnmatch.fnmatchcase(b.name, pattern)]
+            if not names:
+                raise UnknownTask(f"no task matches {pattern!r}; `heldout tasks list` shows them all")
+        else:
+            try:
+                names = [get_benchmark(pattern).name]
+            except UnknownTask:
+                names = task_groups().get(pattern, [])
+                if not names:
+                    raise
+        out += [n for n in names if n not in out]
+    return out
+
+
+def _import_builtin(prefix: str) -> None:
+    module = BUILTIN_FAMILIES.get(prefix)
+    if module is not None:
         importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:  # a missing dependency inside the family is a real error
-            raise
+
+
+def _plugins():
+    return [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN_FAMILIES]
+
+
+def _load_plugin(ep) -> None:
+    if ep.name in _LOADED_PLUGINS:
+        return
+    _LOADED_PLUGINS.add(ep.name)
+    try:
+        module = importlib.import_module(ep.value.split(":")[0])
+    except Exception as exc:  # a broken plugin is named, not silently skipped
+        raise HeldoutError(f"task plugin {ep.name!r} ({ep.value}) failed to import: {type(exc).__name__}: {exc}") \
+            from exc
+    folder = getattr(module, "MANIFEST_DIR", None) or Path(module.__file__).resolve().parent / "manifests"
+    if Path(folder).is_dir():
+        add_manifest_root(folder)
+
+
+def _user_jsonl_task(name: str) -> Benchmark | None:
+    path = Manifest.find(name)
+    if path is None:
+        return None
+    manifest = Manifest.load(name)
+    source = manifest.source if isinstance(manifest.source, dict) else {}
+    if source.get("kind") != "jsonl":
+        return None
+    task = UserJsonlTask(name, path.parent / source["file"], source.get("answer_format", "span"))
+    return register(task)
+
+
+def _user_manifests() -> list[str]:
+    names = []
+    for root in manifest_roots()[:-1]:  # heldout's own folder holds no user tasks
+        for path in sorted(Path(root).rglob("*.json")) if Path(root).is_dir() else []:
+            names.append(str(path.relative_to(root).with_suffix("")))
+    return names
 
 
 def all_tasks() -> list[Benchmark]:
-    for prefix in FAMILY_MODULES:
-        _import_family(prefix)
+    for prefix in BUILTIN_FAMILIES:
+        _import_builtin(prefix)
+    for ep in _plugins():
+        _load_plugin(ep)
+    for name in _user_manifests():
+        if name not in _TASKS:
+            try:
+                _user_jsonl_task(name)
+            except DataError:
+                continue
     return [_TASKS[name] for name in sorted(_TASKS)]
 
 
 def get_benchmark(name: str) -> Benchmark:
-    _import_family(name.split("/", 1)[0])
+    prefix = name.split("/", 1)[0]
+    _import_builtin(prefix)
+    if name not in _TASKS:
+        for ep in _plugins():
+            if ep.name == prefix:
+                _load_plugin(ep)
+    if name not in _TASKS:
+        _user_jsonl_task(name)
     if name not in _TASKS:
         all_tasks()  # for the "did you mean" hint
     try:
         return _TASKS[name]
     except KeyError:
-        close = [n for n in sorted(_TASKS) if name.split("/")[0] in n][:8]
+        close = [n for n in sorted(_TASKS) if prefix in n][:8]
         hint = f" (did you mean one of: {', '.join(close)})" if close else ""
         raise UnknownTask(f"unknown task {name!r}{hint}; `heldout tasks list` shows them all") from None

@@ -81,6 +81,25 @@ def short_hash(values: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
+MANIFEST_PATH_ENV = "HELDOUT_MANIFEST_PATH"
+_PLUGIN_ROOTS: list[Path] = []
+
+
+def add_manifest_root(path: str | os.PathLike) -> None:
+    """Put a plugin package's manifest folder on the search path (after the user's, before
+    heldout's own)."""
+    resolved = Path(path).resolve()
+    if resolved not in _PLUGIN_ROOTS:
+        _PLUGIN_ROOTS.append(resolved)
+
+
+def manifest_roots() -> list[Path]:
+    """Where manifests are looked up, in order: ``$HELDOUT_MANIFEST_PATH`` (``os.pathsep``-separated
+    folders, e.g. where ``heldout data freeze --out`` wrote), plugin packages' folders, heldout's."""
+    env = [Path(p) for p in os.environ.get(MANIFEST_PATH_ENV, "").split(os.pathsep) if p]
+    return env + list(_PLUGIN_ROOTS) + [MANIFEST_DIR]
+
+
 @dataclass
 class Manifest:
     task: str
@@ -100,15 +119,28 @@ class Manifest:
         return root / f"{task}.json"
 
     @classmethod
+    def find(cls, task: str) -> Path | None:
+        """The first manifest of ``task`` on the search path (:func:`manifest_roots`), or None."""
+        for root in manifest_roots():
+            path = cls.path_for(task, root)
+            if path.exists():
+                return path
+        return None
+
+    @classmethod
     def load(cls, task: str, root: Path | None = None) -> "Manifest":
-        path = cls.path_for(task, root or MANIFEST_DIR)
-        if not path.exists():
-            raise DataError(f"no manifest for task {task!r} at {path}; freeze one with `heldout data freeze`")
+        """The manifest of ``task`` from ``root``, or the first one on the search path."""
+        path = cls.path_for(task, Path(root)) if root is not None else cls.find(task)
+        if path is None or not path.exists():
+            where = path or ", ".join(str(r) for r in manifest_roots())
+            raise DataError(f"no manifest for task {task!r} (looked in {where}); freeze one with `heldout data freeze`")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(**data)
+            manifest = cls(**data)
         except (ValueError, TypeError) as exc:
             raise DataError(f"manifest {path} is unreadable: {exc}") from exc
+        manifest.path = path  # where it was found (not part of the frozen content)
+        return manifest
 
     def save(self, root: Path | None = None) -> Path:
         path = self.path_for(self.task, root or MANIFEST_DIR)

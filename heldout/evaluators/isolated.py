@@ -66,6 +66,7 @@ from heldout.sandbox import _child as sbx
 LOG_FILE = "optimizer.log"
 TAIL_BYTES = 4000
 CLIENT_SOURCE = Path(__file__).resolve().parents[1] / "adapters" / "client.py"
+CONTRACTS_SOURCE = Path(__file__).resolve().parents[1] / "contracts.py"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -190,6 +191,7 @@ def _private_layout(private: Path, uid: int, mode: str) -> tuple[Path, Path, Pat
     (pkg / "__init__.py").write_text('"""heldout, as an isolated optimizer sees it: the client only."""\n')
     (pkg / "adapters" / "__init__.py").write_text("")
     shutil.copyfile(CLIENT_SOURCE, pkg / "adapters" / "client.py")
+    shutil.copyfile(CONTRACTS_SOURCE, pkg / "contracts.py")
     for path in (lib, pkg, pkg / "adapters"):
         path.chmod(0o755)
     for path in pkg.rglob("*.py"):

@@ -106,13 +106,13 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     scorer = session.scorer
     options = dict(session.options)
     provenance = dict(getattr(session, "provenance", None) or {})
-    verifier = getattr(session, "verifier", None)
+    verifier = getattr(session, "variant", None)
     description = {
         "format_version": FORMAT_VERSION,
         "task": task.name, "task_version": bench.version, "kind": bench.kind, "metric": bench.metric,
         "profile": task.profile, "seed": session.seed, "method": session.method,
         "budget": asdict(session.budget), "policy": session.policy.to_dict(),
-        "verifier": getattr(verifier, "name", verifier) or options.get("feedback") or "canonical",
+        "verifier": getattr(verifier, "name", None) or "decomposed",
         "sizes": task.sizes(), "manifest_version": task.manifest.version,
         "manifest": manifest_digest(task.manifest, task.profile),
         "drift": None if task.drift is None else task.drift.to_dict(),
@@ -206,8 +206,10 @@ class RunRecord:
         launch = next((e["data"] for e in session.ledger.entries("optimizer_launch")), None)
         isolation = f"isolated ({launch['isolation']})" if launch else start.get("isolation", "in-process (trusted)")
 
-        def mean(vs: list[Verdict]) -> float | None:
-            return sum(v.score for v in vs) / len(vs) if vs else None
+        aggregate = session.task.benchmark.aggregate
+
+        def metric(vs: list[Verdict]) -> float | None:  # the task's stated metric (None: no examples)
+            return aggregate(vs) if vs else None
 
         lineage = [{"candidate_id": cid, "parent": info["parent"],
                     "first_metric_call": info["first_metric_call"],
@@ -220,7 +222,7 @@ class RunRecord:
             final_candidate_id=candidate_id(final) if final else None,
             test_verdicts=[v.to_dict() for v in test_verdicts],
             val_verdicts=[v.to_dict() for v in val_verdicts],
-            test_score=mean(test_verdicts), val_score=mean(val_verdicts),
+            test_score=metric(test_verdicts), val_score=metric(val_verdicts),
             usage={"metric_calls": usage.metric_calls, "metric_call_budget": session.budget.metric_calls,
                    "endpoint_calls": dict(usage.endpoint_calls), "cache_hits": usage.cache_hits,
                    "replayed": usage.replayed, "tokens": {k: dict(v) for k, v in usage.tokens.items()}},
@@ -274,7 +276,7 @@ class RunRecord:
             "profile": self.profile + (f" ({profile_digest[:8]})" if profile_digest else ""),
             "budget": canonical_json(self.budget),
             "policy": str(self.policy.get("name", self.policy)),
-            "verifier": str(exp.get("verifier") or "canonical"),
+            "verifier": str(exp.get("verifier") or "decomposed"),
         }
 
 

@@ -23,6 +23,7 @@ twice). A ledger started by a different experiment is refused (:class:`Experimen
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import traceback
@@ -31,9 +32,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, MalformedCandidate, RunLimits,
-                               Verdict, VisibilityError, candidate_id, check_candidate)
 from heldout.benchmarks.loading import Task, load_task
+from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
+from heldout.contracts import (BudgetExceeded, Candidate, Completion, Example, HeldoutError, MalformedCandidate,
+                               Message, RunContext, RunLimits, Verdict, VisibilityError, candidate_id,
+                               check_candidate)
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_same_experiment, describe_experiment
 from heldout.models import ChatRequest, ModelError
@@ -41,6 +44,7 @@ from heldout.models import ChatRequest, ModelError
 OPTIMISATION = "worker-optimisation"
 DEPLOYMENT = "worker-deployment"
 ARCHITECT = "architect"
+MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
 
 @dataclass(frozen=True)
@@ -109,41 +113,83 @@ def _verdict_from_entry(data: Mapping[str, Any]) -> Verdict:
     return Verdict.from_dict(data["verdict"])
 
 
+class MeteredWorker:
+    """The worker as a task's ``RunContext`` offers it (e.g. Lockpicking's ``AI_COMPLETE``): each
+    call goes through the session's client, its tokens are counted on the session's channel and it
+    is appended to the ledger as a ``worker_call``. The metric call it belongs to was already
+    counted by the session when the evaluation was admitted."""
+
+    def __init__(self, client, usage: "Usage", channel: str, ledger: Ledger | None,
+                 decoding: Mapping[str, Any]) -> None:
+        self._client = client
+        self._usage = usage
+        self._channel = channel
+        self._ledger = ledger
+        self._decoding = decoding
+        self.model = client.model
+
+    def complete(self, messages: Sequence[Message]) -> Completion:
+        request = ChatRequest(messages=tuple({"role": m.role, "content": m.content} for m in messages),
+                              model=self._client.model, temperature=self._decoding.get("temperature", 0.0),
+                              max_tokens=self._decoding.get("max_tokens"), channel=self._channel)
+        response = self._client.complete_many([request])[0]
+        if response.cached:
+            self._usage.cache_hits += 1
+        else:
+            self._usage.add_tokens(self._channel, response.prompt_tokens, response.completion_tokens)
+        if self._ledger is not None:
+            self._ledger.append("worker_call", {"channel": self._channel, "request_key": response.request_key,
+                                                "prompt_tokens": response.prompt_tokens,
+                                                "completion_tokens": response.completion_tokens,
+                                                "cached": response.cached})
+        return Completion(text=response.text, prompt_tokens=response.prompt_tokens,
+                          completion_tokens=response.completion_tokens, seconds=response.seconds,
+                          cached=response.cached)
+
+
 class Scorer:
     """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
-    execution (``Benchmark.run``) for program tasks. Never raises for a bad candidate."""
+    execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
+    ``options`` are the task options of the experiment (canonical scoring); an evaluation may add
+    a verifier variant's options on top. Never raises for a bad candidate."""
 
     def __init__(self, benchmark, worker=None, limits: RunLimits | None = None,
-                 options: Mapping[str, Any] | None = None, jobs: int = 2) -> None:
+                 options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None) -> None:
         self.benchmark = benchmark
         self.worker = worker
         self.limits = limits or benchmark.default_limits
         self.options = dict(options or {})
         self.jobs = max(1, jobs)
+        self.ledger = ledger
+
+    def context(self, channel: str, usage: "Usage", extra: Mapping[str, Any] | None = None) -> RunContext:
+        worker = None if self.worker is None else MeteredWorker(self.worker, usage, channel, self.ledger, self.options)
+        return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})})
 
     def score(self, candidate: Candidate, examples: Sequence[Example], channel: str,
-              usage: Usage) -> list[Verdict]:
+              usage: Usage, extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
         if not examples:
             return []
+        context = self.context(channel, usage, extra_options)
         if self.benchmark.kind == "program":
             def run_one(ex: Example) -> Verdict:
                 try:
-                    return self.benchmark.run(candidate, ex, self.limits, **self.options)
+                    return self.benchmark.run(candidate, ex, context)
                 except Exception as exc:  # the benchmark's own rule is never to raise; belt and braces
-                    return Verdict.failure(ex.id, f"evaluator error: {exc}", "crash")
+                    return Verdict.failure(ex.id, f"evaluator error: {type(exc).__name__}: {exc}", "evaluator_error")
             with ThreadPoolExecutor(max_workers=min(self.jobs, len(examples))) as pool:
                 return list(pool.map(run_one, examples))
-        return self._score_prompt(candidate, examples, channel, usage)
+        return self._score_prompt(candidate, examples, channel, usage, context, replicate)
 
     def _score_prompt(self, candidate: Candidate, examples: Sequence[Example], channel: str,
-                      usage: Usage) -> list[Verdict]:
+                      usage: Usage, context: RunContext, replicate: int) -> list[Verdict]:
         if self.worker is None:
             raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
                                "(pass worker=ModelClient(...) or --worker-model/--base-url)")
         requests = [ChatRequest(messages=tuple({"role": m.role, "content": m.content}
-                                               for m in self.benchmark.render(candidate, ex)),
+                                               for m in self.benchmark.render(candidate, ex, context)),
                                 model=self.worker.model, temperature=self.options.get("temperature", 0.0),
-                                max_tokens=self.options.get("max_tokens"), channel=channel)
+                                max_tokens=self.options.get("max_tokens"), channel=channel, replicate=replicate)
                     for ex in examples]
         responses = self.worker.complete_many(requests, return_exceptions=True)
         verdicts = []
@@ -156,7 +202,7 @@ class Scorer:
                 usage.cache_hits += 1
             else:
                 usage.add_tokens(channel, resp.prompt_tokens, resp.completion_tokens)
-            verdict = self.benchmark.score_text(resp.text, ex)
+            verdict = self.benchmark.score_text(resp.text, ex, context)
             verdict.usage = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
                              "seconds": resp.seconds, "cached": float(resp.cached)}
             verdicts.append(verdict)
@@ -170,13 +216,16 @@ class EvaluationService:
     a test target."""
 
     def __init__(self, examples: Mapping[str, Sequence[Example]], scorer: Scorer, ledger: Ledger,
-                 budget: Budget, policy: VisibilityPolicy, started: float) -> None:
+                 budget: Budget, policy: VisibilityPolicy, started: float, variant: Variant | None = None,
+                 seed: int = 0) -> None:
         assert "test" not in examples
         self._examples = {s: {ex.id: ex for ex in exs} for s, exs in examples.items()}
         self._scorer = scorer
         self._ledger = ledger
         self.budget = budget
         self.policy = policy
+        self.variant = variant or parse_verifier(CANONICAL)
+        self._seed = seed
         self._started = started
         self._lock = threading.Lock()
         self.usage = Usage()
@@ -200,7 +249,7 @@ class EvaluationService:
             if entry["kind"] == "evaluation":
                 key = (data["candidate_id"], data["split"], data["example_id"])
                 self._replay.setdefault(key, []).append(data)
-                self.usage.metric_calls += 1
+                self.usage.metric_calls += int(data.get("cost", 1))
             elif entry["kind"] == "candidate":
                 self._recorded_candidates.add(data["candidate_id"])
             elif entry["kind"] == "architect_call":
@@ -232,13 +281,17 @@ class EvaluationService:
     # -- evaluation -----------------------------------------------------------------------------
     def evaluate(self, candidate: Candidate, split: str, ids: Sequence[str] | None,
                  parent: str | None = None) -> list[tuple[Example, Verdict]]:
-        self.policy.fields(split)  # refuses test (and any split the policy hides)
+        if type(split) is not str or split not in ("train", "val"):
+            raise VisibilityError(f"split must be exactly 'train' or 'val', got {split!r}")
+        self.policy.fields(split)  # refuses any split the policy hides
         if split not in self._examples:
             raise VisibilityError(f"unknown split {split!r}; the optimizer can use: {', '.join(self._examples)}")
-        check_candidate(candidate)
+        candidate = check_candidate(candidate)
         cid = candidate_id(candidate)
         pool = self._examples[split]
         wanted = list(pool) if ids is None else list(ids)
+        if any(type(i) is not str for i in wanted):
+            raise VisibilityError("example ids are plain strings")
         if len(set(wanted)) != len(wanted):
             raise VisibilityError("ids repeat within one request; ask for each example once")
         unknown = [i for i in wanted if i not in pool]
@@ -250,14 +303,15 @@ class EvaluationService:
             for ex_id in wanted:
                 (replayed if self._replay.get((cid, split, ex_id)) else fresh).append(ex_id)
             # replayed results were paid for before the interruption; only fresh ones cost now
-            if len(fresh) > self.remaining:
+            cost = len(fresh) * self.variant.repeats
+            if cost > self.remaining:
                 self._ledger.append("budget_refused", {"candidate_id": cid, "split": split,
                                                        "requested": len(wanted), "new": len(fresh),
                                                        "remaining": self.remaining})
                 raise BudgetExceeded(
-                    f"evaluating {len(fresh)} new example(s) would exceed the budget: "
-                    f"{self.remaining} of {self.budget.metric_calls} metric calls left; nothing was run")
-            self.usage.metric_calls += len(fresh)
+                    f"evaluating {len(fresh)} new example(s) would cost {cost} metric call(s) and exceed the "
+                    f"budget: {self.remaining} of {self.budget.metric_calls} left; nothing was run")
+            self.usage.metric_calls += cost
             results: dict[str, Verdict] = {}
             # when this request happened, in metric calls: now, or (all replayed) when it was recorded
             stamp = self.usage.metric_calls
@@ -272,25 +326,35 @@ class EvaluationService:
             self._register_candidate(candidate, cid, parent, stamp)
         memo_hits = [i for i in fresh if (cid, split, i) in self._memo]
         to_run = [i for i in fresh if (cid, split, i) not in self._memo]
-        verdicts = self._scorer.score(candidate, [pool[i] for i in to_run], OPTIMISATION, self.usage)
+        to_score = [pool[i] for i in to_run]
+        scorings = [self._scorer.score(candidate, to_score, OPTIMISATION, self.usage, self.variant.options, r)
+                    for r in range(self.variant.repeats)]
         with self._lock:
             for ex_id in memo_hits:
                 self.usage.cache_hits += 1
                 data = self._memo[(cid, split, ex_id)]
                 results[ex_id] = _verdict_from_entry(data)
                 self._record(cid, split, ex_id, results[ex_id], cached=True)
-            for ex_id, verdict in zip(to_run, verdicts):
-                results[ex_id] = verdict
-                self._record(cid, split, ex_id, verdict, cached=False)
+            for k, ex_id in enumerate(to_run):
+                raw = [scoring[k] for scoring in scorings]
+                shown = self.variant.show(raw, pool[ex_id], seed=self._seed, candidate_id=cid)
+                results[ex_id] = shown
+                self._record(cid, split, ex_id, shown, cached=False, raw=None if shown is raw[0] else raw)
             self._update_trajectory(cid, split, [results[i] for i in wanted], stamp)
         if self.progress is not None:
             self.progress(min(self._clock, self.usage.metric_calls), self.budget.metric_calls,
                           None if self._best[1] is None else self._best[0])
         return [(pool[i], results[i]) for i in wanted]
 
-    def _record(self, cid: str, split: str, ex_id: str, verdict: Verdict, cached: bool) -> None:
+    def _record(self, cid: str, split: str, ex_id: str, verdict: Verdict, cached: bool,
+                raw: list[Verdict] | None = None) -> None:
+        """``verdict`` is what the optimizer was shown; under a verifier variant ``scored`` keeps
+        the task's own verdict(s) it was derived from."""
         data = {"candidate_id": cid, "split": split, "example_id": ex_id, "cached": cached,
-                "metric_calls": self.usage.metric_calls, "verdict": verdict.to_dict()}
+                "metric_calls": self.usage.metric_calls, "verdict": verdict.to_dict(),
+                "cost": self.variant.repeats}  # a memo hit is charged like a fresh evaluation
+        if raw is not None:
+            data["scored"] = [v.to_dict() for v in raw]
         self._ledger.append("evaluation", data)
         self._memo[(cid, split, ex_id)] = data
 
@@ -331,6 +395,20 @@ class EvaluationService:
             queue = self._architect_replay.get(request_key)
             return queue.pop(0) if queue else None
 
+    def record_optimizer_event(self, kind: Any, data: Mapping[str, Any]) -> None:
+        """An optimizer's event, stored as ``optimizer_event`` (so it can never pose as a harness
+        entry); the kind is a short identifier and the data plain JSON of bounded size."""
+        if type(kind) is not str or not kind.replace("_", "").replace("-", "").isalnum() or len(kind) > 64:
+            raise HeldoutError(f"event kind must be a short identifier (letters, digits, _ or -), got {kind!r}")
+        try:
+            encoded = json.dumps(dict(data), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise HeldoutError(f"event data must be plain JSON: {exc}") from None
+        if len(encoded) > MAX_EVENT_BYTES:
+            raise HeldoutError(f"event data is {len(encoded)} bytes; the limit is {MAX_EVENT_BYTES}")
+        self._ledger.append("optimizer_event", {"kind": kind, "metric_calls": self.usage.metric_calls,
+                                                "data": json.loads(encoded)})
+
 
 class MeteredArchitect:
     """The architect model as the optimizer sees it: every call is metered on the architect
@@ -370,13 +448,16 @@ class MeteredArchitect:
         return response.text
 
 
+
 class TaskView:
-    """Everything an optimizer may see of a task, and nothing else: the seed candidate, train
-    examples (inputs + targets), val examples (inputs only), ``evaluate`` (verdicts filtered by
-    the visibility policy), the remaining budget and a metered architect. Never test examples."""
+    """The in-process implementation of :class:`heldout.contracts.TaskView`: the seed candidate,
+    train examples (inputs + targets), val examples (inputs only), ``evaluate`` (verdicts filtered
+    by the visibility policy and shown through the session's verifier variant), the remaining
+    budget, a metered architect and ``record_event``. Never test examples. The isolated client
+    (:class:`heldout.adapters.client.TaskClient`) has the same names and raises the same errors."""
 
     __slots__ = ("task_name", "description", "kind", "seed_candidate", "train", "val", "policy",
-                 "_service", "architect")
+                 "verifier", "_service", "_architect")
 
     def __init__(self, task_name: str, description: str, kind: str, seed: Candidate,
                  train: Sequence[Example], val: Sequence[Example], service: EvaluationService,
@@ -388,12 +469,17 @@ class TaskView:
         self.train = [{"id": ex.id, "input": ex.input, "target": ex.target} for ex in train]
         self.val = [{"id": ex.id, "input": ex.input} for ex in val]
         self.policy = service.policy.name
+        self.verifier = service.variant.name
         self._service = service
-        self.architect = architect
+        self._architect = architect
 
     @property
     def remaining(self) -> int:
         return self._service.visible_remaining
+
+    @property
+    def metric_calls_budget(self) -> int:
+        return self._service.budget.metric_calls
 
     @property
     def budget(self) -> Budget:
@@ -404,6 +490,8 @@ class TaskView:
         """Score ``candidate`` on ``ids`` of ``split`` (all of it when None). Returns one dict per
         example with the fields the visibility policy allows. Raises BudgetExceeded (nothing ran)
         or VisibilityError."""
+        if type(split) is not str or split not in ("train", "val"):
+            raise VisibilityError(f"split must be exactly 'train' or 'val', got {split!r}")
         allowed = self._service.policy.fields(split)
         out = []
         for example, verdict in self._service.evaluate(candidate, split, ids, parent):
@@ -412,6 +500,20 @@ class TaskView:
             shown.update({k: full[k] for k in VERDICT_FIELDS if k in allowed})
             out.append(shown)
         return out
+
+    def architect(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
+                  max_tokens: int | None = None, replicate: int = 0) -> str:
+        """One metered call of the session's architect model; returns its text."""
+        return self._architect.complete(messages, temperature=temperature, max_tokens=max_tokens,
+                                        replicate=replicate)
+
+    @property
+    def architect_tokens_used(self) -> int:
+        return self._architect.tokens_used
+
+    def record_event(self, kind: str, **data: Any) -> None:
+        """Write mechanism evidence (``merge_attempt``, ``union_built`` ...) to the ledger; free."""
+        self._service.record_optimizer_event(kind, data)
 
 
 Optimizer = Callable[[TaskView, int], Candidate]
@@ -425,7 +527,7 @@ class Session:
                  architect=None, policy: VisibilityPolicy | str = STANDARD_POLICY,
                  data_dir: str | None = None, allow_drift: bool = False, method: str = "unnamed",
                  limits: RunLimits | None = None, options: Mapping[str, Any] | None = None,
-                 deployment_worker=None, jobs: int = 2,
+                 deployment_worker=None, jobs: int = 2, verifier: str = CANONICAL,
                  provenance: Mapping[str, Any] | None = None) -> None:
         self.task = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
         self.budget = budget if isinstance(budget, Budget) else Budget(metric_calls=int(budget))
@@ -438,12 +540,14 @@ class Session:
         self.architect_client = architect
         self.ledger = Ledger.open(self.run_dir)
         bench = self.task.benchmark
+        self.variant = parse_verifier(verifier, bench.verifier_options, bench.score_ceiling)
         self._started = time.time()
-        self.scorer = Scorer(bench, worker, limits, self.options, jobs)
-        self.deploy_scorer = Scorer(bench, deployment_worker or worker, limits, self.options, jobs)
+        self.scorer = Scorer(bench, worker, limits, self.options, jobs, self.ledger)
+        # held-out scoring: the canonical verifier, the experiment's own options, never a variant's
+        self.deploy_scorer = Scorer(bench, deployment_worker or worker, limits, self.options, jobs, self.ledger)
         visible = {s: self.task.splits.get(s, []) for s in ("train", "val")}
         self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
-                                         self._started)
+                                         self._started, self.variant, seed)
         self.resumed = len(self.ledger) > 0
         header = self.header()
         if not self.resumed:
@@ -478,8 +582,7 @@ class Session:
         """Call the optimizer, then score its final candidate once on test (and val), outside the
         budget, and write the run record. A crashing optimizer gives a ``failed`` record."""
         try:
-            final = optimizer(self.view, self.seed)
-            check_candidate(final)
+            final = check_candidate(optimizer(self.view, self.seed))
         except Exception as exc:
             kind = "malformed_candidate" if isinstance(exc, MalformedCandidate) else type(exc).__name__
             self.ledger.append("optimizer_failed", {"error": f"{kind}: {exc}",
@@ -491,13 +594,26 @@ class Session:
         test_verdicts: list[Verdict] = []
         val_verdicts: list[Verdict] = []
         usage = self.service.usage
+        metrics: dict[str, float] = {}
+        own: float | None = None
         if final is not None:
+            final = check_candidate(final)
             cid = candidate_id(final)
             self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
             val_verdicts = self._score_final(final, "val", usage)
             test_verdicts = self._score_final(final, "test", usage)
+            own = self._score_val_own_verifier(final, usage)
+            if test_verdicts:
+                metrics = self.task.benchmark.extra_metrics(final, test_verdicts,
+                                                            self.deploy_scorer.context(DEPLOYMENT, usage))
+                if metrics:
+                    self.ledger.append("test_metrics", {"candidate_id": cid, "metrics": metrics})
         record = RunRecord.build(session=self, final=final, status=status, error=error,
                                  test_verdicts=test_verdicts, val_verdicts=val_verdicts)
+        record.extra["test_metrics"] = metrics
+        record.extra["verifier"] = self.variant.name
+        if final is not None and own is not None:
+            record.extra["val_score_own_verifier"] = own
         self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
                                            "metric_calls": usage.metric_calls, "record_sha256": record.digest()})
         record.ledger_head = self.ledger.head
@@ -506,16 +622,31 @@ class Session:
         self.ledger.close()
         return record
 
+    def _score_val_own_verifier(self, final: Candidate, usage: Usage) -> float | None:
+        """Under a verifier variant, the final candidate's val score as the optimizer's own verifier
+        would show it (what it optimised; the verifier ablation's "validation gain"). None when the
+        session runs the canonical verifier (then it is the val score itself) or has no val split."""
+        examples = self.task.splits.get("val", [])
+        if self.variant.canonical or not examples:
+            return None
+        cid = candidate_id(final)
+        scorings = [self.scorer.score(final, examples, DEPLOYMENT, usage, self.variant.options, r)
+                    for r in range(self.variant.repeats)]
+        shown = [self.variant.show([s[k] for s in scorings], ex, seed=self.seed, candidate_id=cid)
+                 for k, ex in enumerate(examples)]
+        for ex, v in zip(examples, shown):
+            self.ledger.append("val_scoring_own_verifier", {"candidate_id": cid, "example_id": ex.id,
+                                                            "verifier": self.variant.name, "verdict": v.to_dict()})
+        return self.task.benchmark.aggregate(shown)
+
     def _score_final(self, final: Candidate, split: str, usage: Usage) -> list[Verdict]:
-        """Scored by the harness, outside the optimizer's budget (recorded under its own kind)."""
+        """Scored by the harness with the canonical verifier, outside the optimizer's budget, and
+        always fresh: entries already in the ledger (e.g. before an interruption, or appended by
+        anyone else) are never read back as results."""
         examples = self.task.splits.get(split, [])
         cid = candidate_id(final)
-        recorded = {e["data"]["example_id"]: e["data"] for e in self.ledger.entries(f"{split}_scoring")
-                    if e["data"]["candidate_id"] == cid}
-        todo = [ex for ex in examples if ex.id not in recorded]
-        verdicts = {ex_id: Verdict.from_dict(d["verdict"]) for ex_id, d in recorded.items()}
-        for ex, v in zip(todo, self.deploy_scorer.score(final, todo, DEPLOYMENT, usage)):
+        verdicts = self.deploy_scorer.score(final, examples, DEPLOYMENT, usage)
+        for ex, v in zip(examples, verdicts):
             self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": ex.id,
-                                                   "verdict": v.to_dict()})
-            verdicts[ex.id] = v
-        return [verdicts[ex.id] for ex in examples]
+                                                   "verifier": CANONICAL, "verdict": v.to_dict()})
+        return verdicts

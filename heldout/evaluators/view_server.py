@@ -14,6 +14,7 @@ namespace, when the socket's directory is visible to it) and/or on 127.0.0.1:
 ``GET  /remaining``        ``{remaining, metric_calls, architect_tokens_used}``
 ``POST /final``            ``{candidate}`` -> ``{candidate_id}``: the optimizer's final answer
                            (the last submission wins; see :mod:`heldout.adapters.client`)
+``POST /event``            ``{kind, data={}}`` -> ``{recorded}``: mechanism evidence for the ledger
 =========================  ==================================================================
 
 Errors are JSON ``{"error": message, "kind": kind}``: 400 malformed request or candidate, 401
@@ -144,7 +145,7 @@ class ViewServer:
         self._routes: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
             "/task": ("GET", self._task), "/remaining": ("GET", self._remaining),
             "/evaluate": ("POST", self._evaluate), "/architect": ("POST", self._architect),
-            "/final": ("POST", self._final),
+            "/final": ("POST", self._final), "/event": ("POST", self._event),
         }
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -284,12 +285,12 @@ class ViewServer:
         view = self.view
         return {"task": view.task_name, "description": view.description, "kind": view.kind,
                 "seed_candidate": view.seed_candidate, "train": view.train, "val": view.val,
-                "policy": self.session.policy.to_dict(), "budget": asdict(view.budget),
-                "remaining": view.remaining}
+                "policy": self.session.policy.to_dict(), "verifier": view.verifier,
+                "budget": asdict(view.budget), "remaining": view.remaining}
 
     def _remaining(self, _: Any) -> dict[str, Any]:
         return {"remaining": self.view.remaining, "metric_calls": self.session.service.usage.metric_calls,
-                "architect_tokens_used": self.view.architect.tokens_used}
+                "architect_tokens_used": self.view.architect_tokens_used}
 
     def _evaluate(self, body: Any) -> dict[str, Any]:
         body = _object(body, EVALUATE_KEYS, required={"candidate"})
@@ -329,7 +330,7 @@ class ViewServer:
         if not isinstance(replicate, int) or replicate < 0:
             raise BadRequest("replicate must be a non-negative integer")
         try:
-            text = self.view.architect.complete(
+            text = self.view.architect(
                 [{"role": m["role"], "content": m["content"]} for m in messages],
                 temperature=float(temperature), max_tokens=max_tokens, replicate=replicate)
         except BudgetExceeded:
@@ -338,7 +339,18 @@ class ViewServer:
             raise _ModelFailed(str(exc)) from None
         except HeldoutError as exc:
             raise _Unavailable(str(exc)) from None
-        return {"text": text, "architect_tokens_used": self.view.architect.tokens_used}
+        return {"text": text, "architect_tokens_used": self.view.architect_tokens_used}
+
+    def _event(self, body: Any) -> dict[str, Any]:
+        body = _object(body, {"kind", "data"}, required={"kind"})
+        data = body.get("data") or {}
+        if not isinstance(data, dict):
+            raise BadRequest("data must be a JSON object")
+        try:
+            self.view.record_event(body["kind"], **{str(k): v for k, v in data.items()})
+        except HeldoutError as exc:
+            raise BadRequest(str(exc)) from None
+        return {"recorded": True}
 
     def _final(self, body: Any) -> dict[str, Any]:
         body = _object(body, {"candidate"}, required={"candidate"})

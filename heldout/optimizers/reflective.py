@@ -44,7 +44,7 @@ def optimize(view, seed: int):
         batch = rng.sample(sorted(train_by_id), min(MINIBATCH, len(train_by_id)))
         try:
             current = view.evaluate(best, "train", batch)
-            reply = view.architect.complete(_reflection_prompt(best[component], current, train_by_id))
+            reply = view.architect(_reflection_prompt(best[component], current, train_by_id))
             blocks = _FENCE.findall(reply)
             proposal = {**best, component: (blocks[-1] if blocks else reply).strip()}
             trial = view.evaluate(proposal, "train", batch)

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError, canonical_json
 from heldout.evaluators.isolated import run_isolated
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
@@ -85,13 +86,19 @@ class Cell:
     budget: int
     profile: str = "default"
     options: dict[str, Any] = field(default_factory=dict)
+    verifier: str = "decomposed"
 
     def run_dir(self, root: str | Path) -> Path:
-        return Path(root) / self.task.replace("/", "__") / self.method.name / f"seed-{self.seed}"
+        """``<task>/<method>/seed-<n>``; a non-canonical verifier adds a level: ``<method>/verifier-<v>``."""
+        method = Path(self.method.name)
+        if self.verifier != "decomposed":
+            method = method / f"verifier-{self.verifier.replace(':', '-').replace('+', '_')}"
+        return Path(root) / self.task.replace("/", "__") / method / f"seed-{self.seed}"
 
     @property
     def label(self) -> str:
-        return f"{self.task} {self.method.name} seed {self.seed}"
+        verifier = "" if self.verifier == "decomposed" else f" [{self.verifier}]"
+        return f"{self.task} {self.method.name}{verifier} seed {self.seed}"
 
 
 class Executor(Protocol):
@@ -309,6 +316,7 @@ def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
         "seeds": sorted({c.seed for c in cells}),
         "budgets": {t: sorted({c.budget for c in cells if c.task == t}) for t in sorted({c.task for c in cells})},
         "profiles": sorted({c.profile for c in cells}),
+        "verifiers": sorted({c.verifier for c in cells}),
         "options": [dict(o) for o in {canonical_json(c.options): c.options for c in cells}.values()],
         **{f"config.{k}": v for k, v in config.experiment().items()},
         "cells": [{**asdict(c), "method": asdict(c.method)} for c in cells],
@@ -365,7 +373,7 @@ def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
     return {"task": cell.task, "profile": cell.profile, "seed": cell.seed, "method": cell.method.name,
             "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds)),
             "policy": config.policy, "options": dict(cell.options),
-            "worker": config.worker_model, "architect": config.architect_model,
+            "worker": config.worker_model, "architect": config.architect_model, "verifier": cell.verifier,
             "optimizer code": cell.method.describe().get("code_sha256")}
 
 
@@ -374,7 +382,7 @@ def record_settings(record: RunRecord) -> dict[str, Any]:
     return {"task": record.task, "profile": record.profile, "seed": record.seed, "method": record.method,
             "budget": record.budget, "policy": record.policy.get("name"), "options": record.options,
             "worker": (exp.get("worker") or {}).get("model"), "architect": (exp.get("architect") or {}).get("model"),
-            "optimizer code": (exp.get("optimizer") or {}).get("code_sha256")}
+            "verifier": exp.get("verifier"), "optimizer code": (exp.get("optimizer") or {}).get("code_sha256")}
 
 
 def cell_session(cell: Cell, config: StudyConfig) -> Session:
@@ -384,7 +392,7 @@ def cell_session(cell: Cell, config: StudyConfig) -> Session:
                    seed=cell.seed, worker=_client(config.worker_model, config), run_dir=cell.run_dir(config.run_root),
                    architect=_client(config.architect_model, config), policy=config.policy,
                    data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
-                   options=cell.options,
+                   options=cell.options, verifier=cell.verifier,
                    provenance={"optimizer": cell.method.describe(),
                                "isolation": "isolated" if cell.method.command else "in-process (trusted)"})
 
@@ -566,10 +574,11 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
             n = None
         if n is None or n < 1:
             raise HeldoutError(f"--budget takes N or TASK=N with N a whole number >= 1 (metric calls), got {spec!r}")
-        if sep and task not in tasks:
+        named = expand_tasks([task]) if sep else tasks
+        if sep and not set(named) & set(tasks):
             raise HeldoutError(f"--budget {spec!r} names {task!r}, which is not a --task of this run "
                                f"({', '.join(tasks)})")
-        for t in ([task] if sep else tasks):
+        for t in named:
             budgets[t] = n
     missing = [t for t in tasks if t not in budgets]
     if missing:
@@ -589,6 +598,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],
-                profile: str, options: dict[str, Any]) -> list[Cell]:
-    return [Cell(task, method, seed, budgets[task], profile, options)
-            for task in tasks for method in methods for seed in seeds]
+                profile: str, options: dict[str, Any], verifiers: list[str] | None = None) -> list[Cell]:
+    return [Cell(task, method, seed, budgets[task], profile, options, verifier)
+            for task in tasks for method in methods for verifier in (verifiers or ["decomposed"])
+            for seed in seeds]

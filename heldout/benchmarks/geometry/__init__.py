@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from heldout.contracts import Candidate, Example, HeldoutError, MalformedCandidate, RunLimits, Source, Verdict, check_candidate
+from heldout.contracts import (Candidate, Example, HeldoutError, MalformedCandidate, RunContext, RunLimits, Source,
+                               Verdict, check_candidate)
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.geometry import scoring
 from heldout.benchmarks.geometry.scoring import Scored
@@ -36,20 +37,6 @@ SEED_DIR = Path(__file__).resolve().parent / "seeds"
 ENTRY_MODULE = "_heldout_entry"
 CLAIM_RTOL = 1e-9  # a claim within this relative distance of the recomputed value "matches"
 
-# Trusted helper written next to the candidate: finds the first entry point the program defines
-# and calls it. Runs inside the sandbox; the return value is converted to plain data there.
-ENTRY_SOURCE = '''\
-import importlib
-
-
-def call(module, entries):
-    program = importlib.import_module(module)
-    for name in entries:
-        fn = getattr(program, name, None)
-        if callable(fn):
-            return {"entry": name, "value": fn()}
-    raise AttributeError(f"the program defines none of the entry points: {', '.join(entries)}")
-'''
 
 
 class GeometryError(HeldoutError):
@@ -71,18 +58,46 @@ class Interpreted:
     notes: list[str] = field(default_factory=list)
 
 
+Interpret = Callable[[str, Any, float], Interpreted]
+"""Reads what the entry point returned (plain data) at a tolerance into a scored result."""
+
+
+@dataclass(frozen=True)
+class GeometrySpec:
+    """One geometry task as data: what differs between the six is only this."""
+
+    name: str
+    description: str
+    entries: tuple[str, ...]
+    seed_file: str
+    instance: dict[str, Any]
+    reference: Reference
+    interpret: Interpret
+    limits: RunLimits
+
+    @property
+    def family(self) -> str:
+        return self.name.split("/", 1)[0]
+
+
 class GeometryTask(Benchmark):
-    """One geometry task. Subclass attributes say what differs: entry points, how to read the
-    program's return value (``interpret``), the reference value and the default limits."""
+    """A geometry task defined by a :class:`GeometrySpec` (the table at the end of this module)."""
 
     kind = "program"
     metric = "objective"
     source = Source(embedded=True)
     default_tolerance = 0.0
-    entries: tuple[str, ...] = ()
-    seed_file: str = ""
-    reference: Reference = Reference(1.0, "")
-    instance: dict[str, Any] = {}
+
+    def __init__(self, spec: GeometrySpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.family = spec.family
+        self.description = spec.description
+        self.entries = spec.entries
+        self.reference = spec.reference
+        self.instance = spec.instance
+        self.default_limits = spec.limits
+        self.score_ceiling = spec.reference.value
 
     # -- data ---------------------------------------------------------------------------------
     def load_raw(self, data_dir: str | None = None) -> list[Example]:
@@ -92,18 +107,18 @@ class GeometryTask(Benchmark):
                         meta={"single_instance": True})]
 
     def seed_candidate(self) -> Candidate:
-        return {"program.py": (SEED_DIR / self.seed_file).read_text(encoding="utf-8")}
+        return {"program.py": (SEED_DIR / self.spec.seed_file).read_text(encoding="utf-8")}
+
+    family_dir = Path(__file__).resolve().parent
+    helper_sources = {f"{ENTRY_MODULE}.py": "entry_helper.py"}
 
     # -- scoring the returned value (no sandbox) ------------------------------------------------
-    def interpret(self, entry: str, value: Any, tol: float) -> Interpreted:
-        raise NotImplementedError
-
     def score_value(self, entry: str, value: Any, tolerance: float | None = None) -> Interpreted:
         """Score what the entry point returned (plain data). Used by :meth:`run` after the sandbox
         and directly by tests. Never raises."""
         tol = self._tolerance(tolerance)
         try:
-            return self.interpret(entry, value, tol)
+            return self.spec.interpret(entry, value, tol)
         except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
             return Interpreted(Scored.bad(f"could not read the return value of {entry}(): {exc}"))
 
@@ -114,18 +129,17 @@ class GeometryTask(Benchmark):
         return float(tol)
 
     # -- running a program ----------------------------------------------------------------------
-    def run(self, candidate: Candidate, example: Example, limits: RunLimits | None = None,
-            tolerance: float | None = None, **options: Any) -> Verdict:
-
-        tol = self._tolerance(tolerance)
-        limits = limits or self.default_limits
+    def run(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> Verdict:
+        context = context or self.context()
+        tol = self._tolerance(context.option("tolerance"))
+        limits = context.limits
         limits_text = describe_limits(limits)
         base_dims = {"tolerance": tol}
         try:
             check_candidate(candidate)
             module = program_module(candidate)
             result = run_function(candidate, ENTRY_MODULE, "call", [module, list(self.entries)],
-                                  limits=limits, setup_files={f"{ENTRY_MODULE}.py": ENTRY_SOURCE})
+                                  limits=limits, setup_files=self.helper_files())
         except (MalformedCandidate, SandboxError) as exc:
             return Verdict.failure(example.id, str(exc), "malformed_candidate", dimensions=base_dims,
                                    feedback=f"{exc}\n{limits_text}; tolerance {tol:g}")
@@ -167,11 +181,12 @@ class GeometryTask(Benchmark):
         return Verdict(example_id=example_id, score=s.objective, valid=True, dimensions=dims,
                        feedback=feedback, output=output, usage=usage)
 
-    def summarize(self, candidate: Candidate, verdicts: list[Verdict], **options: Any) -> dict[str, Any]:
-        summary = super().summarize(candidate, verdicts, **options)
+    def summarize(self, candidate: Candidate, verdicts: list[Verdict],
+                  context: RunContext | None = None) -> dict[str, Any]:
+        summary = super().summarize(candidate, verdicts, context)
         v = verdicts[0] if verdicts else None
         out = v.output if v is not None and isinstance(v.output, dict) else {}
-        tol = options.get("tolerance")
+        tol = (context or self.context()).option("tolerance")
         summary.update({
             "objective": v.dimensions.get("objective", 0.0) if v else 0.0,
             "ratio": v.dimensions.get("ratio", 0.0) if v else 0.0,
@@ -223,123 +238,90 @@ def _claim(objective_of: Callable[[], Scored], claimed: Any, what: str) -> Inter
 
 
 # -- the six tasks -------------------------------------------------------------------------------
-class CirclePackingSquare26(GeometryTask):
-    name = "circle_packing/square26"
-    family = "circle_packing"
-    description = "26 disjoint discs in the unit square, maximise the sum of radii"
-    entries = ("circle_packing26", "run_packing")
-    seed_file = "circle_packing26.py"
-    instance = {"n": 26, "host": "unit square [0,1]^2", "returns": "(26,3) rows [x, y, r]; or run_packing() -> "
-                "(centers (26,2), radii (26,), claimed_sum)"}
-    reference = Reference(2.6358627564136983, "AlphaEvolve 2025 B.12 construction 1 (the CodeEvolve / "
-                          "OpenEvolve-math BENCHMARK constant)")
-    default_limits = RunLimits(wall_seconds=180.0, cpu_seconds=180.0, memory_mb=2048)
-
-    def interpret(self, entry: str, value: Any, tol: float) -> Interpreted:
-        if entry == "run_packing":
-            if not isinstance(value, list) or len(value) != 3:
-                return Interpreted(Scored.bad("run_packing() must return (centers, radii, reported_sum)"))
-            centers, radii, claimed = value
-            return _claim(lambda: scoring.circles_in_square(centers, radii, n=26, tol=tol), claimed, "sum of radii")
-        arr = scoring.as_array(value, (26, 3), "the packing (rows [x, y, r] of 26 circles)")
-        if isinstance(arr, Scored):
-            return Interpreted(arr)
-        return Interpreted(scoring.circles_in_square(arr[:, :2], arr[:, 2], n=26, tol=tol))
+def _square26(entry: str, value: Any, tol: float) -> Interpreted:
+    if entry == "run_packing":
+        if not isinstance(value, list) or len(value) != 3:
+            return Interpreted(Scored.bad("run_packing() must return (centers, radii, reported_sum)"))
+        centers, radii, claimed = value
+        return _claim(lambda: scoring.circles_in_square(centers, radii, n=26, tol=tol), claimed, "sum of radii")
+    arr = scoring.as_array(value, (26, 3), "the packing (rows [x, y, r] of 26 circles)")
+    if isinstance(arr, Scored):
+        return Interpreted(arr)
+    return Interpreted(scoring.circles_in_square(arr[:, :2], arr[:, 2], n=26, tol=tol))
 
 
-class CirclePackingRect21(GeometryTask):
-    name = "circle_packing/rect21"
-    family = "circle_packing"
-    description = "21 disjoint discs in a rectangle of perimeter 4 (aspect free), maximise the sum of radii"
-    entries = ("circle_packing21",)
-    seed_file = "circle_packing21.py"
-    instance = {"n": 21, "host": "axis-aligned bounding box of the circles, w + h <= 2",
-                "returns": "(21,3) rows [x, y, r]"}
-    reference = Reference(2.3658321334167627, "AlphaEvolve 2025 B.13 (the OpenEvolve-math / CodeEvolve BENCHMARK constant)")
-    default_limits = RunLimits(wall_seconds=360.0, cpu_seconds=360.0, memory_mb=2048)
-
-    def interpret(self, entry: str, value: Any, tol: float) -> Interpreted:
-        arr = scoring.as_array(value, (21, 3), "the packing (rows [x, y, r] of 21 circles)")
-        if isinstance(arr, Scored):
-            return Interpreted(arr)
-        return Interpreted(scoring.circles_in_rectangle(arr[:, :2], arr[:, 2], n=21, tol=tol))
+def _rect21(entry: str, value: Any, tol: float) -> Interpreted:
+    arr = scoring.as_array(value, (21, 3), "the packing (rows [x, y, r] of 21 circles)")
+    if isinstance(arr, Scored):
+        return Interpreted(arr)
+    return Interpreted(scoring.circles_in_rectangle(arr[:, :2], arr[:, 2], n=21, tol=tol))
 
 
-class _PointsTask(GeometryTask):
-    scorer: Callable[..., Scored]
-    n: int = 0
-
-    def interpret(self, entry: str, value: Any, tol: float) -> Interpreted:
-        return Interpreted(type(self).scorer(value, n=self.n, tol=tol))
+def _points(scorer: Callable[..., Scored], **shape: int) -> Interpret:
+    return lambda entry, value, tol: Interpreted(scorer(value, tol=tol, **shape))
 
 
-class HeilbronnTriangle11(_PointsTask):
-    name = "heilbronn/triangle11"
-    family = "heilbronn"
-    description = "11 points in the unit-side equilateral triangle, maximise the smallest triangle area / host area"
-    entries = ("heilbronn_triangle11",)
-    seed_file = "heilbronn_triangle11.py"
-    scorer = staticmethod(scoring.heilbronn_triangle)
-    n = 11
-    instance = {"n": 11, "host": "triangle (0,0), (1,0), (1/2, sqrt(3)/2)", "returns": "(11,2) points"}
-    reference = Reference(0.036529889880030156, "AlphaEvolve 2025 B.9 (the OpenEvolve-math / CodeEvolve BENCHMARK constant)")
-    default_limits = RunLimits(wall_seconds=360.0, cpu_seconds=360.0, memory_mb=4096)
+def _autocorrelation(entry: str, value: Any, tol: float) -> Interpreted:
+    if not isinstance(value, list) or len(value) != 4:
+        return Interpreted(Scored.bad("run() must return (heights, c2, loss, n_points)"))
+    heights, claimed, _loss, n_points = value
+    got = _claim(lambda: scoring.autocorrelation_c2(heights, tol=tol), claimed, "C2")
+    if got.scored.valid and n_points != got.scored.details.get("n_steps"):
+        got.notes.append(f"the program reports n_points = {str(n_points)[:20]} but returned "
+                         f"{got.scored.details.get('n_steps')} heights")
+    return got
 
 
-class HeilbronnConvex13(_PointsTask):
-    name = "heilbronn/convex13"
-    family = "heilbronn"
-    description = "13 points in the plane, maximise the smallest triangle area / convex hull area"
-    entries = ("heilbronn_convex13",)
-    seed_file = "heilbronn_convex13.py"
-    scorer = staticmethod(scoring.heilbronn_convex)
-    n = 13
-    instance = {"n": 13, "host": "the points' convex hull", "returns": "(13,2) points"}
-    reference = Reference(0.030936889034895654, "AlphaEvolve 2025 B.10 construction 1 (the OpenEvolve-math / CodeEvolve BENCHMARK constant)")
-    default_limits = RunLimits(wall_seconds=180.0, cpu_seconds=180.0, memory_mb=4096)
+def _limits(seconds: float, memory_mb: int, **extra: Any) -> RunLimits:
+    return RunLimits(wall_seconds=seconds, cpu_seconds=seconds, memory_mb=memory_mb, **extra)
 
 
-class MinMaxD3N14(GeometryTask):
-    name = "minmax/d3n14"
-    family = "minmax"
-    description = "14 points in R^3, maximise (min distance / max distance)^2"
-    entries = ("min_max_dist_dim3_14",)
-    seed_file = "min_max_dist_dim3_14.py"
-    instance = {"n": 14, "d": 3, "returns": "(14,3) points"}
-    reference = Reference(1 / 4.165849767, "AlphaEvolve 2025 B.8 construction 2, 1/4.165849767 (the "
-                          "OpenEvolve-math / CodeEvolve BENCHMARK constant)")
-    default_limits = RunLimits(wall_seconds=360.0, cpu_seconds=360.0, memory_mb=4096)
+_BENCHMARK_CONSTANT = "the OpenEvolve-math / CodeEvolve BENCHMARK constant"
 
-    def interpret(self, entry: str, value: Any, tol: float) -> Interpreted:
-        return Interpreted(scoring.min_max_distance(value, n=14, d=3, tol=tol))
+SPECS = (
+    GeometrySpec(
+        "circle_packing/square26", "26 disjoint discs in the unit square, maximise the sum of radii",
+        ("circle_packing26", "run_packing"), "circle_packing26.py",
+        {"n": 26, "host": "unit square [0,1]^2", "returns": "(26,3) rows [x, y, r]; or run_packing() -> "
+         "(centers (26,2), radii (26,), claimed_sum)"},
+        Reference(2.6358627564136983, "AlphaEvolve 2025 B.12 construction 1 (the CodeEvolve / "
+                  "OpenEvolve-math BENCHMARK constant)"),
+        _square26, _limits(180.0, 2048)),
+    GeometrySpec(
+        "circle_packing/rect21",
+        "21 disjoint discs in a rectangle of perimeter 4 (aspect free), maximise the sum of radii",
+        ("circle_packing21",), "circle_packing21.py",
+        {"n": 21, "host": "axis-aligned bounding box of the circles, w + h <= 2", "returns": "(21,3) rows [x, y, r]"},
+        Reference(2.3658321334167627, f"AlphaEvolve 2025 B.13 ({_BENCHMARK_CONSTANT})"),
+        _rect21, _limits(360.0, 2048)),
+    GeometrySpec(
+        "heilbronn/triangle11",
+        "11 points in the unit-side equilateral triangle, maximise the smallest triangle area / host area",
+        ("heilbronn_triangle11",), "heilbronn_triangle11.py",
+        {"n": 11, "host": "triangle (0,0), (1,0), (1/2, sqrt(3)/2)", "returns": "(11,2) points"},
+        Reference(0.036529889880030156, f"AlphaEvolve 2025 B.9 ({_BENCHMARK_CONSTANT})"),
+        _points(scoring.heilbronn_triangle, n=11), _limits(360.0, 4096)),
+    GeometrySpec(
+        "heilbronn/convex13", "13 points in the plane, maximise the smallest triangle area / convex hull area",
+        ("heilbronn_convex13",), "heilbronn_convex13.py",
+        {"n": 13, "host": "the points' convex hull", "returns": "(13,2) points"},
+        Reference(0.030936889034895654, f"AlphaEvolve 2025 B.10 construction 1 ({_BENCHMARK_CONSTANT})"),
+        _points(scoring.heilbronn_convex, n=13), _limits(180.0, 4096)),
+    GeometrySpec(
+        "minmax/d3n14", "14 points in R^3, maximise (min distance / max distance)^2",
+        ("min_max_dist_dim3_14",), "min_max_dist_dim3_14.py", {"n": 14, "d": 3, "returns": "(14,3) points"},
+        Reference(1 / 4.165849767, f"AlphaEvolve 2025 B.8 construction 2, 1/4.165849767 ({_BENCHMARK_CONSTANT})"),
+        _points(scoring.min_max_distance, n=14, d=3), _limits(360.0, 4096)),
+    GeometrySpec(
+        "autocorrelation/second",
+        "non-negative step function maximising the C2 ratio ||f*f||_2^2 / (||f*f||_1 ||f*f||_inf)",
+        ("run",), "autocorrelation_second.py",
+        {"max_steps": scoring.AC2_MAX_STEPS, "returns": "run() -> (heights (N,), claimed_c2, loss, n_points)"},
+        Reference(0.8962799441554086, f"AlphaEvolve 2025 B.2, 50 steps ({_BENCHMARK_CONSTANT})"),
+        _autocorrelation, _limits(360.0, 4096, max_output_bytes=64 * 1024 * 1024)),
+)
 
-
-class AutocorrelationSecond(GeometryTask):
-    name = "autocorrelation/second"
-    family = "autocorrelation"
-    description = "non-negative step function maximising the C2 ratio ||f*f||_2^2 / (||f*f||_1 ||f*f||_inf)"
-    entries = ("run",)
-    seed_file = "autocorrelation_second.py"
-    instance = {"max_steps": scoring.AC2_MAX_STEPS,
-                "returns": "run() -> (heights (N,), claimed_c2, loss, n_points)"}
-    reference = Reference(0.8962799441554086, "AlphaEvolve 2025 B.2, 50 steps (the OpenEvolve-math / "
-                          "CodeEvolve BENCHMARK constant)")
-    default_limits = RunLimits(wall_seconds=360.0, cpu_seconds=360.0, memory_mb=4096,
-                               max_output_bytes=64 * 1024 * 1024)
-
-    def interpret(self, entry: str, value: Any, tol: float) -> Interpreted:
-        if not isinstance(value, list) or len(value) != 4:
-            return Interpreted(Scored.bad("run() must return (heights, c2, loss, n_points)"))
-        heights, claimed, _loss, n_points = value
-        got = _claim(lambda: scoring.autocorrelation_c2(heights, tol=tol), claimed, "C2")
-        if got.scored.valid and n_points != got.scored.details.get("n_steps"):
-            got.notes.append(f"the program reports n_points = {str(n_points)[:20]} but returned "
-                             f"{got.scored.details.get('n_steps')} heights")
-        return got
-
-
-TASKS = [register(cls()) for cls in (CirclePackingSquare26, CirclePackingRect21, HeilbronnTriangle11,
-                                       HeilbronnConvex13, MinMaxD3N14, AutocorrelationSecond)]
+TASKS = [register(GeometryTask(spec)) for spec in SPECS]
 
 
 def freeze_manifests() -> list[Path]:

@@ -267,7 +267,7 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
     """Evaluate the candidate on ``programs`` in a fresh locked-down DuckDB, one query for all."""
     if checked.uses_ai and ai_complete is None:
         raise SqlExecutionError("the candidate calls AI_COMPLETE but no worker model is configured: register "
-                                "one with LockpickingBenchmark.set_ai_complete(fn) or pass ai_complete=fn",
+                                "a session with a worker model (--worker-model/--base-url)",
                                 "model_error")
     started = time.perf_counter()
     ai_errors: list[str] = []

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from heldout.contracts import Candidate, Example, MalformedCandidate, Message, RunLimits, Source, Verdict, candidate_id, check_candidate
+from heldout.contracts import (Candidate, Example, MalformedCandidate, Message, RunContext, RunLimits, Source, Verdict,
+                               Worker, candidate_id, check_candidate)
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import load_pool
@@ -65,9 +66,10 @@ class LockpickingBenchmark(Benchmark):
     source = Source(embedded=True)
     default_limits = RunLimits(wall_seconds=30.0, cpu_seconds=60.0, memory_mb=1024)
     default_component = SQL
+    family_dir = HERE
+    helper_sources = {f"{RUNNER_MODULE}.py": "sandbox_runner.py"}
 
     def __init__(self) -> None:
-        self._ai_complete: sqlmod.AiComplete | None = None
         self._lock = threading.Lock()
         self._batches: OrderedDict[tuple, _Batch] = OrderedDict()
         self._exhaustive: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
@@ -117,15 +119,27 @@ class LockpickingBenchmark(Benchmark):
         raise MalformedCandidate(f"a lockpicking candidate needs a {SQL!r}, {PYTHON!r} or {PROMPT!r} component; "
                                  f"got {sorted(candidate)}")
 
-    # -- the worker hook --------------------------------------------------------------------
-    def set_ai_complete(self, fn: sqlmod.AiComplete | None) -> None:
-        """Register the worker behind ``AI_COMPLETE`` and prompt candidates (None unregisters)."""
-        self._ai_complete = fn
+    # -- the metric -------------------------------------------------------------------------
+    verifier_options = {"count-only": {"feedback": "counts"}, "per-position": {"feedback": "decomposed"}}
+
+    def extra_metrics(self, candidate: Candidate, verdicts: list[Verdict],
+                      context: RunContext | None = None) -> dict[str, float]:
+        """Exhaustive accuracy over all 10^6 strings (+ malformed ones), for deterministic forms."""
+        try:
+            form = self.form(candidate)
+        except MalformedCandidate:
+            return {}
+        if form not in ("sql", "python") or (verdicts and all(not v.valid for v in verdicts)):
+            return {}
+        found = self.exhaustive(candidate, (context or self.context()).limits)["exhaustive_accuracy"]
+        return {} if found is None else {"exhaustive_accuracy": found}
 
     # -- running ----------------------------------------------------------------------------
-    def run(self, candidate: Candidate, example: Example, limits: RunLimits | None = None,
-            *, feedback: str = "counts", ai_complete: sqlmod.AiComplete | None = None, **options: Any) -> Verdict:
-        limits = limits or self.default_limits
+    def run(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> Verdict:
+        context = context or self.context()
+        limits = context.limits
+        feedback = context.option("feedback", "counts")
+        hook = _ai_complete(context.worker)
         program = example.input.get("program")
         if feedback not in FEEDBACK_VARIANTS:
             raise ValueError(f"feedback must be one of {FEEDBACK_VARIANTS}, not {feedback!r}")
@@ -134,7 +148,6 @@ class LockpickingBenchmark(Benchmark):
             cid = candidate_id(candidate)
         except MalformedCandidate as exc:
             return Verdict.failure(example.id, str(exc), "malformed_candidate")
-        hook = ai_complete or self._ai_complete
         if form == "prompt":
             return self._run_prompt(candidate, example, hook, feedback)
         if form == "sql":
@@ -194,7 +207,7 @@ class LockpickingBenchmark(Benchmark):
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_batch", [programs], limits=limits,
-                                  setup_files=_runner_files())
+                                  setup_files=self.helper_files())
         except SandboxError as exc:
             return _Batch(error=f"malformed candidate: {exc}", error_kind="malformed_candidate")
         if not result.ok:
@@ -209,7 +222,7 @@ class LockpickingBenchmark(Benchmark):
                     feedback: str) -> Verdict:
         if hook is None:
             return Verdict.failure(example.id, "a prompt candidate needs a worker model and none is configured: "
-                                   "register one with set_ai_complete(fn) or pass ai_complete=fn", "model_error")
+                                   "run it in a session with a worker (--worker-model/--base-url)", "model_error")
         prompt = "\n\n".join(m.content for m in self.render(candidate, example))
         try:
             text = str(hook(prompt))
@@ -236,17 +249,17 @@ class LockpickingBenchmark(Benchmark):
         return Verdict(example.id, score=float(value == example.target), feedback=text, output=value, usage=usage)
 
     # -- prompt form ------------------------------------------------------------------------
-    def render(self, candidate: Candidate, example: Example) -> list[Message]:
+    def render(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> list[Message]:
         return [Message("system", candidate.get(PROMPT, "")),
                 Message("user", f"PROGRAM: {example.input['program']}\nAnswer with a single integer.")]
 
-    def score_text(self, text: str, example: Example) -> Verdict:
-        """The last integer in the worker's text is its answer."""
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
+        """The last integer in the worker's text is its answer (none: a valid verdict scoring 0)."""
         found = re.findall(r"-?\d+", text or "")
         shown = _show(example.input["program"])
         if not found:
-            return Verdict.failure(example.id, f"PROGRAM {shown}: no integer in the answer {text[:80]!r}",
-                                   "bad_output", output=text)
+            return Verdict(example.id, score=0.0, output=text,
+                           feedback=f"PROGRAM {shown}: no integer in the answer {text[:80]!r}")
         value = int(found[-1])
         return Verdict(example.id, score=float(value == example.target), output=value,
                        feedback=f"PROGRAM {shown}: predicted {value}, expected {example.target}")
@@ -290,7 +303,7 @@ class LockpickingBenchmark(Benchmark):
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_exhaustive", [list(MALFORMED)], limits=limits,
-                                  setup_files=_runner_files())
+                                  setup_files=self.helper_files())
         except SandboxError as exc:
             return _exhaustive_result(None, 0, str(exc), "malformed_candidate")
         if not result.ok:
@@ -302,18 +315,20 @@ class LockpickingBenchmark(Benchmark):
         agree = int((got == truth).sum())  # 'x' (invalid) maps to 72, never a label
         return _exhaustive_result(agree / truth.size, truth.size, result.value.get("first_error"))
 
-    def summarize(self, candidate: Candidate, verdicts: list[Verdict], **options: Any) -> dict[str, Any]:
-        summary = super().summarize(candidate, verdicts)
+    def summarize(self, candidate: Candidate, verdicts: list[Verdict],
+                  context: RunContext | None = None) -> dict[str, Any]:
+        context = context or self.context()
+        summary = super().summarize(candidate, verdicts, context)
         summary["correct"] = sum(1 for v in verdicts if v.score >= 1.0)
         try:
             summary["form"] = self.form(candidate)
         except MalformedCandidate as exc:
             summary["form"] = None
             summary["error"] = summary["error"] or str(exc)
-        summary["feedback"] = options.get("feedback", "counts")
+        summary["feedback"] = context.option("feedback", "counts")
         failed_all = bool(verdicts) and all(not v.valid and v.error_kind != "bad_output" for v in verdicts)
         if summary["form"] in ("sql", "python") and not failed_all:
-            ex = self.exhaustive(candidate, options.get("limits"))
+            ex = self.exhaustive(candidate, context.limits)
             summary["exhaustive_accuracy"] = ex["exhaustive_accuracy"]
             summary["exhaustive_n"] = ex["exhaustive_n"]
             if ex["exhaustive_accuracy"] is None:
@@ -336,8 +351,11 @@ def _exhaustive_result(accuracy: float | None, n: int, error: str | None, kind: 
             "exhaustive_error_kind": kind}
 
 
-def _runner_files() -> dict[str, str]:
-    return {f"{RUNNER_MODULE}.py": (HERE / "sandbox_runner.py").read_text(encoding="utf-8")}
+def _ai_complete(worker: Worker | None) -> sqlmod.AiComplete | None:
+    """``AI_COMPLETE`` and prompt candidates call the session's metered worker (None: no worker)."""
+    if worker is None:
+        return None
+    return lambda prompt: worker.complete([Message("user", prompt)]).text
 
 
 def _sandbox_message(result: Any) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from heldout.contracts import DataError, Example, RunLimits, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, RunLimits, Source, Verdict
 from heldout.benchmarks.prompt_task import PromptBenchmark
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import read_jsonl
@@ -79,11 +79,15 @@ class MBPPPlusTask(PromptBenchmark):
         return (f"{example.input['prompt'].strip()}\n\nName the function "
                 f"`{example.input['entry_point']}`.")
 
-    def score_text(self, text: str, example: Example, limits: RunLimits | None = None) -> Verdict:
+    # the weak test set a verifier variant may optimise against (held-out: always base + plus)
+    verifier_options = {"base-only": {"tests": "base"}}
 
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
+        context = context or self.context()
+        which = ("base",) if context.option("tests") == "base" else ("base", "plus")
         code = extract_code(text, example.input["entry_point"])
         try:
-            result = check_solution(problem_record(example), code, limits=limits or self.default_limits)
+            result = check_solution(problem_record(example), code, which=which, limits=context.limits)
         except Exception as exc:  # never raise for one bad solution
             return Verdict.failure(example.id, f"execution failed: {exc}", "crash")
         return result.to_verdict(example.id) if hasattr(result, "to_verdict") else result

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heldout.contracts import Candidate, Example, MalformedCandidate, RunLimits, Source, Verdict, candidate_id, check_candidate
+from heldout.contracts import (Candidate, Example, MalformedCandidate, RunContext, RunLimits, Source, Verdict,
+                               candidate_id, check_candidate)
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, make_instance, n_nodes_for
 from heldout.benchmarks.vliw.fast import DecodedProgram, decode
@@ -44,15 +45,6 @@ DEFAULT_CYCLE_CAP = 2_000_000  # ~13.5x the baseline: far above any sane kernel,
 MAX_BUNDLES = 2_000_000
 TRAIN_SEEDS = (1, 2, 3)
 N_TEST_INSTANCES = 8
-
-
-def _sandbox_setup_files() -> dict[str, str]:
-    """The trusted modules shipped next to the candidate: ``problem`` and its helpers."""
-    read = lambda name: (PACKAGE_DIR / name).read_text(encoding="utf-8")  # noqa: E731
-    return {"problem.py": read("problem_shim.py"),
-            "_heldout_vliw_reference.py": read("reference.py"),
-            "_heldout_vliw_benchmark.py": read("benchmark.py"),
-            "_heldout_vliw_build.py": read("build_runner.py")}
 
 
 def test_seed(k: int) -> int:
@@ -100,6 +92,9 @@ class VliwTakehome(Benchmark):
                    "correct on hidden instances, fewer cycles is better.")
     source = Source(embedded=True)
     default_component = "perf_takehome.py"
+    family_dir = PACKAGE_DIR
+    helper_sources = {"problem.py": "problem_shim.py", "_heldout_vliw_reference.py": "reference.py",
+                      "_heldout_vliw_benchmark.py": "benchmark.py", "_heldout_vliw_build.py": "build_runner.py"}
     # Builder limits: generous for Python that emits ~200k bundles; the stream can be several MB.
     default_limits = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=2048,
                                max_output_bytes=64 * 1024 * 1024)
@@ -191,7 +186,7 @@ class VliwTakehome(Benchmark):
                     shape["rounds"], MAX_BUNDLES]
             try:
                 res = run_function(files, "_heldout_vliw_build", "build", args, limits=limits,
-                                   setup_files=_sandbox_setup_files())
+                                   setup_files=self.helper_files())
             except SandboxError as exc:
                 return BuildOutcome(None, f"build error: {exc}", "malformed_candidate",
                                     time.perf_counter() - start)
@@ -215,19 +210,26 @@ class VliwTakehome(Benchmark):
                             stdout_tail=stdout_tail)
 
     # -- running --------------------------------------------------------------------------------
-    def run(self, candidate: Candidate, example: Example, limits: RunLimits | None = None,
-            **options: Any) -> Verdict:
+    def aggregate(self, verdicts: list[Verdict]) -> float:
+        """The task's metric: 147,734 / the most cycles over the instances, 0 if any is wrong."""
+        if not verdicts or not all(v.valid and "cycles" in v.dimensions for v in verdicts):
+            return 0.0
+        cycles = max(int(v.dimensions["cycles"]) for v in verdicts)
+        return BASELINE_CYCLES / cycles if cycles else 0.0
+
+    def run(self, candidate: Candidate, example: Example, context: RunContext | None = None) -> Verdict:
         """Build (memoised), simulate on the example's instance, check the values, count cycles.
         Never raises for a bad candidate."""
+        context = context or self.context()
         shape = {k: int(example.input[k]) for k in SCORED_SHAPE}
-        built = self.build(candidate, shape, limits)
+        built = self.build(candidate, shape, context.limits)
         if built.program is None:
             return Verdict.failure(example.id, built.error or "build failed", built.error_kind or "crash",
                                    usage={"build_seconds": built.seconds},
                                    feedback=_build_feedback(built))
         mem, expected = make_instance(int(example.input["seed"]), **shape)
         t0 = time.perf_counter()
-        result = simulate(built.program, mem, cycle_cap=int(options.get("cycle_cap", self.cycle_cap)))
+        result = simulate(built.program, mem, cycle_cap=int(context.option("cycle_cap", self.cycle_cap)))
         usage = {"build_seconds": built.seconds, "sim_seconds": time.perf_counter() - t0}
         util = utilisation(result)
         dims = {"cycles": float(result.cycles), **{f"util_{e}": round(util[e], 6) for e in CHECKED_ENGINES}}
@@ -254,10 +256,11 @@ class VliwTakehome(Benchmark):
         return Verdict(example_id=example.id, score=score, valid=True, dimensions=dims, feedback=feedback,
                        output={"cycles": result.cycles, "bottleneck": bottleneck}, usage=usage)
 
-    def summarize(self, candidate: Candidate, verdicts: list[Verdict], **options: Any) -> dict[str, Any]:
-        """``cycles`` = max over instances; ``score`` = 147734 / cycles when every instance is
-        correct, else 0; utilisation of the slowest instance and its bottleneck engine."""
-        out = super().summarize(candidate, verdicts, **options)
+    def summarize(self, candidate: Candidate, verdicts: list[Verdict],
+                  context: RunContext | None = None) -> dict[str, Any]:
+        """``cycles`` = max over instances; ``score`` = :meth:`aggregate`; utilisation of the
+        slowest instance and its bottleneck engine."""
+        out = super().summarize(candidate, verdicts, context)
         cycles_per = {v.example_id: int(v.dimensions["cycles"]) if "cycles" in v.dimensions else None
                       for v in verdicts}
         valid = out["valid"]
@@ -267,7 +270,6 @@ class VliwTakehome(Benchmark):
                     key=lambda v: v.dimensions["cycles"], default=None)
         util = {e: worst.dimensions[f"util_{e}"] for e in CHECKED_ENGINES} if worst else {}
         out.update({
-            "score": BASELINE_CYCLES / cycles if valid and cycles else 0.0,
             "cycles": cycles,
             "cycles_per_instance": cycles_per,
             "utilisation": util,

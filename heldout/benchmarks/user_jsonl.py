@@ -1,0 +1,77 @@
+"""A prompt task built from a user's own JSONL file (``heldout data freeze --jsonl FILE --task NAME
+--answer-format FORMAT``).
+
+Each line is ``{"id", "input", "target"[, "group", "meta"]}``; ``input`` is a string (the question)
+or an object with a ``question`` field (other fields are shown as ``key: value`` lines above it).
+Freezing copies the file next to the manifest (``<manifest root>/<task>.jsonl``) and records the
+answer format in the manifest's source, so the task loads anywhere the manifest is on the search
+path, verified against its hashes like every shipped task. The answer formats reuse the shipped
+scorers: ``number`` (GSM-Hard's rule), ``span`` (HotpotQA's exact match / F1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from heldout.benchmarks import answers
+from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
+
+ANSWER_FORMATS = ("number", "span")
+_FORMAT_LINE = {"number": "Finish with: So the answer is <number>.",
+                "span": "Finish with: So the answer is <answer>."}
+
+
+def read_user_examples(path: str | Path) -> list[Example]:
+    """The examples of a user JSONL file; a clear error names the line of a malformed row."""
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                out.append(Example(id=str(row["id"]), input=row["input"] if isinstance(row["input"], dict)
+                                   else {"question": str(row["input"])}, target=row.get("target"),
+                                   group=row.get("group"), meta=row.get("meta") or {}))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise DataError(f"{path} line {lineno}: need a JSON object with id, input, target: {exc}") from exc
+    if not out:
+        raise DataError(f"{path} holds no examples")
+    return out
+
+
+class UserJsonlTask(PromptBenchmark):
+    """One user task; ``data_file`` is the frozen copy of the JSONL next to its manifest."""
+
+    family = "user"
+    version = "user"
+    source = Source(embedded=True)
+
+    def __init__(self, name: str, data_file: Path, answer_format: str) -> None:
+        if answer_format not in ANSWER_FORMATS:
+            raise DataError(f"task {name!r}: answer format {answer_format!r} is not one of {', '.join(ANSWER_FORMATS)}")
+        self.name = name
+        self.data_file = Path(data_file)
+        self.answer_format = _FORMAT_LINE[answer_format]
+        self.format = answer_format
+        self.metric = "accuracy" if answer_format == "number" else "exact match"
+        self.description = f"user task from {self.data_file.name} ({answer_format} answers)"
+
+    def load_raw(self, data_dir: str | None = None) -> list[Example]:
+        if not self.data_file.is_file():
+            raise DataError(f"task {self.name!r}: its data file {self.data_file} is missing")
+        return read_user_examples(self.data_file)
+
+    def format_input(self, example: Example) -> str:
+        lines = [f"{k}: {v}" for k, v in example.input.items() if k != "question"]
+        return "\n".join(lines + [str(example.input.get("question", ""))])
+
+    def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
+        try:
+            if self.format == "number":
+                scored = answers.score_number(text or "", float(example.target))
+            else:
+                scored = answers.score_span(text or "", str(example.target))
+        except (TypeError, ValueError) as exc:
+            return Verdict.failure(example.id, f"cannot score against target {example.target!r}: {exc}", "bad_output")
+        return mode_verdict(example, scored, text=text)
