@@ -180,7 +180,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     else:
         for run_dir, report in zip(dirs, reports):
             if report.ok:
-                print(f"ok       {run_dir}: {report.entries} entries, head {report.head[:16]}")
+                print(f"ok       {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}")
             else:
                 more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
                 print(f"INVALID  {run_dir}: {report.problems[0]}{more}")

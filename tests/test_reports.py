@@ -183,7 +183,7 @@ def test_a_comparison_without_evidence_says_cannot_separate(study, tmp_path):
 def test_a_single_instance_task_is_paired_by_seed_and_three_seeds_cannot_separate(tmp_path):
     from heldout.optimizers import resolve_optimizer
 
-    for method in ("seed", "geometry-search"):
+    for method in ("seed", "local-search"):
         for seed in (0, 1, 2):
             Session("heilbronn/triangle11", budget=6, seed=seed, run_dir=tmp_path / method / f"seed-{seed}",
                     method=method).run(resolve_optimizer(method))
@@ -251,7 +251,55 @@ def test_a_run_record_edited_behind_the_ledger_is_excluded(study, tmp_path):
     path.write_text(json.dumps(record))
     runs = collect_runs([tmp_path / "runs"])
     assert [e.path.parts[-2:] for e in runs.excluded] == [("seed", "seed-2")]
-    assert "differ from its ledger" in runs.excluded[0].reason
+    assert str(path) in runs.excluded[0].reason and "was edited" in runs.excluded[0].reason
+
+
+def test_an_edited_test_score_can_never_change_a_table_or_the_gate(study, tmp_path):
+    # the reproduction: test_score set to 0.9 in run_record.json put 0.900 in Table 1
+    cells = copy_main(study, tmp_path / "runs")
+    for seed in (0, 1, 2):
+        path = cells / "seed" / f"seed-{seed}" / "run_record.json"
+        record = json.loads(path.read_text())
+        record["test_score"] = 0.9
+        path.write_text(json.dumps(record, indent=1))
+    report = build_report([tmp_path / "runs"], n_boot=200)
+    assert sorted(e.path.parts[-2:] for e in report.runs.excluded) == [("seed", f"seed-{s}") for s in (0, 1, 2)]
+    assert all("run_record.json was edited" in e.reason for e in report.runs.excluded)
+    table = report.table("results")
+    assert "seed" not in table.columns and not any("0.900" in c.text for row in table.rows for c in row)
+    # the gate refuses too: no verified seed run is left to compare
+    with pytest.raises(Exception, match="no verified, finished current run"):
+        check_runs([study / "main"], [tmp_path / "runs"], method="seed", n_flips=200, n_boot=200)
+
+
+def test_runs_of_another_worker_model_are_never_pooled(study, tmp_path):
+    with TestServer() as server:
+        for seed in (0, 1, 2):
+            Session(TASK, profile=PROFILE, budget=BUDGET, seed=seed, run_dir=tmp_path / "m2" / f"seed-{seed}",
+                    method="seed", worker=ModelClient("other-model", server.base_url)).run(seed_method)
+    report = build_report([study / "main", tmp_path / "m2"], n_boot=200)
+    labels = [row[0].text for row in report.table("results").rows]
+    assert f"{TASK} [worker model: none]" in labels and f"{TASK} [worker model: other-model]" in labels
+    cells = report.runs.cells()
+    assert sorted(cells[(f"{TASK} [worker model: other-model]", "seed")]) == [0, 1, 2]
+    assert sorted(cells[(f"{TASK} [worker model: none]", "seed")]) == [0, 1, 2]
+    from heldout.reports.collect import pooling_conflicts
+    conflicts = pooling_conflicts(collect_runs([study / "main"]), collect_runs([tmp_path / "m2"]))
+    assert conflicts == [f"{TASK}: worker model none -> other-model"]
+
+
+def test_every_run_record_describes_its_experiment_in_full(study):
+    run = collect_runs([study / "main"]).cells()[(TASK, "search")][1]
+    exp = run.record.experiment
+    assert run.record.format_version == exp["format_version"] == 2
+    for key in ("task", "profile", "manifest", "verifier", "policy", "budget", "seed", "optimizer", "worker",
+                "architect", "decoding", "isolation", "environment", "started_at"):
+        assert key in exp, key
+    assert exp["architect"]["model"] == "test-architect" and exp["architect"]["base_url"].startswith("http://127.0.0.1")
+    assert len(exp["manifest"]["profile_sha256"]) == 64 and exp["environment"]["python"]
+    assert exp["environment"]["heldout_version"] and "numpy" in exp["environment"]["packages"]
+    assert run.record.finished_at >= run.record.started_at
+    assert run.record.isolation == "in-process (trusted)"
 
 
 def test_an_interrupted_run_and_a_crashed_optimizer_are_listed_not_used(study, tmp_path):

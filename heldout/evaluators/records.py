@@ -273,7 +273,8 @@ class RunRecord:
         profile_digest = (exp.get("manifest") or {}).get("profile_sha256")
         return {
             "worker model": str(worker.get("model") or "none"),
-            "profile": self.profile + (f" ({profile_digest[:8]})" if profile_digest else ""),
+            "profile": self.profile,
+            "examples": (profile_digest or "unknown")[:12],  # the same profile name with other examples
             "budget": canonical_json(self.budget),
             "policy": str(self.policy.get("name", self.policy)),
             "verifier": str(exp.get("verifier") or "decomposed"),
