@@ -131,7 +131,9 @@ def test_report_writes_markdown_html_and_json_with_every_table(report_dir):
     # champion is best (bold) but one search seed also reaches 1.0: the ranking is not separated (†)
     assert "| lockpicking/six | **1.000 ± 0.000 (n=3) †** |" in md
     html = (report_dir / "report.html").read_text()
-    assert html.count("<table") == 5 and html.count('src="data:image/png;base64,') == 5
+    # no deployment tokens in a program task: that Pareto plot is left out and the report says so
+    assert html.count("<table") == 5 and html.count('src="data:image/png;base64,') == 4
+    assert "No Pareto plot of deployment tokens" in html
     assert "http://" not in html and "https://" not in html and "<script" not in html
     results = json.loads((report_dir / "results.json").read_text())
     assert set(results["tables"]) == {"results", "heldout", "cost", "budget", "runs"}
@@ -414,7 +416,7 @@ def test_report_html_renders_tables_and_images_in_headless_chromium(report_dir, 
     dom = done.stdout
     results = json.loads((report_dir / "results.json").read_text())
     n_rows = sum(len(t["rows"]) for t in results["tables"].values())
-    assert f'id="render-check">images=5 decoded=5 tables=5 rows={n_rows}<' in dom
+    assert f'id="render-check">images=4 decoded=4 tables=5 rows={n_rows}<' in dom
     assert "<td><strong>champion is better than seed: mean change +0.62" in dom
 
 
@@ -434,7 +436,7 @@ def test_two_profiles_are_two_comparisons_corrected_together_and_flagged_as_mixe
     assert [r["p_holm"] for r in rows] == pytest.approx(list(multipletests(raw, method="holm")[1]))
     assert [r["p_fdr_bh"] for r in rows] == pytest.approx(list(multipletests(raw, method="fdr_bh")[1]))
     for table in ("results", "heldout", "cost", "budget"):
-        assert "split profile: MIXED: generalise | paper" in report.table(table).notes[0]
+        assert f"split profile: per task: {TASK} [generalise] generalise, {TASK} [paper] paper" in report.table(table).notes[0]
     assert "macro mean" in [row[0].text for row in report.table("results").rows]
 
 
@@ -481,3 +483,29 @@ def test_prompt_task_report_counts_deployment_tokens_and_refuses_a_split_seed_ra
     assert row["report_verdict"].startswith("cannot separate") is (not called)
     assert {f.key for f in report.figures} >= {"pareto_optimisation", "pareto_deployment"}
     assert "No deployment tokens" not in next(f.caption for f in report.figures if f.key == "pareto_deployment")
+
+
+def test_markdown_escapes_text_from_runs_and_states_settings_and_models_once(study, tmp_path):
+    def hostile(view, seed):
+        raise RuntimeError("<script>alert('x')</script> | **bold** _it_")
+    Session(TASK, profile=PROFILE, budget=BUDGET, seed=0, run_dir=tmp_path / "hostile" / "seed-0",
+            method="hostile").run(hostile)
+    out = tmp_path / "report"
+    assert main(["report", str(study / "main"), str(tmp_path / "hostile"), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "<script" not in md and "&lt;script&gt;" in md and "\\*\\*bold\\*\\*" in md
+    assert md.count("Settings - ") == 1
+    assert "Architect model: test-architect at 127.0.0.1" in md and "heldout 0.1.0; Python " in md
+    html = (out / "report.html").read_text()
+    assert "<script" not in html and html.count("Settings - ") == 1
+
+
+def test_figures_zoom_to_the_data_and_mark_the_baseline(study):
+    import matplotlib.image as mpimg
+    import io
+    from heldout.reports.figures import score_bars
+
+    runs = collect_runs([study / "main"])
+    fig = score_bars(runs, "seed")
+    assert "dashed line marks seed's mean" in fig.caption and "does not start at 0" in fig.caption
+    assert mpimg.imread(io.BytesIO(fig.png)).shape[2] in (3, 4)

@@ -110,6 +110,7 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     description = {
         "format_version": FORMAT_VERSION,
         "task": task.name, "task_version": bench.version, "kind": bench.kind, "metric": bench.metric,
+        "score_ceiling": getattr(bench, "score_ceiling", None),
         "profile": task.profile, "seed": session.seed, "method": session.method,
         "budget": asdict(session.budget), "policy": session.policy.to_dict(),
         "verifier": getattr(verifier, "name", None) or "decomposed",
