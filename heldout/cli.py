@@ -10,6 +10,8 @@ import json
 import math
 import shlex
 import sys
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -25,7 +27,11 @@ from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.outputs import read_outputs, score_outputs
 from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
-from heldout.models import ModelClient
+from heldout.models import ModelClient, ResponseCache
+from heldout.models.backends.llama import LlamaBackend, resolve_model
+from heldout.models.server import ChatServer
+from heldout.protocols.leakage import ablate, scan_candidate
+from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
                                    parse_seeds, run_study)
 from heldout.reports import build_report, check_runs, write_report
@@ -36,6 +42,13 @@ from heldout.reports import build_report, check_runs, write_report
 DEMO_TASKS = {"lockpicking/six": 300, "circle_packing/square26": 20, "heilbronn/triangle11": 20}
 DEMO_METHODS = ("seed", "local-search")
 DEMO_SEEDS = (0, 1, 2)
+# `heldout demo --real-model`: the same study shape with a real (tiny) model as worker and architect
+# on two prompt tasks, small enough for a laptop CPU: a 16/0/24 split profile, one reflective round.
+REAL_MODEL_DEMO_TASKS = {"bbh/boolean_expressions": 16, "gsm_hard": 16}
+REAL_MODEL_DEMO_PROFILE = "cpu-demo"
+REAL_MODEL_DEMO_METHODS = ("seed", "reflective")
+REAL_MODEL_DEMO_ANSWER_TOKENS = 80  # per worker answer
+REAL_MODEL_DEMO_ARCHITECT_TOKENS = 256  # per architect answer (the server's cap)
 
 
 def _print_json(obj: Any) -> None:
@@ -195,7 +208,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     methods = parse_methods(args.optimizer, args.optimizer_cmd)
     tasks = expand_tasks(args.task)
     budgets = parse_budgets(args.budget, tasks)
-    options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    options: dict[str, Any] = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    if args.prompt_format:
+        options["prompt_format"] = args.prompt_format
     cells = build_cells(tasks, methods, seeds, budgets, args.profile, options, [args.verifier])
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, architect_tokens=args.architect_tokens,
@@ -255,6 +270,56 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if result.regressed else 0
 
 
+# -- split / leak --------------------------------------------------------------------------------
+def cmd_split_build(args: argparse.Namespace) -> int:
+    built = build_split(args.task, args.name, SplitSizes.parse(args.sizes), probe=args.probe, seed=args.seed,
+                        out=args.out, data_dir=args.data_dir)
+    if args.json:
+        _print_json(asdict(built))
+    else:
+        print(f"froze profile {built.profile!r} of {built.task} in {built.path}")
+        for pool, n in built.sizes.items():
+            print(f"  {pool:<20} {n:>6} examples  {built.groups[pool]:>5} groups")
+        print(f"load it with --profile {built.profile} and $HELDOUT_MANIFEST_PATH including {Path(built.path).parents[len(Path(built.task).parts) - 1]}")
+    return 0
+
+
+def cmd_split_check(args: argparse.Namespace) -> int:
+    check = check_split(args.task, args.profile, data_dir=args.data_dir,
+                        threshold=args.threshold, ngram=args.ngram, min_answer_words=args.min_answer_words)
+    if args.json:
+        _print_json(check.to_dict())
+    else:
+        print(check.describe())
+    return 0 if check.ok else 1
+
+
+def cmd_leak_scan(args: argparse.Namespace) -> int:
+    task = load_task(args.task, args.profile, args.data_dir)
+    scan = scan_candidate(task.benchmark.candidate_from_path(args.candidate), task)
+    if args.json:
+        _print_json(scan.to_dict())
+    else:
+        print(scan.describe())
+    return 0
+
+
+def cmd_leak_ablate(args: argparse.Namespace) -> int:
+    study = Path(args.run_dir) / "study.json"
+    config = json.loads(study.read_text()).get("config", {}) if study.is_file() else {}
+    model = args.worker_model or config.get("worker_model")
+    cache_dir = args.cache_dir or config.get("cache_dir")
+    worker = (ModelClient(model, base_url=args.base_url or config.get("base_url"),
+                          cache=ResponseCache(cache_dir) if cache_dir else None) if model else None)
+    result = ablate(args.run_dir, baseline=args.baseline, worker=worker,
+                    data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(result.describe())
+    return 0
+
+
 # -- vliw ----------------------------------------------------------------------------------------
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     for case in load_cases(args.cases):
@@ -262,17 +327,64 @@ def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- local model ---------------------------------------------------------------------------------
+def _local_backend(args: argparse.Namespace, max_tokens_cap: int) -> LlamaBackend:
+    return LlamaBackend(resolve_model(args.model, args.gguf), threads=args.threads, n_ctx=args.ctx,
+                        max_tokens_cap=max_tokens_cap)
+
+
+def cmd_serve_model(args: argparse.Namespace) -> int:
+    backend = _local_backend(args, args.max_tokens)
+    server = ChatServer(backend, api_key=args.api_key, port=args.port, name="local-model")
+    try:
+        stats = server.serve_until_signalled(
+            f"heldout serve-model: {backend.model_id} ({backend.model_file.path.name}, {args.threads} thread(s), "
+            f"context {args.ctx}) listening on {{url}}")
+    except OSError as exc:
+        raise HeldoutError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
+    print(f"served {stats.ok} of {stats.calls} calls", file=sys.stderr, flush=True)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    cells = build_cells(list(DEMO_TASKS), parse_methods(DEMO_METHODS, []), list(DEMO_SEEDS),
-                        dict(DEMO_TASKS), "default", {})
-    config = StudyConfig(run_root=args.run_dir)
-    open_study(cells, config, resume=None)  # the demo's settings never change: re-running continues it
-    results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint="heldout " + " ".join(
-        shlex.quote(a) for a in (args.argv or sys.argv[1:])))
+    started = time.monotonic()
+    hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+    run_dir = args.run_dir or ("runs/demo-real-model" if args.real_model else "runs/demo")
+    out = args.out or ("runs/demo-real-model-report" if args.real_model else "runs/demo-report")
+    if args.real_model:
+        backend = _local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS)
+        cells = build_cells(list(REAL_MODEL_DEMO_TASKS), parse_methods(REAL_MODEL_DEMO_METHODS, []),
+                            list(DEMO_SEEDS), dict(REAL_MODEL_DEMO_TASKS), REAL_MODEL_DEMO_PROFILE,
+                            {"max_tokens": REAL_MODEL_DEMO_ANSWER_TOKENS})
+        with ChatServer(backend, name="local-model") as server:
+            # One model answers one request at a time: two in flight keep it busy without queueing
+            # requests into client timeouts. Identical requests (the seed arm's test answers in every
+            # seed) are answered once, through the response cache.
+            config = StudyConfig(run_root=run_dir, data_dir=args.data_dir, worker_model=backend.model_id,
+                                 architect_model=backend.model_id, base_url=server.base_url,
+                                 cache_dir=str(Path(run_dir) / "response-cache"), model_concurrency=2)
+            open_study(cells, config, resume=None)  # the demo's settings never change: re-running continues it
+            results = run_study(cells, config, LocalExecutor(1), resume_hint=hint)
+        served = server.stats
+        print(f"{backend.model_id} answered {served.ok} requests ({served.prompt_tokens} prompt + "
+              f"{served.completion_tokens} completion tokens); the rest came from the response cache")
+    else:
+        cells = build_cells(list(DEMO_TASKS), parse_methods(DEMO_METHODS, []), list(DEMO_SEEDS),
+                            dict(DEMO_TASKS), "default", {})
+        config = StudyConfig(run_root=run_dir)
+        open_study(cells, config, resume=None)
+        results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint=hint)
     failed = [r for r in results if r["status"] != "ok"]
-    report = build_report([args.run_dir], baseline="seed")
-    for kind, path in write_report(report, args.out).items():
+    report = build_report([run_dir], baseline="seed", data_dir=args.data_dir)
+    if args.real_model:
+        report.tables[0].notes.append(
+            f"Every number here comes from one model, {backend.model_id} ({backend.model_file.path.name}), as "
+            f"worker and architect, run by llama.cpp on the CPU with {args.threads} thread(s); worker answers at "
+            f"temperature 0 capped at {REAL_MODEL_DEMO_ANSWER_TOKENS} tokens; split profile "
+            f"{REAL_MODEL_DEMO_PROFILE} (16 train / 24 test examples per task).")
+    for kind, path in write_report(report, out).items():
         print(f"{kind}: {path}")
+    print(f"demo took {time.monotonic() - started:.0f} s")
     if failed:
         print(f"{len(failed)} cell(s) failed: " + "; ".join(
             f"{r['task']} {r['method']} s{r['seed']}: {r.get('error')}" for r in failed))
@@ -387,6 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
+    p.add_argument("--prompt-format", default=None,
+                   help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
     p.add_argument("--verifier", default=CANONICAL,
                    help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
     p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
@@ -400,10 +514,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
-    p.add_argument("--run-dir", default="runs/demo", help="study folder")
-    p.add_argument("--out", default="runs/demo-report", help="report folder")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2, help="sessions in parallel")
+    p.add_argument("--real-model", action="store_true",
+                   help="seed vs reflective on two prompt tasks with a real local model (the [local-model] extra)")
+    p.add_argument("--run-dir", default=None,
+                   help="study folder (default runs/demo, runs/demo-real-model with --real-model)")
+    p.add_argument("--out", default=None,
+                   help="report folder (default runs/demo-report, runs/demo-real-model-report with --real-model)")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2, help="sessions in parallel (the real-model demo runs one)")
+    p.add_argument("--data-dir", default=None, help="dataset mirror for --real-model (default $HELDOUT_DATA_DIR)")
+    _local_model_arguments(p)
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("serve-model", help="an OpenAI-compatible endpoint on 127.0.0.1 for a local GGUF model")
+    _local_model_arguments(p)
+    p.add_argument("--port", type=int, default=8000, help="0: let the OS choose (printed)")
+    p.add_argument("--max-tokens", type=int, default=512, help="the most tokens one answer may have")
+    p.add_argument("--api-key", default=None, help="require this bearer token")
+    p.set_defaults(func=cmd_serve_model)
 
     p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
@@ -428,6 +555,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
 
+    split = sub.add_parser("split", help="build and prove topic-disjoint split profiles").add_subparsers(
+        dest="action", required=True)
+    p = split.add_parser("build", help="whole groups to test, then val, then train (+ a shared-topic probe pool)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--by", choices=("group",), default="group", help="the unit kept whole (topic groups)")
+    p.add_argument("--sizes", required=True, help="target examples TRAIN/VAL/TEST, e.g. 60/40/120")
+    p.add_argument("--probe", type=int, default=0, help="fresh items per train group for shared_topic_probe")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--name", required=True, help="the new profile's name")
+    p.add_argument("--out", default=None, help="user manifest root (default: first dir of $HELDOUT_MANIFEST_PATH)")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_split_build)
+    p = split.add_parser("check", help="prove zero group overlap (exit 1 otherwise) and scan for near-duplicates")
+    p.add_argument("--task", required=True)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--threshold", type=float, default=0.5, help="near-duplicate Jaccard threshold")
+    p.add_argument("--ngram", type=int, default=2, help="word n-gram size of the near-duplicate scan")
+    p.add_argument("--min-answer-words", type=int, default=3)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_split_check)
+
+    leak = sub.add_parser("leak", help="answer keys in candidates; the topic-shared leakage ablation").add_subparsers(
+        dest="action", required=True)
+    p = leak.add_parser("scan", help="training questions/answers found in a candidate's text")
+    p.add_argument("candidate", help="candidate file or folder (a .json dict of components, or text)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--profile", required=True)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_leak_scan)
+    p = leak.add_parser("ablate", help="score seed and final candidates on test / exact train / shared-topic probe")
+    p.add_argument("run_dir", help="a study's run dir (searched recursively for run records)")
+    p.add_argument("--baseline", default="seed", help="'seed' (the task's seed candidate) or a method name")
+    p.add_argument("--worker-model", default=None, help="default: the study's (study.json)")
+    p.add_argument("--base-url", default=None)
+    p.add_argument("--cache-dir", default=None)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_leak_ablate)
+
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
     p.add_argument("cases", help="CASES.json: a list of {name, program, mem[, scratch_init, enable_pause, runs]}")
@@ -435,6 +605,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cycle-cap", type=int, default=10_000_000, help="stop a program after this many cycles")
     p.set_defaults(func=cmd_vliw_simulate)
     return parser
+
+
+def _local_model_arguments(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", default=None, help="a bundled model (default: smollm2-135m-instruct)")
+    which.add_argument("--gguf", default=None, help="any GGUF chat model file instead")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for the model")
+    p.add_argument("--ctx", type=int, default=2048, help="context length in tokens")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

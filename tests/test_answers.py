@@ -8,11 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heldout.benchmarks.answers import (
+from heldout.benchmarks.extraction import (
     BBH_FORMATS,
     BBH_TASK_FORMATS,
     EXTRACTION_MODES,
-    answer_verdict,
     bbh_format_of,
     exact_match,
     extract_bbh,
@@ -31,15 +30,20 @@ from heldout.benchmarks.answers import (
 )
 
 
+def core(result):
+    """The strict and flexible scores and readings of a scorer's result."""
+    return {k: result[k] for k in ("strict", "flexible", "extracted_strict", "extracted_flexible")}
+
+
 def both(extract, text, *args):
-    return tuple(extract(text, *args, mode) for mode in EXTRACTION_MODES)
+    return tuple(extract(text, *args, mode) for mode in ("strict", "flexible"))
 
 
 # --- the modes ----------------------------------------------------------------------------------
 
 
-def test_the_two_named_modes_are_strict_then_flexible():
-    assert EXTRACTION_MODES == ("strict", "flexible")
+def test_the_three_named_modes_are_strict_flexible_published():
+    assert EXTRACTION_MODES == ("strict", "flexible", "published")
 
 
 def test_an_unknown_mode_or_format_is_a_clear_error():
@@ -80,10 +84,11 @@ def test_flexible_never_overrides_a_strict_answer():
     assert both(extract_bbh, text, "choice") == ("(B)", "(B)")
 
 
-@pytest.mark.parametrize("bad", [None, 42, b"So the answer is (A).", "", "   \n  "])
+@pytest.mark.parametrize("bad", [None, 42, "", "   \n  "])
 def test_output_that_is_not_text_or_empty_extracts_nothing_and_scores_zero(bad):
+    """(bytes are text: tests/test_scoring_verdicts.py)"""
     assert both(extract_bbh, bad, "choice") == (None, None)
-    assert score_bbh(bad, "(A)", "choice") == {
+    assert core(score_bbh(bad, "(A)", "choice")) == {
         "strict": 0, "flexible": 0, "extracted_strict": None, "extracted_flexible": None}
     assert score_number(bad, 3.0)["flexible"] == 0
     assert score_choice(bad, "A", 4)["flexible"] == 0
@@ -110,7 +115,7 @@ def test_bbh_choice(text, strict, flexible):
 
 
 def test_bbh_choice_scores_the_letter_against_the_target():
-    assert score_bbh("So the answer is (C).", "(C)", "choice") == {
+    assert core(score_bbh("So the answer is (C).", "(C)", "choice")) == {
         "strict": 1, "flexible": 1, "extracted_strict": "(C)", "extracted_flexible": "(C)"}
     assert score_bbh("So the answer is C", "(C)", "choice")["strict"] == 0
     assert score_bbh("So the answer is C", "(C)", "choice")["flexible"] == 1
@@ -126,7 +131,7 @@ def test_bbh_choice_targets_that_are_not_letters_compare_as_text(target, right, 
     assert score_bbh(right, target, "choice")["strict"] == 1
     assert score_bbh(right, target, "choice")["flexible"] == 1
     assert score_bbh(wrong, target, "choice")["flexible"] == 0
-    assert score_bbh(f"Thinking...\n{target}", target, "choice") == {
+    assert core(score_bbh(f"Thinking...\n{target}", target, "choice")) == {
         "strict": 0, "flexible": 1, "extracted_strict": None, "extracted_flexible": target}
 
 
@@ -153,9 +158,9 @@ def test_bbh_word_answers(fmt, text, strict, flexible):
 
 def test_yes_no_compares_without_case_and_reports_the_targets_case():
     lower = score_bbh("So the answer is Yes.", "yes", "yes_no")  # sports_understanding
-    assert lower == {"strict": 1, "flexible": 1, "extracted_strict": "yes", "extracted_flexible": "yes"}
+    assert core(lower) == {"strict": 1, "flexible": 1, "extracted_strict": "yes", "extracted_flexible": "yes"}
     upper = score_bbh("so the answer is no", "No", "yes_no")  # causal_judgement
-    assert upper == {"strict": 1, "flexible": 1, "extracted_strict": "No", "extracted_flexible": "No"}
+    assert core(upper) == {"strict": 1, "flexible": 1, "extracted_strict": "No", "extracted_flexible": "No"}
     assert score_bbh("So the answer is no.", "yes", "yes_no")["flexible"] == 0
 
 
@@ -213,7 +218,7 @@ def test_absurdly_long_numbers_are_read_without_crashing():
     huge = "9" * 5000
     assert extract_bbh(f"So the answer is -{huge}.", "integer", "strict") == "-" + huge
     assert extract_bbh("So the answer is -0.", "integer", "strict") == "0"
-    assert score_number(f"So the answer is {huge}.", 3.0) == {
+    assert core(score_number(f"So the answer is {huge}.", 3.0)) == {
         "strict": 0, "flexible": 0, "extracted_strict": None, "extracted_flexible": None}
     assert extract_number("The answer is 1e999999.", "flexible") is None
 
@@ -293,7 +298,7 @@ def test_mmlu_pro_letters_beyond_the_option_count_are_not_answers():
 
 
 def test_score_choice_takes_bare_or_parenthesised_gold():
-    assert score_choice("The answer is (C).", "C", 10) == {
+    assert core(score_choice("The answer is (C).", "C", 10)) == {
         "strict": 1, "flexible": 1, "extracted_strict": "C", "extracted_flexible": "C"}
     assert score_choice("The answer is (C).", "(C)", 10)["strict"] == 1
     assert score_choice("The answer is (C).", "D", 10)["flexible"] == 0
@@ -342,17 +347,18 @@ def test_numbers_match_tolerates_float_noise_but_not_off_by_one():
     assert not numbers_match(float("inf"), float("inf"))
 
 
-def test_a_number_written_to_two_places_is_rounded_the_target():
+def test_a_number_written_to_two_places_is_rounded_the_target_in_flexible_mode_only():
     target = 14053029.666666666
-    assert score_number("So the answer is 14,053,029.67.", target)["strict"] == 1
-    assert score_number("So the answer is 14,053,029.66.", target)["strict"] == 0  # truncated
-    assert score_number("So the answer is 14,053,030.", target)["strict"] == 0  # not a rounding we honour
+    rounded = score_number("So the answer is 14,053,029.67.", target)
+    assert (rounded["strict"], rounded["flexible"], rounded["published"], rounded["pal"]) == (0, 1, 0, 0)
+    assert score_number("So the answer is 14,053,029.66.", target)["flexible"] == 0  # truncated
+    assert score_number("So the answer is 14,053,030.", target)["flexible"] == 0  # not a rounding we honour
     assert numbers_match(2.67, 2.6666666, decimals=2)
     assert not numbers_match(2.7, 2.6666666, decimals=1)
 
 
 def test_score_number_reports_both_modes():
-    assert score_number("Janet makes 5 ... so -9867630 dollars", -9867630.0) == {
+    assert core(score_number("Janet makes 5 ... so -9867630 dollars", -9867630.0)) == {
         "strict": 0, "flexible": 1, "extracted_strict": None, "extracted_flexible": -9867630.0}
     with pytest.raises(ValueError, match="must be a number"):
         score_number("The answer is 3.", "three")
@@ -411,29 +417,6 @@ def test_score_span_gives_em_f1_precision_recall_per_mode():
     assert result["f1_strict"] == pytest.approx(2 / 3)
 
 
-# --- Verdicts -----------------------------------------------------------------------------------
-
-
-def test_answer_verdict_carries_both_modes_as_dimensions():
-    v = answer_verdict("ex1", "So the answer is C", lambda t: score_bbh(t, "(C)", "choice"), primary="flexible")
-    assert v.valid and v.score == 1.0
-    assert v.dimensions == {"strict": 0.0, "flexible": 1.0}
-    assert v.output == {"extracted_strict": None, "extracted_flexible": "(C)"}
-
-
-def test_answer_verdict_names_each_failure():
-    score = lambda t: score_bbh(t, "(C)", "choice")  # noqa: E731
-    no_answer = answer_verdict("ex1", "So the answer is C", score)  # strict is the default
-    assert (no_answer.valid, no_answer.score, no_answer.error_kind) == (False, 0.0, "no_answer")
-    assert no_answer.dimensions["flexible"] == 1.0  # the other mode is kept
-    assert answer_verdict("ex1", None, score).error_kind == "bad_output"
-    bad_target = answer_verdict("ex1", "So the answer is 3", lambda t: score_bbh(t, "x", "integer"))
-    assert bad_target.error_kind == "bad_target" and "not an integer" in bad_target.error
-    f1 = answer_verdict("h1", "The answer is Bath in Maine", lambda t: score_span(t, "Bath, Maine"),
-                        metric="f1_strict")
-    assert f1.score == pytest.approx(0.8)
-
-
 # --- properties ---------------------------------------------------------------------------------
 
 
@@ -462,7 +445,8 @@ def test_any_integer_written_any_usual_way_reads_back(value, template):
 @settings(max_examples=300, deadline=None)
 @given(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False).filter(lambda x: abs(x) > 1e-3 or x == 0))
 def test_any_float_written_in_full_or_rounded_to_cents_reads_back(value):
-    for written in (repr(value), f"{value:,.2f}", f"{value:.17e}"):
+    for written in (repr(value), f"{value:.17e}"):
         result = score_number(f"So the answer is {written}.", value)
-        assert result["strict"] == 1, (written, result)
+        assert result["strict"] == result["published"] == 1, (written, result)
+    assert score_number(f"So the answer is {value:,.2f}.", value)["flexible"] == 1
     assert math.isfinite(extract_number(f"= {value!r}", "flexible"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from heldout.benchmarks.answers import (
+from heldout.benchmarks.extraction import (
     BBH_TASK_FORMATS,
     bbh_format_of,
     extract_choice_letter,
@@ -140,12 +140,19 @@ def gsm_targets(data_dir: Path) -> list[float]:
 def test_every_gsm_hard_target_written_as_a_model_would_scores_one(gsm_targets):
     assert len(gsm_targets) == 1319
     assert sum(t != int(t) for t in gsm_targets) == 303 and sum(t < 0 for t in gsm_targets) == 146
+    rounded_only = 0
     for t in gsm_targets:
-        for written in (f"{t!r}", f"{t:,.2f}", f"${t:,.2f}", f"{t:.17g} dollars"):
+        for written in (f"{t!r}", f"{t:.17g} dollars", f"{t:,.3f}"):
             result = score_number(f"Step by step... So the answer is {written}.", t)
-            assert right(result) == BOTH_RIGHT, (t, written, result)
+            assert (result["strict"], result["flexible"], result["published"], result["pal"]) == (1, 1, 1, 1), (
+                t, written, result)
+        for written in (f"{t:,.2f}", f"${t:,.2f}"):  # honoured as a rounding by flexible only
+            result = score_number(f"Step by step... So the answer is {written}.", t)
+            assert result["flexible"] == 1 and result["strict"] == result["published"] == result["pal"], (t, result)
+        rounded_only += 1 - score_number(f"So the answer is {t:.2f}.", t)["published"]
         if t == int(t):
             assert right(score_number(f"The answer is {int(t):,}.", t)) == BOTH_RIGHT
+    assert rounded_only == 85  # non-integer targets written to 2 places that PAL's rule rejects
 
 
 def test_no_gsm_hard_target_accepts_an_off_by_one_answer(gsm_targets):
@@ -178,3 +185,12 @@ def test_hotpotqa_yes_no_answers_give_no_partial_credit(hotpot_answers):
         flipped = "no" if answer == "yes" else "yes"
         result = score_span(f"So the answer is {flipped}.", answer)
         assert result["f1_strict"] == 0.0 and result["strict"] == 0
+
+
+def test_a_closing_remark_about_this_answer_never_replaces_the_hotpotqa_answer(hotpot_answers):
+    """The audit's case: wrapping every gold as 'So the answer is X. I hope this answer is helpful.'
+    once left 0/302 correct (the last 'answer is' won)."""
+    for qid, answer in hotpot_answers.items():
+        for tail in (" I hope this answer is helpful.", "\nI am sure the answer is correct."):
+            result = score_span(f"So the answer is {answer}.{tail}", answer)
+            assert right(result) == BOTH_RIGHT, (qid, answer, tail, result)

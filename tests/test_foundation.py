@@ -30,8 +30,11 @@ PACKED_KERNEL = REPO / "heldout" / "benchmarks" / "vliw" / "kernels" / "packed.p
 
 
 def cli(*args: str, env: dict | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    base = dict(os.environ)
+    if base.get("HELDOUT_DATA_DIR"):  # the subprocess may run elsewhere: pass the data dir absolute
+        base["HELDOUT_DATA_DIR"] = str((REPO / base["HELDOUT_DATA_DIR"]).resolve())
     return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, **(env or {})}, timeout=600)
+                          cwd=cwd, env={**base, **(env or {})}, timeout=600)
 
 
 # -- contracts -------------------------------------------------------------------------------------

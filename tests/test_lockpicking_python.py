@@ -92,7 +92,7 @@ def test_a_missing_score_function_and_a_wrong_return_type_are_clear_errors():
 def test_a_hanging_program_is_stopped_by_the_wall_clock_limit():
     limits = RunLimits(wall_seconds=2.0, cpu_seconds=5.0)
     verdict = LockpickingBenchmark().run({"program.py": "def score(program):\n    while True:\n        pass\n"},
-                                         Example("e", {"program": "729405"}, 6), limits)
+                                         Example("e", {"program": "729405"}, 6), LockpickingBenchmark().context(limits))
     assert verdict.score == 0 and verdict.error_kind == "timeout"
 
 

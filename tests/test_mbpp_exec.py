@@ -11,6 +11,7 @@ import pytest
 
 from heldout.contracts import RunLimits
 from heldout.benchmarks.mbpp_plus import _child as _mbpp_child
+from heldout.benchmarks.mbpp_plus import scored_solution
 from heldout.benchmarks.mbpp_plus.execution import check_solution, compare, load_problems
 
 LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=4096)
@@ -38,8 +39,7 @@ def test_canonical_solutions_pass_base_and_plus(problems, task_id):
     r = check(problems[task_id], canonical(problems[task_id]))
     assert r.base_pass and r.plus_pass, r.first_failure()
     assert r.base.total == len(problems[task_id]["base_input"]) and r.plus.total == len(problems[task_id]["plus_input"])
-    v = r.to_verdict()
-    assert v.score == 1.0 and v.dimensions == {"base": 1.0, "plus": 1.0} and v.error is None
+    assert scored_solution(r, canonical(problems[task_id])).dimensions == {"base": 1.0, "plus": 1.0}
 
 
 def test_off_by_one_fails_as_a_wrong_answer(problems):
@@ -48,8 +48,8 @@ def test_off_by_one_fails_as_a_wrong_answer(problems):
     fail = r.first_failure()
     assert fail["suite"] == "base" and fail["index"] == 0 and fail["reason"] == "wrong_answer"
     assert "expected 40, got 41" in fail["message"]
-    v = r.to_verdict("Mbpp/17")
-    assert v.score == 0.0 and v.error_kind == "wrong_answer" and "base: fail (0/" in v.feedback
+    scored = scored_solution(r, "def square_perimeter(a): ...")
+    assert scored.dimensions["plus"] == 0.0 and "base: fail (0/" in scored.detail
 
 
 def test_wrong_type_fails_even_when_the_values_agree(problems):
@@ -94,8 +94,7 @@ def test_weak_and_strong_verifier_disagree_on_a_solution_that_only_handles_base(
     code = f"def square_perimeter(a):\n    return {{{cases}}}.get(a, -1)\n"
     r = check(p, code)
     assert r.base_pass and not r.plus_pass
-    v = r.to_verdict()
-    assert v.dimensions == {"base": 1.0, "plus": 0.0} and v.score == 0.0
+    assert scored_solution(r, code).dimensions == {"base": 1.0, "plus": 0.0}
 
 
 def test_float_outputs_use_atol(problems):
@@ -145,13 +144,16 @@ def _variants(p: dict) -> dict[str, str]:
         "canonical": canonical(p),
         "returns_none": f"def {entry}(*args):\n    return None\n",
         "crashes": f"def {entry}(*args):\n    raise ValueError('no')\n",
+        "numpy_array": "import numpy as _np\n" + canonical(p).replace(f"def {entry}(", f"def _np_{entry}(") +
+        f"\ndef {entry}(*args):\n    out = _np_{entry}(*args)\n"
+        "    return _np.array(out) if isinstance(out, list) and out and all(type(x) in (int, float) for x in out) else out\n",
         "base_only": canonical(p).replace(f"def {entry}(", f"def _real_{entry}(") +
         f"\n_seen = {{json_key}}\ndef {entry}(*args):\n    return _real_{entry}(*args) if repr(args) in _seen else None\n"
         .replace("{json_key}", repr({repr(tuple(_mbpp_child.deserialize(p['task_id'], i))) for i in p["base_input"]})),
     }
 
 
-@pytest.mark.parametrize("task_id", ["Mbpp/2", "Mbpp/17", "Mbpp/139", "Mbpp/124", "Mbpp/722", "Mbpp/58", "Mbpp/580"])
+@pytest.mark.parametrize("task_id", ["Mbpp/2", "Mbpp/4", "Mbpp/17", "Mbpp/139", "Mbpp/124", "Mbpp/722", "Mbpp/58", "Mbpp/580"])
 def test_verdicts_equal_evalplus_on_the_same_samples(problems, task_id):
     ev = pytest.importorskip("evalplus.evaluate")
     mbpp = pytest.importorskip("evalplus.data.mbpp")
@@ -181,4 +183,5 @@ def test_the_mbpp_plus_task_scores_model_text_through_this_path(data_dir, proble
     good = bench.score_text("Here it is:\n```python\ndef square_perimeter(a):\n    return 4 * a\n```\n", example)
     assert good.score == 1.0 and good.dimensions == {"base": 1.0, "plus": 1.0}
     bad = bench.score_text("```python\ndef square_perimeter(a):\n    return 4 * a + 1\n```", example)
-    assert bad.score == 0.0 and bad.error_kind == "wrong_answer"
+    assert bad.valid and bad.score == 0.0 and bad.output["failure_reason"] == "wrong_answer"
+    assert "first failure (base test 0): wrong_answer" in bad.feedback

@@ -57,11 +57,11 @@ class RequestRefused(HeldoutError):
         self.message = message
 
 
-class _BudgetRefused(RequestRefused, BudgetExceeded):
+class HTTPBudgetExceeded(RequestRefused, BudgetExceeded):
     """HTTP 402: the evaluation (or architect call) would exceed the budget; nothing ran."""
 
 
-class _VisibilityRefused(RequestRefused, VisibilityError):
+class HTTPVisibilityError(RequestRefused, VisibilityError):
     """HTTP 403: the request asked for something the visibility policy does not allow."""
 
 
@@ -134,7 +134,7 @@ class TaskClient:
         if resp.status >= 400:
             info = data if isinstance(data, dict) else {}
             kind, message = str(info.get("kind", "error")), str(info.get("error", raw[:500]))
-            cls = {402: _BudgetRefused, 403: _VisibilityRefused}.get(resp.status, RequestRefused)
+            cls = {402: HTTPBudgetExceeded, 403: HTTPVisibilityError}.get(resp.status, RequestRefused)
             raise cls(resp.status, kind, message)
         return data
 

@@ -7,15 +7,21 @@ Example ids are the row index in the source file (``"32"`` is ``causal_judgement
 Known quirks, kept as they are (tests pin them): causal_judgement has two pairs of identical
 inputs with opposite targets (32/119, 36/104), so no prompt can score 1.0 on both members of a pair;
 movie_recommendation[163] ("Monsters, Inc"), ruin_names[99] and ruin_names[144] have a target that
-is an option's text instead of a letter. Their ``meta["quirk"]`` says so."""
+is an option's text instead of a letter. Their ``meta["quirk"]`` says so.
+
+Prompt formats: ``zero_shot`` (default) and ``cot_3shot``, the published BBH chain-of-thought
+setting (Suzgun et al. 2022): the task's ``cot-prompts/<task>.txt`` after its canary header, byte
+for byte, then ``\n\nQ: <input>\nA: Let's think step by step.``; it needs a mirror data dir
+holding the prompt files."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from heldout.benchmarks import answers
+from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
+from heldout.benchmarks.prompt_task import ZERO_SHOT, PromptBenchmark, modes_scored, prompt_verdict
 from heldout.benchmarks.registry import register, register_group
 from heldout.benchmarks.sources import iter_hub_rows, read_json
 
@@ -47,10 +53,32 @@ QUIRKS: dict[tuple[str, str], str] = {
 }
 
 
+COT_3SHOT = "cot_3shot"
+COT_HEADER = "-----\n"
+
+
+def cot_prompt_path(subtask: str) -> str:
+    return f"bbh/cot-prompts/{subtask}.txt"
+
+
+def read_cot_prompt(data_dir: str, subtask: str) -> str:
+    """The three worked demonstrations of a task: its prompt file after the canary + ``-----`` lines."""
+    path = Path(data_dir) / cot_prompt_path(subtask)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise DataError(f"bbh/{subtask}: cannot read the chain-of-thought prompt {cot_prompt_path(subtask)}: {exc}") from exc
+    head, sep, body = text.partition(COT_HEADER)
+    if not sep or head.count("\n") != 1 or not head.endswith("\n"):
+        raise DataError(f"bbh/{subtask}: {cot_prompt_path(subtask)} lacks its canary + '-----' header")
+    return body
+
+
 class BBHTask(PromptBenchmark):
     family = "bbh"
-    metric = "exact_match (flexible; strict alongside)"
+    metric = "exact match (published BBH rule; strict and flexible alongside)"
     version = "1"
+    prompt_formats = (ZERO_SHOT, COT_3SHOT)
 
     def __init__(self, subtask: str) -> None:
         self.subtask = subtask
@@ -68,11 +96,22 @@ class BBHTask(PromptBenchmark):
     def read_hub(self) -> list[dict[str, Any]]:
         return [{"input": row["input"], "target": row["target"]} for row in iter_hub_rows(self.source)]
 
+    def load_raw(self, data_dir: str | None) -> list[Example]:
+        examples = super().load_raw(data_dir)
+        if data_dir and (Path(data_dir) / cot_prompt_path(self.subtask)).is_file():
+            demos = read_cot_prompt(data_dir, self.subtask)  # one shared string, not hashed
+            for ex in examples:
+                ex.meta["cot_prompt"] = demos
+        return examples
+
     def to_examples(self, rows: list[dict[str, Any]]) -> list[Example]:
         out = []
         for index, row in enumerate(rows):
             ex_id = str(index)
-            meta = {"format": answers.bbh_format_of(row["target"], self.subtask)}
+            fmt = extraction.bbh_format_of(row["target"], self.subtask)
+            meta: dict[str, Any] = {"format": fmt}
+            if fmt == "choice":
+                meta["options"] = list(extraction.choice_options(row["input"]))
             if (self.subtask, ex_id) in QUIRKS:
                 meta["quirk"] = QUIRKS[(self.subtask, ex_id)]
             out.append(Example(id=ex_id, input={"question": row["input"]}, target=row["target"],
@@ -82,13 +121,20 @@ class BBHTask(PromptBenchmark):
     def format_input(self, example: Example) -> str:
         return example.input["question"]
 
+    def user_message(self, example: Example, prompt_format: str) -> str:
+        if prompt_format == COT_3SHOT:
+            demos = example.meta.get("cot_prompt")
+            if demos is None:
+                raise DataError(f"{self.name}: the {COT_3SHOT} prompt format needs {cot_prompt_path(self.subtask)} "
+                                "from a mirror data dir (--data-dir / HELDOUT_DATA_DIR)")
+            return f"{demos}\n\nQ: {example.input['question']}\nA: Let's think step by step."
+        return super().user_message(example, prompt_format)
+
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
-        try:
-            fmt = example.meta.get("format") or answers.bbh_format_of(example.target, self.subtask)
-            scored = answers.score_bbh(text or "", example.target, fmt)
-        except Exception as exc:  # a scorer never raises for one bad output
-            return Verdict.failure(example.id, f"scoring failed: {exc}", "scoring_error")
-        return mode_verdict(example, scored, text=text)
+        fmt = example.meta.get("format") or extraction.bbh_format_of(example.target, self.subtask)
+        options = tuple(example.meta.get("options") or ())
+        return prompt_verdict(example.id, text, lambda clean: modes_scored(
+            extraction.score_bbh(clean, example.target, fmt, options=options), example.target))
 
 
 for _subtask in TASKS:

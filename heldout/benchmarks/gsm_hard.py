@@ -6,17 +6,19 @@ published) = reasoning-machines/pal @ f81ca2a ``datasets/gsmhardv2.jsonl`` (mirr
 e.g. row 0's -9867630.0 eggs: labels come from running the PAL program on the changed numbers).
 The PAL ``code`` is kept in ``meta`` (it computes the answer, so it is never shown as input).
 
-Scoring: the final number of the model text (commas, currency, units, negative signs and
-fractions handled by :func:`heldout.benchmarks.answers.extract_number`) matches the target within
-:func:`heldout.benchmarks.answers.numbers_match`'s tolerance."""
+Scoring: the number the final answer cue introduces (commas, currency, units, negative signs and
+fractions handled by :func:`heldout.benchmarks.extraction.extract_number`); ``published`` is PAL's
+comparison ``abs(answer - target) < 1e-3``, strict and flexible use
+:func:`heldout.benchmarks.extraction.numbers_match`, ``pal`` is PAL's comparison of the flexible
+reading."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from heldout.benchmarks import answers
+from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
+from heldout.benchmarks.prompt_task import PromptBenchmark, modes_scored, prompt_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_jsonl
 
@@ -24,7 +26,7 @@ from heldout.benchmarks.sources import iter_hub_rows, read_jsonl
 class GSMHardTask(PromptBenchmark):
     name = "gsm_hard"
     family = "gsm_hard"
-    metric = "numeric match (flexible; strict alongside)"
+    metric = "numeric match (published: PAL's |answer - target| < 1e-3; strict, flexible, pal alongside)"
     version = "1"
     description = "GSM-Hard: grade-school math with large numbers; float targets"
     source = Source(hub_id="reasoning-machines/gsm-hard", config="default", split="train",
@@ -51,11 +53,8 @@ class GSMHardTask(PromptBenchmark):
         return example.input["question"]
 
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
-        try:
-            scored = answers.score_number(text or "", example.target)
-        except Exception as exc:
-            return Verdict.failure(example.id, f"scoring failed: {exc}", "scoring_error")
-        return mode_verdict(example, scored, text=text)
+        return prompt_verdict(example.id, text, lambda clean: modes_scored(
+            extraction.score_number(clean, example.target), example.target))
 
 
 register(GSMHardTask())

@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from heldout.benchmarks import answers
+from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
+from heldout.benchmarks.prompt_task import PromptBenchmark, modes_scored, prompt_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_json, read_jsonl
 
@@ -43,7 +43,7 @@ def hub_row_to_record(row: dict[str, Any]) -> dict[str, Any]:
 class HotpotQADistractor(PromptBenchmark):
     name = "hotpotqa/distractor"
     family = "hotpotqa"
-    metric = "exact match + token F1 (SQuAD normalisation)"
+    metric = "exact match (published: official normalisation; token F1, strict, flexible alongside)"
     version = "1"
     description = "HotpotQA multi-hop QA, distractor setting (10 paragraphs)"
     source = Source(hub_id="hotpotqa/hotpot_qa", config="distractor", split="validation",
@@ -87,13 +87,9 @@ class HotpotQADistractor(PromptBenchmark):
         return f"{paragraphs}\n\nQuestion: {example.input['question']}"
 
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
-        """Exact match and token F1 / precision / recall in both modes; the score is flexible EM."""
+        """Exact match and token F1 / precision / recall in every mode; the score is published EM."""
         gold = example.target["answer"]
-        try:
-            scored = answers.score_span(text or "", gold)
-        except Exception as exc:
-            return Verdict.failure(example.id, f"scoring failed: {exc}", "scoring_error")
-        return mode_verdict(example, scored, text=text, target_for_feedback=gold)
+        return prompt_verdict(example.id, text, lambda clean: modes_scored(extraction.score_span(clean, gold), gold))
 
 
 register(HotpotQADistractor())

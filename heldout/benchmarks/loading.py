@@ -10,7 +10,7 @@ from typing import Any
 from heldout.contracts import DataError, Example
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.registry import get_benchmark
-from heldout.data_manifests import DriftError, DriftReport, Manifest
+from heldout.data_manifests import DriftError, DriftReport, Manifest, manifest_roots
 
 DATA_DIR_ENV = "HELDOUT_DATA_DIR"
 
@@ -73,6 +73,18 @@ class Task:
                 "drift": None if self.drift is None else self.drift.to_dict()}
 
 
+def manifest_holding(task: str, profile: str) -> Manifest:
+    """The first manifest of ``task`` on the search path that holds ``profile`` (else the first
+    one, whose error lists the profiles it has): a user manifest adds profiles without hiding
+    the shipped ones it does not repeat."""
+    for root in manifest_roots():
+        if Manifest.path_for(task, root).exists():
+            manifest = Manifest.load(task, root)
+            if profile in manifest.profiles:
+                return manifest
+    return Manifest.load(task)
+
+
 def load_task(name: str, profile: str = "default", data_dir: str | os.PathLike | None = None,
               allow_drift: bool = False) -> Task:
     """Load task ``name`` with split profile ``profile``.
@@ -81,7 +93,7 @@ def load_task(name: str, profile: str = "default", data_dir: str | os.PathLike |
     :class:`DriftError` naming the task, the ids and the changed fields, unless ``allow_drift``
     is set, in which case the task loads with ``task.drift`` describing what changed."""
     benchmark = get_benchmark(name)
-    manifest = Manifest.load(name)
+    manifest = manifest_holding(name, profile)
     splits_ids = manifest.profile(profile)
     resolved = resolve_data_dir(data_dir) if not benchmark.source.embedded else None
     examples = benchmark.load_raw(resolved)

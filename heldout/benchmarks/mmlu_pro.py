@@ -7,15 +7,24 @@ examples ``v<question_id>`` kept in a separate ``fewshot`` pool of every profile
 train/val/test. ``group`` is the row's ``src`` (the original source subject), the topic key.
 
 An older 2024 snapshot of the same files exists (``../shared/data/mmlu_pro/``): loading it
-against these manifests is reported as drift (about 205 answers differ)."""
+against these manifests is reported as drift (about 205 answers differ).
+
+Options: the official code drops the "N/A" filler options (21 validation rows end with them);
+heldout keeps the source rows as they are (their hashes are frozen) and drops the fillers when it
+renders and scores (:func:`shown_options`).
+
+Prompt formats: ``zero_shot`` (default) and ``cot_5shot``, the published MMLU-Pro setting
+(TIGER-Lab ``evaluate_from_api.py``): the category's initial prompt, its 5 validation questions
+with their chains of thought ("A: Let's think step by step." becomes "Answer: ..."), then the
+question ending "Answer: Let's think step by step.", rendered by :func:`cot_5shot_prompt`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from heldout.benchmarks import answers
+from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
+from heldout.benchmarks.prompt_task import ZERO_SHOT, PromptBenchmark, modes_scored, prompt_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_parquet
 
@@ -29,6 +38,33 @@ CATEGORIES = (
     "history", "law", "math", "other", "philosophy", "physics", "psychology",
 )
 LETTERS = "ABCDEFGHIJ"
+FILLER = "N/A"
+COT_5SHOT = "cot_5shot"
+N_SHOTS = 5
+INITIAL_PROMPT = ("The following are multiple choice questions (with answers) about {category}. Think step by "
+                  "step and then finish your answer with \"the answer is (X)\" where X is the correct letter choice.\n")
+
+
+def shown_options(options: list[str]) -> list[str]:
+    """The options a model sees: the official preprocessing drops every "N/A" filler."""
+    return [opt for opt in options if opt != FILLER]
+
+
+def official_question(question: str, options: list[str], cot_content: str | None = None) -> str:
+    """One question as the official ``format_cot_example`` writes it: with its worked answer
+    (a demonstration) or ending "Answer: Let's think step by step." (the question asked)."""
+    text = f"Question:\n{question}\nOptions:\n"
+    text += "".join(f"{LETTERS[i]}. {opt}\n" for i, opt in enumerate(shown_options(options)))
+    if cot_content is None:
+        return text + "Answer: Let's think step by step."
+    return text + cot_content.replace("A: Let's think step by step.", "Answer: Let's think step by step.") + "\n\n"
+
+
+def cot_5shot_prompt(category: str, demos: list[dict[str, Any]], question: str, options: list[str]) -> str:
+    """The official 5-shot chain-of-thought prompt (the initial prompt is followed by one blank line)."""
+    prompt = INITIAL_PROMPT.format(category=category) + "\n"
+    prompt += "".join(official_question(d["question"], d["options"], d["cot_content"]) for d in demos)
+    return prompt + official_question(question, options)
 
 # Reading 12k rows per category load would repeat the same parquet decode 14 times.
 _ROWS_CACHE: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -36,8 +72,9 @@ _ROWS_CACHE: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
 class MMLUProTask(PromptBenchmark):
     family = "mmlu_pro"
-    metric = "accuracy (flexible letter; strict alongside)"
+    metric = "accuracy (published: the official three-stage extractor; strict and flexible alongside)"
     version = "1"
+    prompt_formats = (ZERO_SHOT, COT_5SHOT)
 
     def __init__(self, category: str) -> None:
         self.category = category
@@ -64,6 +101,9 @@ class MMLUProTask(PromptBenchmark):
 
     def to_examples(self, rows: list[dict[str, Any]]) -> list[Example]:
         out = []
+        demos = [{"question": r["question"], "options": list(r["options"]), "cot_content": r.get("cot_content") or ""}
+                 for r in sorted((r for r in rows if r["_split"] == "validation"), key=lambda r: int(r["question_id"]))]
+        demos = demos[:N_SHOTS]  # one shared list: the category's demonstrations, in the official order
         for row in rows:
             try:
                 options = list(row["options"])
@@ -74,24 +114,33 @@ class MMLUProTask(PromptBenchmark):
                     target=row["answer"],
                     group=row.get("src"),
                     meta={"answer_index": int(row["answer_index"]), "source_split": row["_split"],
-                          "cot_content": row.get("cot_content") or ""},
+                          "cot_content": row.get("cot_content") or "", "demonstrations": demos},
                 ))
             except (KeyError, TypeError, ValueError) as exc:
                 raise DataError(f"{self.name}: malformed row {row.get('question_id')!r}: {exc}") from exc
         return out
 
     def format_input(self, example: Example) -> str:
-        options = "\n".join(f"({LETTERS[i]}) {opt}" for i, opt in enumerate(example.input["options"]))
+        options = "\n".join(f"({LETTERS[i]}) {opt}" for i, opt in enumerate(shown_options(example.input["options"])))
         return f"Question: {example.input['question']}\n\nOptions:\n{options}"
 
     answer_format = "Finish with: So the answer is (X), where X is the letter of the correct option."
 
+    def user_message(self, example: Example, prompt_format: str) -> str:
+        if prompt_format == COT_5SHOT:
+            demos = example.meta.get("demonstrations") or []
+            if len(demos) < N_SHOTS:
+                raise DataError(f"{self.name}: the {COT_5SHOT} prompt format needs {N_SHOTS} validation "
+                                f"questions of the category, found {len(demos)}")
+            if example.meta.get("source_split") == "validation":
+                raise DataError(f"{self.name}: example {example.id} is one of the {COT_5SHOT} demonstrations")
+            return cot_5shot_prompt(self.category, demos, example.input["question"], example.input["options"])
+        return super().user_message(example, prompt_format)
+
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
-        try:
-            scored = answers.score_choice(text or "", example.target, len(example.input["options"]))
-        except Exception as exc:
-            return Verdict.failure(example.id, f"scoring failed: {exc}", "scoring_error")
-        return mode_verdict(example, scored, text=text)
+        options = shown_options(example.input["options"])
+        return prompt_verdict(example.id, text, lambda clean: modes_scored(
+            extraction.score_choice(clean, example.target, len(options), options=options), example.target))
 
 
 for _category in CATEGORIES:

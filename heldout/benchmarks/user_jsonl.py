@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from heldout.benchmarks import answers
-from heldout.benchmarks.prompt_task import PromptBenchmark, mode_verdict
+
+from heldout.benchmarks import extraction
+from heldout.benchmarks.prompt_task import PromptBenchmark, modes_scored, prompt_verdict
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 
 ANSWER_FORMATS = ("number", "span")
@@ -67,11 +68,8 @@ class UserJsonlTask(PromptBenchmark):
         return "\n".join(lines + [str(example.input.get("question", ""))])
 
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
-        try:
-            if self.format == "number":
-                scored = answers.score_number(text or "", float(example.target))
-            else:
-                scored = answers.score_span(text or "", str(example.target))
-        except (TypeError, ValueError) as exc:
-            return Verdict.failure(example.id, f"cannot score against target {example.target!r}: {exc}", "bad_output")
-        return mode_verdict(example, scored, text=text)
+        if self.format == "number":
+            return prompt_verdict(example.id, text, lambda clean: modes_scored(
+                extraction.score_number(clean, float(example.target)), example.target))
+        return prompt_verdict(example.id, text, lambda clean: modes_scored(
+            extraction.score_span(clean, str(example.target)), example.target))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -164,7 +165,7 @@ class Ledger:
     def append(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             entry = {"seq": len(self._entries), "prev": self.head, "kind": kind,
-                     "time": round(time.time(), 6), "data": data}
+                     "time": round(time.time(), 6), "data": encodable(data)}
             entry["hash"] = entry_hash(entry)
             line = json.dumps(entry, sort_keys=True, ensure_ascii=False, default=_json_default) + "\n"
             self._fh.write(line.encode("utf-8"))
@@ -188,6 +189,26 @@ def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
         return False
     previous = entries[-2]["hash"] if len(entries) >= 2 else GENESIS
     return bool(entries) and head.get("count") == len(entries) - 1 and head.get("hash") == previous
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def encodable(value: Any) -> Any:
+    """``value`` with every text UTF-8 encodable, so any model output can be recorded: a lone
+    surrogate becomes U+FFFD, ``bytes`` are decoded as UTF-8 (bad bytes -> U+FFFD), numpy values
+    become plain data. Control characters are kept (JSON escapes them losslessly)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, dict):
+        return {encodable(k) if isinstance(k, (str, bytes)) else k: encodable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encodable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return encodable(value.tolist())
+    return value
 
 
 def _json_default(value: Any) -> Any:

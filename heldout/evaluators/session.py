@@ -309,8 +309,8 @@ class EvaluationService:
                                                        "requested": len(wanted), "new": len(fresh),
                                                        "remaining": self.remaining})
                 raise BudgetExceeded(
-                    f"evaluating {len(fresh)} new example(s) would cost {cost} metric call(s) and exceed the "
-                    f"budget: {self.remaining} of {self.budget.metric_calls} left; nothing was run")
+                    f"evaluating {len(fresh)} new example(s) ({cost} metric call(s)) would exceed the budget: "
+                    f"{self.remaining} of {self.budget.metric_calls} metric calls left; nothing was run")
             self.usage.metric_calls += cost
             results: dict[str, Verdict] = {}
             # when this request happened, in metric calls: now, or (all replayed) when it was recorded
@@ -541,6 +541,11 @@ class Session:
         self.ledger = Ledger.open(self.run_dir)
         bench = self.task.benchmark
         self.variant = parse_verifier(verifier, bench.verifier_options, bench.score_ceiling)
+        if "prompt_format" in self.options:  # a wrong name is a clear error now, not one per example later
+            check = getattr(bench, "check_prompt_format", None)
+            if check is None:
+                raise HeldoutError(f"{bench.name} has no prompt formats")
+            check(self.options["prompt_format"])
         self._started = time.time()
         self.scorer = Scorer(bench, worker, limits, self.options, jobs, self.ledger)
         # held-out scoring: the canonical verifier, the experiment's own options, never a variant's

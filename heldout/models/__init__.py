@@ -1,5 +1,7 @@
 """Model clients: OpenAI-compatible chat completions for workers and architects, a persistent
-response cache, record/replay, and a loopback test server (:mod:`heldout.models.testserver`)."""
+response cache, record/replay, and one OpenAI-compatible loopback server (:mod:`heldout.models.server`)
+with two backends: the deterministic test double (:mod:`heldout.models.testserver`) and a real GGUF
+model through llama.cpp (:mod:`heldout.models.backends.llama`, ``heldout serve-model``)."""
 
 from heldout.models.cache import CachedResponse, CacheError, ResponseCache
 from heldout.models.client import (

@@ -296,6 +296,7 @@ class StudyConfig:
     architect_model: str | None = None
     base_url: str | None = None
     cache_dir: str | None = None
+    model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -303,7 +304,7 @@ class StudyConfig:
 
     def experiment(self) -> dict[str, Any]:
         """The settings that define the experiment (where data and caches live does not)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("run_root", "data_dir", "cache_dir")}
+        return {k: v for k, v in asdict(self).items() if k not in ("run_root", "data_dir", "cache_dir", "model_concurrency")}
 
 
 def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
@@ -365,7 +366,7 @@ def _client(model: str | None, config: StudyConfig):
     if not model:
         return None
     cache = ResponseCache(config.cache_dir) if config.cache_dir else None
-    return ModelClient(model, base_url=config.base_url, cache=cache)
+    return ModelClient(model, base_url=config.base_url, cache=cache, concurrency=config.model_concurrency)
 
 
 def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:

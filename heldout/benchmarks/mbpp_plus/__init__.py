@@ -9,33 +9,51 @@ input = what a model sees (the docstring prompt and the function name); target =
 (canonical solution, base and plus test inputs, ``atol``, contract, original asserts). Scoring
 executes the extracted solution in the sandbox with evalplus semantics: base and plus tests
 reported separately (``base`` is the weak verifier, ``plus`` the strong one); the score is
-``plus`` (pass@1 on base + plus tests)."""
+``plus`` (pass@1 on base + plus tests).
+
+Code extraction: :func:`heldout.benchmarks.extraction.code.extract_code` (evalplus's sanitizer
+when installed, heldout's equivalent otherwise). Every verdict is built by
+:func:`heldout.benchmarks.prompt_task.prompt_verdict`: an answer with no code defining the entry
+point, or code that fails a test (wrong, crash, timeout), is a valid verdict scoring 0 whose
+feedback names the first failure; only a failed model call or a harness failure is invalid."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from heldout.contracts import DataError, Example, RunContext, RunLimits, Source, Verdict
-from heldout.benchmarks.prompt_task import PromptBenchmark
+from heldout.benchmarks.extraction.code import extract_code
+from heldout.benchmarks.mbpp_plus.execution import MbppResult, check_solution
+from heldout.benchmarks.prompt_task import PromptBenchmark, Scored, prompt_verdict
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import read_jsonl
-from heldout.benchmarks.mbpp_plus.execution import check_solution
+from heldout.contracts import Candidate, DataError, Example, RunContext, RunLimits, Source, Verdict
 
 MIRROR_FILE = "mbpp_plus/MbppPlus-v0.2.0.jsonl"
 TARGET_FIELDS = ("canonical_solution", "base_input", "plus_input", "atol", "contract", "assertion")
 
-_FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)```", re.DOTALL)
+SEED_INSTRUCTION = (
+    "You are an expert Python programmer. Read the task and its example test carefully, then write a "
+    "correct Python function that solves it for every valid input, not only the example. Reply with the "
+    "complete function, including any imports and helpers it needs, in one ```python code block; do not "
+    "call the function, read input or print in that block."
+)
+"""The MBPP+ seed prompt: code in one block (the generic seed asks for 'So the answer is ...')."""
 
 
-def extract_code(text: str, entry_point: str) -> str:
-    """The solution inside a model answer: the last fenced block that defines ``entry_point``
-    (else the last fenced block), or the whole text when there is no fence."""
-    blocks = _FENCE.findall(text or "")
-    if not blocks:
-        return text or ""
-    defining = [b for b in blocks if re.search(rf"def\s+{re.escape(entry_point)}\s*\(", b)]
-    return (defining or blocks)[-1]
+def scored_solution(result: MbppResult, code: str, headline: str = "plus") -> Scored:
+    """A :class:`Scored` from an execution result: ``base`` and ``plus`` pass@1 as dimensions,
+    the suites' counts and the first failure as feedback."""
+    dims = {"base": float(result.base_pass), "plus": float(result.plus_pass)}
+    lines = [f"base: {result.base.status} ({result.base.passed}/{result.base.total})"]
+    if result.plus is not None:
+        lines.append(f"plus: {result.plus.status} ({result.plus.passed}/{result.plus.total})")
+    fail = result.first_failure()
+    if fail:
+        lines.append(f"first failure ({fail['suite']} test {fail['index']}): {fail['reason']}: {fail['message']}")
+    return Scored(dimensions=dims, headline=headline, answer=code,
+                  shown=f"solution of {len(code.splitlines())} lines", detail="\n".join(lines),
+                  output={"code": code, "base": result.base_pass, "plus": result.plus_pass, "failure": fail,
+                          "failure_reason": fail["reason"] if fail else None, "seconds": result.seconds})
 
 
 def problem_record(example: Example) -> dict[str, Any]:
@@ -82,15 +100,23 @@ class MBPPPlusTask(PromptBenchmark):
     # the weak test set a verifier variant may optimise against (held-out: always base + plus)
     verifier_options = {"base-only": {"tests": "base"}}
 
+    def seed_candidate(self) -> Candidate:
+        return {"instruction": SEED_INSTRUCTION}
+
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
         context = context or self.context()
         which = ("base",) if context.option("tests") == "base" else ("base", "plus")
-        code = extract_code(text, example.input["entry_point"])
-        try:
+        headline = "base" if which == ("base",) else "plus"
+
+        def score(clean: str) -> Scored:
+            code = extract_code(clean, example.input["entry_point"])
+            if code is None:
+                return Scored(dimensions={"base": 0.0, "plus": 0.0}, headline=headline, answer=None, why="no_code",
+                              detail=f"write a function named `{example.input['entry_point']}` in a ```python block")
             result = check_solution(problem_record(example), code, which=which, limits=context.limits)
-        except Exception as exc:  # never raise for one bad solution
-            return Verdict.failure(example.id, f"execution failed: {exc}", "crash")
-        return result.to_verdict(example.id) if hasattr(result, "to_verdict") else result
+            return scored_solution(result, code, headline)
+
+        return prompt_verdict(example.id, text, score)
 
 
 register(MBPPPlusTask())

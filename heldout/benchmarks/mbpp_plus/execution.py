@@ -48,8 +48,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from heldout.contracts import DataError, RunLimits, Verdict
-from heldout.benchmarks.mbpp_plus._child import DIGEST_KEY
+from heldout.contracts import DataError, RunLimits
+from heldout.benchmarks.mbpp_plus._child import DIGEST_KEY, NDARRAY_KEY
 from heldout.sandbox import SandboxError, decode_typed, run_calls
 
 MIN_TIME_LIMIT = 1.0
@@ -105,27 +105,6 @@ class MbppResult:
             if suite is not None and suite.failure:
                 return {"suite": suite.name, **suite.failure}
         return None
-
-    def to_verdict(self, example_id: str | None = None) -> Verdict:
-        """score = plus pass@1 (base and plus); ``dimensions`` has ``base`` and ``plus``."""
-        dims = {"base": float(self.base_pass), "plus": float(self.plus_pass)}
-        lines = [f"base: {self.base.status} ({self.base.passed}/{self.base.total})"]
-        if self.plus is not None:
-            lines.append(f"plus: {self.plus.status} ({self.plus.passed}/{self.plus.total})")
-        fail = self.first_failure()
-        kind = None
-        if fail:
-            kind = fail["reason"]
-            lines.append(f"first failure ({fail['suite']} test {fail['index']}): {fail['reason']}: {fail['message']}")
-        eid = example_id or self.task_id
-        output = {"base": self.base_pass, "plus": self.plus_pass, "failure": fail}
-        usage = {"seconds": self.seconds}
-        if fail and kind != "wrong_answer":
-            return Verdict(example_id=eid, score=float(self.plus_pass), valid=True, dimensions=dims,
-                           feedback="\n".join(lines), error=f"{kind}: {fail['message']}", error_kind=kind,
-                           output=output, usage=usage)
-        return Verdict(example_id=eid, score=float(self.plus_pass), valid=True, dimensions=dims,
-                       feedback="\n".join(lines), error_kind=kind, output=output, usage=usage)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -204,8 +183,21 @@ def _is_digest(x: Any) -> bool:
     return isinstance(x, dict) and DIGEST_KEY in x
 
 
+def _untag_ndarray(x: Any) -> Any:
+    """A numpy array the child tagged, rebuilt (numeric dtypes only); anything else unchanged."""
+    if isinstance(x, dict) and NDARRAY_KEY in x and set(x) == {NDARRAY_KEY, "dtype"}:
+        try:
+            return np.asarray(x[NDARRAY_KEY], dtype=np.dtype(str(x["dtype"])))
+        except (TypeError, ValueError, OverflowError):
+            return x
+    return x
+
+
 def compare(entry_point: str, out: Any, exp: Any, inp: Any, atol: float) -> tuple[bool, float, str]:
-    """(passed, atol for the next input, reason text). Never raises."""
+    """(passed, atol for the next input, reason text). Never raises. A numpy array is compared
+    as evalplus compares it: ``out == exp`` is elementwise, so a multi-element array fails on
+    the ambiguous truth value and a one-element array passes when its element matches."""
+    out, exp = _untag_ndarray(out), _untag_ndarray(exp)
     if _is_digest(out) or _is_digest(exp):
         same = _is_digest(out) and _is_digest(exp) and out[DIGEST_KEY] == exp[DIGEST_KEY]
         return same, atol, "" if same else "output differs (large output, compared exactly by digest)"

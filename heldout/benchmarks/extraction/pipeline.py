@@ -1,0 +1,160 @@
+"""Extraction as named, composable stages: a *mode* is a sequence of registered stages.
+
+A :class:`Grammar` says how one answer format is read (a letter, a number, a word list ...); a
+stage is a named step that reads the prepared text with a grammar and either gives an answer,
+refuses (the output's final answer is hedged or negated: no answer, stop), or passes to the next
+stage. :data:`MODES` names the stage sequences; :func:`read` runs one of them.
+
+``strict``    ``final_cue_strict``: the final answer cue must be followed by the answer in the
+              format's strict form.
+``flexible``  ``final_cue_strict``, ``final_cue_loose`` (the format's looser grammar in the final
+              cue's text), ``boxed`` (the last ``\\boxed{}``), ``last_candidate`` (the last
+              well-formed candidate anywhere; an output that names every option has chosen none).
+
+Both first fold the text and cut a few-shot run-on (:mod:`.text`). The ``published`` mode is not a
+stage sequence: it is each family's reference rule, reproduced exactly (:mod:`.reference`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from heldout.benchmarks.extraction.text import (
+    QUESTION_MARKERS,
+    CueSegment,
+    boxed,
+    clean,
+    cut_run_on,
+    fold,
+    segments_after_cues,
+)
+
+EXTRACTION_MODES: tuple[str, ...] = ("strict", "flexible", "published")
+"""Every verdict reports all three, side by side."""
+
+HEADLINE_MODE = "published"
+"""The mode whose score is a verdict's ``score`` (see docs/scoring.md for why)."""
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """How one answer format is read. Each reader returns the canonical answer or None.
+
+    ``strict``: the cleaned text after a cue starts with the answer in its strict form;
+    ``loose``: the first candidate of a looser grammar in that text;
+    ``last``: the last well-formed candidate anywhere in the text;
+    ``hedged``: the cue's text offers two different answers ("(A) or (B)");
+    ``fold``: fold the text first (every format but free-text spans)."""
+
+    name: str
+    strict: Callable[[str], Any]
+    loose: Callable[[str], Any]
+    last: Callable[[str], Any]
+    hedged: Callable[[str], bool] = lambda segment: False
+    fold: bool = True
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a mode made of an output: the canonical answer, or None and why."""
+
+    answer: Any
+    why: str | None = None  # when answer is None: no_output, no_cue, negated, hedged, unreadable
+
+
+@dataclass
+class Context:
+    """The prepared text of one output and its final answer cue (computed once per mode)."""
+
+    text: str
+    grammar: Grammar
+    final: CueSegment | None = field(default=None)
+
+
+Stage = Callable[[Context], "Reading | None"]
+STAGES: dict[str, Stage] = {}
+
+
+def stage(name: str) -> Callable[[Stage], Stage]:
+    """Register a stage under ``name`` (a new mode is a new sequence of registered names)."""
+    def register(fn: Stage) -> Stage:
+        if name in STAGES:
+            raise ValueError(f"extraction stage {name!r} registered twice")
+        STAGES[name] = fn
+        return fn
+    return register
+
+
+@stage("final_cue_strict")
+def _final_cue_strict(ctx: Context) -> Reading | None:
+    if ctx.final is None:
+        return None
+    if ctx.grammar.hedged(ctx.final.text):
+        return Reading(None, "hedged")
+    found = ctx.grammar.strict(ctx.final.text)
+    if found is not None:
+        return Reading(found)  # the format's own word may hold a "not": "not valid"
+    if ctx.final.negated:
+        return Reading(None, "negated")
+    return None
+
+
+@stage("final_cue_loose")
+def _final_cue_loose(ctx: Context) -> Reading | None:
+    if ctx.final is None:
+        return None
+    found = ctx.grammar.loose(ctx.final.text)
+    return Reading(found) if found is not None else None
+
+
+@stage("boxed")
+def _boxed(ctx: Context) -> Reading | None:
+    for content in reversed(boxed(ctx.text)):
+        found = ctx.grammar.loose(clean(content))
+        if found is not None:
+            return Reading(found)
+    return None
+
+
+@stage("last_candidate")
+def _last_candidate(ctx: Context) -> Reading | None:
+    found = ctx.grammar.last(ctx.text)
+    return Reading(found) if found is not None else None
+
+
+MODES: dict[str, tuple[str, ...]] = {
+    "strict": ("final_cue_strict",),
+    "flexible": ("final_cue_strict", "final_cue_loose", "boxed", "last_candidate"),
+}
+
+
+def check_mode(mode: str) -> None:
+    if mode not in EXTRACTION_MODES:
+        raise ValueError(f"unknown extraction mode {mode!r}; expected one of {EXTRACTION_MODES}")
+
+
+def final_cue(text: str) -> CueSegment | None:
+    """The cue that introduces the final answer: the last cue whose text is not commentary."""
+    for segment in segments_after_cues(text):
+        if not segment.commentary:
+            return segment
+    return None
+
+
+def read(text: str | None, grammar: Grammar, mode: str,
+         markers: tuple[str, ...] = QUESTION_MARKERS) -> Reading:
+    """Run the stages of ``mode`` (``strict`` or ``flexible``) over sanitised text."""
+    check_mode(mode)
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is a reference rule, not a stage sequence: use the family's scorer")
+    if text is None:
+        return Reading(None, "no_output")
+    body = cut_run_on(fold(text) if grammar.fold else text, markers)
+    if not body.strip():
+        return Reading(None, "empty")
+    ctx = Context(body, grammar, final_cue(body))
+    for name in MODES[mode]:
+        got = STAGES[name](ctx)
+        if got is not None:
+            return got
+    return Reading(None, "unreadable" if ctx.final is not None else "no_cue")

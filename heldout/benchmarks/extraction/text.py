@@ -1,0 +1,160 @@
+"""Text handling shared by every answer format: sanitising, folding, answer cues, run-on cuts.
+
+Rules (each one named, each one tested):
+
+* **sanitise** - whatever a worker returned becomes a plain ``str`` that can always be encoded as
+  UTF-8: ``bytes`` are decoded as UTF-8 (bad bytes become U+FFFD), a lone surrogate (which
+  ``json.loads`` produces from ``"\\ud83d"``) becomes U+FFFD, and control characters other than
+  tab / newline / carriage return are dropped. Anything else (``None``, numbers) is *no output*.
+* **cap** - an output longer than :data:`MAX_OUTPUT_CHARS` is not read at all (a degenerate,
+  repeating generation; reading a megabyte costs seconds and never holds a better answer).
+* **fold** - NFKC folds full-width letters and digits, vulgar fractions become ``n/d`` (``3½`` is
+  ``3 1/2``), curly apostrophes become ``'``. Free-text spans are not folded: the official
+  HotpotQA normalisation compares them as written.
+* **anchored cue** - an answer cue *introduces* an answer: ``the answer is``, ``my/final/correct
+  answer is``, ``Answer:`` / ``answer =`` at the start of a line, or GSM8K's ``####``. A phrase in
+  which "answer" is the subject of a comment (``I hope this answer is helpful``, ``an answer is
+  required``) is not a cue, and a cue followed by text that comments on an answer (``the answer is
+  correct``) is skipped, so neither can replace the final answer.
+* **negated cue** - ``the answer is not (A)`` introduces no answer; when it is the final cue the
+  output has no answer (whatever follows: the model's own last word is not an answer).
+* **run-on cut** - after the first cue, a new line that starts with one of the task prompt's
+  question markers (``Q:``, ``Question:``) begins an invented next example; it is cut off.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+MAX_OUTPUT_CHARS = 131_072
+"""Outputs longer than this (128 Ki characters, ~32k tokens) are not read: the verdict says so."""
+
+QUESTION_MARKERS: tuple[str, ...] = ("Q:", "Question:")
+"""The question markers of heldout's prompts (BBH's ``Q:``; MMLU-Pro's and HotpotQA's ``Question:``)."""
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def sanitize_text(value: Any) -> str | None:
+    """The model output as encodable text, or None when there is no text at all (see module doc)."""
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("utf-8", errors="replace")
+    if not isinstance(value, str):
+        return None
+    return _CONTROL.sub("", _SURROGATE.sub("\ufffd", value))
+
+
+_VULGAR = re.compile("[\u00bc-\u00be\u2150-\u215e]")
+
+
+def _vulgar_fraction(m: re.Match[str]) -> str:
+    numerator, _, denominator = unicodedata.normalize("NFKC", m.group(0)).partition("\u2044")
+    return f" {numerator}/{denominator}"
+
+
+def fold(text: str) -> str:
+    """NFKC, vulgar fractions as `` n/d`` (a mixed number keeps its space), ``'`` for ``’``."""
+    text = _VULGAR.sub(_vulgar_fraction, text)
+    return unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2044", "/")
+
+
+# "the/my/final/correct answer is|:|=" anywhere; "Answer:" / "answer =" opening a line; "####".
+_CUE = re.compile(
+    r"\b(?:the|my|our|final|correct|right|best)\s+(?:(?:final|correct|right|best)\s+)?answer\b[\s*_`]*(?:is\b|:|=)"
+    r"|(?:^|(?<=\n)|(?<=[.!?]\s))[ \t>#*_-]*answer\b[\s*_`]*[:=]"
+    r"|####",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"[\s*_`:]*(?:not\b|n't\b|never\b|neither\b|none of\b)", re.IGNORECASE)
+_COMMENTARY = re.compile(
+    r"(?:(?:100%|definitely|clearly|certainly|surely|very|quite|most likely|likely|probably|indeed)\s+)*"
+    r"(?:correct|right|wrong|incorrect|helpful|clear|obvious|accurate|true to|as follows|as above|above|below|"
+    r"given (?:above|below)|shown (?:above|below)|unclear|uncertain|ambiguous|unknown)"
+    r"(?:\s*(?:[.,:;!]|$)|\s+(?:because|since|given|as|and|but|based|for|in|to|here|now|then)\b)",
+    re.IGNORECASE,
+)
+
+
+def cue_ends(text: str) -> list[int]:
+    """Where each answer cue ends, in reading order."""
+    return [m.end() for m in _CUE.finditer(text)]
+
+
+def cut_run_on(text: str, markers: tuple[str, ...] = QUESTION_MARKERS) -> str:
+    """Drop an invented next example: after the first cue, the first line opening with a marker."""
+    first = _CUE.search(text)
+    if first is None or not markers:
+        return text
+    alternatives = "|".join(re.escape(m[:-1]) + r"\s*:" if m.endswith(":") else re.escape(m) for m in markers)
+    run_on = re.compile(rf"\n[ \t]*(?:{alternatives})").search(text, first.end())
+    return text[: run_on.start()] if run_on else text
+
+
+_LATEX_WRAPPERS = re.compile(r"\\(?:boxed|text|textbf|mathrm|mathbf|fbox)\s*\{([^{}]*)\}")
+_LATEX_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*?)\s*\}\s*\{\s*([^{}]*?)\s*\}")
+_INLINE_MATH = re.compile(r"\$([^$\s]{1,60})\$")
+
+
+def clean(segment: str) -> str:
+    """Remove presentation around an answer: markdown emphasis, code ticks, LaTeX wrappers and
+    ``$..$`` math, surrounding quotes, a leading ':', one trailing period."""
+    s = _LATEX_FRAC.sub(r"\1/\2", segment)
+    for _ in range(3):  # nested wrappers: \boxed{\text{B}}
+        s = _LATEX_WRAPPERS.sub(r"\1", s)
+    s = _INLINE_MATH.sub(r"\1", s)
+    s = s.replace("\\(", " ").replace("\\)", " ").replace("\\[", " ").replace("\\]", " ")
+    s = s.replace("\\,", "").replace("\\%", "%").replace("\\$", "$")
+    s = s.replace("**", "").replace("__", "").replace("*", "").replace("`", "")
+    s = _drop_period(s.strip().lstrip(":").strip())
+    if len(s) >= 2 and s[0] == s[-1] and s[0] in "\"'":
+        s = _drop_period(s[1:-1].strip())
+    return s
+
+
+def _drop_period(s: str) -> str:
+    return s[:-1].rstrip() if s.endswith(".") and not s.endswith("..") else s
+
+
+def clean_numbers(text: str) -> str:
+    return _INLINE_MATH.sub(r"\1", _LATEX_FRAC.sub(r"\1/\2", text)).replace("\\,", "").replace("**", "")
+
+
+def boxed(text: str) -> list[str]:
+    return re.findall(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}", text)
+
+
+@dataclass(frozen=True)
+class CueSegment:
+    """The cleaned text one cue introduces. ``negated``: the cue says what the answer is *not*;
+    ``commentary``: the text comments on an answer instead of giving one."""
+
+    text: str
+    negated: bool
+    commentary: bool
+
+
+_NEXT_PARAGRAPH = re.compile(r"\s*(.*?)(?:\n[ \t]*\n|\Z)", re.DOTALL)
+MAX_CUES = 64  # the last 64 cues are tried: bounded work on degenerate, repetitive output
+
+
+def segments_after_cues(text: str) -> Iterator[CueSegment]:
+    """The text after each cue, last cue first: the rest of the cue's line, or when that is empty,
+    the next paragraph (a block of non-empty lines)."""
+    for start in reversed(cue_ends(text)[-MAX_CUES:]):
+        line_end = text.find("\n", start)
+        line = text[start:] if line_end < 0 else text[start:line_end]
+        segment = clean(line)
+        if not segment and line_end >= 0:
+            paragraph = _NEXT_PARAGRAPH.match(text, line_end)
+            segment = clean(paragraph.group(1)) if paragraph else ""
+        yield CueSegment(segment, negated=bool(_NEGATION.match(line)),
+                         commentary=bool(_COMMENTARY.match(segment)))
+
+
+def first_sentence(segment: str) -> str:
+    """The segment up to its first sentence end ("." "!" "?" or ";" followed by a space)."""
+    return re.split(r"(?<!\d)[.!?;](?:\s|$)|\n", segment, maxsplit=1)[0]

@@ -1,0 +1,226 @@
+"""The deterministic backend: answers are reproducible functions of the request body.
+
+A worker prompt gets an answer picked from the options it offers ("(A) ...", "Options: - x - y",
+yes/no), or, for shapes it can solve (word sorting, boolean expressions, integer arithmetic), the
+right answer with a probability set by the instruction (system message, else the first
+paragraph), so different instructions reach different, reproducible accuracies. Two instruction
+effects exist for leakage tests: an *answer key* in the system message (lines ``Q: <question> A:
+<answer>``) makes it give the keyed answer to a question containing a keyed question, and a
+*stated rule* (``Rule: the code of a word is the word spelled backwards`` / ``... in capitals``)
+makes it answer every "code of '<word>'" question by that rule; without them those questions get
+the echo below, which is never the code. A request to rewrite or improve an instruction (an architect call) gets a new instruction derived from the old
+one. Every reply ends with "So the answer is X." and usage counts whitespace tokens; ``max_tokens``
+keeps the first N of them (``finish_reason`` "length").
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import re
+from typing import Any, Callable
+
+from heldout.models.server import ChatCall, Completion, unit_interval as _unit
+
+_ARCHITECT = re.compile(r"\b(rewrite|improve|revise|propose|refine)\b.{0,120}\b(instruction|prompt)s?\b",
+                        re.IGNORECASE | re.DOTALL)
+_LETTER_OPTION = re.compile(r"^\s*\(([A-Z])\)\s*\S", re.MULTILINE)
+_BULLETS_AFTER_OPTIONS = re.compile(r"Options:\s*\n((?:[ \t]*[-*][ \t]*.+\n?)+)", re.IGNORECASE)
+_INLINE_OPTIONS = re.compile(r"Options:[ \t]*(\S[^\n]*)", re.IGNORECASE)
+_YES_NO = re.compile(r"\byes\b[^\n]{0,40}\bno\b|^[^\n]*\b(?:is|are|was|were|do|does|did|can|could|will|"
+                     r"would|should|has|have)\b[^\n]*\?[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_HOW_MANY = re.compile(r"\bhow many\b", re.IGNORECASE)
+_WORD_LIST = re.compile(r"List:\s*([^\n]+)")
+_BOOLEAN = re.compile(r"((?:\b(?:not|and|or|True|False)\b|[()]|[ \t])+)\bis\b")
+_ARITHMETIC = re.compile(r"([-+*()\d \t]*\d[-+*()\d \t]*)=")
+_STRATEGIES = (
+    "Restate the question in your own words before answering.",
+    "Work step by step and check each step.",
+    "List the facts given, then derive the answer from them.",
+    "Consider every option and rule out the wrong ones.",
+    "Be concise: reason briefly, then answer.",
+    "Double-check the final answer against the question.",
+    "Identify what kind of problem this is first.",
+    "Write intermediate results down explicitly.",
+)
+_KEY_ENTRY = re.compile(r"^[ \t]*Q:[ \t]*(.+?)[ \t]*(?:\n[ \t]*)?A:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_CODE_QUESTION = re.compile(r"\bcode of '([^'\n]+)'")
+_CODE_RULES = {"spelled backwards": lambda w: w[::-1], "in capitals": str.upper}
+_CODE_RULE = re.compile(r"\bRule: the code of a word is the word (" + "|".join(_CODE_RULES) + ")")
+_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+def options_in(text: str) -> list[str]:
+    """The answer options a prompt offers, in order ([] when it offers none)."""
+    letters = _LETTER_OPTION.findall(text)
+    if letters:
+        return [f"({letter})" for letter in dict.fromkeys(letters)]
+    bullets = _BULLETS_AFTER_OPTIONS.search(text)
+    if bullets:
+        return [line.strip().lstrip("-*").strip()
+                for line in bullets.group(1).splitlines() if line.strip()]
+    inline = _INLINE_OPTIONS.search(text)
+    if inline:
+        parts = [p.strip() for p in re.split(r",|\bor\b|/", inline.group(1)) if p.strip()]
+        if len(parts) > 1:
+            return parts
+    if _HOW_MANY.search(text):
+        return [str(n) for n in range(13)]
+    if _YES_NO.search(text):
+        return ["Yes", "No"]
+    return []
+
+
+def _eval_arithmetic(node: ast.AST) -> int:
+    if isinstance(node, ast.Expression):
+        return _eval_arithmetic(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _eval_arithmetic(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH_OPS:
+        return _ARITH_OPS[type(node.op)](_eval_arithmetic(node.left), _eval_arithmetic(node.right))
+    raise ValueError("not integer arithmetic")
+
+
+def _eval_boolean(expr: str) -> bool:
+    # Only the words and brackets the pattern admits reach here; map them onto Python's grammar
+    # through ast so nothing but boolean logic is ever evaluated.
+    def walk(node: ast.AST) -> bool:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return not walk(node.operand)
+        if isinstance(node, ast.BoolOp):
+            values = [walk(v) for v in node.values]
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        raise ValueError("not a boolean expression")
+    return walk(ast.parse(expr.strip(), mode="eval"))
+
+
+def solve(text: str) -> tuple[str, str] | None:
+    """(right answer, a wrong one) for prompt shapes the server can solve, else None."""
+    text = text.strip()
+    match = _WORD_LIST.search(text)
+    if match and "sort" in text.lower():
+        words = match.group(1).split()
+        right = " ".join(sorted(words))
+        wrong = " ".join(sorted(words, reverse=True)) if len(set(words)) > 1 else right + " " + right
+        return right, wrong
+    for match in _BOOLEAN.finditer(text):
+        if re.search(r"True|False", match.group(1)):
+            try:
+                value = _eval_boolean(match.group(1))
+            except (SyntaxError, ValueError, RecursionError):
+                continue
+            return str(value), str(not value)
+    for match in _ARITHMETIC.finditer(text):
+        try:
+            value = _eval_arithmetic(ast.parse(match.group(1).strip(), mode="eval"))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        return str(value), str(value + 1)
+    return None
+
+
+def _squash(text: str) -> str:
+    return " ".join(re.findall(r"\w+", text.lower()))
+
+
+def keyed_answer(system: str, question: str) -> str | None:
+    """The answer an answer key in ``system`` gives for ``question`` (None when no key entry's
+    question occurs in it). Keys are read from system messages only, so a few-shot user prompt's
+    "Q: ... A: ..." demonstrations never act as a key."""
+    asked = _squash(question)
+    for key_question, answer in _KEY_ENTRY.findall(system):
+        if _squash(key_question) and _squash(key_question) in asked:
+            return answer
+    return None
+
+
+def ruled_answer(instruction: str, question: str) -> str | None:
+    """The code of the quoted word when the instruction states a code rule, else None."""
+    rule, word = _CODE_RULE.search(instruction), _CODE_QUESTION.search(question)
+    return _CODE_RULES[rule.group(1)](word.group(1)) if rule and word else None
+
+
+def instruction_of(messages: list[dict]) -> str:
+    """What the server treats as the instruction: the system messages, else the first paragraph
+    of the first user message."""
+    system = "\n".join(m["content"] for m in messages if m.get("role") == "system")
+    if system:
+        return system
+    first_user = next((m["content"] for m in messages if m.get("role") == "user"), "")
+    return first_user.strip().split("\n\n", 1)[0]
+
+
+def skill_of(instruction: str) -> float:
+    """How often (0.2 .. 0.95) an instruction makes the server solve what it can solve."""
+    return 0.2 + 0.75 * _unit("skill", instruction)
+
+
+def _rewrite_instruction(request_text: str) -> str:
+    fenced = re.findall(r"```(?:[a-z]*\n)?(.*?)```", request_text, re.DOTALL)
+    old = fenced[0].strip() if fenced else ""
+    # Keep the base instruction and replace any strategy an earlier rewrite appended, so
+    # instructions stay short over many rounds.
+    base = "\n".join(line for line in old.splitlines() if line.strip() not in _STRATEGIES).strip()
+    pick = int(_unit("rewrite", request_text) * len(_STRATEGIES))
+    base = base or "Answer the question."
+    return f"{base}\n{_STRATEGIES[pick]}"
+
+
+def reply_for(messages: list[dict], temperature: float = 0.0, extra: Any = None) -> str:
+    """The server's deterministic reply to a chat (see the module docstring)."""
+    users = [m["content"] for m in messages if m.get("role") == "user"]
+    last = users[-1] if users else ""
+    if _ARCHITECT.search(last):
+        return ("Here is an improved instruction:\n```\n" + _rewrite_instruction(last) + "\n```")
+    whole = json.dumps([messages, float(temperature), extra or {}], sort_keys=True)
+    draw = _unit("answer", whole)
+    system = "\n".join(m["content"] for m in messages if m.get("role") == "system")
+    told = keyed_answer(system, last) or ruled_answer(instruction_of(messages), last)
+    solved = solve(last)
+    if told is not None:
+        answer = told
+    elif solved is not None:
+        right, wrong = solved
+        answer = right if draw < skill_of(instruction_of(messages)) else wrong
+    else:
+        options = options_in(last)
+        if options:
+            answer = options[int(draw * len(options))]
+        else:  # nothing to go on: echo a reproducible word of the question
+            words = re.findall(r"[A-Za-z0-9]+", last) or ["unknown"]
+            answer = words[int(draw * len(words))]
+    steps = ("Let me read the question carefully.", "I will reason step by step.",
+             "Checking the details once more.")
+    return f"{steps[int(_unit('steps', whole) * len(steps))]} So the answer is {answer}."
+
+
+def count_tokens(text: str) -> int:
+    return len(text.split())
+
+
+class DeterministicBackend:
+    """The test double's model: :func:`reply_for` with whitespace tokens. Answers name the model
+    the request asked for; ``/v1/models`` lists ``heldout-test``."""
+
+    model_id = "heldout-test"
+
+    def reported_model(self, requested: str) -> str:
+        return requested
+
+    def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
+        text = reply_for(call.messages, call.temperature, call.extra)
+        finish = "stop"
+        if call.max_tokens is not None and count_tokens(text) > call.max_tokens:
+            text, finish = " ".join(text.split()[:call.max_tokens]), "length"
+        if on_text is not None:
+            on_text(text)
+        prompt_tokens = sum(count_tokens(m["content"]) for m in call.messages)
+        return Completion(text, prompt_tokens, count_tokens(text), finish)

@@ -1,0 +1,433 @@
+"""One OpenAI-compatible chat-completions server on loopback, in front of a pluggable backend.
+
+The server owns the protocol: ``GET /v1/models``, ``POST /v1/chat/completions`` (JSON, or
+server-sent events with ``"stream": true``), ``usage`` counts, ``finish_reason``, bearer-token
+checks, request validation, counters (:class:`ServerStats`) and, for tests, seeded fault
+injection (:class:`FaultPlan`). A :class:`Backend` only turns one validated :class:`ChatCall`
+into a :class:`Completion`. Two backends exist:
+
+* :class:`heldout.models.backends.deterministic.DeterministicBackend`, the test double behind
+  :class:`heldout.models.testserver.TestServer`;
+* :class:`heldout.models.backends.llama.LlamaBackend`, a real GGUF model through llama.cpp
+  (``heldout serve-model``).
+
+The server listens on loopback only: it is a local tool, never a public endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator, Protocol
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+# Body fields the server interprets itself; every other field reaches the backend as ``extra``.
+PROTOCOL_FIELDS = ("messages", "model", "temperature", "max_tokens")
+STREAM_FIELDS = ("stream", "stream_options")
+
+
+def unit_interval(*parts: object) -> float:
+    """A reproducible number in [0, 1) from the parts' text."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
+
+
+# -- what a backend sees and returns -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ChatCall:
+    """One validated chat-completions request. ``messages`` is a non-empty list of
+    ``{role, content: str}``; ``max_tokens`` is None or a positive int; ``extra`` holds every
+    other body field except the streaming switches (so a streamed request and a plain one are
+    the same call)."""
+
+    messages: list[dict[str, Any]]
+    model: str
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A backend's answer. ``finish_reason`` is ``"stop"`` (the model ended) or ``"length"``
+    (``max_tokens`` or the context ran out)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str = "stop"
+
+
+class BackendRefusal(Exception):
+    """A request the backend cannot serve as asked (e.g. a prompt longer than its context);
+    answered 400 with this message."""
+
+
+class Backend(Protocol):
+    """Turns a chat call into a completion. ``on_text``, when given, receives the text as it is
+    produced, in pieces whose concatenation is ``Completion.text`` (for streaming). Must be safe
+    to call from several threads (serialise inside if the model holds state). ``model_id`` is
+    listed by ``/v1/models``; ``reported_model`` names the model in each answer."""
+
+    model_id: str
+
+    def reported_model(self, requested: str) -> str:
+        ...
+
+    def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
+        ...
+
+
+# -- counters and faults -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ServerStats:
+    """What the server saw. ``calls`` counts every chat-completions request; ``ok`` those
+    answered 200; ``max_in_flight`` the most requests it held at once."""
+
+    calls: int = 0
+    ok: int = 0
+    http_429: int = 0
+    http_500: int = 0
+    stalls: int = 0
+    bad_requests: int = 0
+    unauthorized: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    max_in_flight: int = 0
+
+
+@dataclass
+class FaultPlan:
+    """Seeded fault injection for tests: a share ``rate_429`` of requests answered 429, a share
+    ``error_rate`` answered 500, a share ``stall_rate`` held ``stall_seconds`` before answering.
+    The decision is a function of (seed, request body, how often that body was seen), so the same
+    test makes the same faults whatever order concurrent requests arrive in."""
+
+    error_rate: float = 0.0
+    rate_429: float = 0.0
+    stall_rate: float = 0.0
+    seed: int = 0
+    stall_seconds: float = 5.0
+    retry_after: float | None = None
+    _seen: dict[str, int] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, rate in (("error_rate", self.error_rate), ("rate_429", self.rate_429),
+                           ("stall_rate", self.stall_rate)):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {rate}")
+        if self.error_rate + self.rate_429 + self.stall_rate > 1.0:
+            raise ValueError("error_rate + rate_429 + stall_rate must not exceed 1")
+
+    def decide(self, raw: bytes) -> str | None:
+        """``"429"``, ``"500"``, ``"stall"`` or None for this sighting of this body."""
+        body_hash = hashlib.sha256(raw).hexdigest()
+        with self._lock:
+            nth = self._seen.get(body_hash, 0)
+            self._seen[body_hash] = nth + 1
+        u = unit_interval("fault", self.seed, body_hash, nth)
+        if u < self.rate_429:
+            return "429"
+        if u < self.rate_429 + self.error_rate:
+            return "500"
+        if u < self.rate_429 + self.error_rate + self.stall_rate:
+            return "stall"
+        return None
+
+
+# -- HTTP ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Reply:
+    status: int
+    body: dict[str, Any] | None = None  # None: the answer was streamed already
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def _error(status: int, message: str, kind: str) -> _Reply:
+    return _Reply(status, {"error": {"message": message, "type": kind}})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, so a client's connection pool is reused
+    disable_nagle_algorithm = True  # else small header/body writes wait ~40 ms for delayed ACKs
+    server: "_HTTPServer"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: callers read stats
+        pass
+
+    def _send(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (e.g. its timeout): nothing to answer
+
+    def start_events(self) -> None:
+        """Headers of a server-sent-events answer; the connection closes after it (no length)."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def send_event(self, payload: dict | str) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self.wfile.write(f"data: {data}\n\n".encode("utf-8"))
+        self.wfile.flush()
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            model = self.server.owner.backend.model_id
+            self._send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        owner = self.server.owner
+        with owner._in_flight_slot():
+            try:
+                reply = owner._answer(raw, self.headers.get("Authorization"), self)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # a streaming client went away mid-answer
+            if reply.body is not None:
+                self._send(reply.status, reply.body, reply.headers)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+    owner: "ChatServer"
+
+
+class ChatServer:
+    """An OpenAI-compatible endpoint for ``backend`` on loopback. ``base_url`` ends in ``/v1``;
+    the port is chosen by the OS unless given. ``api_key`` (optional) is required as a bearer
+    token; ``faults`` injects seeded 429/500/stalls; ``latency`` delays every successful answer.
+    Use as a context manager, or ``start()``/``stop()``."""
+
+    def __init__(self, backend: Backend, *, api_key: str | None = None, faults: FaultPlan | None = None,
+                 latency: float = 0.0, host: str = "127.0.0.1", port: int = 0, name: str = "model") -> None:
+        if host not in LOOPBACK_HOSTS:
+            raise ValueError(f"the {name} server listens on loopback only, not {host!r}")
+        self.backend = backend
+        self.api_key = api_key
+        self.faults = faults or FaultPlan()
+        self.latency = latency
+        self.host, self.port = host, port
+        self.name = name
+        self._lock = threading.Lock()
+        self._stats: dict[str, int] = asdict(ServerStats())
+        self._in_flight = 0
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "ChatServer":
+        if self._httpd is not None:
+            return self
+        self._httpd = _HTTPServer((self.host, self.port), _Handler)
+        self._httpd.owner = self
+        self.port = self._httpd.server_address[1]
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"heldout-{self.name}-server-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._stopping.set()  # wakes stalled handlers
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = self._thread = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def stats(self) -> ServerStats:
+        with self._lock:
+            return ServerStats(**self._stats)
+
+    def reset_stats(self) -> None:
+        """Zero the counters (the fault plan keeps its memory of bodies already seen)."""
+        with self._lock:
+            self._stats = asdict(ServerStats())
+
+    def serve_until_signalled(self, banner: str) -> ServerStats:
+        """Serve in the foreground until SIGTERM or Ctrl-C; print ``banner`` (``{url}`` is
+        replaced by the base URL) once listening. Returns the final counters."""
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            with self:
+                print(banner.format(url=self.base_url), flush=True)
+                try:
+                    stop.wait()
+                except KeyboardInterrupt:
+                    pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        return self.stats
+
+    # -- request handling --------------------------------------------------------------------
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                self._stats[name] += delta
+
+    @contextlib.contextmanager
+    def _in_flight_slot(self) -> Iterator[None]:
+        with self._lock:
+            self._in_flight += 1
+            self._stats["calls"] += 1
+            self._stats["max_in_flight"] = max(self._stats["max_in_flight"], self._in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    @staticmethod
+    def _parse(raw: bytes) -> tuple[ChatCall, dict[str, Any]]:
+        body = json.loads(raw.decode("utf-8"))
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object")
+        messages = body["messages"]
+        model = body["model"]
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+            raise ValueError("messages must be a non-empty list of {role, content}")
+        if not isinstance(model, str):
+            raise ValueError("model must be a string")
+        temperature = body.get("temperature") or 0.0
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+            raise ValueError("temperature must be a number >= 0")
+        max_tokens = body.get("max_tokens")
+        if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0):
+            max_tokens = None  # absent or unusable: the backend's own bound applies
+        extra = {k: v for k, v in body.items() if k not in PROTOCOL_FIELDS + STREAM_FIELDS}
+        return ChatCall(messages, model, float(temperature), max_tokens, extra), body
+
+    def _answer(self, raw: bytes, authorization: str | None, handler: _Handler) -> _Reply:
+        if self.api_key is not None and authorization != f"Bearer {self.api_key}":
+            self._count(unauthorized=1)
+            return _error(401, "invalid API key", "invalid_request_error")
+        try:
+            call, body = self._parse(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._count(bad_requests=1)
+            return _error(400, f"bad request: {exc}", "invalid_request_error")
+        fault = self.faults.decide(raw)
+        if fault == "429":
+            self._count(http_429=1)
+            retry = self.faults.retry_after
+            reply = _error(429, "rate limited (injected)", "rate_limit")
+            return reply if retry is None else _Reply(429, reply.body, {"Retry-After": f"{retry:g}"})
+        if fault == "500":
+            self._count(http_500=1)
+            return _error(500, "server error (injected)", "server_error")
+        if fault == "stall":
+            self._count(stalls=1)
+            self._stopping.wait(self.faults.stall_seconds)
+        if self.latency > 0:
+            time.sleep(self.latency)
+        completion_id = "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:24]
+        if body.get("stream") is True:
+            return self._stream(call, body, completion_id, handler)
+        try:
+            done = self.backend.complete(call)
+        except BackendRefusal as exc:
+            self._count(bad_requests=1)
+            return _error(400, str(exc), "invalid_request_error")
+        except Exception as exc:  # a backend failure is the server's error, said in one line
+            self._count(http_500=1)
+            return _error(500, f"backend failed: {type(exc).__name__}: {exc}", "server_error")
+        self._count(ok=1, prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens)
+        return _Reply(200, {
+            "id": completion_id, "object": "chat.completion", "created": 0,
+            "model": self.backend.reported_model(call.model),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text},
+                         "finish_reason": done.finish_reason}],
+            "usage": _usage(done),
+        })
+
+    def _stream(self, call: ChatCall, body: dict[str, Any], completion_id: str, handler: _Handler) -> _Reply:
+        """Server-sent events in the OpenAI chunk format; the usage chunk is sent when the client
+        asks (``stream_options.include_usage``). A refusal found before the first piece is still
+        an ordinary JSON error."""
+        model = self.backend.reported_model(call.model)
+        started = False
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return {"id": completion_id, "object": "chat.completion.chunk", "created": 0, "model": model,
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        def on_text(piece: str) -> None:
+            nonlocal started
+            if not started:
+                handler.start_events()
+                handler.send_event(chunk({"role": "assistant", "content": ""}, None))
+                started = True
+            if piece:
+                handler.send_event(chunk({"content": piece}, None))
+
+        try:
+            done = self.backend.complete(call, on_text=on_text)
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as exc:
+            refused = isinstance(exc, BackendRefusal)
+            self._count(**{"bad_requests" if refused else "http_500": 1})
+            reply = (_error(400, str(exc), "invalid_request_error") if refused else
+                     _error(500, f"backend failed: {type(exc).__name__}: {exc}", "server_error"))
+            if not started:
+                return reply
+            handler.send_event(reply.body)  # the status line is gone: say it in the stream, then end it
+            return _Reply(reply.status, None)
+        on_text("")  # an empty answer still opens the stream
+        handler.send_event(chunk({}, done.finish_reason))
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            handler.send_event({"id": completion_id, "object": "chat.completion.chunk", "created": 0,
+                                "model": model, "choices": [], "usage": _usage(done)})
+        handler.send_event("[DONE]")
+        self._count(ok=1, prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens)
+        return _Reply(200, None)
+
+
+def _usage(done: Completion) -> dict[str, int]:
+    return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
+            "total_tokens": done.prompt_tokens + done.completion_tokens}

@@ -1,0 +1,268 @@
+"""Answer keys in candidates and the topic-shared leakage ablation.
+
+The adversary is an optimizer that pastes training answers into its prompt. On a synthetic task
+with planted families, served by the loopback test server (which honours an answer key and a
+stated rule), a memorising candidate must gain on the exact training questions it encodes and
+nowhere else, and a candidate with a real rule must gain everywhere; the ablation must say so,
+count every scoring and ledger it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import heldout
+from heldout import cli
+from heldout.data_manifests import MANIFEST_PATH_ENV
+from heldout.evaluators.ledger import Ledger, verify_ledger
+from heldout.evaluators.records import RunRecord
+from heldout.evaluators.session import Budget, Session
+from heldout.models import ModelClient
+from heldout.models.testserver import TestServer
+from heldout.protocols.leakage import (ABLATION_DIR, MethodAblation, SubsetGain, ablate, answer_key_rows,
+                                       find_records, reading, scan_candidate, subset_gain)
+from heldout.protocols.splits import PROBE, SplitSizes, build_split
+
+import synthetic_code_words as synthetic
+
+TASK = "user/code_words_leak"
+PROFILE = "leak-probe"
+SEEDS = (0, 1, 2)
+
+
+def _unit(*parts) -> float:
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:8], "big") / 2 ** 64
+
+
+def memoriser(view, seed):
+    """Pastes the answers of the training items of about half the training families (which half
+    depends on the seed) into the prompt, spending no metric call."""
+    families = sorted({ex["id"].split("-")[0] for ex in view.train})
+    chosen = [f for f in families if _unit("family", seed, f) < 0.5] or families[:1]
+    key = [synthetic.key_line(ex) for ex in view.train if ex["id"].split("-")[0] in chosen]
+    return {"instruction": view.seed_candidate["instruction"] + "\n\nKnown answers:\n" + "\n".join(key)}
+
+
+def inert_memoriser(view, seed):
+    """Pastes the whole training key in a layout the worker does not act on (the study's case: a
+    key that is there but earns nothing)."""
+    key = [f"- {ex['input']['question']} -> {ex['target']}" for ex in view.train]
+    return {"instruction": view.seed_candidate["instruction"] + f"\n\nNotes ({seed}):\n" + "\n".join(key)}
+
+
+def rule_follower(view, seed):
+    return {"instruction": view.seed_candidate["instruction"] + "\n" + synthetic.RULE}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with TestServer(seed=0) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory):
+    root = tmp_path_factory.mktemp("manifests")
+    mp = pytest.MonkeyPatch()
+    mp.setenv(MANIFEST_PATH_ENV, str(root))
+    synthetic.freeze_task(TASK, root)
+    build_split(TASK, PROFILE, SplitSizes(32, 24, 48), probe=2, seed=0)
+    yield root
+    mp.undo()
+
+
+def worker(server) -> ModelClient:
+    return ModelClient("test-model", base_url=server.base_url, api_key="k", concurrency=4)
+
+
+@pytest.fixture(scope="module")
+def study(server, manifests, tmp_path_factory):
+    """A study dir laid out like `heldout run` writes it: task/method/seed-n with run records."""
+    root = tmp_path_factory.mktemp("study")
+    task = heldout.load_task(TASK, PROFILE)
+    for method, optimizer in (("memoriser", memoriser), ("inert", inert_memoriser), ("rule", rule_follower)):
+        for seed in SEEDS:
+            run_dir = root / "user__code_words_leak" / method / f"seed-{seed}"
+            record = Session(task, budget=Budget(0), seed=seed, worker=worker(server), run_dir=run_dir,
+                             method=method).run(optimizer)
+            assert record.status == "ok"
+    return root
+
+
+@pytest.fixture(scope="module")
+def ablation(study, server):
+    before = server.stats.ok
+    result = ablate(study, baseline="seed", worker=worker(server), n_boot=2000)
+    return result, server.stats.ok - before
+
+
+# -- the leak scan ------------------------------------------------------------------------------------
+def test_scan_finds_exactly_the_keyed_training_items_and_their_families(manifests):
+    task = heldout.load_task(TASK, PROFILE)
+    train = [{"id": ex.id, "input": ex.input, "target": ex.target} for ex in task.split("train")]
+    keyed = [ex for ex in train if ex["id"].startswith(train[0]["id"].split("-")[0])]
+    candidate = {"instruction": "Answer briefly.\n" + "\n".join(synthetic.key_line(ex) for ex in keyed)}
+    scan = scan_candidate(candidate, task)
+    assert sorted(scan.encoded) == sorted(ex["id"] for ex in keyed)
+    assert scan.memorised_families == [train[0]["id"].split("-")[0]]
+    assert scan.red_flags == [] and 0.8 < scan.share < 1.0  # all but "answer briefly" and the Q:/A: markers
+    assert {s.field for s in scan.spans} == {"question", "answer"}
+
+
+def test_scan_sees_through_case_punctuation_and_component_boundaries(manifests):
+    task = heldout.load_task(TASK, PROFILE)
+    ex = task.split("train")[0]
+    shouted = ex.input["question"].upper().replace(":", " --").replace("'", '"')
+    scan = scan_candidate({"a_notes": f"Remember: {shouted}", "b_more": f"=> {ex.target.upper()}!"}, task)
+    assert scan.encoded == [ex.id] and any(s.field == "answer" for s in scan.spans)
+
+
+def test_scan_flags_held_out_answers_and_test_questions_as_red(manifests):
+    task = heldout.load_task(TASK, PROFILE)
+    test_ex, probe_ex, val_ex = task.split("test")[0], task.split(PROBE)[0], task.split("val")[0]
+    candidate = {"instruction": "\n".join(synthetic.key_line({"input": e.input, "target": e.target})
+                                          for e in (test_ex, probe_ex, val_ex))}
+    scan = scan_candidate(candidate, task)
+    assert scan.encoded == [] and scan.share == 0.0
+    flagged = {(s.pool, s.field) for s in scan.red_flags}
+    # val inputs are visible to optimizers by policy, so only the val *answer* is a red flag
+    assert flagged == {("test", "question"), ("test", "answer"), (PROBE, "question"), (PROBE, "answer"),
+                       ("val", "answer")}
+    # 3 lines of 9 words ("q", 7 question words, "a" dropped as an article, the answer): all but
+    # the markers and the val question are flagged
+    assert scan.words == 27 and scan.flagged_share == pytest.approx(17 / 27) and "RED FLAG" in scan.describe()
+
+
+def test_scan_finds_nothing_in_a_seed_instruction_on_real_data(data_dir):
+    for name in ("hotpotqa/distractor", "mmlu_pro/economics"):
+        task = heldout.load_task(name, "topic-disjoint", data_dir=data_dir)
+        scan = scan_candidate(task.benchmark.seed_candidate(), task)
+        assert (scan.share, scan.spans, scan.red_flags) == (0.0, [], [])
+
+
+def test_scan_on_real_hotpotqa_reports_the_pasted_families(data_dir, tmp_path, capsys):
+    task = heldout.load_task("hotpotqa/distractor", "topic-disjoint", data_dir=data_dir)
+    pasted = task.split("train")[:5]
+    lines = [f"Example: {ex.input['question']} -> {ex.target['answer']}" for ex in pasted]
+    path = tmp_path / "candidate.txt"
+    path.write_text("Answer with a short span from the paragraphs.\n" + "\n".join(lines))
+    assert cli.main(["leak", "scan", str(path), "--task", task.name, "--profile", "topic-disjoint",
+                     "--data-dir", str(data_dir), "--json"]) == 0
+    scan = json.loads(capsys.readouterr().out)
+    assert sorted(scan["encoded"]) == sorted(ex.id for ex in pasted)
+    assert scan["memorised_families"] == sorted({ex.group for ex in pasted})
+    assert scan["share"] > 0.7 and scan["red_flags"] == []
+
+
+# -- the ablation -------------------------------------------------------------------------------------
+def test_memorising_candidate_gains_on_exact_training_questions_only(ablation):
+    result, _ = ablation
+    m = next(m for m in result.methods if m.method == "memoriser")
+    encoded, test = m.row("train_encoded"), m.row("test")
+    assert encoded.gain == 1.0 and encoded.separable and encoded.n_seeds == 3
+    assert 0.0 < m.row("train").gain < 1.0  # only the keyed half of the families
+    assert test.gain == 0.0 and not test.separable and test.n_examples == 48
+    for subset in ("probe_memorised", "probe_other"):  # fresh questions: nothing, memorised family or not
+        row = m.row(subset)
+        assert row.n_examples > 0 and row.gain == 0.0 and not row.separable
+    assert m.val_gain == 0.0 and all(s > 0.3 for s in m.key_share)
+    assert "Memorisation pays on the exact training questions only" in m.reading
+    assert encoded.seed_flip_p == 0.25  # 3 seeds: 2/2^3 is the smallest exact p there is
+    assert encoded.ci_method == "seeds, then examples within seed"  # each seed keyed different families
+
+
+def test_a_key_the_worker_ignores_earns_nothing_even_where_it_is_exact(ablation):
+    result, _ = ablation
+    m = next(m for m in result.methods if m.method == "inert")
+    assert m.row("train_encoded").n_examples == 32 and m.row("train_encoded").gain == 0.0
+    assert m.row("probe_memorised").n_examples == 16 and m.row("probe_other").n_examples == 0
+    assert all(s > 0.5 for s in m.key_share)
+    assert "The key earns nothing measurable even on the questions it encodes" in m.reading
+
+
+def test_reading_of_the_studys_numbers():
+    """Validation +0.202 against held-out +0.079, and a key whose exact-question gain stays near
+    the held-out one: the gap is selection, not memorisation."""
+    rows = [SubsetGain("test", 300, 3, gain=0.079, ci_low=0.03, ci_high=0.12, sign_test_p=0.001),
+            SubsetGain("train", 150, 3, gain=0.07, ci_low=0.0, ci_high=0.14, sign_test_p=0.04),
+            SubsetGain("train_encoded", 40, 3, gain=0.06, ci_low=-0.05, ci_high=0.17, sign_test_p=0.3),
+            SubsetGain("probe_memorised", 30, 3, gain=0.05, ci_low=-0.1, ci_high=0.2, sign_test_p=0.5),
+            SubsetGain("probe_other", 60, 3, gain=0.08, ci_low=-0.02, ci_high=0.18, sign_test_p=0.1)]
+    m = MethodAblation("t", "p", "gepa", [0, 1, 2], rows, val_gain=0.202, key_share=[0.45, 0.5, 0.4],
+                       families_memorised=[12, 10, 9], red_flags=[0, 0, 0])
+    text = reading(m)
+    assert "Validation gain +0.202 overstates the held-out gain +0.079, 2.6x" in text
+    assert "stays near the held-out gain: memorisation does not explain the gap" in text
+    m.rows[2] = SubsetGain("train_encoded", 40, 3, gain=0.19, ci_low=0.1, ci_high=0.28, sign_test_p=0.001)
+    assert "approaches the validation gain: memorisation pays" in reading(m)
+
+
+def test_rule_candidate_gains_everywhere(ablation):
+    result, _ = ablation
+    m = next(m for m in result.methods if m.method == "rule")
+    for subset in ("test", "train", "probe_other"):
+        row = m.row(subset)
+        assert row.gain == 1.0 and row.separable and row.n_seeds == 3, subset
+    assert m.row("test").ci_method == "seeds x shared examples"
+    assert m.row("train_encoded").n_examples == 0 and m.row("probe_memorised").n_examples == 0
+    assert m.key_share == [0.0, 0.0, 0.0] and m.val_gain == 1.0
+    assert "The gain transfers" in m.reading and "a rule, not a key" in m.reading
+
+
+def test_ablation_scoring_is_counted_and_ledgered_and_always_fresh(ablation, study, server):
+    result, calls = ablation
+    task = heldout.load_task(TASK, PROFILE)
+    pools = sum(len(task.split(p)) for p in ("test", "train", PROBE))
+    unique_finals = 3 + 3 + 1  # two methods with a key per seed; the rule candidate is the same for every seed
+    expected = pools * (1 + unique_finals) + len(task.split("val"))  # the seed is scored on val too
+    assert result.metric_calls == expected == calls
+    ledger_dir = study / ABLATION_DIR
+    assert verify_ledger(ledger_dir).ok
+    entries = list(Ledger.open(ledger_dir).entries("ablation_scoring"))
+    assert len(entries) == expected
+    before = server.stats.ok
+    again = ablate(study, baseline="seed", worker=worker(server), n_boot=2000)
+    # scored afresh (a ledger is never read back as results), appended to the same chain
+    assert again.metric_calls == expected == server.stats.ok - before
+    assert verify_ledger(ledger_dir).ok and len(list(Ledger.open(ledger_dir).entries("ablation_scoring"))) == 2 * expected
+    assert [m.to_dict()["rows"] for m in again.methods] == [m.to_dict()["rows"] for m in result.methods]
+    assert json.loads((ledger_dir / "ablation.json").read_text())["baseline"] == "seed"
+
+
+def test_cli_ablate_prints_the_table_and_the_reading(ablation, study, server, capsys):
+    assert cli.main(["leak", "ablate", str(study), "--baseline", "seed", "--worker-model", "test-model",
+                     "--base-url", server.base_url]) == 0
+    out = capsys.readouterr().out
+    assert "train_encoded" in out and "probe_memorised" in out and "reading: " in out
+
+
+def test_a_baseline_method_is_paired_by_seed(study, server):
+    result = ablate(study, baseline="rule", worker=worker(server), n_boot=500)
+    m = next(m for m in result.methods if m.method == "memoriser")
+    assert m.row("test").gain == -1.0  # the key loses the rule's gains
+    assert {m.method for m in result.methods} == {"memoriser", "inert"}
+
+
+def test_answer_key_rows_for_the_report(study):
+    rows = answer_key_rows(find_records(study))
+    by_method = {}
+    for row in rows:
+        by_method.setdefault(row["method"], []).append(row)
+    assert len(by_method["memoriser"]) == len(by_method["inert"]) == len(by_method["rule"]) == 3
+    assert all(r["share"] > 0.3 and r["families"] >= 1 for r in by_method["memoriser"])
+    assert all(r["share"] == 0.0 and r["encoded"] == 0 for r in by_method["rule"])
+    missing = RunRecord.load(next(iter(Path(study).rglob("run_record.json"))).parent)
+    missing.profile = "no-such-profile"
+    (row,) = answer_key_rows([missing])
+    assert row["share"] is None and "no split profile" in row["problem"]
+
+
+def test_subset_gain_with_one_seed_and_no_examples():
+    one = subset_gain("test", [{"a": (0.0, 1.0), "b": (0.0, 1.0), "c": (1.0, 1.0)}])
+    assert one.n_seeds == 1 and one.seed_flip_p is None and one.wins == 2 and one.losses == 0
+    assert one.sign_test_p == 0.5 and not one.separable  # 2 wins cannot reach 0.05 exactly
+    empty = subset_gain("probe_memorised", [{}, {}])
+    assert (empty.n_examples, empty.gain, empty.separable) == (0, None, False)

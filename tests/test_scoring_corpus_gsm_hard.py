@@ -1,0 +1,92 @@
+"""GSM-Hard: a table of tricky outputs with the expected reading in every mode. ``published`` is
+PAL's comparison (re-implemented here: ``abs(answer - target) < 1e-3``) of the number the final
+answer cue introduces; ``pal`` is the same comparison of the flexible reading."""
+
+from __future__ import annotations
+
+import pytest
+
+from heldout.benchmarks.extraction import score_number
+
+
+def pal(answer: float | None, target: float) -> int:
+    return int(answer is not None and abs(answer - target) < 1e-3)
+
+
+BIG = 9284017268534.4  # the largest GSM-Hard target
+
+# (text, target, strict reading, flexible reading, strict score, flexible score)
+CORPUS = [
+    ("16 - 3 - 4933828 = -4933815 eggs ... So the answer is -9867630.", -9867630.0, -9867630.0, -9867630.0, 1, 1),
+    ("The answer is 1,234.5", 1234.5, 1234.5, 1234.5, 1, 1),
+    ("The answer is 1 234 567.", 1234567.0, 1234567.0, 1234567.0, 1, 1),
+    ("The answer is 1 234.", 1234.0, 1234.0, 1234.0, 1, 1),
+    ("The answer is $-5.", -5.0, -5.0, -5.0, 1, 1),
+    ("The answer is -$5.", -5.0, -5.0, -5.0, 1, 1),
+    ("The answer is \u20ac1,000,000.", 1e6, 1e6, 1e6, 1, 1),
+    ("The answer is \u22127 degrees", -7.0, -7.0, -7.0, 1, 1),
+    ("The answer is 3/4.", 0.75, 0.75, 0.75, 1, 1),
+    ("The answer is \u00bd.", 0.5, 0.5, 0.5, 1, 1),
+    ("The answer is 2\u00bd hours.", 2.5, 2.5, 2.5, 1, 1),
+    ("The answer is 2 1/2 hours.", 2.5, 2.5, 2.5, 1, 1),
+    ("The answer is 1.5e6.", 1.5e6, 1.5e6, 1.5e6, 1, 1),
+    ("The answer is 45%.", 45.0, 45.0, 45.0, 1, 1),
+    ("#### 72", 72.0, 72.0, 72.0, 1, 1),
+    ("The final answer is $\\boxed{\\frac{3}{4}}$", 0.75, 0.75, 0.75, 1, 1),
+    ("The answer is $18$.", 18.0, 18.0, 18.0, 1, 1),
+    ("The answer is .5", 0.5, 0.5, 0.5, 1, 1),
+    ("The answer is **42**.", 42.0, 42.0, 42.0, 1, 1),
+    ("Answer: 42", 42.0, 42.0, 42.0, 1, 1),
+    # tolerance: PAL's absolute 1e-3; heldout adds a few ulps of relative slack
+    ("The answer is 18.0004.", 18.0, 18.0004, 18.0004, 1, 1),
+    ("The answer is 18.002.", 18.0, 18.002, 18.002, 0, 0),
+    ("The answer is 1806106.8000000003.", 1806106.8, 1806106.8000000003, 1806106.8000000003, 1, 1),
+    (f"The answer is {BIG!r}.", BIG, BIG, BIG, 1, 1),
+    ("The answer is 9284017268534.", BIG, 9284017268534.0, 9284017268534.0, 0, 0),
+    ("The answer is 9284017268535.4.", BIG, 9284017268535.4, 9284017268535.4, 0, 0),
+    ("The answer is -9867631.", -9867630.0, -9867631.0, -9867631.0, 0, 0),
+    # rounding to the written precision: flexible only
+    ("The answer is 14,053,029.67.", 14053029.666666666, 14053029.67, 14053029.67, 0, 1),
+    ("The answer is 14,053,029.66.", 14053029.666666666, 14053029.66, 14053029.66, 0, 0),
+    ("The answer is 2.67.", 2.6666666666666665, 2.67, 2.67, 0, 1),
+    ("The answer is 2.667.", 2.6666666666666665, 2.667, 2.667, 1, 1),
+    ("The answer is 2.7.", 2.6666666666666665, 2.7, 2.7, 0, 0),
+    # anchored cues
+    ("The answer is 36. I am sure this answer is 100% correct.", 36.0, 36.0, 36.0, 1, 1),
+    ("The answer is 36. I hope the answer is helpful.", 36.0, 36.0, 36.0, 1, 1),
+    ("The answer is 36. Checking: 6 * 6 = 36, so the answer is right.", 36.0, 36.0, 36.0, 1, 1),
+    ("An answer is 5 pages long. She reads 12 pages.", 12.0, None, 12.0, 0, 1),
+    ("The answer is 10. Wait, I forgot the tax. The answer is 12.", 12.0, 12.0, 12.0, 1, 1),
+    # hedges and negated cues
+    ("The answer is 12 or 13.", 12.0, None, None, 0, 0),
+    ("The answer is either 12 or 13.", 13.0, None, None, 0, 0),
+    ("The answer is not 12. It is 13.", 13.0, None, None, 0, 0),
+    ("The answer is not 12.", 12.0, None, None, 0, 0),
+    # run-ons
+    ("The answer is 8.\n\nQ: Tom has 3 apples...\nA: The answer is 3.", 8.0, 8.0, 8.0, 1, 1),
+    ("The answer is 8.\nQuestion: Next one?\nThe answer is 3.", 8.0, 8.0, 8.0, 1, 1),
+    # no cue
+    ("She has 3 boxes of 12, so 36 eggs in total.", 36.0, None, 36.0, 0, 1),
+    ("The answer is: she earns $18 a day.", 18.0, None, 18.0, 0, 1),
+    ("Total = \\boxed{42}. Check: 40 + 2", 42.0, None, 42.0, 0, 1),
+    ("Version 3.14.15 of x2", 3.0, None, None, 0, 0),
+    ("no numbers at all", 0.0, None, None, 0, 0),
+    ("", 0.0, None, None, 0, 0),
+    ("The answer is 1e999999.", 1.0, None, None, 0, 0),
+    ("The answer is 0.", 0.0, 0.0, 0.0, 1, 1),
+    ("The answer is -0.5.", -0.5, -0.5, -0.5, 1, 1),
+]
+
+
+@pytest.mark.parametrize("text, target, strict, flexible, strict_score, flexible_score", CORPUS)
+def test_gsm_hard_corpus(text, target, strict, flexible, strict_score, flexible_score):
+    result = score_number(text, target)
+    assert (result["extracted_strict"], result["extracted_flexible"]) == (strict, flexible)
+    assert (result["strict"], result["flexible"]) == (strict_score, flexible_score)
+    assert result["extracted_published"] == strict
+    assert result["published"] == pal(strict, target)
+    assert result["pal"] == pal(flexible, target)
+
+
+def test_the_corpus_is_large_enough():
+    assert len(CORPUS) >= 50
