@@ -123,6 +123,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.tolerance is not None:
         options["tolerance"] = args.tolerance
     limits = bench.default_limits.replace(wall_seconds=args.wall_seconds)
+    if args.split is None:  # never test unless asked: val, or train when the profile has no val
+        args.split = "val" if task.splits.get("val") else "train"
     examples = task.split(args.split)
     if not examples:
         raise HeldoutError(f"{args.task} profile {task.profile!r} has an empty {args.split} split")
@@ -449,8 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, help="task name (see `heldout tasks list`)")
     p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
     p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--split", default="val", choices=("train", "val", "test"),
-                   help="split to evaluate (default val; test only when asked, its targets only with --show-targets)")
+    p.add_argument("--split", default=None, choices=("train", "val", "test"),
+                   help="split to evaluate (default val, or train when the profile has none; test only when asked, "
+                        "its targets only with --show-targets)")
     p.add_argument("--show-targets", action="store_true", help="with --split test: print feedback and targets")
     p.add_argument("--worker-model", default=None, help="prompt tasks: model id of the worker")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
