@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from heldout.sandbox import allow_unsafe_no_sandbox
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
@@ -30,11 +31,15 @@ from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
+from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
                                    parse_seeds, run_study)
 from heldout.reports import build_report, check_runs, write_report
+from heldout.reports.check import DESIGN_FIELDS
+from heldout.reports.plan import plan_study
+from heldout.reports.store import TABLES, ResultsStore
 
 
 # The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
@@ -218,13 +223,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                          policy=args.policy, architect_tokens=args.architect_tokens,
                          wall_seconds=args.wall_seconds, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir)
+                         cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
     for task in tasks:  # a typo in a task or profile fails before any run dir is made
         load_task(task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     open_study(cells, config, resume=args.resume)
     argv = list(args.argv or sys.argv[1:])
     hint = "heldout " + " ".join(shlex.quote(a) for a in argv) + ("" if "--resume" in argv else " --resume")
-    results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint=hint)
+    executor = make_executor(args.executor, args.run_dir, jobs=args.jobs, ray_address=args.ray_address,
+                             cell_cpus=args.cell_cpus, cell_memory_mb=args.cell_memory_mb)
+    try:
+        results = run_study(cells, config, executor, resume_hint=hint)
+    finally:
+        getattr(executor, "close", lambda: None)()
     if args.json:
         _print_json(results)
     else:
@@ -234,6 +244,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     if any(r["status"] in ("interrupted", "not started") for r in results):
         return 130
     return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+# -- runs (the results store) --------------------------------------------------------------------
+def cmd_runs_query(args: argparse.Namespace) -> int:
+    result = ResultsStore.open([args.run_dir]).query(args.sql)
+    if args.json:
+        for row in result.to_dicts():
+            _print_json(row)
+    else:
+        print(result.format())
+    return 0
+
+
+def cmd_runs_export(args: argparse.Namespace) -> int:
+    store = ResultsStore.open([args.run_dir])
+    for path in store.export_parquet(args.parquet):
+        print(f"{path}  ({store.count(path.stem)} rows)")
+    return 0
 
 
 # -- report / check ------------------------------------------------------------------------------
@@ -264,12 +292,23 @@ def _parse_checkpoints(text: str) -> list[int]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
-                        method=args.method, pair_seeds=args.pair_seeds)
+                        method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)
     if args.json:
         _print_json(result.as_dict())
     else:
         print(result.evidence())
-    return 1 if result.regressed else 0
+    return result.exit_code
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = plan_study(args.task, args.profile, args.seeds, pilot=args.pilot, p_base=args.p_base, run_sd=args.run_sd,
+                      paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect)
+    if args.json:
+        _print_json(plan.as_dict())
+    else:
+        print(f"{args.task} [{args.profile}]")
+        print(plan.describe())
+    return 0
 
 
 # -- split / leak --------------------------------------------------------------------------------
@@ -420,6 +459,9 @@ def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool =
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
+                             "(recorded as isolation 'none'); never for code you did not write")
     sub = parser.add_subparsers(dest="command", required=True)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
@@ -493,13 +535,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
                    help="wall-time budget per session, seconds")
     p.add_argument("--optimizer", action="append", default=[],
-                   help="in-process optimizer: module:function or a reference name (repeatable)")
+                   help="optimizer function module:function (runs isolated in the sandbox unless "
+                        "--trusted-optimizer) or a reference name (repeatable)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
     p.add_argument("--optimizer-cmd", action="append", default=[],
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
     p.add_argument("--resume", action="store_true",
                    help="continue the study in --run-dir (only with exactly the settings it was started with)")
     p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
+    p.add_argument("--cell-cpus", type=float, default=1.0, help="--executor ray: CPUs each cell asks for (default 1)")
+    p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
     p.add_argument("--prompt-format", default=None,
@@ -515,6 +566,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
+
+    runs = sub.add_parser("runs", help="the results store: SQL over verified runs, Parquet exports").add_subparsers(
+        dest="action", required=True)
+    p = runs.add_parser("query", help=f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)")
+    p.add_argument("run_dir", help="a study's run dir (verified now) or a Parquet export dir")
+    p.add_argument("sql", help='e.g. "SELECT task, method, avg(test_score) FROM runs GROUP BY ALL"')
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.set_defaults(func=cmd_runs_query)
+    p = runs.add_parser("export", help="write one Parquet file per table")
+    p.add_argument("run_dir", help="a study's run dir")
+    p.add_argument("--parquet", required=True, metavar="OUT", help="directory for runs.parquet, verdicts.parquet, ...")
+    p.set_defaults(func=cmd_runs_export)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
     p.add_argument("--real-model", action="store_true",
@@ -545,18 +608,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("check", help="CI regression gate: exit 1 on a significant regression")
+    p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
     p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
-                   help="significance level")
+                   help="significance level of each one-sided test")
     p.add_argument("--min-effect", type=_number(float, 0, "--min-effect"), default=0.0,
-                   help="ignore drops no larger than this")
+                   help="largest drop you accept (score units); with 0 only a significant improvement passes")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
-    p.add_argument("--pair-seeds", choices=("id", "rank"), default="id",
-                   help="pair seeds by id (default) or by rank when the current set used fresh seeds")
+    p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
+                   help="pair seeds by id (default) or compare independent runs (fresh seeds; 'rank' = independent)")
+    p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD", choices=DESIGN_FIELDS,
+                   help="compare runs that differ in FIELD (" + ", ".join(DESIGN_FIELDS) + "); stated in the "
+                        "output (repeatable)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("plan", help="minimum detectable effect of a K-seed study (paired 0/1 data, run variance)")
+    p.add_argument("--task", required=True, help="task name")
+    p.add_argument("--profile", default="default", help="split profile (its test split is the design's examples)")
+    p.add_argument("--seeds", type=int, required=True, help="runs per arm")
+    p.add_argument("--pilot", default=None, help="pilot run dir: baseline score, run-to-run SD, seed headroom")
+    p.add_argument("--p-base", type=float, default=None, help="baseline score (overrides the pilot's)")
+    p.add_argument("--run-sd", type=float, default=None, help="SD of a run's mean score (overrides the pilot's)")
+    p.add_argument("--effect", type=float, default=None, help="target effect: seeds/examples needed to detect it")
+    p.add_argument("--pair-seeds", choices=("id", "independent"), default="id",
+                   help="as the gate will pair them (id: assumes no correlation within a pair, conservative)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
+    p.add_argument("--power", type=float, default=0.8, help="target power")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
 
     split = sub.add_parser("split", help="build and prove topic-disjoint split profiles").add_subparsers(
         dest="action", required=True)
@@ -622,6 +703,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
+    if args.unsafe_no_sandbox:
+        allow_unsafe_no_sandbox()
     try:
         return int(args.func(args) or 0)
     except HeldoutError as exc:

@@ -176,6 +176,7 @@ class RunLimits:
     max_file_mb: int = 16
     max_open_files: int = 256
     max_output_bytes: int = 4 * 1024 * 1024
+    scratch_mb: int = 64  # the private writable scratch (a tmpfs): a total quota, not per file
 
     def replace(self, **changes: Any) -> "RunLimits":
         values = asdict(self)

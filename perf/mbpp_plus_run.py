@@ -67,6 +67,33 @@ def run_evalplus(jsonl: Path, problems: list[dict], workers: int) -> dict | None
         shutil.rmtree(work, ignore_errors=True)
 
 
+def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dict]:
+    """Rows for perf/run_all.py: heldout / evalplus wall time on the first ``limit`` problems
+    (None: all 378; target <= 0.5x) with identical pass counts; pending the sandbox rewrite."""
+    jsonl = Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl"
+    if not jsonl.is_file():
+        return [{"name": "MBPP+", "value": float("nan"), "unit": "s", "ratio": float("nan"),
+                 "target": "n/a", "passed": False, "note": f"no data at {jsonl}"}]
+    problems = load_problems(jsonl)[:limit]
+    start = time.perf_counter()
+    results = check_many([(p, p["prompt"] + p["canonical_solution"]) for p in problems], workers=workers,
+                         limits=RunLimits(wall_seconds=120, cpu_seconds=120, memory_mb=4096))
+    mine = time.perf_counter() - start
+    base, plus = sum(r.base_pass for r in results), sum(r.plus_pass for r in results)
+    theirs = run_evalplus(jsonl, problems, workers)
+    target = 0.5 if limit is None else 1.0
+    name = f"MBPP+ canonical run, {len(problems)} problems, {workers} workers (heldout / evalplus)"
+    if theirs is None:
+        return [{"name": name, "value": mine, "unit": "s", "ratio": float("nan"), "target": f"<= {target:g}x",
+                 "passed": False, "note": "evalplus not installed (pip install heldout[evalplus])"}]
+    same = (base, plus) == (theirs["base"], theirs["plus"])
+    ratio = mine / theirs["seconds"]
+    return [{"name": name, "value": mine, "unit": "s", "ratio": ratio,
+             "target": f"<= {target:g}x evalplus (PENDING sandbox rewrite)", "passed": ratio <= target and same,
+             "note": f"evalplus {theirs['seconds']:.1f} s; pass counts {'identical' if same else 'DIFFER'} "
+                     f"(base {base}, plus {plus})"}]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))

@@ -58,6 +58,56 @@ def bare_httpx(base_url: str, requests: list[ChatRequest], concurrency: int) -> 
     return time.perf_counter() - started
 
 
+def start_rate_limited(rate: float, latency: float, burst: float) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "heldout.models.ratelimit_server", "--rate", str(rate), "--latency", str(latency),
+         "--burst", str(burst)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise SystemExit(f"rate-limited server did not start: {line!r}")
+    return proc, line.rsplit(" ", 1)[1].strip()
+
+
+def figures(calls: int = 2000, concurrency: int = 16, latency: float = 0.1, rate: float = 40.0,
+            adaptive_calls: int = 600) -> list[dict]:
+    """Rows for perf/run_all.py: throughput / ideal at fixed latency (target >= 0.95, bare httpx
+    alongside) and the adaptive client's accepted rate against a server allowing ``rate``/s
+    (target >= 0.8 of it, no failed call). Both servers run in their own process."""
+    ideal = calls * latency / concurrency
+    proc, base_url = start_server(latency)
+    try:
+        reference = bare_httpx(base_url, make_requests(calls, "reference"), concurrency)
+        with ModelClient("test-model", base_url, concurrency=concurrency) as client:
+            started = time.perf_counter()
+            client.complete_many(make_requests(calls, "client"))
+            elapsed = time.perf_counter() - started
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    rows = [{"name": f"model endpoint: {calls} calls, concurrency {concurrency}, {latency:g} s latency",
+             "value": elapsed, "unit": "s", "ratio": ideal / elapsed, "target": ">= 0.95 of ideal",
+             "passed": ideal / elapsed >= 0.95,
+             "note": f"ideal {ideal:.2f} s; bare httpx {ideal / reference:.3f} of ideal in the same run"}]
+    proc, base_url = start_rate_limited(rate, latency, burst=2)
+    try:
+        with ModelClient("test-model", base_url, concurrency=concurrency, adaptive=True, max_retries=10) as client:
+            started = time.perf_counter()
+            results = client.complete_many(make_requests(adaptive_calls, "adaptive"), return_exceptions=True)
+            elapsed = time.perf_counter() - started
+            usage = client.usage.total()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    failed = sum(not hasattr(r, "text") for r in results)
+    achieved = (adaptive_calls - failed) / elapsed
+    rows.append({"name": f"model endpoint, adaptive vs a {rate:g}/s rate-limited server ({adaptive_calls} calls)",
+                 "value": achieved, "unit": "/s", "ratio": achieved / rate, "target": ">= 0.8 of rate, 0 failed",
+                 "passed": achieved / rate >= 0.8 and failed == 0,
+                 "note": f"{failed} failed, {usage.retries} retries after 429"})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000)

@@ -31,6 +31,22 @@ def rate(n: int, fn) -> float:
     return n / (time.perf_counter() - start)
 
 
+def figures(n: int = 20) -> list[dict]:
+    """Rows for perf/run_all.py: seconds per sandboxed execution of a trivial program against the
+    issue-19 target of 10 ms (pending the allow-list sandbox and its fork server), bare
+    ``python -c pass`` alongside."""
+    r_bare = rate(n, lambda: subprocess.run([sys.executable, "-c", "pass"], check=True))
+
+    def sandboxed() -> None:
+        r = run_function({"program.py": "def f():\n    return 1\n"}, "program", "f", limits=LIMITS)
+        assert r.ok and r.value == 1, r
+
+    per = 1 / rate(n, sandboxed)
+    return [{"name": f"sandbox start: one sandboxed execution ({isolation_mode()})", "value": per, "unit": "s",
+             "ratio": per / 0.010, "target": "<= 10 ms (PENDING sandbox rewrite)", "passed": per <= 0.010,
+             "note": f"bare python -c pass {1 / r_bare:.3f} s; {per * r_bare:.2f}x of it"}]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100)

@@ -4,6 +4,7 @@ to the repo root) and are skipped with a clear reason when neither exists; CI ha
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,8 @@ def data_dir() -> Path:
 def shared_dir(data_dir: Path) -> Path:
     """../shared (specs, constructions) next to the data dir."""
     return data_dir.parent
+
+
+# Ledger heads are anchored with a key in the user's config dir; the tests use a key of their own
+# (set at import, so module-level environments built for CLI subprocesses inherit it too).
+os.environ["HELDOUT_LEDGER_KEY"] = os.path.join(tempfile.mkdtemp(prefix="heldout-test-config-"), "ledger.key")

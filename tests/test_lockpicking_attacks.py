@@ -3,12 +3,16 @@ execution limits; either way every example scores 0 and the diagnostic names the
 
 from __future__ import annotations
 
+from pathlib import Path
 import duckdb
 import pytest
 
 from heldout.contracts import Example, RunLimits
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.task import BENCHMARK, LockpickingBenchmark
+
+# the CoCoEvolve champion (the full rule set as SQL): a test fixture, never shipped in the package
+CHAMPION = {"scorer.sql": (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text(encoding="utf-8")}
 
 EXAMPLE = Example("six-p01", {"program": "429405"}, 4)
 MANIFEST = "heldout/data_manifests/lockpicking/six.json"
@@ -76,7 +80,7 @@ def test_a_query_that_never_ends_is_stopped_by_the_wall_clock_limit():
 
 def test_an_accepted_candidate_over_its_time_limit_scores_zero_with_a_timeout():
     limits = RunLimits(wall_seconds=0.05)
-    result = LockpickingBenchmark().exhaustive(BENCHMARK.reference_candidate(), limits)
+    result = LockpickingBenchmark().exhaustive(CHAMPION, limits)
     assert result["exhaustive_accuracy"] is None and "timeout after 0.05 s wall" in result["exhaustive_error"]
 
 

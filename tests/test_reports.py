@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from heldout.benchmarks.lockpicking.task import CANDIDATES_DIR
+from heldout.benchmarks.lockpicking.task import CANDIDATES_DIR  # the seed only
 from heldout.cli import main
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient
@@ -29,7 +29,7 @@ from heldout.models.testserver import TestServer
 from heldout.reports import build_report, check_runs, collect_runs
 
 TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
-CHAMPION = (CANDIDATES_DIR / "champion.sql").read_text()
+CHAMPION = (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()
 SEED_SQL = (CANDIDATES_DIR / "seed.sql").read_text()
 
 
@@ -166,7 +166,8 @@ def test_heldout_table_matches_the_paired_statistics_of_the_scores(study, report
     assert (champ["wins"], champ["ties"], champ["losses"]) == (expected.wins, expected.ties, expected.losses)
     assert champ["mean_diff"] > 0.5 and champ["report_verdict"].startswith("champion is better than seed")
     # one task: the corrections cannot change a single p-value
-    assert champ["p_holm"] == pytest.approx(champ["wilcoxon_p"]) == pytest.approx(champ["p_fdr_bh"])
+    assert champ["p_holm"] == pytest.approx(champ["run_level_p"]) == pytest.approx(champ["p_fdr_bh"])
+    assert champ["run_level"]["run_sd_base"] == pytest.approx(0.0, abs=1e-12)  # both methods are deterministic: no run-to-run spread
 
 
 def test_a_comparison_without_evidence_says_cannot_separate(study, tmp_path):
@@ -339,50 +340,52 @@ def test_check_exits_1_on_a_planted_regression_and_prints_the_evidence(study):
     # baseline: the champion; current: the worse seed candidate on the same seeds
     done = heldout_check("--baseline", str(cells / "champion"), "--current", str(cells / "seed"))
     assert done.returncode == 1, done.stdout + done.stderr
-    assert done.stdout.startswith("REGRESSION: mean change -0.62")
-    assert "0->0,1->1,2->2" in done.stdout and "lockpicking/six" in done.stdout
+    assert done.stdout.startswith("REGRESSION: 1 regressed")
+    assert "paired t over 3 seed pairs x 50 example(s)" in done.stdout and "change -0.62" in done.stdout
+    assert "baseline seeds [0, 1, 2] current seeds [0, 1, 2]" in done.stdout
 
 
-def test_check_exits_0_when_the_same_method_reruns_on_fresh_seeds(study):
-    # the same seed-dependent search on seeds 3-5 against seeds 0-2: run-to-run noise only
+def test_check_is_inconclusive_not_a_pass_when_the_same_method_reruns_on_3_fresh_seeds(study):
+    # the same seed-dependent search on seeds 3-5 against seeds 0-2: run-to-run noise only; with
+    # no tolerated drop and 3 runs a side the gate cannot show "no regression", and says so
     base = study / "main" / TASK.replace("/", "__") / "search"
     cur = study / "fresh" / TASK.replace("/", "__") / "search"
-    result = check_runs([base], [cur], pair_seeds="rank")
+    result = check_runs([base], [cur], pair_seeds="independent")
     assert not result.regressed, result.evidence()
-    assert result.gate.n_pairs == 150 and result.gate.n_clusters == 50
-    assert main(["check", "--baseline", str(base), "--current", str(cur), "--pair-seeds", "rank"]) == 0
+    assert result.outcome == "inconclusive" and "cannot separate" in result.gate.tasks[0].reason
+    assert result.gate.tasks[0].comparison.test == "welch t" and result.gate.tasks[0].comparison.n_cur == 3
+    assert main(["check", "--baseline", str(base), "--current", str(cur), "--pair-seeds", "rank"]) == 2
 
 
 def test_check_exits_0_on_the_same_candidate_and_1_only_above_min_effect(study, capsys):
     cells = study / "main" / TASK.replace("/", "__")
     same = check_runs([cells / "champion"], [study / "fresh" / TASK.replace("/", "__") / "champion"],
                       pair_seeds="rank")
-    assert not same.regressed and same.gate.mean_change == 0.0
+    assert same.outcome == "pass" and same.gate.tasks[0].identical
     # a drop of 0.62 is not a regression when only drops above 0.7 count
     assert main(["check", "--baseline", str(cells / "champion"), "--current", str(cells / "seed"),
                  "--min-effect", "0.7"]) == 0
-    assert "does not exceed min-effect 0.7" in capsys.readouterr().out
+    assert "non-inferior: the change is > -0.7" in capsys.readouterr().out
 
 
 def test_check_refuses_what_it_cannot_pair(study, capsys):
     cells = study / "main" / TASK.replace("/", "__")
     fresh = study / "fresh" / TASK.replace("/", "__") / "champion"
     assert main(["check", "--baseline", str(cells / "champion"), "--current", str(fresh)]) == 2
-    assert "share none" in capsys.readouterr().err
+    assert "do not pair one to one" in capsys.readouterr().err
     assert main(["check", "--baseline", str(study / "main"), "--current", str(study / "main")]) == 2
     assert "pass --method" in capsys.readouterr().err
     assert main(["check", "--baseline", str(study / "main"), "--current", str(study / "main"),
                  "--method", "search"]) == 0
 
 
-def test_check_warns_about_excluded_current_runs(study, tmp_path):
+def test_check_refuses_a_study_with_an_excluded_current_run(study, tmp_path, capsys):
     cells = copy_main(study, tmp_path / "runs")
     (cells / "seed" / "seed-0" / "ledger.head").write_text('{"count": 1, "hash": "x"}')
-    result = check_runs([study / "main" / TASK.replace("/", "__") / "champion"], [cells / "seed"])
-    assert result.regressed
-    assert any("EXCLUDED" in w and "seed-0" in w for w in result.warnings)
-    assert [row["seed_pairs"] for row in result.per_task] == [[(1, 1), (2, 2)]]
-    assert "WARNING: current run EXCLUDED" in result.evidence()
+    baseline = study / "main" / TASK.replace("/", "__") / "champion"
+    assert main(["check", "--baseline", str(baseline), "--current", str(cells / "seed")]) == 2
+    err = capsys.readouterr().err
+    assert "incomplete study" in err and "current run EXCLUDED" in err and "seed-0" in err
 
 
 # -- the HTML renders in a real browser ------------------------------------------------------------
@@ -432,7 +435,7 @@ def test_two_profiles_are_two_comparisons_corrected_together_and_flagged_as_mixe
     assert report.runs.tasks() == [f"{TASK} [generalise]", f"{TASK} [paper]"]
     rows = [r for r in report.table("heldout").data if r["method"] == "champion"]
     assert [r["n"] for r in rows] == [300, 50]
-    raw = [r["wilcoxon_p"] for r in rows]
+    raw = [r["run_level_p"] for r in rows]  # the test the conclusion rests on: runs are the unit
     assert [r["p_holm"] for r in rows] == pytest.approx(list(multipletests(raw, method="holm")[1]))
     assert [r["p_fdr_bh"] for r in rows] == pytest.approx(list(multipletests(raw, method="fdr_bh")[1]))
     for table in ("results", "heldout", "cost", "budget"):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from heldout.contracts import RunLimits
-from heldout.sandbox import (SandboxError, decode_typed, isolation_mode, run_calls,
-                                        run_function)
+from heldout.sandbox import (NoSandbox, SandboxError, decode_typed, isolation_level, isolation_mode,
+                             run_calls, run_function)
 
 LIMITS = RunLimits(wall_seconds=20, cpu_seconds=20, memory_mb=1024)
 
@@ -81,11 +81,11 @@ def test_arguments_must_be_json_data():
         call("def f(x):\n    return x\n", args=[object()])
 
 
-def test_the_child_runs_in_a_fresh_scratch_dir_that_is_removed_afterwards():
-    r = call("import os\ndef f():\n    open('out.txt', 'w').write('ok')\n    return os.getcwd()\n")
-    assert r.ok
-    scratch = Path(r.value)
-    assert scratch.name.startswith("heldout-sbx-") and not scratch.exists()
+def test_the_child_runs_in_a_private_scratch_tmpfs_and_its_code_is_read_only():
+    r = call("import os\ndef f():\n    open('out.txt', 'w').write('ok')\n"
+             "    try:\n        open('/sandbox/code/prog.py', 'a').write('x')\n        wrote = True\n"
+             "    except OSError:\n        wrote = False\n    return [os.getcwd(), wrote]\n")
+    assert r.ok and r.value == ["/sandbox/scratch", False]
 
 
 def test_the_environment_is_scrubbed(monkeypatch):
@@ -144,21 +144,25 @@ def test_file_size_limit_stops_big_writes():
     assert not r.ok and r.error_kind == "crash"
 
 
-def test_isolation_is_namespaced_when_running_as_root():
-    mode = isolation_mode()
+def test_isolation_is_the_allow_list_sandbox_with_namespaces():
+    assert isolation_mode() == "bwrap", "bubblewrap is required (apt-get install bubblewrap)"
+    r = call("import os, socket\ndef f():\n    return [os.getuid(), os.getpid(), [n for _, n in socket.if_nameindex()],"
+             " sorted(os.listdir('/'))]\n")
+    assert r.ok and r.isolation == isolation_level() and r.isolation.startswith("bwrap+")
+    uid, pid, nets, root = r.value
     if os.geteuid() == 0:
-        assert mode == "root"
-    r = call("import os, socket\ndef f():\n    return [os.getuid(), os.getpid(), [n for _, n in socket.if_nameindex()]]\n")
-    assert r.ok and r.isolation == mode
-    if mode == "root":
-        uid, pid, nets = r.value
         assert uid >= 2_000_000  # a throw-away uid
-        assert pid == 1  # first process of a fresh PID namespace
-        assert nets == ["lo"]  # a fresh network namespace
+    assert pid <= 3  # a fresh PID namespace (bwrap's reaper is 1)
+    assert nets == ["lo"]  # a fresh network namespace
+    assert "tmp" not in root and "home" not in root and "run" not in root and "work" not in root
 
 
-def test_forced_fallback_without_namespaces_still_runs_and_guards(monkeypatch):
+def test_without_a_sandbox_untrusted_code_is_refused_unless_the_user_opts_out(monkeypatch):
     monkeypatch.setenv("HELDOUT_SANDBOX_ISOLATION", "none")
+    monkeypatch.delenv("HELDOUT_UNSAFE_NO_SANDBOX", raising=False)
+    with pytest.raises(NoSandbox, match="--unsafe-no-sandbox"):
+        call("def f():\n    return 1\n")
+    monkeypatch.setenv("HELDOUT_UNSAFE_NO_SANDBOX", "1")
     r = call("def f():\n    return 'fallback'\n")
     assert r.ok and r.value == "fallback" and r.isolation == "none"
     r = call("import socket\ndef f():\n    socket.create_connection(('127.0.0.1', 9))\n")

@@ -27,7 +27,7 @@ UNHURRIED = FAST.replace(wall_seconds=120, cpu_seconds=120, max_output_bytes=102
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "heldout" / "data_manifests" / "circle_packing" / "square26.json"
 SCORING = REPO / "heldout" / "benchmarks" / "geometry" / "scoring.py"
-NAMESPACED = isolation_mode() in ("root", "userns")
+NAMESPACED = isolation_mode() == "bwrap"
 
 HEADER = '''\
 import os, sys, time, ctypes, socket, signal

@@ -142,26 +142,40 @@ def test_all_ties_are_defined_without_warnings():
 def test_constant_nonzero_differences_are_defined_and_need_enough_pairs_to_separate():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        five = paired_comparison(np.zeros(5), np.ones(5))
-        ten = paired_comparison(np.zeros(10), np.ones(10))
+        five = paired_comparison(np.zeros(5), np.full(5, 0.5))
+        ten = paired_comparison(np.zeros(10), np.full(10, 0.5))
     assert five.dz == math.inf and five.ttest_p == 0.0
-    assert (five.ci_low, five.ci_high) == (1.0, 1.0)
+    assert (five.ci_low, five.ci_high, five.ci_method) == (0.5, 0.5, "degenerate")
     # A point CI from 5 wins is not enough: the exact signed-rank p is 2/32.
+    assert five.exact_test == "Wilcoxon (exact sign-flip)"
     assert five.wilcoxon_p == pytest.approx(0.0625)
-    assert not five.separable and "Wilcoxon p=0.0625" in five.verdict
+    assert not five.separable and "Wilcoxon (exact sign-flip) p=0.0625" in five.verdict
     assert ten.separable
-    assert paired_comparison(np.ones(3), np.zeros(3)).dz == -math.inf
+    assert paired_comparison(np.full(3, 0.5), np.zeros(3)).dz == -math.inf
+
+
+def test_zero_one_scores_use_exact_mcnemar_and_the_tango_score_interval():
+    # 4 wins / 196 ties / 0 losses: a normal approximation says p = 0.0455; exact McNemar 0.125.
+    a = np.r_[np.zeros(4), np.ones(100), np.zeros(96)]
+    b = np.r_[np.ones(4), np.ones(100), np.zeros(96)]
+    result = paired_comparison(a, b)
+    assert (result.wins, result.ties, result.losses) == (4, 196, 0)
+    assert result.exact_test == "exact McNemar" and result.exact_p == pytest.approx(0.125)
+    assert result.exact_p == pytest.approx(scipy_stats.binomtest(4, 4, 0.5).pvalue)
+    assert result.ci_method == "tango" and result.ci_low <= 0.02 <= result.ci_high
+    assert not result.separable and result.verdict.startswith("cannot separate")
 
 
 def test_a_single_example_cannot_separate_anything():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        result = paired_comparison([0.0], [1.0])
+        result = paired_comparison([0.2], [0.7])
+        binary = paired_comparison([0.0], [1.0])
     assert result.n == 1 and result.ci_method == "undefined"
     assert math.isnan(result.ci_low) and math.isnan(result.ci_high)
     assert math.isnan(result.ttest_p) and math.isnan(result.dz)
-    assert not result.separable
-    assert result.verdict == "cannot separate: only 1 paired example"
+    assert not result.separable and not binary.separable
+    assert result.verdict == binary.verdict == "cannot separate: only 1 paired example"
 
 
 @pytest.mark.parametrize(
@@ -183,9 +197,10 @@ def test_bad_scores_are_refused_with_a_clear_error(a, b, message):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"method": "studentized"}, "method must be 'bca' or 'percentile'"),
+        ({"method": "studentized"}, "method must be one of 't', 'tango', 'bca', 'percentile'"),
         ({"ci": 1.0}, "ci must be a confidence level"),
-        ({"n_boot": 10}, "n_boot must be an integer >= 100"),
+        ({"n_boot": 10, "method": "bca"}, "n_boot must be an integer >= 100"),
+        ({"method": "tango"}, "method 'tango' needs scores that are exactly 0 or 1"),
     ],
 )
 def test_bad_options_are_refused(kwargs, message):
@@ -195,9 +210,9 @@ def test_bad_options_are_refused(kwargs, message):
 
 def test_seeded_and_independent_of_how_the_resample_matrix_is_chunked(continuous_pair, monkeypatch):
     a, b = continuous_pair
-    first = paired_comparison(a, b, seed=42)
-    assert paired_comparison(a, b, seed=42) == first
-    assert paired_comparison(a, b, seed=43).ci_low != first.ci_low
+    first = paired_comparison(a, b, seed=42, method="bca")
+    assert paired_comparison(a, b, seed=42, method="bca") == first
+    assert paired_comparison(a, b, seed=43, method="bca").ci_low != first.ci_low
     monkeypatch.setattr(bootstrap_module, "CHUNK_CELLS", 97)  # many small chunks, one stream
     chunked = mean_interval(b - a, seed=42)
     assert (chunked.low, chunked.high) == (first.ci_low, first.ci_high)

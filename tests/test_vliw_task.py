@@ -65,12 +65,19 @@ def test_list_and_memory_forms_of_the_reference_agree():
     assert mem[mem[6]:mem[6] + 10] == inp.values and mem[mem[5]:mem[5] + 10] == inp.indices
 
 
-def test_manifest_freezes_train_and_hidden_test_instances():
+def test_manifest_freezes_train_instances_and_fresh_test_slots(bench):
     task = load_task("vliw/takehome")
     assert task.sizes() == {"train": 3, "test": 8}
-    assert not {e.id for e in task.split("train")} & {e.id for e in task.split("test")}
-    ex = task.split("test")[0]
-    assert make_instance(ex.input["seed"])[1] == ex.target
+    train, test = task.split("train"), task.split("test")
+    assert [e.id for e in train] == ["seed-1", "seed-2", "seed-3"]
+    assert make_instance(train[0].input["seed"])[1] == train[0].target  # train stays deterministic
+    # a test slot holds no seed and no target: its instance is drawn when it is scored
+    slot = test[0]
+    assert slot.target is None and "seed" not in slot.input
+    seeds = [bench.run(bench.seed_candidate(), slot).output["seed"] for _ in range(2)]
+    assert seeds[0] != seeds[1]
+    again = bench.run(bench.seed_candidate(), bench.replay(slot.id, seeds[0]))
+    assert again.valid and again.dimensions["cycles"] == BASELINE_CYCLES
 
 
 # -- the seed and a packed kernel ----------------------------------------------------------------
@@ -209,10 +216,10 @@ def test_a_builder_looking_for_test_data_finds_none(bench, read_files):
     manifest = str(Path(PACKAGE_DIR).parents[1] / "data_manifests" / "vliw" / "takehome.json")
     source = BUILDER_LOOKING_FOR_DATA.format(manifest=manifest, read_files=read_files)
     v = bench.run({"perf_takehome.py": source}, instance(31))
-    # Nothing is found and the do-nothing kernel is (correctly) judged wrong, or the read of a
-    # hidden path is refused outright. A leak would make it valid.
+    # Nothing is found (the manifest does not exist in the sandbox's root) and the do-nothing
+    # kernel is (correctly) judged wrong. A leak would make it valid.
     assert not v.valid
-    assert v.error_kind == ("forbidden" if read_files else "wrong_values"), v.error
+    assert v.error_kind == "wrong_values", v.error
     # The same cheat does work when data is reachable: the test above can fail.
     namespace: dict = {}
     source = BUILDER_LOOKING_FOR_DATA.format(manifest=manifest, read_files=False)

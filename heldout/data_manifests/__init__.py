@@ -5,6 +5,11 @@ Splits are data, not code. A manifest is written once by :func:`freeze` and then
 loading checks every example of the chosen profile against its hash and refuses to go on when
 anything changed (unless drift is explicitly allowed, and then the drift is recorded).
 
+Each profile's id lists have a digest (``profile_digests``), written by :meth:`Manifest.save` and
+checked by :meth:`Manifest.load` (so also by ``heldout data verify``): a hand-edited split list
+(moving a test id into train, dropping hard test examples) is refused with a clear error, never
+silently used. The digest is not a signature; it makes an edit deliberate and visible in review.
+
 File layout: ``heldout/data_manifests/<task name>.json`` (``bbh/word_sorting`` ->
 ``bbh/word_sorting.json``)."""
 
@@ -77,6 +82,12 @@ def field_hashes(example: Example) -> dict[str, str]:
     return out
 
 
+def profile_digest(task: str, name: str, splits: Mapping[str, Sequence[str]]) -> str:
+    """sha256 of a profile's id lists (split order and id order both count)."""
+    return sha256_text(canonical_json({"task": task, "profile": name,
+                                       "splits": [[split, list(ids)] for split, ids in splits.items()]}))
+
+
 def short_hash(values: Mapping[str, str]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -110,6 +121,7 @@ class Manifest:
     fields: dict[str, dict[str, str]] = field(default_factory=dict)  # id -> field -> short hash
     notes: dict[str, str] = field(default_factory=dict)  # profile -> how it was drawn
     format: int = MANIFEST_FORMAT
+    profile_digests: dict[str, str] = field(default_factory=dict)  # profile -> digest of its id lists
 
     # -- io ---------------------------------------------------------------------------------
     @staticmethod
@@ -139,12 +151,28 @@ class Manifest:
             manifest = cls(**data)
         except (ValueError, TypeError) as exc:
             raise DataError(f"manifest {path} is unreadable: {exc}") from exc
+        manifest.check_profile_digests(path)
         manifest.path = path  # where it was found (not part of the frozen content)
         return manifest
+
+    def check_profile_digests(self, where: Path | str) -> None:
+        """Every profile has a digest and its id lists match it; else :class:`DataError`."""
+        for name in self.profiles:
+            want = self.profile_digests.get(name)
+            if want is None:
+                raise DataError(f"manifest {where}: profile {name!r} has no digest of its id lists "
+                                f"(re-freeze it with `heldout data freeze`)")
+            if profile_digest(self.task, name, self.profiles[name]) != want:
+                raise DataError(f"manifest {where}: profile {name!r}'s split lists do not match their digest "
+                                f"(the id lists were edited); restore the manifest or re-freeze the profile")
+        extra = sorted(set(self.profile_digests) - set(self.profiles))
+        if extra:
+            raise DataError(f"manifest {where}: digests for profiles that do not exist: {', '.join(extra)}")
 
     def save(self, root: Path | None = None) -> Path:
         path = self.path_for(self.task, root or MANIFEST_DIR)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.profile_digests = {name: profile_digest(self.task, name, splits) for name, splits in self.profiles.items()}
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(asdict(self), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(tmp, path)
@@ -226,6 +254,7 @@ def freeze(task: str, version: str, source: Source | Mapping[str, Any], examples
         fields={ex.id: {k: v[:16] for k, v in field_hashes(ex).items()} for ex in examples},
         profiles={p: {s: list(v) for s, v in splits.items()} for p, splits in profiles.items()},
         notes=notes,
+        profile_digests={p: profile_digest(task, p, splits) for p, splits in profiles.items()},
     )
 
 
@@ -237,5 +266,5 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["Manifest", "DriftReport", "DriftError", "freeze", "file_sha256", "MANIFEST_DIR", "SPLITS",
+__all__ = ["Manifest", "DriftReport", "DriftError", "freeze", "file_sha256", "profile_digest", "MANIFEST_DIR", "SPLITS",
            "HeldoutError"]

@@ -1,40 +1,32 @@
-"""Isolated optimizers: run an optimizer *command* against a session it can reach only over HTTP.
+"""Isolated optimizers: run a user's optimizer in the allow-list sandbox, reaching its session
+only through the view server's Unix socket.
 
-:func:`run_isolated` serves the session's view (:class:`~heldout.evaluators.view_server.ViewServer`)
-on a Unix socket in a private run-scoped directory and launches the command in a child that sees
-the task only through that socket:
+Two ways in, one sandbox:
 
-* its own process group, a scrubbed environment (the view's socket/url and token, ``PATH``,
-  ``HOME`` = ``TMPDIR`` = a private scratch dir that is also its working dir, ``PYTHONPATH``
-  holding a private copy of :mod:`heldout.adapters.client` and nothing else of heldout,
-  ``HELDOUT_SEED``);
-* with the sandbox's isolation (:func:`heldout.sandbox.isolation_mode`):
+* :func:`run_isolated` runs a *command* (``heldout run --optimizer-cmd CMD``);
+* :func:`run_isolated_function` runs a Python *function* ``module:function`` (``heldout run
+  --optimizer module:function``, the default for user code): a small runner inside the sandbox
+  imports the function, calls ``optimize(client, seed)`` with a
+  :class:`~heldout.adapters.client.TaskClient` and submits what it returns as the final.
 
-  - ``root`` (running as root, e.g. CI): fresh mount, network and PID namespaces. Empty tmpfs
-    cover heldout's package directory (scoring rules, ``data_manifests``), the shared data dir
-    next to a checkout, ``$HELDOUT_DATA_DIR`` and the session's data dir, the datasets/HF caches,
-    the worker's response cache and the session's run dir (ledger); the temp dir is a fresh
-    tmpfs holding only the child's private dir and its own code (other sessions' sockets and run
-    dirs there are out of sight); every other mount is read-only except the scratch dir; the network namespace has no usable interface (the Unix
-    socket is the only way out); then the child becomes a throw-away uid with no capabilities
-    and ``no_new_privs``, and the socket and scratch dir belong to that uid alone.
-  - ``userns``: the same namespaces inside a user namespace; capabilities are dropped and locked
-    (securebits), so the child cannot unmount what hides the data. The uid is the caller's.
-  - ``none`` (no usable ``unshare``, or forced with ``HELDOUT_SANDBOX_ISOLATION=none``): only the
-    process group, scrubbed environment, scratch dir and rlimits. The hidden paths are never
-    passed to the child, but a child running as the same user *can* read them: use ``none``
-    only for optimizers you trust.
+The sandbox (:mod:`heldout.sandbox.root`) is an empty root holding read-only the interpreter and
+its packages, the optimizer's own code (the command's files' directories, or the user module's
+file / top-level package dir, never a whole checkout), a code-only copy of the few heldout
+modules an optimizer may import (:data:`OPTIMIZER_MODULES`: contracts, the client, the reference
+optimizers; no benchmarks, manifests, data or scoring rules), the socket directory (read-write)
+and a size-capped tmpfs scratch. Nothing else exists inside: not the run dir (ledger), other
+sessions, data dirs, caches or checkouts. PID/network/IPC/UTS namespaces are fresh, the whole
+process tree runs in a cgroup (memory, processes), and the optimizer runs as a throw-away uid
+without capabilities when the harness is root. The budget counter lives in the harness process.
 
-* a wall-clock limit: the budget's ``wall_seconds`` (counted from the session's start; the server
-  refuses evaluations after it) plus ``grace_seconds`` to submit a final and exit; then the whole
-  namespace is killed. Killing the harness (even with SIGKILL) kills the child too.
+**Wall limit**: the budget's ``wall_seconds`` plus ``grace_seconds``, or, without one, a generous
+default (:data:`DEFAULT_WALL_SECONDS`), always recorded in the ``optimizer_launch`` ledger event.
 
-**Returning the final candidate**: the optimizer posts it to ``/final`` (``TaskClient.submit_final``),
-as often as it likes; the last one counts. When the child exits with status 0 having submitted a
-final, the harness calls ``session.finish(final)`` (test scored once, outside the budget). A
-child that crashed, was killed at the time limit or submitted nothing gives
-``finish(None, status="failed", error=...)`` with the tail of its output. The child's combined
-stdout/stderr is kept (capped) in ``RUN_DIR/optimizer.log``.
+**Outcome**: the optimizer posts its final to ``/final`` as often as it likes; the last counts.
+Exit status 0 with a final -> ``session.finish(final)``; anything else -> a ``failed`` record
+whose error says what happened (exit status, *the signal that killed it*, the wall limit, no
+final), with the tail of its output. A supervisor inside the sandbox reports the optimizer's
+exact wait status, so a process that kills itself with a signal is reported as killed by it.
 """
 
 from __future__ import annotations
@@ -42,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
+import re
 import shlex
 import shutil
 import signal
@@ -57,61 +49,43 @@ from typing import Any, Mapping, Sequence
 
 from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
-from heldout.sandbox.process import _UNSHARE_ARGS, HIDE_ENV, _python_paths, isolation_mode
 from heldout.evaluators.session import Session
 from heldout.evaluators.view_server import ViewServer
-import heldout.data_manifests as manifests
-from heldout.sandbox import _child as sbx
+from heldout.sandbox import require_sandbox
+from heldout.sandbox.cgroups import RunGroup
+from heldout.sandbox.root import CODE_DIR, SANDBOX_DIR, SCRATCH_DIR, AllowList, bwrap_argv
 
 LOG_FILE = "optimizer.log"
 TAIL_BYTES = 4000
-CLIENT_SOURCE = Path(__file__).resolve().parents[1] / "adapters" / "client.py"
-CONTRACTS_SOURCE = Path(__file__).resolve().parents[1] / "contracts.py"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+DEFAULT_WALL_SECONDS = 6 * 3600.0
+LIB_DIR = CODE_DIR  # the staged heldout modules and the runner
+SOCK_DIR = SANDBOX_DIR + "/sock"
+USER_DIR = SANDBOX_DIR + "/user"
+# what of heldout an isolated optimizer may import: code only, and none of it knows a label
+OPTIMIZER_MODULES = ("contracts.py", "adapters", "optimizers")
+_MODULE_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 
 
 @dataclass(frozen=True)
 class OptimizerLimits:
-    """Resource limits of an isolated optimizer process. ``memory_mb`` None = no address-space
-    cap (optimizers may legitimately be large); ``max_processes`` counts threads too and applies
-    per throw-away uid (root isolation only)."""
+    """Resource limits of an isolated optimizer's whole process tree. ``wall_seconds`` None = the
+    budget's wall time + ``grace_seconds``, or :data:`DEFAULT_WALL_SECONDS` without one;
+    ``memory_mb`` and ``max_processes`` apply to all its processes together (cgroup)."""
 
     grace_seconds: float = 10.0
+    wall_seconds: float | None = None
     max_processes: int = 256
-    memory_mb: int | None = None
+    memory_mb: int = 8192
+    scratch_mb: int = 1024
     max_file_mb: int = 1024
     max_open_files: int = 1024
     max_log_bytes: int = 8 * 1024 * 1024
 
 
-def hidden_paths(session: Session, extra: Sequence[str | os.PathLike] = ()) -> list[str]:
-    """Everything an isolated optimizer must not read: heldout's package dir (scoring rules,
-    manifests), the shared data dir of a checkout, ``$HELDOUT_DATA_DIR``, the session's data dir,
-    the datasets/HF caches, the worker's response cache/recording, the run dir (ledger),
-    ``$HELDOUT_SANDBOX_HIDE`` and ``extra``."""
-    found: list[Path | str | None] = [PACKAGE_DIR, Path(manifests.__file__).resolve().parent]
-    repo = PACKAGE_DIR.parent
-    if (repo / "pyproject.toml").exists() or (repo / ".git").exists():
-        found.append(repo.parent / "shared")
-    found += [os.environ.get("HELDOUT_DATA_DIR"), session.task.data_dir, session.run_dir]
-    home = Path(os.environ.get("HOME") or Path.home())
-    found += [os.environ.get("HF_HOME"), os.environ.get("HF_DATASETS_CACHE"), os.environ.get("XDG_CACHE_HOME"),
-              home / ".cache" / "huggingface", home / ".cache"]
-    for scorer in (session.scorer, session.deploy_scorer):
-        worker = scorer.worker
-        cache = getattr(worker, "cache", None)
-        recorder = getattr(worker, "recorder", None)
-        found += [getattr(cache, "directory", None), getattr(recorder, "path", None)]
-    found += os.environ.get(HIDE_ENV, "").split(os.pathsep)
-    found += list(extra)
-    out: list[str] = []
-    for path in found:
-        if not path:
-            continue
-        resolved = str(Path(path).resolve())
-        if resolved != "/" and resolved not in out:
-            out.append(resolved)
-    return out
+def is_function_spec(target: str) -> bool:
+    """True for ``module:function`` (the form :func:`run_isolated_function` takes)."""
+    return bool(_MODULE_SPEC.match(target))
 
 
 def _resolve_argv(command: str | Sequence[str]) -> list[str]:
@@ -128,8 +102,43 @@ def _resolve_argv(command: str | Sequence[str]) -> list[str]:
     return out
 
 
+def _locate_module(module: str, search: Sequence[str]) -> Path:
+    """The file (plain module) or top-level package dir of ``module``, found without importing
+    anything (importing would run the user's code in the harness)."""
+    top = module.split(".")[0]
+    for entry in search:
+        base = Path(entry or os.getcwd())
+        if (base / top).is_dir():
+            return (base / top).resolve()
+        if "." not in module and (base / f"{top}.py").is_file():
+            return (base / f"{top}.py").resolve()
+    raise HeldoutError(f"cannot find the optimizer module {module!r} (looked in the current directory "
+                       f"and on sys.path); pass --trusted-optimizer to run an installed one in-process")
+
+
+def _stage_lib(lib: Path) -> None:
+    """A code-only copy of :data:`OPTIMIZER_MODULES` (``*.py`` files, nothing else) under a stub
+    ``heldout/__init__.py``: the isolated side of heldout is the client and the vocabulary."""
+    pkg = lib / "heldout"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""heldout, as an isolated optimizer sees it: contracts, the client, '
+                                     'the reference optimizers."""\n')
+    for name in OPTIMIZER_MODULES:
+        src = PACKAGE_DIR / name
+        if src.is_file():
+            shutil.copyfile(src, pkg / name)
+            continue
+        for path in sorted(src.rglob("*.py")):
+            target = pkg / name / path.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+    (lib / "_heldout_optimizer_runner.py").write_text(_RUNNER_SOURCE)
+    for path in [lib, *lib.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
 class _LogPump(threading.Thread):
-    """Copies the child's output to the run dir (up to a cap) and keeps its tail."""
+    """Copies the child's output to the run dir (up to a cap, owner-only) and keeps its tail."""
 
     def __init__(self, stream, path: Path, cap: int) -> None:
         super().__init__(name="heldout-optimizer-log", daemon=True)
@@ -138,7 +147,8 @@ class _LogPump(threading.Thread):
         self.total = 0
 
     def run(self) -> None:
-        with open(self.path, "ab") as out:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as out:
             while True:
                 chunk = self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536)
                 if not chunk:
@@ -156,164 +166,187 @@ class _LogPump(threading.Thread):
         return self.tail.decode("utf-8", errors="replace")
 
 
-def run_isolated(session: Session, command: str | Sequence[str], *, isolation: str | None = None,
-                 hide_paths: Sequence[str | os.PathLike] = (), expose_paths: Sequence[str | os.PathLike] = (),
-                 limits: OptimizerLimits = OptimizerLimits(), tcp: bool = False,
-                 env: Mapping[str, str] | None = None, keep_scratch: bool = False) -> RunRecord:
+def run_isolated(session: Session, command: str | Sequence[str], *,
+                 limits: OptimizerLimits = OptimizerLimits(), env: Mapping[str, str] | None = None) -> RunRecord:
     """Run the optimizer ``command`` (a shell-like string or an argv list; no shell is involved)
-    against ``session`` in an isolated child and return the session's run record (see the module
-    docstring). ``hide_paths`` adds paths to hide (e.g. the root of a whole study's run dirs),
-    ``expose_paths`` paths the child must be able to read (its own code, when it lives where a
-    throw-away uid cannot look). ``tcp`` also serves the view on 127.0.0.1 (reachable only
-    without a network namespace, i.e. isolation ``none``). ``env`` adds variables for the
-    optimizer. Never raises for anything the optimizer does."""
-    mode = isolation or isolation_mode()
-    if mode not in ("root", "userns", "none"):
-        raise HeldoutError(f"isolation must be root, userns or none, not {mode!r}")
+    against ``session`` in the sandbox and return the session's run record (see the module
+    docstring). The command's existing file or directory arguments (and nothing around them) are
+    readable inside, read-only, at their own paths. ``env`` adds variables. Never raises for
+    anything the optimizer does; raises :class:`~heldout.sandbox.NoSandbox` if no sandbox can be
+    built, and :class:`HeldoutError` if an argument would expose the session's run dir."""
     argv = _resolve_argv(command)
-    hidden = hidden_paths(session, hide_paths)
-    uid = random.SystemRandom().randrange(3_000_000, 4_000_000) if mode == "root" else os.getuid()
+    readonly = sorted({os.path.realpath(a) for a in argv[1:] if os.path.isabs(a) and os.path.exists(a)})
+    return _launch(session, argv, [(p, p) for p in readonly], limits, dict(env or {}), {"command": argv})
+
+
+def run_isolated_function(session: Session, target: str, *, search: Sequence[str] | None = None,
+                          limits: OptimizerLimits = OptimizerLimits(),
+                          env: Mapping[str, str] | None = None) -> RunRecord:
+    """Run ``module:function`` (an optimizer ``f(client, seed) -> candidate``) in the sandbox.
+    The module is looked up (not imported) in ``search`` (default: the current directory, then
+    ``sys.path``); only its file, or its top-level package directory, is readable inside."""
+    if not is_function_spec(target):
+        raise HeldoutError(f"an optimizer function is given as module:function, not {target!r}")
+    module = target.partition(":")[0]
+    if module.split(".")[0] == "heldout":
+        user: list[tuple[str, str]] = []  # the reference optimizers are in the staged copy already
+    else:
+        found = _locate_module(module, list(search) if search is not None else ["", *sys.path])
+        user = [(str(found), f"{USER_DIR}/{found.name}")]
+    argv = [sys.executable, "-s", f"{LIB_DIR}/_heldout_optimizer_runner.py", target]
+    return _launch(session, argv, user, limits, dict(env or {}), {"function": target})
+
+
+def _launch(session: Session, argv: list[str], readonly: list[tuple[str, str]], limits: OptimizerLimits,
+            extra_env: dict[str, str], what: dict[str, Any]) -> RunRecord:
+    run_dir = os.path.realpath(session.run_dir)
+    for host, _ in readonly:
+        if run_dir == host or run_dir.startswith(host.rstrip("/") + "/"):
+            raise HeldoutError(f"refusing to expose {host} to the optimizer: it holds the session's run dir "
+                               f"(ledger); keep optimizer code and run dirs apart")
+    level = require_sandbox()
+    if level == "none":
+        raise HeldoutError("an isolated optimizer needs the bubblewrap sandbox; without one, run it with "
+                           "--trusted-optimizer (in-process, labelled 'trusted, not isolated')")
     private = Path(tempfile.mkdtemp(prefix="heldout-opt-")).resolve()
     try:
-        return _run(session, argv, mode, uid, private, hidden, expose_paths, limits, tcp, env or {})
+        return _run(session, argv, readonly, limits, extra_env, what, private)
     finally:
-        if not keep_scratch:
-            shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
-def _private_layout(private: Path, uid: int, mode: str) -> tuple[Path, Path, Path]:
-    """``private/`` (traverse-only) holding ``scratch/`` and ``sock/`` (the child's uid alone) and
-    ``lib/`` (the client, read-only for everyone)."""
-    scratch, sock, lib = private / "scratch", private / "sock", private / "lib"
-    for d in (scratch, sock, lib / "heldout" / "adapters"):
-        d.mkdir(parents=True, mode=0o700)
-    pkg = lib / "heldout"
-    (pkg / "__init__.py").write_text('"""heldout, as an isolated optimizer sees it: the client only."""\n')
-    (pkg / "adapters" / "__init__.py").write_text("")
-    shutil.copyfile(CLIENT_SOURCE, pkg / "adapters" / "client.py")
-    shutil.copyfile(CONTRACTS_SOURCE, pkg / "contracts.py")
-    for path in (lib, pkg, pkg / "adapters"):
-        path.chmod(0o755)
-    for path in pkg.rglob("*.py"):
-        path.chmod(0o644)
-    private.chmod(0o711)
-    if mode == "root":
-        for d in (scratch, sock):
-            os.chown(d, uid, uid)
-    return scratch, sock, lib
+def _wall_limit(session: Session, limits: OptimizerLimits) -> float:
+    if limits.wall_seconds is not None:
+        return float(limits.wall_seconds)
+    if session.budget.wall_seconds is not None:
+        return float(session.budget.wall_seconds) + limits.grace_seconds
+    return DEFAULT_WALL_SECONDS
 
 
-def _run(session: Session, argv: list[str], mode: str, uid: int, private: Path, hidden: list[str],
-         expose_paths: Sequence[str | os.PathLike], limits: OptimizerLimits, tcp: bool,
-         extra_env: Mapping[str, str]) -> RunRecord:
-    scratch, sock, lib = _private_layout(private, uid, mode)
-    socket_path = sock / "view.sock"
-    server = ViewServer(session, socket_path=socket_path, host="127.0.0.1" if tcp else None)
+def _run(session: Session, argv: list[str], readonly: list[tuple[str, str]], limits: OptimizerLimits,
+         extra_env: dict[str, str], what: dict[str, Any], private: Path) -> RunRecord:
+    privileged = os.geteuid() == 0
+    uid = random.SystemRandom().randrange(3_000_000, 4_000_000) if privileged else None
+    lib, sock = private / "lib", private / "sock"
+    _stage_lib(lib)
+    sock.mkdir(mode=0o700)
+    if uid is not None:
+        os.chown(sock, uid, uid)
+    server = ViewServer(session, socket_path=sock / "view.sock")
     server.start()
+    wall = _wall_limit(session, limits)
     try:
-        if mode == "root":
-            os.chown(socket_path, uid, uid)
-        os.chmod(socket_path, 0o600)
-        child_env = {"PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
-                     "HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONPATH": str(lib),
-                     "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-                     "HELDOUT_SEED": str(session.seed), **dict(extra_env), **server.child_env()}
-        expose = _python_paths() + [str(lib)] + [str(Path(p).resolve()) for p in expose_paths]
-        # the command's own files: their directories must be readable by the child's uid
-        expose += [a if os.path.isdir(a) else os.path.dirname(a) for a in argv
-                   if os.path.isabs(a) and os.path.exists(a)]
-        job = {"isolation": mode, "uid": uid, "scratch": str(scratch), "hide": hidden,
-               "expose": sorted(set(expose)), "tmp": str(Path(tempfile.gettempdir()).resolve()),
-               "private": str(private), "argv": argv, "env": child_env,
-               "limits": {"cpu_seconds": 10 ** 9, "memory_mb": limits.memory_mb or 0,
-                          "max_processes": limits.max_processes, "max_file_mb": limits.max_file_mb,
-                          "max_open_files": limits.max_open_files}}
+        if uid is not None:
+            os.chown(sock / "view.sock", uid, uid)
+        os.chmod(sock / "view.sock", 0o600)
+        view_env = {**server.child_env(), "HELDOUT_VIEW_SOCKET": f"{SOCK_DIR}/view.sock"}
+        view_env.pop("HELDOUT_VIEW_URL", None)
+        env = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"]), "HOME": SCRATCH_DIR, "TMPDIR": SCRATCH_DIR, "LANG": "C.UTF-8",
+               "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": LIB_DIR,
+               "HELDOUT_SEED": str(session.seed), **extra_env, **view_env}
+        allow = AllowList(code=lib, scratch_mb=limits.scratch_mb, readonly=tuple(readonly),
+                          writable=((str(sock), SOCK_DIR),))
+        job = {"argv": argv, "env": env, "uid": uid, "limits": asdict(limits)}
+        group = RunGroup.create(memory_mb=limits.memory_mb, max_processes=limits.max_processes)
         session.service.record_event("optimizer_launch", {
-            "command": argv, "isolation": mode, "hidden": hidden, "transport": "unix" + ("+tcp" if tcp else ""),
-            "limits": asdict(limits)})
-        outcome = _execute(session, job, private, limits)
+            **what, "isolation": f"bwrap+{group.level}", "trusted": False, "transport": "unix",
+            "wall_seconds": wall, "limits": asdict(limits), "readable": [inside for _, inside in readonly]})
+        try:
+            outcome = _execute(session, allow, job, group, wall, limits, privileged)
+        finally:
+            group.close()
     finally:
         server.close()
-    return _finish(session, server, outcome)
+    return _finish(session, server, outcome, wall)
 
 
-def _execute(session: Session, job: dict[str, Any], private: Path, limits: OptimizerLimits) -> dict[str, Any]:
-    job_path = private / "job.json"
-    fd = os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(job, fh)
-    launcher = [sys.executable, "-I", "-c",
-                "import sys; sys.path.insert(0, sys.argv[2]); "
-                "from heldout.evaluators.isolated import _launch; _launch(sys.argv[1])",
-                str(job_path), str(PACKAGE_DIR.parent)]
-    cmd = launcher
-    mode = job["isolation"]
-    if mode != "none":
-        cmd = [shutil.which("unshare") or "unshare", *_UNSHARE_ARGS[mode], "--", *cmd]
-    setpriv = shutil.which("setpriv")
-    if setpriv:  # the child dies with the harness, even on SIGKILL
-        cmd = [setpriv, "--pdeathsig", "KILL", "--", *cmd]
-    budget = session.budget
-    deadline = None
-    if budget.wall_seconds is not None:
-        deadline = session._started + budget.wall_seconds + limits.grace_seconds
-    started = time.time()
+def _execute(session: Session, allow: AllowList, job: dict[str, Any], group: RunGroup, wall: float,
+             limits: OptimizerLimits, privileged: bool) -> dict[str, Any]:
+    # the supervisor's source goes on the command line and the job on stdin: nothing of the job
+    # (the view token) stays readable inside but the optimizer's own environment
+    status_r, status_w = os.pipe()
+    cmd = [*bwrap_argv(allow, privileged=privileged), "--", sys.executable, "-s", "-c", _SUPERVISOR_SOURCE,
+           str(status_w), _CHILD_HELPERS]
+    cmd = group.attach_argv(cmd)
     log_path = Path(session.run_dir) / LOG_FILE
+    started = time.time()
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=job["scratch"],
-                                env={"PATH": job["env"]["PATH"], "LANG": "C.UTF-8"})
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                pass_fds=(status_w,), start_new_session=True, cwd="/",
+                                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
     except OSError as exc:
-        return {"returncode": None, "killed_for": None, "seconds": 0.0,
+        os.close(status_r)
+        os.close(status_w)
+        return {"returncode": None, "signal": None, "killed_for": None, "seconds": 0.0,
                 "tail": f"could not start the optimizer: {exc}", "output_bytes": 0}
+    os.close(status_w)
+    try:
+        proc.stdin.write(json.dumps(job).encode())
+        proc.stdin.close()
+    except OSError:
+        pass
     pump = _LogPump(proc.stdout, log_path, limits.max_log_bytes)
     pump.start()
     killed_for = None
     try:
-        while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.time())
-            try:
-                proc.wait(timeout=timeout)
-                break
-            except subprocess.TimeoutExpired:
-                killed_for = "wall_time"
-                _kill_group(proc)
-    except BaseException:
-        _kill_group(proc)  # the harness is being interrupted: never leave the child behind
-        proc.wait()
-        raise
+        try:
+            proc.wait(timeout=wall)
+        except subprocess.TimeoutExpired:
+            killed_for = "wall_time"
     finally:
-        _kill_group(proc)  # stragglers of a child in mode "none" that left running processes
+        # the harness may be interrupted too: never leave the child behind
+        group.kill_all()
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        proc.wait()
+    with os.fdopen(status_r, "rb") as fh:
+        status_text = fh.read(4096).decode(errors="replace")
     pump.join(timeout=10)
     proc.stdout.close()
-    return {"returncode": proc.returncode, "killed_for": killed_for, "seconds": round(time.time() - started, 3),
-            "tail": pump.text(), "output_bytes": pump.total}
+    status = _parse_status(status_text)
+    return {"returncode": status.get("exit", proc.returncode), "signal": status.get("signal"),
+            "setup_error": status.get("setup_error"), "killed_for": killed_for,
+            "seconds": round(time.time() - started, 3), "tail": pump.text(), "output_bytes": pump.total,
+            "memory_exceeded": group.memory_exceeded(), "processes_exceeded": group.processes_exceeded()}
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _parse_status(text: str) -> dict[str, Any]:
+    for line in reversed(text.splitlines()):
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict):
+            return msg
+    return {}
 
 
-def _finish(session: Session, server: ViewServer, outcome: dict[str, Any]) -> RunRecord:
+def _finish(session: Session, server: ViewServer, outcome: dict[str, Any], wall: float) -> RunRecord:
     final = server.final
     session.service.record_event("optimizer_exit", {
-        "returncode": outcome["returncode"], "killed_for": outcome["killed_for"], "seconds": outcome["seconds"],
-        "output_bytes": outcome["output_bytes"], "final_submitted": final is not None,
+        "returncode": outcome["returncode"], "signal": outcome.get("signal"), "killed_for": outcome["killed_for"],
+        "seconds": outcome["seconds"], "output_bytes": outcome["output_bytes"], "final_submitted": final is not None,
         "forbidden_attempts": server.forbidden_attempts, "output_tail": outcome["tail"][-1500:]})
     tail = outcome["tail"].strip()
     tail_note = f"\n--- last output ---\n{tail[-1500:]}" if tail else ""
+    sig = outcome.get("signal")
     if outcome["killed_for"] == "wall_time":
-        error = (f"optimizer killed at the wall-time limit ({session.budget.wall_seconds} s budget + grace)"
-                 + tail_note)
-    elif outcome["returncode"] is None:
+        error = f"optimizer killed at its wall-time limit ({wall:g} s)" + tail_note
+    elif outcome.get("setup_error"):
+        error = f"the optimizer's sandbox could not be set up: {outcome['setup_error']}"
+    elif outcome["returncode"] is None and sig is None:
         error = outcome["tail"]
+    elif sig is not None:
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        error = f"optimizer crashed: killed by signal {name}"
+        if outcome.get("memory_exceeded"):
+            error += " (whole-run memory limit reached)"
+        error += tail_note
     elif outcome["returncode"] != 0:
-        how = (f"killed by signal {signal.Signals(-outcome['returncode']).name}" if outcome["returncode"] < 0
-               else f"exited with status {outcome['returncode']}")
-        error = f"optimizer {how}" + tail_note
+        error = f"optimizer crashed: exited with status {outcome['returncode']}" + tail_note
     elif final is None:
         error = "optimizer exited without submitting a final candidate (POST /final)" + tail_note
     else:
@@ -321,61 +354,72 @@ def _finish(session: Session, server: ViewServer, outcome: dict[str, Any]) -> Ru
     return session.finish(None, status="failed", error=error)
 
 
-# -- the child side ------------------------------------------------------------------------------
-PR_SET_SECUREBITS = 28
-# NOROOT + NO_SETUID_FIXUP + KEEP_CAPS... each with its lock bit: uid 0 in a user namespace
-# gets no capabilities back on execve, so it cannot unmount what hides the data
-SECUREBITS_LOCKED_NOROOT = 0b1111
-PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-
-
-def _private_tmp(sbx, job: dict[str, Any]) -> None:
-    """Give the child a fresh, empty temp dir holding only what it needs from the real one (its
-    private dir, its own code): other sessions' sockets and run dirs there stay out of sight even
-    for a child with the harness's uid (userns mode). What the child needs from there (Python
-    itself, when a virtualenv lives in the temp dir) is in ``expose`` and bound back in."""
-    tmp = job["tmp"]
-    if tmp == "/":
-        return
-    keep = sorted({p for p in [job["private"], *job["expose"]] if sbx.inside(p, tmp) and os.path.exists(p)})
-    fds = {p: os.open(p, os.O_PATH) for p in keep}
-    sbx.mount("tmpfs", tmp, "tmpfs", sbx.MS_NOSUID | sbx.MS_NODEV, "mode=1777,size=1m")
-    for path, fd in fds.items():
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        sbx.mount(f"/proc/self/fd/{fd}", path, None, sbx.MS_BIND | sbx.MS_REC)
-        os.close(fd)
-
-
-def _launch(job_path: str) -> None:
-    """Runs as the first process in the child's namespaces (see :func:`_execute`): isolate with
-    the sandbox's own helpers, then replace itself with the optimizer command."""
-
+# -- inside the sandbox --------------------------------------------------------------------------------
+# The supervisor is the sandbox's first Python: it reads the job from stdin, forks the optimizer
+# (rlimits, throw-away uid, no new privileges, exec), waits for it and writes its exact wait status
+# to a pipe the optimizer does not hold. As root-in-the-sandbox it cannot be signalled by the
+# optimizer's uid.
+_CHILD_HELPERS = (PACKAGE_DIR / "sandbox" / "_child.py").read_text(encoding="utf-8")  # for its seccomp filter
+_SUPERVISOR_SOURCE = r'''
+import ctypes, json, os, resource, sys
+status = int(sys.argv[1])
+helpers = {"__name__": "heldout_sandbox_child"}
+exec(sys.argv[2], helpers)
+job = json.loads(sys.stdin.buffer.read())
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)
+def report(**msg):
+    os.write(status, (json.dumps(msg) + "\n").encode())
+pid = os.fork()
+if pid == 0:
     try:
-        with open(job_path, encoding="utf-8") as fh:
-            job = json.load(fh)
-        os.unlink(job_path)
-        mode = job["isolation"]
-        if mode == "userns":
-            if sbx.libc().prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_NOROOT, 0, 0, 0) != 0:
-                raise OSError("cannot lock securebits in the user namespace")
-            sbx.libc().prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-        limits = dict(job["limits"])
-        if not limits["memory_mb"]:  # no address-space cap: keep the current hard limit
-            hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-            limits["memory_mb"] = 1 << 40 if hard == resource.RLIM_INFINITY else hard // (1 << 20)
-        if mode != "none":
-            _private_tmp(sbx, job)
-        sbx.isolate({**job, "limits": limits})
-        sbx.libc().prctl(sbx.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with our parent
-    except Exception as exc:  # noqa: BLE001
+        os.close(status)
+        os.chdir("/sandbox/scratch")
+        lim = job["limits"]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (lim["max_file_mb"] << 20,) * 2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lim["max_open_files"],) * 2)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        uid = job["uid"]
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            resource.setrlimit(resource.RLIMIT_NPROC, (lim["max_processes"],) * 2)
+        ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        helpers["install_seccomp"]()  # no new namespaces, mounts, ptrace, bpf ... (see heldout.sandbox._child)
+    except Exception as exc:
         print(f"heldout: isolating the optimizer failed: {exc!r}", file=sys.stderr, flush=True)
         os._exit(125)
     argv = job["argv"]
     try:
-        os.execvpe(argv[0], argv, job["env"])
+        os.execve(argv[0], argv, job["env"]) if "/" in argv[0] else os.execvpe(argv[0], argv, job["env"])
     except OSError as exc:
         print(f"heldout: cannot run the optimizer command {argv[0]!r}: {exc}", file=sys.stderr, flush=True)
         os._exit(127)
+_, wait_status = os.waitpid(pid, 0)
+if os.WIFSIGNALED(wait_status):
+    report(signal=os.WTERMSIG(wait_status))
+else:
+    report(exit=os.WEXITSTATUS(wait_status))
+'''
+
+# Runs ``module:function`` with a TaskClient (``heldout run --optimizer module:function``).
+_RUNNER_SOURCE = '''"""heldout's runner for an isolated optimizer function: optimize(client, seed) -> final."""
+import importlib
+import os
+import sys
+
+sys.path[:0] = ["/sandbox/user", "/sandbox/lib"]
+from heldout.adapters.client import TaskClient
+
+module, _, name = sys.argv[1].partition(":")
+optimize = getattr(importlib.import_module(module), name)
+client = TaskClient.from_env()
+final = optimize(client, int(os.environ["HELDOUT_SEED"]))
+if final is not None:
+    client.submit_final(final)
+'''
 
 
-__all__ = ["OptimizerLimits", "hidden_paths", "run_isolated", "LOG_FILE"]
+__all__ = ["OptimizerLimits", "run_isolated", "run_isolated_function", "is_function_spec", "LOG_FILE",
+           "DEFAULT_WALL_SECONDS", "OPTIMIZER_MODULES"]

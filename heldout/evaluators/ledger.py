@@ -8,11 +8,22 @@ result it records is returned. A sidecar ``ledger.head`` holds the count and las
 dropped *tail* is caught too. This is tamper-evident, not tamper-proof: someone who rewrites the
 whole chain and the head can forge it; the run record keeps the head hash as a further anchor.
 
+**Anchors outside the ledger.** The head file carries an HMAC-SHA256 of (first entry's hash, count,
+last hash) under a key in the user's config dir (:func:`ledger_key_path`: ``$HELDOUT_LEDGER_KEY``,
+else ``$XDG_CONFIG_HOME/heldout/ledger.key``, else ``~/.config/heldout/ledger.key``; created with
+32 random bytes, owner-only, on first use; never visible inside a sandbox). Dropping the last
+entries and rewriting the head is then detected by anyone holding the key; and the run record's
+``ledger_head`` must be an entry of the chain, so truncating below it is detected by anyone.
+Ledger and head are written owner-only (0600) in an owner-only run dir (0700).
+
 A torn last line (the process was killed mid-write) is not tampering: :meth:`Ledger.open`
 truncates it and records a ``torn_tail_repaired`` entry, so nothing that was acknowledged is lost."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import hmac
 import json
 import os
 import re
@@ -27,6 +38,42 @@ from heldout.contracts import HeldoutError, canonical_json, sha256_text
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
 HEAD_FILE = "ledger.head"
+RECORD_FILE = "run_record.json"
+LOCK_FILE = "ledger.lock"
+KEY_ENV = "HELDOUT_LEDGER_KEY"
+
+
+def ledger_key_path() -> Path:
+    """Where the head-anchoring key lives (see the module docstring)."""
+    override = os.environ.get(KEY_ENV)
+    if override:
+        return Path(override)
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "heldout" / "ledger.key"
+
+
+def ledger_key(create: bool = True) -> bytes | None:
+    """The anchoring key; created (owner-only) if missing and ``create``; None if unavailable."""
+    path = ledger_key_path()
+    try:
+        return bytes.fromhex(path.read_text().strip())
+    except FileNotFoundError:
+        if not create:
+            return None
+    except (OSError, ValueError) as exc:
+        raise LedgerError(f"the ledger key {path} is unreadable or corrupt: {exc}") from exc
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another session created it first
+        return bytes.fromhex(path.read_text().strip())
+    with os.fdopen(fd, "w") as fh:
+        fh.write(os.urandom(32).hex())
+    return bytes.fromhex(path.read_text().strip())
+
+
+def head_mac(key: bytes, first: str, count: int, last: str) -> str:
+    return hmac.new(key, f"heldout-ledger-head:{first}:{count}:{last}".encode(), hashlib.sha256).hexdigest()
 
 
 class LedgerError(HeldoutError):
@@ -111,43 +158,73 @@ def verify_ledger(run_dir: str | Path) -> LedgerReport:
                 report.problems.append(f"head file says {head.get('count')} entries ending "
                                        f"{str(head.get('hash'))[:16]}, ledger has {len(entries)} ending "
                                        f"{prev[:16]} (entries dropped or appended behind the writer's back)")
-        except ValueError:
+            key = ledger_key(create=False)
+            if key is not None and entries:
+                want = head_mac(key, entries[0].get("hash", ""), len(entries), prev)
+                if not isinstance(head.get("mac"), str) or not hmac.compare_digest(head["mac"], want):
+                    report.problems.append("head file's anchor (HMAC under the user's ledger key) does not match "
+                                           "the ledger: the head was rewritten or the ledger truncated")
+        except (ValueError, AttributeError):
             report.problems.append("head file is not JSON")
     elif entries:
         report.problems.append("head file is missing")
+    record_path = run_dir / RECORD_FILE
+    if record_path.exists():
+        try:
+            anchor = json.loads(record_path.read_text()).get("ledger_head")
+        except (OSError, ValueError, AttributeError):
+            anchor = None
+        if anchor and anchor not in {e.get("hash") for e in entries if isinstance(e, dict)}:
+            report.problems.append(f"the run record's ledger head {str(anchor)[:16]} is not in the ledger "
+                                   "(entries were dropped)")
     return report
 
 
 class Ledger:
     """Append-only writer. One per session; thread-safe; every append is durable on return."""
 
-    def __init__(self, run_dir: Path, entries: list[dict[str, Any]]) -> None:
+    def __init__(self, run_dir: Path, entries: list[dict[str, Any]], lock: int | None = None) -> None:
         self.run_dir = run_dir
+        # a file object, so a writer that is dropped without close() still releases the run dir
+        self._lock_file = os.fdopen(lock, "rb", buffering=0) if lock is not None else None
         self.path = run_dir / LEDGER_FILE
         self._entries = entries
         self._lock = threading.Lock()
-        self._fh = open(self.path, "ab")
+        self._key = ledger_key()
+        self._fh = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+        os.chmod(self.path, 0o600)
 
     @classmethod
     def open(cls, run_dir: str | Path) -> "Ledger":
         """Open (or create) the ledger of ``run_dir``. An existing ledger must verify (a torn last
         line is repaired and the repair recorded); anything else is refused."""
         run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        if not run_dir.exists():
+            run_dir.mkdir(mode=0o700, parents=True)
+        lock = _lock_run_dir(run_dir)
+        try:
+            return cls._open_locked(run_dir, lock)
+        except BaseException:
+            os.close(lock)
+            raise
+
+    @classmethod
+    def _open_locked(cls, run_dir: Path, lock: int) -> "Ledger":
         path = run_dir / LEDGER_FILE
         entries, torn = read_entries(path)
         if torn:
             with open(path, "r+b") as fh:
                 fh.truncate(path.stat().st_size - len(torn))
         if not path.exists():
-            return cls(run_dir, [])
+            return cls(run_dir, [], lock)
         report = verify_ledger(run_dir)
         if _head_lags_by_one(run_dir, entries):
             # killed after the entry was durable but before the head was updated: benign
-            report.problems = [p for p in report.problems if not p.startswith("head file says")]
+            report.problems = [p for p in report.problems
+                               if not p.startswith(("head file says", "head file's anchor"))]
         if not report.ok:
             raise LedgerError("refusing to resume on a ledger that does not verify:\n" + report.describe())
-        ledger = cls(run_dir, entries)
+        ledger = cls(run_dir, entries, lock)
         if torn:
             ledger.append("torn_tail_repaired", {"bytes_dropped": len(torn)})
         return ledger
@@ -174,12 +251,35 @@ class Ledger:
             self._entries.append(json.loads(line))
             head = self.run_dir / HEAD_FILE
             tmp = head.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"count": len(self._entries), "hash": entry["hash"]}))
+            mac = head_mac(self._key, self._entries[0]["hash"], len(self._entries), entry["hash"])
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(json.dumps({"count": len(self._entries), "hash": entry["hash"], "mac": mac}))
             os.replace(tmp, head)
             return entry
 
     def close(self) -> None:
         self._fh.close()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the run dir for the next writer
+            self._lock_file = None
+
+
+def _lock_run_dir(run_dir: Path) -> int:
+    """An exclusive lock on ``run_dir`` for this writer's lifetime (released by the kernel if the
+    process dies, so kill -9 + resume works). A second writer gets a clear error, not a corrupt
+    ledger (e.g. the same seed twice in one study, or two studies on one run dir)."""
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise LedgerError(f"{run_dir} is in use by another session ({holder}); one writer per run dir: "
+                          "wait for it, or use another --run-dir / seed") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+    return fd
 
 
 def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
@@ -188,7 +288,14 @@ def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
     except (OSError, ValueError):
         return False
     previous = entries[-2]["hash"] if len(entries) >= 2 else GENESIS
-    return bool(entries) and head.get("count") == len(entries) - 1 and head.get("hash") == previous
+    if not (entries and head.get("count") == len(entries) - 1 and head.get("hash") == previous):
+        return False
+    key = ledger_key(create=False)
+    if key is None or len(entries) < 2:
+        return True
+    # the lagging head must itself be genuine (anchored), not a rewritten one
+    want = head_mac(key, entries[0]["hash"], len(entries) - 1, previous)
+    return isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want)
 
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")

@@ -248,7 +248,9 @@ class RunRecord:
     def save(self, run_dir: str | Path) -> Path:
         path = Path(run_dir) / RECORD_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1, default=str))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # owner-only, like the ledger
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(asdict(self), indent=1, default=str))
         os.replace(tmp, path)
         return path
 

@@ -9,7 +9,9 @@ endpoint), the :class:`~heldout.models.cache.ResponseCache`, or the endpoint its
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import contextlib
 import email.utils
 import os
 import random
@@ -244,23 +246,29 @@ class UsageMeter:
             return {name: usage.to_dict() for name, usage in sorted(self._channels.items())}
 
 
+def parse_retry_after(header: str | None) -> float | None:
+    """A ``Retry-After`` header (seconds or an HTTP date) in seconds, clamped to [0, 60]; None
+    when absent or unreadable."""
+    if not header:
+        return None
+    try:
+        seconds = float(header)
+    except ValueError:
+        try:
+            seconds = email.utils.parsedate_to_datetime(header).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(seconds, 0.0), 60.0)
+
+
 def backoff_delay(attempt: int, retry_after: str | None, *, base: float, cap: float,
                   rng: random.Random | None = None) -> float:
     """Seconds to wait before retry number ``attempt`` (1-based). A ``Retry-After`` header
     (seconds or an HTTP date) is honoured as given, up to 60 s; otherwise exponential backoff
     with equal jitter: uniform in [d/2, d] for d = min(cap, base * 2**(attempt-1))."""
-    if retry_after:
-        seconds: float | None
-        try:
-            seconds = float(retry_after)
-        except ValueError:
-            try:
-                when = email.utils.parsedate_to_datetime(retry_after)
-                seconds = when.timestamp() - time.time()
-            except (TypeError, ValueError):
-                seconds = None  # unreadable header: fall back to our own backoff
-        if seconds is not None:
-            return min(max(seconds, 0.0), 60.0)
+    seconds = parse_retry_after(retry_after)
+    if seconds is not None:
+        return seconds
     d = min(cap, base * 2 ** (attempt - 1))
     return d / 2 + (rng or random).uniform(0, d / 2)
 
@@ -269,16 +277,109 @@ def _retryable_status(status: int) -> bool:
     return status == 429 or status == 408 or status >= 500
 
 
+class AdaptiveLimit:
+    """How many endpoint calls may be in flight, learned from the endpoint (like TCP's window).
+
+    Rule: start at ``initial`` and grow by one per success (slow start: doubling per round
+    trip) up to ``ssthresh``, then by 1/window per success (additive increase), never past
+    ``limit``. A 429 cuts the window to 0.7 of itself and sets ``ssthresh`` to it, once per round of requests
+    (answers to requests sent before the last cut do not cut again), and a ``Retry-After`` holds
+    every new call until it has passed. Calls are paced: successive starts are at least
+    round-trip / window apart (round trip = moving average of successful calls), so a window's
+    calls do not arrive as one burst at a rate limiter. Only used inside the client's event loop."""
+
+    DECREASE = 0.7  # gentler than halving (as CUBIC): the window's sawtooth stays near the rate
+
+    def __init__(self, limit: int, initial: int = 2) -> None:
+        self.limit = limit
+        self.window = float(min(initial, limit))
+        self.ssthresh = float(limit)
+        self.in_flight = 0
+        self.epoch = 0               # bumped at every cut
+        self.hold_until = 0.0        # loop time before which no new call starts
+        self.round_trip = 0.0        # moving average of successful calls' seconds (0: unknown)
+        self.next_start = 0.0        # loop time of the earliest next start (pacing)
+        self._waiting: collections.deque[asyncio.Future] = collections.deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def acquire(self) -> int:
+        """Wait for a free place in the window (and the end of any hold or pacing gap), first
+        come first served; returns the epoch the call starts in."""
+        loop = asyncio.get_running_loop()
+        turn = loop.create_future()
+        self._waiting.append(turn)
+        self._wake()
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # granted just as we were cancelled: give the place back
+            else:
+                self._waiting.remove(turn)
+            raise
+        return self.epoch
+
+    def _wake(self) -> None:
+        """Grant places to waiters in order while the window, hold and pacing allow; when only
+        time stands in the way, come back then (one timer, not one per waiter)."""
+        loop = asyncio.get_running_loop()
+        while self._waiting and self.in_flight < int(self.window):
+            now = loop.time()
+            start_at = max(self.hold_until, self.next_start)
+            if start_at > now:
+                if self._timer is None or self._timer.when() > start_at:
+                    if self._timer is not None:
+                        self._timer.cancel()
+                    self._timer = loop.call_at(start_at, self._on_timer)
+                return
+            turn = self._waiting.popleft()
+            if turn.done():  # cancelled while waiting
+                continue
+            self.in_flight += 1
+            self.next_start = now + self.round_trip / self.window
+            turn.set_result(None)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wake()
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def succeeded(self, seconds: float | None = None) -> None:
+        if seconds is not None:
+            self.round_trip = seconds if self.round_trip == 0 else 0.875 * self.round_trip + 0.125 * seconds
+        if self.window < self.ssthresh:
+            self.window = min(self.limit, self.window + 1.0)
+        else:
+            self.window = min(self.limit, self.window + 1.0 / self.window)
+        self._wake()
+
+    def throttled(self, epoch: int, retry_after: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        if retry_after is not None:
+            self.hold_until = max(self.hold_until, loop.time() + retry_after)
+        if epoch == self.epoch:  # first news of this round's overload
+            self.epoch += 1
+            self.window = max(1.0, self.window * self.DECREASE)
+            self.ssthresh = self.window
+        self._wake()
+
+
 class _Engine:
     """A client's private event loop in a daemon thread, with the resources that belong to it.
 
     Every call of a client runs here, whichever thread or loop it comes from, so one concurrency
     bound, one connection pool and one table of in-flight requests hold for all of them."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, adaptive: bool = False) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.gate = asyncio.Semaphore(concurrency)
+        self.adaptive: AdaptiveLimit | None = None
+        if adaptive:  # created on the loop's thread-independent state; used only inside the loop
+            self.adaptive = AdaptiveLimit(concurrency)
         self.http: httpx.AsyncClient | None = None
         self.inflight: dict[str, asyncio.Future] = {}
         self.thread = threading.Thread(target=self._run, name="heldout-model-client", daemon=True)
@@ -314,13 +415,16 @@ class ModelClient:
     are in flight for the whole client, whichever threads call it. 429, 408, 5xx, timeouts and
     connection errors are retried up to ``max_retries`` times with exponential backoff and jitter
     (``Retry-After`` honoured); other statuses fail at once. With a cache, identical requests in
-    flight at once share one call. ``close()`` (or ``with``) releases connections."""
+    flight at once share one call. With ``adaptive=True`` the bound is a ceiling: the client
+    starts with two calls in flight and learns the endpoint's rate (:class:`AdaptiveLimit`),
+    pacing its calls, backing off on 429 and honouring ``Retry-After`` for every call, not only the one refused.
+    ``close()`` (or ``with``) releases connections."""
 
     def __init__(self, model: str, base_url: str | None = None, api_key: str | None = None, *,
                  concurrency: int = 16, max_retries: int = 6, timeout: float = 60.0,
                  cache: "ResponseCache | None" = None, recorder: "Recorder | None" = None,
                  replay: "Replay | None" = None, backoff_base: float = 0.5,
-                 backoff_cap: float = 20.0) -> None:
+                 backoff_cap: float = 20.0, adaptive: bool = False) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError("ModelClient needs a model name")
         if concurrency < 1:
@@ -347,6 +451,7 @@ class ModelClient:
         self.replay = replay
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
+        self.adaptive = adaptive
         self.usage = UsageMeter()
         self._engine: _Engine | None = None
         self._engine_lock = threading.Lock()
@@ -408,7 +513,7 @@ class ModelClient:
             engine = self._engine
             # A forked child inherits the engine object but not its thread: start afresh.
             if engine is None or engine.pid != os.getpid() or not engine.thread.is_alive():
-                engine = self._engine = _Engine(self.concurrency)
+                engine = self._engine = _Engine(self.concurrency, self.adaptive)
                 weakref.finalize(self, engine.stop)
             return engine
 
@@ -507,13 +612,23 @@ class ModelClient:
         channel = request.channel
         started = time.perf_counter()
         attempt = 0
-        async with engine.gate:
+        limit = engine.adaptive
+        async with (engine.gate if limit is None else contextlib.nullcontext()):
             while True:
                 attempt += 1
                 self.usage._bump(channel, http_attempts=1)
                 retry_after = None
+                epoch = 0
                 try:
-                    reply = await engine.http.post(url, json=payload)
+                    if limit is None:
+                        reply = await engine.http.post(url, json=payload)
+                    else:  # one place in the learned window per attempt, not per request
+                        epoch = await limit.acquire()
+                        sent = time.perf_counter()
+                        try:
+                            reply = await engine.http.post(url, json=payload)
+                        finally:
+                            limit.release()
                 except httpx.TimeoutException as exc:
                     problem = ModelError(f"timed out after {self.timeout:g} s ({type(exc).__name__})",
                                          kind="timeout", request_key=key, attempts=attempt)
@@ -521,6 +636,10 @@ class ModelClient:
                     problem = ModelError(f"cannot reach {url}: {type(exc).__name__}: {exc}",
                                          kind="connection", request_key=key, attempts=attempt)
                 else:
+                    if limit is not None and reply.status_code == 200:
+                        limit.succeeded(time.perf_counter() - sent)
+                    elif limit is not None and reply.status_code == 429:
+                        limit.throttled(epoch, parse_retry_after(reply.headers.get("retry-after")))
                     if reply.status_code == 200:
                         try:
                             text, prompt_tokens, completion_tokens = _parse_completion(reply)

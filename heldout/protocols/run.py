@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError, canonical_json
-from heldout.evaluators.isolated import run_isolated
+from heldout.evaluators.isolated import is_function_spec, run_isolated, run_isolated_function
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.session import POLICIES, Budget, Session
 from heldout.models import ModelClient, ResponseCache
@@ -297,6 +297,7 @@ class StudyConfig:
     base_url: str | None = None
     cache_dir: str | None = None
     model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
+    trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -395,7 +396,13 @@ def cell_session(cell: Cell, config: StudyConfig) -> Session:
                    data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
                    options=cell.options, verifier=cell.verifier,
                    provenance={"optimizer": cell.method.describe(),
-                               "isolation": "isolated" if cell.method.command else "in-process (trusted)"})
+                               "isolation": "isolated" if cell_is_isolated(cell, config) else "in-process (trusted)"})
+
+
+def cell_is_isolated(cell: Cell, config: StudyConfig) -> bool:
+    """Commands and user ``module:function`` code run isolated unless the study trusts them."""
+    target = cell.method.target or cell.method.name
+    return bool(cell.method.command) or (is_function_spec(target) and not config.trusted_optimizer)
 
 
 def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None
@@ -423,13 +430,18 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
     _INTERRUPTED = False
     session = cell_session(cell, config)
     session.service.progress = checkpoint
-    _ISOLATED_CELL = bool(cell.method.command)
+    target = cell.method.target or cell.method.name
+    _ISOLATED_CELL = cell_is_isolated(cell, config)
     try:
         if cell.method.command:
-            # hide the whole study (sibling cells' ledgers, study.json), not only this cell's run dir
-            record = run_isolated(session, cell.method.command, hide_paths=[config.run_root])
+            record = run_isolated(session, cell.method.command)
+        elif _ISOLATED_CELL:
+            # user code: isolated by default (the trust model); heldout's reference names run in-process
+            record = run_isolated_function(session, target)
         else:
-            record = session.run(resolve_optimizer(cell.method.target or cell.method.name))
+            session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
+                                                             "isolation": "trusted, not isolated"})
+            record = session.run(resolve_optimizer(target))
     except StudyInterrupted:
         _ISOLATED_CELL = False
         session.ledger.close()
@@ -478,14 +490,14 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
     resumably, and a summary says what finished and how to resume."""
     executor = executor or LocalExecutor(1)
     report = Progress(len(cells), enabled=progress)
-    in_process = getattr(executor, "jobs", 1) == 1
+    in_process = isinstance(executor, LocalExecutor) and executor.jobs == 1
     results: list[dict[str, Any]] = []
     caught: list[str] = []
 
     def on_signal(signum, frame):
         caught.append(signal.Signals(signum).name)
         if len(caught) == 1:
-            executor.stop()
+            getattr(executor, "stop", lambda: None)()
             if in_process:
                 _request_stop(signum)  # an isolated cell running in this process stops at once
 

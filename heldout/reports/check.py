@@ -1,24 +1,42 @@
-"""The CI regression gate: did a current run set get worse than a baseline run set?
+"""The CI regression gate over run dirs: gather, refuse what cannot be compared, then decide.
 
-Pairing: by task, seed and held-out example. Seeds pair by id (``pair_seeds="id"``: seed 0 with
-seed 0) or, when the current set was run on fresh seeds, by rank (``"rank"``: the i-th smallest
-seed of one side with the i-th of the other). The decision is
-:func:`heldout.protocols.stats.regression_check` with one cluster per (task, example), so an
-example's seeds move together, and one stratum per task, so every task keeps its weight.
+This module only reads: run dirs are collected and verified exactly as ``heldout report`` does
+(:func:`heldout.reports.collect.collect_runs`), each task's held-out scores become a runs x
+examples matrix per side, and the decision is the pure
+:func:`heldout.protocols.stats.regression_check` (regression / pass / inconclusive, with the run
+as the unit of replication).
+
+Refused with a clear error (exit 2), never silently paired:
+
+* a crashed (failed), interrupted or unverifiable run on either side, or a task present on one
+  side only: the study is incomplete;
+* seeds without a partner when seeds pair by id, or runs whose held-out example sets differ;
+* runs whose design differs (``DESIGN_FIELDS``: split profile, budget, visibility policy,
+  limits, options, data drift, verifier, models), within a side or between the sides, unless
+  that field is named in ``allow_mismatch``; an allowed mismatch is stated in the evidence.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
-from heldout.protocols.stats import GateResult, regression_check
+from heldout.protocols.stats import GateResult, TaskRuns, regression_check
 from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
 
-SeedPairing = Literal["id", "rank"]
+SeedPairing = Literal["id", "independent"]
+DESIGN_FIELDS = ("profile", "budget", "policy", "limits", "options", "drift", "verifier", "models")
+"""What must match for two runs to be comparable. ``verifier`` and ``models`` are read from the
+run record (a field of that name, else its ``extra``; absent = None), so records that carry
+them are compared on them."""
+
+
+class GateInputError(ReportError):
+    """The run sets cannot be gated as given (incomplete, unpaired or mismatched)."""
 
 
 @dataclass
@@ -28,26 +46,51 @@ class CheckResult:
     gate: GateResult
     pair_seeds: str
     per_task: list[dict[str, Any]]
-    warnings: list[str] = field(default_factory=list)
+    statements: list[str] = field(default_factory=list)
 
     @property
     def regressed(self) -> bool:
         return self.gate.regressed
 
+    @property
+    def outcome(self) -> str:
+        return self.gate.outcome
+
+    @property
+    def exit_code(self) -> int:
+        return self.gate.exit_code
+
     def evidence(self) -> str:
-        lines = [self.gate.evidence, "", f"paired by task, held-out example and seed ({self.pair_seeds}):"]
-        lines.append(f"  {'task':<36} {'seeds (baseline->current)':<28} {'examples':>8} {'baseline':>9} "
-                     f"{'current':>9} {'change':>9}")
+        lines = [self.gate.evidence, "", f"runs (seeds paired {'by id' if self.pair_seeds == 'id' else 'not at all: independent runs'}):"]
         for row in self.per_task:
-            seeds = ",".join(f"{a}->{b}" for a, b in row["seed_pairs"])
-            lines.append(f"  {row['task']:<36} {seeds:<28} {row['examples']:>8} {row['baseline']:>9.4f} "
-                         f"{row['current']:>9.4f} {row['change']:>+9.4f}")
-        lines += [f"WARNING: {w}" for w in self.warnings]
+            lines.append(f"  {row['task']:<36} baseline seeds {row['baseline_seeds']} current seeds {row['current_seeds']} "
+                         f"x {row['examples']} example(s)")
+        lines += [f"NOTE: {s}" for s in self.statements]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"regressed": self.regressed, "gate": self.gate.as_dict(), "pair_seeds": self.pair_seeds,
-                "per_task": self.per_task, "warnings": self.warnings}
+        return {"outcome": self.outcome, "exit_code": self.exit_code, "regressed": self.regressed,
+                "gate": self.gate.as_dict(), "pair_seeds": self.pair_seeds, "per_task": self.per_task,
+                "statements": self.statements}
+
+
+def design_of(run: Run) -> dict[str, str]:
+    """The run's design, field by field, as canonical JSON strings."""
+    rec = run.record
+    extra = rec.extra or {}
+    values = {"profile": rec.profile, "budget": rec.budget, "policy": rec.policy, "limits": rec.limits,
+              "options": rec.options, "drift": rec.drift,
+              "verifier": getattr(rec, "verifier", None) or extra.get("verifier"),
+              "models": getattr(rec, "models", None) or extra.get("models")}
+    return {k: json.dumps(v, sort_keys=True, default=str) for k, v in values.items()}
+
+
+def _refuse_incomplete(side: str, runs: RunSet) -> None:
+    problems = [f"{side} run EXCLUDED {e.path}: {e.reason}" for e in runs.excluded]
+    problems += [f"{side} run FAILED {r.path}: {r.record.error}" for r in runs.failed]
+    if problems:
+        raise GateInputError("cannot gate an incomplete study (a crashed or missing run could hide a regression): "
+                             + "; ".join(problems))
 
 
 def _by_task(runs: RunSet, method: str | None, side: str) -> dict[str, dict[int, Run]]:
@@ -58,67 +101,77 @@ def _by_task(runs: RunSet, method: str | None, side: str) -> dict[str, dict[int,
     chosen = {}
     for task, methods in out.items():
         if len(methods) > 1:
-            raise ReportError(f"the {side} runs hold several methods for {task} ({', '.join(sorted(methods))}); "
-                              "pass --method to choose the one to compare")
+            raise GateInputError(f"the {side} runs hold several methods for {task} ({', '.join(sorted(methods))}); "
+                                 "pass --method to choose the one to compare")
         chosen[task] = next(iter(methods.values()))
     if not chosen:
-        raise ReportError(f"no verified, finished {side} run" + (f" of method {method!r}" if method else ""))
+        raise GateInputError(f"no verified, finished {side} run" + (f" of method {method!r}" if method else ""))
     return chosen
 
 
-def _seed_pairs(base: dict[int, Run], cur: dict[int, Run], how: SeedPairing, task: str) -> list[tuple[int, int]]:
-    if how == "rank":
-        return list(zip(sorted(base), sorted(cur)))
-    common = sorted(set(base) & set(cur))
-    if not common:
-        raise ReportError(f"{task}: baseline seeds {sorted(base)} and current seeds {sorted(cur)} share none; "
-                          "rerun on the same seeds or pass --pair-seeds rank")
-    return [(s, s) for s in common]
+def _check_designs(task: str, base: dict[int, Run], cur: dict[int, Run], allow: set[str]) -> list[str]:
+    """Refuse (or, for allowed fields, state) any design field that differs between runs."""
+    stated = []
+    designs = [("baseline", s, design_of(r)) for s, r in base.items()] + [("current", s, design_of(r)) for s, r in cur.items()]
+    for name in DESIGN_FIELDS:
+        seen = sorted({d[name] for _, _, d in designs})
+        if len(seen) < 2:
+            continue
+        where = "; ".join(f"{side} seed {s}: {d[name]}" for side, s, d in designs)
+        if name not in allow:
+            raise GateInputError(f"{task}: runs differ in {name} ({where}); compare matched runs, or pass "
+                                 f"--allow-mismatch {name} to compare them anyway")
+        stated.append(f"{task}: compared despite different {name} (allowed by --allow-mismatch): {where}")
+    return stated
+
+
+def _matrix(task: str, runs: list[Run], examples: list[str]) -> np.ndarray:
+    rows = []
+    for run in runs:
+        scores = run.test_scores()
+        if sorted(scores) != sorted(examples):
+            raise GateInputError(f"{task}: run {run.path} scored a different set of held-out examples "
+                                 f"({len(scores)} vs {len(examples)}); the sides must share one test set")
+        rows.append([scores[e] for e in examples])
+    return np.array(rows, dtype=np.float64)
 
 
 def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *, alpha: float = 0.05,
-               min_effect: float = 0.0, method: str | None = None, pair_seeds: SeedPairing = "id",
-               n_flips: int = 10_000, n_boot: int = 10_000) -> CheckResult:
-    """Compare two run sets. Raises :class:`ReportError` when nothing can be paired."""
-    if pair_seeds not in ("id", "rank"):
-        raise ReportError(f"pair_seeds must be 'id' or 'rank', got {pair_seeds!r}")
+               min_effect: float = 0.0, method: str | None = None, pair_seeds: str = "id",
+               allow_mismatch: Sequence[str] = ()) -> CheckResult:
+    """Compare two run sets; raises :class:`GateInputError` when they cannot be compared."""
+    statements: list[str] = []
+    if pair_seeds == "rank":
+        statements.append("--pair-seeds rank is treated as independent runs: fresh seeds share nothing to pair on")
+        pair_seeds = "independent"
+    if pair_seeds not in ("id", "independent"):
+        raise GateInputError(f"pair_seeds must be 'id' or 'independent', got {pair_seeds!r}")
+    unknown = sorted(set(allow_mismatch) - set(DESIGN_FIELDS))
+    if unknown:
+        raise GateInputError(f"--allow-mismatch knows {', '.join(DESIGN_FIELDS)}; got {', '.join(unknown)}")
     base_runs, cur_runs = collect_runs(list(baseline)), collect_runs(list(current))
-    warnings = [f"{side} run EXCLUDED {e.path}: {e.reason}"
-                for side, rs in (("baseline", base_runs), ("current", cur_runs)) for e in rs.excluded]
-    warnings += [f"{side} run FAILED {r.path}: {r.record.error}"
-                 for side, rs in (("baseline", base_runs), ("current", cur_runs)) for r in rs.failed]
+    _refuse_incomplete("baseline", base_runs)
+    _refuse_incomplete("current", cur_runs)
     base_cells, cur_cells = _by_task(base_runs, method, "baseline"), _by_task(cur_runs, method, "current")
     only = sorted(set(base_cells) ^ set(cur_cells))
     if only:
-        warnings.append(f"task(s) in only one run set, not compared: {', '.join(only)}")
-    b_scores, c_scores, clusters, strata, per_task = [], [], [], [], []
-    for task in sorted(set(base_cells) & set(cur_cells)):
+        raise GateInputError(f"task(s) in only one run set: {', '.join(only)}; a task the current study dropped "
+                             "cannot pass the gate")
+    tasks: dict[str, TaskRuns] = {}
+    per_task = []
+    for task in sorted(base_cells):
         base, cur = base_cells[task], cur_cells[task]
-        pairs = _seed_pairs(base, cur, pair_seeds, task)
-        unpaired = sorted(set(base) - {a for a, _ in pairs}) + sorted(set(cur) - {b for _, b in pairs})
-        if unpaired:
-            warnings.append(f"{task}: seed(s) {unpaired} have no partner and are left out")
-        task_b, task_c, examples = [], [], set()
-        for b_seed, c_seed in pairs:
-            b_ex, c_ex = base[b_seed].test_scores(), cur[c_seed].test_scores()
-            shared = [e for e in b_ex if e in c_ex]
-            if len(shared) < max(len(b_ex), len(c_ex)):
-                warnings.append(f"{task} seeds {b_seed}->{c_seed}: {max(len(b_ex), len(c_ex)) - len(shared)} "
-                                "held-out example(s) scored on one side only are left out")
-            for ex in shared:
-                task_b.append(b_ex[ex])
-                task_c.append(c_ex[ex])
-                clusters.append((task, ex))
-                strata.append(task)
-                examples.add(ex)
-        b_scores += task_b
-        c_scores += task_c
-        if task_b:
-            per_task.append({"task": task, "seed_pairs": pairs, "examples": len(examples),
-                             "pairs": len(task_b), "baseline": float(np.mean(task_b)),
-                             "current": float(np.mean(task_c)), "change": float(np.mean(task_c) - np.mean(task_b))})
-    if not b_scores:
-        raise ReportError("the baseline and current runs share no (task, seed, example) to pair")
-    gate = regression_check(b_scores, c_scores, alpha=alpha, min_effect=min_effect, clusters=clusters,
-                            strata=strata, n_flips=n_flips, n_boot=n_boot)
-    return CheckResult(gate, pair_seeds, per_task, warnings)
+        statements += _check_designs(task, base, cur, set(allow_mismatch))
+        if pair_seeds == "id":
+            if sorted(base) != sorted(cur):
+                raise GateInputError(f"{task}: baseline seeds {sorted(base)} and current seeds {sorted(cur)} do not "
+                                     "pair one to one; rerun on the same seeds or pass --pair-seeds independent")
+            b_seeds = c_seeds = sorted(base)
+        else:
+            b_seeds, c_seeds = sorted(base), sorted(cur)
+        examples = list(base[b_seeds[0]].test_scores())
+        tasks[task] = TaskRuns(_matrix(task, [base[s] for s in b_seeds], examples),
+                               _matrix(task, [cur[s] for s in c_seeds], examples), paired=pair_seeds == "id")
+        per_task.append({"task": task, "baseline_seeds": b_seeds, "current_seeds": c_seeds, "examples": len(examples)})
+    gate = regression_check(tasks, alpha=alpha, min_effect=min_effect)
+    return CheckResult(gate, pair_seeds, per_task, statements)

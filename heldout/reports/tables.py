@@ -2,9 +2,10 @@
 
 * :func:`results_table`  - Table 1: task x method, mean +/- std of the held-out score over seeds,
   best marked, n seeds, macro mean and win counts against the baseline;
-* :func:`heldout_table`  - per task, each method against the baseline, paired by example:
-  mean paired change, bootstrap CI, Wilcoxon p, paired t p, dz, win/tie/loss, Holm and
-  Benjamini-Hochberg p across tasks, and a verdict that says "cannot separate" when it can't;
+* :func:`heldout_table`  - per task, each method against the baseline with the run as the unit
+  (interval, test p and run-to-run SD over runs), per-example columns (Wilcoxon p, dz,
+  win/tie/loss), Holm and Benjamini-Hochberg p across tasks, and a verdict that says "cannot
+  separate" (and how many seeds would) when it can't;
 * :func:`cost_table`     - optimisation tokens (worker-optimisation + architect), deployment
   tokens, candidate length, held-out gain per million optimisation tokens;
 * :func:`budget_table`   - best-so-far (optimizer-visible score) at metric-call checkpoints.
@@ -24,11 +25,13 @@ import numpy as np
 from heldout.protocols.stats import (
     correct_pvalues,
     macro_mean,
+    macro_mean_interval,
     paired_comparison,
     separates,
     summarize_seeds,
     win_counts,
 )
+from heldout.protocols.stats.runs import run_verdict
 from heldout.reports.collect import Run, RunSet
 
 OPTIMISATION_CHANNELS = ("worker-optimisation", "architect")
@@ -147,6 +150,12 @@ def _strong_best(scores: dict[str, list[float]]) -> tuple[str | None, bool]:
     return ranked[0], separates(scores[ranked[0]], scores[ranked[1]])
 
 
+def _interval_text(agg, digits: int) -> str:
+    if not (math.isfinite(agg.low) and math.isfinite(agg.high)):
+        return " [n/a]"
+    return f" [{agg.low:.{digits}f}, {agg.high:.{digits}f}]"
+
+
 # -- Table 1 -----------------------------------------------------------------------------------------
 def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     cells = runs.cells()
@@ -172,15 +181,24 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
              "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
              "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated."]
     if len(tasks) > 1 and complete:
+        # a macro mean only over one scale: the same metric and ceiling, or each task's score
+        # divided by its ceiling; never 2.54, 0.0028 and 0.5 averaged as they are
         scales = {t: task_scale(runs, t) for t in tasks}
         same = len(set(scales.values())) == 1 and None not in next(iter(scales.values()))
         normalise = not same and all(s[1] for s in scales.values())
         if same or normalise:
-            macro = {m: macro_mean({t: float(np.mean(seed_scores(cells[(t, m)]))) / (scales[t][1] if normalise else 1.0)
-                                    for t in tasks}) for m in complete}
+            div = {t: float(scales[t][1]) if normalise else 1.0 for t in tasks}
+            per_run = {m: {t: [s / div[t] for s in seed_scores(cells[(t, m)])] for t in tasks} for m in complete}
+            macro = {m: macro_mean({t: float(np.mean(v)) for t, v in per_run[m].items()}) for m in complete}
+            spread = {m: macro_mean_interval(per_run[m], ci=0.95) for m in complete}
             d = decimals(list(macro.values()))
             label = "macro mean of score / task ceiling" if normalise else "macro mean"
-            rows.append([Cell(label)] + [Cell(fmt(macro[m], d)) if m in macro else Cell("-") for m in methods])
+            rows.append([Cell(label)] + [Cell(fmt(macro[m], d) + _interval_text(spread[m], d)) if m in macro
+                                         else Cell("-") for m in methods])
+            data += [{"task": label, "method": m, "mean": macro[m], "interval": spread[m].as_dict()} for m in complete]
+            notes.append("Macro mean: unweighted over tasks, with a 95% interval over tasks and runs (two-level "
+                         "bootstrap with >= 5 tasks and >= 5 runs, else a t interval over runs with the tasks fixed; "
+                         "docs/statistics.md).")
             if normalise:
                 notes.append("The tasks score on different scales, so the macro mean averages each task's score "
                              "divided by its ceiling (the reference or best possible score): " + "; ".join(
@@ -204,7 +222,7 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
     cells = runs.cells()
     tasks, methods = runs.tasks(), [m for m in runs.methods() if m != baseline]
     columns = ["task", "method", "n", "seeds", f"{baseline}", "method mean", "mean change", f"{(1 - alpha):.0%} CI",
-               "Wilcoxon p", "paired t p", "dz", "W/T/L", "Holm p", "BH p", "verdict"]
+               "run SD", "test p", "Wilcoxon p", "dz", "W/T/L", "Holm p", "BH p", "verdict"]
     comparisons: dict[tuple[str, str], dict[str, Any]] = {}
     for task in tasks:
         if (task, baseline) not in cells:
@@ -217,7 +235,8 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
             cell = cells[(task, method)]
             b_vals, m_vals = base, example_means(cell)
             unit = "examples"
-            if len([ex for ex in b_vals if ex in m_vals]) < 2:
+            n_examples = len([ex for ex in b_vals if ex in m_vals])
+            if n_examples < 2:
                 # A single-instance task (one held-out example): the seeds are the replicates.
                 unit = "seeds"
                 b_vals = {s: float(r.record.test_score or 0.0) for s, r in base_cell.items()}
@@ -227,7 +246,17 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
                 continue
             result = paired_comparison([b_vals[k] for k in shared], [m_vals[k] for k in shared], n_boot=n_boot,
                                        ci=1 - alpha, labels=(baseline, method))
+            # The conclusion: runs are the unit (per-run scores on the shared examples, Welch t or
+            # an exact permutation test over runs); with one run per arm only the per-example view.
+            runs_level = None
+            if min(len(cell), len(base_cell)) >= 2 and n_examples >= 1:
+                ids = [ex for ex in base if ex in m_vals] if unit == "examples" else None
+                per_run = lambda c: [float(np.mean([r.test_scores()[e] for e in ids])) if ids else  # noqa: E731
+                                     float(r.record.test_score or 0.0) for r in c.values()]
+                runs_level = run_verdict(per_run(base_cell), per_run(cell), n_examples=max(1, n_examples),
+                                         alpha=alpha, labels=(baseline, method))
             comparisons[(task, method)] = {"result": result, "seeds": (len(base_cell), len(cell)), "unit": unit,
+                                           "runs": runs_level,
                                            "dropped": len(set(b_vals) ^ set(m_vals)) if unit == "examples" else 0,
                                            "seeds_separate": separates(seed_scores(cell), seed_scores(base_cell)),
                                            "enough_seeds": min(len(cell), len(base_cell)) >= 2}
@@ -236,7 +265,7 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
         keys = [k for k in comparisons if k[1] == method]
         if not keys:
             continue
-        pvals = {k[0]: comparisons[k]["result"].wilcoxon_p for k in keys}
+        pvals = {k[0]: _test_p(comparisons[k]) for k in keys}
         holm = correct_pvalues(pvals, method="holm", alpha=alpha)
         bh = correct_pvalues(pvals, method="fdr_bh", alpha=alpha)
         for i, task in enumerate(holm.names):
@@ -248,27 +277,34 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
         corr = corrected[(task, method)]
         verdict = _verdict(res, corr, info, alpha)
         d = decimals([res.mean_a, res.mean_b, res.mean_diff])
+        rl = info["runs"]
+        low, high = (rl.comparison.low, rl.comparison.high) if rl else (res.ci_low, res.ci_high)
+        run_sd = (f"{fmt(rl.comparison.run_sd_base, d)}/{fmt(rl.comparison.run_sd_cur, d)}" if rl else "n/a (1 run)")
         rows.append([Cell(task), Cell(method), Cell(f"{res.n} {info['unit']}"),
                      Cell(f"{info['seeds'][0]}/{info['seeds'][1]}"),
                      Cell(fmt(res.mean_a, d)), Cell(fmt(res.mean_b, d)), Cell(f"{res.mean_diff:+.{d}f}"),
-                     Cell(f"[{res.ci_low:+.{d}f}, {res.ci_high:+.{d}f}]" if not math.isnan(res.ci_low) else "n/a"),
-                     Cell(fmt_p(res.wilcoxon_p)), Cell(fmt_p(res.ttest_p)), Cell(fmt(res.dz, 2)),
+                     Cell(f"[{low:+.{d}f}, {high:+.{d}f}]" if math.isfinite(low) and math.isfinite(high) else "n/a"),
+                     Cell(run_sd), Cell(fmt_p(_test_p(info))), Cell(fmt_p(res.wilcoxon_p)), Cell(fmt(res.dz, 2)),
                      Cell(f"{res.wins}/{res.ties}/{res.losses}"), Cell(fmt_p(corr["holm"])),
                      Cell(fmt_p(corr["fdr_bh"])), Cell(verdict, strong=not verdict.startswith("cannot separate"))])
         data.append({"task": task, "method": method, "baseline": baseline, "unit": info["unit"], **res.as_dict(),
+                     **(rl.as_dict() if rl else {"run_level": None}),
                      "seeds_baseline": info["seeds"][0], "seeds_method": info["seeds"][1],
                      "examples_unpaired": info["dropped"], "seed_ranges_separate": info["seeds_separate"],
                      "p_holm": corr["holm"], "p_fdr_bh": corr["fdr_bh"], "report_verdict": verdict})
     notes = [settings_note(runs),
-             f"Paired by held-out example (n examples): each example's score is averaged over a cell's seeds, then "
-             f"the two arms are compared example by example (change = method - {baseline}); a task with a "
-             f"single held-out instance is paired by seed instead (n seeds). "
-             f"CI: {int(round((1 - alpha) * 100))}% bootstrap (BCa) of the mean change; Wilcoxon signed-rank "
-             f"(zero differences: Pratt); paired t; dz = mean change / sd of changes; W/T/L counted for the method.",
-             f"Holm (family-wise) and Benjamini-Hochberg (false discovery) adjust the Wilcoxon p over the tasks "
+             f"The unit of replication is the run: with >= 2 runs per arm the CI, test p and verdict compare "
+             f"per-run held-out scores (Welch t over runs on the shared examples; a single-instance task uses an "
+             f"exact permutation test over runs), and 'run SD' is the run-to-run SD of each arm ({baseline}/method). "
+             f"With one run per arm only the per-example view exists and the verdict says run variance is unknown. "
+             f"Per-example columns (n, W/T/L, Wilcoxon p, dz) pair examples averaged over a cell's seeds (change = "
+             f"method - {baseline}); a single-instance task pairs seeds. One run per arm: 0/1 scores use the exact "
+             f"McNemar test and Tango's score interval, other scores the paired t interval and a fixed-method "
+             f"Wilcoxon (exact up to 25 non-zero differences, Pratt zeros). See docs/statistics.md.",
+             f"Holm (family-wise) and Benjamini-Hochberg (false discovery) adjust the test p over the tasks "
              f"of each method (statsmodels multipletests 'holm' and 'fdr_bh'). A difference is called only "
-             f"when the CI excludes 0, Wilcoxon p < {alpha:g}, Holm p < {alpha:g} and, with >= 2 seeds a side, "
-             f"the seed ranges do not overlap; otherwise the verdict says 'cannot separate' and why."]
+             f"when the CI excludes 0 and the test p < {alpha:g}, also after Holm; otherwise the verdict says "
+             f"'cannot separate' and why (with how many seeds would)."]
     dropped = sum(info["dropped"] for info in comparisons.values())
     if dropped:
         notes.append(f"{dropped} held-out example(s) were scored by only one arm and left out of the pairing.")
@@ -278,14 +314,24 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
     return Table("heldout", f"Held-out paired comparison against {baseline}", columns, rows, notes, data)
 
 
+def _test_p(info: dict[str, Any]) -> float:
+    """The p-value a comparison's conclusion rests on: run-level when there are runs to compare,
+    else the per-example exact test (McNemar for 0/1, Wilcoxon otherwise)."""
+    return info["runs"].p if info["runs"] is not None else info["result"].exact_p
+
+
 def _verdict(res, corr: dict[str, float], info: dict[str, Any], alpha: float) -> str:
-    if not res.separable:
+    rl = info["runs"]
+    if rl is None:
+        head = "cannot separate: 1 run per arm says nothing about run-to-run variance (need >= 2 seeds per arm)"
+        return f"{head}; these two runs: {res.verdict}"
+    if res.wins == 0 and res.losses == 0 and rl.comparison.change == 0:
         return res.verdict
+    if not rl.separable:
+        return rl.verdict
     if not corr["holm_reject"]:
-        return f"cannot separate after Holm correction (p={corr['holm']:.3g} >= {alpha:g}); {res.verdict}"
-    if info["enough_seeds"] and not info["seeds_separate"]:
-        return f"cannot separate: seed ranges overlap ({res.verdict})"
-    return res.verdict
+        return f"cannot separate after Holm correction (p={corr['holm']:.3g} >= {alpha:g}); {rl.verdict}"
+    return rl.verdict
 
 
 # -- Table 5 analogue: cost --------------------------------------------------------------------------

@@ -1,16 +1,23 @@
-"""Running untrusted code: a separate process tree with limits, no network and a scrubbed view of
-the file system. Programs cross the boundary as files; results come back as JSON lines that the
-parent checks (see :mod:`heldout.sandbox.process`)."""
+"""Running untrusted code: an allow-list bubblewrap root, fresh namespaces, whole-run cgroup
+limits. Programs cross the boundary as files; results come back as JSON lines that the parent
+checks (see :mod:`heldout.sandbox.process`)."""
 
 from heldout.sandbox.process import (
+    CANDIDATE_KINDS,
     ERROR_KINDS,
+    NoSandbox,
     SandboxError,
     SandboxResult,
+    allow_unsafe_no_sandbox,
     decode_typed,
+    isolation_level,
     isolation_mode,
+    require_sandbox,
     run_calls,
     run_function,
+    unsafe_allowed,
 )
 
-__all__ = ["ERROR_KINDS", "SandboxError", "SandboxResult", "decode_typed", "isolation_mode",
-           "run_calls", "run_function"]
+__all__ = ["CANDIDATE_KINDS", "ERROR_KINDS", "NoSandbox", "SandboxError", "SandboxResult", "allow_unsafe_no_sandbox",
+           "decode_typed", "isolation_level", "isolation_mode", "require_sandbox", "run_calls", "run_function",
+           "unsafe_allowed"]

@@ -1,34 +1,34 @@
-"""Sandboxed execution of untrusted code: every program evaluation in heldout goes through here.
+"""Sandboxed execution of untrusted code: every candidate program in heldout runs through here.
 
-A candidate runs in a fresh Python (``python -s``, environment built from scratch) started in its own session/process group, with:
+A candidate runs in a fresh Python (``python -s``, environment built from scratch) inside a
+bubblewrap sandbox (:mod:`heldout.sandbox.root`): an **allow-list** root holding only the
+interpreter, its packages, the run's code dir (read-only) and a size-capped private tmpfs
+scratch; fresh PID/network/IPC/UTS namespaces; a throw-away uid with no capabilities and
+``no_new_privs`` when the harness is root. Limits:
 
-* a wall-clock timeout enforced by the parent (the whole group is killed) and rlimits on CPU time,
-  address space, processes, file size and open files;
-* **isolation** (:func:`isolation_mode`), the strongest the platform allows:
+* wall clock, enforced by the parent (the whole run is killed);
+* **whole-run** memory, process count and CPU time through a cgroup
+  (:mod:`heldout.sandbox.cgroups`), plus per-process rlimits (CPU, address space, file size, open
+  files) that give the common cases a clear error (``MemoryError``) before the cgroup kills;
+* total scratch size (the tmpfs quota, not a per-file cap);
+* per-call wall limits (``per_call_seconds``): a timer in the child gives a clean error, and the
+  **parent** kills the run if a call outlives its limit anyway (a program that ignores or blocks
+  signals still times out); the remaining calls then run in a fresh sandbox.
 
-  - ``root``   (running as root, e.g. CI): fresh network, mount and PID namespaces (``unshare``).
-    No network at all (not even loopback); every mount is read-only except the private scratch
-    dir; heldout's source tree, the shared data dir, ``$HELDOUT_DATA_DIR`` and any extra hidden
-    paths are covered by empty tmpfs; then the child becomes a throw-away uid (so the process
-    limit counts only this run, and nothing of the parent's is writable or signalable), with no
-    capabilities and ``no_new_privs``. Killing the namespace's first process kills every process
-    the candidate started, even ones that left the process group.
-  - ``userns`` (not root, user namespaces allowed): the same namespaces inside a user namespace,
-    capabilities dropped; the uid stays the caller's, so the process limit is per user.
-  - ``none`` (fallback when ``unshare`` is unavailable or refused, or forced with
-    ``HELDOUT_SANDBOX_ISOLATION=none``): process group, rlimits, scrubbed env and scratch dir
-    only. Network and hidden paths are then guarded only by the audit hook below, which a
-    determined candidate can bypass through ctypes; use ``root`` or ``userns`` for untrusted code.
-
-* an audit hook in the child (all modes) that ends the run with ``error_kind="forbidden"`` on
-  network calls, process creation, signalling other processes and opening hidden paths, so the
-  common attempts get a clear named error instead of an obscure ``OSError``;
-* a scrubbed environment and a private scratch directory as working dir (deleted afterwards).
+**Isolation levels** (:func:`isolation_level`, recorded in every :class:`SandboxResult`):
+``bwrap+cgroup-v1``/``bwrap+cgroup-v2``/``bwrap+rlimit`` (the allow-list sandbox; the suffix says
+how whole-run limits are enforced), or ``none`` when bubblewrap is unavailable. ``none`` is
+**refused** (:class:`NoSandbox`) unless the user opted in with ``--unsafe-no-sandbox``
+(``HELDOUT_UNSAFE_NO_SANDBOX=1``); it then runs in a process group with rlimits and an audit hook
+only, which a determined candidate can bypass.
 
 Results come back as JSON lines through a size-capped pipe: plain data only, never pickles.
 Every failure maps to a named ``error_kind``: ``timeout``, ``memory``, ``crash`` (with the
-traceback tail), ``bad_output``, ``forbidden``, ``output_too_large`` (and ``sandbox_error`` when
-the sandbox itself could not be set up: not the candidate's fault).
+traceback tail), ``bad_output``, ``forbidden``, ``output_too_large``, and ``sandbox_error``
+(the sandbox itself could not be set up: not the candidate's fault). The candidate shares its
+process with the result channel, so it can write lines of its own: ``sandbox_error`` is accepted
+only before the child announced that isolation is complete, and any other unknown kind is a
+``crash``. A candidate can therefore never blame the harness.
 """
 
 from __future__ import annotations
@@ -49,17 +49,27 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from heldout.contracts import HeldoutError, RunLimits
+from heldout.sandbox.cgroups import RunGroup, limits_level
+from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, probe_bwrap
 
-ERROR_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large", "sandbox_error")
+CANDIDATE_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large")
+ERROR_KINDS = CANDIDATE_KINDS + ("sandbox_error",)
 ISOLATION_ENV = "HELDOUT_SANDBOX_ISOLATION"
+UNSAFE_ENV = "HELDOUT_UNSAFE_NO_SANDBOX"
 HIDE_ENV = "HELDOUT_SANDBOX_HIDE"
 STDOUT_TAIL_BYTES = 4096
+PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the parent's is the guarantee
+DEFAULT_SCRATCH_MB = 64
 _CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 _RESERVED_PREFIX = "_heldout_"
 
 
 class SandboxError(HeldoutError):
     """The caller (not the candidate) asked for something impossible, e.g. a bad file path."""
+
+
+class NoSandbox(SandboxError):
+    """No allow-list sandbox can be built here and the user did not pass ``--unsafe-no-sandbox``."""
 
 
 @dataclass
@@ -76,100 +86,85 @@ class SandboxResult:
     limits: RunLimits
     isolation: str = "none"
     calls: list[dict[str, Any]] = field(default_factory=list)  # per-call outcomes (run_calls)
+    peak_memory_mb: float | None = None
 
     def describe_limits(self) -> str:
         lim = self.limits
         return (f"limits: {lim.wall_seconds:g} s wall, {lim.cpu_seconds:g} s cpu, {lim.memory_mb} MB, "
-                f"{lim.max_processes} procs, isolation={self.isolation}")
+                f"{lim.max_processes} procs, {scratch_mb(lim)} MB scratch, isolation={self.isolation}")
 
 
-# -- isolation detection ---------------------------------------------------------------------------
-_mode_lock = threading.Lock()
-_mode_cache: str | None = None
+def scratch_mb(limits: RunLimits) -> int:
+    """Total size of the private scratch tmpfs."""
+    return int(limits.scratch_mb or DEFAULT_SCRATCH_MB)
 
-_UNSHARE_ARGS = {
-    "root": ["--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private"],
-    "userns": ["--user", "--map-root-user", "--net", "--mount", "--pid", "--fork", "--kill-child",
-               "--mount-proc", "--propagation", "private"],
-}
+
+# -- isolation ---------------------------------------------------------------------------------------
+def unsafe_allowed() -> bool:
+    """True if the user explicitly allowed running untrusted code without a sandbox."""
+    return os.environ.get(UNSAFE_ENV, "") not in ("", "0")
+
+
+def allow_unsafe_no_sandbox() -> None:
+    """What ``--unsafe-no-sandbox`` does (inherited by worker processes through the environment)."""
+    os.environ[UNSAFE_ENV] = "1"
 
 
 def isolation_mode() -> str:
-    """``root``, ``userns`` or ``none`` (see the module docstring); probed once per process."""
-    global _mode_cache
+    """``bwrap`` (the allow-list sandbox can be built) or ``none``; probed once per process.
+    ``$HELDOUT_SANDBOX_ISOLATION=none`` forces the fallback (which still needs the unsafe opt-in)."""
     forced = os.environ.get(ISOLATION_ENV)
     if forced:
-        if forced not in ("root", "userns", "none"):
-            raise SandboxError(f"${ISOLATION_ENV} must be root, userns or none, not {forced!r}")
+        if forced not in ("bwrap", "none"):
+            raise SandboxError(f"${ISOLATION_ENV} must be bwrap or none, not {forced!r}")
+        if forced == "bwrap" and probe_bwrap()[0] != "bwrap":
+            raise NoSandbox(f"${ISOLATION_ENV}=bwrap but {probe_bwrap()[1]}")
         return forced
-    with _mode_lock:
-        if _mode_cache is None:
-            _mode_cache = _probe_isolation()
-        return _mode_cache
+    return probe_bwrap()[0]
 
 
-def _probe_isolation() -> str:
-    unshare = shutil.which("unshare")
-    if unshare is None or not sys.platform.startswith("linux"):
-        return "none"
-    order = ["root", "userns"] if os.geteuid() == 0 else ["userns"]
-    for mode in order:
-        try:
-            done = subprocess.run([unshare, *_UNSHARE_ARGS[mode], "--", "true"], capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return mode
-    return "none"
+def isolation_level() -> str:
+    """The isolation recorded in results and run records, e.g. ``bwrap+cgroup-v1`` or ``none``."""
+    mode = isolation_mode()
+    return f"bwrap+{limits_level()}" if mode == "bwrap" else "none"
 
 
-# -- paths hidden from candidates ------------------------------------------------------------------
+def require_sandbox() -> str:
+    """The isolation level to run untrusted code with, or :class:`NoSandbox` with what to do."""
+    mode = isolation_mode()
+    if mode == "none" and not unsafe_allowed():
+        why = probe_bwrap()[1] if os.environ.get(ISOLATION_ENV) != "none" else f"${ISOLATION_ENV}=none"
+        raise NoSandbox(f"refusing to run untrusted code without a sandbox ({why}); install bubblewrap, "
+                        f"or pass --unsafe-no-sandbox (${UNSAFE_ENV}=1) to run it unprotected")
+    return isolation_level()
+
+
 def default_hidden_paths() -> list[str]:
-    """heldout's source tree (or its installed package dir), the shared data dir next to the repo,
-    ``$HELDOUT_DATA_DIR`` and the entries of ``$HELDOUT_SANDBOX_HIDE``."""
+    """Unsafe mode only (the audit hook's deny-list, a courtesy, not a guarantee): heldout's source
+    tree, the shared data dir next to a checkout, ``$HELDOUT_DATA_DIR``, ``$HELDOUT_SANDBOX_HIDE``."""
     pkg = Path(__file__).resolve().parents[1]
     repo = pkg.parent
-    prefixes = [Path(p).resolve() for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}]
-    is_repo = (repo / "pyproject.toml").exists() or (repo / ".git").exists()
-    holds_python = any(p == repo or repo in p.parents for p in prefixes)
-    hidden = [repo if is_repo and not holds_python else pkg]
-    if is_repo:
-        hidden.append(repo.parent / "shared")
+    hidden = [pkg, repo.parent / "shared"] if (repo / "pyproject.toml").exists() else [pkg]
     for env in (os.environ.get("HELDOUT_DATA_DIR"), *os.environ.get(HIDE_ENV, "").split(os.pathsep)):
         if env:
             hidden.append(Path(env))
-    out: list[str] = []
-    for h in hidden:
-        resolved = str(Path(h).resolve())
-        if resolved not in out and resolved != "/":
-            out.append(resolved)
-    return out
+    return sorted({str(Path(h).resolve()) for h in hidden} - {"/"})
 
 
-def _python_paths() -> list[str]:
-    """What the child must be able to read to run Python with this environment's packages."""
-    paths = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    paths.add(str(Path(sys.executable).resolve().parent))
-    out = sorted(paths)
-    # drop paths inside other listed paths (one bind mount covers them)
-    return [p for p in out if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in out)]
-
-
-# -- the API ---------------------------------------------------------------------------------------
+# -- the API -----------------------------------------------------------------------------------------
 def run_function(files: dict[str, str], module: str, function: str, args: list | tuple = (),
                  kwargs: dict | None = None, *, limits: RunLimits, setup_files: dict[str, str] | None = None,
-                 encoding: str = "json", hide_paths: Sequence[str] = (), allow_processes: bool = False,
-                 ) -> SandboxResult:
+                 encoding: str = "json", allow_processes: bool = False) -> SandboxResult:
     """Write ``files`` (candidate sources; relative paths) plus ``setup_files`` (trusted helper
-    modules the task provides) into a fresh private scratch dir, start a fresh isolated Python,
+    modules the task provides) into a fresh read-only code dir, start a fresh sandboxed Python,
     import ``module`` and call ``function(*args, **kwargs)``. Args/kwargs cross as JSON. The return
     value is converted to plain JSON data in the child (numpy arrays -> nested lists, tuples ->
     lists, numpy scalars -> float/int; anything else -> ``bad_output``); with
     ``encoding="typed"`` tuples, sets, bytes, complex and non-str dict keys survive as such.
-    Never raises for anything the candidate does."""
+    Never raises for anything the candidate does; raises :class:`NoSandbox` if no sandbox can
+    be built and the user did not opt out of one."""
     result = run_calls(files, module, function, [(list(args), dict(kwargs or {}))], limits=limits,
-                       setup_files=setup_files, encoding=encoding, hide_paths=hide_paths,
-                       allow_processes=allow_processes)
+                       setup_files=setup_files, encoding=encoding, allow_processes=allow_processes)
     if result.ok:
         result.value = result.calls[0]["value"]
     return result
@@ -179,122 +174,249 @@ def run_calls(files: dict[str, str], module: str, function: str,
               calls: Sequence[tuple[Sequence[Any], dict[str, Any]]], *, limits: RunLimits,
               per_call_seconds: Sequence[float | None] | None = None,
               setup_files: dict[str, str] | None = None, encoding: str = "json",
-              hide_paths: Sequence[str] = (), stop_on_error: bool = False,
-              allow_processes: bool = False, groups: Sequence[str] | None = None) -> SandboxResult:
+              stop_on_error: bool = False, allow_processes: bool = False,
+              groups: Sequence[str] | None = None) -> SandboxResult:
     """Like :func:`run_function`, but call ``function`` once per ``(args, kwargs)`` in ``calls`` in
     one sandboxed process (imports are paid once). ``per_call_seconds`` adds a wall limit per call
-    (enforced in the child by a timer; the overall ``limits.wall_seconds`` is still enforced by the
-    parent). ``result.calls`` holds one outcome per call that ran: ``{"ok", "value"}`` or
-    ``{"ok": False, "error_kind", "error"}``; ``result.value`` is the list of values when all
-    succeeded. With ``stop_on_error`` the child stops at the first failing call, or, when
+    (see the module docstring; the overall ``limits.wall_seconds`` still bounds everything).
+    ``result.calls`` holds one outcome per call that ran: ``{"call", "ok", "value", "seconds"}``
+    or ``{"call", "ok": False, "error_kind", "error"}``; ``result.value`` is the list of values
+    when all succeeded. With ``stop_on_error`` the run stops at the first failing call, or, when
     ``groups`` names a group per call, skips only the rest of the failing call's group."""
     if encoding not in ("json", "typed"):
         raise SandboxError(f"encoding must be 'json' or 'typed', not {encoding!r}")
-    mode = isolation_mode()
-    start = time.perf_counter()
-    scratch = Path(tempfile.mkdtemp(prefix="heldout-sbx-")).resolve()
-    try:
-        _write_files(scratch, files, setup_files or {})
-    except SandboxError:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    uid = random.SystemRandom().randrange(2_000_000, 3_000_000)
-    job_dir = Path(tempfile.mkdtemp(prefix="heldout-job-"))
-    job_path = job_dir / "job.json"
-    try:
-        hidden = default_hidden_paths() + [str(Path(p).resolve()) for p in hide_paths]
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(job_dir, ignore_errors=True)
-        raise
+    level = require_sandbox()
     per_call = list(per_call_seconds) if per_call_seconds is not None else [None] * len(calls)
-    job = {
-        "scratch": str(scratch), "isolation": mode, "uid": uid, "module": module, "function": function,
-        "encoding": encoding, "stop_on_error": stop_on_error, "allow_processes": allow_processes,
-        "limits": limits.__dict__ if hasattr(limits, "__dict__") else dict(limits),
-        "hide": hidden,
-        "expose": _python_paths(),
-        "calls": [{"args": list(a), "kwargs": dict(k), "seconds": s, "group": g}
-                  for (a, k), s, g in zip(calls, per_call, groups if groups is not None else [None] * len(calls))],
-    }
+    group_of = list(groups) if groups is not None else [None] * len(calls)
+    if not (len(per_call) == len(group_of) == len(calls)):
+        raise SandboxError("per_call_seconds and groups need one entry per call")
     try:
-        job_path.write_text(json.dumps(job), encoding="utf-8")
+        json_calls = json.loads(json.dumps([{"args": list(a), "kwargs": dict(k)} for a, k in calls]))
     except (TypeError, ValueError) as exc:
-        shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(job_dir, ignore_errors=True)
         raise SandboxError(f"sandbox arguments must be JSON data: {exc}") from exc
-    if mode == "root":
-        os.chown(scratch, uid, uid)
-        for path in scratch.rglob("*"):
-            os.chown(path, uid, uid, follow_symlinks=False)
+    code = _write_code_dir(files, setup_files or {})
+    start = time.perf_counter()
+    outcomes: dict[int, dict[str, Any]] = {}
+    pending = list(range(len(calls)))
+    failed_groups: set[str | None] = set()
+    last: SandboxResult | None = None
+    peak: float | None = None
     try:
-        outcome = _execute(job_path, scratch, mode, limits, len(calls))
+        while pending:
+            wall_left = limits.wall_seconds - (time.perf_counter() - start)
+            if wall_left <= 0.05:
+                break
+            job = {"module": module, "function": function, "encoding": encoding, "stop_on_error": stop_on_error,
+                   "allow_processes": allow_processes, "limits": _limits_dict(limits),
+                   "hide": default_hidden_paths() if level == "none" else [],
+                   "calls": [{**json_calls[i], "seconds": per_call[i], "group": group_of[i]} for i in pending]}
+            last = _execute(job, code, level, limits.replace(wall_seconds=wall_left), [per_call[i] for i in pending])
+            peak = max(filter(None, (peak, last.peak_memory_mb)), default=None)
+            for local in last.calls:
+                outcomes[pending[local["call"]]] = {**local, "call": pending[local["call"]]}
+            stopped_by_parent = last.error_kind == "timeout" and any(
+                c.get("parent_enforced") for c in last.calls)
+            if not stopped_by_parent:
+                break
+            # a call outlived its limit and the parent killed the run: go on with the calls that
+            # still have to run, in a fresh sandbox
+            for c in last.calls:
+                if not c.get("ok"):
+                    failed_groups.add(group_of[pending[c["call"]]])
+            done_local = max(c["call"] for c in last.calls)
+            rest = pending[done_local + 1:]
+            if stop_on_error:
+                rest = [i for i in rest if group_of[i] is not None and group_of[i] not in failed_groups]
+            pending = rest
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        shutil.rmtree(job_dir, ignore_errors=True)
-    outcome.seconds = time.perf_counter() - start
-    return outcome
+        shutil.rmtree(code, ignore_errors=True)
+    ordered = [outcomes[i] for i in sorted(outcomes)]
+    result = _combine(ordered, last, limits, level, len(calls), stop_on_error)
+    result.seconds = time.perf_counter() - start
+    result.peak_memory_mb = peak
+    return result
 
 
-def _write_files(scratch: Path, files: dict[str, str], setup_files: dict[str, str]) -> None:
-    for name, text in list(files.items()) + list(setup_files.items()):
-        if not isinstance(name, str) or not isinstance(text, str):
-            raise SandboxError(f"sandbox files must map str paths to str text, got {name!r}")
-        rel = PurePosixPath(name)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\x00" in name:
-            raise SandboxError(f"sandbox file path {name!r} must be relative and stay inside the scratch dir")
-        if name in files and rel.parts[0].startswith(_RESERVED_PREFIX):
-            raise SandboxError(f"sandbox file path {name!r} uses the reserved prefix {_RESERVED_PREFIX!r}")
-        target = scratch.joinpath(*rel.parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+def _combine(calls: list[dict[str, Any]], last: SandboxResult | None, limits: RunLimits, level: str,
+             n_calls: int, stop_on_error: bool) -> SandboxResult:
+    tail = last.stdout_tail if last else ""
+    failed = [c for c in calls if not c.get("ok")]
+    if failed:
+        first = failed[0]
+        return SandboxResult(False, None, str(first.get("error"))[:8000], first.get("error_kind") or "crash", tail,
+                             0.0, limits, level, calls)
+    if last is None:
+        return SandboxResult(False, None, f"timeout after {limits.wall_seconds:g} s wall (limit)", "timeout", "",
+                             0.0, limits, level, calls)
+    if not last.ok:
+        return SandboxResult(False, None, last.error, last.error_kind, tail, 0.0, limits, level, calls)
+    if len(calls) != n_calls:
+        return SandboxResult(False, None, f"the program returned {len(calls)} of {n_calls} results", "crash",
+                             tail, 0.0, limits, level, calls)
+    return SandboxResult(True, [c.get("value") for c in calls], None, None, tail, 0.0, limits, level, calls)
 
 
-def _child_env(scratch: Path) -> dict[str, str]:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(scratch), "TMPDIR": str(scratch),
+def _limits_dict(limits: RunLimits) -> dict[str, Any]:
+    values = dict(limits.__dict__)
+    values["scratch_mb"] = scratch_mb(limits)
+    return values
+
+
+def _write_code_dir(files: dict[str, str], setup_files: dict[str, str]) -> Path:
+    """A fresh host dir with the candidate's files and the task's helpers, readable by everyone
+    (it is bound read-only into the sandbox; the candidate cannot change a helper)."""
+    code = Path(tempfile.mkdtemp(prefix="heldout-code-")).resolve()
+    try:
+        for name, text in list(files.items()) + list(setup_files.items()):
+            if not isinstance(name, str) or not isinstance(text, str):
+                raise SandboxError(f"sandbox files must map str paths to str text, got {name!r}")
+            rel = PurePosixPath(name)
+            if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\x00" in name:
+                raise SandboxError(f"sandbox file path {name!r} must be relative and stay inside the code dir")
+            if name in files and rel.parts[0].startswith(_RESERVED_PREFIX):
+                raise SandboxError(f"sandbox file path {name!r} uses the reserved prefix {_RESERVED_PREFIX!r}")
+            target = code.joinpath(*rel.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        for path in [code, *code.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    except BaseException:
+        shutil.rmtree(code, ignore_errors=True)
+        raise
+    return code
+
+
+def child_env(home: str) -> dict[str, str]:
+    """The whole environment of a sandboxed Python: nothing of the harness's leaks in."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home,
            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "0"}  # reproducible set/dict orders across runs
     # one thread per numeric library: thread pools count against the process limit
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
                 "NUMEXPR_NUM_THREADS"):
         env[var] = "1"
-    env["NUMBA_CACHE_DIR"] = str(scratch / ".numba_cache")
+    env["NUMBA_CACHE_DIR"] = home + "/.numba_cache"
     return env
 
 
-def _execute(job_path: Path, scratch: Path, mode: str, limits: RunLimits, n_calls: int) -> SandboxResult:
+class _RunState:
+    """What the parent learns from the result channel while the child runs."""
+
+    def __init__(self, per_call: list[float | None]) -> None:
+        self.per_call = per_call
+        self.ready = False
+        self.done = False
+        self.fatal: dict[str, Any] | None = None
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.current: tuple[int, float] | None = None  # (call, monotonic start) of the running call
+        self.last_start = -1
+        self.bad: str | None = None
+        self.buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        self.buffer += chunk
+        *lines, rest = bytes(self.buffer).split(b"\n")
+        self.buffer = bytearray(rest)
+        for line in lines:
+            if line.strip() and self.bad is None and self.fatal is None and not self.done:
+                self._message(line)
+
+    def _message(self, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            self.bad = f"bad output: the result channel held invalid data ({str(exc)[:200]})"
+            return
+        if not isinstance(msg, dict):
+            self.bad = "bad output: the result channel held invalid data"
+        elif msg.get("fatal"):
+            self.fatal = msg
+        elif msg.get("ready") is True and not self.ready:
+            self.ready = True
+        elif msg.get("done") is True:
+            self.done = True
+        elif type(msg.get("start")) is int:
+            index = msg["start"]
+            # calls start in increasing order, each once: a forged start cannot restart a timer
+            if self.last_start < index < len(self.per_call) and index not in self.calls:
+                self.last_start = index
+                self.current = (index, time.monotonic())
+        elif type(msg.get("call")) is int and 0 <= msg["call"] < len(self.per_call) and msg["call"] not in self.calls:
+            self.calls[msg["call"]] = {k: msg.get(k) for k in ("call", "ok", "value", "error_kind", "error", "seconds")
+                                       if k in msg}
+            if self.current and self.current[0] == msg["call"]:
+                self.current = None
+
+    def call_deadline(self) -> float | None:
+        if self.current is None:
+            return None
+        seconds = self.per_call[self.current[0]]
+        return None if not seconds else self.current[1] + seconds + PARENT_SLACK_SECONDS
+
+
+def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
+             per_call: list[float | None]) -> SandboxResult:
     read_fd, write_fd = os.pipe()
+    privileged = os.geteuid() == 0
+    if level == "none":
+        scratch = tempfile.mkdtemp(prefix="heldout-sbx-")
+        job.update(code=str(code), scratch=scratch, uid=None)
+        prefix: list[str] = []
+    else:
+        scratch = SCRATCH_DIR
+        job.update(code=CODE_DIR, scratch=scratch,
+                   uid=random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged else None)
+        prefix = [*bwrap_argv(AllowList(code=code, scratch_mb=scratch_mb(limits)), privileged=privileged), "--"]
     # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
-    cmd = [sys.executable, "-s", "-c", _CHILD_SOURCE, str(job_path), str(write_fd)]
-    if mode != "none":
-        cmd = [shutil.which("unshare") or "unshare", *_UNSHARE_ARGS[mode], "--", *cmd]
+    cmd = [*prefix, sys.executable, "-s", "-c", _CHILD_SOURCE, str(write_fd)]
+    group = RunGroup.create(memory_mb=limits.memory_mb, max_processes=limits.max_processes) \
+        if level != "none" else RunGroup("rlimit")
+    level_name = level if level == "none" else f"bwrap+{group.level}"
+    cmd = group.attach_argv(cmd)
     stdout_cap = max(limits.max_output_bytes, 64 * 1024)
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True,
-                                env=_child_env(scratch), cwd=str(scratch))
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                pass_fds=(write_fd,), start_new_session=True, env=child_env(scratch),
+                                cwd=scratch if level == "none" else "/")
     except OSError as exc:
         os.close(read_fd)
         os.close(write_fd)
+        group.close()
         return SandboxResult(False, None, f"sandbox could not start Python: {exc}", "sandbox_error", "",
-                             0.0, limits, mode)
+                             0.0, limits, level_name)
     os.close(write_fd)
+    # the job goes through stdin (nothing of it stays readable in the sandbox); a thread, because
+    # a large job does not fit the pipe before the child starts reading
+    feeder = threading.Thread(target=_feed_job, args=(proc, json.dumps(job).encode()), daemon=True)
+    feeder.start()
+    state = _RunState(per_call)
     deadline = time.monotonic() + limits.wall_seconds
-    result_buf = bytearray()
     stdout_tail = bytearray()
-    stdout_total = 0
+    stdout_total = result_total = 0
     killed_for: str | None = None
     sel = selectors.DefaultSelector()
     sel.register(read_fd, selectors.EVENT_READ, "result")
     sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
     open_streams = 2
+    next_cpu_check = 0.0
     try:
         while open_streams:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            now = time.monotonic()
+            call_deadline = state.call_deadline()
+            if now >= deadline:
                 killed_for = "timeout"
                 break
-            for key, _ in sel.select(timeout=min(remaining, 0.5)):
+            if call_deadline is not None and now >= call_deadline:
+                killed_for = "call_timeout"
+                break
+            if now >= next_cpu_check:
+                used = group.cpu_seconds()
+                if used is not None and used > limits.cpu_seconds + 0.5:
+                    killed_for = "cpu"
+                    break
+                next_cpu_check = now + 0.25
+            wait = min(deadline, call_deadline or deadline, next_cpu_check) - now
+            for key, _ in sel.select(timeout=max(0.0, min(wait, 0.5))):
                 fd = key.fd if key.data == "result" else proc.stdout.fileno()
                 chunk = os.read(fd, 65536)
                 if not chunk:
@@ -302,119 +424,130 @@ def _execute(job_path: Path, scratch: Path, mode: str, limits: RunLimits, n_call
                     open_streams -= 1
                     continue
                 if key.data == "result":
-                    result_buf += chunk
-                    if len(result_buf) > limits.max_output_bytes:
+                    result_total += len(chunk)
+                    if result_total > limits.max_output_bytes:
                         killed_for = "output_too_large"
+                    else:
+                        state.feed(chunk)
                 else:
                     stdout_total += len(chunk)
                     stdout_tail += chunk
                     del stdout_tail[:-STDOUT_TAIL_BYTES]
                     if stdout_total > stdout_cap:
                         killed_for = "stdout_too_large"
-            if killed_for:
+            if killed_for or state.done or state.fatal or state.bad:
                 break
     finally:
-        # close our ends first: a writer blocked on a full pipe (even unshare itself) then fails
-        # with EPIPE instead of keeping the namespace alive
+        # close our ends first: a writer blocked on a full pipe then fails instead of hanging
         sel.close()
         os.close(read_fd)
         proc.stdout.close()
-        _kill_group(proc, mode)
-    cpu_used = _reap(proc, timeout=None) or 0.0
+        _kill(proc, group)
+    cpu_used = _reap(proc)
+    if group.cpu_seconds() is not None:
+        cpu_used = max(cpu_used, group.cpu_seconds() or 0.0)
+    memory_hit, procs_hit, peak = group.memory_exceeded(), group.processes_exceeded(), group.peak_memory_mb()
+    group.close()
+    if level == "none":
+        shutil.rmtree(scratch, ignore_errors=True)
     tail = stdout_tail.decode("utf-8", errors="replace")
-    return _interpret(result_buf, killed_for, proc.returncode, cpu_used, tail, limits, mode, n_calls)
+    result = _interpret(state, killed_for, proc.returncode, cpu_used, memory_hit, procs_hit, tail, limits,
+                        level_name)
+    result.peak_memory_mb = peak
+    return result
 
 
-def _kill_group(proc: subprocess.Popen, mode: str) -> None:
-    """Kill everything the run started. With namespaces, killing the namespace's first process
-    makes the kernel kill every process in it, and ``unshare`` exits only once they are all gone,
-    so waiting for it guarantees nothing survives; the process-group kill covers the rest."""
-    if mode != "none" and proc.poll() is None:
-        try:
-            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        except OSError:
-            children = []
-        for child in children:
-            try:
-                os.kill(int(child), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, ValueError):
-                pass
-        _reap(proc, timeout=10.0)
+def _feed_job(proc: subprocess.Popen, data: bytes) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        proc.stdin.write(data)
+        proc.stdin.close()
+    except (OSError, ValueError):
         pass
 
 
-def _reap(proc: subprocess.Popen, timeout: float | None) -> float | None:
-    """Wait for ``proc`` (at most ``timeout`` s; None = forever), record its exit code and return
-    the CPU seconds it and its reaped descendants used (None if it is still running)."""
-    if proc.returncode is not None:
-        return getattr(proc, "_heldout_cpu", 0.0)
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, 0 if deadline is None else os.WNOHANG)
-        if pid == proc.pid:
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            proc._heldout_cpu = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
-            return proc._heldout_cpu  # type: ignore[attr-defined]
-        if deadline is not None and time.monotonic() > deadline:
-            return None
-        time.sleep(0.005)
+def _kill(proc: subprocess.Popen, group: RunGroup) -> None:
+    """Kill everything the run started: the cgroup (every process, wherever it went), bwrap (its
+    PID namespace dies with it) and the process group."""
+    group.kill_all()
+    # os.kill, not proc.kill(): Popen.send_signal polls and would reap the child before wait4
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
-def _interpret(result_buf: bytes, killed_for: str | None, returncode: int, cpu_used: float, tail: str,
-               limits: RunLimits, mode: str, n_calls: int) -> SandboxResult:
-    def fail(kind: str, error: str, calls: list | None = None) -> SandboxResult:
-        return SandboxResult(False, None, error, kind, tail, 0.0, limits, mode, calls or [])
+def _reap(proc: subprocess.Popen) -> float:
+    """Wait for ``proc``, record its exit code and return the CPU seconds it and its reaped
+    descendants used."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
 
-    calls: list[dict[str, Any]] = []
-    fatal: dict[str, Any] | None = None
-    done = False
+
+def _interpret(state: _RunState, killed_for: str | None, returncode: int, cpu_used: float, memory_hit: bool,
+               procs_hit: bool, tail: str, limits: RunLimits, level: str) -> SandboxResult:
+    calls = [state.calls[i] for i in sorted(state.calls)]
+
+    def fail(kind: str, error: str) -> SandboxResult:
+        return SandboxResult(False, None, error, kind, tail, 0.0, limits, level, calls)
+
     if killed_for == "output_too_large":
         return fail("output_too_large", f"output too large: the result exceeded {limits.max_output_bytes} bytes")
-    for line in bytes(result_buf).split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            return fail("bad_output", f"bad output: the result channel held invalid data ({str(exc)[:200]})", calls)
-        if not isinstance(msg, dict):
-            return fail("bad_output", "bad output: the result channel held invalid data", calls)
-        if msg.get("fatal"):
-            fatal = msg
-            break
-        if msg.get("done"):
-            done = True
-            break
-        if isinstance(msg.get("call"), int):
-            calls.append(msg)
-    if fatal is not None:
-        kind = fatal.get("error_kind") if fatal.get("error_kind") in ERROR_KINDS else "crash"
-        return fail(kind, str(fatal.get("error"))[:8000], calls)
+    if state.bad:
+        return fail("bad_output", state.bad)
+    if state.fatal is not None:
+        kind = state.fatal.get("error_kind")
+        if kind == "sandbox_error" and state.ready:
+            # written by the candidate: only the child's own setup (before "ready") may say this
+            kind, note = "crash", " (the program claimed a sandbox error after the sandbox was ready)"
+        else:
+            note = ""
+        if kind not in ERROR_KINDS:
+            kind = "crash"
+        return fail(kind, str(state.fatal.get("error"))[:8000] + note)
+    if killed_for == "call_timeout":
+        index, _ = state.current  # type: ignore[misc]
+        seconds = state.per_call[index]
+        calls.append({"call": index, "ok": False, "error_kind": "timeout", "parent_enforced": True,
+                      "error": f"timeout after {seconds:.3g} s wall (per-call limit, enforced by the parent: "
+                               f"the program did not stop when signalled)"})
+        return SandboxResult(False, None, calls[-1]["error"], "timeout", tail, 0.0, limits, level, calls)
     if killed_for == "timeout":
-        return fail("timeout", f"timeout after {limits.wall_seconds:g} s wall (limit)", calls)
+        return fail("timeout", f"timeout after {limits.wall_seconds:g} s wall (limit)")
+    if killed_for == "cpu":
+        return fail("timeout", f"timeout: cpu time limit of {limits.cpu_seconds:g} s exceeded (whole run)")
     if killed_for == "stdout_too_large":
         return fail("output_too_large", f"output too large: the program printed more than "
-                    f"{max(limits.max_output_bytes, 64 * 1024)} bytes", calls)
-    if not done:
+                    f"{max(limits.max_output_bytes, 64 * 1024)} bytes")
+    if not state.ready and not state.done:
+        return fail("sandbox_error", f"the sandbox could not be set up (exit code {returncode})" +
+                    (f"\n{tail[-1500:]}" if tail else ""))
+    if not state.done:
+        if memory_hit:
+            return fail("memory", f"memory limit exceeded: the run's processes together used more than "
+                                  f"{limits.memory_mb} MB (whole-run limit)")
         if cpu_used >= limits.cpu_seconds - 0.05:
-            return fail("timeout", f"timeout: cpu time limit of {limits.cpu_seconds:g} s exceeded", calls)
+            return fail("timeout", f"timeout: cpu time limit of {limits.cpu_seconds:g} s exceeded")
+        how = f"the program exited (code {returncode}) without returning a result"
         if returncode < 0:
-            name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
-            return fail("crash", f"the program was killed by signal {name}" +
-                        (f"\n{tail[-1500:]}" if tail else ""), calls)
-        return fail("crash", f"the program exited (code {returncode}) without returning a result" +
-                    (f"\n{tail[-1500:]}" if tail else ""), calls)
+            name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ \
+                else str(-returncode)
+            how = f"the program was killed by signal {name}"
+        if procs_hit:
+            how += f" (process limit of {limits.max_processes} reached)"
+        return fail("crash", how + (f"\n{tail[-1500:]}" if tail else ""))
     failed = [c for c in calls if not c.get("ok")]
+    for c in failed:
+        if c.get("error_kind") not in CANDIDATE_KINDS:
+            c["error_kind"] = "crash"  # a call's failure is always the program's
     if failed:
         first = failed[0]
-        kind = first.get("error_kind") if first.get("error_kind") in ERROR_KINDS else "crash"
-        return fail(kind, str(first.get("error"))[:8000], calls)
-    if len(calls) != n_calls:
-        return fail("crash", f"the program returned {len(calls)} of {n_calls} results", calls)
-    return SandboxResult(True, [c.get("value") for c in calls], None, None, tail, 0.0, limits, mode, calls)
+        error = str(first.get("error"))[:8000]
+        if first["error_kind"] == "memory" or memory_hit:
+            return fail("memory", error)
+        return fail(first["error_kind"], error)
+    return SandboxResult(True, [c.get("value") for c in calls], None, None, tail, 0.0, limits, level, calls)
 
 
 def decode_typed(value: Any) -> Any:
@@ -441,5 +574,6 @@ def decode_typed(value: Any) -> Any:
     return value
 
 
-__all__ = ["decode_typed", "SandboxResult", "SandboxError", "run_function", "run_calls", "isolation_mode",
-           "default_hidden_paths", "ERROR_KINDS"]
+__all__ = ["decode_typed", "SandboxResult", "SandboxError", "NoSandbox", "run_function", "run_calls",
+           "isolation_mode", "isolation_level", "require_sandbox", "allow_unsafe_no_sandbox", "unsafe_allowed",
+           "child_env", "ERROR_KINDS", "CANDIDATE_KINDS"]

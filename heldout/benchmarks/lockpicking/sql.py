@@ -15,8 +15,11 @@ Rules, in the order they are applied:
    functions (``read_csv``), ``REPEAT``/``LPAD``/``REPLACE`` (memory amplifiers) and every
    function not listed are refused by name.
 4. Execution in a fresh in-memory DuckDB that has file system access, extension install/autoload
-   and configuration changes switched off, one thread, a memory limit, and a wall-clock timeout
-   enforced by a timer thread that interrupts the query.
+   and configuration changes switched off and a memory limit, **inside the sandbox**
+   (:mod:`heldout.benchmarks.lockpicking.sql_child`): the sandbox's parent enforces the wall limit
+   by killing the process, so a slow query always stops at its timeout. Only a body that calls
+   ``AI_COMPLETE`` (which needs the harness's metered worker) runs in-process, under a timer
+   that interrupts the query.
 
 The output of the expression must be an integer or a string holding one (``'3'``, ``' 3 '``);
 anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for that example.
@@ -24,12 +27,15 @@ anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for th
 
 from __future__ import annotations
 
+import os
+import base64
 import re
+from pathlib import Path
 import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -37,6 +43,10 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
+
+from heldout.benchmarks.lockpicking import sql_child
+from heldout.contracts import RunLimits
+from heldout.sandbox import SandboxError, run_function
 
 if TYPE_CHECKING:
     from heldout.benchmarks.lockpicking.rules import RuleSystem
@@ -82,7 +92,7 @@ ALLOWED_TYPES = frozenset({
 })
 # Integer output: optional blanks, optional sign, at most 9 digits. One regex, used in DuckDB for
 # SQL candidates so per-example and exhaustive runs parse identically.
-_OUTPUT_RE = r"^[ \t\r\n]*([+-]?[0-9]{1,9})[ \t\r\n]*$"
+_OUTPUT_RE = sql_child.OUTPUT_RE
 
 
 class SqlRejected(Exception):
@@ -101,11 +111,17 @@ class SqlExecutionError(Exception):
 
 @dataclass(frozen=True)
 class CheckedSql:
-    """A validated candidate: the original body, its DuckDB translation and what it calls."""
+    """A validated candidate: the original body, its DuckDB translation and what it calls.
+
+    ``shared`` names the substrings-of-PROGRAM that occur more than once (``(column, DuckDB
+    expression)``) and ``duckdb_sql_shared`` is the translation reading them from those columns:
+    the exhaustive check computes each once per row instead of once per occurrence."""
 
     source: str
     duckdb_sql: str
     uses_ai: bool
+    shared: tuple[tuple[str, str], ...] = ()
+    duckdb_sql_shared: str | None = None
 
 
 def _node_name(node: exp.Expression) -> str:
@@ -177,9 +193,56 @@ def _check_sql(body: str) -> CheckedSql:
     tree = tree.transform(_route_ai_complete)
     try:
         duck = tree.sql(dialect="duckdb")
+        shared, duck_shared = _share_substrings(tree)
     except SqlglotError as exc:
         raise SqlRejected(f"the SQL body cannot be translated to DuckDB: {exc}", "malformed_candidate") from None
-    return CheckedSql(source=body, duckdb_sql=duck, uses_ai=uses_ai)
+    return CheckedSql(source=body, duckdb_sql=duck, uses_ai=uses_ai, shared=shared, duckdb_sql_shared=duck_shared)
+
+
+# Functions of PROGRAM and integer literals: deterministic, so computing one once per row and
+# reading it wherever it occurs gives the same values (a run that raises falls back to the plain
+# translation, so even an error inside an untaken branch cannot change a verdict).
+_SHAREABLE = (exp.Substring, exp.Left, exp.Right, exp.Length, exp.Upper, exp.Lower)
+_SHARED_PREFIX = "heldout_shared_"
+
+
+def _is_int_literal(node: Any) -> bool:
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit()
+
+
+def _shareable_sql(node: exp.Expression) -> str | None:
+    if not isinstance(node, _SHAREABLE):
+        return None
+    this = node.args.get("this")
+    if not (isinstance(this, exp.Column) and not this.table and this.name.upper() == "PROGRAM"):
+        return None
+    for key, value in node.args.items():
+        if key == "this" or value is None or isinstance(value, bool):  # flags only steer the translation
+            continue
+        if not _is_int_literal(value):
+            return None
+    return node.sql(dialect="duckdb")
+
+
+def _share_substrings(tree: exp.Expression) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    counts: dict[str, int] = {}
+    for node in tree.walk():
+        key = _shareable_sql(node)
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    repeated = [key for key, n in counts.items() if n > 1]
+    if not repeated:
+        return (), None
+    names = {key: f"{_SHARED_PREFIX}{k}" for k, key in enumerate(repeated)}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        key = _shareable_sql(node)
+        return exp.column(names[key]) if key in names else node
+
+    rewritten = tree.copy().transform(swap)
+    return tuple((name, key) for key, name in names.items()), rewritten.sql(dialect="duckdb")
 
 
 def _route_ai_complete(node: exp.Expression) -> exp.Expression:
@@ -200,12 +263,30 @@ class SqlRun:
     ai_errors: list[str] = field(default_factory=list)
 
 
-def _connect(memory_mb: int) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(":memory:", config={
-        "enable_external_access": False, "autoinstall_known_extensions": False,
-        "autoload_known_extensions": False, "allow_unsigned_extensions": False,
-        "threads": 1, "memory_limit": f"{max(64, int(memory_mb))}MB",
-    })
+_connect = sql_child.connect
+SQL_HELPER_MODULE = "_heldout_lockpicking_sql"
+_SQL_HELPER_SOURCE = Path(sql_child.__file__).read_text(encoding="utf-8")
+DUCKDB_HEADROOM_MB = 1024  # address space DuckDB (and numpy, for the exhaustive check) map beyond memory_limit
+
+
+def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: int) -> dict:
+    """Run a function of :mod:`sql_child` in the sandbox; its answer, or SqlExecutionError."""
+    limits = RunLimits(wall_seconds=wall_seconds, cpu_seconds=2 * wall_seconds,
+                       memory_mb=memory_mb + DUCKDB_HEADROOM_MB, max_output_bytes=64 * 1024 * 1024)
+    try:
+        result = run_function({}, SQL_HELPER_MODULE, function, [*args], limits=limits,
+                              setup_files={f"{SQL_HELPER_MODULE}.py": _SQL_HELPER_SOURCE})
+    except SandboxError as exc:
+        raise SqlExecutionError(f"cannot run the query: {exc}", "sandbox_error") from None
+    if not result.ok:
+        kind = result.error_kind or "crash"
+        message = f"timeout after {wall_seconds:g} s wall (limit)" if kind == "timeout" else str(result.error)[:500]
+        raise SqlExecutionError(message, kind)
+    value = result.value if isinstance(result.value, dict) else {}
+    if "error" in value:
+        prefix = "out of memory" if value.get("kind") == "memory" else "execution failed"
+        raise SqlExecutionError(f"{prefix}: {value['error']}", value.get("kind", "crash"))
+    return value
 
 
 class _Watchdog:
@@ -244,22 +325,36 @@ def run_query(con: duckdb.DuckDBPyConnection, query: str, wall_seconds: float, *
             raise SqlExecutionError(f"execution failed: {str(exc).splitlines()[0]}") from None
 
 
-def _load(con: duckdb.DuckDBPyConnection, programs: Sequence[str], all_six_digit: bool) -> None:
-    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`.
-    con.execute("CREATE TABLE examples (i BIGINT, PROGRAM VARCHAR)")
-    if all_six_digit:
-        con.execute("INSERT INTO examples SELECT range, lpad(CAST(range AS VARCHAR), 6, '0') FROM range(1000000)")
-    offset = 10**6 if all_six_digit else 0
-    if programs:  # one statement for the whole list (executemany costs milliseconds per row)
-        con.execute("INSERT INTO examples SELECT ? + k - 1, p FROM "
-                    "(SELECT unnest(?::VARCHAR[]) AS p, generate_subscripts(?::VARCHAR[], 1) AS k)",
-                    [offset, list(programs), list(programs)])
-    con.execute("SET lock_configuration = true")
+_load = sql_child.load
+
+
+# A lone digit is by far the commonest output; reading it directly skips the regex for it (same value).
+_PARSE_OUTPUT = (f"CASE WHEN raw IN ({', '.join(repr(str(d)) for d in range(10))}) THEN CAST(raw AS INTEGER) "
+                 f"ELSE TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) END")
+
+
+_ALL_SIX_DIGIT = sql_child.ALL_SIX_DIGIT
+# The exhaustive check reads the six-digit strings as they are generated (no table to fill), the
+# malformed ones from the table, and may use both cores: it is one trusted query over 10^6 rows.
+_EXHAUSTIVE_SOURCE = f"({_ALL_SIX_DIGIT} UNION ALL SELECT i, PROGRAM FROM examples)"
+EXHAUSTIVE_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
 def _query(checked: CheckedSql) -> str:
-    return (f"SELECT raw, TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) AS y FROM "
+    return (f"SELECT raw, {_PARSE_OUTPUT} AS y FROM "
             f"(SELECT i, CAST(({checked.duckdb_sql}) AS VARCHAR) AS raw FROM examples) ORDER BY i")
+
+
+def _exhaustive_query(checked: CheckedSql, shared: bool) -> str:
+    """Row number and parsed output only (the raw text is not needed); with ``shared``, the
+    repeated substrings come from an inner projection computed once per row."""
+    if shared and checked.duckdb_sql_shared is not None:
+        inner = ", ".join(f"{sql} AS {name}" for name, sql in checked.shared)
+        source = f"(SELECT i, PROGRAM, {inner} FROM {_EXHAUSTIVE_SOURCE})"
+        expr = checked.duckdb_sql_shared
+    else:
+        source, expr = _EXHAUSTIVE_SOURCE, checked.duckdb_sql
+    return f"SELECT i, {_PARSE_OUTPUT} AS y FROM (SELECT i, CAST(({expr}) AS VARCHAR) AS raw FROM {source})"
 
 
 def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float, memory_mb: int,
@@ -270,6 +365,12 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
                                 "a session with a worker model (--worker-model/--base-url)",
                                 "model_error")
     started = time.perf_counter()
+    if not checked.uses_ai:
+        rows = _in_sandbox("run_rows", [_query(checked), list(programs), memory_mb], wall_seconds=wall_seconds,
+                           memory_mb=memory_mb).get("rows")
+        if not isinstance(rows, list) or len(rows) != len(programs):
+            raise SqlExecutionError("the query returned a malformed result")
+        return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows], seconds=time.perf_counter() - started)
     ai_errors: list[str] = []
     con = _connect(memory_mb)
     try:
@@ -292,27 +393,34 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
 
 
 def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_seconds: float,
-                       memory_mb: int) -> "np.ma.MaskedArray":
+                       memory_mb: int, shared: bool = True) -> "np.ma.MaskedArray":
     """The candidate's parsed outputs on all 10^6 six-digit strings (index = value) followed by
-    ``malformed``; masked where the output is not an integer. Deterministic candidates only."""
+    ``malformed``; masked where the output is not an integer. Deterministic candidates only.
+    ``shared=False`` evaluates the plain translation (each substring at each occurrence)."""
     if checked.uses_ai:
         raise SqlExecutionError("the exhaustive check is for deterministic candidates; this one calls AI_COMPLETE",
                                 "not_deterministic")
-    con = _connect(memory_mb)
+    started = time.monotonic()
+
+    def outputs_for(query: str, seconds: float) -> dict:
+        return _in_sandbox("run_outputs", [query, list(malformed), memory_mb, EXHAUSTIVE_THREADS],
+                           wall_seconds=seconds, memory_mb=memory_mb)
+
     try:
-        _load(con, malformed, all_six_digit=True)
-        # No ORDER BY: sorting 10^6 rows costs more than placing them by i with numpy.
-        query = _query(checked).replace("SELECT raw,", "SELECT i, raw,", 1).rsplit(" ORDER BY i", 1)[0]
-        cols = run_query(con, query, wall_seconds, numpy=True)
-    finally:
-        con.close()
+        got = outputs_for(_exhaustive_query(checked, shared=shared), wall_seconds)
+    except SqlExecutionError as exc:
+        if exc.kind != "crash" or not shared or checked.duckdb_sql_shared is None:
+            raise
+        # a shared substring raised where the plain expression might not evaluate it: ask the plain one
+        got = outputs_for(_exhaustive_query(checked, shared=False), max(0.1, wall_seconds - (time.monotonic() - started)))
     n = 10**6 + len(malformed)
-    order = np.asarray(cols["i"], dtype=np.int64)
-    if order.size != n or np.ma.getmaskarray(cols["i"]).any():
-        raise SqlExecutionError(f"the exhaustive query returned {order.size} rows, expected {n}")
-    values, missing = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
-    values[order] = np.ma.getdata(cols["y"]).astype(np.int64)
-    missing[order] = np.ma.getmaskarray(cols["y"])
+    try:
+        values = np.frombuffer(base64.b64decode(got["values"]), dtype="<i8").astype(np.int64)
+        missing = np.frombuffer(base64.b64decode(got["missing"]), dtype=np.uint8).astype(bool)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SqlExecutionError(f"the exhaustive query returned a malformed result ({exc})") from None
+    if values.size != n or missing.size != n:
+        raise SqlExecutionError(f"the exhaustive query returned {values.size} rows, expected {n}")
     return np.ma.masked_array(values, mask=missing)
 
 

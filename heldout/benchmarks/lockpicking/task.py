@@ -97,10 +97,6 @@ class LockpickingBenchmark(Benchmark):
         """The paper's seed in its prompt form (needs a worker model)."""
         return {PROMPT: (CANDIDATES_DIR / "seed_instruction.txt").read_text(encoding="utf-8")}
 
-    def reference_candidate(self) -> Candidate:
-        """The CoCoEvolve champion's full rule set as a SQL body (scores 50/50, exhaustive 1.0)."""
-        return {SQL: (CANDIDATES_DIR / "champion.sql").read_text(encoding="utf-8")}
-
     def candidate_from_path(self, path: str) -> Candidate:
         suffix = Path(path).suffix.lower()
         component = {".sql": SQL, ".py": PYTHON, ".txt": PROMPT, ".md": PROMPT}.get(suffix)

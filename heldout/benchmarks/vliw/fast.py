@@ -20,6 +20,8 @@ reported ``pc`` after such a jump differs from the reference's exact big integer
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -245,6 +247,187 @@ def decode(program: Sequence[Any]) -> DecodedProgram:
                           charged=np.frombuffer(bytes(charged), dtype=np.uint8).copy(),
                           counts=np.array(counts, dtype=np.int64).reshape(len(program), n_engines),
                           messages=messages)
+
+
+# -- the compact form (what the sandboxed builder sends) -----------------------------------------
+COMPACT_FORMAT = "heldout-vliw-compact/1"
+COMPACT_OPERAND_BOUND = 1 << 62
+_WIRE_DTYPES = {"u1": np.dtype("u1"), "u2": np.dtype("<u2"), "i4": np.dtype("<i4"), "i8": np.dtype("<i8")}
+_COMPACT_KEYS = {"format", "strings", "n_groups", "group_engine", "group_slots", "slot_ids", "unique_op",
+                 "unique_n", "unique_operands"}
+MAX_COMPACT_STRINGS = 1 << 20
+MAX_COMPACT_COUNT = 1 << 26  # per group slots / per slot operands: keeps every sum far from int64 overflow
+
+
+class CompactFormError(ValueError):
+    """The compact payload is not a well-formed serialisation of some instruction stream."""
+
+
+def _wire_array(payload: Mapping[str, Any], name: str, length: int | None, lo: int, hi: int) -> np.ndarray:
+    """Field ``name``: ``{"dtype", "data": base64}`` -> int64 array, checked for length and range."""
+    field = payload[name]
+    if not isinstance(field, dict) or set(field) != {"dtype", "data"} or not isinstance(field["data"], str):
+        raise CompactFormError(f"{name} is not {{dtype, data}}")
+    dtype = _WIRE_DTYPES.get(field["dtype"]) if isinstance(field["dtype"], str) else None
+    if dtype is None:
+        raise CompactFormError(f"{name} has dtype {field['dtype']!r}, not one of {sorted(_WIRE_DTYPES)}")
+    try:
+        raw = base64.b64decode(field["data"], validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CompactFormError(f"{name} is not base64: {exc}") from None
+    if len(raw) % dtype.itemsize:
+        raise CompactFormError(f"{name} holds {len(raw)} bytes, not a whole number of {dtype} words")
+    arr = np.frombuffer(raw, dtype=dtype).astype(np.int64)
+    if length is not None and len(arr) != length:
+        raise CompactFormError(f"{name} has {len(arr)} entries, expected {length}")
+    if arr.size and (arr.min() < lo or arr.max() > hi):
+        raise CompactFormError(f"{name} has entries outside [{lo}, {hi}]")
+    return arr
+
+
+def decode_compact(payload: Any, max_bundles: int) -> DecodedProgram:
+    """Decode the compact form of a stream (see ``build_runner.compact``) into exactly what
+    :func:`decode` gives for the stream itself: same rows, starts, charges, counts and fault
+    messages. The payload comes from the candidate's process, so it is checked as hostile input
+    (types, sizes, ranges, one group per engine per bundle, no ``debug`` group) and only the raw
+    stream is taken from it: every row is decoded here, each distinct (engine, slot) once by
+    the same encoder as :func:`decode`, and the bundles are assembled vectorised.
+    Raises :class:`CompactFormError`."""
+    if not isinstance(payload, dict) or set(payload) != _COMPACT_KEYS or payload["format"] != COMPACT_FORMAT:
+        raise CompactFormError(f"not a {COMPACT_FORMAT} payload")
+    strings = payload["strings"]
+    if not isinstance(strings, list) or len(strings) > MAX_COMPACT_STRINGS \
+            or not all(type(t) is str for t in strings) or len(set(strings)) != len(strings):
+        raise CompactFormError("strings must be a list of distinct str")
+    n_str = len(strings)
+    big = MAX_COMPACT_COUNT
+    n_groups = _wire_array(payload, "n_groups", None, 0, n_str)
+    n_b = len(n_groups)
+    if n_b > max_bundles:
+        raise CompactFormError(f"the program has {n_b} bundles; the cap is {max_bundles}")
+    g_engine = _wire_array(payload, "group_engine", int(n_groups.sum()), 0, n_str - 1)
+    g_slots = _wire_array(payload, "group_slots", len(g_engine), 0, big)
+    u_op = _wire_array(payload, "unique_op", None, 0, n_str - 1)
+    u_n = _wire_array(payload, "unique_n", len(u_op), 0, big)
+    n_s = int(g_slots.sum()) if len(g_slots) else 0
+    slot_ids = _wire_array(payload, "slot_ids", n_s, 0, len(u_op) - 1)
+    u_operands = _wire_array(payload, "unique_operands", int(u_n.sum()) if len(u_n) else 0,
+                             -COMPACT_OPERAND_BOUND + 1, COMPACT_OPERAND_BOUND - 1)
+    n_g = len(g_engine)
+
+    # per string: the engine's slot limit (-1: not an engine), its counts column; debug is never sent
+    limit_of = np.array([SLOT_LIMITS.get(t, -1) if t != "debug" else -2 for t in strings] or [0], np.int64)
+    column_of = np.array([ENGINE_INDEX.get(t, -1) for t in strings] or [0], np.int64)
+    if n_g and (limit_of[g_engine] == -2).any():
+        raise CompactFormError("a debug group was sent (debug keys are dropped before sending)")
+    g_bundle = np.repeat(np.arange(n_b, dtype=np.int64), n_groups)
+    if n_g and n_groups.max() > 1:
+        pair = g_bundle * n_str + g_engine
+        if len(np.unique(pair)) != n_g:
+            raise CompactFormError("a bundle names one engine twice")
+
+    g_limit = limit_of[g_engine] if n_g else np.zeros(0, np.int64)
+    g_unknown = g_limit < 0
+    g_over = ~g_unknown & (g_slots > g_limit)
+    g_fault = g_unknown | g_over
+    # Items in stream order: each group's header, then its slots. A bundle stops at its first
+    # faulting item: a bad group header (unknown engine, too many slots) or a bad slot.
+    s_group = np.repeat(np.arange(n_g, dtype=np.int64), g_slots)
+    g_first_slot = np.cumsum(g_slots) - g_slots
+    g_item = g_first_slot + np.arange(n_g, dtype=np.int64)
+    s_item = np.arange(n_s, dtype=np.int64) + s_group + 1
+    s_bundle = g_bundle[s_group]
+    s_examined = ~g_fault[s_group]
+
+    # decode each distinct (engine, slot) of the groups that are examined, with the plain encoder
+    s_pair = np.full(n_s, -1, np.int64)
+    examined = np.flatnonzero(s_examined)
+    keys = g_engine[s_group[examined]] * max(len(u_op), 1) + slot_ids[examined]
+    pair_keys, s_pair[examined] = np.unique(keys, return_inverse=True)
+    offsets = np.concatenate(([0], np.cumsum(u_n))).tolist()
+    operands = u_operands.tolist()
+    u_op_l, u_n_l = u_op.tolist(), u_n.tolist()
+    dec = _Decoder()
+    n_p = len(pair_keys)
+    p_rows = np.zeros((n_p, 5), np.int64)
+    p_fault = np.zeros(n_p, bool)
+    p_rel = np.zeros(n_p, bool)
+    p_rel_offset = np.zeros(n_p, np.int64)
+    p_message: list[str | None] = [None] * n_p
+    width = max(len(u_op), 1)
+    for p, key in enumerate(pair_keys.tolist()):
+        engine, u = strings[key // width], key % width
+        slot = (strings[u_op_l[u]], *operands[offsets[u]:offsets[u] + u_n_l[u]])
+        row = dec.encode(engine, slot, 0)
+        if row[0] == OP_FAULT:
+            p_fault[p] = True
+            p_message[p] = row[5]
+            row = row[:5]
+        elif engine == "flow" and slot[0] == "cond_jump_rel":
+            p_rel[p] = True  # the target depends on the bundle: index + 1 + offset, clamped
+            p_rel_offset[p] = slot[2]
+        p_rows[p] = row
+
+    # first faulting item of each bundle (items are laid out bundle after bundle, so sorting
+    # the candidates by item sorts them by bundle too)
+    s_fault = np.zeros(n_s, bool)
+    s_fault[examined] = p_fault[s_pair[examined]]
+    f_group = np.flatnonzero(g_fault)
+    f_slot = np.flatnonzero(s_fault)
+    f_item = np.concatenate((g_item[f_group], s_item[f_slot]))
+    f_bundle = np.concatenate((g_bundle[f_group], s_bundle[f_slot]))
+    f_is_slot = np.concatenate((np.zeros(len(f_group), bool), np.ones(len(f_slot), bool)))
+    f_ref = np.concatenate((f_group, f_slot))
+    order = np.argsort(f_item, kind="stable")
+    f_item, f_bundle, f_is_slot, f_ref = f_item[order], f_bundle[order], f_is_slot[order], f_ref[order]
+    _, first = np.unique(f_bundle, return_index=True)
+    f_item, f_bundle, f_is_slot, f_ref = f_item[first], f_bundle[first], f_is_slot[first], f_ref[first]
+    stop = np.full(n_b, np.iinfo(np.int64).max, np.int64)
+    stop[f_bundle] = f_item
+
+    emitted = np.flatnonzero(s_examined & (s_item < stop[s_bundle]))
+    rows = p_rows[s_pair[emitted]]
+    rel = p_rel[s_pair[emitted]]
+    if rel.any():
+        at = np.flatnonzero(rel)
+        target = s_bundle[emitted[at]] + 1 + p_rel_offset[s_pair[emitted[at]]]
+        rows[at, 2] = np.clip(target, -_BIG, _BIG)
+    fault_rows = np.zeros((len(f_item), 5), np.int64)
+    fault_rows[:, 0] = OP_FAULT
+    fault_messages: list[str] = []
+    for k, (is_slot, ref) in enumerate(zip(f_is_slot.tolist(), f_ref.tolist())):
+        if is_slot:
+            p = int(s_pair[ref])
+            kind_code, text = int(p_rows[p, 1]), p_message[p]
+        else:
+            engine = strings[int(g_engine[ref])]
+            if g_unknown[ref]:
+                kind_code, text = _F["unknown_engine"], f"unknown engine {engine!r}"
+            else:
+                kind_code = _F["slot_overflow"]
+                text = f"{int(g_slots[ref])} {engine} slots, limit {int(g_limit[ref])}"
+        fault_rows[k, 1] = kind_code
+        fault_messages.append(text)
+
+    per_bundle = np.bincount(s_bundle[emitted], minlength=n_b) + (stop < np.iinfo(np.int64).max)
+    start = np.zeros(n_b + 1, np.int64)
+    np.cumsum(per_bundle, out=start[1:])
+    messages: dict[int, str] = {}
+    if len(f_item):
+        items = np.concatenate((s_item[emitted], f_item))
+        order = np.argsort(items, kind="stable")
+        code = np.concatenate((rows, fault_rows))[order]
+        position = np.empty(len(order), np.int64)
+        position[order] = np.arange(len(order))
+        for k, pos in enumerate(position[len(emitted):].tolist()):
+            messages[pos] = fault_messages[k]
+    else:
+        code = rows
+    counted = np.flatnonzero(~g_fault & (g_item < stop[g_bundle]))
+    counts = np.zeros((n_b, len(CHECKED_ENGINES)), np.int64)
+    counts[g_bundle[counted], column_of[g_engine[counted]]] = g_slots[counted]
+    return DecodedProgram(code=np.ascontiguousarray(code, dtype=np.int64).reshape(len(code), 5), start=start,
+                          charged=(n_groups > 0).astype(np.uint8), counts=counts, messages=messages)
 
 
 # -- the interpreter -------------------------------------------------------------------------

@@ -6,7 +6,9 @@ How a candidate is evaluated (spec section 8):
 1. **Build, isolated.** A program candidate (one or more ``.py`` files; the entry file defines
    ``KernelBuilder``) runs in the sandbox with only the four shape parameters, before any test
    data exists, under a build-time limit and a program-size cap, next to a ``problem`` module with
-   the take-home's names. It returns the instruction stream as JSON text (bundle key order kept).
+   the take-home's names. It returns the instruction stream in a compact binary form (integer
+   arrays; each distinct slot once) that the parent decodes and checks itself, or as JSON text
+   (bundle key order kept) when the stream holds anything the compact form cannot express.
    A candidate may instead hold a pre-built stream (component ``program.json``).
 2. **Decode once, run per instance.** The trusted simulator (fast path) runs the stream on each
    instance: a memory image generated from the instance's seed, never seen by the builder.
@@ -20,7 +22,7 @@ memoises its builder: evaluating one candidate on 8 instances builds it once.
 
 from __future__ import annotations
 
-import hashlib
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -32,7 +34,7 @@ from heldout.contracts import (Candidate, Example, MalformedCandidate, RunContex
                                candidate_id, check_candidate)
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, make_instance, n_nodes_for
-from heldout.benchmarks.vliw.fast import DecodedProgram, decode
+from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode, decode_compact
 from heldout.benchmarks.vliw.machine import InvalidInput, load_program_json, simulate, utilisation
 from heldout.benchmarks.vliw.reference import CHECKED_ENGINES
 from heldout.benchmarks.candidates import _read_text
@@ -47,9 +49,18 @@ TRAIN_SEEDS = (1, 2, 3)
 N_TEST_INSTANCES = 8
 
 
-def test_seed(k: int) -> int:
-    """Hidden test seeds: fixed (so splits are data), unguessable from the ids' order alone."""
-    return int(hashlib.sha256(f"heldout/vliw/takehome/test/{k}".encode()).hexdigest()[:12], 16)
+FRESH_SEED_BITS = 48
+
+
+def fresh_seed() -> int:
+    """A held-out instance seed from OS entropy, drawn by the harness at scoring time: no formula,
+    nothing a candidate, a builder in the sandbox or an optimizer can know in advance."""
+    return int.from_bytes(os.urandom(FRESH_SEED_BITS // 8), "big")
+
+
+def is_fresh_slot(example: Example) -> bool:
+    """A test example is a *slot*: its instance is generated fresh each time it is scored."""
+    return bool(example.input.get("fresh"))
 
 
 @dataclass
@@ -99,8 +110,11 @@ class VliwTakehome(Benchmark):
     default_limits = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=2048,
                                max_output_bytes=64 * 1024 * 1024)
 
-    def __init__(self, cycle_cap: int = DEFAULT_CYCLE_CAP, cache_size: int = 4) -> None:
+    def __init__(self, cycle_cap: int = DEFAULT_CYCLE_CAP, cache_size: int = 4, build_form: str = "compact") -> None:
+        if build_form not in ("compact", "json"):
+            raise ValueError(f"build_form must be 'compact' or 'json', got {build_form!r}")
         self.cycle_cap = cycle_cap
+        self.build_form = build_form  # "json": the plain path, kept to check the compact one against
         self._builds: OrderedDict[tuple, BuildOutcome] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -112,11 +126,19 @@ class VliwTakehome(Benchmark):
         return Example(id=ex_id, input={"seed": seed, **shape}, target=expected)
 
     def load_raw(self, data_dir: str | None) -> list[Example]:
-        """Train instances (seeds 1-3, visible) and the 8 hidden test instances; generated here,
-        frozen by hash in the manifest."""
+        """Train instances (seeds 1-3, deterministic, visible) and 8 test *slots* ``test-0`` ..
+        ``test-7``: each slot's instance comes from a seed drawn by :func:`fresh_seed` when it is
+        scored, and the seed is reported in the verdict's ``output`` (so it reaches the ledger
+        after scoring, and :meth:`replay` can reproduce the score)."""
         train = [self.make_example(f"seed-{s}", s) for s in TRAIN_SEEDS]
-        test = [self.make_example(f"seed-{test_seed(k)}", test_seed(k)) for k in range(N_TEST_INSTANCES)]
+        test = [Example(id=f"test-{k}", input={"fresh": True, "slot": k, **SCORED_SHAPE}, target=None,
+                        meta={"instance": "fresh seed from os.urandom at scoring time"})
+                for k in range(N_TEST_INSTANCES)]
         return train + test
+
+    def replay(self, example_id: str, seed: int) -> Example:
+        """The instance a fresh slot was scored on, from the seed its verdict recorded."""
+        return self.make_example(example_id, int(seed))
 
     def fresh_instances(self, n: int = N_TEST_INSTANCES, shape: dict[str, int] | None = None) -> list[Example]:
         """``n`` new instances with seeds drawn from OS entropy (like the original submission
@@ -183,7 +205,7 @@ class VliwTakehome(Benchmark):
             module = entry[:-3].replace("/", ".")
             files = {n: t for n, t in candidate.items()}
             args = [module, shape["forest_height"], n_nodes_for(shape["forest_height"]), shape["batch_size"],
-                    shape["rounds"], MAX_BUNDLES]
+                    shape["rounds"], MAX_BUNDLES, self.build_form]
             try:
                 res = run_function(files, "_heldout_vliw_build", "build", args, limits=limits,
                                    setup_files=self.helper_files())
@@ -194,6 +216,14 @@ class VliwTakehome(Benchmark):
             if not res.ok:
                 return BuildOutcome(None, f"build error ({res.error_kind}): {res.error}", res.error_kind,
                                     time.perf_counter() - start, stdout_tail=stdout_tail)
+            if isinstance(res.value, dict):  # the compact form: decoded and checked here
+                try:
+                    decoded = decode_compact(res.value, MAX_BUNDLES)
+                except CompactFormError as exc:
+                    return BuildOutcome(None, f"bad instruction stream: {exc}", "bad_output",
+                                        time.perf_counter() - start, stdout_tail=stdout_tail)
+                return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=decoded.n_bundles,
+                                    stdout_tail=stdout_tail)
             text = res.value
             if not isinstance(text, str):
                 return BuildOutcome(None, "build error: the builder did not return a stream", "bad_output",
@@ -206,7 +236,7 @@ class VliwTakehome(Benchmark):
         except (InvalidInput, RecursionError) as exc:
             return BuildOutcome(None, f"bad instruction stream: {exc}", "bad_output",
                                 time.perf_counter() - start, stdout_tail=stdout_tail)
-        return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=len(program),
+        return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=decoded.n_bundles,
                             stdout_tail=stdout_tail)
 
     # -- running --------------------------------------------------------------------------------
@@ -227,7 +257,8 @@ class VliwTakehome(Benchmark):
             return Verdict.failure(example.id, built.error or "build failed", built.error_kind or "crash",
                                    usage={"build_seconds": built.seconds},
                                    feedback=_build_feedback(built))
-        mem, expected = make_instance(int(example.input["seed"]), **shape)
+        seed = fresh_seed() if is_fresh_slot(example) else int(example.input["seed"])
+        mem, expected = make_instance(seed, **shape)
         t0 = time.perf_counter()
         result = simulate(built.program, mem, cycle_cap=int(context.option("cycle_cap", self.cycle_cap)))
         usage = {"build_seconds": built.seconds, "sim_seconds": time.perf_counter() - t0}
@@ -240,7 +271,8 @@ class VliwTakehome(Benchmark):
             what = "cycle cap exceeded" if f.kind == "cycle_cap" else f"{f.kind} at bundle {f.bundle}"
             error = f"{example.id}: {what}: {f.message}"
             return Verdict.failure(example.id, error, f.kind, dimensions=dims, usage=usage,
-                                   output={"cycles": result.cycles, "fault": f.kind, "bundle": f.bundle})
+                                   output={"cycles": result.cycles, "fault": f.kind, "bundle": f.bundle,
+                                           "seed": seed})
         start = mem[6]
         got = result.memory[start:start + len(expected)]
         wrong = [i for i, (g, e) in enumerate(zip(got, expected)) if g != e]
@@ -249,12 +281,12 @@ class VliwTakehome(Benchmark):
             error = (f"{example.id}: wrong values in {len(wrong)} of {len(expected)} lanes "
                      f"(first: lane {i}, got {got[i]}, want {expected[i]})")
             return Verdict.failure(example.id, error, "wrong_values", dimensions=dims, usage=usage,
-                                   output={"cycles": result.cycles, "wrong_lanes": len(wrong)})
+                                   output={"cycles": result.cycles, "wrong_lanes": len(wrong), "seed": seed})
         score = BASELINE_CYCLES / result.cycles if result.cycles else 0.0
         feedback = (f"{example.id}: correct, {result.cycles} cycles (score {score:.3f}); "
                     f"utilisation {util_text}; bottleneck: {bottleneck}")
         return Verdict(example_id=example.id, score=score, valid=True, dimensions=dims, feedback=feedback,
-                       output={"cycles": result.cycles, "bottleneck": bottleneck}, usage=usage)
+                       output={"cycles": result.cycles, "bottleneck": bottleneck, "seed": seed}, usage=usage)
 
     def summarize(self, candidate: Candidate, verdicts: list[Verdict],
                   context: RunContext | None = None) -> dict[str, Any]:

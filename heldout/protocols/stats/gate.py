@@ -1,187 +1,263 @@
-"""The regression gate's decision: did ``current`` get significantly worse than ``baseline``?
+"""The regression gate's decision: regression, pass, or inconclusive, with the run as the unit.
 
-Pure function over paired score arrays; ``heldout check`` gathers the arrays from run records
-(paired by task, example and seed) and prints :attr:`GateResult.evidence`.
+Per task, with margin ``m = min_effect`` (score units, >= 0) and ``change = current - baseline``
+over per-run scores (:mod:`.runs`):
+
+* **regression** test, H0 ``change >= -m`` vs H1 ``change < -m``: the drop is larger than the
+  tolerated one. One-sided at ``alpha``; Holm-adjusted over the tasks, so the chance of calling
+  any regression when none exists is at most ``alpha`` (family-wise);
+* **non-inferiority** test, H0 ``change <= -m`` vs H1 ``change > -m``: the current runs are at
+  most ``m`` worse. One-sided at ``alpha``; the gate passes only when every task shows it (an
+  intersection-union test, level ``alpha`` without correction);
+* **equivalence** (TOST): non-inferiority plus H1 ``change < +m``; reported, not required.
+
+Outcome: regression (exit 1) if any task's regression test rejects; pass (exit 0) if every task
+is non-inferior; otherwise inconclusive (exit 2): the data cannot tell, and the evidence says how
+many seeds would. With ``min_effect = 0`` a pass needs a significant improvement: set the
+margin to the largest drop you would accept. Runs that reproduce exactly (every paired
+difference, or every run of both arms, equal within the tie tolerance) pass as "identical".
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any, Hashable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from ._checks import StatsInputError, as_paired, check_alpha, check_n_boot
-from .bootstrap import CHUNK_CELLS
+from ._checks import StatsInputError, as_scores, check_alpha
+from .runs import (
+    RunComparison,
+    choose_test,
+    compare_runs,
+    permutation_p,
+    seeds_needed,
+    shift_p,
+    sign_flip_p,
+    t_moments,
+    t_shift_p,
+    tie_tolerance,
+)
 
-EXACT_FLIP_LIMIT = 12
-"""Up to this many clusters the sign-flip test enumerates all 2**K sign patterns (exact p);
-above it, ``n_flips`` random patterns are drawn."""
+Outcome = Literal["regression", "pass", "inconclusive"]
+EXIT_CODES: dict[str, int] = {"pass": 0, "regression": 1, "inconclusive": 2}
+"""``heldout check`` exit status per outcome; invalid input (a clear error) also exits 2."""
+
+
+@dataclass(frozen=True)
+class TaskRuns:
+    """One task's held-out scores: ``base[s, e]`` / ``cur[s, e]`` is run s's score on example e
+    (the same examples, in the same order, for every run of both arms). With ``paired`` the
+    rows are seed pairs (row s of both arms ran on the same seed)."""
+
+    base: np.ndarray
+    cur: np.ndarray
+    paired: bool
+
+    def __post_init__(self) -> None:
+        base = as_scores(self.base, "baseline runs x examples", ndim=2)
+        cur = as_scores(self.cur, "current runs x examples", ndim=2)
+        if base.shape[1] != cur.shape[1]:
+            raise StatsInputError(f"baseline and current runs must score the same examples, got {base.shape[1]} "
+                                  f"and {cur.shape[1]} columns")
+        if self.paired and base.shape[0] != cur.shape[0]:
+            raise StatsInputError(f"paired seeds need as many baseline as current runs, got {base.shape[0]} and {cur.shape[0]}")
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "cur", cur)
+
+    @property
+    def n_examples(self) -> int:
+        return int(self.base.shape[1])
+
+
+@dataclass(frozen=True)
+class TaskDecision:
+    """The gate on one task: the run-level comparison, the three one-sided p-values (raw; the
+    regression p also Holm-adjusted over tasks), the outcome and a sentence saying why."""
+
+    task: str
+    outcome: str
+    comparison: RunComparison
+    p_regression: float
+    p_regression_holm: float
+    p_noninferior: float
+    p_equivalent: float
+    identical: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**{k: v for k, v in asdict(self).items() if k != "comparison"}, "comparison": self.comparison.as_dict()}
 
 
 @dataclass(frozen=True)
 class GateResult:
-    """Outcome of :func:`regression_check`. ``mean_change`` is current - baseline (negative is a
-    drop); ``p_value`` is the one-sided sign-flip p for "current is worse"; ``upper_bound`` is
-    the one-sided ``1 - alpha`` cluster-bootstrap upper confidence bound on the mean change.
-    ``regressed`` iff ``p_value < alpha`` and ``-mean_change > min_effect``."""
+    """Outcome over all tasks plus the per-task decisions and a printable ``evidence``."""
 
-    regressed: bool
-    evidence: str
-    n_pairs: int
-    n_clusters: int
-    mean_baseline: float
-    mean_current: float
-    mean_change: float
-    upper_bound: float
-    p_value: float
-    p_method: str
+    outcome: str
     alpha: float
     min_effect: float
+    tasks: list[TaskDecision] = field(default_factory=list)
+    evidence: str = ""
+
+    @property
+    def regressed(self) -> bool:
+        return self.outcome == "regression"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"outcome": self.outcome, "exit_code": self.exit_code, "alpha": self.alpha,
+                "min_effect": self.min_effect, "tasks": [t.as_dict() for t in self.tasks], "evidence": self.evidence}
 
 
-def _codes(labels: Sequence[Hashable] | None, n: int, name: str, *, default: np.ndarray) -> np.ndarray:
-    """Labels as dense integer codes (first appearance order); ``default`` when not given."""
-    if labels is None:
-        return default
-    labels = list(labels)
-    if len(labels) != n:
-        raise StatsInputError(f"{name} must give one label per paired score ({n}), got {len(labels)}")
-    index: dict[Hashable, int] = {}
-    try:
-        return np.fromiter((index.setdefault(label, len(index)) for label in labels), dtype=np.int64, count=n)
-    except TypeError as exc:
-        raise StatsInputError(f"{name} labels must be hashable ({exc})") from None
+# -- the decision rule, batched ----------------------------------------------------------------------
+def holm_adjust(p: np.ndarray) -> np.ndarray:
+    """Holm step-down adjusted p-values along the last axis (equal to statsmodels
+    ``multipletests(method="holm")``, batched)."""
+    p = np.asarray(p, dtype=np.float64)
+    k = p.shape[-1]
+    order = np.argsort(p, axis=-1, kind="stable")
+    ranked = np.take_along_axis(p, order, axis=-1) * (k - np.arange(k))
+    adjusted_sorted = np.minimum(np.maximum.accumulate(ranked, axis=-1), 1.0)
+    out = np.empty_like(adjusted_sorted)
+    np.put_along_axis(out, order, adjusted_sorted, axis=-1)
+    return out
+
+
+def decide(p_regression: np.ndarray, p_noninferior: np.ndarray, alpha: float) -> np.ndarray:
+    """Outcome codes (0 pass, 1 regression, 2 inconclusive) from per-task p-values of shape
+    ``(..., tasks)``: regression if any Holm-adjusted regression p <= alpha, else pass if every
+    non-inferiority p <= alpha, else inconclusive."""
+    regressed = np.any(holm_adjust(p_regression) <= alpha, axis=-1)
+    passed = np.all(np.asarray(p_noninferior) <= alpha, axis=-1)
+    return np.where(regressed, 1, np.where(passed, 0, 2))
+
+
+def batched_pvalues(base: np.ndarray, cur: np.ndarray, *, n_examples: int, paired: bool,
+                    min_effect: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(p_regression, p_noninferior)`` for a batch of designs: ``base`` (..., S_b) and ``cur``
+    (..., S_c) hold per-run scores. The same tests, margin and identical-runs rule as
+    :func:`regression_check`, as array operations (for simulations of the gate)."""
+    base = np.asarray(base, dtype=np.float64)
+    cur = np.asarray(cur, dtype=np.float64)
+    m = float(min_effect)
+    test = choose_test(n_examples, paired)
+    if test.endswith(" t"):
+        change, se, df = t_moments(base, cur, paired=paired)
+        p_reg, p_non = t_shift_p(change, se, df, -m, "less"), t_shift_p(change, se, df, -m, "greater")
+    elif test == "exact sign-flip":
+        p_reg, p_non = sign_flip_p(cur - base, -m, "less"), sign_flip_p(cur - base, -m, "greater")
+    else:
+        p_reg, p_non = permutation_p(base, cur, -m, "less"), permutation_p(base, cur, -m, "greater")
+    tol = tie_tolerance(base, cur)
+    if paired:
+        identical = np.all(np.abs(cur - base) <= tol, axis=-1)
+    else:
+        rows = np.concatenate([base, cur], axis=-1)
+        identical = np.all(np.abs(rows - rows[..., :1]) <= tol, axis=-1)
+    return np.where(identical, 1.0, p_reg), np.where(identical, 0.0, p_non)
+
+
+# -- the gate ----------------------------------------------------------------------------------------
+def _identical(runs: TaskRuns) -> bool:
+    tol = tie_tolerance(runs.base, runs.cur)
+    if runs.paired:
+        return bool(np.all(np.abs(runs.cur - runs.base) <= tol))
+    rows = np.r_[runs.base, runs.cur]
+    return bool(np.all(np.abs(rows - rows[0]) <= tol))
+
+
+def _why_inconclusive(comp: RunComparison, margin: float, alpha: float) -> str:
+    n = min(comp.n_base, comp.n_cur)
+    unit = "seed pairs" if comp.paired else "runs per arm"
+    if n < comp.min_seeds:
+        what = {"exact sign-flip": "an exact sign-flip over seeds", "exact permutation": "an exact permutation test over runs"}
+        return (f"cannot separate: {what.get(comp.test, 'a t test over runs')} needs >= {comp.min_seeds} {unit} "
+                f"to reach alpha={alpha:g}, got {n}")
+    sd = comp.run_sd_diff if comp.paired else max(comp.run_sd_base, comp.run_sd_cur)
+    distance = abs(comp.change + margin)
+    k = seeds_needed(sd, distance, alpha=alpha, paired=comp.paired)
+    if k is None:
+        hint = " (with --min-effect 0 only a significant improvement passes)" if margin == 0 else ""
+        return (f"cannot separate: the change {comp.change:+.4g} sits at the margin {-margin:+.4g}; no feasible "
+                f"number of seeds decides it at run-to-run SD {sd:.3g}{hint}")
+    return f"cannot separate: need >= {max(k, n + 1)} {unit} at the observed run-to-run SD {sd:.3g}"
+
+
+def task_decision(name: str, runs: TaskRuns, *, alpha: float, min_effect: float) -> TaskDecision:
+    """The three tests on one task (regression p not yet adjusted over tasks)."""
+    base_means, cur_means = runs.base.mean(axis=1), runs.cur.mean(axis=1)
+    comp = compare_runs(base_means, cur_means, paired=runs.paired, n_examples=runs.n_examples, alpha=alpha,
+                        two_sided=False)
+    m = min_effect
+
+    def p(theta0: float, side: str) -> float:
+        return shift_p(comp.test, base_means, cur_means, theta0, side, change=comp.change, se=comp.se, df=comp.df)  # type: ignore[arg-type]
+
+    identical = _identical(runs)
+    p_reg, p_non = (1.0, 0.0) if identical else (p(-m, "less"), p(-m, "greater"))
+    p_eq = 0.0 if identical else max(p_non, p(m, "less")) if m > 0 else 1.0
+    return TaskDecision(name, "", comp, p_reg, p_reg, p_non, p_eq, identical, "")
 
 
 def regression_check(
-    baseline: Any,
-    current: Any,
+    tasks: Mapping[str, TaskRuns],
     *,
     alpha: float = 0.05,
     min_effect: float = 0.0,
-    clusters: Sequence[Hashable] | None = None,
-    strata: Sequence[Hashable] | None = None,
-    n_flips: int = 10_000,
-    n_boot: int = 10_000,
-    seed: int = 0,
 ) -> GateResult:
-    """Decide whether ``current`` regressed against ``baseline``.
-
-    ``baseline[i]`` and ``current[i]`` score the same unit (task, example, seed). Pairs pooled
-    from several seeds or tasks are not independent: ``clusters`` labels the units that must
-    move together (e.g. ``(task, example_id)``, so one example's seeds stay together) and
-    ``strata`` labels groups resampled separately so their weights stay fixed (e.g. the task);
-    each cluster must lie in one stratum. Default: every pair is its own cluster, one stratum.
-    ``min_effect`` is in score units (a drop of at most this much is tolerated).
-
-    Significance comes from a one-sided sign-flip randomisation test on cluster sums of
-    ``current - baseline``: under "no change" the two arms are exchangeable within each
-    cluster, so flipping a cluster's sign is as likely as not and the test's type-I error is
-    at most ``alpha`` at any sample size (exact up to ``EXACT_FLIP_LIMIT`` clusters, Monte Carlo
-    above). The size of the change is bounded by a stratified cluster bootstrap."""
-    base, cur = as_paired(baseline, current, ("baseline", "current"))
+    """Decide whether the current runs regressed against the baseline runs, task by task (see
+    the module docstring for the three tests and the outcome rule)."""
     alpha = check_alpha(alpha)
     if not math.isfinite(min_effect) or min_effect < 0:
         raise StatsInputError(f"min_effect must be a finite number >= 0, got {min_effect!r}")
-    n_flips = check_n_boot(n_flips)
-    n_boot = check_n_boot(n_boot)
-    n = base.shape[0]
-    diff = cur - base
-    cluster_of = _codes(clusters, n, "clusters", default=np.arange(n))
-    stratum_of = _codes(strata, n, "strata", default=np.zeros(n, dtype=np.int64))
-    n_clusters = int(cluster_of.max()) + 1
-    cluster_sum = np.bincount(cluster_of, weights=diff, minlength=n_clusters)
-    cluster_size = np.bincount(cluster_of, minlength=n_clusters).astype(np.float64)
-    cluster_stratum = np.full(n_clusters, -1)
-    cluster_stratum[cluster_of] = stratum_of
-    if np.any(cluster_stratum[cluster_of] != stratum_of):
-        raise StatsInputError("every cluster must lie in a single stratum (a cluster's pairs carry different strata labels)")
-
-    rng = np.random.default_rng(seed)
-    p_value, p_method = _sign_flip_p(cluster_sum, n_flips, rng)
-    upper = _cluster_bootstrap_upper(cluster_sum, cluster_size, cluster_stratum, n_boot, alpha, rng)
-    mean_change = float(diff.mean())
-    significant = p_value < alpha
-    big_enough = -mean_change > min_effect
-    regressed = bool(significant and big_enough)
-
-    facts = (
-        f"mean change {mean_change:+.4g} (baseline {base.mean():.4g} -> current {cur.mean():.4g}) over {n} paired "
-        f"scores in {n_clusters} clusters; one-sided {p_method} p={p_value:.3g}; "
-        f"{1 - alpha:.0%} upper bound on the change {upper:+.4g}"
-    )
-    if regressed:
-        why = f"p < alpha={alpha:g} and the drop {-mean_change:.4g} exceeds min-effect {min_effect:g}"
-        evidence = f"REGRESSION: {facts}; {why}"
-    elif not significant:
-        evidence = f"no regression: {facts}; not significant at alpha={alpha:g}"
-    else:
-        evidence = (
-            f"no regression: {facts}; significant at alpha={alpha:g} but the drop {-mean_change:.4g} "
-            f"does not exceed min-effect {min_effect:g}"
-        )
-    return GateResult(
-        regressed=regressed,
-        evidence=evidence,
-        n_pairs=n,
-        n_clusters=n_clusters,
-        mean_baseline=float(base.mean()),
-        mean_current=float(cur.mean()),
-        mean_change=mean_change,
-        upper_bound=upper,
-        p_value=p_value,
-        p_method=p_method,
-        alpha=alpha,
-        min_effect=float(min_effect),
-    )
+    if not tasks:
+        raise StatsInputError("the gate needs at least one task to compare")
+    raw = [task_decision(name, runs, alpha=alpha, min_effect=min_effect) for name, runs in tasks.items()]
+    p_reg = np.array([d.p_regression for d in raw])
+    p_non = np.array([d.p_noninferior for d in raw])
+    holm = holm_adjust(p_reg)
+    outcome = {0: "pass", 1: "regression", 2: "inconclusive"}[int(decide(p_reg, p_non, alpha))]
+    decided = []
+    for d, adj in zip(raw, holm):
+        comp = d.comparison
+        if adj <= alpha:
+            kind, reason = "regression", (f"the drop {-comp.change:.4g} exceeds min-effect {min_effect:g} "
+                                          f"(Holm p={adj:.3g} <= {alpha:g})")
+        elif d.identical:
+            kind, reason = "pass", "identical: every run reproduced the baseline within the tie tolerance"
+        elif d.p_noninferior <= alpha:
+            eq = (f"; equivalent within +-{min_effect:g} (TOST p={d.p_equivalent:.3g})"
+                  if d.p_equivalent <= alpha else "")
+            kind, reason = "pass", f"non-inferior: the change is > {-min_effect:+g} (p={d.p_noninferior:.3g}){eq}"
+        else:
+            kind, reason = "inconclusive", _why_inconclusive(comp, min_effect, alpha)
+        decided.append(TaskDecision(d.task, kind, comp, d.p_regression, float(adj), d.p_noninferior, d.p_equivalent,
+                                    d.identical, reason))
+    result = GateResult(outcome, alpha, min_effect, decided)
+    object.__setattr__(result, "evidence", describe(result))
+    return result
 
 
-def _sign_flip_p(cluster_sum: np.ndarray, n_flips: int, rng: np.random.Generator) -> tuple[float, str]:
-    """One-sided p for "the total change is negative": the share of sign patterns whose
-    flipped total is at most the observed one."""
-    k = cluster_sum.shape[0]
-    observed = cluster_sum.sum()
-    # Sums of the same values in another order differ by rounding; count those as ties.
-    slack = 1e-9 * max(1.0, float(np.abs(cluster_sum).sum()))
-    if k <= EXACT_FLIP_LIMIT:
-        patterns = ((np.arange(2**k)[:, None] >> np.arange(k)) & 1) * 2 - 1
-        totals = patterns @ cluster_sum
-        return float(np.count_nonzero(totals <= observed + slack) / totals.shape[0]), "exact sign-flip"
-    rows = max(1, CHUNK_CELLS // k)
-    hits = 0
-    for start in range(0, n_flips, rows):
-        size = min(n_flips, start + rows) - start
-        signs = rng.integers(0, 2, size=(size, k), dtype=np.int8) * 2 - 1
-        hits += int(np.count_nonzero(signs @ cluster_sum <= observed + slack))
-    # Counting the observed pattern itself keeps the Monte Carlo p valid (never 0).
-    return float((hits + 1) / (n_flips + 1)), "sign-flip (Monte Carlo)"
-
-
-def _cluster_bootstrap_upper(
-    cluster_sum: np.ndarray,
-    cluster_size: np.ndarray,
-    cluster_stratum: np.ndarray,
-    n_boot: int,
-    alpha: float,
-    rng: np.random.Generator,
-) -> float:
-    # Within each stratum draw as many clusters as it has, with replacement; the resampled
-    # mean is (drawn sums) / (drawn sizes), so clusters of different sizes weigh correctly.
-    totals = np.zeros(n_boot)
-    sizes = np.zeros(n_boot)
-    for stratum in np.unique(cluster_stratum):
-        members = np.flatnonzero(cluster_stratum == stratum)
-        sums_h, sizes_h = cluster_sum[members], cluster_size[members]
-        k = members.shape[0]
-        rows = max(1, CHUNK_CELLS // k)
-        for start in range(0, n_boot, rows):
-            size = min(n_boot, start + rows) - start
-            drawn = rng.integers(0, k, size=(size, k))
-            totals[start : start + size] += sums_h[drawn].sum(axis=1)
-            sizes[start : start + size] += sizes_h[drawn].sum(axis=1)
-    return float(np.quantile(totals / sizes, 1.0 - alpha))
+def describe(result: GateResult) -> str:
+    """The gate's evidence: one headline, then one block per task."""
+    counts = {k: sum(t.outcome == k for t in result.tasks) for k in EXIT_CODES}
+    head = {"regression": "REGRESSION", "pass": "PASS", "inconclusive": "INCONCLUSIVE"}[result.outcome]
+    level = f"{1 - 2 * result.alpha:.0%}"
+    lines = [f"{head}: {counts['regression']} regressed, {counts['pass']} passed, {counts['inconclusive']} "
+             f"inconclusive of {len(result.tasks)} task(s); one-sided tests at alpha={result.alpha:g} against "
+             f"min-effect {result.min_effect:g} (regression p Holm-adjusted over tasks; pass needs every task "
+             f"non-inferior)"]
+    for t in result.tasks:
+        c = t.comparison
+        unit = f"{c.n_base} seed pairs" if c.paired else f"{c.n_base} baseline / {c.n_cur} current runs"
+        sd = f"run-to-run SD {c.run_sd_diff:.3g} (paired diff)" if c.paired else (
+            f"run-to-run SD {c.run_sd_base:.3g} baseline / {c.run_sd_cur:.3g} current")
+        lines.append(f"  {t.task}: {t.outcome.upper()}: {t.reason}")
+        lines.append(f"    {c.test} over {unit} x {c.n_examples} example(s): baseline {c.mean_base:.4g} -> current "
+                     f"{c.mean_cur:.4g}, change {c.change:+.4g}, {level} CI [{c.low:+.4g}, {c.high:+.4g}], {sd}; "
+                     f"p(regression)={t.p_regression:.3g}, p(non-inferior)={t.p_noninferior:.3g}")
+    return "\n".join(lines)

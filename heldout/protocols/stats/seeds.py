@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from ._checks import StatsInputError, as_paired, as_scores, check_level, check_n_boot
 from .bootstrap import CHUNK_CELLS, percentile_interval, resample_counts
@@ -172,3 +173,57 @@ def _nested_means(diff: np.ndarray, n_boot: int, rng: np.random.Generator) -> np
         example_idx = rng.integers(0, n_examples, size=(size, n_seeds, n_examples))
         out[start : start + size] = diff[seed_idx, example_idx].mean(axis=(1, 2))
     return out
+
+
+@dataclass(frozen=True)
+class AtK:
+    """Avg@k or Best@k over ``n`` runs with its uncertainty: ``se`` (standard error of the
+    estimate over runs) and a t interval with ``n - 1`` degrees of freedom. ``method`` says how
+    ``se`` was found, or why there is none (``low``/``high``/``se`` are NaN then)."""
+
+    statistic: str
+    k: int
+    n: int
+    estimate: float
+    se: float
+    low: float
+    high: float
+    level: float
+    method: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _t_interval(estimate: float, se: float, n: int, level: float) -> tuple[float, float]:
+    q = float(scipy_stats.t.ppf(0.5 + level / 2, n - 1))
+    return estimate - q * se, estimate + q * se
+
+
+def avg_at_k_interval(seed_scores: Any, k: int | None = None, *, ci: float = 0.95) -> AtK:
+    """Avg@k with the standard error of a mean of ``n`` runs (``sd / sqrt(n)``, ddof=1)."""
+    scores = as_scores(seed_scores, "seed_scores")
+    n = scores.shape[0]
+    k = _check_k(k, n)
+    level = check_level(ci)
+    estimate = float(scores.mean())
+    if n < 2:
+        return AtK("avg@k", k, n, estimate, math.nan, math.nan, math.nan, level, "undefined: needs >= 2 runs")
+    se = float(scores.std(ddof=1)) / math.sqrt(n)
+    return AtK("avg@k", k, n, estimate, se, *_t_interval(estimate, se, n, level), level, "t over runs")
+
+
+def best_at_k_interval(seed_scores: Any, k: int, *, ci: float = 0.95) -> AtK:
+    """Best@k with a jackknife standard error over runs (leave one run out, recompute the
+    unbiased Best@k on the other ``n - 1``). Needs ``n >= k + 1`` runs: Best@n of n runs is a
+    single maximum with no replicate to say how it would move."""
+    scores = as_scores(seed_scores, "seed_scores")
+    n = scores.shape[0]
+    k = _check_k(k, n)
+    level = check_level(ci)
+    estimate = best_at_k(scores, k)
+    if n < k + 1 or n < 2:
+        return AtK("best@k", k, n, estimate, math.nan, math.nan, math.nan, level, f"undefined: needs >= {k + 1} runs")
+    loo = np.array([best_at_k(np.delete(scores, i), k) for i in range(n)])
+    se = math.sqrt((n - 1) / n * float(np.sum((loo - loo.mean()) ** 2)))
+    return AtK("best@k", k, n, estimate, se, *_t_interval(estimate, se, n, level), level, "jackknife over runs")

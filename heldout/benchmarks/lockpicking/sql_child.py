@@ -1,0 +1,84 @@
+"""Trusted helper that runs a checked SQL scorer in DuckDB *inside the sandbox* (shipped there as
+``_heldout_lockpicking_sql.py``; DuckDB, numpy and the standard library only). The parent imports it too,
+for the connection settings and the table layout, so both sides build the same database.
+
+The query text was validated, transpiled and assembled by the parent
+(:mod:`heldout.benchmarks.lockpicking.sql`); here it meets the data in a fresh in-memory DuckDB
+with file access, extensions and configuration changes off. Running it in the sandboxed child,
+not the harness, means a slow query ends at the sandbox's wall limit (the parent kills the
+process; no cooperation from DuckDB is needed) and a memory-hungry one at the run's memory limit.
+
+DuckDB's own failures come back as ``{"error", "kind"}`` so the parent can name them."""
+
+import duckdb
+
+OUTPUT_RE = r"^[ \t\r\n]*([+-]?[0-9]{1,9})[ \t\r\n]*$"
+ALL_SIX_DIGIT = "SELECT range AS i, lpad(CAST(range AS VARCHAR), 6, '0') AS PROGRAM FROM range(1000000)"
+
+
+def connect(memory_mb, threads=1):
+    con = duckdb.connect(":memory:", config={
+        "enable_external_access": False, "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False, "allow_unsigned_extensions": False,
+        "threads": threads, "memory_limit": f"{max(64, int(memory_mb))}MB",
+    })
+    con.execute("SET enable_progress_bar = false")  # a long exhaustive query would draw one on stdout
+    return con
+
+
+def load(con, programs, all_six_digit, offset=None):
+    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`
+    # (from ``offset`` when given: the exhaustive check streams the six-digit strings instead).
+    con.execute("CREATE TABLE examples (i BIGINT, PROGRAM VARCHAR)")
+    if all_six_digit:
+        con.execute(f"INSERT INTO examples {ALL_SIX_DIGIT}")
+    if offset is None:
+        offset = 10**6 if all_six_digit else 0
+    if programs:  # one statement for the whole list (executemany costs milliseconds per row)
+        con.execute("INSERT INTO examples SELECT ? + k - 1, p FROM "
+                    "(SELECT unnest(?::VARCHAR[]) AS p, generate_subscripts(?::VARCHAR[], 1) AS k)",
+                    [offset, list(programs), list(programs)])
+    con.execute("SET lock_configuration = true")
+
+
+def _failure(exc):
+    kind = "memory" if isinstance(exc, duckdb.OutOfMemoryException) else "crash"
+    return {"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__, "kind": kind}
+
+
+def run_rows(query, programs, memory_mb):
+    """``{"rows": [[raw, y], ...]}`` for ``programs`` (the query orders them), or ``{"error", "kind"}``."""
+    con = connect(memory_mb)
+    try:
+        load(con, programs, all_six_digit=False)
+        return {"rows": [list(r) for r in con.execute(query).fetchall()]}
+    except duckdb.Error as exc:
+        return _failure(exc)
+    finally:
+        con.close()
+
+
+def run_outputs(query, malformed, memory_mb, threads):
+    """The exhaustive check: ``query`` yields ``(i, y)`` for the 10^6 six-digit strings and then
+    ``malformed`` (i from 10^6). The answer, placed by i: ``{"values": base64 of int64s,
+    "missing": base64 of one byte per row (1 = not an integer)}``, or ``{"error", "kind"}``."""
+    import base64
+
+    import numpy as np  # only here: its import maps address space the row queries do not need
+
+    con = connect(memory_mb, threads=threads)
+    try:
+        load(con, malformed, all_six_digit=False, offset=10**6)
+        cols = con.execute(query).fetchnumpy()  # no ORDER BY: placing rows by i is cheaper than sorting
+    except duckdb.Error as exc:
+        return _failure(exc)
+    finally:
+        con.close()
+    n = 10**6 + len(malformed)
+    order = np.asarray(cols["i"], dtype=np.int64)
+    if order.size != n or np.ma.getmaskarray(cols["i"]).any() or order.min() < 0 or order.max() >= n:
+        return {"error": f"the exhaustive query returned {order.size} rows, expected {n}", "kind": "crash"}
+    values, missing = np.zeros(n, dtype="<i8"), np.ones(n, dtype=np.uint8)
+    values[order] = np.ma.getdata(cols["y"]).astype(np.int64)
+    missing[order] = np.ma.getmaskarray(cols["y"])
+    return {"values": base64.b64encode(values.tobytes()).decode(), "missing": base64.b64encode(missing.tobytes()).decode()}

@@ -1,0 +1,256 @@
+"""Whole-run resource limits through cgroups: memory (RAM + swap + tmpfs pages, summed over every
+process of the run), process/thread count and CPU time of the run's whole process tree.
+
+Per-process rlimits cannot bound a run that forks: ten children under a 300 MB address-space
+limit hold 3 GB. A cgroup counts them together. Which controllers exist depends on the machine:
+
+* ``cgroup-v2``: a unified hierarchy whose current group delegates ``memory`` and ``pids`` to
+  its children (``cgroup.subtree_control``);
+* ``cgroup-v1``: separate ``memory``, ``pids`` and ``cpuacct`` hierarchies (each under the
+  harness's own group in that hierarchy, so the run's limits nest inside the harness's);
+* ``rlimit``: neither is writable (not root, no delegation); only per-process rlimits apply, and
+  the level is recorded as such in every result.
+
+A :class:`RunGroup` is created per sandboxed run, the run's first process is moved into it
+before it execs anything (:meth:`RunGroup.attach_argv`), and it is emptied and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("memory", "pids", "cpuacct")
+GROUP_PREFIX = "heldout-run-"
+EXTRA_TASKS = 4  # bwrap, its pid-1 reaper and the shell that moves itself into the group
+
+
+def _own_path(controller: str | None) -> str | None:
+    """The harness's own group in ``controller``'s v1 hierarchy (None: the v2 hierarchy)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if controller is None and names == "":
+            return path
+        if controller is not None and controller in names.split(","):
+            return path
+    return None
+
+
+def _writable_dir(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK)
+
+
+def _probe() -> tuple[str, dict[str, Path]]:
+    """Where to create run groups, per controller; and the level name."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        own = _own_path(None)
+        if own is not None:
+            base = CGROUP_ROOT / own.lstrip("/")
+            try:
+                delegated = (base / "cgroup.subtree_control").read_text().split()
+            except OSError:
+                delegated = []
+            if {"memory", "pids"} <= set(delegated) and _writable_dir(base):
+                return "cgroup-v2", {"unified": base}
+    bases: dict[str, Path] = {}
+    for controller in V1_CONTROLLERS:
+        mount = CGROUP_ROOT / controller
+        own = _own_path(controller)
+        if own is None or not (mount / "cgroup.procs").exists():
+            continue
+        base = mount / own.lstrip("/")
+        if _writable_dir(base):
+            bases[controller] = base
+    if "memory" in bases and "pids" in bases:
+        return "cgroup-v1", bases
+    return "rlimit", {}
+
+
+_probe_lock = threading.Lock()
+_probed: tuple[str, dict[str, Path]] | None = None
+
+
+def limits_level() -> str:
+    """``cgroup-v2``, ``cgroup-v1`` or ``rlimit`` (see the module docstring); probed once."""
+    return _bases()[0]
+
+
+def _bases() -> tuple[str, dict[str, Path]]:
+    global _probed
+    with _probe_lock:
+        if _probed is None:
+            _probed = _probe()
+            _sweep_stale(_probed[1])
+        return _probed
+
+
+def _sweep_stale(bases: dict[str, Path]) -> None:
+    """Remove empty run groups left by a harness that was killed (rmdir fails on busy ones)."""
+    for base in bases.values():
+        try:
+            for child in base.glob(GROUP_PREFIX + "*"):
+                try:
+                    child.rmdir()
+                except OSError:
+                    pass
+        except OSError:
+            pass
+
+
+@dataclass
+class RunGroup:
+    """One run's cgroup(s). ``level`` is ``rlimit`` when none could be made (then every method is a
+    no-op and the limits are per process only)."""
+
+    level: str
+    dirs: dict[str, Path] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, *, memory_mb: int, max_processes: int) -> "RunGroup":
+        level, bases = _bases()
+        if level == "rlimit":
+            return cls("rlimit")
+        name = GROUP_PREFIX + secrets.token_hex(6)
+        group = cls(level)
+        memory = str(int(memory_mb) * 1024 * 1024)
+        pids = str(int(max_processes) + EXTRA_TASKS)
+        try:
+            for controller, base in bases.items():
+                path = base / name
+                path.mkdir(mode=0o700)
+                group.dirs[controller] = path
+            if level == "cgroup-v2":
+                d = group.dirs["unified"]
+                (d / "memory.max").write_text(memory)
+                _try_write(d / "memory.swap.max", "0")
+                (d / "pids.max").write_text(pids)
+            else:
+                mem = group.dirs["memory"]
+                (mem / "memory.limit_in_bytes").write_text(memory)
+                _try_write(mem / "memory.memsw.limit_in_bytes", memory)  # no escape into swap
+                (group.dirs["pids"] / "pids.max").write_text(pids)
+        except OSError:
+            group.close()
+            return cls("rlimit")
+        return group
+
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files the run's first process must write its pid to."""
+        return [str(d / "cgroup.procs") for d in self.dirs.values()]
+
+    def attach_argv(self, argv: list[str]) -> list[str]:
+        """``argv`` prefixed by a shell that moves itself into the group and then execs ``argv``,
+        so every process of the run is counted from its first instruction (exit 125 if the move
+        fails: the parent reports a sandbox error, never the candidate's fault)."""
+        if not self.dirs:
+            return argv
+        script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+        return ["/bin/sh", "-c", script, "sh", *self.procs_files(), "--", *argv]
+
+    def memory_exceeded(self) -> bool:
+        """True if the run hit its memory limit (the kernel refused or reclaimed-then-killed)."""
+        if self.level == "cgroup-v2":
+            events = _read(self.dirs["unified"] / "memory.events")
+            return any(line.split()[0] in ("oom_kill", "max") and int(line.split()[1]) > 0
+                       for line in events.splitlines() if len(line.split()) == 2)
+        if "memory" in self.dirs:
+            d = self.dirs["memory"]
+            control = _read(d / "memory.oom_control")
+            for line in control.splitlines():
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == "oom_kill" and int(parts[1]) > 0:
+                    return True
+            return _read_int(d / "memory.failcnt") > 0
+        return False
+
+    def processes_exceeded(self) -> bool:
+        d = self.dirs.get("unified") or self.dirs.get("pids")
+        if d is None:
+            return False
+        for line in _read(d / "pids.events").splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "max" and int(parts[1]) > 0:
+                return True
+        return False
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used by every process of the run so far (None without a CPU controller)."""
+        if self.level == "cgroup-v2":
+            for line in _read(self.dirs["unified"] / "cpu.stat").splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+            return None
+        if "cpuacct" in self.dirs:
+            return _read_int(self.dirs["cpuacct"] / "cpuacct.usage") / 1e9
+        return None
+
+    def peak_memory_mb(self) -> float | None:
+        if self.level == "cgroup-v2":
+            value = _read_int(self.dirs["unified"] / "memory.peak")
+        elif "memory" in self.dirs:
+            value = _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
+        else:
+            return None
+        return round(value / (1024 * 1024), 1) if value else None
+
+    def kill_all(self) -> None:
+        """SIGKILL every process still in the group, until it is empty (bounded)."""
+        deadline = time.monotonic() + 10.0
+        while self.dirs and time.monotonic() < deadline:
+            pids = set()
+            for d in self.dirs.values():
+                pids |= {int(p) for p in _read(d / "cgroup.procs").split() if p.isdigit()}
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        """Kill what is left and remove the group's directories."""
+        self.kill_all()
+        for d in list(self.dirs.values()):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+        self.dirs.clear()
+
+
+def _try_write(path: Path, value: str) -> None:
+    try:
+        path.write_text(value)
+    except OSError:
+        pass
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _read_int(path: Path) -> int:
+    text = _read(path).strip()
+    return int(text) if text.isdigit() else 0
+
+
+__all__ = ["RunGroup", "limits_level"]

@@ -1,0 +1,83 @@
+"""Every performance figure of issue 19 in one table: value, ratio, target, pass/fail.
+
+Runs, in this process and the same load: the VLIW per-candidate cost on both kernels and the
+reference machine (perf/vliw_candidate.py), the Lockpicking exhaustive check
+(perf/lockpicking_exhaustive.py), the model endpoint at fixed latency and against a rate-limited
+server (perf/model_throughput.py), the sandbox's per-execution cost and MBPP+ against evalplus
+(perf/sandbox_throughput.py, perf/mbpp_plus_run.py; both pending the allow-list sandbox and its
+fork server, printed against their targets all the same), and issue 18's: a program-task grid on
+Ray with 2 workers against serial (perf/ray_grid.py, needs the [ray] extra) and the results store's
+build time as a study grows 1x..256x cells (perf/store_build.py). Under 10 minutes on 2 cores with the
+default 30-problem MBPP+ subset; ``--mbpp-full`` adds the full 378-problem run.
+
+    python perf/run_all.py [--data-dir ../shared/data] [--mbpp-full] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the sibling scripts
+
+import lockpicking_exhaustive  # noqa: E402
+import mbpp_plus_run  # noqa: E402
+import model_throughput  # noqa: E402
+import ray_grid  # noqa: E402
+import sandbox_throughput  # noqa: E402
+import store_build  # noqa: E402
+import vliw_candidate  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=os.environ.get("HELDOUT_DATA_DIR", str(HERE.parent.parent / "shared" / "data")))
+    parser.add_argument("--mbpp-full", action="store_true", help="also the full 378-problem MBPP+ run")
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    sections = [("vliw", lambda: vliw_candidate.figures(repeat=3)),
+                ("lockpicking", lambda: lockpicking_exhaustive.figures(repeat=3)),
+                ("model endpoint", model_throughput.figures),
+                ("sandbox", sandbox_throughput.figures),
+                ("mbpp+ subset", lambda: mbpp_plus_run.figures(args.data_dir, limit=30)),
+                ("ray grid", ray_grid.figures),
+                ("results store", store_build.figures)]
+    if args.mbpp_full:
+        sections.append(("mbpp+ full", lambda: mbpp_plus_run.figures(args.data_dir, limit=None)))
+    rows: list[dict] = []
+    for label, measure in sections:
+        t0 = time.perf_counter()
+        try:
+            got = measure()
+        except (Exception, SystemExit) as exc:  # one failing section still leaves the others' figures
+            got = [{"name": label, "value": math.nan, "unit": "", "ratio": math.nan, "target": "",
+                    "passed": False, "note": f"could not measure: {type(exc).__name__}: {exc}"}]
+        print(f"[{label}: {time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+        rows.extend(got)
+    width = max(len(r["name"]) for r in rows)
+    print(f"{'figure':<{width}}  {'value':>10}  {'ratio':>7}  {'target':<38} {'result':<6} note")
+    for r in rows:
+        value = f"{r['value']:.3f} {r['unit']}"
+        print(f"{r['name']:<{width}}  {value:>10}  {r['ratio']:>7.2f}  {r['target']:<38} "
+              f"{'PASS' if r['passed'] else 'FAIL':<6} {r['note']}")
+    load_after = os.getloadavg()
+    print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} cores; "
+          f"total {time.perf_counter() - started:.0f} s. Ratios: VLIW = original harness seconds (issue's idle "
+          "figures) / ours; reference machine = ours / original's 0.5 s; lockpicking = ours / 0.35 s; "
+          "model = ideal / ours and achieved / allowed rate; sandbox = ours / 10 ms; MBPP+ = ours / evalplus; "
+          "ray grid = serial / Ray with 2 workers; results store = scaling exponent of build time (1 = linear).")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0 if all(r["passed"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

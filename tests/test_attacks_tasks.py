@@ -1,0 +1,119 @@
+"""Attack suite, task-specific: a VLIW kernel that rebuilds the held-out instances, MBPP+
+solutions that ignore the per-test timer, a slow DuckDB scorer, and forged per-call timing.
+Every attack must score 0 with a clear, named error."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from heldout import load_task
+from heldout.benchmarks.lockpicking.task import BENCHMARK as LOCKPICKING
+from heldout.benchmarks.mbpp_plus.execution import check_solution, load_problems
+from heldout.benchmarks.vliw.benchmark import make_instance
+from heldout.benchmarks.vliw.task import VliwTakehome
+from heldout.contracts import RunLimits
+from heldout.sandbox import isolation_mode, run_calls
+
+pytestmark = pytest.mark.skipif(isolation_mode() != "bwrap", reason="the allow-list sandbox needs bubblewrap")
+SOURCES = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "SOURCES.md")
+CHAMPION = {"scorer.sql": (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()}
+
+
+def old_test_seed(k: int) -> int:
+    """The formula heldout's hidden VLIW seeds used to come from (public in its source)."""
+    return int(hashlib.sha256(f"heldout/vliw/takehome/test/{k}".encode()).hexdigest()[:12], 16)
+
+
+REBUILDER = '''
+import hashlib
+from _heldout_vliw_benchmark import make_instance
+
+
+class KernelBuilder:
+    """Rebuilds the hidden instance from the generator shipped next to it and hard-codes its answer."""
+
+    def build_kernel(self, forest_height, n_nodes, batch_size, rounds):
+        seed = int(hashlib.sha256(b"heldout/vliw/takehome/test/0").hexdigest()[:12], 16)
+        mem, expected = make_instance(seed, forest_height=forest_height, batch_size=batch_size, rounds=rounds)
+        self.instrs = [{"load": [("const", 0, mem[6]), ("const", 1, 1)]}]
+        for v in expected:
+            self.instrs.append({"load": [("const", 2, v)]})
+            self.instrs.append({"store": [("store", 0, 2)], "alu": [("+", 0, 0, 1)]})
+        self.instrs.append({"flow": [("halt",)]})
+'''
+
+
+def test_a_vliw_kernel_that_rebuilds_the_test_instances_scores_zero_on_fresh_ones():
+    bench = VliwTakehome()
+    candidate = {"perf_takehome.py": REBUILDER}
+    # control: on the instance it rebuilt, the lookup table is "perfect"
+    seed = old_test_seed(0)
+    control = bench.run(candidate, bench.make_example(f"seed-{seed}", seed))
+    assert control.valid and control.score > 1.0
+    # the held-out slots draw fresh seeds: the same kernel is wrong on every one of them
+    verdicts = [bench.run(candidate, slot) for slot in load_task("vliw/takehome").split("test")]
+    assert all(not v.valid and v.score == 0.0 and v.error_kind == "wrong_values" for v in verdicts)
+    assert bench.aggregate(verdicts) == 0.0
+    assert len({v.output["seed"] for v in verdicts}) == len(verdicts)  # recorded, all different
+
+
+# -- MBPP+: the per-test limit is the parent's -------------------------------------------------------
+@pytest.fixture(scope="module")
+def problem(data_dir):
+    return {p["task_id"]: p for p in load_problems(data_dir / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl")}["Mbpp/17"]
+
+
+SIGNAL_IGNORING = {
+    "ignores_sigalrm": "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                       "def square_perimeter(a):\n    time.sleep(30)\n    return 4 * a\n",
+    "blocks_every_signal": "import signal, time\ndef square_perimeter(a):\n"
+                           "    signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals))\n"
+                           "    t = time.time()\n    while time.time() - t < 30:\n        pass\n    return 4 * a\n",
+    "swallows_the_timeout": "import time\ndef square_perimeter(a):\n    while True:\n        try:\n"
+                            "            time.sleep(30)\n            return 4 * a\n        except BaseException:\n"
+                            "            pass\n",
+    "disarms_the_timer": "import signal, time\ndef square_perimeter(a):\n"
+                         "    signal.setitimer(signal.ITIMER_REAL, 0)\n    time.sleep(30)\n    return 4 * a\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNAL_IGNORING))
+def test_an_mbpp_solution_that_dodges_the_per_test_timer_still_times_out(problem, name):
+    limits = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=4096)
+    result = check_solution(problem, SIGNAL_IGNORING[name], which=("base",), limits=limits)
+    fail = result.first_failure()
+    assert result.base.status == "fail" and fail["reason"] == "timeout", fail
+    assert "per-call" in fail["message"]
+
+
+def test_forged_start_lines_do_not_buy_a_call_more_time():
+    source = ("import os, time\ndef f(x):\n    for fd in range(3, 20):\n        try:\n"
+              "            os.write(fd, b'{\"start\": 0}\\n{\"start\": 1}\\n')\n        except OSError:\n"
+              "            pass\n    signal_free = time.time()\n    while time.time() - signal_free < 30:\n"
+              "        try:\n            time.sleep(1)\n        except BaseException:\n            pass\n    return x\n")
+    r = run_calls({"prog.py": source}, "prog", "f", [([0], {}), ([1], {})], limits=RunLimits(wall_seconds=20),
+                  per_call_seconds=[0.5, 0.5])
+    assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
+    assert all(not c["ok"] for c in r.calls)
+
+
+# -- Lockpicking SQL -----------------------------------------------------------------------------------
+def test_a_slow_sql_scorer_stops_at_its_timeout_in_the_sandbox():
+    result = LOCKPICKING.exhaustive(CHAMPION, RunLimits(wall_seconds=0.3, cpu_seconds=0.3))
+    assert result["exhaustive_accuracy"] is None
+    assert "timeout after 0.3 s wall" in result["exhaustive_error"]
+
+
+def test_a_sql_scorer_cannot_read_files_even_if_it_got_past_the_checker():
+    """The checker refuses file functions; below it, DuckDB runs in the sandbox with external
+    access off, where the data files do not exist anyway."""
+    from heldout.benchmarks.lockpicking import sql as sqlmod
+
+    with pytest.raises(sqlmod.SqlExecutionError):
+        sqlmod._in_sandbox("run_rows", [f"(SELECT count(*) FROM read_csv('{SOURCES}'))", ["1"]],
+                           wall_seconds=10, memory_mb=256)
+    assert Path(SOURCES).is_file()  # the control: the file is real

@@ -1,0 +1,239 @@
+"""The compact build form (issue 19): a sandboxed builder sends its stream as integer arrays, the
+parent decodes and checks them. It must give exactly what the plain JSON path gives (rows, starts,
+charges, slot counts, fault messages; hence cycles, memory and scratch), fall back to JSON for
+anything it cannot express, and reject a forged payload from a hostile builder."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+
+import numpy as np
+import pytest
+
+from heldout.benchmarks.vliw import simulate
+from heldout.benchmarks.vliw.benchmark import make_instance
+from heldout.benchmarks.vliw.build_runner import as_json, compact
+from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode, decode_compact
+from heldout.benchmarks.vliw.machine import load_program_json
+from heldout.benchmarks.vliw.reference import SCRATCH_SIZE
+from heldout.benchmarks.vliw.task import PACKAGE_DIR, VliwTakehome
+from heldout.contracts import Example
+
+SHAPE = {"forest_height": 10, "batch_size": 256, "rounds": 16}
+KERNELS = ("baseline", "packed")
+
+
+def via_compact(program) -> DecodedProgram:
+    payload = compact(program)
+    assert payload is not None, "expected a plain program"
+    return decode_compact(json.loads(json.dumps(payload)), 2_000_000)
+
+
+def via_json(program) -> DecodedProgram:
+    return decode(load_program_json(as_json(program)))
+
+
+def assert_same_decoding(got: DecodedProgram, want: DecodedProgram) -> None:
+    for name in ("code", "start", "charged", "counts"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), name
+    assert got.messages == want.messages
+
+
+# Programs exercising every slot form and every decode-time fault, as a conformance suite would.
+CONFORMANCE = {
+    "empty": [],
+    "empty-bundles": [{}, {"debug": [("comment", "x")]}, {}],
+    "swap": [{"load": [("const", 0, 5), ("const", 1, 7)]}, {"alu": [("+", 0, 1, 2), ("+", 1, 0, 2)]}],
+    "every-form": [
+        {"load": [("const", 0, 3), ("const", 1, 2 ** 32 + 5)]},
+        {"alu": [(op, 2 + i, 0, 1) for i, op in enumerate(["+", "-", "*", "//", "cdiv", "%", "^", "&", "|",
+                                                            "<<", ">>", "<"])]},
+        {"valu": [("vbroadcast", 16, 0), ("multiply_add", 24, 16, 16, 16), ("+", 32, 16, 24),
+                  ("==", 40, 16, 24)]},
+        {"load": [("load", 50, 0), ("load_offset", 51, 0, 3)], "store": [("store", 0, 1), ("vstore", 0, 16)]},
+        {"load": [("vload", 64, 0)], "flow": [("select", 72, 0, 1, 2)]},
+        {"flow": [("vselect", 80, 16, 24, 32)]}, {"flow": [("add_imm", 90, 0, -7)]},
+        {"flow": [("trace_write", 0)]}, {"flow": [("coreid", 91)]}, {"flow": [("cond_jump_rel", 0, 1)]},
+        {"flow": [("cond_jump", 0, 12)]}, {"flow": [("jump", 13)]}, {"flow": [("jump_indirect", 1)]},
+        {"flow": [("pause",)]}, {"flow": [("halt",)]},
+    ],
+    "faults": [
+        {"alu": [("+", 0, 0, 0)] * 13},
+        {"alu": [("+", 0, 0, 0)], "gpu": [("+", 0, 0, 0)], "valu": [("+", 0, 0, 0)]},
+        {"valu": [("vbroadcast", SCRATCH_SIZE - 7, 0)], "alu": [("+", 0, 0, SCRATCH_SIZE)]},
+        {"alu": [("+", -1, 0, 0)], "load": [("nope", 1, 2)]},
+        {"flow": [("jump", -3)]}, {"flow": [("cond_jump_rel", 0, -(2 ** 61))]},
+        {"flow": [("halt", 1)]}, {"load": [("const", 2 ** 61, 1)]}, {"store": [("vstore", 0, SCRATCH_SIZE - 4)]},
+        {"alu": [("+", 0, 0, 0)], "flow": [("add_imm", 0, 0, 1), ("halt",)]},
+    ],
+    "list-slots": [{"alu": [["+", 0, 1, 2]], "load": [["const", 3, 4], ("const", 3, 4)]}],
+}
+
+
+def random_program(rng: random.Random, n: int) -> list[dict]:
+    """Random bundles with repeated slots, unknown engines, overflows, bad shapes and wild operands."""
+    engines = ["alu", "valu", "load", "store", "flow"]
+    opcodes = ["+", "*", "//", "<", "vbroadcast", "multiply_add", "const", "load", "load_offset", "vload",
+               "store", "vstore", "select", "vselect", "add_imm", "halt", "pause", "trace_write", "cond_jump",
+               "cond_jump_rel", "jump", "jump_indirect", "coreid", "frobnicate"]
+
+    def operand():
+        k = rng.random()
+        if k < 0.9:
+            return rng.randrange(0, 40)
+        return rng.choice([-1, SCRATCH_SIZE, SCRATCH_SIZE - 3, 2 ** 33, -(2 ** 45), 2 ** 61])
+
+    well_formed = {"alu": [("+", 1, 2, 3), ("<", 4, 5, 6)], "valu": [("vbroadcast", 8, 1), ("*", 16, 8, 8)],
+                   "load": [("const", 1, 2 ** 33), ("load_offset", 2, 1, 3)], "store": [("vstore", 1, 8)],
+                   "flow": [("jump", -2), ("cond_jump_rel", 1, -3), ("cond_jump_rel", 1, 2), ("add_imm", 1, 2, -9)]}
+
+    def slot(engine):
+        if engine in well_formed and rng.random() < 0.5:
+            return rng.choice(well_formed[engine])
+        return (rng.choice(opcodes), *[operand() for _ in range(rng.randrange(0, 5))])
+
+    program = []
+    for index in range(n):
+        bundle: dict = {}
+        for engine in rng.sample(engines + ["debug", "tpu"], rng.randrange(0, 5)):
+            count = rng.randrange(0, 3) if rng.random() < 0.9 else rng.randrange(0, 15)
+            bundle[engine] = [slot(engine) for _ in range(count)]
+        program.append(bundle)
+    return program
+
+
+@pytest.mark.parametrize("name", sorted(CONFORMANCE))
+def test_compact_decoding_equals_the_plain_decoding_on_conformance_programs(name):
+    assert_same_decoding(via_compact(CONFORMANCE[name]), via_json(CONFORMANCE[name]))
+
+
+def test_compact_decoding_equals_the_plain_decoding_on_random_programs():
+    rng = random.Random(19)
+    faults = set()
+    for case in range(300):
+        program = random_program(rng, rng.randrange(1, 60))
+        want = via_json(program)
+        assert_same_decoding(via_compact(program), want)
+        faults.update(want.messages.values())
+    kinds = " ".join(faults)
+    # the generator really reaches every decode-time fault
+    for words in ("unknown engine", "slots, limit", "scratch read", "is not a", "negative bundle"):
+        assert words in kinds, words
+
+
+@pytest.mark.parametrize("program", [
+    [{"alu": [("+", 0, True, 1)]}],          # a bool operand (equal to 1 as a dict key)
+    [{"alu": [("+", 0, 1.0, 1)]}],           # a float operand
+    [{"alu": [("+", 0, 1, 2 ** 62)]}],       # beyond the int64-safe bound
+    [{"alu": [("+", 0, np.int64(1), 1)]}],   # a numpy integer (the plain path converts it)
+    [[("alu", ("+", 0, 1, 1))]],             # a bundle that is not a dict
+    [{1: [("+", 0, 1, 1)]}],                 # a non-str engine key
+    [{"alu": ("+", 0, 1, 1)}, {"alu": [5]}],  # slots that are not sequences
+])
+def test_anything_the_compact_form_cannot_express_falls_back_to_json(program):
+    assert compact(program) is None  # the builder then sends as_json(program): the plain path
+
+
+def test_a_bool_after_an_equal_int_slot_is_not_mistaken_for_it():
+    assert compact([{"alu": [("+", 0, 1, 1)]}, {"alu": [("+", 0, True, 1)]}]) is None
+
+
+# -- through the sandbox, on the real kernels ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def benches():
+    return VliwTakehome(build_form="compact"), VliwTakehome(build_form="json")
+
+
+def kernel(name: str) -> dict[str, str]:
+    return {"perf_takehome.py": (PACKAGE_DIR / "kernels" / f"{name}.py").read_text(encoding="utf-8")}
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_both_kernels_build_to_identical_programs_and_runs(benches, name):
+    fast_bench, plain_bench = benches
+    got, want = fast_bench.build(kernel(name), SHAPE), plain_bench.build(kernel(name), SHAPE)
+    assert got.error is None and want.error is None, (got.error, want.error)
+    assert got.n_bundles == want.n_bundles > 0
+    assert_same_decoding(got.program, want.program)
+    mem, _ = make_instance(20240619)
+    a, b = simulate(got.program, mem), simulate(want.program, mem)
+    assert (a.cycles, a.memory, a.scratch, a.slots) == (b.cycles, b.memory, b.scratch, b.slots)
+
+
+def test_verdicts_are_identical_on_both_forms_including_fallback_candidates(benches):
+    odd = ("class KernelBuilder:\n"
+           "    def build_kernel(self, *shape):\n"
+           "        self.instrs = [{'load': [('const', 0, 1)]}, {'alu': [('+', 0, True, 0)]}]\n")
+    example = Example(id="seed-5", input={"seed": 5, **SHAPE}, target=None)
+    for candidate in (kernel("packed"), {"perf_takehome.py": odd}):
+        got, want = (bench.run(candidate, example) for bench in benches)
+        assert (got.score, got.valid, got.error, got.dimensions) == (want.score, want.valid, want.error,
+                                                                       want.dimensions)
+
+
+# -- a hostile builder forging the payload -------------------------------------------------------------
+PADDED = ["valu", "+"] + [f"pad{i}" for i in range(18)]
+
+
+def forged(**override) -> dict:
+    payload = compact([{"valu": [("+", 0, 8, 16)] * 6}])
+    payload = json.loads(json.dumps(payload))
+    payload.update(override)
+    return payload
+
+
+def wire(values, dtype="i4") -> dict:
+    return {"dtype": dtype, "data": base64.b64encode(np.asarray(values, dtype="<" + dtype).tobytes()).decode()}
+
+
+@pytest.mark.parametrize("override,words", [
+    # one engine named 20 times in a bundle would be 120 VALU slots: past the interpreter's buffers
+    ({"n_groups": wire([20]), "group_engine": wire([0] * 20), "group_slots": wire([6] * 20),
+      "slot_ids": wire([0] * 120), "strings": PADDED}, "one engine twice"),
+    ({"n_groups": wire([20]), "group_engine": wire([0] * 20), "group_slots": wire([6] * 20),
+      "slot_ids": wire([0] * 120)}, "outside"),  # more groups than distinct strings
+    ({"strings": ["debug", "+"], "n_groups": wire([1]), "group_engine": wire([0])}, "debug group"),
+    ({"slot_ids": wire([0, 0, 0, 0, 0, 7])}, "outside"),
+    ({"slot_ids": wire([0, 0, 0])}, "expected 6"),
+    ({"group_slots": wire([2 ** 40], "i8")}, "outside"),
+    ({"unique_operands": wire([0, 8, 2 ** 62], "i8")}, "outside"),
+    ({"unique_op": {"dtype": "f8", "data": ""}}, "dtype"),
+    ({"n_groups": {"dtype": "i4", "data": "!!!"}}, "base64"),
+    ({"n_groups": {"dtype": "i4", "data": "AAA="}}, "whole number"),
+    ({"strings": ["valu", "valu"]}, "distinct"),
+    ({"strings": ["valu", 3]}, "distinct str"),
+    ({"format": "something-else"}, "payload"),
+    ({"extra": 1}, "payload"),
+])
+def test_a_forged_payload_is_rejected(override, words):
+    with pytest.raises(CompactFormError, match=words):
+        decode_compact(forged(**override), 2_000_000)
+
+
+def test_a_payload_over_the_bundle_cap_is_rejected():
+    with pytest.raises(CompactFormError, match="cap"):
+        decode_compact(json.loads(json.dumps(compact([{}] * 11))), 10)
+
+
+def test_a_builder_that_replaces_the_encoder_gets_a_clear_build_error(benches):
+    hostile = ("import _heldout_vliw_build as runner\n"
+               "class KernelBuilder:\n"
+               "    def build_kernel(self, *shape):\n"
+               "        self.instrs = [{'valu': [('+', 0, 8, 16)] * 6}]\n"
+               "        real = runner.compact\n"
+               "        def forge(program):\n"
+               "            p = real(program)\n"
+               "            p['n_groups'] = " + json.dumps(wire([20])) + "\n"
+               "            p['group_engine'] = " + json.dumps(wire([0] * 20)) + "\n"
+               "            p['group_slots'] = " + json.dumps(wire([6] * 20)) + "\n"
+               "            p['slot_ids'] = " + json.dumps(wire([0] * 120)) + "\n"
+               "            p['strings'] = " + json.dumps(PADDED) + "\n"
+               "            return p\n"
+               "        runner.compact = forge\n")
+    example = Example(id="seed-5", input={"seed": 5, **SHAPE}, target=None)
+    verdict = benches[0].run({"perf_takehome.py": hostile}, example)
+    assert not verdict.valid and verdict.score == 0
+    assert "bad instruction stream" in verdict.error and "one engine twice" in verdict.error
