@@ -27,6 +27,7 @@ from heldout.evaluators.session import Session
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.reports import build_report, check_runs, collect_runs
+from heldout.reports.check import GateInputError
 
 TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
 CHAMPION = (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()
@@ -271,8 +272,8 @@ def test_an_edited_test_score_can_never_change_a_table_or_the_gate(study, tmp_pa
     table = report.table("results")
     assert "seed" not in table.columns and not any("0.900" in c.text for row in table.rows for c in row)
     # the gate refuses too: no verified seed run is left to compare
-    with pytest.raises(Exception, match="no verified, finished current run"):
-        check_runs([study / "main"], [tmp_path / "runs"], method="seed", n_flips=200, n_boot=200)
+    with pytest.raises(GateInputError, match="incomplete study|no verified, finished current run"):
+        check_runs([study / "main"], [tmp_path / "runs"], method="seed")
 
 
 def test_runs_of_another_worker_model_are_never_pooled(study, tmp_path):
