@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 # changes nothing the optimizer decides.
 PACED_SEARCH = """
 import os, time
-from heldout.optimizers.local_search import optimize as search
+from heldout.optimizers.geometry_search import optimize as search  # what local-search runs here
 
 class Paced:
     def __init__(self, view):

@@ -256,13 +256,15 @@ def optimize(view, seed):
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_stops_the_study_promptly_with_a_summary_and_it_resumes(sig, tmp_path):
+# SIGINT as a terminal's Ctrl-C on isolated optimizers (the default for module:function code);
+# SIGTERM to the parent alone on trusted in-process ones (they stop at the end of an evaluate call)
+@pytest.mark.parametrize("sig, trust", [(signal.SIGINT, []), (signal.SIGTERM, ["--trusted-optimizer"])])
+def test_an_interrupt_stops_the_study_promptly_with_a_summary_and_it_resumes(sig, trust, tmp_path):
     (tmp_path / "slow_opt.py").write_text(textwrap.dedent(SLOW))
     run_dir = tmp_path / "study"
     args = [sys.executable, "-m", "heldout.cli", "run", "--task", "lockpicking/six", "--optimizer",
             "slow=slow_opt:optimize", "--seeds", "0,1,2,3,4", "--budget", "200", "--jobs", "2",
-            "--run-dir", str(run_dir)]
+            "--run-dir", str(run_dir), *trust]
     proc = subprocess.Popen(args, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     give_up = time.monotonic() + 300
