@@ -121,6 +121,7 @@ def describe_experiment(session: Any) -> dict[str, Any]:
         "worker": model_description(scorer.worker),
         "deployment_worker": model_description(getattr(session, "deploy_scorer", scorer).worker),
         "architect": model_description(getattr(session, "architect_client", None)),
+        "judge": model_description(getattr(scorer, "judge", None)),
         "decoding": {"temperature": options.get("temperature", 0.0), "max_tokens": options.get("max_tokens")},
         "optimizer": provenance.pop("optimizer", {"name": session.method, "code_sha256": None}),
         "isolation": provenance.pop("isolation", "in-process (trusted)"),

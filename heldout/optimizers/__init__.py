@@ -6,16 +6,23 @@ Each is a callable ``optimize(view, seed) -> Candidate`` that touches the task o
 
 ``local-search`` is the one name of the family searches (geometry random restarts, lockpicking
 rule-table hill climbing); ``geometry-search`` and ``lockpicking-search`` are documented aliases
-of it (:data:`ALIASES`): a run made under an alias is recorded, and shown, as ``local-search``."""
+of it (:data:`ALIASES`): a run made under an alias is recorded, and shown, as ``local-search``.
+
+An optimizer spec may carry options after ``?``: ``lockpicking-search?width=4&stream=1``. Only
+the options in :data:`OPTIMIZER_OPTIONS` are accepted (each a non-negative int), and only by an
+optimizer whose function takes them as keyword arguments."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
+import inspect
 import os
 import sys
 from pathlib import Path
 from typing import Callable
+from urllib.parse import parse_qsl
 
 from heldout.contracts import BudgetExceeded, HeldoutError
 
@@ -23,13 +30,25 @@ REFERENCE_OPTIMIZERS: dict[str, str] = {
     "seed": "heldout.optimizers.seed:optimize",
     "local-search": "heldout.optimizers.local_search:optimize",
     "reflective": "heldout.optimizers.reflective:optimize",
+    "constant-search": "heldout.optimizers.constant_search:optimize",
+    # the real libraries, through heldout.adapters (extras [gepa], [dspy], [openevolve])
+    "gepa": "heldout.optimizers.gepa:optimize",
+    "dspy-mipro": "heldout.optimizers.dspy:optimize_mipro",
+    "dspy-gepa": "heldout.optimizers.dspy:optimize_gepa",
+    "openevolve": "heldout.optimizers.openevolve:optimize",
 }
 ALIASES: dict[str, str] = {"geometry-search": "local-search", "lockpicking-search": "local-search"}
 
+OPTIMIZER_OPTIONS = {"width": 1, "stream": 0}
+"""Option -> its smallest value: ``width`` = workers proposing from one parent per round, merged
+(:mod:`heldout.optimizers.merge`); ``stream`` = which independent random stream a run draws from
+(the fork arm's runs differ only in it)."""
+
 
 def canonical_name(name: str) -> str:
-    """The reference name an alias stands for (any other name unchanged)."""
-    return ALIASES.get(name, name)
+    """The reference name an alias stands for (options after ``?`` kept; other names unchanged)."""
+    base, sep, query = name.partition("?")
+    return ALIASES.get(base, base) + sep + query
 
 
 def mean_train_score(view, candidate, ids) -> float | None:
@@ -44,18 +63,49 @@ def mean_train_score(view, candidate, ids) -> float | None:
     return sum(r["score"] for r in results) / len(results) if results else None
 
 
+def split_spec(spec: str) -> tuple[str, dict[str, int]]:
+    """``NAME?width=4&stream=1`` -> (``NAME``, {"width": 4, "stream": 1}); a clear error for an
+    option not in :data:`OPTIMIZER_OPTIONS` or a value that is not an int at least its minimum."""
+    name, _, query = spec.partition("?")
+    options: dict[str, int] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)) if query else []:
+        if key not in OPTIMIZER_OPTIONS:
+            raise HeldoutError(f"optimizer option {key!r} is not one of {', '.join(OPTIMIZER_OPTIONS)} (in {spec!r})")
+        if not value.isdigit() or int(value) < OPTIMIZER_OPTIONS[key]:
+            raise HeldoutError(f"optimizer option {key}={value!r} must be an int >= {OPTIMIZER_OPTIONS[key]}")
+        options[key] = int(value)
+    return name, options
+
+
 def optimizer_target(name: str) -> str:
-    """``module:function`` for a reference name, an alias or a ``module:function``."""
-    target = REFERENCE_OPTIMIZERS.get(canonical_name(name), name)
+    """``module:function`` for a reference name, an alias or a ``module:function`` (options dropped)."""
+    base = name.partition("?")[0]
+    target = REFERENCE_OPTIMIZERS.get(canonical_name(base), base)
     if ":" not in target:
-        raise HeldoutError(f"unknown optimizer {name!r}: use one of {', '.join(REFERENCE_OPTIMIZERS)} "
+        raise HeldoutError(f"unknown optimizer {base!r}: use one of {', '.join(REFERENCE_OPTIMIZERS)} "
                            f"(aliases: {', '.join(f'{a} = {c}' for a, c in ALIASES.items())}) or module:function")
     return target
 
 
-def resolve_optimizer(name: str) -> Callable:
-    """A reference name (or alias) or ``module:function``. A user's module is looked up on the
-    path with the current directory on it, as ``python -m`` would (no PYTHONPATH=. needed)."""
+def resolve_optimizer(spec: str) -> Callable:
+    """A reference name (or alias) or ``module:function``, optionally with ``?options`` (see the
+    module doc). A user's module is looked up with the current directory on the path, as
+    ``python -m`` would (no PYTHONPATH=. needed)."""
+    try:
+        name, options = split_spec(spec)
+    except ValueError as exc:  # parse_qsl's own complaint about a malformed query
+        raise HeldoutError(f"bad optimizer options in {spec!r}: {exc}") from None
+    optimizer = _load(name)
+    if not options:
+        return optimizer
+    accepted = inspect.signature(optimizer).parameters
+    refused = [k for k in options if k not in accepted]
+    if refused:
+        raise HeldoutError(f"optimizer {name!r} takes no option {', '.join(refused)}")
+    return functools.partial(optimizer, **options)
+
+
+def _load(name: str) -> Callable:
     target = optimizer_target(name)
     module, _, func = target.partition(":")
     cwd = os.getcwd()
@@ -73,7 +123,7 @@ def resolve_optimizer(name: str) -> Callable:
 def optimizer_code_sha256(name: str) -> str | None:
     """sha256 of the source file that defines the optimizer (None when it has no file), so a
     run record says which version of the code ran."""
-    optimizer = resolve_optimizer(name)
+    optimizer = _load(name.partition("?")[0])
     module = sys.modules.get(getattr(optimizer, "__module__", "") or "")
     path = getattr(module, "__file__", None)
     if not path or not os.path.exists(path):

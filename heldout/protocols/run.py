@@ -297,6 +297,7 @@ class StudyConfig:
     base_url: str | None = None
     cache_dir: str | None = None
     model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
+    architect_calls: int | None = None
     trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
 
     def __post_init__(self) -> None:
@@ -373,7 +374,7 @@ def _client(model: str | None, config: StudyConfig):
 def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
     """What a finished record of this cell must agree with to count as done."""
     return {"task": cell.task, "profile": cell.profile, "seed": cell.seed, "method": cell.method.name,
-            "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds)),
+            "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls)),
             "policy": config.policy, "options": dict(cell.options),
             "worker": config.worker_model, "architect": config.architect_model, "verifier": cell.verifier,
             "optimizer code": cell.method.describe().get("code_sha256")}
@@ -390,7 +391,7 @@ def record_settings(record: RunRecord) -> dict[str, Any]:
 def cell_session(cell: Cell, config: StudyConfig) -> Session:
     """The protected session of a cell (new, or resumed from its ledger)."""
     return Session(cell.task, profile=cell.profile,
-                   budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds),
+                   budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
                    seed=cell.seed, worker=_client(config.worker_model, config), run_dir=cell.run_dir(config.run_root),
                    architect=_client(config.architect_model, config), policy=config.policy,
                    data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
@@ -552,9 +553,9 @@ def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Me
     so a mistyped name fails before any session starts."""
     methods = []
     for spec in optimizers:
-        name, sep, target = spec.partition("=")
-        if not sep:
-            name = canonical_name(name)
+        # NAME=TARGET names a method; a bare spec (options after "?" may hold "=") names itself
+        explicit = "=" in spec.partition("?")[0]
+        name, _, target = spec.partition("=") if explicit else (canonical_name(spec), "", "")
         target = target or name
         if not name:
             raise HeldoutError(f"--optimizer needs a name, got {spec!r}")
