@@ -142,7 +142,12 @@ def experiment_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) 
         if key not in recorded:
             continue  # the ledger predates this field: nothing to compare against
         a, b = recorded.get(key), now.get(key)
-        if canonical_json(a) != canonical_json(b):
+        if canonical_json(a) == canonical_json(b):
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # name the sub-settings that differ
+            out += [f"{key}.{sub}: {_short(a.get(sub))} -> {_short(b.get(sub))}" for sub in sorted(set(a) | set(b))
+                    if canonical_json(a.get(sub)) != canonical_json(b.get(sub))]
+        else:
             out.append(f"{key}: {_short(a)} -> {_short(b)}")
     return out
 

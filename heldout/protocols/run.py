@@ -479,7 +479,7 @@ class _CellRunner:
             hook = None
         try:
             return run_cell(cell, self.config, hook)
-        except HeldoutError as exc:  # e.g. the cell's dir holds another experiment: say so, run the rest
+        except ExperimentMismatch as exc:  # the cell's dir holds another experiment: say so, run the rest
             return {"status": "refused", "skipped": False, "test_score": None, "error": str(exc),
                     "run_dir": str(cell.run_dir(self.config.run_root))}
 
