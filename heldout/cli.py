@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK  (tab completion: `heldout completion bash`)
 """The ``heldout`` command: a thin layer over the API.
 
 Each sub-command is a small function ``cmd_<name>(args) -> int`` plus its argparse wiring in
@@ -11,11 +12,17 @@ import math
 import shlex
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from heldout.sandbox import allow_unsafe_no_sandbox
+try:
+    import argcomplete
+except ImportError:  # the optional extra heldout[completion]
+    argcomplete = None
+
 from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
@@ -38,7 +45,10 @@ from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
                                    parse_seeds, run_study)
+from heldout.protocols.study import Study, load_study, parse_study, save_resolved
 from heldout.reports import build_report, check_runs, write_report
+from heldout.reports.inspect_export import export_inspect
+from heldout.reports.paper import FORMATS as PAPER_FORMATS, write_paper
 from heldout.reports.check import DESIGN_FIELDS
 from heldout.reports.plan import plan_study
 from heldout.reports.store import TABLES, ResultsStore
@@ -212,31 +222,76 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in reports) else 1
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    seeds = parse_seeds(args.seeds)
-    methods = parse_methods(args.optimizer, args.optimizer_cmd)
+# `heldout run` flags that say what the cells are; a study file says all of them itself
+STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "profile", "seeds", "verifier", "policy",
+               "prompt_format", "architect_tokens", "wall_seconds", "worker_model", "architect_model",
+               "base_url", "cache_dir", "tolerance", "data_dir", "allow_drift", "trusted_optimizer")
+
+
+def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {"kind": args.executor, "jobs": args.jobs, "ray_address": args.ray_address, "cell_cpus": args.cell_cpus,
+            "cell_memory_mb": args.cell_memory_mb}
+
+
+def study_from_flags(args: argparse.Namespace) -> Study:
+    """The flags as a study mapping, resolved by the same parser as a study file."""
+    if not args.task or not args.budget or not args.run_dir:
+        raise HeldoutError("heldout run needs a STUDY.toml, or --task, --budget and --run-dir")
     tasks = expand_tasks(args.task)
-    budgets = parse_budgets(args.budget, tasks)
-    options: dict[str, Any] = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    methods = parse_methods(args.optimizer or [], args.optimizer_cmd or [])
+    data: dict[str, Any] = {
+        "run_dir": args.run_dir, "tasks": tasks, "profiles": [args.profile or "default"],
+        "seeds": parse_seeds(args.seeds or "0"), "budget": parse_budgets(args.budget, tasks),
+        "methods": [{"name": m.name, **({"command": m.command} if m.command else {"optimizer": m.target})}
+                    for m in methods],
+        "verifiers": [args.verifier or CANONICAL], "policy": args.policy or "standard",
+        "allow_drift": bool(args.allow_drift), "trusted_optimizer": bool(args.trusted_optimizer),
+        "executor": {k: v for k, v in _executor_flags(args).items() if v is not None},
+        "options": {} if args.tolerance is None else {"tolerance": args.tolerance},
+        "limits": {k: v for k, v in (("architect_tokens", args.architect_tokens),
+                                     ("wall_seconds", args.wall_seconds)) if v is not None},
+        "models": {k: v for k, v in (("worker", args.worker_model), ("architect", args.architect_model),
+                                     ("base_url", args.base_url), ("cache_dir", args.cache_dir)) if v is not None}}
     if args.prompt_format:
-        options["prompt_format"] = args.prompt_format
-    cells = build_cells(tasks, methods, seeds, budgets, args.profile, options, [args.verifier])
-    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
-                         policy=args.policy, architect_tokens=args.architect_tokens,
-                         wall_seconds=args.wall_seconds, worker_model=args.worker_model,
-                         architect_model=args.architect_model, base_url=args.base_url,
-                         cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
-    for task in tasks:  # a typo in a task or profile fails before any run dir is made
-        load_task(task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
-    open_study(cells, config, resume=args.resume)
+        data["prompt_format"] = args.prompt_format
+    if args.data_dir:
+        data["data_dir"] = args.data_dir
+    return parse_study(data, origin="heldout run")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.study:
+        given = [f"--{f.replace('_', '-')}" for f in STUDY_FLAGS if getattr(args, f) not in (None, [], False)]
+        if given:
+            raise HeldoutError(f"{args.study} is the whole study; drop {', '.join(given)} (edit the file instead)")
+        study = load_study(args.study, run_dir=args.run_dir)
+        # how to run (not what): the execution flags override the file's [executor]
+        study.executor.update({k: v for k, v in _executor_flags(args).items() if v is not None})
+    else:
+        study = study_from_flags(args)
+    if args.dry_run:
+        print("\n".join(study.plan()))
+        return 0
+    groups = study.groups()
+    for config, cells in groups:  # one run dir = one experiment: checked before anything runs
+        open_study(cells, config, resume=args.resume)
+    saved = save_resolved(study)
+    if args.verbosity > 0:
+        print(f"heldout run: study {saved}:\n{saved.read_text()}", file=sys.stderr)
     argv = list(args.argv or sys.argv[1:])
     hint = "heldout " + " ".join(shlex.quote(a) for a in argv) + ("" if "--resume" in argv else " --resume")
-    executor = make_executor(args.executor, args.run_dir, jobs=args.jobs, ray_address=args.ray_address,
-                             cell_cpus=args.cell_cpus, cell_memory_mb=args.cell_memory_mb)
-    try:
-        results = run_study(cells, config, executor, resume_hint=hint)
-    finally:
-        getattr(executor, "close", lambda: None)()
+    results = []
+    for config, cells in groups:
+        executor = make_executor(study.executor["kind"], config.run_root, jobs=study.executor["jobs"],
+                                 ray_address=study.executor.get("ray_address"),
+                                 cell_cpus=study.executor["cell_cpus"],
+                                 cell_memory_mb=study.executor.get("cell_memory_mb"))
+        try:
+            results += run_study(cells, config, executor, progress=args.verbosity >= 0, resume_hint=hint)
+        finally:
+            getattr(executor, "close", lambda: None)()
+        if any(r["status"] in ("interrupted", "not started") for r in results):
+            break  # a stop request ends the whole study, not only this profile's part
     if args.json:
         _print_json(results)
     else:
@@ -285,6 +340,17 @@ def cmd_runs_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- export ------------------------------------------------------------------------------------
+def cmd_export_inspect(args: argparse.Namespace) -> int:
+    result = export_inspect(args.run_dir, args.out, with_optimisation=args.with_optimisation, data_dir=args.data_dir)
+    for note in result.notes if args.verbosity >= 0 else []:
+        print(f"heldout export: note: {note}", file=sys.stderr)
+    for path, reason in result.skipped:
+        print(f"heldout export: SKIPPED {path}: {reason}", file=sys.stderr)
+    print(f"wrote {len(result.written)} Inspect log(s) to {args.out}; view them with `inspect view --log-dir {args.out}`")
+    return 1 if result.skipped else 0
+
+
 # -- report / check ------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
     checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
@@ -293,6 +359,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     for warning in report.warnings:
         print(f"heldout report: WARNING: {warning}", file=sys.stderr)
     paths = write_report(report, args.out)
+    if args.format:
+        paths.update(write_paper(report, args.out, args.format))
     runs = report.runs
     print(f"{len(runs.runs)} run(s) used, {len(runs.failed)} failed, {len(runs.excluded)} excluded")
     for kind, path in paths.items():
@@ -503,7 +571,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
                         help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
                              "(recorded as isolation 'none'); never for code you did not write")
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
+                      help="no progress lines or notes on stderr (warnings and errors still print)")
+    talk.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                      help="more on stderr: the resolved study before a run, a traceback with an error")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("completion", help="print a shell completion script (needs argcomplete: heldout[completion])")
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="e.g. `eval \"$(heldout completion bash)\"` in ~/.bashrc")
+    p.set_defaults(func=cmd_completion)
 
     tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
     p = tasks.add_parser("list", help="every task with kind, metric, split profiles and sizes")
@@ -565,38 +642,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ledger_verify)
 
     p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
-    p.add_argument("--task", action="append", required=True,
+    p.add_argument("study", nargs="?", default=None,
+                   help="STUDY.toml: the whole study in one file (see docs); or give the flags below")
+    p.add_argument("--dry-run", action="store_true", help="print every cell and the total budget, run nothing")
+    p.add_argument("--task", action="append", default=None,
                    help="task, family (bbh), group (bbh/sepo, program), or glob ('mmlu_pro/*'); repeatable")
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds, e.g. 0,1,2 (default 0)")
-    p.add_argument("--budget", action="append", required=True,
+    p.add_argument("--profile", default=None, help="split profile (default: default)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2 (default 0)")
+    p.add_argument("--budget", action="append", default=None,
                    help="metric calls per session: N, or TASK=N per task (repeatable)")
     p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None,
                    help="architect token budget per session")
     p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
                    help="wall-time budget per session, seconds")
-    p.add_argument("--optimizer", action="append", default=[],
+    p.add_argument("--optimizer", action="append", default=None,
                    help="optimizer function module:function (runs isolated in the sandbox unless "
                         "--trusted-optimizer) or a reference name (repeatable)")
     p.add_argument("--trusted-optimizer", action="store_true",
                    help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
-    p.add_argument("--optimizer-cmd", action="append", default=[],
+    p.add_argument("--optimizer-cmd", action="append", default=None,
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
-    p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
+    p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
     p.add_argument("--resume", action="store_true",
-                   help="continue the study in --run-dir (only with exactly the settings it was started with)")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="continue the study in the run dir (only with exactly the settings it was started with)")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=None, help="sessions in parallel (process pool; default 1)")
+    p.add_argument("--executor", default=None, choices=EXECUTORS,
                    help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
     p.add_argument("--ray-address", default=None,
                    help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
-    p.add_argument("--cell-cpus", type=float, default=1.0, help="--executor ray: CPUs each cell asks for (default 1)")
+    p.add_argument("--cell-cpus", type=float, default=None, help="--executor ray: CPUs each cell asks for (default 1)")
     p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
-    p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
+    p.add_argument("--policy", default=None, choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
     p.add_argument("--prompt-format", default=None,
                    help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
-    p.add_argument("--verifier", default=CANONICAL,
+    p.add_argument("--verifier", default=None,
                    help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
     p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
     p.add_argument("--architect-model", default=None, help="model id of the metered architect")
@@ -619,6 +699,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a study's run dir")
     p.add_argument("--parquet", required=True, metavar="OUT", help="directory for runs.parquet, verdicts.parquet, ...")
     p.set_defaults(func=cmd_runs_export)
+
+    export = sub.add_parser("export", help="sessions in other tools' formats").add_subparsers(dest="action", required=True)
+    p = export.add_parser("inspect", help="Inspect eval logs (held-out scoring, optionally optimisation) for `inspect view`")
+    p.add_argument("run_dir", help="a study's or a session's run dir (searched recursively for ledgers)")
+    p.add_argument("--out", required=True, help="log dir to write the .eval files into")
+    p.add_argument("--with-optimisation", action="store_true", help="also every evaluation the optimizer paid for")
+    p.add_argument("--data-dir", default=None, help="to render prompts and show targets of dataset tasks")
+    p.set_defaults(func=cmd_export_inspect)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
     p.add_argument("--real-model", action="store_true",
@@ -647,6 +735,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="significance level")
     p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
+    p.add_argument("--format", action="append", choices=PAPER_FORMATS, default=None,
+                   help="also Table 1 and the paired table as booktabs LaTeX / CSV in OUT/paper, figures as PDF+SVG (repeatable)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
@@ -791,8 +881,20 @@ def _local_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=2048, help="context length in tokens")
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    if argcomplete is None:
+        raise HeldoutError("shell completion needs argcomplete: pip install 'heldout[completion]'")
+    print(argcomplete.shellcode(["heldout"], shell=args.shell))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if argcomplete is not None:
+        argcomplete.autocomplete(parser)  # answers the shell's completion request (and exits) if it is one
     args = parser.parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
     if args.unsafe_no_sandbox:
@@ -800,6 +902,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except HeldoutError as exc:
+        if args.verbosity > 0:
+            traceback.print_exc(file=sys.stderr)
         print(f"heldout: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

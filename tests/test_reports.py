@@ -132,8 +132,9 @@ def test_report_writes_markdown_html_and_json_with_every_table(report_dir):
     # champion is best (bold) but one search seed also reaches 1.0: the ranking is not separated (†)
     assert "| lockpicking/six | **1.000 ± 0.000 (n=3) †** |" in md
     html = (report_dir / "report.html").read_text()
+    # the report's five tables (the per-example drill-down adds its own, inside collapsed <details>);
     # no deployment tokens in a program task: that Pareto plot is left out and the report says so
-    assert html.count("<table") == 5 and html.count('src="data:image/png;base64,') == 4
+    assert html.count('<table id="table-') == 5 and html.count('src="data:image/png;base64,') == 4
     assert "No Pareto plot of deployment tokens" in html
     assert "http://" not in html and "https://" not in html and "<script" not in html
     results = json.loads((report_dir / "results.json").read_text())
@@ -399,8 +400,8 @@ window.addEventListener('load', function () {
   out.id = 'render-check';
   out.textContent = 'images=' + imgs.length
     + ' decoded=' + imgs.filter(function (i) { return i.complete && i.naturalWidth > 0 && shown(i); }).length
-    + ' tables=' + Array.from(document.querySelectorAll('table')).filter(shown).length
-    + ' rows=' + Array.from(document.querySelectorAll('tbody tr')).filter(shown).length;
+    + ' tables=' + Array.from(document.querySelectorAll('table[id^="table-"]')).filter(shown).length
+    + ' rows=' + Array.from(document.querySelectorAll('table[id^="table-"] tbody tr')).filter(shown).length;
   document.body.appendChild(out);
 });
 </script></body>"""

@@ -23,6 +23,7 @@ A distributed engine plugs in by implementing the same interface."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -59,11 +60,13 @@ class StudyInterrupted(BaseException):
 @dataclass(frozen=True)
 class Method:
     """A named optimizer: in-process (``target`` = reference name or module:function) or an
-    isolated command (``command`` set)."""
+    isolated command (``command`` set). ``options`` are keyword arguments of an in-process
+    optimizer function (``optimize(view, seed, **options)``)."""
 
     name: str
     target: str | None = None
     command: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> dict[str, Any]:
         """Name and a hash of the code that will run (the optimizer's source file, or the
@@ -75,7 +78,8 @@ class Method:
                     digest.update(Path(part).read_bytes())
             return {"name": self.name, "command": self.command, "code_sha256": digest.hexdigest()}
         target = self.target or self.name
-        return {"name": self.name, "target": optimizer_target(target), "code_sha256": optimizer_code_sha256(target)}
+        return {"name": self.name, "target": optimizer_target(target), "options": dict(self.options),
+                "code_sha256": optimizer_code_sha256(target)}
 
 
 @dataclass(frozen=True)
@@ -315,7 +319,7 @@ def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
     return {
         "format_version": STUDY_FORMAT,
         "tasks": sorted({c.task for c in cells}),
-        "methods": {m.name: asdict(m) for m in sorted({c.method for c in cells}, key=lambda m: m.name)},
+        "methods": {name: asdict(m) for name, m in sorted({c.method.name: c.method for c in cells}.items())},
         "seeds": sorted({c.seed for c in cells}),
         "budgets": {t: sorted({c.budget for c in cells if c.task == t}) for t in sorted({c.task for c in cells})},
         "profiles": sorted({c.profile for c in cells}),
@@ -377,7 +381,7 @@ def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
             "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls)),
             "policy": config.policy, "options": dict(cell.options),
             "worker": config.worker_model, "architect": config.architect_model, "verifier": cell.verifier,
-            "optimizer code": cell.method.describe().get("code_sha256")}
+            "optimizer code": cell.method.describe().get("code_sha256"), "optimizer options": dict(cell.method.options)}
 
 
 def record_settings(record: RunRecord) -> dict[str, Any]:
@@ -385,7 +389,8 @@ def record_settings(record: RunRecord) -> dict[str, Any]:
     return {"task": record.task, "profile": record.profile, "seed": record.seed, "method": record.method,
             "budget": record.budget, "policy": record.policy.get("name"), "options": record.options,
             "worker": (exp.get("worker") or {}).get("model"), "architect": (exp.get("architect") or {}).get("model"),
-            "verifier": exp.get("verifier"), "optimizer code": (exp.get("optimizer") or {}).get("code_sha256")}
+            "verifier": exp.get("verifier"), "optimizer code": (exp.get("optimizer") or {}).get("code_sha256"),
+            "optimizer options": (exp.get("optimizer") or {}).get("options", {})}
 
 
 def cell_session(cell: Cell, config: StudyConfig) -> Session:
@@ -442,7 +447,9 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
         else:
             session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
                                                              "isolation": "trusted, not isolated"})
-            record = session.run(resolve_optimizer(target))
+            optimizer = resolve_optimizer(target)
+            record = session.run(functools.partial(optimizer, **cell.method.options) if cell.method.options
+                                 else optimizer)
     except StudyInterrupted:
         _ISOLATED_CELL = False
         session.ledger.close()

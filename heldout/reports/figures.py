@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import io
 import textwrap
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
 
 import matplotlib
 
@@ -44,6 +44,8 @@ class Figure:
     title: str
     caption: str
     png: bytes
+    # the matplotlib figure itself (closed in pyplot, still drawable): vector copies on demand
+    figure: Any = field(default=None, repr=False, compare=False)
 
 
 def _png(fig) -> bytes:
@@ -110,7 +112,7 @@ def score_bars(runs: RunSet, baseline: str | None = None) -> Figure:
                "all seeds agree or only one seed ran); small dots: the seeds. The y axis is zoomed to the data, it "
                "does not start at 0")
     caption += f"; the dashed line marks {baseline}'s mean." if baseline else "."
-    return Figure("bars", "Held-out score per task", caption, _png(fig))
+    return Figure("bars", "Held-out score per task", caption, _png(fig), fig)
 
 
 def best_so_far_plot(runs: RunSet) -> Figure:
@@ -148,7 +150,7 @@ def best_so_far_plot(runs: RunSet) -> Figure:
             ax.text(0.5, 0.5, "no method evaluated a candidate", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle("Best-so-far vs metric calls (line: mean; band: min-max over seeds)")
     return Figure("best_so_far", "Best-so-far vs metric calls", "Optimizer-visible best score (val, else train) "
-                  "after each metric call; the band spans the seeds.", _png(fig))
+                  "after each metric call; the band spans the seeds.", _png(fig), fig)
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -200,7 +202,7 @@ def pareto_plot(runs: RunSet, kind: str) -> Figure | None:
                f"both held-out score and {kind} tokens.")
     if all_zero:
         caption += f" No {kind} tokens were recorded in these runs (program tasks or cached calls)."
-    return Figure(f"pareto_{kind}", f"Pareto front: score vs {kind} tokens", caption, _png(fig))
+    return Figure(f"pareto_{kind}", f"Pareto front: score vs {kind} tokens", caption, _png(fig), fig)
 
 
 def paired_scatter(runs: RunSet, baseline: str,
@@ -244,4 +246,4 @@ def paired_scatter(runs: RunSet, baseline: str,
     fig.suptitle(f"Per-{unit} held-out score: {baseline} vs optimised (seed-averaged)")
     return Figure("scatter", f"Per-{unit} scatter vs {baseline}", f"Each point is one held-out {unit}, its score "
                   f"averaged over seeds; above the dotted diagonal the method beats {baseline}. Points are "
-                  "jittered slightly so ties stay visible.", _png(fig))
+                  "jittered slightly so ties stay visible.", _png(fig), fig)

@@ -20,6 +20,7 @@ from heldout.contracts import HeldoutError
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
 from heldout.reports.collect import RunSet, collect_runs
+from heldout.reports.drilldown import drilldown_html
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
 from heldout.reports.tables import (
     Table,
@@ -277,6 +278,7 @@ def render_html(report: Report) -> str:
             parts.append(f"<tr>{cells}</tr>")
         parts.append("</tbody></table>")
         parts += [f'<p class="note">{esc(note)}</p>' for note in table.notes if note != settings]
+    parts.append(drilldown_html(report.runs, report.baseline))
     for fig in report.figures:
         data = base64.b64encode(fig.png).decode("ascii")
         parts.append(f'<figure id="figure-{esc(fig.key)}"><h2>{esc(fig.title)}</h2>'

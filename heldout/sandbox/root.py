@@ -37,6 +37,7 @@ from pathlib import Path
 SANDBOX_DIR = "/sandbox"
 CODE_DIR = SANDBOX_DIR + "/code"
 SCRATCH_DIR = SANDBOX_DIR + "/scratch"
+SHM_MB = 64  # the sandbox's private /dev/shm
 SYSTEM_DIRS = ("/usr/lib", "/usr/lib64", "/usr/bin", "/lib", "/lib64", "/bin")
 SYSTEM_FILES = ("/etc/ld.so.cache",)
 NAMESPACE_FLAGS = ("--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
@@ -111,6 +112,9 @@ def bwrap_argv(allow: AllowList, *, privileged: bool) -> list[str]:
     for path in installed_heldout_dirs():
         argv.extend(["--perms", "0555", "--tmpfs", path])
     argv.extend(["--proc", "/proc", "--dev", "/dev"])
+    # a private, size-capped /dev/shm: POSIX semaphores live there, so multiprocessing pools
+    # (e.g. OpenEvolve's, in an isolated optimizer) work; nothing of the host's is in it
+    argv.extend(["--size", str(SHM_MB * 1024 * 1024), "--perms", "01777", "--tmpfs", "/dev/shm"])
     parents(CODE_DIR)
     argv.extend(["--ro-bind", str(allow.code), CODE_DIR])
     for host, inside in allow.readonly:

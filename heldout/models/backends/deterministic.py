@@ -9,7 +9,8 @@ effects exist for leakage tests: an *answer key* in the system message (lines ``
 *stated rule* (``Rule: the code of a word is the word spelled backwards`` / ``... in capitals``)
 makes it answer every "code of '<word>'" question by that rule; without them those questions get
 the echo below, which is never the code. A request to rewrite or improve an instruction (an architect call) gets a new instruction derived from the old
-one. Every reply ends with "So the answer is X." and usage counts whitespace tokens; ``max_tokens``
+one; requests in the shapes GEPA, DSPy and OpenEvolve send get answers those libraries parse
+(:func:`library_reply`). Every reply ends with "So the answer is X." and usage counts whitespace tokens; ``max_tokens``
 keeps the first N of them (``finish_reason`` "length").
 
 Two rules for verifier tests, checked before everything else and kept apart at the end of this
@@ -192,8 +193,67 @@ def _rewrite_instruction(request_text: str) -> str:
     return f"{base}\n{_STRATEGIES[pick]}"
 
 
+# -- requests shaped by optimizer libraries (GEPA, DSPy, OpenEvolve) -----------------------------
+# Kept apart from the generic rules above: each branch recognises one library's request format and
+# answers in the shape that library parses, so the adapters' tests drive the real libraries.
+_GEPA_REFLECTION = re.compile(r"write a new instruction", re.IGNORECASE)
+_DSPY_OUTPUTS = re.compile(r"Your output fields are:\s*\n(.*?)(?:\n\s*\n|All interactions)", re.DOTALL)
+_DSPY_FIELD = re.compile(r"^\s*\d+\.\s*`(\w+)`", re.MULTILINE)
+_DSPY_INPUT = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\Z)", re.DOTALL)
+_CURRENT_PROGRAM = re.compile(r"# Current Program\s*\n```[a-z]*\n(.*?)```", re.DOTALL)
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])\d+\.\d+(?![\w.])")
+
+
+def _nudged_program(program: str, request_text: str) -> tuple[str, str] | None:
+    """(line, the line with one float literal nudged by up to 2 %), chosen from the request's
+    hash; None when the program holds no float literal."""
+    lines = [line for line in program.splitlines() if _FLOAT_LITERAL.search(line)]
+    if not lines:
+        return None
+    line = lines[int(_unit("oe-line", request_text) * len(lines))]
+    literals = list(_FLOAT_LITERAL.finditer(line))
+    match = literals[int(_unit("oe-literal", request_text) * len(literals))]
+    value = float(match.group(0)) * (1.0 + 0.04 * (_unit("oe-step", request_text) - 0.5))
+    return line, line[:match.start()] + f"{value:.6g}" + line[match.end():]
+
+
+def library_reply(messages: list[dict]) -> str | None:
+    """The reply to a GEPA reflection, a DSPy-structured request or an OpenEvolve program request;
+    None for anything else."""
+    system = "\n".join(m["content"] for m in messages if m.get("role") == "system")
+    users = [m["content"] for m in messages if m.get("role") == "user"]
+    last = users[-1] if users else ""
+    program = _CURRENT_PROGRAM.search(last)
+    if program:  # OpenEvolve: a SEARCH/REPLACE diff, or the whole program when asked to rewrite
+        nudged = _nudged_program(program.group(1), last)
+        if nudged is None:
+            return "I cannot see a constant worth tuning."
+        old, new = nudged
+        if "SEARCH" in last:
+            return f"Tuning one constant.\n\n<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n"
+        return "Tuning one constant.\n```python\n" + program.group(1).replace(old, new, 1) + "```\n"
+    outputs = _DSPY_OUTPUTS.search(system)
+    if outputs:  # DSPy's chat adapter: every output field, then the completion marker
+        given = dict(_DSPY_INPUT.findall(last))
+        old = next((given[k] for k in ("basic_instruction", "current_instruction", "current_instruction_doc")
+                    if k in given), "").strip()
+        values = {name: (_rewrite_instruction(f"```\n{old}\n```\n{last}") if "instruction" in name
+                         else f"A short {name.replace('_', ' ')}.")
+                  for name in _DSPY_FIELD.findall(outputs.group(1))}
+        if "JSON object" in last:  # DSPy's JSON adapter
+            return json.dumps(values)
+        parts = [f"[[ ## {name} ## ]]\n{value}" for name, value in values.items()]
+        return "\n\n".join(parts + ["[[ ## completed ## ]]"])
+    if _GEPA_REFLECTION.search(last):
+        return "Here is the new instruction:\n```\n" + _rewrite_instruction(last) + "\n```"
+    return None
+
+
 def reply_for(messages: list[dict], temperature: float = 0.0, extra: Any = None) -> str:
     """The server's deterministic reply to a chat (see the module docstring)."""
+    library = library_reply(messages)
+    if library is not None:
+        return library
     users = [m["content"] for m in messages if m.get("role") == "user"]
     last = users[-1] if users else ""
     system = "\n".join(m["content"] for m in messages if m.get("role") == "system")

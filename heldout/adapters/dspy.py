@@ -1,0 +1,354 @@
+"""DSPy (3.4.1) driven through a heldout view: ``dspy.Evaluate``, ``MIPROv2`` and ``dspy.GEPA``
+count against heldout's budget.
+
+How the worker is reached. A heldout prompt task is a DSPy program, :class:`HeldoutProgram`: one
+``dspy.Predict`` (``<task inputs> -> answer``) whose signature instructions (plus any demos
+DSPy attaches) *are* the candidate. DSPy runs that predictor as usual (its chat adapter, its trace,
+its LM history) on :func:`worker_lm`, a ``dspy.LM`` whose engine talks to no endpoint: each call
+is one ``view.evaluate`` of the current candidate on the current example, so the harness renders
+the task's prompt, calls its metered worker, scores the answer and charges **one metric call**,
+and the LM returns what the view showed (the worker's output on train; a placeholder on val, whose
+outputs the standard policy hides). DSPy therefore never talks to the worker itself, in-process
+or isolated, and ``len(worker_lm.history)`` is the number of metric calls DSPy believes it made.
+
+Metrics. :func:`metric` (``metric(example, prediction, trace=None)``, for ``dspy.Evaluate`` and
+``MIPROv2``) and :func:`feedback_metric` (``(gold, pred, trace, pred_name, pred_trace)``, for
+``dspy.GEPA``) read the view's verdict carried by the prediction: the score, and feedback built
+only from the fields the policy showed. They cost nothing; the program call already paid.
+
+The architect. :func:`architect_lm` is a ``dspy.LM`` over ``view.architect``: MIPROv2's prompt
+model and dspy.GEPA's reflection LM, metered like every other method's optimisation tokens.
+
+Budget. A call the budget cannot pay for is refused by the view (nothing runs); the engine notes
+it (:attr:`ViewBridge.refusals`) and DSPy scores that example as a failure. ``MIPROv2`` is sized
+to the remaining budget before it starts; ``dspy.GEPA`` gets the remaining budget and a stop check
+on the first refusal. Example ids are split-prefixed (``train:ID``) like the GEPA adapter's.
+
+Run isolated: ``--optimizer-cmd "dspy-mipro=python -m heldout.adapters.dspy mipro"`` (or ``gepa``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from heldout.adapters.client import TaskClient
+from heldout.adapters.shown import feedback_text, output_text
+from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
+
+# litellm (imported by dspy) would fetch a model price list from the network at import
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+try:
+    import dspy
+    from dspy.lm15 import Message, Response, TextPart, Usage
+except ImportError as exc:  # an optional extra
+    raise HeldoutError(f"the DSPy adapter needs dspy==3.4.1 (pip install 'heldout[dspy]'): {exc}") from exc
+
+ANSWER = "answer"
+REF = "heldout_ref"  # the input field carrying the split-prefixed example id
+EVENT = "dspy_run"
+
+
+@dataclass
+class Rollout:
+    """One program call being served: the candidate, the example, and what the view showed."""
+
+    candidate: Candidate
+    split: str
+    example_id: str
+    shown: dict[str, Any] | None = None
+
+
+_ROLLOUT: contextvars.ContextVar[Rollout | None] = contextvars.ContextVar("heldout_dspy_rollout", default=None)
+
+
+@dataclass
+class ViewBridge:
+    """The view as the DSPy engines use it, with the counts the tests compare to the ledger."""
+
+    view: TaskView
+    worker_calls: int = 0  # calls the worker LM served (each charged by the view)
+    refusals: int = 0  # calls the view refused for lack of budget (nothing ran, nothing charged)
+    errors: list[str] = field(default_factory=list)
+
+    def evaluate(self, rollout: Rollout) -> dict[str, Any]:
+        try:
+            shown = self.view.evaluate(rollout.candidate, rollout.split, [rollout.example_id])[0]
+        except BudgetExceeded:
+            self.refusals += 1
+            raise
+        self.worker_calls += 1
+        return shown
+
+    def should_stop(self, state: Any = None) -> bool:
+        return self.refusals > 0
+
+
+def _messages(request: Any) -> list[dict[str, str]]:
+    system = request.system
+    if system is not None and not isinstance(system, str):
+        system = "".join(part.text for part in system)
+    head = [{"role": "system", "content": system}] if system else []
+    return head + [{"role": m.role, "content": m.text or ""} for m in request.messages]
+
+
+def _response(text: str, prompt_tokens: int = 0, completion_tokens: int = 0) -> Response:
+    return Response(id=None, model="heldout", message=Message.assistant([TextPart(text)]), finish_reason="stop",
+                    usage=Usage(input_tokens=prompt_tokens, output_tokens=completion_tokens,
+                                total_tokens=prompt_tokens + completion_tokens))
+
+
+class WorkerEngine:
+    """A DSPy engine with no endpoint: one call = one view evaluation of the current rollout."""
+
+    def __init__(self, bridge: ViewBridge) -> None:
+        self.bridge = bridge
+
+    def complete(self, request: Any) -> Response:
+        rollout = _ROLLOUT.get()
+        if rollout is None:
+            raise HeldoutError("heldout's worker LM answers only inside a HeldoutProgram call: the harness, "
+                               "not DSPy, renders the task's prompt for the worker")
+        rollout.shown = self.bridge.evaluate(rollout)
+        text = output_text(rollout.shown).replace("[[ ##", "[ ##")
+        return _response(f"[[ ## {ANSWER} ## ]]\n{text}\n\n[[ ## completed ## ]]")
+
+    def stream(self, request: Any):
+        raise HeldoutError("heldout's worker LM does not stream")
+
+    def close(self) -> None:
+        pass
+
+
+class ArchitectEngine:
+    """A DSPy engine over the session's metered architect (``view.architect``)."""
+
+    def __init__(self, view: TaskView) -> None:
+        self.view = view
+
+    def complete(self, request: Any) -> Response:
+        config = request.config
+        temperature = getattr(config, "temperature", None)
+        max_tokens = getattr(config, "max_tokens", None)
+        text = self.view.architect(_messages(request), temperature=1.0 if temperature is None else float(temperature),
+                                   max_tokens=max_tokens)
+        return _response(text)
+
+    def stream(self, request: Any):
+        raise HeldoutError("heldout's architect LM does not stream")
+
+    def close(self) -> None:
+        pass
+
+
+def worker_lm(bridge: ViewBridge) -> "dspy.LM":
+    return dspy.LM("heldout/worker", engine=WorkerEngine(bridge), cache=False, num_retries=0)
+
+
+def architect_lm(view: TaskView) -> "dspy.LM":
+    return dspy.LM("heldout/architect", engine=ArchitectEngine(view), cache=False, num_retries=0)
+
+
+def _input_fields(view: TaskView) -> list[str]:
+    first = (view.train or view.val or [{"input": {}}])[0]["input"]
+    keys = list(first) if isinstance(first, dict) else []
+    return keys if keys and all(k.isidentifier() and k not in (ANSWER, REF) for k in keys) else ["input"]
+
+
+class _Shared:
+    """Holds the worker LM so that DSPy's copies of a program share it (one LM, one history)."""
+
+    def __init__(self, lm: "dspy.LM") -> None:
+        self.lm = lm
+
+    def __deepcopy__(self, memo: dict) -> "_Shared":
+        return self
+
+
+class HeldoutProgram(dspy.Module):
+    """The task as a DSPy program; see the module docstring. ``component`` names the candidate's
+    text component DSPy optimises (the instruction); other components stay as the seed has them."""
+
+    def __init__(self, view: TaskView, bridge: ViewBridge) -> None:
+        super().__init__()
+        self._base = dict(view.seed_candidate)
+        self._component = "instruction" if "instruction" in self._base else sorted(self._base)[0]
+        self._fields = _input_fields(view)
+        signature = dspy.Signature(", ".join(self._fields) + f" -> {ANSWER}", self._base[self._component])
+        self.predict = dspy.Predict(signature)
+        self._worker = _Shared(worker_lm(bridge))
+        self._adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)  # one LM call per program call
+
+    @property
+    def worker(self) -> "dspy.LM":
+        return self._worker.lm
+
+    def candidate(self) -> Candidate:
+        """The heldout candidate this program stands for: instructions, then any demos."""
+        text = self.predict.signature.instructions
+        demos = [d for d in self.predict.demos or [] if d.get(ANSWER) is not None]
+        if demos:
+            shown = "\n\n".join("\n".join(f"{k}: {d.get(k, '')}" for k in self._fields) + f"\n{ANSWER}: {d[ANSWER]}"
+                                for d in demos)
+            text = f"{text}\n\nExamples:\n\n{shown}"
+        return {**self._base, self._component: text}
+
+    def forward(self, **inputs: Any) -> "dspy.Prediction":
+        ref = inputs.pop(REF, None)
+        if not isinstance(ref, str) or ":" not in ref:
+            raise HeldoutError(f"a HeldoutProgram is called on examples from heldout_examples(); missing {REF}")
+        split, _, example_id = ref.partition(":")
+        rollout = Rollout(self.candidate(), split, example_id)
+        token = _ROLLOUT.set(rollout)
+        try:
+            with dspy.context(lm=self._worker.lm, adapter=self._adapter):
+                prediction = self.predict(**{k: inputs.get(k, "") for k in self._fields})
+        finally:
+            _ROLLOUT.reset(token)
+        prediction.heldout_verdict = rollout.shown
+        return prediction
+
+
+def heldout_examples(view: TaskView, split: str) -> list["dspy.Example"]:
+    """The view's ``split`` as DSPy examples: the task inputs and ``heldout_ref`` as inputs, and
+    the target as ``answer`` where the view shows targets (train)."""
+    fields = _input_fields(view)
+    out = []
+    for ex in view.train if split == "train" else view.val:
+        given = ex["input"] if fields != ["input"] else {"input": ex["input"]}
+        values = {k: str(given.get(k, "")) for k in fields}
+        if "target" in ex:
+            values[ANSWER] = str(ex["target"])
+        out.append(dspy.Example(**values, **{REF: f"{split}:{ex['id']}"}).with_inputs(REF, *fields))
+    return out
+
+
+def _verdict(prediction: Any) -> dict[str, Any]:
+    verdict = getattr(prediction, "heldout_verdict", None) if prediction is not None else None
+    if verdict is None:
+        raise HeldoutError("this prediction did not come from a HeldoutProgram call: there is no verdict to read")
+    return verdict
+
+
+def metric(example: Any, prediction: Any, trace: Any = None) -> float:
+    """The 3-argument DSPy metric: the view's score of this prediction (already paid for)."""
+    return float(_verdict(prediction).get("score", 0.0))
+
+
+def feedback_metric(gold: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
+                    pred_trace: Any = None) -> "dspy.Prediction":
+    """The 5-argument metric ``dspy.GEPA`` asks for: the score and policy-filtered feedback."""
+    verdict = _verdict(pred)
+    return dspy.Prediction(score=float(verdict.get("score", 0.0)), feedback=feedback_text(verdict))
+
+
+# -- the named methods ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MIPROSettings:
+    """A small zero-shot MIPROv2 run (instructions only) sized to the remaining budget."""
+
+    num_candidates: int = 3
+    max_trials: int = 6
+    minibatch_size: int = 5
+    minibatch_full_eval_steps: int = 3
+    num_threads: int = 1
+
+
+def mipro_cost(val_size: int, trials: int, settings: MIPROSettings) -> int:
+    """A bound on the metric calls of a MIPROv2 run, used to size it to the budget: the default
+    program on the full val set, a minibatch per trial, a full val pass every
+    ``minibatch_full_eval_steps`` trials and one more at the end (plus one of slack for optuna's
+    numbering). Its few-shot bootstrap pass over train comes on top; should the budget still run
+    out, the view refuses (nothing runs) and DSPy scores the refused examples as failures."""
+    if settings.minibatch_size >= val_size:
+        return val_size * (1 + trials)
+    full = trials // settings.minibatch_full_eval_steps + 2
+    return val_size * (1 + full) + trials * settings.minibatch_size
+
+
+def _valset(view: TaskView) -> tuple[list, str]:
+    return (heldout_examples(view, "val"), "val") if view.val else (heldout_examples(view, "train"), "train")
+
+
+def _record(view: TaskView, bridge: ViewBridge, program: HeldoutProgram, **data: Any) -> None:
+    view.record_event(EVENT, worker_lm_calls=len(program.worker.history), bridge_worker_calls=bridge.worker_calls,
+                      refusals=bridge.refusals, **data)
+
+
+def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSettings()) -> Candidate:
+    bridge = ViewBridge(view)
+    student = HeldoutProgram(view, bridge)
+    trainset = heldout_examples(view, "train")
+    valset, _ = _valset(view)
+    minibatch = min(settings.minibatch_size, len(valset))
+    sized = MIPROSettings(settings.num_candidates, settings.max_trials, minibatch, settings.minibatch_full_eval_steps,
+                          settings.num_threads)
+    trials = settings.max_trials
+    while trials > 0 and mipro_cost(len(valset), trials, sized) > view.remaining:
+        trials -= 1
+    if trials == 0:
+        _record(view, bridge, student, outcome="budget_too_small", trials=0)
+        return student.candidate()
+    teleprompter = dspy.MIPROv2(metric=metric, prompt_model=architect_lm(view), task_model=student.worker,
+                                auto=None, num_candidates=settings.num_candidates, num_threads=settings.num_threads,
+                                max_bootstrapped_demos=0, max_labeled_demos=0, seed=seed, verbose=False)
+    with dspy.context(lm=student.worker):
+        best = teleprompter.compile(student, trainset=trainset, valset=valset, num_trials=trials, seed=seed,
+                                    minibatch=minibatch < len(valset), minibatch_size=minibatch,
+                                    provide_traceback=True,
+                                    minibatch_full_eval_steps=settings.minibatch_full_eval_steps,
+                                    program_aware_proposer=False, data_aware_proposer=False)
+    logs = getattr(best, "trial_logs", None) or {}
+    believed = max((log.get("total_eval_calls_so_far", 0) for log in logs.values()), default=None)
+    _record(view, bridge, student, outcome="done", trials=trials, mipro_total_eval_calls=believed,
+            planned_metric_calls=mipro_cost(len(valset), trials, sized))
+    return best.candidate()
+
+
+@dataclass(frozen=True)
+class DSPyGEPASettings:
+    reflection_minibatch_size: int = 3
+    use_merge: bool = False
+    num_threads: int = 1
+
+
+def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGEPASettings()) -> Candidate:
+    bridge = ViewBridge(view)
+    student = HeldoutProgram(view, bridge)
+    trainset = heldout_examples(view, "train")
+    valset, _ = _valset(view)
+    teleprompter = dspy.GEPA(metric=feedback_metric, max_metric_calls=view.remaining, reflection_lm=architect_lm(view),
+                             reflection_minibatch_size=settings.reflection_minibatch_size, use_merge=settings.use_merge,
+                             num_threads=settings.num_threads, seed=seed, track_stats=True,
+                             gepa_kwargs={"stop_callbacks": [bridge.should_stop]})
+    try:
+        with dspy.context(lm=student.worker):
+            best = teleprompter.compile(student, trainset=trainset, valset=valset)
+    except BudgetExceeded as exc:  # the architect's token budget, outside an evaluation
+        _record(view, bridge, student, outcome="budget_exhausted", error=str(exc)[:500])
+        return student.candidate()
+    results = getattr(best, "detailed_results", None)
+    _record(view, bridge, student, outcome="refused" if bridge.refusals else "done",
+            gepa_total_metric_calls=getattr(results, "total_metric_calls", None))
+    return best.candidate()
+
+
+METHODS = {"mipro": optimize_mipro, "gepa": optimize_gepa}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Isolated entry point: ``python -m heldout.adapters.dspy mipro|gepa`` under ``--optimizer-cmd``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] not in METHODS:
+        print(f"usage: python -m heldout.adapters.dspy {{{'|'.join(METHODS)}}}", file=sys.stderr)
+        return 2
+    client = TaskClient.from_env()
+    client.submit_final(METHODS[args[0]](client, int(os.environ.get("HELDOUT_SEED", "0"))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

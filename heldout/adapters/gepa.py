@@ -1,0 +1,207 @@
+"""GEPA (``gepa`` 0.1.4) driven through a heldout view.
+
+:class:`ViewGEPAAdapter` is a ``gepa.GEPAAdapter`` over any :class:`~heldout.contracts.TaskView`
+(the in-process view or :class:`~heldout.adapters.client.TaskClient`), and :func:`optimize` runs
+``gepa.optimize`` with it. The rules it keeps:
+
+* **The ledger is the truth about the budget.** Every GEPA rollout is one ``view.evaluate``
+  example; the adapter reports the metric calls the view charged (``num_metric_calls``, measured
+  as the drop in ``view.remaining``), so GEPA's ``total_metric_calls`` equals the ledger's count
+  also under ``--verifier repeated:K``. An evaluation the budget cannot pay for is refused by the
+  view (nothing runs); the adapter then raises :class:`BudgetExhausted` (GEPA counts nothing for a
+  batch that raised), GEPA's engine logs it and its stop check, fed by :attr:`exhausted`, ends the
+  run before the next iteration. GEPA returns its best candidate so far.
+* **Never raising for one bad example**: a crashing or unscorable example comes back from the view
+  as a verdict with score 0 and its error; outputs, scores and trajectories always have the
+  batch's length. A whole request refused for any reason other than the budget (a malformed
+  candidate, say) also scores 0 per example, with the refusal as the error.
+* **Ids are split-prefixed** (``train:160``, ``val:42``) and GEPA's data loaders are keyed by
+  them, never by list position, so a train result can never pass for a val result at the same
+  index.
+* **Labels reach the reflection model only through the reflective dataset**, and only the fields
+  the visibility policy showed for that split: ``Inputs`` (always visible), ``Generated Outputs``
+  (when ``output`` is shown), ``Feedback`` (built from ``feedback``, ``target``, ``error`` and
+  ``score``, each only when shown; under the standard policy val shows the score alone).
+* **The reflection model is the session's metered architect** (``view.architect``), so GEPA's
+  optimisation tokens land on the same scale as every other method's.
+
+Run isolated: ``heldout run ... --optimizer-cmd "gepa=python -m heldout.adapters.gepa"``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from heldout.adapters.client import TaskClient
+from heldout.adapters.shown import feedback_text
+from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
+
+try:
+    import gepa
+    from gepa.core.adapter import EvaluationBatch
+except ImportError as exc:  # an optional extra
+    raise HeldoutError(f"the GEPA adapter needs gepa==0.1.4 (pip install 'heldout[gepa]'): {exc}") from exc
+
+SPLIT_SEPARATOR = ":"
+EVENT = "gepa_run"
+
+
+class BudgetExhausted(BudgetExceeded):
+    """The view refused a GEPA evaluation for lack of budget; the run stops at the next check."""
+
+
+def prefixed(split: str, example_id: str) -> str:
+    return f"{split}{SPLIT_SEPARATOR}{example_id}"
+
+
+def unprefixed(data_id: str) -> tuple[str, str]:
+    split, sep, example_id = data_id.partition(SPLIT_SEPARATOR)
+    if not sep or split not in ("train", "val"):
+        raise HeldoutError(f"GEPA data ids are split-prefixed like 'train:ID', got {data_id!r}")
+    return split, example_id
+
+
+class SplitLoader:
+    """A GEPA ``DataLoader`` over one split of the view, keyed by split-prefixed ids."""
+
+    def __init__(self, split: str, examples: Sequence[Mapping[str, Any]]) -> None:
+        self.split = split
+        self._items = {prefixed(split, ex["id"]): {"id": prefixed(split, ex["id"]), "input": ex["input"]}
+                       for ex in examples}
+
+    def all_ids(self) -> list[str]:
+        return list(self._items)
+
+    def fetch(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        return [self._items[i] for i in ids]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass
+class Trajectory:
+    """One rollout as the adapter keeps it for reflection: what the view showed, nothing more."""
+
+    data_id: str
+    input: Any
+    shown: dict[str, Any]
+
+
+class ViewGEPAAdapter:
+    """A ``gepa.GEPAAdapter`` whose system is the task's candidate run by the harness."""
+
+    propose_new_texts = None  # GEPA's own reflective proposer writes the new texts
+
+    def __init__(self, view: TaskView) -> None:
+        self.view = view
+        self.exhausted = False
+        self.refusals = 0
+        self.metric_calls = 0  # what this adapter reported to GEPA, summed
+
+    # -- GEPAAdapter ----------------------------------------------------------------------------
+    def evaluate(self, batch: list[dict[str, Any]], candidate: Candidate,
+                 capture_traces: bool = False) -> EvaluationBatch:
+        refs = [unprefixed(item["id"]) for item in batch]
+        splits = {split for split, _ in refs}
+        if len(splits) > 1:  # the loaders are split-pure; a mixed batch would be a bug here
+            raise HeldoutError(f"a GEPA batch mixes splits {sorted(splits)}")
+        split = splits.pop() if splits else "train"
+        before = self.view.remaining
+        try:
+            results = self.view.evaluate(dict(candidate), split, [ex_id for _, ex_id in refs])
+        except BudgetExceeded as exc:
+            self.exhausted = True
+            self.refusals += 1
+            raise BudgetExhausted(str(exc)) from exc
+        except HeldoutError as exc:  # the whole request refused (e.g. a malformed candidate)
+            results = [{"id": ex_id, "score": 0.0, "valid": False, "error": f"refused: {exc}"}
+                       for _, ex_id in refs]
+        spent = before - self.view.remaining
+        self.metric_calls += spent
+        outputs = [dict(r) for r in results]
+        scores = [float(r.get("score", 0.0)) for r in results]
+        trajectories = None
+        if capture_traces:
+            trajectories = [Trajectory(item["id"], item["input"], dict(r)) for item, r in zip(batch, results)]
+        return EvaluationBatch(outputs=outputs, scores=scores, trajectories=trajectories,
+                               num_metric_calls=spent)
+
+    def make_reflective_dataset(self, candidate: Candidate, eval_batch: EvaluationBatch,
+                                components_to_update: list[str]) -> dict[str, list[dict[str, Any]]]:
+        records = []
+        for trajectory in eval_batch.trajectories or []:
+            record: dict[str, Any] = {"Inputs": trajectory.input}
+            if "output" in trajectory.shown:
+                record["Generated Outputs"] = str(trajectory.shown["output"])
+            record["Feedback"] = feedback_text(trajectory.shown)
+            records.append(record)
+        return {component: list(records) for component in components_to_update}
+
+    # -- GEPA's stop check and reflection model ---------------------------------------------------
+    def should_stop(self, state: Any) -> bool:
+        return self.exhausted
+
+    def reflection_lm(self, prompt: str | list[dict[str, Any]]) -> str:
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else \
+            [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
+        try:
+            return self.view.architect(messages)
+        except BudgetExceeded:
+            self.exhausted = True
+            raise
+
+
+@dataclass(frozen=True)
+class GEPASettings:
+    """What ``heldout run --optimizer gepa`` passes to ``gepa.optimize`` (GEPA's own defaults
+    otherwise). ``max_metric_calls`` None means the view's remaining budget."""
+
+    reflection_minibatch_size: int = 3
+    candidate_selection_strategy: str = "pareto"
+    use_merge: bool = False
+    max_metric_calls: int | None = None
+    perfect_score: float = 1.0
+
+
+def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings()) -> Candidate:
+    """Run GEPA on the view's task and return its best candidate (the seed candidate when not even
+    the seed's first validation pass fits the budget)."""
+    adapter = ViewGEPAAdapter(view)
+    train = SplitLoader("train", view.train)
+    val = SplitLoader("val", view.val) if view.val else train
+    seed_candidate = dict(view.seed_candidate)
+    budget = view.remaining if settings.max_metric_calls is None else min(settings.max_metric_calls,
+                                                                          view.remaining)
+    try:
+        result = gepa.optimize(
+            seed_candidate=seed_candidate, trainset=train, valset=val, adapter=adapter,
+            reflection_lm=adapter.reflection_lm, candidate_selection_strategy=settings.candidate_selection_strategy,
+            reflection_minibatch_size=min(settings.reflection_minibatch_size, len(train)),
+            perfect_score=settings.perfect_score, use_merge=settings.use_merge,
+            max_metric_calls=budget, stop_callbacks=[adapter.should_stop], seed=seed,
+            raise_on_exception=False, run_dir=None, display_progress_bar=False)
+    except BudgetExceeded as exc:  # before GEPA's loop: the seed's validation pass did not fit
+        view.record_event(EVENT, outcome="budget_exhausted_before_loop", error=str(exc)[:500],
+                          adapter_metric_calls=adapter.metric_calls)
+        return seed_candidate
+    view.record_event(EVENT, outcome="refused" if adapter.exhausted else "stopped",
+                      gepa_total_metric_calls=result.total_metric_calls,
+                      adapter_metric_calls=adapter.metric_calls, refusals=adapter.refusals,
+                      candidates=len(result.candidates), best_idx=result.best_idx,
+                      val_aggregate_scores=[float(s) for s in result.val_aggregate_scores])
+    best = result.best_candidate
+    return dict(best) if isinstance(best, dict) else seed_candidate
+
+
+def main() -> int:
+    """Isolated entry point: ``python -m heldout.adapters.gepa`` under ``--optimizer-cmd``."""
+    client = TaskClient.from_env()
+    client.submit_final(optimize(client, int(os.environ.get("HELDOUT_SEED", "0"))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,433 @@
+"""Study files: one reviewable, rerunnable TOML file for what ``heldout run`` does.
+
+A study file names the tasks (names, families, groups, globs), split profiles, methods with
+their options, seeds, budgets (per task), verifier variants, prompt format, visibility policy,
+models and executor. :func:`load_study` reads it with ``tomllib``; :func:`parse_study` validates a
+mapping (the same function the ``heldout run`` flags are turned into, so a file and the flags that
+say the same thing give the same cells). Rules:
+
+* unknown keys are refused, each error is one line naming the key (``methods[1].optimizer``);
+* everything is resolved before anything runs: groups and globs to task names, a budget for every
+  task, every verifier spec parsed against its task, every profile present in its task's manifest
+  - so ``heldout run --dry-run`` can print every cell and the total budget, and spend nothing;
+* the *resolved* study (expanded, explicit, defaults filled in) is saved as ``study.toml`` in
+  the run dir (:func:`save_resolved`; read back with :func:`read_resolved`), so the report and a
+  reviewer see exactly what ran, and ``heldout run RUN_DIR/study.toml`` reruns it.
+
+Example::
+
+    run_dir = "runs/sepo"
+    tasks = ["bbh/sepo"]
+    seeds = [0, 1, 2]
+    verifiers = ["decomposed", "scalar"]
+    prompt_format = "cot_3shot"
+
+    [budget]
+    default = 400
+    "bbh/word_sorting" = 800
+
+    [models]
+    worker = "qwen2.5-7b-instruct"
+    architect = "qwen2.5-7b-instruct"
+    base_url = "http://127.0.0.1:8000/v1"
+
+    [[methods]]
+    name = "seed"
+
+    [[methods]]
+    name = "reflective"
+
+    [[methods]]
+    name = "mine"
+    command = "python my_optimizer.py"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import tomli_w
+
+from heldout.benchmarks.registry import expand_tasks, get_benchmark
+from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
+from heldout.contracts import HeldoutError
+from heldout.data_manifests import Manifest
+from heldout.evaluators.session import POLICIES
+from heldout.evaluators.isolated import is_function_spec
+from heldout.protocols.executors import EXECUTORS
+from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_budgets
+
+STUDY_FILE = "study.toml"
+DEFAULT_PROFILE = "default"
+
+
+class StudyError(HeldoutError):
+    """A study file (or the flags) cannot make a study: the message names the key."""
+
+
+# -- the schema: key -> (python types, description) per table; anything else is refused -------------
+_TOP = {
+    "run_dir": ((str,), "study folder (one experiment; resumable)"),
+    "tasks": ((list,), "task names, families, groups or globs"),
+    "profiles": ((list,), "split profiles (default [\"default\"])"),
+    "seeds": ((list,), "integer seeds (default [0])"),
+    "budget": ((int, dict), "metric calls per session: N, or a table {default = N, TASK = N}"),
+    "methods": ((list,), "array of [[methods]] tables"),
+    "verifiers": ((list,), "verifier variants the optimizer sees (default [\"decomposed\"])"),
+    "prompt_format": ((str,), "prompt tasks: zero_shot, cot_3shot (BBH), cot_5shot (MMLU-Pro)"),
+    "policy": ((str,), "visibility policy"),
+    "data_dir": ((str,), "local data mirror"),
+    "allow_drift": ((bool,), "load even if the data drifted from its manifest"),
+    "options": ((dict,), "task options: tolerance, max_tokens, temperature"),
+    "limits": ((dict,), "architect_tokens, wall_seconds per session"),
+    "models": ((dict,), "worker, architect, base_url, cache_dir, concurrency"),
+    "executor": ((dict,), "kind = \"local\" or \"ray\", jobs, ray_address, cell_cpus, cell_memory_mb"),
+    "trusted_optimizer": ((bool,), "run module:function optimizers in-process (recorded as trusted, not isolated)"),
+}
+_METHOD = {"name": (str,), "optimizer": (str,), "command": (str,), "options": (dict,)}
+_OPTIONS = {"tolerance": (int, float), "max_tokens": (int,), "temperature": (int, float)}
+_LIMITS = {"architect_tokens": (int,), "wall_seconds": (int, float)}
+_MODELS = {"worker": (str,), "architect": (str,), "base_url": (str,), "cache_dir": (str,), "concurrency": (int,)}
+_EXECUTOR = {"kind": (str,), "jobs": (int,), "ray_address": (str,), "cell_cpus": (int, float),
+             "cell_memory_mb": (int,)}
+
+
+@dataclass
+class Study:
+    """A resolved study: every name expanded, every default filled in. ``cells()`` are the sessions
+    it runs; ``config`` is shared by all of them; a study over several profiles keeps each
+    profile's sessions under ``run_dir/profile-<name>`` so their run dirs never collide."""
+
+    run_dir: str
+    tasks: list[str]
+    profiles: list[str]
+    seeds: list[int]
+    budgets: dict[str, int]
+    methods: list[Method]
+    verifiers: list[str]
+    options: dict[str, Any]
+    config: StudyConfig
+    executor: dict[str, Any] = field(default_factory=dict)  # kind, jobs, ray_address, cell_cpus, cell_memory_mb
+
+    def groups(self) -> list[tuple[StudyConfig, list[Cell]]]:
+        """``(config, cells)`` per profile, each config's ``run_root`` where its cells live."""
+        out = []
+        for profile in self.profiles:
+            root = self.run_dir if len(self.profiles) == 1 else str(Path(self.run_dir) / f"profile-{profile}")
+            config = StudyConfig(**{**asdict(self.config), "run_root": root})
+            out.append((config, build_cells(self.tasks, self.methods, self.seeds, self.budgets, profile,
+                                            self.options, self.verifiers)))
+        return out
+
+    def cells(self) -> list[Cell]:
+        return [cell for _, cells in self.groups() for cell in cells]
+
+    def total_metric_calls(self) -> int:
+        return sum(cell.budget for cell in self.cells())
+
+    def plan(self) -> list[str]:
+        """One line per cell and the totals: what ``--dry-run`` prints before anything is spent."""
+        lines = [f"{'task':<40} {'profile':<12} {'method':<20} {'verifier':<14} {'seed':>4} {'budget':>7}  run dir"]
+        for config, cells in self.groups():
+            for c in cells:
+                lines.append(f"{c.task:<40} {c.profile:<12} {c.method.name:<20} {c.verifier:<14} {c.seed:>4} "
+                             f"{c.budget:>7}  {c.run_dir(config.run_root)}")
+        n = len(self.cells())
+        lines.append(f"{n} cell(s); total budget {self.total_metric_calls()} metric calls"
+                     + (f", {n * self.config.architect_tokens} architect tokens" if self.config.architect_tokens else "")
+                     + (f", {n * self.config.wall_seconds:g} wall seconds" if self.config.wall_seconds else "")
+                     + f"; executor {self.executor['kind']}, {self.executor['jobs']} job(s)")
+        return lines
+
+    def resolved(self) -> dict[str, Any]:
+        """The study as a study file with nothing left implicit (``None`` values are left out,
+        TOML has no null); parsing it again gives the same study."""
+        methods = []
+        for m in self.methods:
+            entry: dict[str, Any] = {"name": m.name}
+            if m.command:
+                entry["command"] = m.command
+            else:
+                entry["optimizer"] = m.target or m.name
+            if m.options:
+                entry["options"] = dict(m.options)
+            methods.append(entry)
+        data: dict[str, Any] = {
+            "run_dir": self.run_dir, "tasks": list(self.tasks), "profiles": list(self.profiles),
+            "seeds": list(self.seeds), "verifiers": list(self.verifiers), "policy": self.config.policy,
+            "allow_drift": self.config.allow_drift, "data_dir": self.config.data_dir,
+            "prompt_format": self.options.get("prompt_format"),
+            "budget": dict(self.budgets),
+            "options": {k: v for k, v in self.options.items() if k != "prompt_format"},
+            "limits": {"architect_tokens": self.config.architect_tokens, "wall_seconds": self.config.wall_seconds},
+            "models": {"worker": self.config.worker_model, "architect": self.config.architect_model,
+                       "base_url": self.config.base_url, "cache_dir": self.config.cache_dir,
+                       "concurrency": self.config.model_concurrency},
+            "trusted_optimizer": self.config.trusted_optimizer,
+            "executor": dict(self.executor),
+            "methods": methods,
+        }
+        return _drop_none(data)
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        cleaned = {k: _drop_none(v) for k, v in value.items() if v is not None}
+        return {k: v for k, v in cleaned.items() if v != {}}
+    return value
+
+
+# -- parsing -----------------------------------------------------------------------------------------
+def load_study(path: str | Path, *, run_dir: str | None = None) -> Study:
+    """Read and resolve a study file; ``run_dir`` (the ``--run-dir`` flag) overrides the file's."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StudyError(f"cannot read study file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError(f"{path} is not valid TOML: {exc}") from None
+    if run_dir is not None:
+        data["run_dir"] = run_dir
+    return parse_study(data, origin=str(path))
+
+
+def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
+    """Validate and resolve a study mapping (a parsed file, or the flags as a mapping)."""
+    _check_keys(data, _TOP, "", origin)
+    for key, (types, _) in _TOP.items():
+        if key in data:
+            _check_type(data[key], types, key, origin)
+
+    def need(key: str) -> Any:
+        if key not in data:
+            raise StudyError(f"{origin}: missing key {key!r} ({_TOP[key][1]})")
+        return data[key]
+
+    run_dir = need("run_dir")
+    tasks = _task_list(need("tasks"), origin)
+    profiles = _str_list(data.get("profiles", [DEFAULT_PROFILE]), "profiles", origin, unique=True)
+    seeds = _int_list(data.get("seeds", [0]), "seeds", origin)
+    budgets = _budgets(need("budget"), tasks, origin)
+    methods = _methods(need("methods"), origin)
+    verifiers = _str_list(data.get("verifiers", [CANONICAL]), "verifiers", origin, unique=True)
+    policy = data.get("policy", "standard")
+    if policy not in POLICIES:
+        raise StudyError(f"{origin}: policy {policy!r} is not one of {', '.join(sorted(POLICIES))}")
+    options = dict(_table(data.get("options", {}), _OPTIONS, "options", origin))
+    if "prompt_format" in data:
+        options["prompt_format"] = data["prompt_format"]
+    limits = _table(data.get("limits", {}), _LIMITS, "limits", origin)
+    models = _table(data.get("models", {}), _MODELS, "models", origin)
+    executor = _table(data.get("executor", {}), _EXECUTOR, "executor", origin)
+    executor = {"kind": "local", "jobs": 1, "cell_cpus": 1.0, **executor}
+    if executor["kind"] not in EXECUTORS:
+        raise StudyError(f"{origin}: executor.kind {executor['kind']!r} is not one of {', '.join(EXECUTORS)}")
+    if executor["jobs"] < 1:
+        raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
+    trusted = data.get("trusted_optimizer", False)
+    for k, m in enumerate(methods):
+        if m.options and is_function_spec(m.target or "") and not trusted:
+            raise StudyError(f"{origin}: methods[{k}].options reach in-process optimizers only: a module:function "
+                             "runs isolated unless trusted_optimizer = true")
+    _check_against_tasks(tasks, profiles, verifiers, options, origin)
+    config = StudyConfig(run_root=run_dir, data_dir=data.get("data_dir"), allow_drift=data.get("allow_drift", False),
+                         policy=policy, architect_tokens=limits.get("architect_tokens"),
+                         wall_seconds=limits.get("wall_seconds"), worker_model=models.get("worker"),
+                         architect_model=models.get("architect"), base_url=models.get("base_url"),
+                         cache_dir=models.get("cache_dir"), trusted_optimizer=trusted,
+                         **({"model_concurrency": models["concurrency"]} if "concurrency" in models else {}))
+    return Study(run_dir=run_dir, tasks=tasks, profiles=profiles, seeds=seeds, budgets=budgets, methods=methods,
+                 verifiers=verifiers, options=options, config=config, executor=executor)
+
+
+def _check_keys(table: Mapping[str, Any], allowed: Mapping[str, Any], where: str, origin: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise StudyError(f"{origin}: unknown key {where + key!r} (allowed: {', '.join(allowed)})")
+
+
+def _check_type(value: Any, types: tuple[type, ...], key: str, origin: str) -> None:
+    # bool is an int in Python; a TOML `true` is never a count
+    if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        names = " or ".join({"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false",
+                             "list": "an array", "dict": "a table"}[t.__name__] for t in types)
+        raise StudyError(f"{origin}: {key} must be {names}, got {value!r}")
+
+
+def _table(value: Mapping[str, Any], schema: Mapping[str, tuple[type, ...]], name: str, origin: str) -> dict[str, Any]:
+    _check_keys(value, schema, f"{name}.", origin)
+    for key, item in value.items():
+        _check_type(item, schema[key], f"{name}.{key}", origin)
+    return dict(value)
+
+
+def _str_list(value: list[Any], key: str, origin: str, unique: bool = False) -> list[str]:
+    for k, item in enumerate(value):
+        _check_type(item, (str,), f"{key}[{k}]", origin)
+    if not value:
+        raise StudyError(f"{origin}: {key} is empty")
+    if unique and len(set(value)) != len(value):
+        raise StudyError(f"{origin}: {key} repeats an entry: {value}")
+    return list(value)
+
+
+def _int_list(value: list[Any], key: str, origin: str) -> list[int]:
+    for k, item in enumerate(value):
+        _check_type(item, (int,), f"{key}[{k}]", origin)
+    if not value:
+        raise StudyError(f"{origin}: {key} is empty")
+    if len(set(value)) != len(value):
+        raise StudyError(f"{origin}: {key} repeats a seed ({value}): each seed is one run")
+    return list(value)
+
+
+def _task_list(value: list[Any], origin: str) -> list[str]:
+    patterns = _str_list(value, "tasks", origin)
+    try:
+        return expand_tasks(patterns)
+    except HeldoutError as exc:
+        raise StudyError(f"{origin}: tasks: {exc}") from None
+
+
+def _budgets(value: int | Mapping[str, Any], tasks: list[str], origin: str) -> dict[str, int]:
+    table = {"default": value} if isinstance(value, int) else dict(value)
+    specs = []
+    for key, n in table.items():
+        _check_type(n, (int,), "budget" if isinstance(value, int) else f"budget.{key!r}", origin)
+        if n < 1:
+            raise StudyError(f"{origin}: budget{'' if isinstance(value, int) else '.' + repr(key)} must be >= 1, got {n}")
+    if "default" in table:
+        specs.append(str(table["default"]))
+    for key, n in table.items():  # per-task entries override the default, in file order
+        if key != "default":
+            try:
+                expand_tasks([key])
+            except HeldoutError as exc:
+                raise StudyError(f"{origin}: budget.{key!r}: {exc}") from None
+            specs.append(f"{key}={n}")
+    try:
+        budgets = parse_budgets(specs, tasks)
+    except HeldoutError as exc:
+        raise StudyError(f"{origin}: budget: {exc} (add budget.default or a per-task entry)") from None
+    return {task: budgets[task] for task in tasks}
+
+
+def _methods(value: list[Any], origin: str) -> list[Method]:
+    if not value:
+        raise StudyError(f"{origin}: methods is empty (name at least one [[methods]])")
+    methods = []
+    for k, entry in enumerate(value):
+        where = f"methods[{k}]"
+        _check_type(entry, (dict,), where, origin)
+        _check_keys(entry, _METHOD, f"{where}.", origin)
+        for key, item in entry.items():
+            _check_type(item, _METHOD[key], f"{where}.{key}", origin)
+        if "name" not in entry:
+            raise StudyError(f"{origin}: missing key '{where}.name'")
+        if "optimizer" in entry and "command" in entry:
+            raise StudyError(f"{origin}: {where} has both optimizer and command (one method is one or the other)")
+        if "command" in entry and entry.get("options"):
+            raise StudyError(f"{origin}: {where}.options: an isolated command takes its options on its command line")
+        name = entry["name"]
+        if not name or "/" in name or name.startswith("."):
+            raise StudyError(f"{origin}: {where}.name {name!r} must be a plain folder name")
+        methods.append(Method(name=name, target=None if "command" in entry else entry.get("optimizer", name),
+                              command=entry.get("command"), options=dict(entry.get("options", {}))))
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        raise StudyError(f"{origin}: method names must be unique, got {names}")
+    return methods
+
+
+def _check_against_tasks(tasks: list[str], profiles: list[str], verifiers: list[str], options: Mapping[str, Any],
+                         origin: str) -> None:
+    """Fail now, not three hours in: every profile exists for every task, every verifier spec
+    parses for every task, the prompt format is one the task knows."""
+    for task in tasks:
+        bench = get_benchmark(task)
+        try:
+            known = Manifest.load(bench.name).profiles
+        except HeldoutError as exc:
+            raise StudyError(f"{origin}: tasks: {task}: {exc}") from None
+        for profile in profiles:
+            if profile not in known:
+                raise StudyError(f"{origin}: profiles: {task} has no profile {profile!r} "
+                                 f"(it has {', '.join(sorted(known))})")
+        for spec in verifiers:
+            try:
+                parse_verifier(spec, bench.verifier_options, bench.score_ceiling)
+            except HeldoutError as exc:
+                raise StudyError(f"{origin}: verifiers: {spec!r} for {task}: {exc}") from None
+        check = getattr(bench, "check_prompt_format", None)
+        if "prompt_format" in options and bench.kind == "prompt" and check is not None:
+            try:
+                check(options["prompt_format"])
+            except HeldoutError as exc:
+                raise StudyError(f"{origin}: prompt_format: {task}: {exc}") from None
+
+
+# -- the resolved study in the run dir ---------------------------------------------------------------
+def to_toml(study: Study) -> str:
+    return ("# heldout study, resolved: every group expanded, every default explicit.\n"
+            "# Rerun exactly with: heldout run <this file>\n" + tomli_w.dumps(study.resolved()))
+
+
+def save_resolved(study: Study) -> Path:
+    """Write ``run_dir/study.toml``. A rerun into the same run dir must resolve to the same study
+    (resuming is only sound for the same cells): a different one is refused."""
+    path = Path(study.run_dir) / STUDY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = to_toml(study)
+    if path.exists():
+        previous = read_resolved(path.parent)
+        if previous is not None and _comparable(previous) != _comparable(study.resolved()):
+            raise StudyError(f"{path} holds a different study; use another run dir, or rerun it with "
+                             f"`heldout run {path}`")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _comparable(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    # how many jobs run in parallel and where the cache lives change no result
+    data = {k: v for k, v in resolved.items() if k != "executor"}
+    data["models"] = {k: v for k, v in resolved.get("models", {}).items() if k not in ("cache_dir", "concurrency")}
+    return data
+
+
+def read_resolved(run_dir: str | Path) -> dict[str, Any] | None:
+    """The resolved study saved in ``run_dir`` (a study's root), or None when there is none."""
+    path = Path(run_dir) / STUDY_FILE
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise StudyError(f"cannot read the resolved study {path}: {exc}") from None
+
+
+def find_resolved_studies(paths: list[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """Every resolved ``study.toml`` at or under ``paths``, or, for a path inside a study, the
+    nearest one above it (the study root; a further one up is some other file): what a report
+    shows as "the study that ran"."""
+    found: dict[Path, dict[str, Any]] = {}
+    for raw in paths:
+        root = Path(raw).resolve()
+        candidates = list(root.rglob(STUDY_FILE)) if root.is_dir() else []
+        candidates += [p / STUDY_FILE for p in root.parents if (p / STUDY_FILE).is_file()][:1]
+        for path in candidates:
+            path = path.resolve()
+            if path not in found:
+                data = read_resolved(path.parent)
+                if data is not None:
+                    found[path] = data
+    return sorted(found.items())
+
+
+__all__ = ["STUDY_FILE", "Study", "StudyError", "find_resolved_studies", "load_study", "parse_study",
+           "read_resolved", "save_resolved", "to_toml"]

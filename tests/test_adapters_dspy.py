@@ -1,0 +1,166 @@
+"""DSPy 3.4.1 itself, driven through a heldout view: dspy.Evaluate, MIPROv2 and dspy.GEPA run their
+programs on heldout's metered worker (each DSPy worker-LM call is one view evaluation), so the
+ledger counts what DSPy believes it spent, the budget is never overshot, the metrics see only what
+the policy shows, and an isolated run leaves the same record as an in-process one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dspy", reason="the [dspy] extra is not installed (CI installs it)")
+pytest.importorskip("optuna", reason="MIPROv2 needs optuna (the [dspy] extra installs it)")
+
+import dspy  # noqa: E402
+
+import heldout  # noqa: E402
+from heldout.adapters.dspy import (ViewBridge, HeldoutProgram, feedback_metric, heldout_examples,  # noqa: E402
+                                   metric, optimize_mipro)
+from heldout.contracts import HeldoutError  # noqa: E402
+from heldout.evaluators.isolated import run_isolated  # noqa: E402
+from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger  # noqa: E402
+from heldout.evaluators.session import Budget, Session  # noqa: E402
+from heldout.models import ModelClient  # noqa: E402
+from heldout.models.testserver import TestServer  # noqa: E402
+from heldout.optimizers import resolve_optimizer  # noqa: E402
+
+
+def ledger(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / LEDGER_FILE).read_text().splitlines()]
+
+
+def evaluations(run_dir: Path) -> list[dict]:
+    return [e["data"] for e in ledger(run_dir) if e["kind"] == "evaluation"]
+
+
+def dspy_event(run_dir: Path) -> dict:
+    events = [e["data"]["data"] for e in ledger(run_dir)
+              if e["kind"] == "optimizer_event" and e["data"]["kind"] == "dspy_run"]
+    assert len(events) == 1
+    return events[0]
+
+
+def assert_test_scored_once(run_dir: Path, n_test: int) -> None:
+    entries = ledger(run_dir)
+    rows = [e for e in entries if e["kind"] == "test_scoring"]
+    assert len(rows) == len({e["data"]["example_id"] for e in rows}) == n_test
+    final_at = next(i for i, e in enumerate(entries) if e["kind"] == "final_candidate")
+    assert all(entries.index(e) > final_at for e in rows)
+
+
+@pytest.fixture
+def readable_dir():
+    path = Path(tempfile.mkdtemp(prefix="heldout-test-dspy-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def word_sorting(data_dir):
+    return heldout.load_task("bbh/word_sorting", data_dir=data_dir)  # 50/50/150
+
+
+def session(task, server: TestServer, run_dir: Path, budget: int, method: str = "dspy") -> Session:
+    run_dir.mkdir(mode=0o755)
+    model = ModelClient("test", base_url=server.base_url, api_key="k")
+    return Session(task, budget=Budget(budget, wall_seconds=600), seed=0, worker=model, architect=model,
+                   run_dir=run_dir, method=method)
+
+
+def test_dspy_methods_are_named():
+    assert resolve_optimizer("dspy-mipro").__module__ == resolve_optimizer("dspy-gepa").__module__ == \
+        "heldout.optimizers.dspy"
+
+
+def test_dspy_evaluate_runs_on_the_metered_worker_and_counts_one_call_per_example(word_sorting, readable_dir):
+    with TestServer() as srv:
+        view = session(word_sorting, srv, readable_dir / "run", budget=60).view
+        bridge = ViewBridge(view)
+        program = HeldoutProgram(view, bridge)
+        devset = heldout_examples(view, "val")[:20]
+        result = dspy.Evaluate(devset=devset, metric=metric, num_threads=1, display_progress=False)(program)
+    rows = evaluations(readable_dir / "run")
+    # what DSPy believes it called == what the ledger charged, one per example of the devset
+    assert len(program.worker.history) == bridge.worker_calls == len(rows) == 20 == 60 - view.remaining
+    assert {r["split"] for r in rows} == {"val"}
+    assert result.score == pytest.approx(100 * sum(r["verdict"]["score"] for r in rows) / 20)
+    # DSPy never sees a val output or target: the standard policy shows val scores only
+    assert all(not hasattr(ex, "answer") for ex in devset)
+    assert all(str(pred.answer).startswith("(not shown") for _, pred, _ in result.results)
+
+
+def test_metrics_see_only_what_the_policy_shows(word_sorting, readable_dir):
+    with TestServer() as srv:
+        view = session(word_sorting, srv, readable_dir / "run", budget=10).view
+        program = HeldoutProgram(view, ViewBridge(view))
+        train_ex, val_ex = heldout_examples(view, "train")[0], heldout_examples(view, "val")[0]
+        on_train, on_val = program(**train_ex.inputs()), program(**val_ex.inputs())
+    assert metric(train_ex, on_train) == on_train.heldout_verdict["score"]
+    train_fb = feedback_metric(train_ex, on_train, None, "predict", None)
+    val_fb = feedback_metric(val_ex, on_val, None, "predict", None)
+    assert f"Expected answer: {train_ex.answer}" in train_fb.feedback
+    assert val_fb.feedback == f"Score: {on_val.heldout_verdict['score']:g}"
+    assert set(on_val.heldout_verdict) == {"id", "score"}
+    with pytest.raises(HeldoutError, match="did not come from a HeldoutProgram"):
+        metric(train_ex, dspy.Prediction(answer="x"))
+    with pytest.raises(HeldoutError, match="heldout_ref"):
+        program(question="not an example of this task")
+
+
+def test_mipro_run_is_counted_by_the_ledger_within_the_budget(word_sorting, readable_dir):
+    budget = 240
+    with TestServer() as srv:
+        record = session(word_sorting, srv, readable_dir / "run", budget, "dspy-mipro").run(resolve_optimizer("dspy-mipro"))
+    assert record.status == "ok", record.error
+    run_dir = readable_dir / "run"
+    rows, event = evaluations(run_dir), dspy_event(run_dir)
+    assert event["outcome"] == "done" and event["refusals"] == 0 and event["trials"] >= 2
+    assert event["worker_lm_calls"] == event["bridge_worker_calls"] == len(rows) == record.usage["metric_calls"] <= budget
+    # MIPROv2 counts its val evaluations (total_eval_calls); its few-shot bootstrap pass over train
+    # runs before them and is not in its count: exactly the train rows, all ahead of the first val row
+    splits = [r["split"] for r in rows]
+    bootstrap = splits.index("val")
+    assert set(splits[:bootstrap]) == {"train"} and set(splits[bootstrap:]) == {"val"}
+    assert event["mipro_total_eval_calls"] == len(rows) - bootstrap
+    assert event["mipro_total_eval_calls"] <= event["planned_metric_calls"]
+    assert record.usage["endpoint_calls"]["architect"] >= 1  # the proposer ran on the metered architect
+    assert_test_scored_once(run_dir, 150)
+    assert verify_ledger(run_dir).ok
+
+
+def test_dspy_gepa_counts_refused_rollouts_as_the_only_difference(word_sorting, readable_dir):
+    budget = 80
+    with TestServer() as srv:
+        record = session(word_sorting, srv, readable_dir / "run", budget, "dspy-gepa").run(resolve_optimizer("dspy-gepa"))
+    assert record.status == "ok", record.error
+    run_dir = readable_dir / "run"
+    rows, event = evaluations(run_dir), dspy_event(run_dir)
+    refused = [e for e in ledger(run_dir) if e["kind"] == "budget_refused"]
+    assert len(rows) == record.usage["metric_calls"] == event["worker_lm_calls"] <= budget
+    # dspy.GEPA scores a refused rollout as a failure and counts it; the view charged nothing for it
+    assert event["gepa_total_metric_calls"] == len(rows) + event["refusals"]
+    assert event["refusals"] == len(refused) >= 1 and event["outcome"] == "refused"
+    assert_test_scored_once(run_dir, 150)
+
+
+def test_mipro_isolated_leaves_the_same_record_as_in_process(word_sorting, readable_dir):
+    budget = 170
+    with TestServer() as srv:
+        inproc = session(word_sorting, srv, readable_dir / "inproc", budget).run(optimize_mipro)
+        isolated = run_isolated(session(word_sorting, srv, readable_dir / "iso", budget),
+                                [sys.executable, "-m", "heldout.adapters.dspy", "mipro"])
+    assert inproc.status == isolated.status == "ok", isolated.error
+    assert isolated.final_candidate_id == inproc.final_candidate_id
+    assert isolated.test_score == inproc.test_score
+    assert isolated.usage["metric_calls"] == inproc.usage["metric_calls"]
+
+    def calls(run_dir):
+        return [(r["candidate_id"], r["split"], r["example_id"]) for r in evaluations(run_dir)]
+    assert calls(readable_dir / "iso") == calls(readable_dir / "inproc")
+    assert dspy_event(readable_dir / "iso") == dspy_event(readable_dir / "inproc")
