@@ -587,6 +587,7 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
     """``N`` for every task, or ``TASK=N`` per task (a later spec overrides an earlier one).
     N must be a whole number >= 1."""
     budgets: dict[str, int] = {}
+    strangers: list[str] = []
     for spec in specs:
         task, sep, value = spec.rpartition("=")
         try:
@@ -597,14 +598,15 @@ def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
             raise HeldoutError(f"--budget takes N or TASK=N with N a whole number >= 1 (metric calls), got {spec!r}")
         named = expand_tasks([task]) if sep else tasks
         if sep and not set(named) & set(tasks):
-            raise HeldoutError(f"--budget {spec!r} names {task!r}, which is not a --task of this run "
-                               f"({', '.join(tasks)})")
+            strangers.append(spec)
         for t in named:
             budgets[t] = n
     missing = [t for t in tasks if t not in budgets]
     if missing:
         raise HeldoutError(f"no budget for {', '.join(missing)}")
-    return budgets
+    if strangers:
+        raise HeldoutError(f"--budget {', '.join(map(repr, strangers))} names no task of this run ({', '.join(tasks)})")
+    return {t: budgets[t] for t in tasks}
 
 
 def parse_seeds(text: str) -> list[int]:
