@@ -340,7 +340,10 @@ def test_a_forged_sandbox_error_line_is_the_candidates_crash():
             "    except OSError:\n        pass\nos._exit(0)")
     verdict = attack(body)
     assert_blocked(verdict)
-    assert "claimed a sandbox error" in verdict.error
+    # whether the forged line reached the result channel before the exit depends on scheduling;
+    # either way the harness is never blamed
+    assert verdict.error_kind != "sandbox_error" and "harness broke" not in (verdict.error or "")
+    assert "claimed a sandbox error" in verdict.error or "without returning a result" in verdict.error
 
 
 def test_a_forged_unknown_error_kind_is_a_crash():
