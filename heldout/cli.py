@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import shlex
 import sys
 import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from heldout.sandbox import allow_unsafe_no_sandbox
 try:
@@ -30,9 +32,9 @@ from heldout.benchmarks.vliw.conformance import load_cases, run_case
 from heldout.contracts import HeldoutError
 from heldout import __version__
 from heldout.data_manifests import Manifest
-from heldout.evaluators.ledger import verify_ledger
+from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.outputs import read_outputs, score_outputs
-from heldout.evaluators.session import POLICIES
+from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
@@ -41,7 +43,8 @@ from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
 from heldout.protocols.splits import SplitSizes, build_split, check_split
-from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
+from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
+                                   parse_seeds, run_study)
 from heldout.protocols.study import Study, load_study, parse_study, save_resolved
 from heldout.reports import build_report, check_runs, write_report
 from heldout.reports.inspect_export import export_inspect
@@ -49,16 +52,6 @@ from heldout.reports.paper import FORMATS as PAPER_FORMATS, write_paper
 from heldout.reports.check import DESIGN_FIELDS
 from heldout.reports.plan import plan_study
 from heldout.reports.store import TABLES, ResultsStore
-
-def parse_seeds(text: str) -> list[int]:
-    """``0,1,2`` -> [0, 1, 2]; a clear one-line error for anything else, and for repeats."""
-    try:
-        seeds = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise HeldoutError(f"--seeds takes comma-separated integers such as 0,1,2, got {text!r}") from None
-    if len(set(seeds)) != len(seeds):
-        raise HeldoutError(f"--seeds repeats a seed ({text}): each seed is one run")
-    return seeds
 
 
 # The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
@@ -132,24 +125,40 @@ def cmd_data_freeze(args: argparse.Namespace) -> int:
 
 # -- eval ----------------------------------------------------------------------------------------
 def cmd_eval(args: argparse.Namespace) -> int:
+    """Score one candidate on one split, outside any session (nothing is ledgered). The default
+    split is ``val``; the test split only when asked, and its targets only with --show-targets."""
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     bench = task.benchmark
+    worker = None
     if bench.kind != "program":
-        raise HeldoutError(f"{args.task} is a prompt task: it needs a worker model; use `heldout run`")
+        if not args.worker_model:
+            raise HeldoutError(f"{args.task} is a prompt task: pass --worker-model (and --base-url or "
+                               "$OPENAI_BASE_URL) to evaluate it")
+        worker = ModelClient(args.worker_model, base_url=args.base_url)
     candidate = bench.candidate_from_path(args.candidate) if args.candidate else bench.seed_candidate()
     options: dict[str, Any] = {}
     if args.tolerance is not None:
         options["tolerance"] = args.tolerance
     limits = bench.default_limits.replace(wall_seconds=args.wall_seconds)
+    if args.split is None:  # never test unless asked: val, or train when the profile has no val
+        args.split = "val" if task.splits.get("val") else "train"
     examples = task.split(args.split)
-    context = bench.context(limits, **options)
-    verdicts = [bench.run(candidate, ex, context) for ex in examples]
-    summary = bench.summarize(candidate, verdicts, context)
+    if not examples:
+        raise HeldoutError(f"{args.task} profile {task.profile!r} has an empty {args.split} split")
+    scorer = Scorer(bench, worker, limits, options)
+    usage = Usage()
+    verdicts = scorer.score(candidate, examples, DEPLOYMENT, usage)
+    summary = bench.summarize(candidate, verdicts, scorer.context(DEPLOYMENT, usage))
     summary.setdefault("profile", task.profile)
     summary.setdefault("split", args.split)
     summary.setdefault("limits", limits.__dict__)
+    if worker is not None:
+        summary.setdefault("worker", {"model": worker.model, "base_url": worker.base_url})
     if task.drift is not None:
         summary["drift"] = task.drift.to_dict()
+    hide_targets = args.split == "test" and not args.show_targets
+    if hide_targets:
+        summary = _without_targets(summary)
     if args.json:
         _print_json(summary)
     else:
@@ -157,9 +166,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
             if key not in ("verdicts",):
                 print(f"{key:>22}: {value}")
         for v in verdicts:
-            if v.feedback:
+            if v.feedback and not hide_targets:
                 print(f"--- {v.example_id}\n{v.feedback}")
+        if hide_targets:
+            print("(test split: per-example feedback and targets are not printed; pass --show-targets to see them)")
     return 0 if summary.get("error") is None else 1
+
+
+def _without_targets(value: Any) -> Any:
+    """Drop per-example targets (and feedback, which may quote them) from a summary."""
+    if isinstance(value, dict):
+        return {k: _without_targets(v) for k, v in value.items() if k not in ("target", "targets", "feedback")}
+    if isinstance(value, list):
+        return [_without_targets(v) for v in value]
+    return value
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -176,13 +196,29 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 # -- ledger / run --------------------------------------------------------------------------------
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    reports = [verify_ledger(run_dir) for run_dir in args.run_dirs]
+    """Every ledger in and below each DIR (a session dir or a whole study), one line each."""
+    dirs: list[Path] = []
+    for root in map(Path, args.run_dirs):
+        if not root.exists():
+            raise HeldoutError(f"{root} does not exist")
+        found = sorted({p.parent for p in root.rglob(LEDGER_FILE)} | ({root} if (root / LEDGER_FILE).exists() else set()))
+        if not found:
+            raise HeldoutError(f"no ledger in or below {root} (looked for {LEDGER_FILE})")
+        dirs += [d for d in found if d not in dirs]
+    reports = [verify_ledger(run_dir) for run_dir in dirs]
     if args.json:
-        _print_json([{"run_dir": str(d), "ok": r.ok, "problem": None if r.ok else r.describe()}
-                     for d, r in zip(args.run_dirs, reports)])
+        _print_json([{"run_dir": str(d), "ok": r.ok, "entries": r.entries, "head": r.head,
+                      "problems": r.problems} for d, r in zip(dirs, reports)])
     else:
-        for report in reports:
-            print(report.describe())
+        for run_dir, report in zip(dirs, reports):
+            if report.ok:
+                print(f"ok       {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}")
+            else:
+                more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
+                print(f"INVALID  {run_dir}: {report.problems[0]}{more}")
+        if len(reports) > 1:
+            bad = sum(not r.ok for r in reports)
+            print(f"{len(reports)} ledger(s) checked" + (f"; {bad} do NOT verify" if bad else ", all verify"))
     return 0 if all(r.ok for r in reports) else 1
 
 
@@ -236,28 +272,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n".join(study.plan()))
         return 0
+    groups = study.groups()
+    for config, cells in groups:  # one run dir = one experiment: checked before anything runs
+        open_study(cells, config, resume=args.resume)
     saved = save_resolved(study)
     if args.verbosity > 0:
         print(f"heldout run: study {saved}:\n{saved.read_text()}", file=sys.stderr)
+    argv = list(args.argv or sys.argv[1:])
+    hint = "heldout " + " ".join(shlex.quote(a) for a in argv) + ("" if "--resume" in argv else " --resume")
     results = []
-    for config, cells in study.groups():
-        Path(config.run_root).mkdir(parents=True, exist_ok=True)
-        (Path(config.run_root) / "study.json").write_text(json.dumps(
-            {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
+    for config, cells in groups:
         executor = make_executor(study.executor["kind"], config.run_root, jobs=study.executor["jobs"],
                                  ray_address=study.executor.get("ray_address"),
                                  cell_cpus=study.executor["cell_cpus"],
                                  cell_memory_mb=study.executor.get("cell_memory_mb"))
         try:
-            results += run_study(cells, config, executor, progress=args.verbosity >= 0)
+            results += run_study(cells, config, executor, progress=args.verbosity >= 0, resume_hint=hint)
         finally:
             getattr(executor, "close", lambda: None)()
+        if any(r["status"] in ("interrupted", "not started") for r in results):
+            break  # a stop request ends the whole study, not only this profile's part
     if args.json:
         _print_json(results)
     else:
         for r in results:
-            print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<7} "
-                  f"test {r['test_score']}  {r['run_dir']}")
+            outcome = f"test {r['test_score']}" if r["status"] == "ok" else (r.get("error") or "")
+            print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<11} {outcome}  {r['run_dir']}")
+    if any(r["status"] in ("interrupted", "not started") for r in results):
+        return 130
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
@@ -311,7 +353,7 @@ def cmd_export_inspect(args: argparse.Namespace) -> int:
 
 # -- report / check ------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    checkpoints = [int(c) for c in args.checkpoints.split(",")] if args.checkpoints else None
+    checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
     report = build_report(args.run_dirs, baseline=args.baseline_method, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
     for warning in report.warnings:
@@ -324,6 +366,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     for kind, path in paths.items():
         print(f"wrote {path}")
     return 0
+
+
+def _parse_checkpoints(text: str) -> list[int]:
+    try:
+        points = [int(c) for c in text.split(",")]
+    except ValueError:
+        points = []
+    if not points or any(p < 1 for p in points):
+        raise HeldoutError(f"--checkpoints takes whole numbers >= 1 separated by commas (metric calls, "
+                           f"e.g. 500,1000,1500), got {text!r}")
+    return sorted(set(points))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -445,6 +498,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     run_dir = args.run_dir or ("runs/demo-real-model" if args.real_model else "runs/demo")
     out = args.out or ("runs/demo-real-model-report" if args.real_model else "runs/demo-report")
     if args.real_model:
@@ -459,14 +513,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
             config = StudyConfig(run_root=run_dir, data_dir=args.data_dir, worker_model=backend.model_id,
                                  architect_model=backend.model_id, base_url=server.base_url,
                                  cache_dir=str(Path(run_dir) / "response-cache"), model_concurrency=2)
-            results = run_study(cells, config, LocalExecutor(1))
+            open_study(cells, config, resume=None)  # the demo's settings never change: re-running continues it
+            results = run_study(cells, config, LocalExecutor(1), resume_hint=hint)
         served = server.stats
         print(f"{backend.model_id} answered {served.ok} requests ({served.prompt_tokens} prompt + "
               f"{served.completion_tokens} completion tokens); the rest came from the response cache")
     else:
         cells = build_cells(list(DEMO_TASKS), parse_methods(DEMO_METHODS, []), list(DEMO_SEEDS),
                             dict(DEMO_TASKS), "default", {})
-        results = run_study(cells, StudyConfig(run_root=run_dir), LocalExecutor(args.jobs))
+        config = StudyConfig(run_root=run_dir)
+        open_study(cells, config, resume=None)
+        results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint=hint)
     failed = [r for r in results if r["status"] != "ok"]
     report = build_report([run_dir], baseline="seed", data_dir=args.data_dir)
     if args.real_model:
@@ -484,8 +541,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``heldout run: error: ...``), like every other heldout error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool = False, high: float | None = None):
+    """An argparse type: a ``kind`` number >= ``low`` (> with ``strict``), < ``high`` when given."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        ok = value is not None and math.isfinite(value) and (value > low if strict else value >= low) \
+            and (high is None or value < high)
+        if not ok:
+            bound = f"{'>' if strict else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"{what} must be a {'whole ' if kind is int else ''}number {bound}, "
+                                             f"got {text!r}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="heldout", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
                         help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
@@ -526,13 +607,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
     p.set_defaults(func=cmd_data_freeze)
 
-    p = sub.add_parser("eval", help="evaluate one candidate on a program task")
+    p = sub.add_parser("eval", help="evaluate one candidate on a task split (outside any session)")
     p.add_argument("--task", required=True, help="task name (see `heldout tasks list`)")
     p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
     p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--split", default="test", choices=("train", "val", "test"), help="split to evaluate")
+    p.add_argument("--split", default=None, choices=("train", "val", "test"),
+                   help="split to evaluate (default val, or train when the profile has none; test only when asked, "
+                        "its targets only with --show-targets)")
+    p.add_argument("--show-targets", action="store_true", help="with --split test: print feedback and targets")
+    p.add_argument("--worker-model", default=None, help="prompt tasks: model id of the worker")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
     p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
-    p.add_argument("--wall-seconds", type=float, default=None, help="wall seconds per sandboxed execution")
+    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+                   help="wall seconds per sandboxed execution")
     p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
     p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -550,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
     p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
-    p.add_argument("run_dirs", nargs="+", help="session dirs holding a ledger.jsonl")
+    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_ledger_verify)
 
@@ -564,8 +651,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2 (default 0)")
     p.add_argument("--budget", action="append", default=None,
                    help="metric calls per session: N, or TASK=N per task (repeatable)")
-    p.add_argument("--architect-tokens", type=int, default=None, help="architect token budget per session")
-    p.add_argument("--wall-seconds", type=float, default=None, help="wall-time budget per session, seconds")
+    p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None,
+                   help="architect token budget per session")
+    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+                   help="wall-time budget per session, seconds")
     p.add_argument("--optimizer", action="append", default=None,
                    help="optimizer function module:function (runs isolated in the sandbox unless "
                         "--trusted-optimizer) or a reference name (repeatable)")
@@ -574,7 +663,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer-cmd", action="append", default=None,
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
-    p.add_argument("--jobs", type=int, default=None, help="sessions in parallel (process pool; default 1)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the study in the run dir (only with exactly the settings it was started with)")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=None, help="sessions in parallel (process pool; default 1)")
     p.add_argument("--executor", default=None, choices=EXECUTORS,
                    help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
     p.add_argument("--ray-address", default=None,
@@ -624,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="study folder (default runs/demo, runs/demo-real-model with --real-model)")
     p.add_argument("--out", default=None,
                    help="report folder (default runs/demo-report, runs/demo-real-model-report with --real-model)")
-    p.add_argument("--jobs", type=int, default=2, help="sessions in parallel (the real-model demo runs one)")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2, help="sessions in parallel (the real-model demo runs one)")
     p.add_argument("--data-dir", default=None, help="dataset mirror for --real-model (default $HELDOUT_DATA_DIR)")
     _local_model_arguments(p)
     p.set_defaults(func=cmd_demo)
@@ -640,7 +731,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--baseline-method", default="seed", help="method every paired table compares against")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level")
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+                   help="significance level")
     p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
     p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
     p.add_argument("--format", action="append", choices=PAPER_FORMATS, default=None,
@@ -650,8 +742,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of each one-sided test")
-    p.add_argument("--min-effect", type=float, default=0.0,
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+                   help="significance level of each one-sided test")
+    p.add_argument("--min-effect", type=_number(float, 0, "--min-effect"), default=0.0,
                    help="largest drop you accept (score units); with 0 only a significant improvement passes")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
     p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
@@ -803,6 +896,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argcomplete is not None:
         argcomplete.autocomplete(parser)  # answers the shell's completion request (and exits) if it is one
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     if args.unsafe_no_sandbox:
         allow_unsafe_no_sandbox()
     try:

@@ -27,6 +27,7 @@ from heldout.evaluators.session import Session
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.reports import build_report, check_runs, collect_runs
+from heldout.reports.check import GateInputError
 
 TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
 CHAMPION = (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()
@@ -131,8 +132,10 @@ def test_report_writes_markdown_html_and_json_with_every_table(report_dir):
     # champion is best (bold) but one search seed also reaches 1.0: the ranking is not separated (†)
     assert "| lockpicking/six | **1.000 ± 0.000 (n=3) †** |" in md
     html = (report_dir / "report.html").read_text()
-    # the report's five tables (the per-example drill-down adds its own, inside collapsed <details>)
-    assert html.count('<table id="table-') == 5 and html.count('src="data:image/png;base64,') == 5
+    # the report's five tables (the per-example drill-down adds its own, inside collapsed <details>);
+    # no deployment tokens in a program task: that Pareto plot is left out and the report says so
+    assert html.count('<table id="table-') == 5 and html.count('src="data:image/png;base64,') == 4
+    assert "No Pareto plot of deployment tokens" in html
     assert "http://" not in html and "https://" not in html and "<script" not in html
     results = json.loads((report_dir / "results.json").read_text())
     assert set(results["tables"]) == {"results", "heldout", "cost", "budget", "runs"}
@@ -185,7 +188,7 @@ def test_a_comparison_without_evidence_says_cannot_separate(study, tmp_path):
 def test_a_single_instance_task_is_paired_by_seed_and_three_seeds_cannot_separate(tmp_path):
     from heldout.optimizers import resolve_optimizer
 
-    for method in ("seed", "geometry-search"):
+    for method in ("seed", "local-search"):
         for seed in (0, 1, 2):
             Session("heilbronn/triangle11", budget=6, seed=seed, run_dir=tmp_path / method / f"seed-{seed}",
                     method=method).run(resolve_optimizer(method))
@@ -253,7 +256,55 @@ def test_a_run_record_edited_behind_the_ledger_is_excluded(study, tmp_path):
     path.write_text(json.dumps(record))
     runs = collect_runs([tmp_path / "runs"])
     assert [e.path.parts[-2:] for e in runs.excluded] == [("seed", "seed-2")]
-    assert "differ from its ledger" in runs.excluded[0].reason
+    assert str(path) in runs.excluded[0].reason and "was edited" in runs.excluded[0].reason
+
+
+def test_an_edited_test_score_can_never_change_a_table_or_the_gate(study, tmp_path):
+    # the issue's reproduction: test_score set to 0.9 in run_record.json put 0.900 in Table 1
+    cells = copy_main(study, tmp_path / "runs")
+    for seed in (0, 1, 2):
+        path = cells / "seed" / f"seed-{seed}" / "run_record.json"
+        record = json.loads(path.read_text())
+        record["test_score"] = 0.9
+        path.write_text(json.dumps(record, indent=1))
+    report = build_report([tmp_path / "runs"], n_boot=200)
+    assert sorted(e.path.parts[-2:] for e in report.runs.excluded) == [("seed", f"seed-{s}") for s in (0, 1, 2)]
+    assert all("run_record.json was edited" in e.reason for e in report.runs.excluded)
+    table = report.table("results")
+    assert "seed" not in table.columns and not any("0.900" in c.text for row in table.rows for c in row)
+    # the gate refuses too: no verified seed run is left to compare
+    with pytest.raises(GateInputError, match="incomplete study|no verified, finished current run"):
+        check_runs([study / "main"], [tmp_path / "runs"], method="seed")
+
+
+def test_runs_of_another_worker_model_are_never_pooled(study, tmp_path):
+    with TestServer() as server:
+        for seed in (0, 1, 2):
+            Session(TASK, profile=PROFILE, budget=BUDGET, seed=seed, run_dir=tmp_path / "m2" / f"seed-{seed}",
+                    method="seed", worker=ModelClient("other-model", server.base_url)).run(seed_method)
+    report = build_report([study / "main", tmp_path / "m2"], n_boot=200)
+    labels = [row[0].text for row in report.table("results").rows]
+    assert f"{TASK} [worker model: none]" in labels and f"{TASK} [worker model: other-model]" in labels
+    cells = report.runs.cells()
+    assert sorted(cells[(f"{TASK} [worker model: other-model]", "seed")]) == [0, 1, 2]
+    assert sorted(cells[(f"{TASK} [worker model: none]", "seed")]) == [0, 1, 2]
+    from heldout.reports.collect import pooling_conflicts
+    conflicts = pooling_conflicts(collect_runs([study / "main"]), collect_runs([tmp_path / "m2"]))
+    assert conflicts == [f"{TASK}: worker model none -> other-model"]
+
+
+def test_every_run_record_describes_its_experiment_in_full(study):
+    run = collect_runs([study / "main"]).cells()[(TASK, "search")][1]
+    exp = run.record.experiment
+    assert run.record.format_version == exp["format_version"] == 2
+    for key in ("task", "profile", "manifest", "verifier", "policy", "budget", "seed", "optimizer", "worker",
+                "architect", "decoding", "isolation", "environment", "started_at"):
+        assert key in exp, key
+    assert exp["architect"]["model"] == "test-architect" and exp["architect"]["base_url"].startswith("http://127.0.0.1")
+    assert len(exp["manifest"]["profile_sha256"]) == 64 and exp["environment"]["python"]
+    assert exp["environment"]["heldout_version"] and "numpy" in exp["environment"]["packages"]
+    assert run.record.finished_at >= run.record.started_at
+    assert run.record.isolation == "in-process (trusted)"
 
 
 def test_an_interrupted_run_and_a_crashed_optimizer_are_listed_not_used(study, tmp_path):
@@ -370,7 +421,7 @@ def test_report_html_renders_tables_and_images_in_headless_chromium(report_dir, 
     dom = done.stdout
     results = json.loads((report_dir / "results.json").read_text())
     n_rows = sum(len(t["rows"]) for t in results["tables"].values())
-    assert f'id="render-check">images=5 decoded=5 tables=5 rows={n_rows}<' in dom
+    assert f'id="render-check">images=4 decoded=4 tables=5 rows={n_rows}<' in dom
     assert "<td><strong>champion is better than seed: mean change +0.62" in dom
 
 
@@ -390,7 +441,7 @@ def test_two_profiles_are_two_comparisons_corrected_together_and_flagged_as_mixe
     assert [r["p_holm"] for r in rows] == pytest.approx(list(multipletests(raw, method="holm")[1]))
     assert [r["p_fdr_bh"] for r in rows] == pytest.approx(list(multipletests(raw, method="fdr_bh")[1]))
     for table in ("results", "heldout", "cost", "budget"):
-        assert "split profile: MIXED: generalise | paper" in report.table(table).notes[0]
+        assert f"split profile: per task: {TASK} [generalise] generalise, {TASK} [paper] paper" in report.table(table).notes[0]
     assert "macro mean" in [row[0].text for row in report.table("results").rows]
 
 
@@ -437,3 +488,29 @@ def test_prompt_task_report_counts_deployment_tokens_and_refuses_a_split_seed_ra
     assert row["report_verdict"].startswith("cannot separate") is (not called)
     assert {f.key for f in report.figures} >= {"pareto_optimisation", "pareto_deployment"}
     assert "No deployment tokens" not in next(f.caption for f in report.figures if f.key == "pareto_deployment")
+
+
+def test_markdown_escapes_text_from_runs_and_states_settings_and_models_once(study, tmp_path):
+    def hostile(view, seed):
+        raise RuntimeError("<script>alert('x')</script> | **bold** _it_")
+    Session(TASK, profile=PROFILE, budget=BUDGET, seed=0, run_dir=tmp_path / "hostile" / "seed-0",
+            method="hostile").run(hostile)
+    out = tmp_path / "report"
+    assert main(["report", str(study / "main"), str(tmp_path / "hostile"), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "<script" not in md and "&lt;script&gt;" in md and "\\*\\*bold\\*\\*" in md
+    assert md.count("Settings - ") == 1
+    assert "Architect model: test-architect at 127.0.0.1" in md and "heldout 0.1.0; Python " in md
+    html = (out / "report.html").read_text()
+    assert "<script" not in html and html.count("Settings - ") == 1
+
+
+def test_figures_zoom_to_the_data_and_mark_the_baseline(study):
+    import matplotlib.image as mpimg
+    import io
+    from heldout.reports.figures import score_bars
+
+    runs = collect_runs([study / "main"])
+    fig = score_bars(runs, "seed")
+    assert "dashed line marks seed's mean" in fig.caption and "does not start at 0" in fig.caption
+    assert mpimg.imread(io.BytesIO(fig.png)).shape[2] in (3, 4)

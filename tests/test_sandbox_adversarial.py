@@ -21,6 +21,9 @@ from heldout.sandbox import isolation_mode
 
 TASK = "circle_packing/square26"
 FAST = RunLimits(wall_seconds=2.5, cpu_seconds=2.5, memory_mb=512, max_processes=32)
+# Output-limit attacks get generous time limits so a loaded machine cannot turn them into timeouts:
+# the outcome must depend on the bytes produced, never on how fast they were produced.
+UNHURRIED = FAST.replace(wall_seconds=120, cpu_seconds=120, max_output_bytes=1024 * 1024)
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = REPO / "heldout" / "data_manifests" / "circle_packing" / "square26.json"
 SCORING = REPO / "heldout" / "benchmarks" / "geometry" / "scoring.py"
@@ -136,7 +139,7 @@ def test_memory_bomb_growing_slowly():
 
 
 def test_huge_stdout_is_cut_off():
-    v = attack("while True:\n    sys.stdout.write('x' * 65536)")
+    v = attack("while True:\n    sys.stdout.write('x' * 65536)", limits=UNHURRIED)
     failed(v, "output_too_large")
 
 
@@ -152,7 +155,7 @@ def test_unbounded_recursion_with_the_limit_lifted_ends_cleanly():
 
 
 def test_huge_return_value_is_refused():
-    failed(attack("return [[0.5, 0.5, 0.1]] * 2_000_000", FAST.replace(wall_seconds=60, cpu_seconds=60)), "output_too_large")
+    failed(attack("return [[0.5, 0.5, 0.1]] * 2_000_000", limits=UNHURRIED), "output_too_large")
 
 
 def test_deeply_nested_return_value_is_bad_output():

@@ -160,7 +160,8 @@ def test_resume_reuses_recorded_results_without_double_counting(tmp_path):
     first.view.evaluate(cand, "train", ids[:10])
     first.ledger.close()  # as if the process had died here
     resumed = Session(task, budget=100, run_dir=tmp_path)
-    assert resumed.view.remaining == 90
+    # spent budget stays spent; the optimizer, restarted, sees the budget of its original start
+    assert resumed.service.remaining == 90 and resumed.view.remaining == 100
     again = resumed.view.evaluate(cand, "train", ids[:15])  # 10 replayed + 5 new
     assert resumed.view.remaining == 85 and len(again) == 15
     assert resumed.service.usage.replayed == 10

@@ -226,10 +226,8 @@ def test_shipped_topic_disjoint_profiles_are_proven_disjoint(task, data_dir, cap
     assert "PROVEN (zero group overlap" in capsys.readouterr().out
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped mmlu_pro/law topic-disjoint profile has empty val and "
-                                        "test splits (one src family holds most items); issue 12's integrity "
-                                        "work redraws it")
 def test_shipped_law_profile_is_proven_disjoint(data_dir):
+    # redrawn by issue 12: one src family holds most items, and every split still gets a family
     assert check_split("mmlu_pro/law", "topic-disjoint", data_dir=str(data_dir)).ok
 
 

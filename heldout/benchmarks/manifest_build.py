@@ -57,7 +57,9 @@ def profiles_for(task: str, examples: list[Example]) -> tuple[dict, dict]:
     return profiles, notes
 
 
-def build(data_dir: str, prefixes: list[str]) -> list[str]:
+def build(data_dir: str, prefixes: list[str], root: Path | None = None) -> list[str]:
+    """Rebuild the manifests of the prompt tasks matching ``prefixes`` (all when empty) into
+    ``root`` (default: the shipped manifest folder)."""
     written = []
     for bench in all_tasks():
         if bench.source.embedded or bench.kind != "prompt":
@@ -68,7 +70,7 @@ def build(data_dir: str, prefixes: list[str]) -> list[str]:
         profiles, notes = profiles_for(bench.name, examples)
         shas = {p: file_sha256(Path(data_dir) / p) for p in bench.source.mirror_files}
         manifest = freeze(bench.name, bench.version, bench.source, examples, profiles, notes, shas)
-        written.append(str(manifest.save()))
+        written.append(str(manifest.save(root)))
     return written
 
 

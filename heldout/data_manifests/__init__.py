@@ -221,7 +221,8 @@ def freeze(task: str, version: str, source: Source | Mapping[str, Any], examples
            mirror_sha256: Mapping[str, str] | None = None) -> Manifest:
     """Build a manifest for ``examples`` with the given profiles (explicit id lists).
 
-    Refuses duplicate ids, ids a profile names that do not exist, and a profile whose train and
+    Refuses duplicate ids, ids a profile names that do not exist, an empty train or test split,
+    and a profile whose train and
     test overlap unless the profile's note says it is intended (e.g. Lockpicking's ``paper``)."""
     ids = [ex.id for ex in examples]
     if len(set(ids)) != len(ids):
@@ -236,6 +237,10 @@ def freeze(task: str, version: str, source: Source | Mapping[str, Any], examples
                 raise DataError(f"{task}: profile {pname!r} split {split!r} names unknown ids {unknown[:5]}")
             if len(set(split_ids)) != len(split_ids):
                 raise DataError(f"{task}: profile {pname!r} split {split!r} repeats ids")
+        empty = [split for split in ("train", "test") if not splits.get(split)]
+        if empty:
+            # val may be empty (SEPO-style profiles have none); train and test may not
+            raise DataError(f"{task}: profile {pname!r} has an empty {' and '.join(empty)} split")
         overlap = set(splits.get("train", ())) & set(splits.get("test", ()))
         if overlap and "train = test" not in notes.get(pname, ""):
             raise DataError(f"{task}: profile {pname!r} has {len(overlap)} ids in both train and test")

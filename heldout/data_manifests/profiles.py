@@ -26,7 +26,19 @@ def sized_profile(task: str, ids: Sequence[str], train: int, val: int, test: int
     rest = order[train + val:]
     out = {"train": order[:train], "val": order[train:train + val],
            "test": rest if test is None else rest[:test]}
+    asked = {"train": train > 0, "val": val > 0, "test": test is None or test > 0}
+    _refuse_empty(task, "sized", out, asked)
     return out
+
+
+def _refuse_empty(task: str, rule: str, splits: dict[str, list[str]], asked: dict[str, bool]) -> None:
+    """A split the rule was asked to fill must not come out empty (a profile with an empty test
+    split scores nothing; an empty train split gives the optimizer nothing to learn from)."""
+    empty = [s for s, wanted in asked.items() if wanted and not splits.get(s)]
+    if empty:
+        sizes = "/".join(str(len(splits.get(s, []))) for s in ("train", "val", "test"))
+        raise DataError(f"{task}: the {rule} profile rule leaves the {', '.join(empty)} split(s) empty "
+                        f"(train/val/test = {sizes}); choose other sizes or groups")
 
 
 def default_profile(task: str, ids: Sequence[str]) -> dict[str, list[str]]:
@@ -39,16 +51,30 @@ def group_disjoint_profile(task: str, examples: Sequence[Example], fractions=(0.
                            salt: str = "topic-disjoint") -> dict[str, list[str]]:
     """Topic-disjoint: whole groups go to one split (groups in hash order, filling train, then
     val, then test to the target fractions of examples). Examples without a group are their own
-    group."""
+    group.
+
+    Every split with a non-zero fraction gets at least one group: a group never skips a split
+    that is still empty, and when no more groups are left than empty splits, the next group goes
+    to an empty split. (Both guards only act where plain filling would leave a split empty, so
+    profiles that were fine before are drawn exactly as before.) Fewer groups than splits is an
+    error."""
     groups: dict[str, list[str]] = {}
     for ex in examples:
         groups.setdefault(ex.group if ex.group is not None else f"__id__{ex.id}", []).append(ex.id)
     total = len(examples)
     goals = [fractions[0] * total, (fractions[0] + fractions[1]) * total]
-    splits: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    names = ("train", "val", "test")
+    splits: dict[str, list[str]] = {name: [] for name in names}
+    wanted = [name for name, fraction in zip(names, fractions) if fraction > 0]
+    order = hash_order(task, groups, salt)
     filled = 0
-    for key in hash_order(task, groups, salt):
+    for position, key in enumerate(order):
         split = "train" if filled < goals[0] else "val" if filled < goals[1] else "test"
+        empty = [name for name in wanted if not splits[name] and name != split]
+        left_after = len(order) - position - 1
+        if any(names.index(name) < names.index(split) for name in empty) or len(empty) > left_after:
+            split = empty[0]
         splits[split].extend(groups[key])
         filled += len(groups[key])
+    _refuse_empty(task, "topic-disjoint", splits, {name: name in wanted for name in names})
     return splits

@@ -1,22 +1,179 @@
-"""Run records: the outcome of one session, derived from (and anchored to) its ledger."""
+"""Run records: the outcome of one session, derived from (and anchored to) its ledger.
+
+A run record (``run_record.json``, :data:`FORMAT_VERSION`) holds the full description of the
+experiment it is the outcome of (:func:`describe_experiment`: task, profile and manifest digest,
+verifier, visibility policy, budget, seed, optimizer name and the hash of its code, worker and
+architect models, endpoint, decoding settings, isolation, heldout/Python/package versions, the git
+commit of the user's checkout) plus its results and the ledger head it was derived from.
+
+Anchoring rule: the session writes the record's sha256 (:meth:`RunRecord.digest`) into the
+ledger's ``session_end`` entry, so an edited record no longer matches its ledger;
+:func:`anchor_problem` says how (naming the file), and reports refuse such a record.
+
+Identity rule: a run dir holds one experiment. :func:`experiment_differences` names the settings
+in which a re-opened session differs from the one its ledger started, and the session refuses
+to resume on any (:class:`ExperimentMismatch`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import platform
+import subprocess
+import sys
+import time
 from dataclasses import asdict, dataclass, field
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from heldout.contracts import Candidate, HeldoutError, Verdict, candidate_id
+from heldout.contracts import Candidate, HeldoutError, Verdict, candidate_id, canonical_json, sha256_text
 
 RECORD_FILE = "run_record.json"
+FORMAT_VERSION = 2
+KEY_PACKAGES = ("numpy", "scipy", "statsmodels", "datasets", "duckdb", "sqlglot", "httpx", "matplotlib",
+                "numba", "evalplus")
+# settings that describe *where and when* a run happened, not *what* was run: a resumed session
+# may differ in them (they are recorded again in its ``session_resumed`` entry)
+CIRCUMSTANCES = ("environment", "started_at")
+
+
+class ExperimentMismatch(HeldoutError):
+    """A run dir re-opened for a different experiment (other task, method, seed, budget...)."""
+
+
+def _package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in KEY_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _git_checkout(cwd: str | Path | None = None) -> dict[str, Any] | None:
+    """The commit (and whether the tree is dirty) of the git checkout the user runs from."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
+                                timeout=10)
+        if commit.returncode != 0:
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                                capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def heldout_version() -> str:
+    try:
+        return metadata.version("heldout")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def environment() -> dict[str, Any]:
+    """Where a session ran: heldout, Python and key package versions, the platform, and the git
+    commit of the current directory's checkout when there is one."""
+    return {"heldout_version": heldout_version(), "python": platform.python_version(),
+            "implementation": platform.python_implementation(), "platform": platform.platform(),
+            "packages": _package_versions(), "git": _git_checkout(os.getcwd())}
+
+
+def model_description(client: Any) -> dict[str, Any] | None:
+    """Model id and endpoint of a worker/architect client (None when the session has none)."""
+    if client is None:
+        return None
+    return {"model": getattr(client, "model", None), "base_url": getattr(client, "base_url", None),
+            "client": type(client).__name__}
+
+
+def manifest_digest(manifest: Any, profile: str) -> dict[str, Any]:
+    """sha256 of the whole manifest and of the profile used (its id lists and their content
+    hashes): two runs with the same profile digest saw exactly the same examples."""
+    whole = sha256_text(canonical_json(asdict(manifest)))
+    splits = manifest.profile(profile)
+    used = {"profile": splits, "hashes": {i: manifest.hashes.get(i) for ids in splits.values() for i in ids}}
+    return {"version": manifest.version, "sha256": whole, "profile_sha256": sha256_text(canonical_json(used))}
+
+
+def describe_experiment(session: Any) -> dict[str, Any]:
+    """The full description of a session's experiment (the ``session_start`` entry). Fields a
+    caller passes as ``provenance`` (the optimizer's code hash, ...) are merged in."""
+    task, bench = session.task, session.task.benchmark
+    scorer = session.scorer
+    options = dict(session.options)
+    provenance = dict(getattr(session, "provenance", None) or {})
+    verifier = getattr(session, "variant", None)
+    description = {
+        "format_version": FORMAT_VERSION,
+        "task": task.name, "task_version": bench.version, "kind": bench.kind, "metric": bench.metric,
+        "score_ceiling": getattr(bench, "score_ceiling", None),
+        "profile": task.profile, "seed": session.seed, "method": session.method,
+        "budget": asdict(session.budget), "policy": session.policy.to_dict(),
+        "verifier": getattr(verifier, "name", None) or "decomposed",
+        "sizes": task.sizes(), "manifest_version": task.manifest.version,
+        "manifest": manifest_digest(task.manifest, task.profile),
+        "drift": None if task.drift is None else task.drift.to_dict(),
+        "limits": asdict(scorer.limits), "options": options,
+        "worker": model_description(scorer.worker),
+        "deployment_worker": model_description(getattr(session, "deploy_scorer", scorer).worker),
+        "architect": model_description(getattr(session, "architect_client", None)),
+        "judge": model_description(getattr(scorer, "judge", None)),
+        "decoding": {"temperature": options.get("temperature", 0.0), "max_tokens": options.get("max_tokens")},
+        "optimizer": provenance.pop("optimizer", {"name": session.method, "code_sha256": None}),
+        "isolation": provenance.pop("isolation", "in-process (trusted)"),
+        "environment": environment(),
+        "started_at": time.time(),
+    }
+    description.update(provenance)
+    return description
+
+
+def experiment_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The settings (``name: recorded -> now``) in which ``now`` differs from the experiment a
+    ledger started. Circumstances (environment, start time) are not the experiment."""
+    out = []
+    for key in sorted(set(recorded) | set(now)):
+        if key in CIRCUMSTANCES or key == "format_version":
+            continue
+        if key not in recorded:
+            continue  # the ledger predates this field: nothing to compare against
+        a, b = recorded.get(key), now.get(key)
+        if canonical_json(a) == canonical_json(b):
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # name the sub-settings that differ
+            out += [f"{key}.{sub}: {_short(a.get(sub))} -> {_short(b.get(sub))}" for sub in sorted(set(a) | set(b))
+                    if canonical_json(a.get(sub)) != canonical_json(b.get(sub))]
+        else:
+            out.append(f"{key}: {_short(a)} -> {_short(b)}")
+    return out
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = canonical_json(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_same_experiment(recorded: Mapping[str, Any] | None, now: Mapping[str, Any], run_dir: str | Path) -> None:
+    """Raise :class:`ExperimentMismatch` naming every differing setting."""
+    if recorded is None:
+        raise ExperimentMismatch(f"{run_dir} holds a ledger without a session_start entry; use a new run dir")
+    differing = experiment_differences(recorded, now)
+    if differing:
+        raise ExperimentMismatch(
+            f"{run_dir} holds another experiment ({recorded.get('task')} / {recorded.get('method')} / "
+            f"seed {recorded.get('seed')}); it differs in {'; '.join(differing)}. "
+            "Use a new run dir (nothing in this one was changed)")
 
 
 @dataclass
 class RunRecord:
     """Final candidate, its held-out verdicts (scored once by the harness after the optimizer
-    returned), val verdicts, usage by channel, best-so-far trajectory by metric calls, lineage."""
+    returned), val verdicts, usage by channel, best-so-far trajectory by metric calls, lineage,
+    and the full description of the experiment (``experiment``, the ledger's session_start)."""
 
     task: str
     profile: str
@@ -41,13 +198,20 @@ class RunRecord:
     ledger_head: str = ""
     ledger_entries: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    format_version: int = 1
+    experiment: dict[str, Any] = field(default_factory=dict)
+    isolation: str = "in-process (trusted)"
+    started_at: float | None = None
+    finished_at: float | None = None
 
     @classmethod
     def build(cls, session, final: Candidate | None, status: str, error: str | None,
               test_verdicts: list[Verdict], val_verdicts: list[Verdict]) -> "RunRecord":
         service = session.service
         usage = service.usage
-        header = session.header()
+        start = next((e["data"] for e in session.ledger.entries("session_start")), None) or session.header()
+        launch = next((e["data"] for e in session.ledger.entries("optimizer_launch")), None)
+        isolation = f"isolated ({launch['isolation']})" if launch else start.get("isolation", "in-process (trusted)")
 
         aggregate = session.task.benchmark.aggregate
 
@@ -59,9 +223,9 @@ class RunRecord:
                     "means": {s: t[0] / t[1] for s, t in info["sums"].items() if t[1]}}
                    for cid, info in service.candidates.items()]
         return cls(
-            task=header["task"], profile=header["profile"], seed=session.seed, method=session.method,
-            status=status, budget=header["budget"], policy=header["policy"], limits=header["limits"],
-            options=header["options"], drift=header["drift"], final_candidate=final,
+            task=start["task"], profile=start["profile"], seed=start["seed"], method=start["method"],
+            status=status, budget=start["budget"], policy=start["policy"], limits=start["limits"],
+            options=start["options"], drift=start["drift"], final_candidate=final,
             final_candidate_id=candidate_id(final) if final else None,
             test_verdicts=[v.to_dict() for v in test_verdicts],
             val_verdicts=[v.to_dict() for v in val_verdicts],
@@ -69,8 +233,24 @@ class RunRecord:
             usage={"metric_calls": usage.metric_calls, "metric_call_budget": session.budget.metric_calls,
                    "endpoint_calls": dict(usage.endpoint_calls), "cache_hits": usage.cache_hits,
                    "replayed": usage.replayed, "tokens": {k: dict(v) for k, v in usage.tokens.items()}},
-            trajectory=list(service.trajectory), lineage=lineage, error=error)
+            trajectory=list(service.trajectory), lineage=lineage, error=error,
+            format_version=FORMAT_VERSION, experiment=dict(start), isolation=isolation,
+            started_at=start.get("started_at"), finished_at=time.time())
 
+    # -- anchoring --------------------------------------------------------------------------------
+    def content(self) -> dict[str, Any]:
+        """The record as plain JSON data, without the ledger anchor fields (which are set after
+        the digest is written to the ledger)."""
+        data = json.loads(json.dumps(asdict(self), default=str))
+        for key in ("ledger_head", "ledger_entries"):
+            data.pop(key, None)
+        return data
+
+    def digest(self) -> str:
+        """sha256 of :meth:`content`: what the ledger's ``session_end`` entry holds."""
+        return sha256_text(canonical_json(self.content()))
+
+    # -- io ---------------------------------------------------------------------------------------
     def save(self, run_dir: str | Path) -> Path:
         path = Path(run_dir) / RECORD_FILE
         tmp = path.with_suffix(".tmp")
@@ -85,10 +265,46 @@ class RunRecord:
         path = Path(run_dir) / RECORD_FILE
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        except (OSError, ValueError, TypeError) as exc:
             raise HeldoutError(f"cannot read run record {path}: {exc}") from exc
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def verdict_scores(self, split: str = "test") -> dict[str, float]:
         verdicts = self.test_verdicts if split == "test" else self.val_verdicts
         return {v["example_id"]: float(v["score"]) for v in verdicts}
+
+    # -- what a report needs to know to pool runs --------------------------------------------------
+    def pooling_key(self) -> dict[str, str]:
+        """The settings runs must share to be pooled in one table cell or compared by the gate:
+        worker model, profile (and the exact examples), budget, policy and verifier."""
+        exp = self.experiment
+        worker = exp.get("worker") or {}
+        profile_digest = (exp.get("manifest") or {}).get("profile_sha256")
+        return {
+            "worker model": str(worker.get("model") or "none"),
+            "profile": self.profile,
+            "examples": (profile_digest or "unknown")[:12],  # the same profile name with other examples
+            "budget": canonical_json(self.budget),
+            "policy": str(self.policy.get("name", self.policy)),
+            "verifier": str(exp.get("verifier") or "decomposed"),
+        }
+
+
+def anchor_problem(record: RunRecord, entries: Sequence[Mapping[str, Any]], head: str,
+                   path: str | Path) -> str | None:
+    """Why ``record`` (read from ``path``) is not the record its ledger ``entries`` (ending in
+    ``head``) produced, or None when it is. Checks the format, the head and entry count, and
+    the digest the session wrote to ``session_end``."""
+    if record.format_version < FORMAT_VERSION:
+        return (f"{path} is a format {record.format_version} run record (not anchored to its ledger by a "
+                f"digest; heldout {heldout_version()} writes format {FORMAT_VERSION}); re-run it")
+    if record.ledger_head != head or record.ledger_entries != len(entries):
+        return (f"{path} is not anchored to its ledger (record says {record.ledger_entries} entries ending "
+                f"{record.ledger_head[:16]}, ledger has {len(entries)} ending {head[:16]})")
+    end = next((e["data"] for e in reversed(entries) if e["kind"] == "session_end"), None)
+    if end is None or "record_sha256" not in end:
+        return f"{path}: its ledger has no session_end entry with the record's digest"
+    if end["record_sha256"] != record.digest():
+        return (f"{path} was edited after the session wrote it: its content no longer matches the digest "
+                f"in its ledger (sha256 {end['record_sha256'][:16]}...); every number in it is refused")
+    return None

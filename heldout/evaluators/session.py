@@ -14,6 +14,11 @@ exceed the budget is refused before anything runs: overshoot is impossible.
 Resuming: a session re-opened on an existing run dir reads its ledger. Budget already spent stays
 spent; evaluations the optimizer asks for again (a deterministic optimizer restarted with the same
 seed replays its requests) are served from the recorded results in order, without spending again.
+While it replays, the view reports the budget as it was at that point of the original run (the
+``remaining`` of the recorded request), so an optimizer that plans with ``remaining`` makes the
+same plan as in an uninterrupted run and ends with the same final candidate. Architect calls are
+replayed the same way (the recorded reply for the same request, in order, tokens not counted
+twice). A ledger started by a different experiment is refused (:class:`ExperimentMismatch`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from heldout.contracts import (BudgetExceeded, Candidate, Completion, Example, H
                                Message, RunContext, RunLimits, Verdict, VisibilityError, candidate_id,
                                check_candidate)
 from heldout.evaluators.ledger import Ledger
-from heldout.evaluators.records import RunRecord
+from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_same_experiment, describe_experiment
 from heldout.models import ChatRequest, ModelError
 
 OPTIMISATION = "worker-optimisation"
@@ -238,6 +243,11 @@ class EvaluationService:
         self._replay: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         self._memo: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._recorded_candidates: set[str] = set()  # candidates whose components are in the ledger
+        # metric calls as the optimizer has seen them: behind ``usage.metric_calls`` only while
+        # recorded evaluations are being replayed after a resume (see the module docstring)
+        self._clock = 0
+        self._architect_replay: dict[str, list[dict[str, Any]]] = {}
+        self.progress: Callable[[int, int, float | None], None] | None = None  # (used, budget, best)
         self._load_recorded()
 
     # -- resume ---------------------------------------------------------------------------------
@@ -252,11 +262,25 @@ class EvaluationService:
                 self._recorded_candidates.add(data["candidate_id"])
             elif entry["kind"] == "architect_call":
                 self.usage.add_tokens(ARCHITECT, data["prompt_tokens"], data["completion_tokens"])
+                if "text" in data:
+                    self._architect_replay.setdefault(data["request_key"], []).append(data)
 
     # -- the budget -----------------------------------------------------------------------------
     @property
     def remaining(self) -> int:
+        """What the budget leaves *now* (what enforcement uses)."""
         return self.budget.metric_calls - self.usage.metric_calls
+
+    @property
+    def visible_remaining(self) -> int:
+        """What the optimizer is told is left: during a replay, as it was at that point of the
+        original run; otherwise :attr:`remaining`."""
+        return self.budget.metric_calls - min(self._clock, self.usage.metric_calls) \
+            if self.replaying else self.remaining
+
+    @property
+    def replaying(self) -> bool:
+        return any(self._replay.values())
 
     def check_wall_time(self) -> None:
         if self.budget.wall_seconds is not None and time.time() - self._started > self.budget.wall_seconds:
@@ -306,6 +330,7 @@ class EvaluationService:
                 self._memo[(cid, split, ex_id)] = data
             if replayed and not fresh:
                 stamp = max(self._memo[(cid, split, i)]["metric_calls"] for i in replayed)
+            self._clock = max(self._clock, stamp) if not fresh else self.usage.metric_calls
             self._register_candidate(candidate, cid, parent, stamp)
         memo_hits = [i for i in fresh if (cid, split, i) in self._memo]
         to_run = [i for i in fresh if (cid, split, i) not in self._memo]
@@ -324,6 +349,9 @@ class EvaluationService:
                 results[ex_id] = shown
                 self._record(cid, split, ex_id, shown, cached=False, raw=None if shown is raw[0] else raw)
             self._update_trajectory(cid, split, [results[i] for i in wanted], stamp)
+        if self.progress is not None:
+            self.progress(min(self._clock, self.usage.metric_calls), self.budget.metric_calls,
+                          None if self._best[1] is None else self._best[0])
         return [(pool[i], results[i]) for i in wanted]
 
     def _record(self, cid: str, split: str, ex_id: str, verdict: Verdict, cached: bool,
@@ -370,6 +398,11 @@ class EvaluationService:
     def record_event(self, kind: str, data: dict[str, Any]) -> None:
         self._ledger.append(kind, data)
 
+    def replay_architect(self, request_key: str) -> dict[str, Any] | None:
+        with self._lock:
+            queue = self._architect_replay.get(request_key)
+            return queue.pop(0) if queue else None
+
     def record_optimizer_event(self, kind: Any, data: Mapping[str, Any]) -> None:
         """An optimizer's event, stored as ``optimizer_event`` (so it can never pose as a harness
         entry); the kind is a short identifier and the data plain JSON of bounded size."""
@@ -403,6 +436,12 @@ class MeteredArchitect:
                  max_tokens: int | None = None, replicate: int = 0) -> str:
         if self._client is None:
             raise HeldoutError("this session has no architect model configured")
+        request = ChatRequest(messages=tuple(dict(m) for m in messages), model=self._client.model,
+                              temperature=temperature, max_tokens=max_tokens, replicate=replicate,
+                              channel=ARCHITECT)
+        recorded = self._service.replay_architect(request.cache_key())
+        if recorded is not None:  # paid for (and allowed) before the interruption: same reply, counted once
+            return recorded["text"]
         limit = self._service.budget.architect_tokens
         if limit is not None and self.tokens_used >= limit:
             raise BudgetExceeded(f"architect token budget of {limit} is used up")
@@ -410,15 +449,13 @@ class MeteredArchitect:
         if calls is not None and self._service.usage.endpoint_calls.get(ARCHITECT, 0) >= calls:
             raise BudgetExceeded(f"architect call budget of {calls} is used up")
         self._service.check_wall_time()
-        request = ChatRequest(messages=tuple(dict(m) for m in messages), model=self._client.model,
-                              temperature=temperature, max_tokens=max_tokens, replicate=replicate,
-                              channel=ARCHITECT)
         response = self._client.complete_many([request])[0]
         self._service.usage.add_tokens(ARCHITECT, response.prompt_tokens, response.completion_tokens)
         self._service.record_event("architect_call", {"prompt_tokens": response.prompt_tokens,
                                                       "completion_tokens": response.completion_tokens,
                                                       "cached": response.cached,
-                                                      "request_key": response.request_key})
+                                                      "request_key": response.request_key,
+                                                      "text": response.text})
         return response.text
 
 
@@ -449,7 +486,7 @@ class TaskView:
 
     @property
     def remaining(self) -> int:
-        return self._service.remaining
+        return self._service.visible_remaining
 
     @property
     def metric_calls_budget(self) -> int:
@@ -501,7 +538,8 @@ class Session:
                  architect=None, policy: VisibilityPolicy | str = STANDARD_POLICY,
                  data_dir: str | None = None, allow_drift: bool = False, method: str = "unnamed",
                  limits: RunLimits | None = None, options: Mapping[str, Any] | None = None,
-                 deployment_worker=None, jobs: int = 2, verifier: str = CANONICAL, judge=None) -> None:
+                 deployment_worker=None, jobs: int = 2, verifier: str = CANONICAL, judge=None,
+                 provenance: Mapping[str, Any] | None = None) -> None:
         self.task = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
         self.budget = budget if isinstance(budget, Budget) else Budget(metric_calls=int(budget))
         self.policy = POLICIES[policy] if isinstance(policy, str) else policy
@@ -509,6 +547,8 @@ class Session:
         self.method = method
         self.run_dir = Path(run_dir)
         self.options = dict(options or {})
+        self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
+        self.architect_client = architect
         self.ledger = Ledger.open(self.run_dir)
         bench = self.task.benchmark
         self.variant = parse_verifier(verifier, bench.verifier_options, bench.score_ceiling)
@@ -526,21 +566,33 @@ class Session:
         self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
                                          self._started, self.variant, seed)
         self.resumed = len(self.ledger) > 0
+        header = self.header()
         if not self.resumed:
-            self.ledger.append("session_start", self.header())
+            self.ledger.append("session_start", header)
         else:
-            self.ledger.append("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls})
+            self._check_resumable(header)
+            self.ledger.append("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls,
+                                                   "environment": header["environment"]})
         self.view = TaskView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
                              MeteredArchitect(architect, self.service))
 
     def header(self) -> dict[str, Any]:
-        return {"task": self.task.name, "profile": self.task.profile, "seed": self.seed,
-                "method": self.method, "budget": asdict(self.budget), "policy": self.policy.to_dict(),
-                "sizes": self.task.sizes(), "manifest_version": self.task.manifest.version,
-                "drift": None if self.task.drift is None else self.task.drift.to_dict(),
-                "limits": asdict(self.scorer.limits), "options": self.options, "verifier": self.variant.name,
-                "judge_model": getattr(self.scorer.judge, "model", None)}
+        """The full description of this session's experiment (see :mod:`heldout.evaluators.records`)."""
+        return describe_experiment(self)
+
+    def _check_resumable(self, header: dict[str, Any]) -> None:
+        """One run dir = one experiment: refuse a finished session and a ledger another
+        experiment started (nothing is appended or overwritten)."""
+        try:
+            start = next((e["data"] for e in self.ledger.entries("session_start")), None)
+            check_same_experiment(start, header, self.run_dir)
+            if next(self.ledger.entries("session_end"), None) is not None:
+                raise ExperimentMismatch(f"{self.run_dir} holds a finished session (its ledger has a session_end "
+                                         "entry); nothing to resume, use a new run dir")
+        except ExperimentMismatch:
+            self.ledger.close()
+            raise
 
     # -- the harness ----------------------------------------------------------------------------
     def run(self, optimizer: Optimizer) -> RunRecord:
@@ -580,7 +632,7 @@ class Session:
         if final is not None and own is not None:
             record.extra["val_score_own_verifier"] = own
         self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
-                                           "metric_calls": usage.metric_calls})
+                                           "metric_calls": usage.metric_calls, "record_sha256": record.digest()})
         record.ledger_head = self.ledger.head
         record.ledger_entries = len(self.ledger)
         record.save(self.run_dir)

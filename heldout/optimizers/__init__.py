@@ -4,6 +4,10 @@ Each is a callable ``optimize(view, seed) -> Candidate`` that touches the task o
 :class:`~heldout.evaluators.session.TaskView` it is given. ``REFERENCE_OPTIMIZERS`` maps the names
 ``heldout run --optimizer NAME`` accepts to ``module:function`` paths.
 
+``local-search`` is the one name of the family searches (geometry random restarts, lockpicking
+rule-table hill climbing); ``geometry-search`` and ``lockpicking-search`` are documented aliases
+of it (:data:`ALIASES`): a run made under an alias is recorded, and shown, as ``local-search``.
+
 An optimizer spec may carry options after ``?``: ``lockpicking-search?width=4&stream=1``. Only
 the options in :data:`OPTIMIZER_OPTIONS` are accepted (each a non-negative int), and only by an
 optimizer whose function takes them as keyword arguments."""
@@ -11,8 +15,12 @@ optimizer whose function takes them as keyword arguments."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
+import os
+import sys
+from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qsl
 
@@ -20,10 +28,8 @@ from heldout.contracts import BudgetExceeded, HeldoutError
 
 REFERENCE_OPTIMIZERS: dict[str, str] = {
     "seed": "heldout.optimizers.seed:optimize",
-    "geometry-search": "heldout.optimizers.geometry_search:optimize",
-    "lockpicking-search": "heldout.optimizers.lockpicking_search:optimize",
-    "reflective": "heldout.optimizers.reflective:optimize",
     "local-search": "heldout.optimizers.local_search:optimize",
+    "reflective": "heldout.optimizers.reflective:optimize",
     "constant-search": "heldout.optimizers.constant_search:optimize",
     # the real libraries, through heldout.adapters (extras [gepa], [dspy], [openevolve])
     "gepa": "heldout.optimizers.gepa:optimize",
@@ -31,11 +37,18 @@ REFERENCE_OPTIMIZERS: dict[str, str] = {
     "dspy-gepa": "heldout.optimizers.dspy:optimize_gepa",
     "openevolve": "heldout.optimizers.openevolve:optimize",
 }
+ALIASES: dict[str, str] = {"geometry-search": "local-search", "lockpicking-search": "local-search"}
 
 OPTIMIZER_OPTIONS = {"width": 1, "stream": 0}
 """Option -> its smallest value: ``width`` = workers proposing from one parent per round, merged
 (:mod:`heldout.optimizers.merge`); ``stream`` = which independent random stream a run draws from
 (the fork arm's runs differ only in it)."""
+
+
+def canonical_name(name: str) -> str:
+    """The reference name an alias stands for (options after ``?`` kept; other names unchanged)."""
+    base, sep, query = name.partition("?")
+    return ALIASES.get(base, base) + sep + query
 
 
 def mean_train_score(view, candidate, ids) -> float | None:
@@ -64,8 +77,20 @@ def split_spec(spec: str) -> tuple[str, dict[str, int]]:
     return name, options
 
 
+def optimizer_target(name: str) -> str:
+    """``module:function`` for a reference name, an alias or a ``module:function`` (options dropped)."""
+    base = name.partition("?")[0]
+    target = REFERENCE_OPTIMIZERS.get(canonical_name(base), base)
+    if ":" not in target:
+        raise HeldoutError(f"unknown optimizer {base!r}: use one of {', '.join(REFERENCE_OPTIMIZERS)} "
+                           f"(aliases: {', '.join(f'{a} = {c}' for a, c in ALIASES.items())}) or module:function")
+    return target
+
+
 def resolve_optimizer(spec: str) -> Callable:
-    """A reference name or ``module:function``, optionally with ``?options`` (see the module doc)."""
+    """A reference name (or alias) or ``module:function``, optionally with ``?options`` (see the
+    module doc). A user's module is looked up with the current directory on the path, as
+    ``python -m`` would (no PYTHONPATH=. needed)."""
     try:
         name, options = split_spec(spec)
     except ValueError as exc:  # parse_qsl's own complaint about a malformed query
@@ -81,12 +106,30 @@ def resolve_optimizer(spec: str) -> Callable:
 
 
 def _load(name: str) -> Callable:
-    target = REFERENCE_OPTIMIZERS.get(name, name)
-    if ":" not in target:
-        raise HeldoutError(f"unknown optimizer {name!r}: use one of {', '.join(REFERENCE_OPTIMIZERS)} "
-                           "or module:function")
+    target = optimizer_target(name)
     module, _, func = target.partition(":")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
-        return getattr(importlib.import_module(module), func)
+        optimizer = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
         raise HeldoutError(f"cannot load optimizer {target!r}: {exc}") from exc
+    if not callable(optimizer):
+        raise HeldoutError(f"optimizer {target!r} is not callable")
+    return optimizer
+
+
+def optimizer_code_sha256(name: str) -> str | None:
+    """sha256 of the source file that defines the optimizer (None when it has no file), so a
+    run record says which version of the code ran."""
+    optimizer = _load(name.partition("?")[0])
+    module = sys.modules.get(getattr(optimizer, "__module__", "") or "")
+    path = getattr(module, "__file__", None)
+    if not path or not os.path.exists(path):
+        return None
+    digest = hashlib.sha256(Path(path).read_bytes())
+    # the reference searches dispatch to sibling modules: hash those too
+    for extra in sorted(getattr(module, "CODE_FILES", ())):
+        digest.update(Path(path).with_name(extra).read_bytes())
+    return digest.hexdigest()

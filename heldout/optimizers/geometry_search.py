@@ -54,6 +54,9 @@ SHAPES = {
 
 
 def optimize(view, seed: int, restarts: int = 3):
+    """Random-restart hill climbing. The seed drives every random choice: the jitter of each
+    restart's start (the first one included) and the perturbations, so different seeds search
+    differently."""
     entry = SHAPES.get(view.task_name)
     if entry is None:
         raise HeldoutError(f"geometry-search has no parameterisation for {view.task_name}; "
@@ -69,7 +72,7 @@ def optimize(view, seed: int, restarts: int = 3):
     def fresh(restart: int) -> np.ndarray:
         if entry == "circle_packing26":  # a jittered 5x5 grid plus one circle in a gap
             grid = np.array([[0.1 + 0.2 * i, 0.1 + 0.2 * j] for i in range(5) for j in range(5)] + [[0.2, 0.2]])
-            jitter = 0.0 if restart == 0 else 0.005
+            jitter = 0.0005 if restart == 0 else 0.005
             return np.clip(grid + rng.normal(0, jitter, size=grid.shape), 1e-6, 1 - 1e-6)
         return _into_triangle(rng.uniform(0, 1, size=(11, 2)) * [1, math.sqrt(3) / 2])
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from heldout.contracts import HeldoutError
 from heldout.optimizers import geometry_search, lockpicking_search
 
+CODE_FILES = ("geometry_search.py", "lockpicking_search.py", "merge.py")  # hashed with this file in run records
+
 
 def optimize(view, seed: int, width: int | None = None, stream: int = 0):
     family = view.task_name.split("/", 1)[0]

@@ -56,16 +56,26 @@ def decomposition(candidate_sets: tuple[frozenset[int], ...]) -> Decomposition:
     return Decomposition(split, join)
 
 
+MINIBATCH = 10
+SHORTLIST = 3
+
+
 def optimize(view, seed: int, width: int | None = None, stream: int = 0):
+    """Each step: shortlist the few edge toggles that best explain the train counts under the
+    optimizer's own table, try them in a seeded random order, and keep the first one the
+    evaluator's counts on a seeded train minibatch do not reject. The seed drives the minibatches
+    and the proposal order, so different seeds search differently. ``width`` (and ``stream``)
+    select the merged width search instead (see :func:`_optimize_width`)."""
     if width is not None:
         return _optimize_width(view, seed, width, stream)
     rng = random.Random(seed)
     table = parse_seed(view.seed_candidate["scorer.sql"])
     train = view.train
     ids = [ex["id"] for ex in train]
+    batch_size = min(MINIBATCH, len(ids))
 
-    def score(system: RuleSystem) -> float | None:
-        return mean_train_score(view, {"scorer.sql": rule_table_sql(system)}, ids)
+    def score(system: RuleSystem, batch: list[str]) -> float | None:
+        return mean_train_score(view, {"scorer.sql": rule_table_sql(system)}, batch)
 
     def local_accuracy(system: RuleSystem) -> int:
         return sum(system.label(ex["input"]["program"]) == ex["target"] for ex in train)
@@ -73,27 +83,30 @@ def optimize(view, seed: int, width: int | None = None, stream: int = 0):
     def toggled(system: RuleSystem, edge: Edge) -> RuleSystem:
         return system.with_edges(remove=(edge,)) if edge in system.edges else system.with_edges(add=(edge,))
 
-    best = score(table)
-    if best is None:
-        return dict(view.seed_candidate)
     moves = [Edge(t, d, g) for t in range(1, 7) for d in range(10) for g in range(1, 7) if t != g]
-    for _ in range(10_000):  # ends when the budget runs out or no move helps on train
+    rejected: set[Edge] = set()
+    while view.remaining >= 2 * batch_size:  # ends when the budget runs out or no move helps on train
         here = local_accuracy(table)
         if here == len(train):
             break
-        # the move that best explains the train counts under the optimizer's own table...
-        top, _, move = max((local_accuracy(toggled(table, m)), rng.random(), m) for m in moves)
-        if top <= here:
+        ranked = sorted(((local_accuracy(toggled(table, m)), m) for m in moves if m not in rejected),
+                        key=lambda pair: pair[0], reverse=True)
+        shortlist = [m for acc, m in ranked[:SHORTLIST] if acc > here]
+        if not shortlist:
             break
-        proposal = toggled(table, move)
-        # ...is kept only if the evaluator's aggregate counts agree
-        got = score(proposal)
-        if got is None:
+        rng.shuffle(shortlist)
+        batch = rng.sample(ids, batch_size)
+        current = score(table, batch)
+        if current is None:
             break
-        if got >= best:
-            best, table = got, proposal
-        else:
-            moves.remove(move)
+        for move in shortlist:
+            got = score(toggled(table, move), batch)
+            if got is None:
+                return {"scorer.sql": rule_table_sql(table)}
+            if got >= current:
+                table = toggled(table, move)
+                break
+            rejected.add(move)
     return {"scorer.sql": rule_table_sql(table)}
 
 

@@ -1,31 +1,60 @@
 """The replication runner: tasks x methods x seeds, one protected session per cell.
 
-Layout: ``RUN_ROOT/<task, "/" as "__">/<method>/seed-<n>/`` holding ``ledger.jsonl`` and, once
-finished, ``run_record.json``. Resumable: a cell with a finished record is skipped; a cell with a
-ledger but no record is re-opened, and its session resumes from the ledger (spent budget stays
-spent, recorded evaluations are replayed, nothing is double counted).
+Layout: ``RUN_ROOT/study.json`` (the study's settings) and
+``RUN_ROOT/<task, "/" as "__">/<method>/seed-<n>/`` holding ``ledger.jsonl`` and, once finished,
+``run_record.json``.
+
+One run dir = one experiment:
+
+* :func:`open_study` writes ``study.json`` once; re-opening the dir with other settings is an
+  :class:`~heldout.evaluators.records.ExperimentMismatch` naming the differing settings, and an
+  existing study is continued only when asked (``resume=True``, ``heldout run --resume``);
+* a cell with a finished record is skipped only when the record is of the same experiment;
+  a cell with a ledger but no record is re-opened and its session resumes from the ledger (spent
+  budget stays spent, recorded evaluations are replayed faithfully, nothing is double counted);
+  the session itself refuses a ledger that another experiment started. Nothing is overwritten.
+
+Interrupts: SIGINT/SIGTERM stop the study promptly: no new cell starts, running sessions stop
+at a consistent ledger point (every acknowledged entry is durable; the cell is resumable), and a
+summary says what finished and how to resume.
 
 Cells run through an :class:`Executor`; :class:`LocalExecutor` is a process pool (``--jobs N``).
-A distributed engine plugs in by implementing the same one-method interface."""
+A distributed engine plugs in by implementing the same interface."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import multiprocessing
 import os
+import queue
+import shlex
+import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from heldout.benchmarks.registry import expand_tasks
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, canonical_json
 from heldout.evaluators.isolated import is_function_spec, run_isolated, run_isolated_function
-from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
+from heldout.evaluators.session import POLICIES, Budget, Session
 from heldout.models import ModelClient, ResponseCache
-from heldout.optimizers import resolve_optimizer
+from heldout.optimizers import (ALIASES, REFERENCE_OPTIMIZERS, canonical_name, optimizer_code_sha256,
+                                optimizer_target, resolve_optimizer)
+
+STUDY_FILE = "study.json"
+STUDY_FORMAT = 2
+
+
+class StudyInterrupted(BaseException):
+    """Raised inside a running cell by SIGINT/SIGTERM. A BaseException (like KeyboardInterrupt)
+    so no optimizer's ``except Exception`` swallows it; the cell's ledger stays resumable."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +67,19 @@ class Method:
     target: str | None = None
     command: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, Any]:
+        """Name and a hash of the code that will run (the optimizer's source file, or the
+        command line plus the files it names)."""
+        if self.command:
+            digest = hashlib.sha256(self.command.encode())
+            for part in shlex.split(self.command):
+                if os.path.isfile(part):
+                    digest.update(Path(part).read_bytes())
+            return {"name": self.name, "command": self.command, "code_sha256": digest.hexdigest()}
+        target = self.target or self.name
+        return {"name": self.name, "target": optimizer_target(target), "options": dict(self.options),
+                "code_sha256": optimizer_code_sha256(target)}
 
 
 @dataclass(frozen=True)
@@ -57,31 +99,195 @@ class Cell:
             method = method / f"verifier-{self.verifier.replace(':', '-').replace('+', '_')}"
         return Path(root) / self.task.replace("/", "__") / method / f"seed-{self.seed}"
 
+    @property
+    def label(self) -> str:
+        verifier = "" if self.verifier == "decomposed" else f" [{self.verifier}]"
+        return f"{self.task} {self.method.name}{verifier} seed {self.seed}"
+
 
 class Executor(Protocol):
-    """Runs cells; yields ``(cell, summary)`` as each finishes (any order)."""
+    """Runs cells; yields ``(cell, summary)`` as each finishes (any order). ``stop()`` (called
+    from a signal handler) means: start no further cell and interrupt the running ones."""
 
     def map(self, fn: Callable[[Cell], dict[str, Any]], cells: list[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
         ...
 
+    def stop(self) -> None:
+        ...
+
+
+# -- progress ------------------------------------------------------------------------------------
+class Progress:
+    """Console progress of a study: per running cell the metric calls used / budget, the
+    best-so-far (optimizer-visible) and an ETA. A tqdm bar per cell on a terminal; plain lines
+    (at each quarter of a cell's budget, and when it ends) otherwise."""
+
+    def __init__(self, total: int, stream=None, enabled: bool = True) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.total = total
+        self.done = 0
+        self._bars: dict[str, Any] = {}
+        self._quarter: dict[str, int] = {}
+        self._started: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def update(self, label: str, used: int, budget: int, best: float | None) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            start = self._started.setdefault(label, time.monotonic())
+            best_text = "-" if best is None else f"{best:.6g}"
+            if self.tty:
+                bar = self._bars.get(label)
+                if bar is None:
+                    from tqdm import tqdm
+
+                    bar = self._bars[label] = tqdm(total=max(budget, 1), desc=label, unit="call", leave=False,
+                                                   file=self.stream, position=len(self._bars))
+                bar.n = used
+                bar.set_postfix_str(f"best {best_text}", refresh=True)
+                return
+            quarter = (4 * used) // max(budget, 1)
+            if quarter > self._quarter.get(label, 0):
+                self._quarter[label] = quarter
+                elapsed = time.monotonic() - start
+                eta = elapsed / used * (budget - used) if used else float("nan")
+                print(f"  {label}: {used}/{budget} metric calls, best-so-far {best_text}, ETA {eta:.0f} s",
+                      file=self.stream, flush=True)
+
+    def finished(self, cell: Cell, summary: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self.done += 1
+            bar = self._bars.pop(cell.label, None)
+            if bar is not None:
+                bar.close()
+            status = summary["status"]
+            detail = ""
+            if summary.get("skipped"):
+                detail = " (already done)"
+            if status == "ok":
+                detail += f", test {summary.get('test_score')}"
+            elif summary.get("error"):
+                detail += f": {summary['error']}"
+            print(f"[{self.done}/{self.total}] {cell.label}: {status}{detail}", file=self.stream, flush=True)
+
+
+_WORKER_EVENTS: Any = None  # the progress queue of a pool worker (set by _worker_init)
+# Where a running cell stops. In-process optimizers stop at the next safe point: the end of an
+# evaluate() call, when every result it produced is in the ledger (an asynchronous exception
+# could land between a ledger write and its fsync). An isolated optimizer's harness only waits
+# for its child (the view server's thread writes the ledger), so it is interrupted at once.
+_STOP = threading.Event()
+_ISOLATED_CELL = False  # this process's main thread is waiting for an isolated optimizer
+_INTERRUPTED = False    # a StudyInterrupted was already raised in this process
+
+
+def _request_stop(signum) -> None:
+    global _INTERRUPTED
+    _STOP.set()
+    if _ISOLATED_CELL and not _INTERRUPTED:  # only once: a second signal must not break the cleanup
+        _INTERRUPTED = True
+        raise StudyInterrupted(signal.Signals(signum).name)
+
+
+def _worker_signal(signum, frame) -> None:
+    _request_stop(signum)
+
+
+def _checkpoint() -> None:
+    """Raise :class:`StudyInterrupted` at a safe point when a stop was requested."""
+    global _INTERRUPTED
+    if _STOP.is_set() and not _INTERRUPTED and threading.current_thread() is threading.main_thread():
+        _INTERRUPTED = True
+        raise StudyInterrupted("stop requested")
+
+
+def _worker_init(events) -> None:
+    global _WORKER_EVENTS
+    _WORKER_EVENTS = events
+    signal.signal(signal.SIGINT, _worker_signal)
+    signal.signal(signal.SIGTERM, _worker_signal)
+
 
 class LocalExecutor:
-    """A process pool on this machine (``jobs=1`` runs in this process, handy for debugging)."""
+    """A process pool on this machine (``jobs=1`` runs in this process, handy for debugging).
+    At most ``jobs`` cells are handed out at a time, so after :meth:`stop` none starts."""
 
     def __init__(self, jobs: int = 1) -> None:
-        self.jobs = max(1, jobs)
+        if not isinstance(jobs, int) or jobs < 1:
+            raise HeldoutError(f"--jobs must be a whole number >= 1, got {jobs!r}")
+        self.jobs = jobs
+        self.stopping = False
+        self._pool: ProcessPoolExecutor | None = None
+        self.on_progress: Callable[[str, int, int, float | None], None] | None = None
+
+    def stop(self) -> None:
+        self.stopping = True
+        _STOP.set()
+        pool = self._pool
+        for process in list(getattr(pool, "_processes", {}).values()) if pool else []:
+            try:
+                os.kill(process.pid, signal.SIGTERM)
+            except (ProcessLookupError, AttributeError):
+                pass
 
     def map(self, fn, cells):
         if self.jobs == 1:
             for cell in cells:
+                if self.stopping:
+                    return
                 yield cell, fn(cell)
             return
-        with ProcessPoolExecutor(max_workers=self.jobs) as pool:
-            futures = {pool.submit(fn, cell): cell for cell in cells}
-            for future in as_completed(futures):
-                yield futures[future], future.result()
+        context = multiprocessing.get_context()
+        events = context.Queue()
+        drain_stop = threading.Event()
+        drainer = threading.Thread(target=self._drain, args=(events, drain_stop), daemon=True)
+        drainer.start()
+        try:
+            yield from self._map_pool(fn, cells, context, events)
+        finally:
+            drain_stop.set()
+            drainer.join(timeout=5)
+
+    def _drain(self, events, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                label, used, budget, best = events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError, ValueError):
+                return
+            if self.on_progress is not None:
+                self.on_progress(label, used, budget, best)
+
+    def _map_pool(self, fn, cells, context, events):
+        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=context, initializer=_worker_init,
+                                 initargs=(events,)) as pool:
+            self._pool = pool
+            pending = list(cells)
+            running: dict[Future, Cell] = {}
+            while pending or running:
+                while pending and len(running) < self.jobs and not self.stopping:
+                    cell = pending.pop(0)
+                    running[pool.submit(fn, cell)] = cell
+                if not running:
+                    break
+                done, _ = wait(list(running), timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cell = running.pop(future)
+                    try:
+                        yield cell, future.result()
+                    except Exception as exc:  # a worker process died (e.g. killed): the cell is resumable
+                        yield cell, {"status": "interrupted", "skipped": False, "test_score": None,
+                                     "error": f"worker process failed: {type(exc).__name__}: {exc}"}
+            self._pool = None
 
 
+# -- configuration -------------------------------------------------------------------------------
 @dataclass
 class StudyConfig:
     run_root: str
@@ -98,6 +304,69 @@ class StudyConfig:
     architect_calls: int | None = None
     trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
 
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise HeldoutError(f"unknown visibility policy {self.policy!r}; accepted: {', '.join(POLICIES)}")
+
+    def experiment(self) -> dict[str, Any]:
+        """The settings that define the experiment (where data and caches live does not)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("run_root", "data_dir", "cache_dir", "model_concurrency")}
+
+
+def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
+    """What ``study.json`` holds: the cells and the experiment settings, each named so a
+    difference can be stated."""
+    return {
+        "format_version": STUDY_FORMAT,
+        "tasks": sorted({c.task for c in cells}),
+        "methods": {name: asdict(m) for name, m in sorted({c.method.name: c.method for c in cells}.items())},
+        "seeds": sorted({c.seed for c in cells}),
+        "budgets": {t: sorted({c.budget for c in cells if c.task == t}) for t in sorted({c.task for c in cells})},
+        "profiles": sorted({c.profile for c in cells}),
+        "verifiers": sorted({c.verifier for c in cells}),
+        "options": [dict(o) for o in {canonical_json(c.options): c.options for c in cells}.values()],
+        **{f"config.{k}": v for k, v in config.experiment().items()},
+        "cells": [{**asdict(c), "method": asdict(c.method)} for c in cells],
+    }
+
+
+def open_study(cells: list[Cell], config: StudyConfig, *, resume: bool | None = False) -> Path:
+    """Claim ``config.run_root`` for this study. A new dir gets ``study.json``; an existing one
+    is continued only with ``resume`` (``None``: continue when the settings are the same) and
+    only when its settings equal these; otherwise :class:`ExperimentMismatch` names the
+    differing settings. Nothing is written to an existing study dir."""
+    root = Path(config.run_root)
+    path = root / STUDY_FILE
+    wanted = study_description(cells, config)
+    if not path.exists():
+        if resume is True:
+            raise HeldoutError(f"nothing to resume: {root} holds no study ({STUDY_FILE}); drop --resume to start one")
+        if root.exists() and any(root.iterdir()):
+            raise ExperimentMismatch(f"{root} is not empty and holds no {STUDY_FILE}; use a new run dir")
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(wanted, indent=1))
+        os.replace(tmp, path)
+        return path
+    try:
+        recorded = json.loads(path.read_text())
+    except ValueError as exc:
+        raise HeldoutError(f"{path} is unreadable: {exc}") from exc
+    differing = [f"{key}: {_short(recorded.get(key))} -> {_short(wanted.get(key))}"
+                 for key in wanted if key != "cells" and canonical_json(recorded.get(key)) != canonical_json(wanted[key])]
+    if differing:
+        raise ExperimentMismatch(f"{root} holds another study; it differs in {'; '.join(differing)}. "
+                                 "Use a new run dir (nothing in this one was changed)")
+    if resume is False:
+        raise ExperimentMismatch(f"{root} already holds this study; pass --resume to continue it "
+                                 "(finished cells are kept, interrupted ones resume from their ledgers)")
+    return path
+
+
+def _short(value: Any, limit: int = 100) -> str:
+    text = canonical_json(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
 
 def _client(model: str | None, config: StudyConfig):
     if not model:
@@ -106,73 +375,199 @@ def _client(model: str | None, config: StudyConfig):
     return ModelClient(model, base_url=config.base_url, cache=cache, concurrency=config.model_concurrency)
 
 
-def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
-    """Run (or resume, or skip) one cell. Never raises for a failing optimizer: the record says."""
-    run_dir = cell.run_dir(config.run_root)
-    record_path = run_dir / RECORD_FILE
-    if record_path.exists():
-        record = RunRecord.load(run_dir)
-        return {"status": record.status, "skipped": True, "test_score": record.test_score, "run_dir": str(run_dir)}
-    session = Session(cell.task, profile=cell.profile,
-                      budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
-                      seed=cell.seed, worker=_client(config.worker_model, config), run_dir=run_dir,
-                      architect=_client(config.architect_model, config), policy=config.policy,
-                      data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
-                      options=cell.options, verifier=cell.verifier)
+def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
+    """What a finished record of this cell must agree with to count as done."""
+    return {"task": cell.task, "profile": cell.profile, "seed": cell.seed, "method": cell.method.name,
+            "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls)),
+            "policy": config.policy, "options": dict(cell.options),
+            "worker": config.worker_model, "architect": config.architect_model, "verifier": cell.verifier,
+            "optimizer code": cell.method.describe().get("code_sha256"), "optimizer options": dict(cell.method.options)}
+
+
+def record_settings(record: RunRecord) -> dict[str, Any]:
+    exp = record.experiment
+    return {"task": record.task, "profile": record.profile, "seed": record.seed, "method": record.method,
+            "budget": record.budget, "policy": record.policy.get("name"), "options": record.options,
+            "worker": (exp.get("worker") or {}).get("model"), "architect": (exp.get("architect") or {}).get("model"),
+            "verifier": exp.get("verifier"), "optimizer code": (exp.get("optimizer") or {}).get("code_sha256"),
+            "optimizer options": (exp.get("optimizer") or {}).get("options", {})}
+
+
+def cell_session(cell: Cell, config: StudyConfig) -> Session:
+    """The protected session of a cell (new, or resumed from its ledger)."""
+    return Session(cell.task, profile=cell.profile,
+                   budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
+                   seed=cell.seed, worker=_client(config.worker_model, config), run_dir=cell.run_dir(config.run_root),
+                   architect=_client(config.architect_model, config), policy=config.policy,
+                   data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
+                   options=cell.options, verifier=cell.verifier,
+                   provenance={"optimizer": cell.method.describe(),
+                               "isolation": "isolated" if cell_is_isolated(cell, config) else "in-process (trusted)"})
+
+
+def cell_is_isolated(cell: Cell, config: StudyConfig) -> bool:
+    """Commands and user ``module:function`` code run isolated unless the study trusts them."""
     target = cell.method.target or cell.method.name
-    if cell.method.command:
-        record = run_isolated(session, cell.method.command)
-    elif is_function_spec(target) and not config.trusted_optimizer:
-        # user code: isolated by default (the trust model); heldout's reference names run in-process
-        record = run_isolated_function(session, target)
-    else:
-        session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
-                                                         "isolation": "trusted, not isolated"})
-        optimizer = resolve_optimizer(target)
-        record = session.run(functools.partial(optimizer, **cell.method.options) if cell.method.options else optimizer)
+    return bool(cell.method.command) or (is_function_spec(target) and not config.trusted_optimizer)
+
+
+def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None
+             ) -> dict[str, Any]:
+    """Run (or resume, or skip) one cell. Never raises for a failing optimizer: the record says.
+    Raises :class:`ExperimentMismatch` when the cell's dir holds another experiment."""
+    run_dir = cell.run_dir(config.run_root)
+    if (run_dir / RECORD_FILE).exists():
+        record = RunRecord.load(run_dir)
+        recorded, wanted = record_settings(record), cell_settings(cell, config)
+        differing = [f"{k}: {_short(recorded[k])} -> {_short(wanted[k])}" for k in wanted
+                     if canonical_json(recorded[k]) != canonical_json(wanted[k])]
+        if differing:
+            raise ExperimentMismatch(f"{run_dir} holds a finished run of another experiment; it differs in "
+                                     f"{'; '.join(differing)}. Use a new run dir")
+        return {"status": record.status, "skipped": True, "test_score": record.test_score, "error": record.error,
+                "run_dir": str(run_dir)}
+    global _ISOLATED_CELL, _INTERRUPTED
+
+    def checkpoint(used: int, budget: int, best: float | None) -> None:
+        if progress is not None:
+            progress(used, budget, best)
+        _checkpoint()
+
+    _INTERRUPTED = False
+    session = cell_session(cell, config)
+    session.service.progress = checkpoint
+    target = cell.method.target or cell.method.name
+    _ISOLATED_CELL = cell_is_isolated(cell, config)
+    try:
+        if cell.method.command:
+            record = run_isolated(session, cell.method.command)
+        elif _ISOLATED_CELL:
+            # user code: isolated by default (the trust model); heldout's reference names run in-process
+            record = run_isolated_function(session, target)
+        else:
+            session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
+                                                             "isolation": "trusted, not isolated"})
+            optimizer = resolve_optimizer(target)
+            record = session.run(functools.partial(optimizer, **cell.method.options) if cell.method.options
+                                 else optimizer)
+    except StudyInterrupted:
+        _ISOLATED_CELL = False
+        session.ledger.close()
+        return {"status": "interrupted", "skipped": False, "test_score": None,
+                "error": "interrupted; its ledger is consistent and the cell resumes from it",
+                "run_dir": str(run_dir)}
+    finally:
+        _ISOLATED_CELL = False
     return {"status": record.status, "skipped": False, "test_score": record.test_score,
             "error": record.error, "run_dir": str(run_dir)}
 
 
 class _CellRunner:
-    """Picklable ``cell -> summary`` for process pools."""
+    """Picklable ``cell -> summary`` for process pools; sends progress to the parent's queue."""
 
-    def __init__(self, config: StudyConfig) -> None:
+    def __init__(self, config: StudyConfig, progress: Progress | None = None) -> None:
         self.config = config
+        self.local_progress = progress  # only used in-process (jobs=1); not pickled
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "local_progress": None}
 
     def __call__(self, cell: Cell) -> dict[str, Any]:
-        return run_cell(cell, self.config)
+        events = _WORKER_EVENTS
+        if self.local_progress is not None:
+            report = self.local_progress
+
+            def hook(used, budget, best):
+                report.update(cell.label, used, budget, best)
+        elif events is not None:
+            def hook(used, budget, best):
+                events.put((cell.label, used, budget, best))
+        else:
+            hook = None
+        try:
+            return run_cell(cell, self.config, hook)
+        except ExperimentMismatch as exc:  # the cell's dir holds another experiment: say so, run the rest
+            return {"status": "refused", "skipped": False, "test_score": None, "error": str(exc),
+                    "run_dir": str(cell.run_dir(self.config.run_root))}
 
 
 def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None = None,
-              progress: bool = True) -> list[dict[str, Any]]:
+              progress: bool = True, resume_hint: str | None = None) -> list[dict[str, Any]]:
+    """Run every cell; returns one summary per cell (``status`` ok / failed / refused /
+    interrupted / not started). On SIGINT/SIGTERM no further cell starts, running cells stop
+    resumably, and a summary says what finished and how to resume."""
     executor = executor or LocalExecutor(1)
-    results = []
-    bar = None
-    if progress and sys.stderr.isatty():
-        from tqdm import tqdm
+    report = Progress(len(cells), enabled=progress)
+    in_process = isinstance(executor, LocalExecutor) and executor.jobs == 1
+    results: list[dict[str, Any]] = []
+    caught: list[str] = []
 
-        bar = tqdm(total=len(cells), unit="cell", file=sys.stderr)
-    for cell, summary in executor.map(_CellRunner(config), cells):
-        results.append({"task": cell.task, "method": cell.method.name, "seed": cell.seed, **summary})
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix_str(f"{cell.task} {cell.method.name} s{cell.seed}: {summary['status']}")
-        elif progress:
-            print(f"[{len(results)}/{len(cells)}] {cell.task} {cell.method.name} seed {cell.seed}: "
-                  f"{summary['status']}{' (already done)' if summary.get('skipped') else ''} "
-                  f"test {summary.get('test_score')}", file=sys.stderr, flush=True)
-    if bar is not None:
-        bar.close()
+    def on_signal(signum, frame):
+        caught.append(signal.Signals(signum).name)
+        if len(caught) == 1:
+            getattr(executor, "stop", lambda: None)()
+            if in_process:
+                _request_stop(signum)  # an isolated cell running in this process stops at once
+
+    _STOP.clear()
+    installed = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            installed[sig] = signal.signal(sig, on_signal)
+    if hasattr(executor, "on_progress"):
+        executor.on_progress = report.update
+    try:
+        runner = _CellRunner(config, report if in_process else None)
+        for cell, summary in executor.map(runner, cells):
+            results.append({"task": cell.task, "method": cell.method.name, "seed": cell.seed, **summary})
+            report.finished(cell, summary)
+    except StudyInterrupted:
+        pass  # in-process: raised by the signal handler; the summary below says what happened
+    finally:
+        for sig, handler in installed.items():
+            signal.signal(sig, handler)
+    if caught:
+        finished = {(r["task"], r["method"], r["seed"]) for r in results}
+        for cell in cells:
+            if (cell.task, cell.method.name, cell.seed) not in finished:
+                run_dir = cell.run_dir(config.run_root)
+                started = (run_dir / "ledger.jsonl").exists() and not (run_dir / RECORD_FILE).exists()
+                results.append({"task": cell.task, "method": cell.method.name, "seed": cell.seed,
+                                "status": "interrupted" if started else "not started",
+                                "skipped": False, "test_score": None, "error": None,
+                                "run_dir": str(cell.run_dir(config.run_root))})
+        print(interrupt_summary(results, caught[0], config.run_root, resume_hint), file=sys.stderr, flush=True)
     return results
 
 
+def interrupt_summary(results: list[dict[str, Any]], signame: str, run_root: str, resume_hint: str | None) -> str:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    done = counts.get("ok", 0) + counts.get("failed", 0)
+    lines = [f"heldout: study interrupted by {signame}: {done} of {len(results)} cell(s) finished "
+             f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed), {counts.get('interrupted', 0)} "
+             f"interrupted (ledgers consistent), {counts.get('not started', 0)} not started."]
+    lines += [f"  interrupted: {r['task']} {r['method']} seed {r['seed']}" for r in results if r["status"] == "interrupted"]
+    lines.append(f"  resume with: {resume_hint or 'the same command plus --resume'}  (run dir {run_root})")
+    return "\n".join(lines)
+
+
+# -- parsing -------------------------------------------------------------------------------------
 def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Method]:
-    """``NAME`` or ``NAME=module:function`` for in-process; ``NAME=CMD`` or ``CMD`` for commands."""
+    """``NAME`` or ``NAME=module:function`` for in-process; ``NAME=CMD`` or ``CMD`` for commands.
+    Reference aliases are shown under their one name; every in-process target is loaded here,
+    so a mistyped name fails before any session starts."""
     methods = []
     for spec in optimizers:
-        name, _, target = spec.partition("=")
-        methods.append(Method(name=name, target=target or name))
+        # NAME=TARGET names a method; a bare spec (options after "?" may hold "=") names itself
+        explicit = "=" in spec.partition("?")[0]
+        name, _, target = spec.partition("=") if explicit else (canonical_name(spec), "", "")
+        target = target or name
+        if not name:
+            raise HeldoutError(f"--optimizer needs a name, got {spec!r}")
+        resolve_optimizer(target)
+        methods.append(Method(name=name, target=target))
     for k, spec in enumerate(commands):
         name, sep, command = spec.partition("=")
         if not sep or " " in name:
@@ -180,27 +575,49 @@ def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Me
         methods.append(Method(name=name, command=command))
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
-        raise HeldoutError(f"method names must be unique, got {names}")
+        aliased = [f"{a} is an alias of {c}" for a, c in ALIASES.items() if c in names]
+        raise HeldoutError(f"method names must be unique, got {names}" + (f" ({'; '.join(aliased)})" if aliased else ""))
     if not methods:
-        raise HeldoutError("name at least one --optimizer or --optimizer-cmd")
+        raise HeldoutError("name at least one --optimizer or --optimizer-cmd "
+                           f"(reference optimizers: {', '.join(REFERENCE_OPTIMIZERS)})")
     return methods
 
 
 def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
-    """``N`` for every task, or ``TASK=N`` per task (a later spec overrides an earlier one)."""
+    """``N`` for every task, or ``TASK=N`` per task (a later spec overrides an earlier one).
+    N must be a whole number >= 1."""
     budgets: dict[str, int] = {}
+    strangers: list[str] = []
     for spec in specs:
         task, sep, value = spec.rpartition("=")
         try:
             n = int(value)
         except ValueError:
-            raise HeldoutError(f"--budget takes N or TASK=N, got {spec!r}") from None
-        for t in (expand_tasks([task]) if sep else tasks):
+            n = None
+        if n is None or n < 1:
+            raise HeldoutError(f"--budget takes N or TASK=N with N a whole number >= 1 (metric calls), got {spec!r}")
+        named = expand_tasks([task]) if sep else tasks
+        if sep and not set(named) & set(tasks):
+            strangers.append(spec)
+        for t in named:
             budgets[t] = n
     missing = [t for t in tasks if t not in budgets]
     if missing:
         raise HeldoutError(f"no budget for {', '.join(missing)}")
-    return budgets
+    if strangers:
+        raise HeldoutError(f"--budget {', '.join(map(repr, strangers))} names no task of this run ({', '.join(tasks)})")
+    return {t: budgets[t] for t in tasks}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2``: distinct whole numbers >= 0."""
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        seeds = None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise HeldoutError(f"--seeds takes distinct whole numbers >= 0 separated by commas (e.g. 0,1,2), got {text!r}")
+    return seeds
 
 
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],

@@ -1,8 +1,19 @@
 """Gather run records for a report: find them, check each against its ledger, group them.
 
-Rule: a run counts only when its ledger verifies *and* its run record agrees with the ledger
-(same head hash and entry count, same held-out scores as the ledger's ``test_scoring`` entries).
-Anything else is excluded and listed with the reason, never silently dropped or silently used.
+Rule: a run counts only when its ledger verifies *and* its run record is the one the session
+wrote (its sha256 is in the ledger's ``session_end`` entry, see
+:func:`heldout.evaluators.records.anchor_problem`), with the same head hash and entry count and
+the same held-out scores as the ledger's ``test_scoring`` entries. An edited ``run_record.json``
+is therefore excluded (the reason names the file) and can never change a table. Anything else
+that does not verify is excluded and listed with the reason, never silently dropped or used.
+
+Pooling rule: runs of one task whose worker model, profile, budget, visibility policy or
+verifier differ are never pooled: each group gets its own label (``task [worker model: x]``,
+naming only the settings that differ), so tables and the gate treat them as separate rows.
+
+API (kept stable for the gate): :func:`collect_runs` -> :class:`RunSet` with ``runs`` (verified,
+finished), ``failed``, ``excluded`` (path + reason) and ``cells()``; :func:`pooling_conflicts`
+names the settings in which two run sets differ.
 """
 
 from __future__ import annotations
@@ -14,7 +25,7 @@ from typing import Any, Iterable, Iterator
 
 from heldout.contracts import HeldoutError
 from heldout.evaluators.ledger import LEDGER_FILE, LedgerError, read_entries, verify_ledger
-from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
 
 
 class ReportError(HeldoutError):
@@ -70,7 +81,8 @@ class RunSet:
         """What every table must state, as the distinct values seen (one value when uniform)."""
         runs = [r for r in self.runs if task is None or r.label == task]
         seen: dict[str, set[str]] = {"profile": set(), "policy": set(), "budget": set(),
-                                     "tolerance": set(), "drift": set()}
+                                     "tolerance": set(), "drift": set(), "worker model": set(),
+                                     "verifier": set()}
         for run in runs:
             rec = run.record
             seen["profile"].add(rec.profile)
@@ -79,6 +91,9 @@ class RunSet:
             tol = rec.options.get("tolerance")
             seen["tolerance"].add("task default" if tol is None else f"{tol:g}")
             seen["drift"].add("none" if not rec.drift else f"{rec.task}: " + json.dumps(rec.drift, sort_keys=True))
+            key = rec.pooling_key()
+            seen["worker model"].add(key["worker model"])
+            seen["verifier"].add(key["verifier"])
         return {k: sorted(v) for k, v in seen.items()}
 
 
@@ -119,13 +134,14 @@ def check_run(run_dir: Path) -> tuple[RunRecord | None, str | None]:
         record = RunRecord.load(run_dir)
     except (HeldoutError, TypeError) as exc:
         return None, f"run record unreadable: {exc}"
-    if record.ledger_head != ledger.head or record.ledger_entries != ledger.entries:
-        return None, (f"run record is not anchored to its ledger (record says {record.ledger_entries} "
-                      f"entries ending {record.ledger_head[:16]}, ledger has {ledger.entries} ending "
-                      f"{ledger.head[:16]})")
-    mismatch = _header_mismatch(run_dir, record) or _test_scores_mismatch(run_dir, record)
+    entries, _ = read_entries(run_dir / LEDGER_FILE)
+    problem = anchor_problem(record, entries, ledger.head, run_dir / RECORD_FILE)
+    mismatch = problem or _header_mismatch(run_dir, record) or _test_scores_mismatch(run_dir, record)
     if mismatch:
         return None, mismatch
+    if record.status == "ok" and not record.test_verdicts:
+        return None, (f"{run_dir / RECORD_FILE}: no held-out example was scored (the profile's test split is "
+                      "empty), so it has no held-out score")
     return record, None
 
 
@@ -173,9 +189,9 @@ def collect_runs(paths: Iterable[str | Path]) -> RunSet:
             result.excluded.append(Excluded(run_dir, reason or "unknown"))
             continue
         run = Run(run_dir, record)
-        key = (record.task, record.profile, record.method, record.seed)
+        key = (record.task, record.method, record.seed, json.dumps(record.pooling_key(), sort_keys=True))
         if key in by_key:
-            result.excluded.append(Excluded(run_dir, f"duplicate of {by_key[key].path} (same task, profile, "
+            result.excluded.append(Excluded(run_dir, f"duplicate of {by_key[key].path} (same task, settings, "
                                                      f"method and seed); only the first is used"))
             continue
         by_key[key] = run
@@ -186,11 +202,44 @@ def collect_runs(paths: Iterable[str | Path]) -> RunSet:
     return result
 
 
+POOLING_SETTINGS = ("profile", "examples", "worker model", "budget", "policy", "verifier")
+
+
 def _label_profiles(runs: RunSet) -> None:
-    # A task run under two split profiles is two different comparisons: label them apart.
-    profiles: dict[str, set[str]] = {}
+    """Runs of one task that differ in a pooling setting are different comparisons: label them
+    apart, naming only the settings that differ (e.g. ``bbh/x [worker model: m2]``)."""
+    keys: dict[str, list[dict[str, str]]] = {}
     for run in runs.runs + runs.failed:
-        profiles.setdefault(run.record.task, set()).add(run.record.profile)
+        keys.setdefault(run.record.task, []).append(run.record.pooling_key())
     for run in runs.runs + runs.failed:
-        if len(profiles[run.record.task]) > 1:
-            run.label = f"{run.record.task} [{run.record.profile}]"
+        seen = keys[run.record.task]
+        differing = [s for s in POOLING_SETTINGS if len({k[s] for k in seen}) > 1]
+        if "profile" in differing and len({(k["profile"], k["examples"]) for k in seen}) == \
+                len({k["profile"] for k in seen}):
+            differing.remove("examples")  # other profiles hold other examples: the name says it
+        if differing:
+            mine = run.record.pooling_key()
+            run.label = f"{run.record.task} [" + "; ".join(
+                mine[s] if s == "profile" else f"{s}: {_compact(mine[s])}" for s in differing) + "]"
+
+
+def _compact(value: str) -> str:
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return value
+    return describe_budget(data) if isinstance(data, dict) and "metric_calls" in data else value
+
+
+def pooling_conflicts(a: RunSet, b: RunSet) -> list[str]:
+    """The pooling settings (worker model, profile, budget, policy, verifier) in which two run
+    sets differ, per task, as ``"task: setting a -> b"``; empty when they can be compared."""
+    out = []
+    def values(rs: RunSet, task: str, setting: str) -> set[str]:
+        return {r.record.pooling_key()[setting] for r in rs.runs if r.record.task == task}
+    for task in sorted({r.record.task for r in a.runs} & {r.record.task for r in b.runs}):
+        for setting in POOLING_SETTINGS:
+            va, vb = values(a, task, setting), values(b, task, setting)
+            if va != vb:
+                out.append(f"{task}: {setting} {' | '.join(sorted(va))} -> {' | '.join(sorted(vb))}")
+    return out

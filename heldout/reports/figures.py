@@ -1,14 +1,20 @@
 """The report's figures (matplotlib, Agg backend, PNG bytes so the HTML can embed them).
 
-* :func:`score_bars`        - per task, bars of mean held-out score by method with 95% CIs;
+* :func:`score_bars`        - per task, mean held-out score by method (a point) with its 95% CI, on an
+                              axis zoomed to the data, the baseline's value marked by a dashed line;
 * :func:`best_so_far_plot`  - best-so-far vs metric calls, mean line and min-max band over seeds;
-* :func:`pareto_plot`       - held-out score vs optimisation (or deployment) tokens, Pareto front;
+* :func:`pareto_plot`       - held-out score vs optimisation (or deployment) tokens, Pareto front
+                              (None when no run recorded such tokens: an empty axis says nothing);
 * :func:`paired_scatter`    - per example (or per group) baseline vs method, seed-averaged.
+
+Layout rule: every figure uses matplotlib's constrained layout, so the figure title, panel titles,
+tick labels and axis labels never overlap; long task names wrap.
 """
 
 from __future__ import annotations
 
 import io
+import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -17,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on CI machines; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from heldout.protocols.stats import mean_interval  # noqa: E402
 from heldout.reports.collect import RunSet  # noqa: E402
@@ -48,13 +55,19 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def _grid(n: int, width: float = 4.2, height: float = 3.2):
+def _grid(n: int, width: float = 4.6, height: float = 3.6):
     cols = min(n, 3)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows + 0.4), squeeze=False,
+                             layout="constrained")
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n])
+
+
+def _title(ax, text: str, size: float = 10) -> None:
+    """A panel title, wrapped so a long task label stays inside its panel."""
+    ax.set_title(textwrap.fill(text, 38), fontsize=size)
 
 
 def _colors(methods: Sequence[str]) -> dict[str, str]:
@@ -62,31 +75,44 @@ def _colors(methods: Sequence[str]) -> dict[str, str]:
     return {m: cycle[i % len(cycle)] for i, m in enumerate(methods)}
 
 
-def score_bars(runs: RunSet) -> Figure:
-    """Bars: mean over seeds of the held-out score; whiskers: 95% bootstrap CI of the mean over
-    seeds when a cell has >= 2 distinct seed scores, none otherwise."""
+def score_bars(runs: RunSet, baseline: str | None = None) -> Figure:
+    """Per task: each method's mean held-out score over seeds as a point, whiskers the 95%
+    bootstrap CI over seeds (when a cell has >= 2 distinct seed scores), the seeds' own scores as
+    small dots, and the baseline's mean as a dashed line. The axis is zoomed to the data (it does
+    not start at 0), so 2.4975 vs 2.541 is visible."""
     cells, tasks, methods = runs.cells(), runs.tasks(), runs.methods()
     colors = _colors(methods)
     fig, axes = _grid(len(tasks))
     for ax, task in zip(axes, tasks):
         present = [m for m in methods if (task, m) in cells]
-        means, lows, highs = [], [], []
-        for m in present:
+        values: list[float] = []
+        for x, m in enumerate(present):
             scores = np.array(seed_scores(cells[(task, m)]))
             interval = mean_interval(scores, n_boot=2000, method="percentile")
             mean = float(scores.mean())
-            means.append(mean)
             ok = interval.method not in ("undefined", "degenerate")
-            lows.append(mean - interval.low if ok else 0.0)
-            highs.append(interval.high - mean if ok else 0.0)
-        x = np.arange(len(present))
-        ax.bar(x, means, color=[colors[m] for m in present], yerr=[lows, highs], capsize=4)
-        ax.set_xticks(x, present, rotation=20, ha="right")
-        ax.set_title(task, fontsize=10)
+            err = [[mean - interval.low], [interval.high - mean]] if ok else None
+            ax.errorbar([x], [mean], yerr=err, fmt="o", color=colors[m], capsize=5, markersize=7, zorder=3)
+            ax.scatter(np.full(scores.shape, x + 0.12), scores, s=10, color=colors[m], alpha=0.5, zorder=2)
+            values += [float(v) for v in scores] + ([interval.low, interval.high] if ok else [])
+        if baseline in present:
+            base = float(np.mean(seed_scores(cells[(task, baseline)])))
+            ax.axhline(base, color="0.35", linestyle="--", linewidth=1, zorder=1)
+            ax.annotate(f"{baseline}: {base:.6g}", xy=(0.01, base), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=7, color="0.3")
+        lo, hi = min(values), max(values)
+        pad = 0.15 * (hi - lo) if hi > lo else max(abs(hi) * 0.01, 1e-9)
+        ax.set_ylim(lo - pad, hi + pad)
+        ax.set_xlim(-0.5, len(present) - 0.5)
+        ax.set_xticks(range(len(present)), present, rotation=20, ha="right")
+        _title(ax, task)
         ax.set_ylabel("held-out score")
-    fig.suptitle("Held-out score by method (mean over seeds, 95% CI)")
-    return Figure("bars", "Held-out score per task", "Mean held-out score over seeds; whiskers: 95% percentile "
-                  "bootstrap CI over seeds (absent when all seeds agree or only one seed ran).", _png(fig), fig)
+    fig.suptitle("Held-out score by method (mean over seeds, 95% CI; axis zoomed)")
+    caption = ("Point: mean held-out score over seeds; whiskers: 95% percentile bootstrap CI over seeds (absent when "
+               "all seeds agree or only one seed ran); small dots: the seeds. The y axis is zoomed to the data, it "
+               "does not start at 0")
+    caption += f"; the dashed line marks {baseline}'s mean." if baseline else "."
+    return Figure("bars", "Held-out score per task", caption, _png(fig), fig)
 
 
 def best_so_far_plot(runs: RunSet) -> Figure:
@@ -115,7 +141,7 @@ def best_so_far_plot(runs: RunSet) -> Figure:
                 low, high = np.nanmin(stack[:, seen], axis=0), np.nanmax(stack[:, seen], axis=0)
             ax.step(grid[seen], mean, where="post", color=colors[m], label=f"{m} (n={len(cell)})")
             ax.fill_between(grid[seen], low, high, step="post", color=colors[m], alpha=0.2)
-        ax.set_title(task, fontsize=10)
+        _title(ax, task)
         ax.set_xlabel("metric calls")
         ax.set_ylabel("best-so-far (optimizer-visible)")
         if ax.get_legend_handles_labels()[0]:
@@ -138,10 +164,13 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
     return sorted(set(front))
 
 
-def pareto_plot(runs: RunSet, kind: str) -> Figure:
-    """``kind`` is ``"optimisation"`` or ``"deployment"``."""
+def pareto_plot(runs: RunSet, kind: str) -> Figure | None:
+    """``kind`` is ``"optimisation"`` or ``"deployment"``. None when no run recorded any such
+    tokens (program tasks, cached calls): the report says so instead of an empty axis."""
     channels = OPTIMISATION_CHANNELS if kind == "optimisation" else DEPLOYMENT_CHANNELS
     cells, tasks, methods = runs.cells(), runs.tasks(), runs.methods()
+    if not any(tokens(r, channels) for cell in cells.values() for r in cell.values()):
+        return None
     colors = _colors(methods)
     fig, axes = _grid(len(tasks))
     all_zero = True
@@ -162,7 +191,9 @@ def pareto_plot(runs: RunSet, kind: str) -> Figure:
             ax.plot(*zip(*front), color="0.4", linestyle="--", linewidth=1, label="Pareto front", zorder=2)
         if any(t > 0 for t, _ in points):
             ax.set_xscale("symlog", linthresh=1000)
-        ax.set_title(task, fontsize=10)
+        else:
+            ax.text(0.5, 0.5, f"no {kind} tokens for this task", ha="center", va="center", transform=ax.transAxes)
+        _title(ax, task)
         ax.set_xlabel(f"{kind} tokens (mean over seeds)")
         ax.set_ylabel("held-out score")
         ax.legend(fontsize=7)
@@ -209,7 +240,8 @@ def paired_scatter(runs: RunSet, baseline: str,
         ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="0.5", linewidth=1, linestyle=":")
         ax.set_xlabel(f"{baseline}")
         ax.set_ylabel(method)
-        ax.set_title(f"{task}", fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # long tick labels (0.0005) must not touch
+        _title(ax, task, 9)
     unit = "group (topic)" if by_group else "example"
     fig.suptitle(f"Per-{unit} held-out score: {baseline} vs optimised (seed-averaged)")
     return Figure("scatter", f"Per-{unit} scatter vs {baseline}", f"Each point is one held-out {unit}, its score "

@@ -43,6 +43,7 @@ class Report:
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def table(self, key: str) -> Table:
         return next(t for t in self.tables if t.key == key)
@@ -72,8 +73,15 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     report.tables.append(cost_table(runs, baseline if has_baseline else None))
     report.tables.append(budget_table(runs, checkpoints))
     report.tables.append(runs_table(runs))
-    report.figures += [score_bars(runs), best_so_far_plot(runs), pareto_plot(runs, "optimisation"),
-                       pareto_plot(runs, "deployment")]
+    report.figures.append(score_bars(runs, baseline if has_baseline else None))
+    report.figures.append(best_so_far_plot(runs))
+    for kind in ("optimisation", "deployment"):
+        pareto = pareto_plot(runs, kind)
+        if pareto is None:
+            report.notes.append(f"No Pareto plot of {kind} tokens: no run recorded any (program tasks, or every "
+                                "call served from a cache).")
+        else:
+            report.figures.append(pareto)
     if has_baseline:
         scatter = paired_scatter(runs, baseline, _groups(runs, data_dir))
         if scatter is not None:
@@ -132,6 +140,8 @@ def results(report: Report) -> dict[str, Any]:
         "alpha": report.alpha,
         "settings": runs.settings() if runs.runs else {},
         "warnings": report.warnings,
+        "notes": report.notes,
+        "provenance": provenance_lines(runs) if runs.runs or runs.failed else [],
         "excluded": [{"path": str(e.path), "reason": e.reason} for e in runs.excluded],
         "failed": [{"path": str(r.path), "task": r.label, "method": r.record.method, "seed": r.record.seed,
                     "error": r.record.error} for r in runs.failed],
@@ -156,6 +166,42 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def provenance_lines(runs: RunSet) -> list[str]:
+    """Which models and versions produced the numbers, from the runs' experiment descriptions."""
+    every = runs.runs + runs.failed
+
+    def distinct(get) -> str:
+        values = sorted({str(v) for v in (get(r.record.experiment) for r in every) if v not in (None, "")})
+        return ", ".join(values) if values else "none"
+
+    def model(key):
+        # the endpoint without its scheme: the report must not look like it links anywhere
+        return lambda e: None if not e.get(key) else \
+            f"{e[key].get('model')} at {str(e[key].get('base_url')).split('://', 1)[-1]}"
+
+    env = lambda e: e.get("environment") or {}  # noqa: E731
+    git = lambda e: None if not env(e).get("git") else env(e)["git"]["commit"][:12] + (  # noqa: E731
+        " (dirty)" if env(e)["git"].get("dirty") else "")
+    return [f"Worker model: {distinct(model('worker'))}. Architect model: {distinct(model('architect'))}. "
+            f"Decoding: {distinct(lambda e: json.dumps(e.get('decoding'), sort_keys=True) if e.get('decoding') else None)}.",
+            f"heldout {distinct(lambda e: env(e).get('heldout_version'))}; Python {distinct(lambda e: env(e).get('python'))}; "
+            f"git commit {distinct(git)}; isolation {', '.join(sorted({r.record.isolation for r in every})) or 'n/a'}; "
+            f"optimizers: {distinct(lambda e: _optimizer(e))}.",
+            f"Data: {distinct(lambda e: _manifest(e))}."]
+
+
+def _optimizer(exp: dict[str, Any]) -> str | None:
+    opt = exp.get("optimizer") or {}
+    code = opt.get("code_sha256")
+    return f"{opt.get('name')} ({code[:10]})" if code else opt.get("name")
+
+
+def _manifest(exp: dict[str, Any]) -> str | None:
+    man = exp.get("manifest") or {}
+    digest = man.get("profile_sha256")
+    return f"{exp.get('task')} {exp.get('profile')} v{man.get('version')} ({digest[:10]})" if digest else None
+
+
 def _title(report: Report) -> str:
     runs = report.runs
     return (f"heldout report: {len(runs.tasks())} task(s), {len(runs.methods())} method(s), "
@@ -163,28 +209,39 @@ def _title(report: Report) -> str:
 
 
 def render_markdown(report: Report) -> str:
-    lines = [f"# {_title(report)}", ""]
+    """Every text taken from runs is escaped (an optimizer's output or error may hold HTML or
+    Markdown); the settings line is printed once, at the top, and in a table only when it differs."""
+    esc = _md_escape
+    lines = [f"# {esc(_title(report))}", ""]
     if report.warnings:
-        lines += ["> **WARNING**", ">"] + [f"> - {w}" for w in report.warnings] + [""]
-    if report.runs.runs:
-        lines += [settings_note(report.runs), ""]
+        lines += ["> **WARNING**", ">"] + [f"> - {esc(w)}" for w in report.warnings] + [""]
+    settings = settings_note(report.runs) if report.runs.runs else None
+    if report.runs.runs or report.runs.failed:
+        lines += [esc(line) for line in provenance_lines(report.runs)] + [""]
+    if settings:
+        lines += [esc(settings), ""]
     for table in report.tables:
-        lines += [f"## {table.title}", ""]
-        lines.append("| " + " | ".join(_md_escape(c) for c in table.columns) + " |")
+        lines += [f"## {esc(table.title)}", ""]
+        lines.append("| " + " | ".join(esc(c) for c in table.columns) + " |")
         lines.append("|" + "---|" * len(table.columns))
         for row in table.rows:
-            lines.append("| " + " | ".join(f"**{_md_escape(c.text)}**" if c.strong else _md_escape(c.text)
-                                           for c in row) + " |")
+            lines.append("| " + " | ".join(f"**{esc(c.text)}**" if c.strong else esc(c.text) for c in row) + " |")
         lines.append("")
-        lines += [f"{note}" for note in table.notes]
+        lines += [esc(note) for note in table.notes if note != settings]
         lines.append("")
     for fig in report.figures:
-        lines += [f"## {fig.title}", "", f"![{fig.title}](figures/{fig.key}.png)", "", fig.caption, ""]
+        lines += [f"## {esc(fig.title)}", "", f"![{esc(fig.title)}](figures/{fig.key}.png)", "", esc(fig.caption), ""]
+    lines += [esc(note) for note in report.notes]
     return "\n".join(lines)
 
 
+_MD_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_[]#|~"})
+
+
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Plain text for Markdown: HTML characters as entities, Markdown punctuation backslashed,
+    newlines as spaces (one cell or line stays one)."""
+    return html.escape(str(text), quote=False).translate(_MD_SPECIAL).replace("\r", " ").replace("\n", " ")
 
 
 CSS = """
@@ -207,8 +264,11 @@ def render_html(report: Report) -> str:
     if report.warnings:
         items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
         parts.append(f'<div class="warning" id="warnings"><strong>WARNING</strong><ul>{items}</ul></div>')
-    if report.runs.runs:
-        parts.append(f'<p class="note">{esc(settings_note(report.runs))}</p>')
+    settings = settings_note(report.runs) if report.runs.runs else None
+    if report.runs.runs or report.runs.failed:
+        parts += [f'<p class="note provenance">{esc(line)}</p>' for line in provenance_lines(report.runs)]
+    if settings:
+        parts.append(f'<p class="note">{esc(settings)}</p>')
     for table in report.tables:
         parts.append(f'<h2>{esc(table.title)}</h2><table id="table-{esc(table.key)}"><thead><tr>')
         parts.append("".join(f"<th>{esc(c)}</th>" for c in table.columns) + "</tr></thead><tbody>")
@@ -217,12 +277,13 @@ def render_html(report: Report) -> str:
                             for c in row)
             parts.append(f"<tr>{cells}</tr>")
         parts.append("</tbody></table>")
-        parts += [f'<p class="note">{esc(note)}</p>' for note in table.notes]
+        parts += [f'<p class="note">{esc(note)}</p>' for note in table.notes if note != settings]
     parts.append(drilldown_html(report.runs, report.baseline))
     for fig in report.figures:
         data = base64.b64encode(fig.png).decode("ascii")
         parts.append(f'<figure id="figure-{esc(fig.key)}"><h2>{esc(fig.title)}</h2>'
                      f'<img alt="{esc(fig.title)}" src="data:image/png;base64,{data}">'
                      f"<figcaption>{esc(fig.caption)}</figcaption></figure>")
+    parts += [f'<p class="note">{esc(note)}</p>' for note in report.notes]
     parts.append("</body></html>")
     return "\n".join(parts)

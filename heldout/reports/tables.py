@@ -64,20 +64,35 @@ class Table:
 
 # -- helpers -----------------------------------------------------------------------------------------
 def settings_note(runs: RunSet, tasks: Sequence[str] | None = None) -> str:
-    """One line with the settings every table states; a setting that differs between runs is
-    printed as ``MIXED: a | b`` so nobody reads a mixed table as a matched one."""
-    merged: dict[str, set[str]] = {}
-    for task in tasks or [None]:
-        for name, values in runs.settings(task).items():
-            merged.setdefault(name, set()).update(values)
+    """One line with the settings every table states. A setting that differs between tasks but
+    is uniform within each is printed per task; one that differs within a task is printed as
+    ``MIXED: a | b`` so nobody reads a mixed table as a matched one."""
     labels = {"profile": "split profile", "policy": "visibility policy", "budget": "budget",
-              "tolerance": "tolerance", "drift": "data drift override"}
+              "tolerance": "tolerance", "drift": "data drift override", "worker model": "worker model",
+              "verifier": "verifier"}
+    chosen = list(tasks) if tasks else runs.tasks()
+    per_task = {t: runs.settings(t) for t in chosen}
     parts = []
     for name, label in labels.items():
-        values = sorted(merged.get(name, ()))
-        text = values[0] if len(values) == 1 else ("MIXED: " + " | ".join(values) if values else "n/a")
+        values = sorted({v for t in chosen for v in per_task[t].get(name, ())})
+        if len(values) == 1:
+            text = values[0]
+        elif not values:
+            text = "n/a"
+        elif all(len(per_task[t].get(name, ())) == 1 for t in chosen):
+            text = "per task: " + ", ".join(f"{t} {per_task[t][name][0]}" for t in chosen)
+        else:
+            text = "MIXED: " + " | ".join(values)
         parts.append(f"{label}: {text}")
     return "Settings - " + "; ".join(parts) + "."
+
+
+def task_scale(runs: RunSet, task: str) -> tuple[str | None, float | None]:
+    """(metric, score ceiling) of a task label's runs, from their experiment descriptions
+    ((None, None) for runs that predate them, or when runs disagree)."""
+    seen = {(r.record.experiment.get("metric"), r.record.experiment.get("score_ceiling"))
+            for r in runs.runs if r.label == task}
+    return next(iter(seen)) if len(seen) == 1 else (None, None)
 
 
 def seed_scores(cell: dict[int, Run]) -> list[float]:
@@ -162,18 +177,35 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
                          **summary.as_dict(), "best": method == best, "best_separated": method == best and separated})
         rows.append(row)
     complete = [m for m in methods if all((t, m) in cells for t in tasks)]
-    if len(tasks) > 1 and complete:
-        macro = {m: macro_mean({t: float(np.mean(seed_scores(cells[(t, m)]))) for t in tasks}) for m in complete}
-        spread = {m: macro_mean_interval({t: seed_scores(cells[(t, m)]) for t in tasks}, ci=0.95) for m in complete}
-        d = decimals(list(macro.values()))
-        rows.append([Cell("macro mean")] + [Cell(fmt(macro[m], d) + _interval_text(spread[m], d)) if m in macro
-                                            else Cell("-") for m in methods])
-        data += [{"task": "macro mean", "method": m, "mean": macro[m], "interval": spread[m].as_dict()} for m in complete]
     notes = [settings_note(runs),
              "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
-             "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated. "
-             "Macro mean: unweighted over tasks, with a 95% interval over tasks and runs (two-level bootstrap "
-             "with >= 5 tasks and >= 5 runs, else a t interval over runs with the tasks fixed; docs/statistics.md)."]
+             "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated."]
+    if len(tasks) > 1 and complete:
+        # a macro mean only over one scale: the same metric and ceiling, or each task's score
+        # divided by its ceiling; never 2.54, 0.0028 and 0.5 averaged as they are
+        scales = {t: task_scale(runs, t) for t in tasks}
+        same = len(set(scales.values())) == 1 and None not in next(iter(scales.values()))
+        normalise = not same and all(s[1] for s in scales.values())
+        if same or normalise:
+            div = {t: float(scales[t][1]) if normalise else 1.0 for t in tasks}
+            per_run = {m: {t: [s / div[t] for s in seed_scores(cells[(t, m)])] for t in tasks} for m in complete}
+            macro = {m: macro_mean({t: float(np.mean(v)) for t, v in per_run[m].items()}) for m in complete}
+            spread = {m: macro_mean_interval(per_run[m], ci=0.95) for m in complete}
+            d = decimals(list(macro.values()))
+            label = "macro mean of score / task ceiling" if normalise else "macro mean"
+            rows.append([Cell(label)] + [Cell(fmt(macro[m], d) + _interval_text(spread[m], d)) if m in macro
+                                         else Cell("-") for m in methods])
+            data += [{"task": label, "method": m, "mean": macro[m], "interval": spread[m].as_dict()} for m in complete]
+            notes.append("Macro mean: unweighted over tasks, with a 95% interval over tasks and runs (two-level "
+                         "bootstrap with >= 5 tasks and >= 5 runs, else a t interval over runs with the tasks fixed; "
+                         "docs/statistics.md).")
+            if normalise:
+                notes.append("The tasks score on different scales, so the macro mean averages each task's score "
+                             "divided by its ceiling (the reference or best possible score): " + "; ".join(
+                                 f"{t}: {scales[t][1]:.6g}" for t in tasks) + ".")
+        else:
+            notes.append("No macro mean: the tasks score on different scales and not every task states a ceiling "
+                         "to normalise by (" + "; ".join(f"{t}: {scales[t][0]}" for t in tasks) + ").")
     if baseline and baseline in methods and len(methods) > 1 and complete and baseline in complete:
         table = {m: {t: seed_scores(cells[(t, m)]) for t in tasks} for m in complete}
         counts = win_counts(table, [baseline])
