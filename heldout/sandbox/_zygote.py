@@ -1,0 +1,225 @@
+"""The fork server (zygote) side: this file's source is appended to :mod:`heldout.sandbox._child`'s
+and handed to ``python -s -c`` inside the same bubblewrap root as a fresh sandbox (never imported;
+the names of ``_child`` -- ``main``, ``isolate`` ... -- are its globals).
+
+The zygote is trusted code that runs no candidate itself. It imports the modules it was asked to
+preload, freezes the garbage collector (fewer copy-on-write pages in every child) and then waits
+on its control socket, which only the harness holds (an inherited fd; it binds no socket anyone
+could connect to). Per request it forks, per execution:
+
+* an **intermediate** process (in the zygote's PID namespace) that joins the execution's own
+  cgroup (fds the harness opened), unshares fresh mount, IPC, network, UTS, cgroup and PID
+  namespaces, mounts a fresh size-capped tmpfs as the scratch, binds the execution's code dir
+  read-only over the code path (which held the inbox of every execution's code dir, now out of
+  reach), remounts ``/dev`` read-only (nothing there is writable, as in a fresh sandbox), forks
+* a **reaper**, PID 1 of the new PID namespace, which mounts a ``/proc`` of that namespace (with
+  bwrap's read-only covers) and forks
+* the **child**, PID 2, which gets exactly the fds of a fresh sandbox (job on stdin, output on
+  stdout/stderr, result channel on fd 3), the sandbox environment, re-seeded random states and
+  cleared import caches, and runs the ordinary child ``main()`` (rlimits, throw-away uid,
+  no_new_privs, seccomp, audit hook, the calls).
+
+When the child exits the reaper exits with bwrap's exit-code convention (the child's code, or 128
++ the signal), which kills everything left in the PID namespace; the namespaces, the scratch
+tmpfs and any IPC objects die with it. The zygote reports each intermediate's exit code; it is
+only used in messages (the harness decides every outcome from the result channel and the cgroup,
+as for a fresh sandbox)."""
+
+import array
+import gc
+import selectors
+import socket
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x02000000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
+PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")  # what bwrap's --proc makes read-only
+RESULT_FD = 3
+SETUP_FAILED = 125
+_own_fds = []  # the control socket and the wakeup pipe: no execution keeps them
+
+_libc = ctypes.CDLL(None, use_errno=True)  # noqa: F821 - ctypes comes from _child's source
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()  # noqa: F821
+        raise OSError(err, f"{what}: {os.strerror(err)}")  # noqa: F821
+
+
+def _mount(source, target, fstype, flags, data=None):
+    _check(_libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                       data and data.encode()), f"mount {target}")
+
+
+def _bind_readonly(source, target):
+    _mount(source, target, None, MS_BIND | MS_REC)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _exit_code(status):
+    """bwrap's convention: the child's exit code, or 128 + the signal that killed it."""
+    if os.WIFSIGNALED(status):  # noqa: F821
+        return 128 + os.WTERMSIG(status)  # noqa: F821
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else SETUP_FAILED  # noqa: F821
+
+
+def _new_world(req):
+    """In the intermediate: own cgroup, own namespaces, own scratch and code; nothing shared with
+    an earlier or concurrent execution but the read-only root."""
+    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
+    for fd in req["cgroup_fds"]:
+        os.write(fd, b"0")  # noqa: F821 - "0": the writer itself; its descendants follow
+        os.close(fd)  # noqa: F821
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWPID),
+           "unshare")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # the zygote's code dir is the inbox of every execution's code dir: covering it with this
+    # execution's own leaves the others out of reach
+    _bind_readonly(req["code"] + "/" + req["name"], req["code"])
+    _mount("tmpfs", req["scratch"], "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(req['scratch_bytes'])},mode=1777")
+    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _reaper(req, fds):
+    """PID 1 of the execution's PID namespace."""
+    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in PROC_COVERS:
+        if os.path.exists("/proc/" + name):  # noqa: F821
+            _bind_readonly("/proc/" + name, "/proc/" + name)
+    child = os.fork()  # noqa: F821
+    if child == 0:
+        _become_child(req, fds)
+    for fd in fds:
+        os.close(fd)  # noqa: F821
+    while True:
+        pid, status = os.wait()  # noqa: F821 - orphans of the run are reaped here too
+        if pid == child:
+            os._exit(_exit_code(status))  # noqa: F821 - the namespace dies with PID 1
+
+
+def _become_child(req, fds):
+    stdin_r, stdout_w, result_w = fds
+    os.dup2(stdin_r, 0)  # noqa: F821
+    os.dup2(stdout_w, 1)  # noqa: F821
+    os.dup2(stdout_w, 2)  # noqa: F821
+    os.dup2(result_w, RESULT_FD)  # noqa: F821
+    os.closerange(RESULT_FD + 1, 1 << 16)  # noqa: F821 - the control socket, the zygote's own fds
+    os.environ.clear()  # noqa: F821
+    os.environ.update(req["env"])  # noqa: F821
+    sys.argv[:] = ["-c", str(RESULT_FD)]  # noqa: F821
+    # the zygote changed only SIGCHLD and the wakeup fd; every other disposition is a fresh Python's
+    signal.set_wakeup_fd(-1)  # noqa: F821
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # noqa: F821
+    import importlib
+
+    importlib.invalidate_caches()
+    sys.path_importer_cache.clear()  # noqa: F821
+    numpy_random = sys.modules.get("numpy.random")  # noqa: F821
+    if numpy_random is not None:
+        numpy_random.seed()  # fresh entropy, as a fresh import would draw (random reseeds itself at fork)
+    main()  # noqa: F821 - the ordinary child; it never returns
+
+
+def _spawn(req, fds):
+    """Fork the intermediate for one execution; returns its pid (the zygote closes its fd copies)."""
+    pid = os.fork()  # noqa: F821
+    if pid:
+        for fd in fds + req["cgroup_fds"]:
+            os.close(fd)  # noqa: F821
+        return pid
+    try:
+        signal.set_wakeup_fd(-1)  # noqa: F821
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # noqa: F821
+        for fd in _own_fds:
+            os.close(fd)  # noqa: F821
+        _new_world(req)
+        reaper = os.fork()  # noqa: F821 - PID 1 of the new namespace
+        if reaper == 0:
+            try:
+                _reaper(req, fds)
+            except BaseException as exc:  # noqa: BLE001
+                os.write(fds[1], f"fork server: execution setup failed: {exc!r}\n".encode())  # noqa: F821
+            os._exit(SETUP_FAILED)  # noqa: F821
+        for fd in fds:
+            os.close(fd)  # noqa: F821
+        _, status = os.waitpid(reaper, 0)  # noqa: F821
+        os._exit(_exit_code(status))  # noqa: F821
+    except BaseException as exc:  # noqa: BLE001
+        try:
+            os.write(fds[1], f"fork server: execution setup failed: {exc!r}\n".encode())  # noqa: F821
+        finally:
+            os._exit(SETUP_FAILED)  # noqa: F821
+
+
+def _recv(ctl):
+    fds = array.array("i")
+    msg, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_SPACE(16 * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return msg, list(fds)
+
+
+def serve():
+    ctl = socket.socket(fileno=int(sys.argv[2]))  # noqa: F821
+    os.chdir("/")  # noqa: F821
+    preloaded, failed = [], {}
+    for name in json.loads(sys.argv[3]):  # noqa: F821
+        try:
+            __import__(name)
+            preloaded.append(name)
+        except Exception as exc:  # noqa: BLE001 - a child then imports it itself (and fails the same way)
+            failed[name] = repr(exc)[:300]
+    threads = len(os.listdir("/proc/self/task"))  # noqa: F821 - forking a threaded process is unsafe
+    gc.collect()
+    gc.freeze()
+    ctl.sendmsg([json.dumps({"ready": threads == 1, "threads": threads, "preloaded": preloaded,  # noqa: F821
+                             "failed": failed}).encode()])
+    if threads != 1:
+        return
+    wake_r, wake_w = os.pipe()  # noqa: F821
+    os.set_blocking(wake_w, False)  # noqa: F821
+    signal.set_wakeup_fd(wake_w)  # noqa: F821
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # noqa: F821
+    _own_fds.extend([ctl.fileno(), wake_r, wake_w])
+    sel = selectors.DefaultSelector()
+    sel.register(ctl, selectors.EVENT_READ, "ctl")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    running = {}  # intermediate pid -> execution id
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            if key.data == "wake":
+                os.read(wake_r, 4096)  # noqa: F821
+                continue
+            msg, fds = _recv(ctl)
+            if not msg:
+                for pid in running:
+                    os.kill(pid, 9)  # noqa: F821 - the harness is gone: so is everything here
+                return
+            req = json.loads(msg)  # noqa: F821
+            if "kill" in req:
+                for pid, ident in running.items():
+                    if ident == req["kill"]:
+                        os.kill(pid, 9)  # noqa: F821 - the reaper's death signal follows
+                for fd in fds:
+                    os.close(fd)  # noqa: F821
+                continue
+            n_cg = int(req["n_cgroup_fds"])
+            req["cgroup_fds"] = fds[3:3 + n_cg]
+            running[_spawn(req, fds[:3])] = req["id"]
+        while running:
+            pid, status = os.waitpid(-1, os.WNOHANG)  # noqa: F821
+            if pid == 0:
+                break
+            ident = running.pop(pid, None)
+            if ident is not None:
+                code = os.waitstatus_to_exitcode(status)  # noqa: F821
+                ctl.sendmsg([json.dumps({"exit": ident, "code": code}).encode()])  # noqa: F821
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["zygote"]:  # noqa: F821
+    serve()
