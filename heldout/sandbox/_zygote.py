@@ -26,6 +26,7 @@ only used in messages (the harness decides every outcome from the result channel
 as for a fresh sandbox)."""
 
 import array
+import collections
 import gc
 import selectors
 import socket
@@ -39,6 +40,14 @@ PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")  # what bwrap's --proc make
 RESULT_FD = 3
 SETUP_FAILED = 125
 _own_fds = []  # the control socket and the wakeup pipe: no execution keeps them
+SPARES = 2  # executions prepared in advance (as many as run concurrently, commonly)
+SCRATCH = "/sandbox/scratch"
+_spares = collections.deque()  # (intermediate pid, request socket), oldest first
+
+
+def _refill():
+    while len(_spares) < SPARES:
+        _spares.append(_prepare_spare())
 
 _libc = ctypes.CDLL(None, use_errno=True)  # noqa: F821 - ctypes comes from _child's source
 
@@ -66,25 +75,19 @@ def _exit_code(status):
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else SETUP_FAILED  # noqa: F821
 
 
-def _new_world(req):
-    """In the intermediate: own cgroup, own namespaces, own scratch and code; nothing shared with
-    an earlier or concurrent execution but the read-only root."""
+def _new_world(scratch):
+    """In the intermediate: own namespaces and scratch; nothing shared with an earlier or
+    concurrent execution but the read-only root."""
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
-    for fd in req["cgroup_fds"]:
-        os.write(fd, b"0")  # noqa: F821 - "0": the writer itself; its descendants follow
-        os.close(fd)  # noqa: F821
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWPID),
            "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    # the zygote's code dir is the inbox of every execution's code dir: covering it with this
-    # execution's own leaves the others out of reach
-    _bind_readonly(req["code"] + "/" + req["name"], req["code"])
-    _mount("tmpfs", req["scratch"], "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(req['scratch_bytes'])},mode=1777")
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
     _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def _reaper(req, fds):
-    """PID 1 of the execution's PID namespace."""
+def _reaper():
+    """PID 1 of the execution's PID namespace: its /proc, then the child; exits with the child."""
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for name in PROC_COVERS:
@@ -92,13 +95,37 @@ def _reaper(req, fds):
             _bind_readonly("/proc/" + name, "/proc/" + name)
     child = os.fork()  # noqa: F821
     if child == 0:
-        _become_child(req, fds)
-    for fd in fds:
-        os.close(fd)  # noqa: F821
+        _wait_for_request()
+    os.close(_spare_end[0])  # noqa: F821
     while True:
         pid, status = os.wait()  # noqa: F821 - orphans of the run are reaped here too
         if pid == child:
             os._exit(_exit_code(status))  # noqa: F821 - the namespace dies with PID 1
+
+
+def _wait_for_request():
+    """The spare child: built in advance, used for exactly one execution."""
+    sock = socket.socket(fileno=_spare_end[0])
+    msg, fds = _recv(sock)
+    if not msg:
+        os._exit(SETUP_FAILED)  # noqa: F821 - the zygote is gone
+    req = json.loads(msg)  # noqa: F821
+    n_cg = int(req["n_cgroup_fds"])
+    stdin_r, stdout_w, result_w = fds[:3]
+    try:
+        for fd in fds[3:3 + n_cg]:
+            os.write(fd, b"1")  # noqa: F821 - the reaper (PID 1 here) ...
+            os.write(fd, b"0")  # noqa: F821 - ... and this process; what it starts follows
+            os.close(fd)  # noqa: F821
+        # the zygote's code dir is the inbox of every execution's code dir: covering it with
+        # this execution's own leaves the others out of reach
+        _bind_readonly(req["code"] + "/" + req["name"], req["code"])
+        _mount(None, req["scratch"], None, MS_REMOUNT | MS_NOSUID | MS_NODEV,
+               f"size={int(req['scratch_bytes'])},mode=1777")
+    except BaseException as exc:  # noqa: BLE001
+        os.write(stdout_w, f"fork server: execution setup failed: {exc!r}\n".encode())  # noqa: F821
+        os._exit(SETUP_FAILED)  # noqa: F821
+    _become_child(req, (stdin_r, stdout_w, result_w))
 
 
 def _become_child(req, fds):
@@ -107,13 +134,10 @@ def _become_child(req, fds):
     os.dup2(stdout_w, 1)  # noqa: F821
     os.dup2(stdout_w, 2)  # noqa: F821
     os.dup2(result_w, RESULT_FD)  # noqa: F821
-    os.closerange(RESULT_FD + 1, 1 << 16)  # noqa: F821 - the control socket, the zygote's own fds
+    os.closerange(RESULT_FD + 1, 1 << 16)  # noqa: F821 - the request socket, anything inherited
     os.environ.clear()  # noqa: F821
     os.environ.update(req["env"])  # noqa: F821
     sys.argv[:] = ["-c", str(RESULT_FD)]  # noqa: F821
-    # the zygote changed only SIGCHLD and the wakeup fd; every other disposition is a fresh Python's
-    signal.set_wakeup_fd(-1)  # noqa: F821
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # noqa: F821
     import importlib
 
     importlib.invalidate_caches()
@@ -124,35 +148,39 @@ def _become_child(req, fds):
     main()  # noqa: F821 - the ordinary child; it never returns
 
 
-def _spawn(req, fds):
-    """Fork the intermediate for one execution; returns its pid (the zygote closes its fd copies)."""
+_spare_end = [-1]  # in a spare's processes: their end of the request socket
+
+
+def _prepare_spare():
+    """Fork a spare execution (intermediate -> reaper -> waiting child) and return
+    ``(intermediate pid, zygote's end of its request socket)``."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()  # noqa: F821
     if pid:
-        for fd in fds + req["cgroup_fds"]:
-            os.close(fd)  # noqa: F821
-        return pid
+        theirs.close()
+        return pid, ours
     try:
         signal.set_wakeup_fd(-1)  # noqa: F821
+        # the zygote changed only SIGCHLD and the wakeup fd: every other disposition is a fresh Python's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # noqa: F821
+        ours.close()
         for fd in _own_fds:
             os.close(fd)  # noqa: F821
-        _new_world(req)
+        for _, other in _spares:
+            other.close()
+        _spare_end[0] = theirs.detach()
+        _new_world(SCRATCH)
         reaper = os.fork()  # noqa: F821 - PID 1 of the new namespace
         if reaper == 0:
             try:
-                _reaper(req, fds)
-            except BaseException as exc:  # noqa: BLE001
-                os.write(fds[1], f"fork server: execution setup failed: {exc!r}\n".encode())  # noqa: F821
-            os._exit(SETUP_FAILED)  # noqa: F821
-        for fd in fds:
-            os.close(fd)  # noqa: F821
+                _reaper()
+            finally:
+                os._exit(SETUP_FAILED)  # noqa: F821
+        os.close(_spare_end[0])  # noqa: F821
         _, status = os.waitpid(reaper, 0)  # noqa: F821
         os._exit(_exit_code(status))  # noqa: F821
-    except BaseException as exc:  # noqa: BLE001
-        try:
-            os.write(fds[1], f"fork server: execution setup failed: {exc!r}\n".encode())  # noqa: F821
-        finally:
-            os._exit(SETUP_FAILED)  # noqa: F821
+    finally:
+        os._exit(SETUP_FAILED)  # noqa: F821 - never back into the zygote's loop
 
 
 def _recv(ctl):
@@ -190,6 +218,7 @@ def serve():
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     sel.register(wake_r, selectors.EVENT_READ, "wake")
     running = {}  # intermediate pid -> execution id
+    _refill()
     while True:
         for key, _ in sel.select(timeout=1.0):
             if key.data == "wake":
@@ -208,18 +237,36 @@ def serve():
                 for fd in fds:
                     os.close(fd)  # noqa: F821
                 continue
-            n_cg = int(req["n_cgroup_fds"])
-            req["cgroup_fds"] = fds[3:3 + n_cg]
-            running[_spawn(req, fds[:3])] = req["id"]
-        while running:
-            pid, status = os.waitpid(-1, os.WNOHANG)  # noqa: F821
+            while _spares:
+                pid, sock = _spares.popleft()
+                try:
+                    sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                except OSError:
+                    sock.close()
+                    continue  # that spare died: the next one
+                sock.close()
+                running[pid] = req["id"]
+                break
+            else:
+                # no spare left (it is not there yet): report the execution as failed to set up
+                ctl.sendmsg([json.dumps({"exit": req["id"], "code": SETUP_FAILED, "no_spare": True}).encode()])  # noqa: F821
+            for fd in fds:
+                os.close(fd)  # noqa: F821
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)  # noqa: F821
+            except ChildProcessError:
+                break
             if pid == 0:
                 break
             ident = running.pop(pid, None)
             if ident is not None:
                 code = os.waitstatus_to_exitcode(status)  # noqa: F821
                 ctl.sendmsg([json.dumps({"exit": ident, "code": code}).encode()])  # noqa: F821
-
+            for spare in [x for x in _spares if x[0] == pid]:
+                _spares.remove(spare)  # a spare that died unused
+                spare[1].close()
+        _refill()
 
 if __name__ == "__main__" and sys.argv[1:2] == ["zygote"]:  # noqa: F821
     serve()

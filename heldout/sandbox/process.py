@@ -385,7 +385,7 @@ class _Launched:
     group: RunGroup
     level_name: str
     kill: Any  # () -> None: every process of the run
-    reap: Any  # () -> (exit code, CPU seconds)
+    reap: Any  # (need the exit code?) -> (exit code, CPU seconds)
     forked: Execution | None = None
 
 
@@ -421,7 +421,7 @@ def _launch_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits
     def kill() -> None:
         _kill(proc, group)
 
-    def reap() -> tuple[int, float]:
+    def reap(need_code: bool) -> tuple[int, float]:
         cpu = _reap(proc)
         if level == "none":
             shutil.rmtree(scratch, ignore_errors=True)
@@ -443,10 +443,17 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         raise _UseFreshSandbox(str(exc)) from exc
 
     def kill() -> None:
-        server.kill(ex)  # one SIGKILL to every process of the group; their exit is reported below
+        server.kill(ex)
 
-    def reap() -> tuple[int, float]:
+    def reap(need_code: bool) -> tuple[int, float]:
+        # a run whose streams closed by themselves is exiting: it is killed only after its exit
+        # was reported (a no-op then, or it finds a straggler); and a run is over only when its
+        # exit is reported: the intermediate reaps the namespace's PID 1 only after the kernel
+        # reaped every other process of the namespace
+        if not need_code:
+            server.kill(ex)
         code = server.wait_exit(ex)
+        server.kill(ex)
         return (-signal.SIGKILL if code is None else code), 0.0
 
     return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap, ex)
@@ -482,6 +489,7 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
     sel.register(stdout_fd, selectors.EVENT_READ, "stdout")
     open_streams = 2
     next_cpu_check = 0.0
+    monitored = False
     try:
         while open_streams:
             now = time.monotonic()
@@ -524,13 +532,17 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
                         killed_for = "stdout_too_large"
             if killed_for or state.done or state.fatal or state.bad:
                 break
+        monitored = True
     finally:
         # close our ends first: a writer blocked on a full pipe then fails instead of hanging
         sel.close()
         os.close(read_fd)
         os.close(stdout_fd)
-        started.kill()
-    returncode, cpu_used = started.reap()
+        if not monitored or started.forked is None or open_streams or killed_for:
+            started.kill()
+    # the exit code only words the message of a run that ended without its outcome on the channel
+    returncode, cpu_used = started.reap(not state.done and killed_for is None and not state.bad
+                                        and state.fatal is None)
     if group.cpu_seconds() is not None:
         cpu_used = max(cpu_used, group.cpu_seconds() or 0.0)
     memory_hit, procs_hit, peak = group.memory_exceeded(), group.processes_exceeded(), group.peak_memory_mb()

@@ -191,7 +191,7 @@ class ForkServer:
     def kill(self, execution: Execution) -> None:
         """Kill every process of the execution (its cgroup, from here) and ask the zygote too
         (whose intermediate's death takes the execution's PID namespace with it)."""
-        execution.group.kill_all(wait=False)
+        execution.group.kill_all()  # the whole tree is gone when the caller gets its result
         try:
             with self._send_lock:
                 self.ctl.sendmsg([json.dumps({"kill": execution.ident}).encode()])
