@@ -117,6 +117,7 @@ def _wait_for_request():
             os.write(fd, b"1")  # noqa: F821 - the reaper (PID 1 here) ...
             os.write(fd, b"0")  # noqa: F821 - ... and this process; what it starts follows
             os.close(fd)  # noqa: F821
+        _check(_libc.unshare(CLONE_NEWCGROUP), "unshare the cgroup namespace")  # rooted at its own group
         # the zygote's code dir is the inbox of every execution's code dir: covering it with
         # this execution's own leaves the others out of reach
         _bind_readonly(req["code"] + "/" + req["name"], req["code"])

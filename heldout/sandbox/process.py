@@ -64,6 +64,7 @@ PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the pa
 DEFAULT_SCRATCH_MB = 64
 _CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 _RESERVED_PREFIX = "_heldout_"
+PROGRAM_PRELOAD = ("numpy",)  # what program tasks' fork server imports once (one zygote serves them all)
 PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
 
 
@@ -681,4 +682,4 @@ def decode_typed(value: Any) -> Any:
 
 __all__ = ["decode_typed", "SandboxResult", "SandboxError", "NoSandbox", "run_function", "run_calls",
            "isolation_mode", "isolation_level", "require_sandbox", "allow_unsafe_no_sandbox", "unsafe_allowed",
-           "child_env", "ERROR_KINDS", "CANDIDATE_KINDS"]
+           "child_env", "ERROR_KINDS", "CANDIDATE_KINDS", "PROGRAM_PRELOAD"]
