@@ -29,12 +29,14 @@ from heldout.evaluators.session import POLICIES
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
+from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.reports import build_report, check_runs, write_report
 from heldout.reports.check import DESIGN_FIELDS
 from heldout.reports.plan import plan_study
+from heldout.reports.store import TABLES, ResultsStore
 
 def parse_seeds(text: str) -> list[int]:
     """``0,1,2`` -> [0, 1, 2]; a clear one-line error for anything else, and for repeats."""
@@ -189,7 +191,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     Path(args.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(args.run_dir) / "study.json").write_text(json.dumps(
         {"cells": [{**asdict(c), "method": asdict(c.method)} for c in cells], "config": asdict(config)}, indent=1))
-    results = run_study(cells, config, LocalExecutor(args.jobs))
+    executor = make_executor(args.executor, args.run_dir, jobs=args.jobs, ray_address=args.ray_address,
+                             cell_cpus=args.cell_cpus, cell_memory_mb=args.cell_memory_mb)
+    try:
+        results = run_study(cells, config, executor)
+    finally:
+        getattr(executor, "close", lambda: None)()
     if args.json:
         _print_json(results)
     else:
@@ -197,6 +204,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"{r['task']:<28} {r['method']:<20} seed {r['seed']:<3} {r['status']:<7} "
                   f"test {r['test_score']}  {r['run_dir']}")
     return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+# -- runs (the results store) --------------------------------------------------------------------
+def cmd_runs_query(args: argparse.Namespace) -> int:
+    result = ResultsStore.open([args.run_dir]).query(args.sql)
+    if args.json:
+        for row in result.to_dicts():
+            _print_json(row)
+    else:
+        print(result.format())
+    return 0
+
+
+def cmd_runs_export(args: argparse.Namespace) -> int:
+    store = ResultsStore.open([args.run_dir])
+    for path in store.export_parquet(args.parquet):
+        print(f"{path}  ({store.count(path.stem)} rows)")
+    return 0
 
 
 # -- report / check ------------------------------------------------------------------------------
@@ -431,6 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
     p.add_argument("--run-dir", required=True, help="study folder (one experiment; resumable)")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
+    p.add_argument("--cell-cpus", type=float, default=1.0, help="--executor ray: CPUs each cell asks for (default 1)")
+    p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
     p.add_argument("--prompt-format", default=None,
@@ -446,6 +477,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
+
+    runs = sub.add_parser("runs", help="the results store: SQL over verified runs, Parquet exports").add_subparsers(
+        dest="action", required=True)
+    p = runs.add_parser("query", help=f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)")
+    p.add_argument("run_dir", help="a study's run dir (verified now) or a Parquet export dir")
+    p.add_argument("sql", help='e.g. "SELECT task, method, avg(test_score) FROM runs GROUP BY ALL"')
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+    p.set_defaults(func=cmd_runs_query)
+    p = runs.add_parser("export", help="write one Parquet file per table")
+    p.add_argument("run_dir", help="a study's run dir")
+    p.add_argument("--parquet", required=True, metavar="OUT", help="directory for runs.parquet, verdicts.parquet, ...")
+    p.set_defaults(func=cmd_runs_export)
 
     p = sub.add_parser("demo", help="run the small study of the README and write its report")
     p.add_argument("--real-model", action="store_true",

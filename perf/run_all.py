@@ -5,7 +5,9 @@ reference machine (perf/vliw_candidate.py), the Lockpicking exhaustive check
 (perf/lockpicking_exhaustive.py), the model endpoint at fixed latency and against a rate-limited
 server (perf/model_throughput.py), the sandbox's per-execution cost and MBPP+ against evalplus
 (perf/sandbox_throughput.py, perf/mbpp_plus_run.py; both pending the allow-list sandbox and its
-fork server, printed against their targets all the same). Under 10 minutes on 2 cores with the
+fork server, printed against their targets all the same), and issue 18's: a program-task grid on
+Ray with 2 workers against serial (perf/ray_grid.py, needs the [ray] extra) and the results store's
+build time as a study grows 1x..256x cells (perf/store_build.py). Under 10 minutes on 2 cores with the
 default 30-problem MBPP+ subset; ``--mbpp-full`` adds the full 378-problem run.
 
     python perf/run_all.py [--data-dir ../shared/data] [--mbpp-full] [--json out.json]
@@ -27,7 +29,9 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the 
 import lockpicking_exhaustive  # noqa: E402
 import mbpp_plus_run  # noqa: E402
 import model_throughput  # noqa: E402
+import ray_grid  # noqa: E402
 import sandbox_throughput  # noqa: E402
+import store_build  # noqa: E402
 import vliw_candidate  # noqa: E402
 
 
@@ -43,7 +47,9 @@ def main() -> int:
                 ("lockpicking", lambda: lockpicking_exhaustive.figures(repeat=3)),
                 ("model endpoint", model_throughput.figures),
                 ("sandbox", sandbox_throughput.figures),
-                ("mbpp+ subset", lambda: mbpp_plus_run.figures(args.data_dir, limit=30))]
+                ("mbpp+ subset", lambda: mbpp_plus_run.figures(args.data_dir, limit=30)),
+                ("ray grid", ray_grid.figures),
+                ("results store", store_build.figures)]
     if args.mbpp_full:
         sections.append(("mbpp+ full", lambda: mbpp_plus_run.figures(args.data_dir, limit=None)))
     rows: list[dict] = []
@@ -66,7 +72,8 @@ def main() -> int:
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} cores; "
           f"total {time.perf_counter() - started:.0f} s. Ratios: VLIW = original harness seconds (issue's idle "
           "figures) / ours; reference machine = ours / original's 0.5 s; lockpicking = ours / 0.35 s; "
-          "model = ideal / ours and achieved / allowed rate; sandbox = ours / 10 ms; MBPP+ = ours / evalplus.")
+          "model = ideal / ours and achieved / allowed rate; sandbox = ours / 10 ms; MBPP+ = ours / evalplus; "
+          "ray grid = serial / Ray with 2 workers; results store = scaling exponent of build time (1 = linear).")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0 if all(r["passed"] for r in rows) else 1

@@ -1,0 +1,181 @@
+"""The results store: DuckDB tables over the verified runs of many studies, for analysis across
+thousands of cells (``heldout runs query RUN_DIR "SQL"``) and Parquet exports
+(``heldout runs export RUN_DIR --parquet OUT``).
+
+Rule: the store holds only what :func:`~heldout.reports.collect.collect_runs` accepts. A run dir
+whose ledger or record does not verify is a row of ``excluded`` (with the reason), never of
+``runs``; ``verdicts`` come from the verified records; ``ledger`` holds each counted run's ledger
+entries up to the head the record is anchored to (an entry appended later is not read).
+
+Tables (one row per ...):
+
+``runs``        run: ``run_id`` (its dir), ``label``, ``task``, ``profile``, ``method``, ``seed``,
+                ``status`` (ok / failed), ``test_score``, ``val_score``, ``metric_calls``,
+                ``metric_call_budget``, ``final_candidate_id``, ``ledger_entries``, ``ledger_head``,
+                ``error``
+``verdicts``    held-out (``split = 'test'``) or val verdict of a run's final candidate:
+                ``run_id``, ``split``, ``example_id``, ``score``, ``valid``, ``error_kind``
+``ledger``      ledger entry: ``run_id``, ``seq``, ``kind``, ``time``, ``split``, ``candidate_id``,
+                ``example_id``, ``score``, ``data`` (the entry's JSON)
+``excluded``    run dir left out: ``run_id``, ``reason``
+
+An export is one Parquet file per table; :meth:`ResultsStore.open` reads either run dirs or an
+export dir, so queries over a frozen export need no re-verification."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import duckdb
+import pyarrow as pa
+
+from heldout.evaluators.ledger import LEDGER_FILE, read_entries
+from heldout.reports.collect import ReportError, RunSet, collect_runs
+
+TABLES = ("runs", "verdicts", "ledger", "excluded")
+
+_RUNS = pa.schema([("run_id", pa.string()), ("label", pa.string()), ("task", pa.string()),
+                   ("profile", pa.string()), ("method", pa.string()), ("seed", pa.int64()),
+                   ("status", pa.string()), ("test_score", pa.float64()), ("val_score", pa.float64()),
+                   ("metric_calls", pa.int64()), ("metric_call_budget", pa.int64()),
+                   ("final_candidate_id", pa.string()), ("ledger_entries", pa.int64()),
+                   ("ledger_head", pa.string()), ("error", pa.string())])
+_VERDICTS = pa.schema([("run_id", pa.string()), ("split", pa.string()), ("example_id", pa.string()),
+                       ("score", pa.float64()), ("valid", pa.bool_()), ("error_kind", pa.string())])
+_EXCLUDED = pa.schema([("run_id", pa.string()), ("reason", pa.string())])
+_LEDGER = pa.schema([("run_id", pa.string()), ("seq", pa.int64()), ("kind", pa.string()), ("time", pa.float64()),
+                     ("split", pa.string()), ("candidate_id", pa.string()), ("example_id", pa.string()),
+                     ("score", pa.float64()), ("data", pa.string())])
+
+
+class StoreError(ReportError):
+    """The store cannot be built or queried (nothing found, bad SQL, unreadable export)."""
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Column names and rows of one query."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+    def format(self, max_width: int = 40) -> str:
+        """An aligned plain-text table (cells cut at ``max_width`` characters)."""
+        def cell(value: Any) -> str:
+            text = "NULL" if value is None else f"{value:.6g}" if isinstance(value, float) else str(value)
+            text = text.replace("\n", " ")
+            return text if len(text) <= max_width else text[: max_width - 1] + "…"
+
+        table = [list(self.columns)] + [[cell(v) for v in row] for row in self.rows]
+        widths = [max(len(r[i]) for r in table) for i in range(len(self.columns))]
+        lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in table]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines) + f"\n({len(self.rows)} row{'s' if len(self.rows) != 1 else ''})"
+
+
+class ResultsStore:
+    """An in-memory DuckDB database holding the tables above (see the module docstring)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    # -- building -----------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, paths: Iterable[str | Path]) -> "ResultsStore":
+        """Run dirs (verified now), or one Parquet export dir (as exported)."""
+        paths = [Path(p) for p in paths]
+        if len(paths) == 1 and all((paths[0] / f"{t}.parquet").exists() for t in TABLES):
+            return cls.from_parquet(paths[0])
+        return cls.from_runset(collect_runs(paths))
+
+    @classmethod
+    def from_runset(cls, runset: RunSet) -> "ResultsStore":
+        """The store of already verified runs (what a report collected)."""
+        con = duckdb.connect(":memory:")
+        runs, verdicts = [], []
+        for run in runset.runs + runset.failed:
+            rec, run_id = run.record, str(run.path)
+            runs.append({"run_id": run_id, "label": run.label, "task": rec.task, "profile": rec.profile,
+                         "method": rec.method, "seed": rec.seed, "status": rec.status,
+                         "test_score": rec.test_score, "val_score": rec.val_score,
+                         "metric_calls": rec.usage.get("metric_calls"),
+                         "metric_call_budget": rec.usage.get("metric_call_budget"),
+                         "final_candidate_id": rec.final_candidate_id, "ledger_entries": rec.ledger_entries,
+                         "ledger_head": rec.ledger_head, "error": rec.error})
+            for split, held in (("test", rec.test_verdicts), ("val", rec.val_verdicts)):
+                verdicts += [{"run_id": run_id, "split": split, "example_id": v["example_id"],
+                              "score": float(v["score"]), "valid": bool(v.get("valid", True)),
+                              "error_kind": v.get("error_kind")} for v in held]
+        excluded = [{"run_id": str(e.path), "reason": e.reason} for e in runset.excluded]
+        for name, rows, schema in (("runs", runs, _RUNS), ("verdicts", verdicts, _VERDICTS),
+                                   ("excluded", excluded, _EXCLUDED)):
+            arrow = pa.Table.from_pylist(rows, schema=schema)  # noqa: F841 (read by DuckDB by name)
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow")
+        cls._load_ledgers(con, [(str(r.path), r.path / LEDGER_FILE, r.record.ledger_entries)
+                                for r in runset.runs + runset.failed])
+        return cls(con)
+
+    @staticmethod
+    def _load_ledgers(con: duckdb.DuckDBPyConnection, ledgers: Sequence[tuple[str, Path, int]]) -> None:
+        """Every counted ledger's entries, cut at the entry count its record is anchored to.
+        (Parsed here rather than by DuckDB's JSON reader, which is slower on many small files.)"""
+        columns: dict[str, list[Any]] = {name: [] for name in _LEDGER.names}
+        for run_id, path, anchored in ledgers:
+            entries, _ = read_entries(path)
+            for entry in entries[:anchored]:
+                data = entry["data"]
+                verdict = data.get("verdict") if isinstance(data, dict) else None
+                score = verdict.get("score") if isinstance(verdict, dict) else None
+                for name, value in (("run_id", run_id), ("seq", entry["seq"]), ("kind", entry["kind"]),
+                                    ("time", entry["time"]), ("split", data.get("split")),
+                                    ("candidate_id", data.get("candidate_id")),
+                                    ("example_id", data.get("example_id")),
+                                    ("score", float(score) if isinstance(score, (int, float)) else None),
+                                    ("data", json.dumps(data, sort_keys=True, ensure_ascii=False))):
+                    columns[name].append(value)
+        arrow = pa.Table.from_pydict(columns, schema=_LEDGER)  # noqa: F841 (read by DuckDB by name)
+        con.execute("CREATE TABLE ledger AS SELECT * EXCLUDE (data), data::JSON AS data FROM arrow")
+
+    @classmethod
+    def from_parquet(cls, export_dir: str | Path) -> "ResultsStore":
+        con = duckdb.connect(":memory:")
+        for name in TABLES:
+            path = Path(export_dir) / f"{name}.parquet"
+            try:
+                con.execute(f"CREATE TABLE {name} AS SELECT * FROM read_parquet($path)", {"path": str(path)})
+            except duckdb.Error as exc:
+                raise StoreError(f"cannot read the export {path}: {exc}") from None
+        return cls(con)
+
+    # -- using ------------------------------------------------------------------------------------
+    def query(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
+        try:
+            relation = self.con.execute(sql, params or {})
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"query failed: {first}") from None
+        if relation.description is None:
+            return QueryResult([], [])
+        return QueryResult([d[0] for d in relation.description], relation.fetchall())
+
+    def count(self, table: str) -> int:
+        if table not in TABLES:
+            raise StoreError(f"no table {table!r}; tables: {', '.join(TABLES)}")
+        return self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+    def export_parquet(self, out_dir: str | Path) -> list[Path]:
+        """One Parquet file per table in ``out_dir`` (created); returns the files written."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in TABLES:
+            path = out / f"{name}.parquet"
+            self.con.execute(f"COPY (SELECT * FROM {name}) TO $path (FORMAT parquet)", {"path": str(path)})
+            written.append(path)
+        return written

@@ -1,0 +1,119 @@
+"""The results store: DuckDB over the verified runs of a 10,000-cell synthetic study (ledgers and
+records written through the real Ledger and RunRecord), checked against a direct computation;
+tampered runs are excluded, never counted; Parquet exports answer the same queries."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from heldout.cli import main as cli_main
+from heldout.evaluators.ledger import LEDGER_FILE
+from heldout.evaluators.records import RECORD_FILE
+from heldout.reports.store import TABLES, ResultsStore, StoreError
+from synthetic_study import write_run, write_study
+
+N_TASKS, N_METHODS, N_SEEDS = 25, 8, 50  # 10,000 cells
+FAILED_EVERY = 97
+
+
+@pytest.fixture(scope="module")
+def study():
+    """The synthetic study (on tmpfs when there is one: every ledger append is fsynced), with two
+    runs tampered after the fact: a held-out score edited in a record, and an edited ledger entry."""
+    shm = Path("/dev/shm")
+    root = Path(tempfile.mkdtemp(prefix="heldout-store-", dir=shm if shm.is_dir() else None))
+    truth = write_study(root, N_TASKS, N_METHODS, N_SEEDS, failed_every=FAILED_EVERY)
+    edited_record, edited_ledger = truth[10], truth[20]
+    record = json.loads((edited_record.run_dir / RECORD_FILE).read_text())
+    record["test_verdicts"][0]["score"] = 1.0
+    (edited_record.run_dir / RECORD_FILE).write_text(json.dumps(record))
+    ledger = edited_ledger.run_dir / LEDGER_FILE
+    ledger.write_text(ledger.read_text().replace('"train-0", "score": 0.', '"train-0", "score": 1', 1))
+    counted = [r for r in truth if r not in (edited_record, edited_ledger)]
+    yield root, counted, {edited_record.run_dir, edited_ledger.run_dir}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def store(study):
+    return ResultsStore.open([study[0]])
+
+
+def test_a_10000_cell_study_has_every_verified_run_and_excludes_the_tampered_ones(study, store):
+    root, counted, tampered = study
+    assert len(counted) + len(tampered) == N_TASKS * N_METHODS * N_SEEDS == 10_000
+    assert store.count("runs") == len(counted)
+    excluded = store.query("SELECT run_id, reason FROM excluded ORDER BY run_id").rows
+    assert {Path(run_id) for run_id, _ in excluded} == tampered
+    assert any("held-out scores differ" in reason for _, reason in excluded)
+    assert any("ledger does not verify" in reason for _, reason in excluded)
+    status = dict(store.query("SELECT status, count(*) FROM runs GROUP BY status").rows)
+    assert status == {"ok": sum(r.status == "ok" for r in counted), "failed": sum(r.status == "failed" for r in counted)}
+    assert status["failed"] > 0
+
+
+def test_the_stores_means_match_a_direct_computation(study, store):
+    _, counted, _ = study
+    direct: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for run in counted:
+        if run.status == "ok":
+            direct[(run.task, run.method)].append(run.test_score)
+    rows = store.query("SELECT task, method, count(*), avg(test_score) FROM runs WHERE status = 'ok' "
+                       "GROUP BY ALL ORDER BY ALL").rows
+    assert len(rows) == N_TASKS * N_METHODS
+    for task, method, n, mean in rows:
+        scores = direct[(task, method)]
+        assert n == len(scores) and mean == pytest.approx(sum(scores) / len(scores), abs=1e-12)
+    # per-example held-out means, from the verdicts table and from the ledger table: the same numbers
+    by_example: dict[str, list[float]] = defaultdict(list)
+    for run in counted:
+        for example, score in run.test_scores.items():
+            by_example[example].append(score)
+    from_verdicts = dict(store.query("SELECT example_id, avg(score) FROM verdicts WHERE split = 'test' "
+                                     "GROUP BY ALL").rows)
+    from_ledger = dict(store.query("SELECT example_id, avg(score) FROM ledger WHERE kind = 'test_scoring' "
+                                   "GROUP BY ALL").rows)
+    assert from_verdicts.keys() == from_ledger.keys() == by_example.keys()
+    for example, scores in by_example.items():
+        assert from_verdicts[example] == pytest.approx(sum(scores) / len(scores), abs=1e-12)
+        assert from_ledger[example] == pytest.approx(from_verdicts[example], abs=1e-12)
+    calls = store.query("SELECT sum(metric_calls) FROM runs").rows[0][0]
+    assert calls == sum(r.metric_calls for r in counted)
+
+
+def test_a_parquet_export_answers_the_same_queries(study, store, tmp_path):
+    written = store.export_parquet(tmp_path / "export")
+    assert sorted(p.name for p in written) == sorted(f"{t}.parquet" for t in TABLES)
+    frozen = ResultsStore.open([tmp_path / "export"])
+    sql = "SELECT method, count(*), avg(test_score), sum(metric_calls) FROM runs GROUP BY ALL ORDER BY ALL"
+    assert frozen.query(sql).rows == store.query(sql).rows
+    for table in TABLES:
+        assert frozen.count(table) == store.count(table)
+
+
+def test_heldout_runs_query_and_export_on_the_cli(tmp_path, capsys):
+    runs = [write_run(tmp_path / "study", "synthetic/a", m, s) for m in ("m1", "m2") for s in (0, 1)]
+    assert cli_main(["runs", "query", str(tmp_path / "study"),
+                     "SELECT method, avg(test_score) AS mean FROM runs GROUP BY ALL ORDER BY 1", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    for row in rows:
+        mine = [r.test_score for r in runs if r.method == row["method"]]
+        assert row["mean"] == pytest.approx(sum(mine) / len(mine))
+    assert [r["method"] for r in rows] == ["m1", "m2"]
+    assert cli_main(["runs", "export", str(tmp_path / "study"), "--parquet", str(tmp_path / "out")]) == 0
+    assert "runs.parquet  (4 rows)" in capsys.readouterr().out
+    assert cli_main(["runs", "query", str(tmp_path / "out"), "SELECT nope FROM runs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("heldout: error: query failed:") and "nope" in err and len(err.splitlines()) == 1
+
+
+def test_a_missing_table_is_a_clear_error(tmp_path):
+    write_run(tmp_path, "synthetic/a", "m", 0)
+    with pytest.raises(StoreError, match="no table 'nope'"):
+        ResultsStore.open([tmp_path]).count("nope")
