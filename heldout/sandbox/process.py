@@ -64,7 +64,11 @@ PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the pa
 DEFAULT_SCRATCH_MB = 64
 _CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 _RESERVED_PREFIX = "_heldout_"
-PROGRAM_PRELOAD = ("numpy",)  # what program tasks' fork server imports once (one zygote serves them all)
+# what program tasks' fork server imports once (one zygote serves them all): numpy and the
+# standard modules candidates (MBPP+ solutions, geometry programs) commonly import
+PROGRAM_PRELOAD = ("numpy", "re", "math", "cmath", "collections", "itertools", "heapq", "functools", "bisect",
+                   "operator", "string", "decimal", "fractions", "statistics", "typing", "hashlib", "random",
+                   "dataclasses", "copy", "array")
 PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
 
 
@@ -448,13 +452,13 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
 
     def reap(need_code: bool) -> tuple[int, float]:
         # a run whose streams closed by themselves is exiting: it is killed only after its exit
-        # was reported (a no-op then, or it finds a straggler); and a run is over only when its
-        # exit is reported: the intermediate reaps the namespace's PID 1 only after the kernel
-        # reaped every other process of the namespace
+        # was reported. The report means the whole tree is gone: the intermediate reaps the
+        # namespace's PID 1 only after the kernel reaped every other process of the namespace,
+        # and every process of the execution's cgroup lives in that namespace
         if not need_code:
-            server.kill(ex)
+            server.kill(ex, wait=False)
         code = server.wait_exit(ex)
-        server.kill(ex)
+        server.kill(ex, wait=code is None)
         return (-signal.SIGKILL if code is None else code), 0.0
 
     return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap, ex)

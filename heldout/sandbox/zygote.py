@@ -188,10 +188,11 @@ class ForkServer:
             _forked += 1
         return Execution(ident, stdin_w, out_r, res_r, group)
 
-    def kill(self, execution: Execution) -> None:
-        """Kill every process of the execution (its cgroup, from here) and ask the zygote too
-        (whose intermediate's death takes the execution's PID namespace with it)."""
-        execution.group.kill_all()  # the whole tree is gone when the caller gets its result
+    def kill(self, execution: Execution, wait: bool = True) -> None:
+        """Kill every process of the execution (its cgroup, from here; with ``wait`` until the
+        group is empty) and ask the zygote too (whose intermediate's death takes the
+        execution's PID namespace with it)."""
+        execution.group.kill_all(wait=wait)
         try:
             with self._send_lock:
                 self.ctl.sendmsg([json.dumps({"kill": execution.ident}).encode()])
