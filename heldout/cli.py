@@ -29,8 +29,10 @@ from heldout.evaluators.session import POLICIES
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
+from heldout.protocols.arms import FIXED_UNITS, ArmsSpec, describe_plan, open_arms, run_arms
 from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
+from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_budgets, parse_methods, run_study
 from heldout.reports import build_report, check_runs, write_report
@@ -206,6 +208,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
+def cmd_compare_arms(args: argparse.Namespace) -> int:
+    spec = ArmsSpec(task=args.task, optimizer=args.optimizer, budget=args.budget, width=args.width,
+                    seeds=tuple(parse_seeds(args.seeds)), fixed=args.fixed, profile=args.profile,
+                    metric_cap=args.metric_cap, drift_tolerance=args.drift_tolerance,
+                    min_headroom=args.min_headroom)
+    plan = open_arms(spec, args.run_dir)
+    if args.plan:
+        print(describe_plan(spec, plan))
+        return 0
+    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, worker_model=args.worker_model,
+                         architect_model=args.architect_model, base_url=args.base_url, cache_dir=args.cache_dir)
+    result = run_arms(spec, args.run_dir, config, LocalExecutor(args.jobs))
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(result.text())
+    return 1 if result.broken else 0
+
+
 # -- runs (the results store) --------------------------------------------------------------------
 def cmd_runs_query(args: argparse.Namespace) -> int:
     result = ResultsStore.open([args.run_dir]).query(args.sql)
@@ -303,6 +324,26 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
                           cache=ResponseCache(cache_dir) if cache_dir else None) if model else None)
     result = ablate(args.run_dir, baseline=args.baseline, worker=worker,
                     data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
+    if args.json:
+        _print_json(result.to_dict())
+    else:
+        print(result.describe())
+    return 0
+
+
+# -- compare -------------------------------------------------------------------------------------
+def cmd_compare_verifiers(args: argparse.Namespace) -> int:
+    (method,) = parse_methods([args.optimizer], [])
+    options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
+    plan = plan_ablation(args.task, method, args.variants.split(","), parse_seeds(args.seeds), args.budget,
+                         profile=args.profile, options=options, data_dir=args.data_dir, allow_drift=args.allow_drift)
+    if args.plan:
+        print(plan.describe(args.run_dir))
+        return 0
+    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
+                         policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
+                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
+    result = run_ablation(plan, config, LocalExecutor(args.jobs), progress=True)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -590,6 +631,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_leak_ablate)
+
+    compare = sub.add_parser("compare", help="protocols that compare one optimizer under several conditions"
+                             ).add_subparsers(dest="action", required=True)
+    p = compare.add_parser("verifiers", help="optimise under each verifier variant, re-score with the canonical one")
+    p.add_argument("--task", required=True, help="one task")
+    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function (isolated unless "
+                   "--trusted-optimizer)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
+    p.add_argument("--variants", default="decomposed,scalar,coarse:3", help=f"comma-separated: {describe_variants()}")
+    p.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
+    p.add_argument("--budget", type=int, required=True, help="metric calls per session")
+    p.add_argument("--run-dir", required=True, help="ablation folder (resumable)")
+    p.add_argument("--plan", action="store_true", help="print the sessions and budgets and exit")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
+    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
+    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    p.add_argument("--cache-dir", default=None, help="response cache directory")
+    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_compare_verifiers)
+    p = compare.add_parser("arms", help="serial vs best-of-N fork vs merge-of-N at an equal budget")
+    p.add_argument("--task", required=True, help="one task name")
+    p.add_argument("--optimizer", required=True, help="reference name or module:function taking width/stream")
+    p.add_argument("--budget", type=int, required=True, help="budget B per seed and arm, in the --fixed unit")
+    p.add_argument("--width", type=int, required=True, help="N: forks in the fork arm, workers in the merge arm")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 to separate arms; default 0,1,2)")
+    p.add_argument("--fixed", choices=FIXED_UNITS, default="metric_calls",
+                   help="the unit held equal and enforced; the others are measured as confounds")
+    p.add_argument("--metric-cap", type=int, default=None,
+                   help="with --fixed architect_calls/tokens: metric calls per run of budget B")
+    p.add_argument("--drift-tolerance", type=float, default=0.10,
+                   help="an arm spending this fraction less of the fixed unit marks the comparison broken")
+    p.add_argument("--min-headroom", type=float, default=0.10,
+                   help="warn when the seed's val score is within this fraction of the ceiling")
+    p.add_argument("--plan", action="store_true", help="print every run, its budget and the total; spend nothing")
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+    p.add_argument("--run-dir", required=True, help="the experiment's folder (one level per arm; resumable)")
+    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
+    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    p.add_argument("--cache-dir", default=None, help="response cache directory")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_compare_arms)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")

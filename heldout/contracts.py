@@ -226,12 +226,13 @@ class Worker(Protocol):
 class RunContext:
     """What the harness hands every task's run/score call: the resource limits, the metered
     worker (None when the session has none: a task that needs one returns a ``model_error``
-    verdict), and the task options (e.g. a tolerance) that are part of the experiment's
+    verdict), the metered judge model when the session has a separate one, and the task options (e.g. a tolerance) that are part of the experiment's
     description. Built by the harness, never by a candidate."""
 
     limits: RunLimits = RunLimits()
     worker: Worker | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    judge: Worker | None = None  # a separate metered judge model (model-judge verifiers); None: use worker
 
     def option(self, name: str, default: Any = None) -> Any:
         return self.options.get(name, default)

@@ -6,7 +6,11 @@ or an object with a ``question`` field (other fields are shown as ``key: value``
 Freezing copies the file next to the manifest (``<manifest root>/<task>.jsonl``) and records the
 answer format in the manifest's source, so the task loads anywhere the manifest is on the search
 path, verified against its hashes like every shipped task. The answer formats reuse the shipped
-scorers: ``number`` (GSM-Hard's rule), ``span`` (HotpotQA's exact match / F1)."""
+scorers: ``number`` (GSM-Hard's rule), ``span`` (HotpotQA's exact match / F1), and ``judge``: a model
+judge with :data:`~heldout.benchmarks.judge.DEFAULT_RUBRIC` against the target as reference answer
+(:mod:`heldout.benchmarks.judge`). Each format offers the other scoring as a verifier variant for
+optimisation: ``number``/``span`` tasks ``tests:judge`` (optimise against the judge, held-out by the
+rule), ``judge`` tasks ``tests:exact`` (the span rule)."""
 
 from __future__ import annotations
 
@@ -14,12 +18,14 @@ import json
 from pathlib import Path
 
 from heldout.benchmarks import extraction
+from heldout.benchmarks.judge import DEFAULT_RUBRIC, SCORER_OPTION, ModelJudge
 from heldout.benchmarks.prompt_task import PromptBenchmark, modes_scored, prompt_verdict
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
 
-ANSWER_FORMATS = ("number", "span")
+ANSWER_FORMATS = ("number", "span", "judge")
 _FORMAT_LINE = {"number": "Finish with: So the answer is <number>.",
-                "span": "Finish with: So the answer is <answer>."}
+                "span": "Finish with: So the answer is <answer>.",
+                "judge": "Answer the question; finish with: So the answer is <answer>."}
 
 
 def read_user_examples(path: str | Path) -> list[Example]:
@@ -55,7 +61,11 @@ class UserJsonlTask(PromptBenchmark):
         self.data_file = Path(data_file)
         self.answer_format = _FORMAT_LINE[answer_format]
         self.format = answer_format
-        self.metric = "accuracy" if answer_format == "number" else "exact match"
+        self.metric = {"number": "accuracy", "span": "exact match",
+                       "judge": f"model judge ({DEFAULT_RUBRIC.name})"}[answer_format]
+        self.judge = ModelJudge(DEFAULT_RUBRIC)
+        self.verifier_options = ({"exact": {SCORER_OPTION: "span"}} if answer_format == "judge"
+                                 else {"judge": {SCORER_OPTION: "judge"}})
         self.description = f"user task from {self.data_file.name} ({answer_format} answers)"
 
     def load_raw(self, data_dir: str | None = None) -> list[Example]:
@@ -68,7 +78,12 @@ class UserJsonlTask(PromptBenchmark):
         return "\n".join(lines + [str(example.input.get("question", ""))])
 
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:
-        if self.format == "number":
+        context = context or self.context()
+        scorer = context.option(SCORER_OPTION, self.format)
+        if scorer == "judge":
+            return self.judge.score(example, self.format_input(example), text if isinstance(text, str) else "",
+                                    context, None if example.target is None else str(example.target))
+        if scorer == "number":
             return prompt_verdict(example.id, text, lambda clean: modes_scored(
                 extraction.score_number(clean, float(example.target)), example.target))
         return prompt_verdict(example.id, text, lambda clean: modes_scored(

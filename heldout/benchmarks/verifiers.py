@@ -76,7 +76,10 @@ class Variant:
             return Verdict(example_id=shown.example_id, score=score if shown.valid else 0.0, valid=shown.valid,
                            dimensions={}, feedback=("" if shown.valid else (shown.error or "")) +
                            (f"score {score:.4g}" if shown.valid else ""),
-                           error=shown.error, error_kind=shown.error_kind, output=None, usage=shown.usage)
+                           # a valid verdict's error (e.g. MBPP+ "timeout: test 7 ...") is canonical
+                           # feedback; only a failure to produce an output is shown as such
+                           error=None if shown.valid else shown.error,
+                           error_kind=None if shown.valid else shown.error_kind, output=None, usage=shown.usage)
         return shown
 
 

@@ -44,11 +44,13 @@ MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
 @dataclass(frozen=True)
 class Budget:
-    """Limits of one session. ``metric_calls`` is the unit matched across methods."""
+    """Limits of one session. ``metric_calls`` is the unit matched across methods by default;
+    a protocol may match ``architect_calls`` or ``architect_tokens`` instead (both enforced)."""
 
     metric_calls: int
     architect_tokens: int | None = None
     wall_seconds: float | None = None
+    architect_calls: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric_calls, int) or self.metric_calls < 0:
@@ -149,9 +151,11 @@ class Scorer:
     a verifier variant's options on top. Never raises for a bad candidate."""
 
     def __init__(self, benchmark, worker=None, limits: RunLimits | None = None,
-                 options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None) -> None:
+                 options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None,
+                 judge=None) -> None:
         self.benchmark = benchmark
         self.worker = worker
+        self.judge = judge  # a separate judge model, metered on the ``judge-*`` channels
         self.limits = limits or benchmark.default_limits
         self.options = dict(options or {})
         self.jobs = max(1, jobs)
@@ -159,7 +163,11 @@ class Scorer:
 
     def context(self, channel: str, usage: "Usage", extra: Mapping[str, Any] | None = None) -> RunContext:
         worker = None if self.worker is None else MeteredWorker(self.worker, usage, channel, self.ledger, self.options)
-        return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})})
+        judge = None if self.judge is None else MeteredWorker(
+            self.judge, usage, channel.replace("worker", "judge"), self.ledger,
+            {"temperature": self.options.get("judge_temperature", 0.0),
+             "max_tokens": self.options.get("judge_max_tokens")})
+        return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})}, judge=judge)
 
     def score(self, candidate: Candidate, examples: Sequence[Example], channel: str,
               usage: Usage, extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
@@ -398,6 +406,9 @@ class MeteredArchitect:
         limit = self._service.budget.architect_tokens
         if limit is not None and self.tokens_used >= limit:
             raise BudgetExceeded(f"architect token budget of {limit} is used up")
+        calls = self._service.budget.architect_calls
+        if calls is not None and self._service.usage.endpoint_calls.get(ARCHITECT, 0) >= calls:
+            raise BudgetExceeded(f"architect call budget of {calls} is used up")
         self._service.check_wall_time()
         request = ChatRequest(messages=tuple(dict(m) for m in messages), model=self._client.model,
                               temperature=temperature, max_tokens=max_tokens, replicate=replicate,
@@ -490,7 +501,7 @@ class Session:
                  architect=None, policy: VisibilityPolicy | str = STANDARD_POLICY,
                  data_dir: str | None = None, allow_drift: bool = False, method: str = "unnamed",
                  limits: RunLimits | None = None, options: Mapping[str, Any] | None = None,
-                 deployment_worker=None, jobs: int = 2, verifier: str = CANONICAL) -> None:
+                 deployment_worker=None, jobs: int = 2, verifier: str = CANONICAL, judge=None) -> None:
         self.task = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
         self.budget = budget if isinstance(budget, Budget) else Budget(metric_calls=int(budget))
         self.policy = POLICIES[policy] if isinstance(policy, str) else policy
@@ -507,9 +518,10 @@ class Session:
                 raise HeldoutError(f"{bench.name} has no prompt formats")
             check(self.options["prompt_format"])
         self._started = time.time()
-        self.scorer = Scorer(bench, worker, limits, self.options, jobs, self.ledger)
+        self.scorer = Scorer(bench, worker, limits, self.options, jobs, self.ledger, judge)
         # held-out scoring: the canonical verifier, the experiment's own options, never a variant's
-        self.deploy_scorer = Scorer(bench, deployment_worker or worker, limits, self.options, jobs, self.ledger)
+        self.deploy_scorer = Scorer(bench, deployment_worker or worker, limits, self.options, jobs, self.ledger,
+                                    judge)
         visible = {s: self.task.splits.get(s, []) for s in ("train", "val")}
         self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
                                          self._started, self.variant, seed)
@@ -527,7 +539,8 @@ class Session:
                 "method": self.method, "budget": asdict(self.budget), "policy": self.policy.to_dict(),
                 "sizes": self.task.sizes(), "manifest_version": self.task.manifest.version,
                 "drift": None if self.task.drift is None else self.task.drift.to_dict(),
-                "limits": asdict(self.scorer.limits), "options": self.options, "verifier": self.variant.name}
+                "limits": asdict(self.scorer.limits), "options": self.options, "verifier": self.variant.name,
+                "judge_model": getattr(self.scorer.judge, "model", None)}
 
     # -- the harness ----------------------------------------------------------------------------
     def run(self, optimizer: Optimizer) -> RunRecord:

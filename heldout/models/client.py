@@ -29,9 +29,11 @@ if TYPE_CHECKING:
     from heldout.models.cache import ResponseCache
     from heldout.models.recording import Recorder, Replay
 
-CHANNELS = ("worker-optimisation", "worker-deployment", "architect")
+CHANNELS = ("worker-optimisation", "worker-deployment", "architect",
+            "judge-optimisation", "judge-deployment")  # judge-*: a separate model-judge endpoint
 """Where a request's tokens are booked: worker calls made while optimising, worker calls made
-when the harness scores the final candidate, and the optimizer's architect model."""
+when the harness scores the final candidate, the optimizer's architect model, and a separate
+model judge's calls in the same two phases."""
 
 ROLES = ("system", "user", "assistant")
 

@@ -6,11 +6,15 @@ from heldout.contracts import HeldoutError
 from heldout.optimizers import geometry_search, lockpicking_search
 
 
-def optimize(view, seed: int):
+def optimize(view, seed: int, width: int | None = None, stream: int = 0):
     family = view.task_name.split("/", 1)[0]
     if family == "lockpicking":
+        if width is not None:
+            return lockpicking_search.optimize(view, seed, width=width, stream=stream)
         search = lockpicking_search.optimize
     elif family in ("circle_packing", "heilbronn"):
+        if width is not None:
+            raise HeldoutError("geometry-search has no width mode yet; use constant-search for a merge over literals")
         search = geometry_search.optimize
     else:
         raise HeldoutError(f"local-search has no search for {view.task_name}; use `reflective` for prompt tasks")

@@ -3,14 +3,21 @@
 Loop: score the current instruction on a train minibatch; show the architect the instruction and
 the failures with their feedback; ask for an improved instruction (returned in a fenced block);
 score it on the same minibatch; keep it when it is no worse. Uses the metered architect, so its
-optimisation tokens land on the same scale as any other method's."""
+optimisation tokens land on the same scale as any other method's.
+
+With ``width`` given, the rounds of :func:`heldout.optimizers.merge.width_search` run on one
+seeded minibatch: worker ``k`` rewrites component ``k mod (number of components)`` from its own
+sample of the parent's failures (and architect replicate ``k``), so on a multi-component prompt the
+workers' rewrites of different components merge; on a one-component prompt they conflict and the
+round is a selection. A worker whose architect budget is used up proposes nothing."""
 
 from __future__ import annotations
 
 import random
 import re
 
-from heldout.contracts import BudgetExceeded
+from heldout.contracts import BudgetExceeded, candidate_id
+from heldout.optimizers.merge import width_search
 
 MINIBATCH = 8
 _FENCE = re.compile(r"```(?:[a-zA-Z]*\n)?(.*?)```", re.DOTALL)
@@ -35,7 +42,9 @@ def _reflection_prompt(instruction: str, results, train_by_id) -> list[dict[str,
     ]
 
 
-def optimize(view, seed: int):
+def optimize(view, seed: int, width: int | None = None, stream: int = 0):
+    if width is not None:
+        return _optimize_width(view, seed, width, stream)
     rng = random.Random(seed)
     train_by_id = {ex["id"]: ex for ex in view.train}
     best = dict(view.seed_candidate)
@@ -53,3 +62,27 @@ def optimize(view, seed: int):
         if proposal[component] and _mean(trial) >= _mean(current):
             best = proposal
     return best
+
+
+def _optimize_width(view, seed: int, width: int, stream: int):
+    train_by_id = {ex["id"]: ex for ex in view.train}
+    batch = random.Random(f"{seed}:{stream}:batch").sample(sorted(train_by_id), min(MINIBATCH, len(train_by_id)))
+    seen: dict[str, list[dict]] = {}
+
+    def observe(candidate, results) -> None:
+        seen[candidate_id(candidate)] = results
+
+    def propose(parent, parts, worker: int, rng: random.Random):
+        names = sorted(parent)
+        component = names[worker % len(names)]
+        results = list(seen.get(candidate_id(parent), []))
+        rng.shuffle(results)  # each worker reflects on its own sample of the failures
+        try:
+            reply = view.architect(_reflection_prompt(parent[component], results, train_by_id), replicate=worker)
+        except BudgetExceeded:
+            return None
+        blocks = _FENCE.findall(reply)
+        text = (blocks[-1] if blocks else reply).strip()
+        return {**parent, component: text} if text else None
+
+    return width_search(view, seed, propose, width=width, stream=stream, ids=batch, observe=observe)

@@ -92,6 +92,7 @@ class StudyConfig:
     base_url: str | None = None
     cache_dir: str | None = None
     model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
+    architect_calls: int | None = None
     trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
 
 
@@ -110,7 +111,7 @@ def run_cell(cell: Cell, config: StudyConfig) -> dict[str, Any]:
         record = RunRecord.load(run_dir)
         return {"status": record.status, "skipped": True, "test_score": record.test_score, "run_dir": str(run_dir)}
     session = Session(cell.task, profile=cell.profile,
-                      budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds),
+                      budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
                       seed=cell.seed, worker=_client(config.worker_model, config), run_dir=run_dir,
                       architect=_client(config.architect_model, config), policy=config.policy,
                       data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,

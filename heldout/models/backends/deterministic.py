@@ -11,6 +11,24 @@ makes it answer every "code of '<word>'" question by that rule; without them tho
 the echo below, which is never the code. A request to rewrite or improve an instruction (an architect call) gets a new instruction derived from the old
 one. Every reply ends with "So the answer is X." and usage counts whitespace tokens; ``max_tokens``
 keeps the first N of them (``finish_reason`` "length").
+
+Two rules for verifier tests, checked before everything else and kept apart at the end of this
+module:
+
+* **Code blocks keyed by function name.** When the instruction (system message) holds fenced
+  ````` ```python ````` blocks and the user message asks for a function by name (MBPP+'s "Name the
+  function `NAME`."), the reply is the block that defines ``NAME`` (``def NAME(``), fenced, and
+  nothing else; with no such block the usual rules apply. So a prompt candidate can carry code,
+  and MBPP+ prompt optimisation can be tested without a code-writing model.
+* **Judge verdicts.** A request whose system message carries the judge marker line
+  (:data:`JUDGE_MARKER`, written by :mod:`heldout.benchmarks.judge`) is answered with the strict
+  JSON verdict that module parses: ``{"scores": {<dimension>: {"score": <int>, "reason": ...}}}``
+  for every dimension listed as ``- <name>: <description>`` under "Dimensions:", on the scale
+  "Scale: 0 to <max>" given. A dimension scores the maximum when the reference answer (the block
+  after "Reference answer:") occurs in the answer under judgement (the block after "Answer to
+  judge:", both compared as lower-cased words), else a reproducible value below it. An answer
+  containing :data:`JUDGE_MALFORMED_TRIGGER` gets a reply that is not JSON (the malformed-reply
+  test; also what a prompt injection against a judge can cause).
 """
 
 from __future__ import annotations
@@ -178,11 +196,14 @@ def reply_for(messages: list[dict], temperature: float = 0.0, extra: Any = None)
     """The server's deterministic reply to a chat (see the module docstring)."""
     users = [m["content"] for m in messages if m.get("role") == "user"]
     last = users[-1] if users else ""
+    system = "\n".join(m["content"] for m in messages if m.get("role") == "system")
+    special = judge_reply(system, last) or keyed_code_reply(system, last)
+    if special is not None:
+        return special
     if _ARCHITECT.search(last):
         return ("Here is an improved instruction:\n```\n" + _rewrite_instruction(last) + "\n```")
     whole = json.dumps([messages, float(temperature), extra or {}], sort_keys=True)
     draw = _unit("answer", whole)
-    system = "\n".join(m["content"] for m in messages if m.get("role") == "system")
     told = keyed_answer(system, last) or ruled_answer(instruction_of(messages), last)
     solved = solve(last)
     if told is not None:
@@ -200,6 +221,53 @@ def reply_for(messages: list[dict], temperature: float = 0.0, extra: Any = None)
     steps = ("Let me read the question carefully.", "I will reason step by step.",
              "Checking the details once more.")
     return f"{steps[int(_unit('steps', whole) * len(steps))]} So the answer is {answer}."
+
+
+# -- rules for verifier tests (see the module docstring) ------------------------------------------
+JUDGE_MARKER = "Protocol: heldout-judge/1"
+JUDGE_MALFORMED_TRIGGER = "<<judge: reply malformed>>"
+_PYTHON_BLOCK = re.compile(r"```python[ \t]*\n(.*?)```", re.DOTALL)
+_ASKED_FUNCTION = re.compile(r"Name the function `([A-Za-z_][A-Za-z0-9_]*)`")
+_JUDGE_DIMENSION = re.compile(r"^- ([A-Za-z_][A-Za-z0-9_]*): ", re.MULTILINE)
+_JUDGE_SCALE = re.compile(r"Scale: 0 to (\d+)")
+
+
+def keyed_code_reply(instruction: str, question: str) -> str | None:
+    """The instruction's ```python block defining the function the question asks for, fenced."""
+    asked = _ASKED_FUNCTION.search(question)
+    if not asked:
+        return None
+    for block in _PYTHON_BLOCK.findall(instruction):
+        if re.search(rf"^def {re.escape(asked.group(1))}\(", block, re.MULTILINE):
+            return f"```python\n{block}```"
+    return None
+
+
+def _section(text: str, title: str) -> str:
+    """The text after a ``title`` line up to the next blank-line-separated ``Xxx:`` heading."""
+    match = re.search(rf"^{re.escape(title)}\n(.*?)(?=\n\n[A-Z][A-Za-z ]+:\n|\Z)", text, re.DOTALL | re.MULTILINE)
+    return match.group(1).strip() if match else ""
+
+
+def judge_reply(system: str, request: str) -> str | None:
+    """The judge verdict for a judge request (None for any other request)."""
+    if JUDGE_MARKER not in system:
+        return None
+    answer = _section(request, "Answer to judge:")
+    if JUDGE_MALFORMED_TRIGGER in answer:
+        return "I think this answer is quite good overall, maybe a 4."
+    scale = _JUDGE_SCALE.search(system)
+    top = int(scale.group(1)) if scale else 5
+    reference = _squash(_section(request, "Reference answer:"))
+    found = bool(reference) and f" {reference} " in f" {_squash(answer)} "
+    scores = {}
+    for name in dict.fromkeys(_JUDGE_DIMENSION.findall(system)):
+        if found:
+            scores[name] = {"score": top, "reason": "the answer states the reference answer"}
+        else:
+            points = int(_unit("judge", name, answer) * top)  # 0 .. top-1
+            scores[name] = {"score": points, "reason": "the answer does not state the reference answer"}
+    return json.dumps({"scores": scores})
 
 
 def count_tokens(text: str) -> int:

@@ -1,0 +1,373 @@
+"""Verifier ablation: optimise against each verifier variant, re-score with the canonical verifier.
+
+**Plan** (:func:`plan_ablation`). For one task, one optimizer, variants V and seeds S: for every
+(v, s) one session of the optimizer under v and one of the **seed baseline** (method ``seed``: the
+task's seed candidate, no metric calls) under v, all with budget B in metric calls (a
+``repeated:K`` variant spends K per evaluation, so B buys B/K evaluations: matched cost, not
+matched looks). Run dirs are the runner's: ``<task>/<method>/verifier-<v>/seed-<s>``.
+
+**Scores.** The harness scores every final candidate once on the held-out split with the
+canonical verifier (whatever the variant), and on val; under a variant the record also holds the
+final candidate's val score as its own verifier shows it (``val_score_own_verifier``). A profile
+without a val split (e.g. VLIW: train + hidden test) selects on train: then this protocol scores
+both candidates on train under the variant itself, appending every verdict to the hash-chained
+ledger ``RUN_DIR/verifier_ablation/`` (always fresh, never read back).
+
+**Report** (:func:`summarise`), per variant, per seed s, paired by seed:
+
+* validation gain_s = own(final_s) - own(seed_s): the selection-split score under the variant's
+  own verifier (the canonical val score for ``decomposed``), i.e. what the optimizer was rewarded for;
+* transfer_s = canonical held-out score(final_s) - canonical held-out score(seed_s);
+* gaming gap_s = validation gain_s - transfer_s;
+
+with means over seeds, an interval over the per-seed values for transfer and gap with the seed
+as the unit (:func:`heldout.protocols.stats.compare_runs`: paired t over seeds, S-1 degrees of
+freedom, or an exact sign-flip bound for single-instance tasks; no interval from one seed) and the seed spread of the final
+candidates' held-out scores (:func:`heldout.protocols.stats.summarize_seeds`). The verdict the
+optimizer saw is the variant's (the ledger's ``evaluation`` entries); the canonical verdict it was
+derived from is kept beside it (``scored``) and never shown."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from heldout.benchmarks.loading import Task, load_task
+from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
+from heldout.contracts import Candidate, HeldoutError, candidate_id
+from heldout.evaluators.ledger import Ledger
+from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.evaluators.session import OPTIMISATION, Scorer, Usage
+from heldout.models import ModelClient, ResponseCache
+from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study
+from heldout.protocols.stats import compare_runs, summarize_seeds
+
+SEED_METHOD = "seed"
+ABLATION_DIR = "verifier_ablation"
+RESULT_FILE = "verifier_ablation.json"
+CI_LEVEL = 0.95
+
+
+class AblationError(HeldoutError):
+    pass
+
+
+@dataclass(frozen=True)
+class AblationPlan:
+    """The sessions of one verifier ablation (see the module docstring)."""
+
+    task: str
+    profile: str
+    optimizer: Method
+    variants: tuple[str, ...]
+    seeds: tuple[int, ...]
+    budget: int
+    options: dict[str, Any]
+    cells: tuple[Cell, ...]
+    sizes: dict[str, int]
+    repeats: dict[str, int]
+    selection_split: str
+
+    def cell(self, method: str, variant: str, seed: int) -> Cell:
+        return next(c for c in self.cells if (c.method.name, c.verifier, c.seed) == (method, variant, seed))
+
+    def describe(self, run_root: str | Path) -> str:
+        n_sel, n_test = self.sizes.get(self.selection_split, 0), self.sizes.get("test", 0)
+        lines = [f"verifier ablation of {self.optimizer.name} on {self.task} [{self.profile}] "
+                 f"(train/val/test {self.sizes.get('train', 0)}/{self.sizes.get('val', 0)}/{n_test}; "
+                 f"selection split: {self.selection_split}); seeds {list(self.seeds)}; "
+                 f"{len(self.cells)} sessions"]
+        lines.append(f"  {'method':<20} {'verifier':<24} {'seed':>4} {'budget':>8} {'harness':>8}  run dir")
+        total = harness_total = 0
+        for c in self.cells:
+            repeats = self.repeats[c.verifier]
+            # held-out + val with the canonical verifier, + the selection split under the variant
+            harness = n_test + self.sizes.get("val", 0) + (n_sel * repeats if c.verifier != CANONICAL
+                                                           or self.selection_split != "val" else 0)
+            spend = 0 if c.method.name == SEED_METHOD else c.budget
+            total += spend
+            harness_total += harness
+            lines.append(f"  {c.method.name:<20} {c.verifier:<24} {c.seed:>4} {spend:>8} {harness:>8}  "
+                         f"{c.run_dir(run_root)}")
+        lines.append(f"  optimisation budget: {total} metric calls in all (the seed baseline spends none); "
+                     f"harness scoring outside the budget: about {harness_total} example scorings")
+        repeated = [v for v in self.variants if self.repeats[v] > 1]
+        if repeated:
+            lines.append(f"  note: {', '.join(repeated)} spend K metric calls per evaluation (B buys B/K evaluations)")
+        return "\n".join(lines)
+
+
+def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: Sequence[int], budget: int, *,
+                  profile: str = "default", options: dict[str, Any] | None = None, data_dir: str | None = None,
+                  allow_drift: bool = False) -> AblationPlan:
+    """Check the variants against the task and lay out the sessions. Raises a clear
+    :class:`HeldoutError` for an unknown variant, a repeated one, or no seeds."""
+    if optimizer.name == SEED_METHOD:
+        raise AblationError("the seed baseline is part of every ablation; name the optimizer to ablate")
+    variants = tuple(v.strip() for v in variants if v.strip())
+    if not variants:
+        raise AblationError("name at least one verifier variant (e.g. decomposed,scalar,coarse:3)")
+    if len(set(variants)) != len(variants):
+        raise AblationError(f"--variants repeats a variant: {', '.join(variants)}")
+    if not seeds:
+        raise AblationError("name at least one seed")
+    if not isinstance(budget, int) or budget < 0:
+        raise AblationError(f"the budget is a non-negative number of metric calls, got {budget!r}")
+    loaded = load_task(task, profile, data_dir, allow_drift)
+    bench = loaded.benchmark
+    repeats = {v: parse_verifier(v, bench.verifier_options, bench.score_ceiling).repeats for v in variants}
+    seed_method = Method(SEED_METHOD, SEED_METHOD)
+    cells = tuple(Cell(loaded.name, method, seed, budget, profile, dict(options or {}), variant)
+                  for variant in variants for method in (seed_method, optimizer) for seed in seeds)
+    return AblationPlan(task=loaded.name, profile=profile, optimizer=optimizer, variants=variants,
+                        seeds=tuple(seeds), budget=budget, options=dict(options or {}), cells=cells,
+                        sizes=loaded.sizes(), repeats=repeats,
+                        selection_split="val" if loaded.splits.get("val") else "train")
+
+
+# -- the report ------------------------------------------------------------------------------------
+@dataclass
+class Interval:
+    low: float
+    high: float
+    level: float
+    method: str
+
+
+@dataclass
+class VariantResult:
+    """One variant's row: per-seed values (in ``seeds`` order) and their summaries."""
+
+    variant: str
+    seeds: list[int]
+    val_gain: list[float]
+    transfer: list[float]
+    gap: list[float]
+    final_test: list[float]
+    seed_test: list[float]
+    final_own: list[float]
+    seed_own: list[float]
+    final_candidates: list[str]
+    metric_calls: list[int]
+    transfer_ci: Interval | None = None
+    gap_ci: Interval | None = None
+    seed_spread: dict[str, float] = field(default_factory=dict)
+    reading: str = ""
+
+    @staticmethod
+    def _mean(values: list[float]) -> float:
+        return float(np.mean(values))
+
+    @property
+    def mean_val_gain(self) -> float:
+        return self._mean(self.val_gain)
+
+    @property
+    def mean_transfer(self) -> float:
+        return self._mean(self.transfer)
+
+    @property
+    def mean_gap(self) -> float:
+        return self._mean(self.gap)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "mean_val_gain": self.mean_val_gain, "mean_transfer": self.mean_transfer,
+                "mean_gap": self.mean_gap}
+
+
+@dataclass
+class VerifierAblation:
+    task: str
+    profile: str
+    optimizer: str
+    policy: str
+    budget: int
+    selection_split: str
+    rows: list[VariantResult]
+    notes: list[str] = field(default_factory=list)
+
+    def row(self, variant: str) -> VariantResult:
+        return next(r for r in self.rows if r.variant == variant)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{k: v for k, v in asdict(self).items() if k != "rows"}, "rows": [r.to_dict() for r in self.rows]}
+
+    def describe(self) -> str:
+        lines = [f"verifier ablation: {self.optimizer} on {self.task} [{self.profile}], budget {self.budget} "
+                 f"metric calls, policy {self.policy!r}; validation gain on {self.selection_split} under the "
+                 f"variant's own verifier, transfer on held-out under the canonical verifier ({CANONICAL}); "
+                 f"gains against the seed candidate, paired by seed"]
+        lines += [f"note: {n}" for n in self.notes]
+        lines.append(f"  {'variant':<24} {'seeds':>5} {'val gain':>9} {'transfer':>9} {'95% CI (seeds)':>19} "
+                     f"{'gaming gap':>10} {'95% CI (seeds)':>19} {'held-out mean±sd':>17}")
+        for r in self.rows:
+            def ci(interval: Interval | None) -> str:
+                return "n/a (1 seed)" if interval is None else f"[{interval.low:+.3f}, {interval.high:+.3f}]"
+            spread = r.seed_spread
+            sd = "n/a" if math.isnan(spread["std"]) else f"{spread['std']:.3f}"
+            lines.append(f"  {r.variant:<24} {len(r.seeds):>5} {r.mean_val_gain:>+9.3f} {r.mean_transfer:>+9.3f} "
+                         f"{ci(r.transfer_ci):>19} {r.mean_gap:>+10.3f} {ci(r.gap_ci):>19} "
+                         f"{spread['mean']:>8.3f} ± {sd:<6}")
+        for r in self.rows:
+            lines.append(f"  {r.variant}: {r.reading}")
+        return "\n".join(lines)
+
+
+def seed_interval(base: Sequence[float], current: Sequence[float], n_examples: int,
+                  level: float = CI_LEVEL) -> Interval | None:
+    """Interval of the mean of ``current - base`` over seed pairs, the seed as the unit
+    (:func:`heldout.protocols.stats.compare_runs`: paired t over seeds, or an exact sign-flip
+    bound for single-instance tasks). None for one seed."""
+    if len(base) < 2:
+        return None
+    comp = compare_runs(list(base), list(current), paired=True, n_examples=max(1, n_examples), alpha=1 - level)
+    return Interval(comp.low, comp.high, comp.level, f"{comp.test} over {len(base)} seeds")
+
+
+def reading(row: VariantResult) -> str:
+    """The row in words: does the validation gain overstate what transfers?"""
+    head = (f"validation gain {row.mean_val_gain:+.3f} under its own verifier, held-out transfer "
+            f"{row.mean_transfer:+.3f}, gaming gap {row.mean_gap:+.3f}")
+    if row.gap_ci is None:
+        return head + "; one seed: no interval, nothing is separated."
+    if row.gap_ci.low > 0:
+        return head + ": the validation gain overstates held-out transfer (the gap's interval excludes 0)."
+    if row.gap_ci.high < 0:
+        return head + ": held-out transfer exceeds the validation gain (the gap's interval excludes 0)."
+    return head + ": no gaming gap separable from 0 at these seeds."
+
+
+class _SelectionScorer:
+    """Scores candidates on the train split under a variant, for profiles without val, appending
+    every verdict to the ablation ledger (fresh each time)."""
+
+    def __init__(self, run_root: Path, config: StudyConfig) -> None:
+        self.ledger: Ledger | None = None
+        self.run_root = run_root
+        self.config = config
+        self.usage = Usage()
+
+    def score(self, task: Task, candidate: Candidate, variant: str, seed: int, options: dict[str, Any]) -> float:
+        if self.ledger is None:
+            self.ledger = Ledger.open(self.run_root / ABLATION_DIR)
+        bench = task.benchmark
+        parsed = parse_verifier(variant, bench.verifier_options, bench.score_ceiling)
+        worker = _worker(self.config)
+        scorer = Scorer(bench, worker, None, options, 2, self.ledger)
+        examples = task.splits.get("train", [])
+        cid = candidate_id(candidate)
+        scorings = [scorer.score(candidate, examples, OPTIMISATION, self.usage, parsed.options, r)
+                    for r in range(parsed.repeats)]
+        shown = [parsed.show([s[k] for s in scorings], ex, seed=seed, candidate_id=cid)
+                 for k, ex in enumerate(examples)]
+        for ex, verdict in zip(examples, shown):
+            self.ledger.append("selection_scoring", {"candidate_id": cid, "split": "train", "example_id": ex.id,
+                                                     "verifier": variant, "seed": seed, "verdict": verdict.to_dict()})
+        return bench.aggregate(shown)
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+
+
+def _worker(config: StudyConfig):
+    if not config.worker_model:
+        return None
+    cache = ResponseCache(config.cache_dir) if config.cache_dir else None
+    return ModelClient(config.worker_model, base_url=config.base_url, cache=cache,
+                       concurrency=config.model_concurrency)
+
+
+def _own_score(rec: RunRecord, variant: str) -> float | None:
+    """What the variant's verifier showed of the final candidate on val (the canonical val score
+    under ``decomposed``)."""
+    if variant == CANONICAL:
+        return rec.val_score
+    return rec.extra.get("val_score_own_verifier")
+
+
+def summarise(plan: AblationPlan, run_root: str | Path, config: StudyConfig | None = None) -> VerifierAblation:
+    """The report of a finished plan (see the module docstring); writes ``RUN_DIR/verifier_ablation.json``."""
+    root = Path(run_root)
+    config = config or StudyConfig(run_root=str(root))
+    records: dict[tuple[str, str, int], RunRecord] = {}
+    missing = []
+    for c in plan.cells:
+        path = c.run_dir(root)
+        if not (path / RECORD_FILE).exists():
+            missing.append(str(path))
+            continue
+        rec = RunRecord.load(path)
+        if rec.status != "ok" or rec.final_candidate is None or rec.test_score is None:
+            raise AblationError(f"session {path} did not finish with a scored final candidate: "
+                                f"{rec.error or rec.status}")
+        records[(c.method.name, c.verifier, c.seed)] = rec
+    if missing:
+        raise AblationError(f"{len(missing)} session(s) have no run record yet (run without --plan): {missing[0]}")
+    task = None if plan.selection_split == "val" else load_task(plan.task, plan.profile, config.data_dir,
+                                                                config.allow_drift)
+    selection = _SelectionScorer(root, config)
+    rows = []
+    try:
+        for variant in plan.variants:
+            values: dict[str, list] = {k: [] for k in ("val_gain", "transfer", "gap", "final_test", "seed_test",
+                                                       "final_own", "seed_own", "final_candidates", "metric_calls")}
+            for seed in plan.seeds:
+                final = records[(plan.optimizer.name, variant, seed)]
+                base = records[(SEED_METHOD, variant, seed)]
+                if task is None:
+                    own_final, own_seed = _own_score(final, variant), _own_score(base, variant)
+                else:
+                    own_final = selection.score(task, dict(final.final_candidate), variant, seed, final.options)
+                    own_seed = selection.score(task, dict(base.final_candidate), variant, seed, base.options)
+                if own_final is None or own_seed is None:
+                    raise AblationError(f"{variant} seed {seed}: a run record lacks its own-verifier val score")
+                gain, transfer = own_final - own_seed, final.test_score - base.test_score
+                for key, value in (("val_gain", gain), ("transfer", transfer), ("gap", gain - transfer),
+                                   ("final_test", final.test_score), ("seed_test", base.test_score),
+                                   ("final_own", own_final), ("seed_own", own_seed),
+                                   ("final_candidates", final.final_candidate_id),
+                                   ("metric_calls", int(final.usage.get("metric_calls", 0)))):
+                    values[key].append(value)
+            row = VariantResult(variant=variant, seeds=list(plan.seeds), **values)
+            n_test = plan.sizes.get("test", 1)
+            row.transfer_ci = seed_interval(row.seed_test, row.final_test, n_test)
+            row.gap_ci = seed_interval(row.transfer, row.val_gain, n_test)  # gap_s = gain_s - transfer_s
+            row.seed_spread = asdict(summarize_seeds(row.final_test))
+            row.reading = reading(row)
+            rows.append(row)
+    finally:
+        selection.close()
+    notes = []
+    if task is not None:
+        notes.append(f"the profile has no val split: validation gain is on train, scored by this protocol "
+                     f"under each variant and ledgered in {ABLATION_DIR}/")
+    policies = {rec.policy.get("name") for rec in records.values()}
+    result = VerifierAblation(task=plan.task, profile=plan.profile, optimizer=plan.optimizer.name,
+                              policy=", ".join(sorted(str(p) for p in policies)), budget=plan.budget,
+                              selection_split=plan.selection_split, rows=rows, notes=notes)
+    (root / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=1, default=str))
+    return result
+
+
+def run_ablation(plan: AblationPlan, config: StudyConfig, executor: Executor | None = None,
+                 progress: bool = False) -> VerifierAblation:
+    """Run (or resume) every session of the plan, then :func:`summarise`."""
+    Path(config.run_root).mkdir(parents=True, exist_ok=True)
+    results = run_study(list(plan.cells), config, executor, progress=progress)
+    failed = [r for r in results if r["status"] != "ok"]
+    if failed:
+        first = failed[0]
+        raise AblationError(f"{len(failed)} session(s) failed; first: {first['method']} seed {first['seed']} "
+                            f"({first['run_dir']}): {first.get('error')}")
+    return summarise(plan, config.run_root, config)
+
+
+__all__ = ["ABLATION_DIR", "RESULT_FILE", "SEED_METHOD", "AblationError", "AblationPlan", "Interval",
+           "VariantResult", "VerifierAblation", "plan_ablation", "reading", "run_ablation", "seed_interval",
+           "summarise"]
