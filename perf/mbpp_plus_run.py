@@ -2,8 +2,8 @@
 
 Both evaluate the same samples (every problem's prompt + canonical solution) from the same file,
 cold (expected outputs computed in the run, as on a first evaluation), with the same number of
-workers, in the same run. heldout: ``check_many`` (sandbox per problem: expected outputs, then the
-check). evalplus (optional, ``pip install heldout[evalplus]``): ``evalplus.evaluate.evaluate`` with
+workers, in the same run. heldout: ``check_many`` (per problem two sandboxed executions, forked by
+the fork server: expected outputs, then the check; the fork server's start is included). evalplus (optional, ``pip install heldout[evalplus]``): ``evalplus.evaluate.evaluate`` with
 ``MBPP_OVERRIDE_PATH`` pointing at the local file and its ground-truth cache cleared first.
 Printed: seconds of each, pass counts (base, plus), and the ratio heldout / evalplus (goal <= 1.0).
 
@@ -69,7 +69,7 @@ def run_evalplus(jsonl: Path, problems: list[dict], workers: int) -> dict | None
 
 def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dict]:
     """Rows for perf/run_all.py: heldout / evalplus wall time on the first ``limit`` problems
-    (None: all 378; target <= 0.5x) with identical pass counts; pending the sandbox rewrite."""
+    (None: all 378; target <= 0.5x, subsets: faster) with identical pass counts."""
     jsonl = Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl"
     if not jsonl.is_file():
         return [{"name": "MBPP+", "value": float("nan"), "unit": "s", "ratio": float("nan"),
@@ -89,7 +89,7 @@ def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dic
     same = (base, plus) == (theirs["base"], theirs["plus"])
     ratio = mine / theirs["seconds"]
     return [{"name": name, "value": mine, "unit": "s", "ratio": ratio,
-             "target": f"<= {target:g}x evalplus (PENDING sandbox rewrite)", "passed": ratio <= target and same,
+             "target": f"<= {target:g}x evalplus", "passed": ratio <= target and same,
              "note": f"evalplus {theirs['seconds']:.1f} s; pass counts {'identical' if same else 'DIFFER'} "
                      f"(base {base}, plus {plus})"}]
 

@@ -3,9 +3,9 @@
 Runs, in this process and the same load: the VLIW per-candidate cost on both kernels and the
 reference machine (perf/vliw_candidate.py), the Lockpicking exhaustive check
 (perf/lockpicking_exhaustive.py), the model endpoint at fixed latency and against a rate-limited
-server (perf/model_throughput.py), the sandbox's per-execution cost and MBPP+ against evalplus
-(perf/sandbox_throughput.py, perf/mbpp_plus_run.py; both pending the allow-list sandbox and its
-fork server, printed against their targets all the same), and issue 18's: a program-task grid on
+server (perf/model_throughput.py), the sandbox's per-execution cost through the fork server
+(against the fresh sandbox and a bare ``python -c pass`` of the same run) and MBPP+ against
+evalplus (perf/sandbox_throughput.py, perf/mbpp_plus_run.py), and issue 18's: a program-task grid on
 Ray with 2 workers against serial (perf/ray_grid.py, needs the [ray] extra) and the results store's
 build time as a study grows 1x..256x cells (perf/store_build.py). Under 10 minutes on 2 cores with the
 default 30-problem MBPP+ subset; ``--mbpp-full`` adds the full 378-problem run.
@@ -72,7 +72,7 @@ def main() -> int:
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} cores; "
           f"total {time.perf_counter() - started:.0f} s. Ratios: VLIW = original harness seconds (issue's idle "
           "figures) / ours; reference machine = ours / original's 0.5 s; lockpicking = ours / 0.35 s; "
-          "model = ideal / ours and achieved / allowed rate; sandbox = ours / 10 ms; MBPP+ = ours / evalplus; "
+          "model = ideal / ours and achieved / allowed rate; sandbox = forked execution / 10 ms; MBPP+ = ours / evalplus; "
           "ray grid = serial / Ray with 2 workers; results store = scaling exponent of build time (1 = linear).")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

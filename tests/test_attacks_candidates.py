@@ -21,7 +21,7 @@ import pytest
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import RunLimits
 from heldout.evaluators.ledger import ledger_key_path
-from heldout.sandbox import isolation_mode
+from heldout.sandbox import isolation_mode, zygote
 
 pytestmark = pytest.mark.skipif(isolation_mode() != "bwrap", reason="the allow-list sandbox needs bubblewrap")
 
@@ -79,6 +79,15 @@ def assert_blocked(verdict, kinds=("crash",)):
     assert verdict.score == 0.0 and not verdict.valid, verdict
     assert verdict.error and verdict.error_kind in kinds, (verdict.error_kind, verdict.error)
     assert verdict.error_kind != "sandbox_error"  # the candidate's failure, never the harness's
+
+
+@pytest.fixture(autouse=True)
+def through_the_fork_server(request):
+    """Every attack here runs in a child of the fork server (the default) when it is available."""
+    before = zygote.stats()["executions"]
+    yield
+    if zygote.fork_server_enabled() and "bait_is_real" not in request.node.name:
+        assert zygote.stats()["executions"] > before, "the attack did not run through the fork server"
 
 
 # -- host bait: real label files, sockets and IPC objects the attacks look for ------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from heldout.contracts import RunLimits
 from heldout.benchmarks.registry import get_benchmark
-from heldout.sandbox import isolation_mode
+from heldout.sandbox import isolation_mode, zygote
 
 TASK = "circle_packing/square26"
 FAST = RunLimits(wall_seconds=2.5, cpu_seconds=2.5, memory_mb=512, max_processes=32)
@@ -61,6 +61,15 @@ def evaluator_unharmed():
     bench = get_benchmark(TASK)
     again = bench.run(bench.seed_candidate(), bench.load_raw(None)[0], bench.context(FAST.replace(wall_seconds=30, cpu_seconds=30)))
     assert again.valid and again.score == pytest.approx(2.4975)
+
+
+@pytest.fixture(autouse=True)
+def through_the_fork_server(evaluator_unharmed):
+    """Every attack here runs in a child of the fork server (the default) when it is available."""
+    before = zygote.stats()["executions"]
+    yield
+    if zygote.fork_server_enabled():
+        assert zygote.stats()["executions"] > before, "the attack did not run through the fork server"
 
 
 def failed(verdict, *kinds: str):

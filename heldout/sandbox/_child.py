@@ -328,6 +328,7 @@ def main():
     os._exit(0)
 
 
-# run as `python -s -c SOURCE` inside the sandbox
-if __name__ == "__main__":
+# run as `python -s -c SOURCE RESULT_FD` inside the sandbox (with the fork server's source appended,
+# `... zygote CONTROL_FD PRELOAD`: see heldout.sandbox._zygote)
+if __name__ == "__main__" and sys.argv[1:2] != ["zygote"]:
     main()

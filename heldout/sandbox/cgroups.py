@@ -116,8 +116,14 @@ class RunGroup:
     dirs: dict[str, Path] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, *, memory_mb: int, max_processes: int) -> "RunGroup":
+    def create(cls, *, memory_mb: int, max_processes: int, parent: "RunGroup | None" = None) -> "RunGroup":
+        """A new group with these limits, under the harness's own group or (cgroup v1 only) inside
+        ``parent`` (the fork server's group: its executions' groups nest in it)."""
         level, bases = _bases()
+        if parent is not None:
+            if parent.level != "cgroup-v1" or not parent.dirs:
+                return cls("rlimit")
+            bases = dict(parent.dirs)
         if level == "rlimit":
             return cls("rlimit")
         name = GROUP_PREFIX + secrets.token_hex(6)
@@ -156,6 +162,10 @@ class RunGroup:
             return argv
         script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
         return ["/bin/sh", "-c", script, "sh", *self.procs_files(), "--", *argv]
+
+    def has_members(self) -> bool:
+        """True if some process is in the group (in every controller's hierarchy)."""
+        return bool(self.dirs) and all(_read(d / "cgroup.procs").split() for d in self.dirs.values())
 
     def memory_exceeded(self) -> bool:
         """True if the run hit its memory limit (the kernel refused or reclaimed-then-killed)."""
@@ -218,13 +228,16 @@ class RunGroup:
             return None
         return round(value / (1024 * 1024), 1) if value else None
 
-    def kill_all(self) -> None:
-        """SIGKILL every process still in the group, until it is empty (bounded)."""
+    def kill_all(self, wait: bool = True) -> None:
+        """SIGKILL every process still in the group, until it is empty (bounded); with
+        ``wait=False`` once (the processes then die on their own time)."""
         deadline = time.monotonic() + 10.0
+        pause = 0.0005  # killed processes are usually gone within a millisecond
         while self.dirs and time.monotonic() < deadline:
             pids = set()
             for d in self.dirs.values():
-                pids |= {int(p) for p in _read(d / "cgroup.procs").split() if p.isdigit()}
+                for member in [*d.glob(GROUP_PREFIX + "*"), d]:  # nested groups (a fork server's) too
+                    pids |= {int(p) for p in _read(member / "cgroup.procs").split() if p.isdigit()}
             if not pids:
                 return
             for pid in pids:
@@ -232,12 +245,15 @@ class RunGroup:
                     os.kill(pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            time.sleep(0.01)
+            if not wait:
+                return
+            time.sleep(pause)
+            pause = min(2 * pause, 0.01)
 
     def close(self) -> None:
         """Kill what is left and remove the group's directories."""
         self.kill_all()
-        for d in list(self.dirs.values()):
+        for d in [n for d in self.dirs.values() for n in (*d.glob(GROUP_PREFIX + "*"), d)]:
             for _ in range(50):
                 try:
                     d.rmdir()

@@ -50,7 +50,9 @@ from typing import Any, Sequence
 
 from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import RunGroup, limits_level
-from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, probe_bwrap
+from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, after_run, discard, fork_server_enabled,
+                                    server_for)
+from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, child_env, probe_bwrap
 
 CANDIDATE_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large")
 ERROR_KINDS = CANDIDATE_KINDS + ("sandbox_error",)
@@ -62,6 +64,12 @@ PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the pa
 DEFAULT_SCRATCH_MB = 64
 _CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 _RESERVED_PREFIX = "_heldout_"
+# what program tasks' fork server imports once (one zygote serves them all): numpy and the
+# standard modules candidates (MBPP+ solutions, geometry programs) commonly import
+PROGRAM_PRELOAD = ("numpy", "re", "math", "cmath", "collections", "itertools", "heapq", "functools", "bisect",
+                   "operator", "string", "decimal", "fractions", "statistics", "typing", "hashlib", "random",
+                   "dataclasses", "copy", "array")
+PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
 
 
 class SandboxError(HeldoutError):
@@ -87,6 +95,7 @@ class SandboxResult:
     isolation: str = "none"
     calls: list[dict[str, Any]] = field(default_factory=list)  # per-call outcomes (run_calls)
     peak_memory_mb: float | None = None
+    forked: bool = False  # every execution ran in a child of a fork server (same isolation)
 
     def describe_limits(self) -> str:
         lim = self.limits
@@ -154,7 +163,8 @@ def default_hidden_paths() -> list[str]:
 # -- the API -----------------------------------------------------------------------------------------
 def run_function(files: dict[str, str], module: str, function: str, args: list | tuple = (),
                  kwargs: dict | None = None, *, limits: RunLimits, setup_files: dict[str, str] | None = None,
-                 encoding: str = "json", allow_processes: bool = False) -> SandboxResult:
+                 encoding: str = "json", allow_processes: bool = False, preload: Sequence[str] = (),
+                 fork_server: bool = True) -> SandboxResult:
     """Write ``files`` (candidate sources; relative paths) plus ``setup_files`` (trusted helper
     modules the task provides) into a fresh read-only code dir, start a fresh sandboxed Python,
     import ``module`` and call ``function(*args, **kwargs)``. Args/kwargs cross as JSON. The return
@@ -162,9 +172,15 @@ def run_function(files: dict[str, str], module: str, function: str, args: list |
     lists, numpy scalars -> float/int; anything else -> ``bad_output``); with
     ``encoding="typed"`` tuples, sets, bytes, complex and non-str dict keys survive as such.
     Never raises for anything the candidate does; raises :class:`NoSandbox` if no sandbox can
-    be built and the user did not opt out of one."""
+    be built and the user did not opt out of one.
+
+    By default the execution is forked by the fork server for ``preload`` (modules imported once,
+    before any candidate: e.g. ``("numpy",)``), at the same isolation as a fresh sandbox
+    (:mod:`heldout.sandbox.zygote`); ``fork_server=False`` or ``$HELDOUT_FORK_SERVER=0`` starts
+    a fresh sandbox instead, as does any failure of the fork server."""
     result = run_calls(files, module, function, [(list(args), dict(kwargs or {}))], limits=limits,
-                       setup_files=setup_files, encoding=encoding, allow_processes=allow_processes)
+                       setup_files=setup_files, encoding=encoding, allow_processes=allow_processes,
+                       preload=preload, fork_server=fork_server)
     if result.ok:
         result.value = result.calls[0]["value"]
     return result
@@ -175,14 +191,16 @@ def run_calls(files: dict[str, str], module: str, function: str,
               per_call_seconds: Sequence[float | None] | None = None,
               setup_files: dict[str, str] | None = None, encoding: str = "json",
               stop_on_error: bool = False, allow_processes: bool = False,
-              groups: Sequence[str] | None = None) -> SandboxResult:
+              groups: Sequence[str] | None = None, preload: Sequence[str] = (),
+              fork_server: bool = True) -> SandboxResult:
     """Like :func:`run_function`, but call ``function`` once per ``(args, kwargs)`` in ``calls`` in
     one sandboxed process (imports are paid once). ``per_call_seconds`` adds a wall limit per call
     (see the module docstring; the overall ``limits.wall_seconds`` still bounds everything).
     ``result.calls`` holds one outcome per call that ran: ``{"call", "ok", "value", "seconds"}``
     or ``{"call", "ok": False, "error_kind", "error"}``; ``result.value`` is the list of values
     when all succeeded. With ``stop_on_error`` the run stops at the first failing call, or, when
-    ``groups`` names a group per call, skips only the rest of the failing call's group."""
+    ``groups`` names a group per call, skips only the rest of the failing call's group.
+    ``preload``/``fork_server``: as for :func:`run_function`."""
     if encoding not in ("json", "typed"):
         raise SandboxError(f"encoding must be 'json' or 'typed', not {encoding!r}")
     level = require_sandbox()
@@ -194,7 +212,9 @@ def run_calls(files: dict[str, str], module: str, function: str,
         json_calls = json.loads(json.dumps([{"args": list(a), "kwargs": dict(k)} for a, k in calls]))
     except (TypeError, ValueError) as exc:
         raise SandboxError(f"sandbox arguments must be JSON data: {exc}") from exc
-    code = _write_code_dir(files, setup_files or {})
+    server = server_for(preload) if fork_server and level != "none" and fork_server_enabled() else None
+    code = _write_code_dir(files, setup_files or {}, server.new_code_dir() if server else None)
+    forked_only = server is not None
     start = time.perf_counter()
     outcomes: dict[int, dict[str, Any]] = {}
     pending = list(range(len(calls)))
@@ -210,7 +230,15 @@ def run_calls(files: dict[str, str], module: str, function: str,
                    "allow_processes": allow_processes, "limits": _limits_dict(limits),
                    "hide": default_hidden_paths() if level == "none" else [],
                    "calls": [{**json_calls[i], "seconds": per_call[i], "group": group_of[i]} for i in pending]}
-            last = _execute(job, code, level, limits.replace(wall_seconds=wall_left), [per_call[i] for i in pending])
+            try:
+                last = _execute(job, code, level, limits.replace(wall_seconds=wall_left), [per_call[i] for i in pending],
+                                server)
+            except _UseFreshSandbox as exc:
+                discard(server, str(exc))
+                server, forked_only = None, False
+                shutil.rmtree(code, ignore_errors=True)
+                code = _write_code_dir(files, setup_files or {})
+                continue
             peak = max(filter(None, (peak, last.peak_memory_mb)), default=None)
             for local in last.calls:
                 outcomes[pending[local["call"]]] = {**local, "call": pending[local["call"]]}
@@ -229,11 +257,15 @@ def run_calls(files: dict[str, str], module: str, function: str,
                 rest = [i for i in rest if group_of[i] is not None and group_of[i] not in failed_groups]
             pending = rest
     finally:
-        shutil.rmtree(code, ignore_errors=True)
+        if server is not None:
+            after_run(lambda: shutil.rmtree(code, ignore_errors=True))
+        else:
+            shutil.rmtree(code, ignore_errors=True)
     ordered = [outcomes[i] for i in sorted(outcomes)]
     result = _combine(ordered, last, limits, level, len(calls), stop_on_error)
     result.seconds = time.perf_counter() - start
     result.peak_memory_mb = peak
+    result.forked = forked_only and last is not None
     return result
 
 
@@ -262,10 +294,11 @@ def _limits_dict(limits: RunLimits) -> dict[str, Any]:
     return values
 
 
-def _write_code_dir(files: dict[str, str], setup_files: dict[str, str]) -> Path:
-    """A fresh host dir with the candidate's files and the task's helpers, readable by everyone
-    (it is bound read-only into the sandbox; the candidate cannot change a helper)."""
-    code = Path(tempfile.mkdtemp(prefix="heldout-code-")).resolve()
+def _write_code_dir(files: dict[str, str], setup_files: dict[str, str], code: Path | None = None) -> Path:
+    """A fresh host dir (or the empty ``code``: a fork server's) with the candidate's files and
+    the task's helpers, readable by everyone (it is bound read-only into the sandbox; the
+    candidate cannot change a helper)."""
+    code = code or Path(tempfile.mkdtemp(prefix="heldout-code-")).resolve()
     try:
         for name, text in list(files.items()) + list(setup_files.items()):
             if not isinstance(name, str) or not isinstance(text, str):
@@ -284,19 +317,6 @@ def _write_code_dir(files: dict[str, str], setup_files: dict[str, str]) -> Path:
         shutil.rmtree(code, ignore_errors=True)
         raise
     return code
-
-
-def child_env(home: str) -> dict[str, str]:
-    """The whole environment of a sandboxed Python: nothing of the harness's leaks in."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home,
-           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONHASHSEED": "0"}  # reproducible set/dict orders across runs
-    # one thread per numeric library: thread pools count against the process limit
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
-                "NUMEXPR_NUM_THREADS"):
-        env[var] = "1"
-    env["NUMBA_CACHE_DIR"] = home + "/.numba_cache"
-    return env
 
 
 class _RunState:
@@ -354,18 +374,36 @@ class _RunState:
         return None if not seconds else self.current[1] + seconds + PARENT_SLACK_SECONDS
 
 
-def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
-             per_call: list[float | None]) -> SandboxResult:
+class _UseFreshSandbox(Exception):
+    """The fork server could not run this execution (nothing of the candidate ran, or what ran
+    is thrown away): run it in a fresh sandbox."""
+
+
+@dataclass
+class _Launched:
+    """A started execution, however it was started: the harness's ends of its pipes, its cgroup,
+    and how to kill and reap it."""
+
+    result_fd: int
+    stdout_fd: int
+    job_fd: int
+    group: RunGroup
+    level_name: str
+    kill: Any  # () -> None: every process of the run
+    reap: Any  # (need the exit code?) -> (exit code, CPU seconds)
+    forked: Execution | None = None
+
+
+def _launch_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits) -> _Launched | SandboxResult:
     read_fd, write_fd = os.pipe()
     privileged = os.geteuid() == 0
     if level == "none":
         scratch = tempfile.mkdtemp(prefix="heldout-sbx-")
-        job.update(code=str(code), scratch=scratch, uid=None)
+        job.update(code=str(code), scratch=scratch)
         prefix: list[str] = []
     else:
         scratch = SCRATCH_DIR
-        job.update(code=CODE_DIR, scratch=scratch,
-                   uid=random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged else None)
+        job.update(code=CODE_DIR, scratch=scratch)
         prefix = [*bwrap_argv(AllowList(code=code, scratch_mb=scratch_mb(limits)), privileged=privileged), "--"]
     # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
     cmd = [*prefix, sys.executable, "-s", "-c", _CHILD_SOURCE, str(write_fd)]
@@ -373,7 +411,6 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
         if level != "none" else RunGroup("rlimit")
     level_name = level if level == "none" else f"bwrap+{group.level}"
     cmd = group.attach_argv(cmd)
-    stdout_cap = max(limits.max_output_bytes, 64 * 1024)
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 pass_fds=(write_fd,), start_new_session=True, env=child_env(scratch),
@@ -385,10 +422,68 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
         return SandboxResult(False, None, f"sandbox could not start Python: {exc}", "sandbox_error", "",
                              0.0, limits, level_name)
     os.close(write_fd)
+
+    def kill() -> None:
+        _kill(proc, group)
+
+    def reap(need_code: bool) -> tuple[int, float]:
+        cpu = _reap(proc)
+        if level == "none":
+            shutil.rmtree(scratch, ignore_errors=True)
+        return proc.returncode, cpu
+
+    job_fd = os.dup(proc.stdin.fileno())
+    stdout_fd = os.dup(proc.stdout.fileno())
+    proc.stdin.close()
+    proc.stdout.close()
+    return _Launched(read_fd, stdout_fd, job_fd, group, level_name, kill, reap)
+
+
+def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
+                   server: ForkServer) -> _Launched:
+    job.update(code=CODE_DIR, scratch=SCRATCH_DIR)
+    try:
+        ex = server.start(code, child_env(SCRATCH_DIR), scratch_mb(limits), limits.memory_mb, limits.max_processes)
+    except ForkServerDown as exc:
+        raise _UseFreshSandbox(str(exc)) from exc
+
+    def kill() -> None:
+        server.kill(ex)
+
+    def reap(need_code: bool) -> tuple[int, float]:
+        # a run whose streams closed by themselves is exiting: it is killed only after its exit
+        # was reported. The report means the whole tree is gone: the intermediate reaps the
+        # namespace's PID 1 only after the kernel reaped every other process of the namespace,
+        # and every process of the execution's cgroup lives in that namespace
+        if not need_code:
+            server.kill(ex, wait=False)
+        code = server.wait_exit(ex)
+        server.kill(ex, wait=code is None)
+        return (-signal.SIGKILL if code is None else code), 0.0
+
+    return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap, ex)
+
+
+def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
+             per_call: list[float | None], server: ForkServer | None = None) -> SandboxResult:
+    """Run one job, in a child of ``server`` (raises :class:`_UseFreshSandbox` if it cannot) or
+    in a fresh sandbox; the monitoring below is the same for both."""
+    privileged = os.geteuid() == 0
+    job["uid"] = random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged and level != "none" else None
+    started = _launch_forked(job, code, level, limits, server) if server is not None \
+        else _launch_fresh(job, code, level, limits)
+    if isinstance(started, SandboxResult):
+        return started
+    group, level_name = started.group, started.level_name
+    read_fd, stdout_fd = started.result_fd, started.stdout_fd
+    stdout_cap = max(limits.max_output_bytes, 64 * 1024)
     # the job goes through stdin (nothing of it stays readable in the sandbox); a thread, because
     # a large job does not fit the pipe before the child starts reading
-    feeder = threading.Thread(target=_feed_job, args=(proc, json.dumps(job).encode()), daemon=True)
-    feeder.start()
+    data = json.dumps(job).encode()
+    if len(data) <= PIPE_BYTES:
+        _feed_job(started.job_fd, data)  # fits the empty pipe: never blocks
+    else:
+        threading.Thread(target=_feed_job, args=(started.job_fd, data), daemon=True).start()
     state = _RunState(per_call)
     deadline = time.monotonic() + limits.wall_seconds
     stdout_tail = bytearray()
@@ -396,9 +491,10 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
     killed_for: str | None = None
     sel = selectors.DefaultSelector()
     sel.register(read_fd, selectors.EVENT_READ, "result")
-    sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
+    sel.register(stdout_fd, selectors.EVENT_READ, "stdout")
     open_streams = 2
     next_cpu_check = 0.0
+    monitored = False
     try:
         while open_streams:
             now = time.monotonic()
@@ -417,10 +513,10 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
                 next_cpu_check = now + 0.25
             wait = min(deadline, call_deadline or deadline, next_cpu_check) - now
             for key, _ in sel.select(timeout=max(0.0, min(wait, 0.5))):
-                fd = key.fd if key.data == "result" else proc.stdout.fileno()
-                chunk = os.read(fd, 65536)
+                was_ready = state.ready
+                chunk = os.read(key.fd, 65536)
                 if not chunk:
-                    sel.unregister(key.fileobj)
+                    sel.unregister(key.fd)
                     open_streams -= 1
                     continue
                 if key.data == "result":
@@ -429,6 +525,10 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
                         killed_for = "output_too_large"
                     else:
                         state.feed(chunk)
+                    if started.forked is not None and state.ready and not was_ready and not group.has_members():
+                        # a child that says it is isolated must be in its cgroup (checked here, on
+                        # the host): otherwise the fork server is not to be trusted with more runs
+                        killed_for = "fork_server"
                 else:
                     stdout_total += len(chunk)
                     stdout_tail += chunk
@@ -437,30 +537,40 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
                         killed_for = "stdout_too_large"
             if killed_for or state.done or state.fatal or state.bad:
                 break
+        monitored = True
     finally:
         # close our ends first: a writer blocked on a full pipe then fails instead of hanging
         sel.close()
         os.close(read_fd)
-        proc.stdout.close()
-        _kill(proc, group)
-    cpu_used = _reap(proc)
+        os.close(stdout_fd)
+        if not monitored or started.forked is None or open_streams or killed_for:
+            started.kill()
+    # the exit code only words the message of a run that ended without its outcome on the channel
+    returncode, cpu_used = started.reap(not state.done and killed_for is None and not state.bad
+                                        and state.fatal is None)
     if group.cpu_seconds() is not None:
         cpu_used = max(cpu_used, group.cpu_seconds() or 0.0)
     memory_hit, procs_hit, peak = group.memory_exceeded(), group.processes_exceeded(), group.peak_memory_mb()
-    group.close()
-    if level == "none":
-        shutil.rmtree(scratch, ignore_errors=True)
+    if started.forked is not None:
+        after_run(group.close)  # every process is dead or SIGKILLed; emptying the group can wait
+    else:
+        group.close()
     tail = stdout_tail.decode("utf-8", errors="replace")
-    result = _interpret(state, killed_for, proc.returncode, cpu_used, memory_hit, procs_hit, tail, limits,
+    if started.forked is not None and (killed_for == "fork_server" or (not state.ready and not state.done)):
+        # the fork server could not isolate this child (nothing of the candidate ran before
+        # "ready"): it is thrown away and the execution runs in a fresh sandbox
+        raise _UseFreshSandbox(f"the fork server could not set up an execution (exit code {returncode}): "
+                               f"{tail[-500:]}")
+    result = _interpret(state, killed_for, returncode, cpu_used, memory_hit, procs_hit, tail, limits,
                         level_name)
     result.peak_memory_mb = peak
     return result
 
 
-def _feed_job(proc: subprocess.Popen, data: bytes) -> None:
+def _feed_job(fd: int, data: bytes) -> None:
     try:
-        proc.stdin.write(data)
-        proc.stdin.close()
+        with open(fd, "wb", closefd=True) as pipe:
+            pipe.write(data)
     except (OSError, ValueError):
         pass
 
@@ -576,4 +686,4 @@ def decode_typed(value: Any) -> Any:
 
 __all__ = ["decode_typed", "SandboxResult", "SandboxError", "NoSandbox", "run_function", "run_calls",
            "isolation_mode", "isolation_level", "require_sandbox", "allow_unsafe_no_sandbox", "unsafe_allowed",
-           "child_env", "ERROR_KINDS", "CANDIDATE_KINDS"]
+           "child_env", "ERROR_KINDS", "CANDIDATE_KINDS", "PROGRAM_PRELOAD"]

@@ -128,6 +128,20 @@ def bwrap_argv(allow: AllowList, *, privileged: bool) -> list[str]:
     return argv
 
 
+def child_env(home: str) -> dict[str, str]:
+    """The whole environment of a sandboxed Python: nothing of the harness's leaks in."""
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home,
+           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONHASHSEED": "0"}  # reproducible set/dict orders across runs
+    # one thread per numeric library: thread pools count against the process limit (and a
+    # fork server must stay single-threaded to fork safely)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
+                "NUMEXPR_NUM_THREADS"):
+        env[var] = "1"
+    env["NUMBA_CACHE_DIR"] = home + "/.numba_cache"
+    return env
+
+
 _probe_lock = threading.Lock()
 _probe_result: tuple[str, str] | None = None
 
@@ -158,5 +172,5 @@ def _probe() -> tuple[str, str]:
     return "bwrap", ""
 
 
-__all__ = ["AllowList", "CODE_DIR", "SCRATCH_DIR", "SANDBOX_DIR", "bwrap_argv", "probe_bwrap", "python_dirs",
+__all__ = ["child_env", "AllowList", "CODE_DIR", "SCRATCH_DIR", "SANDBOX_DIR", "bwrap_argv", "probe_bwrap", "python_dirs",
            "installed_heldout_dirs"]

@@ -31,7 +31,7 @@ from heldout.benchmarks.geometry import scoring
 from heldout.benchmarks.geometry.scoring import Scored
 from heldout.benchmarks.registry import register
 from heldout.data_manifests import freeze
-from heldout.sandbox import SandboxError, run_function
+from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD
 
 SEED_DIR = Path(__file__).resolve().parent / "seeds"
 ENTRY_MODULE = "_heldout_entry"
@@ -139,7 +139,7 @@ class GeometryTask(Benchmark):
             check_candidate(candidate)
             module = program_module(candidate)
             result = run_function(candidate, ENTRY_MODULE, "call", [module, list(self.entries)],
-                                  limits=limits, setup_files=self.helper_files())
+                                  limits=limits, setup_files=self.helper_files(), preload=PROGRAM_PRELOAD)
         except (MalformedCandidate, SandboxError) as exc:
             return Verdict.failure(example.id, str(exc), "malformed_candidate", dimensions=base_dims,
                                    feedback=f"{exc}\n{limits_text}; tolerance {tol:g}")

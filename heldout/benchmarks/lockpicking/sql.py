@@ -46,7 +46,7 @@ from sqlglot.tokens import TokenType
 
 from heldout.benchmarks.lockpicking import sql_child
 from heldout.contracts import RunLimits
-from heldout.sandbox import SandboxError, run_function
+from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD
 
 if TYPE_CHECKING:
     from heldout.benchmarks.lockpicking.rules import RuleSystem
@@ -275,7 +275,8 @@ def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: in
                        memory_mb=memory_mb + DUCKDB_HEADROOM_MB, max_output_bytes=64 * 1024 * 1024)
     try:
         result = run_function({}, SQL_HELPER_MODULE, function, [*args], limits=limits,
-                              setup_files={f"{SQL_HELPER_MODULE}.py": _SQL_HELPER_SOURCE})
+                              setup_files={f"{SQL_HELPER_MODULE}.py": _SQL_HELPER_SOURCE},
+                              preload=PROGRAM_PRELOAD)
     except SandboxError as exc:
         raise SqlExecutionError(f"cannot run the query: {exc}", "sandbox_error") from None
     if not result.ok:

@@ -34,7 +34,7 @@ from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import load_pool
 from heldout.benchmarks.lockpicking.rules import MALFORMED, N_POSITIONS, TRUTH
 from heldout.benchmarks.candidates import read_candidate
-from heldout.sandbox import SandboxError, run_function
+from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD
 
 HERE = Path(__file__).resolve().parent
 CANDIDATES_DIR = HERE / "candidates"
@@ -203,7 +203,7 @@ class LockpickingBenchmark(Benchmark):
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_batch", [programs], limits=limits,
-                                  setup_files=self.helper_files())
+                                  setup_files=self.helper_files(), preload=PROGRAM_PRELOAD)
         except SandboxError as exc:
             return _Batch(error=f"malformed candidate: {exc}", error_kind="malformed_candidate")
         if not result.ok:
@@ -299,7 +299,7 @@ class LockpickingBenchmark(Benchmark):
 
         try:
             result = run_function(candidate, RUNNER_MODULE, "score_exhaustive", [list(MALFORMED)], limits=limits,
-                                  setup_files=self.helper_files())
+                                  setup_files=self.helper_files(), preload=PROGRAM_PRELOAD)
         except SandboxError as exc:
             return _exhaustive_result(None, 0, str(exc), "malformed_candidate")
         if not result.ok:

@@ -50,7 +50,7 @@ import numpy as np
 
 from heldout.contracts import DataError, RunLimits
 from heldout.benchmarks.mbpp_plus._child import DIGEST_KEY, NDARRAY_KEY
-from heldout.sandbox import SandboxError, decode_typed, run_calls
+from heldout.sandbox import SandboxError, decode_typed, run_calls, PROGRAM_PRELOAD
 
 MIN_TIME_LIMIT = 1.0
 TIME_LIMIT_FACTOR = 4.0
@@ -144,7 +144,7 @@ def ground_truth(problem: dict[str, Any], *, limits: RunLimits = DEFAULT_LIMITS)
     calls = [([problem["task_id"], problem["entry_point"], inp, "truth"], {}) for inp in inputs]
     trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
     result = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=trusted, encoding="typed",
-                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE})
+                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
     if not result.ok:
         raise DataError(f"{problem['task_id']}: the canonical solution failed ({result.error_kind}): "
                         f"{str(result.error)[-500:]}")
@@ -285,7 +285,7 @@ def run_suites(problem: dict[str, Any], code: str, truth: GroundTruth, which: Se
     try:
         res = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=lim, encoding="typed",
                         per_call_seconds=per_call, stop_on_error=True, groups=groups,
-                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE})
+                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
     except SandboxError as exc:
         return {name: SuiteResult(name, "fail", 0, len(inputs), {"index": 0, "reason": "malformed_candidate",
                                                                 "input": "", "message": str(exc)})

@@ -38,7 +38,7 @@ from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decod
 from heldout.benchmarks.vliw.machine import InvalidInput, load_program_json, simulate, utilisation
 from heldout.benchmarks.vliw.reference import CHECKED_ENGINES
 from heldout.benchmarks.candidates import _read_text
-from heldout.sandbox import SandboxError, run_function
+from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 STREAM_COMPONENT = "program.json"
@@ -208,7 +208,7 @@ class VliwTakehome(Benchmark):
                     shape["rounds"], MAX_BUNDLES, self.build_form]
             try:
                 res = run_function(files, "_heldout_vliw_build", "build", args, limits=limits,
-                                   setup_files=self.helper_files())
+                                   setup_files=self.helper_files(), preload=PROGRAM_PRELOAD)
             except SandboxError as exc:
                 return BuildOutcome(None, f"build error: {exc}", "malformed_candidate",
                                     time.perf_counter() - start)

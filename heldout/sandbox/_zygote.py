@@ -1,0 +1,274 @@
+"""The fork server (zygote) side: this file's source is appended to :mod:`heldout.sandbox._child`'s
+and handed to ``python -s -c`` inside the same bubblewrap root as a fresh sandbox (never imported;
+the names of ``_child`` -- ``main``, ``isolate`` ... -- are its globals).
+
+The zygote is trusted code that runs no candidate itself. It imports the modules it was asked to
+preload, freezes the garbage collector (fewer copy-on-write pages in every child) and then waits
+on its control socket, which only the harness holds (an inherited fd; it binds no socket anyone
+could connect to). Per request it forks, per execution:
+
+* an **intermediate** process (in the zygote's PID namespace) that joins the execution's own
+  cgroup (fds the harness opened), unshares fresh mount, IPC, network, UTS, cgroup and PID
+  namespaces, mounts a fresh size-capped tmpfs as the scratch, binds the execution's code dir
+  read-only over the code path (which held the inbox of every execution's code dir, now out of
+  reach), remounts ``/dev`` read-only (nothing there is writable, as in a fresh sandbox), forks
+* a **reaper**, PID 1 of the new PID namespace, which mounts a ``/proc`` of that namespace (with
+  bwrap's read-only covers) and forks
+* the **child**, PID 2, which gets exactly the fds of a fresh sandbox (job on stdin, output on
+  stdout/stderr, result channel on fd 3), the sandbox environment, re-seeded random states and
+  cleared import caches, and runs the ordinary child ``main()`` (rlimits, throw-away uid,
+  no_new_privs, seccomp, audit hook, the calls).
+
+When the child exits the reaper exits with bwrap's exit-code convention (the child's code, or 128
++ the signal), which kills everything left in the PID namespace; the namespaces, the scratch
+tmpfs and any IPC objects die with it. The zygote reports each intermediate's exit code; it is
+only used in messages (the harness decides every outcome from the result channel and the cgroup,
+as for a fresh sandbox)."""
+
+import array
+import collections
+import gc
+import selectors
+import socket
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x02000000, 0x04000000, 0x08000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
+PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")  # what bwrap's --proc makes read-only
+RESULT_FD = 3
+SETUP_FAILED = 125
+_own_fds = []  # the control socket and the wakeup pipe: no execution keeps them
+SPARES = 2  # executions prepared in advance (as many as run concurrently, commonly)
+SCRATCH = "/sandbox/scratch"
+_spares = collections.deque()  # (intermediate pid, request socket), oldest first
+
+
+def _refill():
+    while len(_spares) < SPARES:
+        _spares.append(_prepare_spare())
+
+_libc = ctypes.CDLL(None, use_errno=True)  # noqa: F821 - ctypes comes from _child's source
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()  # noqa: F821
+        raise OSError(err, f"{what}: {os.strerror(err)}")  # noqa: F821
+
+
+def _mount(source, target, fstype, flags, data=None):
+    _check(_libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
+                       data and data.encode()), f"mount {target}")
+
+
+def _bind_readonly(source, target):
+    _mount(source, target, None, MS_BIND | MS_REC)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _exit_code(status):
+    """bwrap's convention: the child's exit code, or 128 + the signal that killed it."""
+    if os.WIFSIGNALED(status):  # noqa: F821
+        return 128 + os.WTERMSIG(status)  # noqa: F821
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else SETUP_FAILED  # noqa: F821
+
+
+def _new_world(scratch):
+    """In the intermediate: own namespaces and scratch; nothing shared with an earlier or
+    concurrent execution but the read-only root."""
+    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWPID),
+           "unshare")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
+    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _reaper():
+    """PID 1 of the execution's PID namespace: its /proc, then the child; exits with the child."""
+    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in PROC_COVERS:
+        if os.path.exists("/proc/" + name):  # noqa: F821
+            _bind_readonly("/proc/" + name, "/proc/" + name)
+    child = os.fork()  # noqa: F821
+    if child == 0:
+        _wait_for_request()
+    os.close(_spare_end[0])  # noqa: F821
+    while True:
+        pid, status = os.wait()  # noqa: F821 - orphans of the run are reaped here too
+        if pid == child:
+            os._exit(_exit_code(status))  # noqa: F821 - the namespace dies with PID 1
+
+
+def _wait_for_request():
+    """The spare child: built in advance, used for exactly one execution."""
+    sock = socket.socket(fileno=_spare_end[0])
+    msg, fds = _recv(sock)
+    if not msg:
+        os._exit(SETUP_FAILED)  # noqa: F821 - the zygote is gone
+    req = json.loads(msg)  # noqa: F821
+    n_cg = int(req["n_cgroup_fds"])
+    stdin_r, stdout_w, result_w = fds[:3]
+    try:
+        for fd in fds[3:3 + n_cg]:
+            os.write(fd, b"1")  # noqa: F821 - the reaper (PID 1 here) ...
+            os.write(fd, b"0")  # noqa: F821 - ... and this process; what it starts follows
+            os.close(fd)  # noqa: F821
+        _check(_libc.unshare(CLONE_NEWCGROUP), "unshare the cgroup namespace")  # rooted at its own group
+        # the zygote's code dir is the inbox of every execution's code dir: covering it with
+        # this execution's own leaves the others out of reach
+        _bind_readonly(req["code"] + "/" + req["name"], req["code"])
+        _mount(None, req["scratch"], None, MS_REMOUNT | MS_NOSUID | MS_NODEV,
+               f"size={int(req['scratch_bytes'])},mode=1777")
+    except BaseException as exc:  # noqa: BLE001
+        os.write(stdout_w, f"fork server: execution setup failed: {exc!r}\n".encode())  # noqa: F821
+        os._exit(SETUP_FAILED)  # noqa: F821
+    _become_child(req, (stdin_r, stdout_w, result_w))
+
+
+def _become_child(req, fds):
+    stdin_r, stdout_w, result_w = fds
+    os.dup2(stdin_r, 0)  # noqa: F821
+    os.dup2(stdout_w, 1)  # noqa: F821
+    os.dup2(stdout_w, 2)  # noqa: F821
+    os.dup2(result_w, RESULT_FD)  # noqa: F821
+    os.closerange(RESULT_FD + 1, 1 << 16)  # noqa: F821 - the request socket, anything inherited
+    os.environ.clear()  # noqa: F821
+    os.environ.update(req["env"])  # noqa: F821
+    sys.argv[:] = ["-c", str(RESULT_FD)]  # noqa: F821
+    import importlib
+
+    importlib.invalidate_caches()
+    sys.path_importer_cache.clear()  # noqa: F821
+    numpy_random = sys.modules.get("numpy.random")  # noqa: F821
+    if numpy_random is not None:
+        numpy_random.seed()  # fresh entropy, as a fresh import would draw (random reseeds itself at fork)
+    main()  # noqa: F821 - the ordinary child; it never returns
+
+
+_spare_end = [-1]  # in a spare's processes: their end of the request socket
+
+
+def _prepare_spare():
+    """Fork a spare execution (intermediate -> reaper -> waiting child) and return
+    ``(intermediate pid, zygote's end of its request socket)``."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()  # noqa: F821
+    if pid:
+        theirs.close()
+        return pid, ours
+    try:
+        signal.set_wakeup_fd(-1)  # noqa: F821
+        # the zygote changed only SIGCHLD and the wakeup fd: every other disposition is a fresh Python's
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # noqa: F821
+        ours.close()
+        for fd in _own_fds:
+            os.close(fd)  # noqa: F821
+        for _, other in _spares:
+            other.close()
+        _spare_end[0] = theirs.detach()
+        _new_world(SCRATCH)
+        reaper = os.fork()  # noqa: F821 - PID 1 of the new namespace
+        if reaper == 0:
+            try:
+                _reaper()
+            finally:
+                os._exit(SETUP_FAILED)  # noqa: F821
+        os.close(_spare_end[0])  # noqa: F821
+        _, status = os.waitpid(reaper, 0)  # noqa: F821
+        os._exit(_exit_code(status))  # noqa: F821
+    finally:
+        os._exit(SETUP_FAILED)  # noqa: F821 - never back into the zygote's loop
+
+
+def _recv(ctl):
+    fds = array.array("i")
+    msg, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_SPACE(16 * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return msg, list(fds)
+
+
+def serve():
+    ctl = socket.socket(fileno=int(sys.argv[2]))  # noqa: F821
+    os.chdir("/")  # noqa: F821
+    preloaded, failed = [], {}
+    import platform  # noqa: F401 - the child's seccomp setup needs it: imported once, here
+    for name in json.loads(sys.argv[3]):  # noqa: F821
+        try:
+            __import__(name)
+            preloaded.append(name)
+        except Exception as exc:  # noqa: BLE001 - a child then imports it itself (and fails the same way)
+            failed[name] = repr(exc)[:300]
+    threads = len(os.listdir("/proc/self/task"))  # noqa: F821 - forking a threaded process is unsafe
+    gc.collect()
+    gc.freeze()
+    ctl.sendmsg([json.dumps({"ready": threads == 1, "threads": threads, "preloaded": preloaded,  # noqa: F821
+                             "failed": failed}).encode()])
+    if threads != 1:
+        return
+    wake_r, wake_w = os.pipe()  # noqa: F821
+    os.set_blocking(wake_w, False)  # noqa: F821
+    signal.set_wakeup_fd(wake_w)  # noqa: F821
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # noqa: F821
+    _own_fds.extend([ctl.fileno(), wake_r, wake_w])
+    sel = selectors.DefaultSelector()
+    sel.register(ctl, selectors.EVENT_READ, "ctl")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    running = {}  # intermediate pid -> execution id
+    _refill()
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            if key.data == "wake":
+                os.read(wake_r, 4096)  # noqa: F821
+                continue
+            msg, fds = _recv(ctl)
+            if not msg:
+                for pid in running:
+                    os.kill(pid, 9)  # noqa: F821 - the harness is gone: so is everything here
+                return
+            req = json.loads(msg)  # noqa: F821
+            if "kill" in req:
+                for pid, ident in running.items():
+                    if ident == req["kill"]:
+                        os.kill(pid, 9)  # noqa: F821 - the reaper's death signal follows
+                for fd in fds:
+                    os.close(fd)  # noqa: F821
+                continue
+            while _spares:
+                pid, sock = _spares.popleft()
+                try:
+                    sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                except OSError:
+                    sock.close()
+                    continue  # that spare died: the next one
+                sock.close()
+                running[pid] = req["id"]
+                break
+            else:
+                # no spare left (it is not there yet): report the execution as failed to set up
+                ctl.sendmsg([json.dumps({"exit": req["id"], "code": SETUP_FAILED, "no_spare": True}).encode()])  # noqa: F821
+            for fd in fds:
+                os.close(fd)  # noqa: F821
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)  # noqa: F821
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            ident = running.pop(pid, None)
+            if ident is not None:
+                code = os.waitstatus_to_exitcode(status)  # noqa: F821
+                ctl.sendmsg([json.dumps({"exit": ident, "code": code}).encode()])  # noqa: F821
+            for spare in [x for x in _spares if x[0] == pid]:
+                _spares.remove(spare)  # a spare that died unused
+                spare[1].close()
+        _refill()
+
+if __name__ == "__main__" and sys.argv[1:2] == ["zygote"]:  # noqa: F821
+    serve()

@@ -1,0 +1,356 @@
+"""The harness side of the fork server: one long-lived zygote per preload set, started inside the
+same bubblewrap sandbox as a fresh execution, forking one fully isolated child per execution
+(see :mod:`heldout.sandbox._zygote` for what each child gets).
+
+What the harness trusts the zygote with is exactly what it trusts a fresh sandbox's own setup
+code with: building the isolation before the candidate runs. Everything else stays in the
+harness, as for a fresh sandbox: the job goes in through the child's stdin, results come back on
+the child's own result pipe and stdout (both read here, size-capped), the wall clock and the CPU
+limit are enforced here, and the run's processes are killed here through the execution's own
+cgroup (host pids, whatever the zygote says). The zygote's exit report only feeds messages.
+
+A zygote that cannot start, dies, stops answering, or whose child could not be set up is thrown
+away; :mod:`heldout.sandbox.process` then runs the execution in a fresh sandbox, and the next
+execution starts a new zygote (after :data:`RETRY_SECONDS` if starting failed).
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import itertools
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from heldout.sandbox.cgroups import RunGroup, limits_level
+from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, child_env
+
+FORK_SERVER_ENV = "HELDOUT_FORK_SERVER"  # "0": a fresh sandbox per execution (the opt-out)
+_HERE = Path(__file__).resolve().parent
+SOURCE = (_HERE / "_child.py").read_text(encoding="utf-8") + "\n" + (_HERE / "_zygote.py").read_text(encoding="utf-8")
+START_SECONDS = 30.0  # to import the preload set under load
+EXIT_REPORT_SECONDS = 5.0  # after its processes were killed, an execution's exit is reported at once
+RETRY_SECONDS = 60.0
+MAX_SERVERS = 4
+# the zygote's own group holds every execution's group; each execution has its own limits
+OUTER_MEMORY_MB = 1 << 20
+OUTER_PROCESSES = 1 << 14
+
+
+def fork_server_enabled() -> bool:
+    """The default: on, unless ``$HELDOUT_FORK_SERVER=0``; and only where it gives the same
+    isolation as a fresh sandbox (a root harness, cgroup v1 limits: see :func:`supported`)."""
+    return os.environ.get(FORK_SERVER_ENV, "1") not in ("0", "", "false", "no") and supported()
+
+
+def supported() -> bool:
+    """A root harness (each child gets its own throw-away uid, as in a fresh sandbox) with cgroup
+    v1 whole-run limits (each execution's group nests in the zygote's; cgroup v2's delegation
+    rules for that are not implemented yet, nor per-process-only limits, where only the zygote
+    could kill a child's tree)."""
+    return os.geteuid() == 0 and limits_level() == "cgroup-v1"
+
+
+class ForkServerDown(Exception):
+    """The zygote is gone or did not answer: the execution runs in a fresh sandbox instead."""
+
+
+@dataclass
+class Execution:
+    """One child of a zygote: the harness's ends of its pipes, and its own cgroup."""
+
+    ident: int
+    stdin: int  # write end: the job
+    stdout: int  # read end: the child's stdout and stderr
+    result: int  # read end: the result channel
+    group: RunGroup
+
+
+class ForkServer:
+    """One zygote (see the module docstring). Thread-safe: executions may run concurrently."""
+
+    def __init__(self, preload: tuple[str, ...]) -> None:
+        self.preload = preload
+        self.inbox = Path(tempfile.mkdtemp(prefix="heldout-inbox-")).resolve()
+        self.group = RunGroup.create(memory_mb=OUTER_MEMORY_MB, max_processes=OUTER_PROCESSES)
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._exits: dict[int, int] = {}
+        self._down: str | None = None
+        self._log = tempfile.TemporaryFile()
+        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            if self.group.level == "rlimit":
+                raise ForkServerDown("no cgroup for the fork server")
+            argv = bwrap_argv(AllowList(code=self.inbox, scratch_mb=1), privileged=True)
+            cmd = self.group.attach_argv([*argv, "--", sys.executable, "-s", "-c", SOURCE, "zygote",
+                                          str(theirs.fileno()), json.dumps(list(preload))])
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+                                         pass_fds=(theirs.fileno(),), start_new_session=True,
+                                         env=child_env(SCRATCH_DIR), cwd="/")
+        except BaseException:
+            theirs.close()
+            self.close()
+            raise
+        theirs.close()
+        self.ctl.settimeout(START_SECONDS)
+        try:
+            hello = json.loads(self.ctl.recv(1 << 16) or b"null")
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise ForkServerDown(f"the fork server did not start: {exc!r} {self.log_tail()}") from exc
+        if not isinstance(hello, dict) or hello.get("ready") is not True:
+            self.close()
+            raise ForkServerDown(f"the fork server did not start: {hello!r} {self.log_tail()}")
+        self.preloaded = list(hello.get("preloaded") or [])
+        self.ctl.settimeout(None)
+        threading.Thread(target=self._read_reports, name="heldout-fork-server-reports", daemon=True).start()
+
+    # -- control channel ----------------------------------------------------------------------------
+    def _read_reports(self) -> None:
+        while True:
+            try:
+                data = self.ctl.recv(1 << 16)
+                msg = json.loads(data) if data else None
+            except (OSError, ValueError):
+                msg = None
+            with self._cond:
+                if not isinstance(msg, dict):
+                    self._down = self._down or "the fork server closed its control channel"
+                    self._cond.notify_all()
+                    return
+                if type(msg.get("exit")) is int and type(msg.get("code")) is int:
+                    self._exits[msg["exit"]] = msg["code"]
+                    self._cond.notify_all()
+
+    def alive(self) -> bool:
+        return self._down is None and self.proc.poll() is None
+
+    def log_tail(self) -> str:
+        try:
+            self._log.seek(0)
+            return self._log.read()[-1500:].decode("utf-8", errors="replace")
+        except (OSError, ValueError):
+            return ""
+
+    # -- executions ---------------------------------------------------------------------------------
+    def new_code_dir(self) -> Path:
+        """A fresh code dir in the inbox (the zygote sees it at ``CODE_DIR/<name>``; each child
+        sees only its own, at ``CODE_DIR``)."""
+        return Path(tempfile.mkdtemp(prefix="x", dir=self.inbox))
+
+    def start(self, code: Path, env: dict[str, str], scratch_mb: int, memory_mb: int,
+              max_processes: int) -> Execution:
+        """Fork one child for the code dir ``code`` (from :meth:`new_code_dir`). Raises
+        :class:`ForkServerDown` (nothing started) if the zygote is not there to ask."""
+        if not self.alive():
+            raise ForkServerDown(self._down or "the fork server exited")
+        group = RunGroup.create(memory_mb=memory_mb, max_processes=max_processes, parent=self.group)
+        if group.level == "rlimit":
+            raise ForkServerDown("could not create the execution's cgroup")
+        ident = next(self._ids)
+        stdin_r, stdin_w = os.pipe()
+        out_r, out_w = os.pipe()
+        res_r, res_w = os.pipe()
+        cgroup_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
+        request = {"id": ident, "name": code.name, "code": CODE_DIR, "scratch": SCRATCH_DIR,
+                   "scratch_bytes": int(scratch_mb) * 1024 * 1024, "env": env, "n_cgroup_fds": len(cgroup_fds)}
+        passed = [stdin_r, out_w, res_w, *cgroup_fds]
+        try:
+            with self._send_lock:
+                self.ctl.sendmsg([json.dumps(request).encode()],
+                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))])
+        except OSError as exc:
+            for fd in (stdin_w, out_r, res_r):
+                os.close(fd)
+            group.close()
+            self.mark_down(f"the fork server did not take the request: {exc!r}")
+            raise ForkServerDown(self._down) from exc
+        finally:
+            for fd in passed:
+                os.close(fd)
+        global _forked
+        with _lock:
+            _forked += 1
+        return Execution(ident, stdin_w, out_r, res_r, group)
+
+    def kill(self, execution: Execution, wait: bool = True) -> None:
+        """Kill every process of the execution (its cgroup, from here; with ``wait`` until the
+        group is empty) and ask the zygote too (whose intermediate's death takes the
+        execution's PID namespace with it)."""
+        execution.group.kill_all(wait=wait)
+        try:
+            with self._send_lock:
+                self.ctl.sendmsg([json.dumps({"kill": execution.ident}).encode()])
+        except OSError:
+            pass
+
+    def wait_exit(self, execution: Execution) -> int | None:
+        """The exit code the zygote reports for the execution (bwrap's convention), or None when
+        it did not within :data:`EXIT_REPORT_SECONDS` (the zygote is then thrown away)."""
+        deadline = time.monotonic() + EXIT_REPORT_SECONDS
+        with self._cond:
+            while execution.ident not in self._exits:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._down is not None:
+                    break
+                self._cond.wait(left)
+            code = self._exits.pop(execution.ident, None)
+        if code is None:
+            self.mark_down("the fork server did not report an execution's exit")
+        return code
+
+    def mark_down(self, why: str) -> None:
+        with self._cond:
+            self._down = self._down or why
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Kill the zygote and everything it started; remove its inbox and cgroups."""
+        self.mark_down("closed")
+        try:
+            self.ctl.close()
+        except OSError:
+            pass
+        proc = getattr(self, "proc", None)
+        self.group.kill_all()
+        if proc is not None:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.group.close()
+        shutil.rmtree(self.inbox, ignore_errors=True)
+        try:
+            self._log.close()
+        except OSError:
+            pass
+
+
+# -- the pool: one zygote per preload set ---------------------------------------------------------------
+_lock = threading.Lock()
+_servers: dict[tuple[str, ...], ForkServer] = {}
+_failed_at: dict[tuple[str, ...], float] = {}
+_last_failure: dict[tuple[str, ...], str] = {}
+_forked = 0  # executions forked by every zygote of this process
+# zygotes are started from one long-lived thread: bwrap's --die-with-parent follows the thread
+# that started it, and a caller's worker thread may end long before the zygote should
+_starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heldout-fork-server-start")
+
+
+def server_for(preload: Sequence[str]) -> ForkServer | None:
+    """The running zygote for ``preload`` (started on first use), or None when none can be had
+    right now (the caller runs a fresh sandbox)."""
+    key = tuple(sorted(set(preload)))
+    with _lock:
+        server = _servers.get(key)
+        if server is not None and server.alive():
+            return server
+        if server is not None:
+            _servers.pop(key)
+            _discard(server)
+        if time.monotonic() - _failed_at.get(key, -RETRY_SECONDS) < RETRY_SECONDS:
+            return None
+        try:
+            server = _starter.submit(ForkServer, key).result()
+        except (ForkServerDown, OSError) as exc:
+            _failed_at[key] = time.monotonic()
+            _last_failure[key] = str(exc)
+            return None
+        while len(_servers) >= MAX_SERVERS:
+            _discard(_servers.pop(next(iter(_servers))))
+        _servers[key] = server
+        return server
+
+
+
+_cleanup_queue: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+_cleanup_thread: threading.Thread | None = None
+
+
+def after_run(task: Callable[[], None]) -> None:
+    """Run ``task`` (removing a finished execution's cgroup or code dir) on a background thread,
+    so that a caller does not wait for the kernel to finish tearing down the processes it killed."""
+    global _cleanup_thread
+    with _lock:
+        if _cleanup_thread is None or not _cleanup_thread.is_alive():
+            _cleanup_thread = threading.Thread(target=_clean, name="heldout-fork-server-cleanup", daemon=True)
+            _cleanup_thread.start()
+    _cleanup_queue.put(task)
+
+
+def _clean() -> None:
+    while True:
+        task = _cleanup_queue.get()
+        try:
+            task()
+        except Exception:  # noqa: BLE001 - a leftover dir is swept by the next harness
+            pass
+
+
+def drain_cleanup(timeout: float = 30.0) -> None:
+    """Wait until every queued cleanup ran (tests and exit)."""
+    done = threading.Event()
+    after_run(done.set)
+    done.wait(timeout)
+
+
+def discard(server: ForkServer, why: str) -> None:
+    """Throw a misbehaving zygote away (the next execution starts a new one)."""
+    server.mark_down(why)
+    with _lock:
+        for key, s in list(_servers.items()):
+            if s is server:
+                _servers.pop(key)
+    _discard(server)
+
+
+def _discard(server: ForkServer) -> None:
+    threading.Thread(target=server.close, daemon=True).start()  # never block a caller on cleanup
+
+
+def shutdown() -> None:
+    """Stop every zygote of this process (also run at exit)."""
+    with _lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for server in servers:
+        server.close()
+    drain_cleanup(10.0)
+
+
+def last_failure(preload: Sequence[str]) -> str | None:
+    """Why the last zygote for ``preload`` could not start (None: it did, or was never tried)."""
+    with _lock:
+        return _last_failure.get(tuple(sorted(set(preload))))
+
+
+def stats() -> dict[str, int]:
+    """How many servers run, and how many executions zygotes of this process have forked (tests check the fork server was used)."""
+    with _lock:
+        return {"servers": len(_servers), "executions": _forked}
+
+
+atexit.register(shutdown)
+
+__all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "server_for", "discard", "shutdown", "stats",
+           "fork_server_enabled", "supported", "FORK_SERVER_ENV"]

@@ -1,0 +1,192 @@
+"""The fork server: every execution is a fresh, fully isolated child, nothing of an earlier
+candidate reaches a later one, a broken fork server falls back to a fresh sandbox, and outcomes
+are the same as a fresh sandbox's. (The attack suites run through the fork server too: it is the
+default, and they check that it was used.)"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from heldout.contracts import RunLimits
+from heldout.sandbox import PROGRAM_PRELOAD, run_calls, run_function, zygote
+
+pytestmark = pytest.mark.skipif(not zygote.fork_server_enabled(),
+                                reason="the fork server needs a root harness with cgroup v1 limits")
+
+LIMITS = RunLimits(wall_seconds=20, cpu_seconds=20, memory_mb=512, max_processes=32)
+
+POLLUTE = '''\
+import ctypes, math, os, socket, sys, time, types
+import numpy as np
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def reach_planted():
+    fd = libc.socket(1, 1, 0)
+    addr = b"\\x01\\x00\\x00heldout-planted"
+    return libc.connect(fd, addr, len(addr)) == 0
+
+
+def f():
+    open("left_behind.txt", "w").write("candidate A was here")
+    os.makedirs(os.path.expanduser("~/.config"), exist_ok=True)
+    open(os.path.expanduser("~/.config/planted"), "w").write("x")
+    os.environ["HELDOUT_PLANTED"] = "from A"
+    os.putenv("HELDOUT_PLANTED_C", "from A")
+    np.sum = lambda *a, **k: 42
+    math.sqrt = lambda x: -1.0
+    sys.modules["planted_module"] = types.ModuleType("planted_module")
+    sys.path.insert(0, "/sandbox/scratch")
+    libc.shmget(0x4845_4C44, 4096, 0o1000 | 0o666)
+    if libc.fork() == 0:  # a background process, out of Python's sight, holding an abstract socket
+        libc.setsid()
+        fd = libc.socket(1, 1, 0)
+        addr = b"\\x01\\x00\\x00heldout-planted"  # AF_UNIX, abstract name (below the audit hook)
+        libc.bind(fd, addr, len(addr))
+        libc.listen(fd, 1)
+        time.sleep(120)
+        os._exit(0)
+    time.sleep(0.3)
+    os.set_inheritable(os.open("left_behind.txt", os.O_RDONLY), True)
+    return "polluted" if reach_planted() else "the background listener did not start"
+'''
+
+INSPECT = '''\
+import ctypes, math, os, socket, sys
+import numpy as np
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def f():
+    fd = libc.socket(1, 1, 0)
+    addr = b"\\x01\\x00\\x00heldout-planted"
+    reached = libc.connect(fd, addr, len(addr)) == 0
+    os.close(fd)
+    return {
+        "scratch": sorted(os.listdir(".")),
+        "home_config": os.path.exists(os.path.expanduser("~/.config/planted")),
+        "env": sorted(k for k in os.environ if k.startswith("HELDOUT")),
+        "numpy_sum": int(np.sum([1, 2])),
+        "sqrt": math.sqrt(4.0),
+        "modules": "planted_module" in sys.modules,
+        "path_scratch_first": sys.path[0] == "/sandbox/scratch",
+        "shm": libc.shmget(0x4845_4C44, 0, 0) >= 0,
+        "abstract_socket": reached,
+        "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+        "uid": os.getuid(),
+    }
+'''
+
+
+def run(source: str, **kw):
+    return run_function({"prog.py": source}, "prog", "f", limits=kw.pop("limits", LIMITS),
+                        preload=kw.pop("preload", PROGRAM_PRELOAD), **kw)
+
+
+def test_nothing_of_a_polluting_candidate_reaches_the_next_one():
+    first = run(POLLUTE)
+    assert first.ok and first.value == "polluted" and first.forked, first.error
+    clean = run(INSPECT)
+    assert clean.ok and clean.forked, clean.error
+    seen = clean.value
+    assert seen["scratch"] == []  # a fresh, empty scratch (and home)
+    assert seen["home_config"] is False
+    assert seen["env"] == []
+    assert seen["numpy_sum"] == 3 and seen["sqrt"] == 2.0  # modules as the zygote imported them
+    assert seen["modules"] is False and seen["path_scratch_first"] is False
+    assert seen["shm"] is False  # the IPC namespace died with the run
+    assert seen["abstract_socket"] is False  # the background process and its network namespace too
+    assert seen["processes"] == [1, 2]  # a reaper and this child, in a PID namespace of its own
+    assert seen["fds"][:4] == [0, 1, 2, 3] and len(seen["fds"]) <= 5  # stdio, the result pipe (+ listdir's own)
+
+
+def test_every_execution_has_its_own_uid_and_network():
+    src = ("import os, socket\ndef f():\n    return [os.getuid(), os.getpid(), [n for _, n in socket.if_nameindex()],"
+           " open('/proc/self/cgroup').read()]\n")
+    a, b = run(src), run(src)
+    assert a.ok and b.ok and a.forked and b.forked
+    if os.geteuid() == 0:
+        assert a.value[0] != b.value[0] and min(a.value[0], b.value[0]) >= 2_000_000
+    assert a.value[1] == b.value[1] == 2
+    assert a.value[2] == b.value[2] == ["lo"]
+    assert all(line.endswith(":/") for line in a.value[3].split()), a.value[3]  # its own cgroup namespace
+
+
+def test_random_states_are_not_shared_between_executions():
+    src = "import random\nimport numpy as np\ndef f():\n    return [random.random(), float(np.random.random())]\n"
+    a, b = run(src), run(src)
+    assert a.ok and b.ok and a.forked
+    assert a.value[0] != b.value[0] and a.value[1] != b.value[1]
+
+
+def test_outcomes_match_a_fresh_sandbox():
+    programs = {
+        "value": "def f(x):\n    return {'sq': x * x, 't': (1, 2)}\n",
+        "crash": "def f(x):\n    return 1 / 0\n",
+        "bad_output": "def f(x):\n    return object()\n",
+        "memory": "def f(x):\n    return bytearray(10 ** 10)\n",
+        "forbidden": "import subprocess\ndef f(x):\n    subprocess.run(['true'])\n",
+        "exit": "import os\ndef f(x):\n    os._exit(3)\n",
+    }
+    for name, src in programs.items():
+        forked = run_calls({"prog.py": src}, "prog", "f", [([3], {})], limits=LIMITS, preload=PROGRAM_PRELOAD)
+        fresh = run_calls({"prog.py": src}, "prog", "f", [([3], {})], limits=LIMITS, fork_server=False)
+        assert forked.forked and not fresh.forked, name
+        assert (forked.ok, forked.value, forked.error_kind) == (fresh.ok, fresh.value, fresh.error_kind), name
+        assert forked.isolation == fresh.isolation, name
+
+
+def test_a_per_call_timeout_goes_on_in_a_new_child_of_the_fork_server():
+    src = ("import signal, time\ndef f(x):\n    if x == 1:\n        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+           "        time.sleep(30)\n    return x\n")
+    r = run_calls({"prog.py": src}, "prog", "f", [([0], {}), ([1], {}), ([2], {})], limits=LIMITS,
+                  per_call_seconds=[0.5] * 3, preload=PROGRAM_PRELOAD)
+    assert [c["ok"] for c in r.calls] == [True, False, True] and r.forked
+    assert "enforced by the parent" in r.calls[1]["error"]
+
+
+def test_a_dead_fork_server_is_replaced_and_the_execution_still_runs():
+    assert run("def f():\n    return 1\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    assert server is not None
+    server.proc.kill()
+    server.proc.wait()
+    r = run("def f():\n    return 2\n")
+    assert r.ok and r.value == 2
+    assert zygote.server_for(PROGRAM_PRELOAD) is not server
+
+
+def test_a_fork_server_that_cannot_set_up_a_child_falls_back_to_a_fresh_sandbox(monkeypatch):
+    # the zygote is told to bind a code dir that does not exist: its child cannot be set up
+    monkeypatch.setattr(zygote, "CODE_DIR", "/sandbox/no-such-dir")
+    zygote.shutdown()
+    r = run("def f():\n    return 'fresh'\n")
+    assert r.ok and r.value == "fresh" and not r.forked
+    monkeypatch.undo()
+    zygote.shutdown()
+    assert run("def f():\n    return 'forked'\n").forked
+
+
+def test_the_opt_out_runs_a_fresh_sandbox(monkeypatch):
+    assert not run("def f():\n    return 1\n", fork_server=False).forked
+    monkeypatch.setenv(zygote.FORK_SERVER_ENV, "0")
+    r = run("def f():\n    return 1\n")
+    assert r.ok and not r.forked
+
+
+def test_concurrent_executions_share_one_fork_server_and_nothing_else():
+    from concurrent.futures import ThreadPoolExecutor
+
+    src = ("import os, time\ndef f(i):\n    open(f'mine{i}', 'w').write('x')\n    time.sleep(0.3)\n"
+           "    return [sorted(os.listdir('.')), sorted(p for p in os.listdir('/proc') if p.isdigit())]\n")
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda i: run_function({"prog.py": src}, "prog", "f", [i], limits=LIMITS,
+                                                       preload=PROGRAM_PRELOAD), range(3)))
+    for i, r in enumerate(results):
+        assert r.ok and r.forked, r.error
+        assert r.value == [[f"mine{i}"], ["1", "2"]]
