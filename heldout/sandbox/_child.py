@@ -322,9 +322,10 @@ def main():
             if group is None:
                 break
             failed_groups.add(group)
-    send({"done": True})
+    # the program's prints go into the pipe before "done": the parent stops reading at "done"
     sys.stdout.flush()
     sys.stderr.flush()
+    send({"done": True})
     os._exit(0)
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import selectors
 import shutil
 import signal
@@ -537,6 +538,12 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
                         killed_for = "stdout_too_large"
             if killed_for or state.done or state.fatal or state.bad:
                 break
+        if state.done and not killed_for and stdout_fd in sel.get_map():
+            # prints flushed before "done" may still sit in the pipe: keep what is already there
+            late = _ready_bytes(stdout_fd, stdout_cap - stdout_total)
+            stdout_total += len(late)
+            stdout_tail += late
+            del stdout_tail[:-STDOUT_TAIL_BYTES]
         monitored = True
     finally:
         # close our ends first: a writer blocked on a full pipe then fails instead of hanging
@@ -565,6 +572,18 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
                         level_name)
     result.peak_memory_mb = peak
     return result
+
+
+def _ready_bytes(fd: int, limit: int) -> bytes:
+    """What can be read from ``fd`` without waiting, up to ``limit`` bytes (a program that keeps
+    writing cannot hold the parent here: it stops at the limit)."""
+    got = bytearray()
+    while len(got) < limit and select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, min(65536, limit - len(got)))
+        if not chunk:
+            break
+        got += chunk
+    return bytes(got)
 
 
 def _feed_job(fd: int, data: bytes) -> None:
