@@ -10,7 +10,7 @@ from pathlib import Path
 
 from heldout.contracts import candidate_id
 from heldout.evaluators.ledger import Ledger
-from heldout.evaluators.records import RunRecord
+from heldout.evaluators.records import FORMAT_VERSION, RunRecord
 from heldout.protocols.run import Cell, Method
 
 POLICY = {"name": "standard", "train": ["score"], "val": ["score"], "test": []}
@@ -69,13 +69,16 @@ def write_run(root: Path, task: str, method: str, seed: int, *, n_test: int = 3,
     scores = {v["example_id"]: v["score"] for v in test_verdicts}
     status = "failed" if failed else "ok"
     truth = SyntheticRun(task, method, seed, status, scores, calls, run_dir)
-    ledger.append("session_end", {"status": status, "metric_calls": calls, "test_score": truth.test_score})
     record = RunRecord(**header, status=status, final_candidate=None if failed else candidate,
                        final_candidate_id=None if failed else cid, test_verdicts=test_verdicts,
                        val_verdicts=[], test_score=truth.test_score, val_score=None,
                        usage={"metric_calls": calls, "metric_call_budget": budget}, trajectory=[],
                        lineage=[], error="optimizer crashed" if failed else None,
-                       ledger_head=ledger.head, ledger_entries=len(ledger))
+                       format_version=FORMAT_VERSION, experiment=dict(header))
+    # anchored as a session anchors it: the record's digest in session_end, then the head
+    ledger.append("session_end", {"status": status, "metric_calls": calls, "test_score": truth.test_score,
+                                  "record_sha256": record.digest()})
+    record.ledger_head, record.ledger_entries = ledger.head, len(ledger)
     ledger.close()
     record.save(run_dir)
     return truth

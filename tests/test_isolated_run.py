@@ -304,13 +304,18 @@ def test_unknown_command_fails_clearly(world_readable_dir):
 
 
 def test_the_client_module_imports_without_the_rest_of_heldout(tmp_path):
-    """The harness copies only heldout/adapters/client.py into the sandbox: it must stand alone."""
+    """The harness copies only heldout/adapters/client.py and heldout/contracts.py into the sandbox:
+    together they must stand alone."""
     pkg = tmp_path / "heldout" / "adapters"
     pkg.mkdir(parents=True)
     (tmp_path / "heldout" / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     shutil.copyfile(REPO / "heldout" / "adapters" / "client.py", pkg / "client.py")
-    code = "import sys, heldout.adapters.client as c; assert 'heldout.benchmarks' not in sys.modules; print(c.TaskClient)"
+    shutil.copyfile(REPO / "heldout" / "contracts.py", tmp_path / "heldout" / "contracts.py")
+    code = ("import sys, heldout.adapters.client as c; "
+            "assert not [m for m in sys.modules if m.startswith('heldout.') and m not in "
+            "('heldout.adapters', 'heldout.adapters.client', 'heldout.contracts')], sorted(sys.modules); "
+            "print(c.TaskClient)")
     done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(tmp_path)!r}); {code}"],
                           capture_output=True, text=True, env={**os.environ})
     assert done.returncode == 0, done.stderr

@@ -81,7 +81,7 @@ def test_a_separate_judge_model_is_metered_on_its_own_channel(tmp_path, monkeypa
     assert {c["channel"] for c in calls} == {"judge-optimisation", "judge-deployment"}
     assert {"judge-optimisation", "judge-deployment"} <= set(record.usage["tokens"])
     header = next(e["data"] for e in ledger(tmp_path / "run") if e["kind"] == "session_start")
-    assert header["judge_model"] == "test-judge"
+    assert header["judge"]["model"] == "test-judge"
 
 
 def test_a_malformed_judge_reply_is_a_clear_verdict_error(tmp_path, monkeypatch, server):

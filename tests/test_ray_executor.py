@@ -66,13 +66,23 @@ def grid() -> list[Cell]:
     return build_cells(list(GRID_TASKS), parse_methods(["seed", "local-search"], []), [0, 1], GRID_TASKS, "default", {})
 
 
-@pytest.mark.xfail(strict=False, reason="seen once to differ in one lockpicking seed score (0.36 vs 0.38) between Ray and local under heavy load; under investigation, see the closing note")
+def wall_limit_failures(root: Path) -> int:
+    """Evaluations under ``root`` that ended at a wall-clock limit or could not get a sandbox: the
+    one way two runs of the same cell may legitimately differ (a loaded machine, not the executor)."""
+    return sum(text.count(f'"error_kind": "{kind}"') for ledger in root.rglob(LEDGER_FILE)
+               for text in [ledger.read_text()] for kind in ("timeout", "sandbox_error"))
+
+
 def test_a_grid_on_ray_gives_the_local_executors_records_and_run_dirs(cluster, tmp_path):
     cells = grid()
     local = run_study(cells, StudyConfig(run_root=str(tmp_path / "local")), LocalExecutor(1), progress=False)
     distributed = run_study(cells, StudyConfig(run_root=str(tmp_path / "ray")), RayExecutor(tmp_path / "ray"),
                             progress=False)
     assert len(distributed) == len(cells) and all(r["status"] == "ok" and r["attempts"] == 1 for r in distributed)
+    scores = [{(r["task"], r["method"], r["seed"], r["test_score"]) for r in rs} for rs in (distributed, local)]
+    if scores[0] != scores[1] and wall_limit_failures(tmp_path):
+        pytest.xfail(f"{wall_limit_failures(tmp_path)} evaluations hit a wall-clock limit on this loaded "
+                     "machine, so the two runs' searches legitimately diverged")
     assert {(r["task"], r["method"], r["seed"], r["test_score"]) for r in distributed} == \
            {(r["task"], r["method"], r["seed"], r["test_score"]) for r in local}
     assert cell_files(tmp_path / "ray") == cell_files(tmp_path / "local")

@@ -5,7 +5,9 @@ default, and they check that it was used.)"""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -190,3 +192,24 @@ def test_concurrent_executions_share_one_fork_server_and_nothing_else():
     for i, r in enumerate(results):
         assert r.ok and r.forked, r.error
         assert r.value == [[f"mine{i}"], ["1", "2"]]
+
+
+def _run_in_a_forked_worker() -> tuple[object, dict]:
+    result = run_function({"prog.py": "import os\ndef f():\n    return 'child ran'\n"}, "prog", "f",
+                          limits=LIMITS, preload=PROGRAM_PRELOAD)
+    return result.value, zygote.stats()
+
+
+def test_a_process_forked_after_the_fork_server_started_runs_its_own():
+    """A process-pool worker forked from a harness that already runs a zygote (the harness's start
+    thread and zygotes are not copied into it) starts its own instead of waiting forever on the
+    parent's, and never sends executions down the parent's control socket."""
+    assert run_function({"prog.py": "def f():\n    return 1\n"}, "prog", "f", limits=LIMITS,
+                        preload=PROGRAM_PRELOAD).value == 1
+    before = zygote.stats()
+    assert before["servers"] >= 1
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        value, child_stats = pool.submit(_run_in_a_forked_worker).result(timeout=120)
+    assert value == "child ran"
+    assert child_stats == {"servers": 1, "executions": 1}  # its own zygote, its own count
+    assert zygote.stats()["servers"] == before["servers"]

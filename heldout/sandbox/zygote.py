@@ -307,6 +307,25 @@ def _clean() -> None:
             pass
 
 
+def _forget_after_fork() -> None:
+    """In a child forked from a process that used fork servers (a process-pool worker): the
+    parent's zygotes, threads and locks are the parent's. The child starts its own zygotes; it
+    never talks to the parent's (their control sockets would carry two callers' executions) and
+    never waits on a thread that was not copied into it."""
+    global _lock, _starter, _cleanup_queue, _cleanup_thread, _forked
+    _lock = threading.Lock()
+    _servers.clear()  # dropped, not closed: closing would kill the parent's zygotes
+    _failed_at.clear()
+    _last_failure.clear()
+    _forked = 0
+    _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heldout-fork-server-start")
+    _cleanup_queue = queue.SimpleQueue()
+    _cleanup_thread = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def drain_cleanup(timeout: float = 30.0) -> None:
     """Wait until every queued cleanup ran (tests and exit)."""
     done = threading.Event()
