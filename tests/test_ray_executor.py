@@ -25,7 +25,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 PROBE_CELL = Cell("circle_packing/square26", Method("probe", target="ray_cell_optimizers:probes_the_run_dir"),
                   seed=0, budget=3)
 GRID_TASKS = {"lockpicking/six": 120, "circle_packing/square26": 6}
-TIMING_KEYS = {"time", "hash", "prev", "ledger_head", "node", "attempts"}  # wall-clock, or hashes over it
+TIMING_KEYS = {"time", "hash", "prev", "ledger_head", "node", "attempts", "started_at", "finished_at",
+               "record_sha256"}  # wall-clock, or hashes over it
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ class ResponseCache:
                                    isolation_level=None)
         try:
             self._db.execute("PRAGMA busy_timeout = 60000")
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._set_wal()
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute(_SCHEMA)
             self._db.execute("SELECT key, model, request, text, prompt_tokens, completion_tokens,"
@@ -67,6 +67,20 @@ class ResponseCache:
             self._db.close()
             raise CacheError(f"{self.path} is not a usable response cache ({exc}); move it away "
                              "or point the cache at another directory") from exc
+
+    def _set_wal(self, patience: float = 60.0) -> None:
+        # Switching a new file to WAL takes an exclusive lock and sqlite answers "database is
+        # locked" at once, without its busy handler, while another process opens the same new
+        # file: wait for it like the busy timeout would.
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def get(self, key: str) -> CachedResponse | None:
         with self._lock:

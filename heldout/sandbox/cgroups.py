@@ -94,11 +94,28 @@ def _bases() -> tuple[str, dict[str, Path]]:
         return _probed
 
 
+def _harness_alive(group: Path) -> bool:
+    """Whether the harness that made ``group`` (its pid is in the name) still runs. Another
+    harness's fresh group is empty until its first process moves in: it must not be swept then."""
+    pid = group.name[len(GROUP_PREFIX):].split("-", 1)[0]
+    if not pid.isdigit():
+        return True  # not named by this scheme: leave it
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _sweep_stale(bases: dict[str, Path]) -> None:
     """Remove empty run groups left by a harness that was killed (rmdir fails on busy ones)."""
     for base in bases.values():
         try:
             for child in base.glob(GROUP_PREFIX + "*"):
+                if _harness_alive(child):
+                    continue
                 try:
                     child.rmdir()
                 except OSError:
@@ -126,7 +143,7 @@ class RunGroup:
             bases = dict(parent.dirs)
         if level == "rlimit":
             return cls("rlimit")
-        name = GROUP_PREFIX + secrets.token_hex(6)
+        name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         group = cls(level)
         memory = str(int(memory_mb) * 1024 * 1024)
         pids = str(int(max_processes) + EXTRA_TASKS)
