@@ -16,6 +16,7 @@ from heldout.benchmarks.vliw import simulate
 from heldout.benchmarks.vliw.benchmark import (
     BASELINE_CYCLES, HASH_STAGES, Input, Tree, build_mem_image, make_instance, myhash, reference_kernel,
 )
+from heldout.benchmarks.vliw.instances import make_instance as fast_make_instance
 from heldout.benchmarks.vliw.task import PACKAGE_DIR, VliwTakehome
 
 PACKED_SOURCE = (PACKAGE_DIR / "kernels" / "packed.py").read_text(encoding="utf-8")
@@ -51,6 +52,16 @@ def test_seed_123_fingerprint_and_memory_image_layout():
     assert mem[2054:2310] == [0] * 256
     assert mem[2310:2313] == [319861016, 570165276, 361744404]
     assert final_values[:4] == [677941075, 2166718950, 1850294448, 228067758]
+
+
+@pytest.mark.parametrize("shape", [{}, {"forest_height": 3, "batch_size": 17, "rounds": 40},
+                                   {"forest_height": 1, "batch_size": 1, "rounds": 5},
+                                   {"forest_height": 6, "batch_size": 64, "rounds": 0}])
+def test_the_vectorised_walk_scores_exactly_what_the_plain_reference_does(shape):
+    """The harness computes fresh instances' expected values with the numpy walk; it must equal
+    the plain walk word for word (image and values), on the scored shape and on odd ones."""
+    for seed in (0, 1, 123, 2**47 + 3, 987_654_321):
+        assert fast_make_instance(seed, **shape) == make_instance(seed, **shape), (seed, shape)
 
 
 def test_list_and_memory_forms_of_the_reference_agree():

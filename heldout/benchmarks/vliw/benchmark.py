@@ -129,14 +129,20 @@ def reference_kernel2(mem: list[int], trace: dict | None = None) -> Iterator[lis
     yield mem
 
 
-def make_instance(seed: int, forest_height: int = 10, batch_size: int = 256,
-                  rounds: int = 16) -> tuple[list[int], list[int]]:
-    """A seeded instance: (initial memory image, expected final batch values). Draw order is the
-    original's (all node values, then all batch values), with a private ``random.Random(seed)``."""
+def make_image(seed: int, forest_height: int = 10, batch_size: int = 256, rounds: int = 16) -> list[int]:
+    """A seeded instance's initial memory image. Draw order is the original's (all node values,
+    then all batch values), with a private ``random.Random(seed)``."""
     rng = random.Random(seed)
     tree = Tree.generate(forest_height, rng)
     inp = Input.generate(tree, batch_size, rounds, rng)
-    mem = build_mem_image(tree, inp)
+    return build_mem_image(tree, inp)
+
+
+def make_instance(seed: int, forest_height: int = 10, batch_size: int = 256,
+                  rounds: int = 16) -> tuple[list[int], list[int]]:
+    """A seeded instance: (initial memory image, expected final batch values), by the plain
+    reference walk (the harness uses the vectorised one in ``fast``; tests hold them equal)."""
+    mem = make_image(seed, forest_height, batch_size, rounds)
     final = list(mem)
     run_reference_on_image(final)
     start, end = values_region(final)

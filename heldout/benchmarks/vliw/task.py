@@ -33,7 +33,8 @@ from typing import Any
 from heldout.contracts import (Candidate, Example, MalformedCandidate, RunContext, RunLimits, Source, Verdict,
                                candidate_id, check_candidate)
 from heldout.benchmarks.base import Benchmark
-from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, make_instance, n_nodes_for
+from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, n_nodes_for
+from heldout.benchmarks.vliw.instances import make_instance
 from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode, decode_compact
 from heldout.benchmarks.vliw.machine import InvalidInput, load_program_json, simulate, utilisation
 from heldout.benchmarks.vliw.reference import CHECKED_ENGINES
