@@ -457,7 +457,12 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         # namespace's PID 1 only after the kernel reaped every other process of the namespace,
         # and every process of the execution's cgroup lives in that namespace
         if not need_code:
+            # the outcome is on the channel: the tree is SIGKILLed now, and waiting for the
+            # zygote's exit report (the namespaces' teardown, milliseconds) happens off the
+            # caller's path, before the execution's cgroup is removed
             server.kill(ex, wait=False)
+            after_run(lambda: server.kill(ex, wait=server.wait_exit(ex) is None))
+            return 0, 0.0
         code = server.wait_exit(ex)
         server.kill(ex, wait=code is None)
         return (-signal.SIGKILL if code is None else code), 0.0
@@ -550,7 +555,9 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
         sel.close()
         os.close(read_fd)
         os.close(stdout_fd)
-        if not monitored or started.forked is None or open_streams or killed_for:
+        # a forked run that ended by itself is killed by ``reap`` without waiting for its
+        # cgroup to empty: the zygote's exit report already means its whole tree is gone
+        if not monitored or started.forked is None or killed_for:
             started.kill()
     # the exit code only words the message of a run that ended without its outcome on the channel
     returncode, cpu_used = started.reap(not state.done and killed_for is None and not state.bad
