@@ -95,11 +95,18 @@ SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 
-def install_seccomp():
+_seccomp = []  # the built filter (a fork server builds it once; its children inherit it)
+
+
+def seccomp_program():
+    """The filter program, built once per process (None off x86-64)."""
+    if _seccomp:
+        return _seccomp[0]
     import platform
 
     if platform.machine() != "x86_64":
-        return
+        _seccomp.append(None)
+        return None
 
     class Filter(ctypes.Structure):
         _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
@@ -117,8 +124,15 @@ def install_seccomp():
               (jeq, 0, 3, SYS_CLONE), (ld, 0, 0, 16), (jset, 0, 1, CLONE_NS_FLAGS), (ret, 0, 0, eperm),
               (ret, 0, 0, SECCOMP_RET_ALLOW)]
     program = (Filter * len(insns))(*[Filter(*i) for i in insns])
-    prog = Prog(len(insns), program)
-    libc = ctypes.CDLL(None, use_errno=True)
+    _seccomp.append((Prog(len(insns), program), program, ctypes.CDLL(None, use_errno=True)))
+    return _seccomp[0]
+
+
+def install_seccomp():
+    built = seccomp_program()
+    if built is None:
+        return
+    prog, _, libc = built
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "cannot install the seccomp filter")
 

@@ -197,7 +197,7 @@ def serve():
     ctl = socket.socket(fileno=int(sys.argv[2]))  # noqa: F821
     os.chdir("/")  # noqa: F821
     preloaded, failed = [], {}
-    import platform  # noqa: F401 - the child's seccomp setup needs it: imported once, here
+    seccomp_program()  # noqa: F821 - built once, here: every child inherits it
     for name in json.loads(sys.argv[3]):  # noqa: F821
         try:
             __import__(name)

@@ -562,9 +562,13 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
     # the exit code only words the message of a run that ended without its outcome on the channel
     returncode, cpu_used = started.reap(not state.done and killed_for is None and not state.bad
                                         and state.fatal is None)
-    if group.cpu_seconds() is not None:
-        cpu_used = max(cpu_used, group.cpu_seconds() or 0.0)
-    memory_hit, procs_hit, peak = group.memory_exceeded(), group.processes_exceeded(), group.peak_memory_mb()
+    group_cpu = group.cpu_seconds()
+    if group_cpu is not None:
+        cpu_used = max(cpu_used, group_cpu)
+    # the limit counters only word the message of a run that did not finish
+    memory_hit = not state.done and group.memory_exceeded()
+    procs_hit = not state.done and group.processes_exceeded()
+    peak = group.peak_memory_mb()
     if started.forked is not None:
         after_run(group.close)  # every process is dead or SIGKILLed; emptying the group can wait
     else:
