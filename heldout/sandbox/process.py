@@ -335,8 +335,13 @@ class _RunState:
         self.buffer = bytearray()
 
     def feed(self, chunk: bytes) -> None:
-        self.buffer += chunk
-        *lines, rest = bytes(self.buffer).split(b"\n")
+        # only the new chunk is searched: a large result arrives in many chunks, and re-splitting
+        # the whole buffer each time made its cost quadratic in its size
+        if b"\n" not in chunk:
+            self.buffer += chunk
+            return
+        head, *middle, rest = chunk.split(b"\n")
+        lines = [bytes(self.buffer) + head, *middle]
         self.buffer = bytearray(rest)
         for line in lines:
             if line.strip() and self.bad is None and self.fatal is None and not self.done:
