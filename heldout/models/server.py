@@ -174,6 +174,7 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, body: dict,
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so a client's connection pool is reused
     disable_nagle_algorithm = True  # else small header/body writes wait ~40 ms for delayed ACKs
+    wbufsize = 1 << 16  # headers and body leave in one write (flushed after each request, and per event)
     server: "_HTTPServer"
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: callers read stats
@@ -228,7 +229,7 @@ class _HTTPServer(ThreadingHTTPServer):
 class ChatServer:
     """An OpenAI-compatible endpoint for ``backend`` on loopback. ``base_url`` ends in ``/v1``;
     the port is chosen by the OS unless given. ``api_key`` (optional) is required as a bearer
-    token; ``faults`` injects seeded 429/500/stalls; ``latency`` delays every successful answer.
+    token; ``faults`` injects seeded 429/500/stalls; ``latency`` is every successful answer's time from arrival.
     Use as a context manager, or ``start()``/``stop()``."""
 
     def __init__(self, backend: Backend, *, api_key: str | None = None, faults: FaultPlan | None = None,
@@ -348,6 +349,7 @@ class ChatServer:
         return ChatCall(messages, model, float(temperature), max_tokens, extra), body
 
     def _answer(self, raw: bytes, authorization: str | None, handler: _Handler) -> _Reply:
+        arrived = time.monotonic()
         if self.api_key is not None and authorization != f"Bearer {self.api_key}":
             self._count(unauthorized=1)
             return _error(401, "invalid API key", "invalid_request_error")
@@ -368,13 +370,14 @@ class ChatServer:
         if fault == "stall":
             self._count(stalls=1)
             self._stopping.wait(self.faults.stall_seconds)
-        if self.latency > 0:
-            time.sleep(self.latency)
         completion_id = "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:24]
         if body.get("stream") is True:
+            self._wait_until(arrived + self.latency)
             return self._stream(call, body, completion_id, handler)
         try:
             done = self.backend.complete(call)
+            # the latency is the answer's time from arrival: the backend's own work is inside it
+            self._wait_until(arrived + self.latency)
         except BackendRefusal as exc:
             self._count(bad_requests=1)
             return _error(400, str(exc), "invalid_request_error")
@@ -389,6 +392,12 @@ class ChatServer:
                          "finish_reason": done.finish_reason}],
             "usage": _usage(done),
         })
+
+    @staticmethod
+    def _wait_until(deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left > 0:
+            time.sleep(left)
 
     def _stream(self, call: ChatCall, body: dict[str, Any], completion_id: str, handler: _Handler) -> _Reply:
         """Server-sent events in the OpenAI chunk format; the usage chunk is sent when the client
