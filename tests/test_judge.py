@@ -20,6 +20,8 @@ from heldout.evaluators.session import Session
 from heldout.models import ModelClient
 from heldout.models.backends import deterministic
 from heldout.models.testserver import TestServer
+from heldout.reports.collect import collect_runs
+from heldout.reports.tables import cost_table
 from heldout import cli
 from synthetic_code_words import RULE, key_line, rows
 
@@ -82,6 +84,12 @@ def test_a_separate_judge_model_is_metered_on_its_own_channel(tmp_path, monkeypa
     assert {"judge-optimisation", "judge-deployment"} <= set(record.usage["tokens"])
     header = next(e["data"] for e in ledger(tmp_path / "run") if e["kind"] == "session_start")
     assert header["judge"]["model"] == "test-judge"
+    # the report's cost table counts the judge: in optimisation and deployment, and apart
+    cost = cost_table(collect_runs([tmp_path / "run"])).data[0]
+    spent = {ch: t["prompt"] + t["completion"] for ch, t in record.usage["tokens"].items()}
+    assert cost["judge_tokens"] == spent["judge-optimisation"] + spent["judge-deployment"] > 0
+    assert cost["optimisation_tokens"] >= spent["judge-optimisation"] > 0
+    assert cost["deployment_tokens"] >= spent["judge-deployment"] > 0
 
 
 def test_a_malformed_judge_reply_is_a_clear_verdict_error(tmp_path, monkeypatch, server):

@@ -6,8 +6,9 @@
   (interval, test p and run-to-run SD over runs), per-example columns (Wilcoxon p, dz,
   win/tie/loss), Holm and Benjamini-Hochberg p across tasks, and a verdict that says "cannot
   separate" (and how many seeds would) when it can't;
-* :func:`cost_table`     - optimisation tokens (worker-optimisation + architect), deployment
-  tokens, candidate length, held-out gain per million optimisation tokens;
+* :func:`cost_table`     - optimisation tokens (worker-optimisation + architect + judge-optimisation),
+  deployment tokens (worker- and judge-deployment), the judge's share, candidate length, held-out
+  gain per million optimisation tokens;
 * :func:`budget_table`   - best-so-far (optimizer-visible score) at metric-call checkpoints.
 
 Rule: every table carries the settings it was computed under (split profile, visibility policy,
@@ -34,8 +35,9 @@ from heldout.protocols.stats import (
 from heldout.protocols.stats.runs import run_verdict
 from heldout.reports.collect import Run, RunSet
 
-OPTIMISATION_CHANNELS = ("worker-optimisation", "architect")
-DEPLOYMENT_CHANNELS = ("worker-deployment",)
+OPTIMISATION_CHANNELS = ("worker-optimisation", "architect", "judge-optimisation")
+DEPLOYMENT_CHANNELS = ("worker-deployment", "judge-deployment")
+JUDGE_CHANNELS = ("judge-optimisation", "judge-deployment")  # a separate model-judge endpoint
 SEPO_CHECKPOINTS = (500, 1000, 1500, 2000)
 
 
@@ -338,27 +340,30 @@ def _verdict(res, corr: dict[str, float], info: dict[str, Any], alpha: float) ->
 def cost_table(runs: RunSet, baseline: str | None = None) -> Table:
     cells = runs.cells()
     columns = ["task", "method", "optimisation tokens", "of which architect", "deployment tokens",
-               "candidate length (chars)", "held-out gain", "gain per 1M opt. tokens"]
+               "of which judge (both)", "candidate length (chars)", "held-out gain", "gain per 1M opt. tokens"]
     rows, data = [], []
     for (task, method), cell in cells.items():
         opt = float(np.mean([tokens(r, OPTIMISATION_CHANNELS) for r in cell.values()]))
         arch = float(np.mean([tokens(r, ("architect",)) for r in cell.values()]))
         dep = float(np.mean([tokens(r, DEPLOYMENT_CHANNELS) for r in cell.values()]))
+        judge = float(np.mean([tokens(r, JUDGE_CHANNELS) for r in cell.values()]))
         length = float(np.mean([candidate_length(r) for r in cell.values()]))
         gain = per_million = None
         if baseline and (task, baseline) in cells and method != baseline:
             gain = float(np.mean(seed_scores(cell)) - np.mean(seed_scores(cells[(task, baseline)])))
             per_million = gain / (opt / 1e6) if opt > 0 else None
         rows.append([Cell(task), Cell(method), Cell(f"{opt:,.0f}"), Cell(f"{arch:,.0f}"), Cell(f"{dep:,.0f}"),
-                     Cell(f"{length:,.0f}"), Cell("-" if gain is None else f"{gain:+.{decimals([gain])}f}"),
+                     Cell(f"{judge:,.0f}"), Cell(f"{length:,.0f}"),
+                     Cell("-" if gain is None else f"{gain:+.{decimals([gain])}f}"),
                      Cell("n/a (no tokens)" if gain is not None and per_million is None else
                           "-" if per_million is None else f"{per_million:+.3f}")])
         data.append({"task": task, "method": method, "optimisation_tokens": opt, "architect_tokens": arch,
-                     "deployment_tokens": dep, "candidate_chars": length, "gain": gain,
+                     "deployment_tokens": dep, "judge_tokens": judge, "candidate_chars": length, "gain": gain,
                      "gain_per_million_optimisation_tokens": per_million, "seeds": len(cell)})
     notes = [settings_note(runs),
-             "Means over seeds. Optimisation tokens = worker-optimisation + architect channels (prompt + completion, "
-             "cache hits excluded); deployment tokens = worker-deployment (scoring the final candidate on val/test). "
+             "Means over seeds. Optimisation tokens = worker-optimisation + architect + judge-optimisation channels "
+             "(prompt + completion, cache hits excluded); deployment tokens = worker-deployment + judge-deployment "
+             "(scoring the final candidate on val/test); a model judge's share of both is shown apart. "
              f"Gain = mean held-out score minus {baseline or 'the baseline'}'s; per 1M optimisation tokens. "
              "Program tasks spend no worker tokens, so their gain per token is n/a."]
     return Table("cost", "Table 5 analogue: optimisation and deployment cost", columns, rows, notes, data)
