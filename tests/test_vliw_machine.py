@@ -319,6 +319,9 @@ def test_bad_bundles_fault_only_when_executed(engine):
 def test_bad_machine_input_is_rejected_clearly():
     with pytest.raises(InvalidInput, match="memory word 1"):
         simulate([], [0, -1])
+    for bad in (True, 2**32, 1.0, "7", None):  # the fast check lets only exact ints in range through
+        with pytest.raises(InvalidInput, match="memory word 2"):
+            simulate([], [0, 5, bad])
     with pytest.raises(InvalidInput, match="scratch_init"):
         simulate([], [0], scratch_init={"2000": 1})
     with pytest.raises(InvalidInput, match="list of bundles"):

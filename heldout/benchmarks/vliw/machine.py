@@ -36,6 +36,8 @@ def check_memory(memory: Sequence[Any]) -> list[int]:
         memory = memory.tolist()
     if not isinstance(memory, (list, tuple)):
         raise InvalidInput(f"memory must be a list of words, got {type(memory).__name__}")
+    if not memory or (set(map(type, memory)) == {int} and min(memory) >= 0 and max(memory) <= MASK):
+        return list(memory)  # the common case at C speed (exact ints only: bool is excluded)
     for i, v in enumerate(memory):
         if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MASK:
             raise InvalidInput(f"memory word {i} is {v!r}: words are integers in [0, 2**32)")
