@@ -252,7 +252,7 @@ class RunGroup:
         pause = 0.0005  # killed processes are usually gone within a millisecond
         while self.dirs and time.monotonic() < deadline:
             pids = set()
-            for d in self.dirs.values():
+            for d in list(self.dirs.values()):  # a snapshot: another thread may be closing the group
                 for member in [*d.glob(GROUP_PREFIX + "*"), d]:  # nested groups (a fork server's) too
                     pids |= {int(p) for p in _read(member / "cgroup.procs").split() if p.isdigit()}
             if not pids:
@@ -270,7 +270,7 @@ class RunGroup:
     def close(self) -> None:
         """Kill what is left and remove the group's directories."""
         self.kill_all()
-        for d in [n for d in self.dirs.values() for n in (*d.glob(GROUP_PREFIX + "*"), d)]:
+        for d in [n for d in list(self.dirs.values()) for n in (*d.glob(GROUP_PREFIX + "*"), d)]:
             for _ in range(50):
                 try:
                     d.rmdir()
