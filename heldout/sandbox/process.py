@@ -232,8 +232,10 @@ def run_calls(files: dict[str, str], module: str, function: str,
                    "hide": default_hidden_paths() if level == "none" else [],
                    "calls": [{**json_calls[i], "seconds": per_call[i], "group": group_of[i]} for i in pending]}
             try:
-                last = _execute(job, code, level, limits.replace(wall_seconds=wall_left), [per_call[i] for i in pending],
-                                server)
+                # the first execution has the whole limit (and names it in its messages); a retry
+                # after a parent-enforced call timeout has what is left of it
+                run_limits = limits if last is None else limits.replace(wall_seconds=wall_left)
+                last = _execute(job, code, level, run_limits, [per_call[i] for i in pending], server)
             except _UseFreshSandbox as exc:
                 discard(server, str(exc))
                 server, forked_only = None, False
@@ -461,13 +463,10 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         # was reported. The report means the whole tree is gone: the intermediate reaps the
         # namespace's PID 1 only after the kernel reaped every other process of the namespace,
         # and every process of the execution's cgroup lives in that namespace
+        # (the wait is on the caller's path on purpose: nothing of a run, not even a zombie of a
+        # daemon it forked, may still exist when its result is returned)
         if not need_code:
-            # the outcome is on the channel: the tree is SIGKILLed now, and waiting for the
-            # zygote's exit report (the namespaces' teardown, milliseconds) happens off the
-            # caller's path, before the execution's cgroup is removed
             server.kill(ex, wait=False)
-            after_run(lambda: server.kill(ex, wait=server.wait_exit(ex) is None))
-            return 0, 0.0
         code = server.wait_exit(ex)
         server.kill(ex, wait=code is None)
         return (-signal.SIGKILL if code is None else code), 0.0
