@@ -565,6 +565,20 @@ def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool =
     return parse
 
 
+def _add_session_environment(p: argparse.ArgumentParser, *, tolerance: bool = True, drift: bool = True) -> None:
+    """The options every command that runs sessions shares: models, endpoint, cache and data."""
+    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
+    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    p.add_argument("--cache-dir", default=None, help="response cache directory")
+    if tolerance:
+        p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    if drift:
+        p.add_argument("--allow-drift", action="store_true",
+                       help="load even if the data drifted from its manifest (stated in the record)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
@@ -678,13 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
     p.add_argument("--verifier", default=None,
                    help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
-    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
-    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--cache-dir", default=None, help="response cache directory")
-    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
+    _add_session_environment(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_run)
 
@@ -829,13 +837,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="default", help="split profile (default: default)")
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
-    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--cache-dir", default=None, help="response cache directory")
-    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest")
+    _add_session_environment(p)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_compare_verifiers)
     p = compare.add_parser("arms", help="serial vs best-of-N fork vs merge-of-N at an equal budget")
@@ -856,11 +858,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="default", help="split profile (default: default)")
     p.add_argument("--run-dir", required=True, help="the experiment's folder (one level per arm; resumable)")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
-    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--cache-dir", default=None, help="response cache directory")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
+    _add_session_environment(p, tolerance=False, drift=False)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_compare_arms)
 
