@@ -218,6 +218,11 @@ def test_a_hanging_optimizer_stops_at_its_wall_limit_which_is_recorded(folders):
     assert record.status == "failed" and "wall-time limit (2 s)" in record.error
 
 
+WHOLE_TREE_LIMITS = pytest.mark.skipif(limits_level() == "rlimit",
+                                       reason="no writable memory cgroup on this machine: only per-process limits apply")
+
+
+@WHOLE_TREE_LIMITS
 def test_an_optimizer_memory_bomb_stops_at_the_whole_tree_limit(folders):
     root, code = folders
     write_module(code, "bomb", "import os\ndef optimize(client, seed):\n"
@@ -226,11 +231,10 @@ def test_an_optimizer_memory_bomb_stops_at_the_whole_tree_limit(folders):
                                "        hog[i] = 1\n    return client.seed_candidate\n")
     record = run_isolated_function(session_in(root / "run"), "bomb:optimize", search=[str(code)],
                                    limits=OptimizerLimits(memory_mb=300))
-    if limits_level() == "rlimit":
-        pytest.skip("no writable memory cgroup on this machine: only per-process limits apply")
     assert record.status == "failed" and "optimizer crashed" in record.error, record.error
 
 
+@WHOLE_TREE_LIMITS
 def test_an_optimizer_whose_helper_process_is_killed_for_memory_fails_even_if_it_goes_on(folders):
     """The memory limit is the whole tree's budget: a helper the kernel killed for it makes the run
     fail, although the main process waited for it and then submitted normally."""
@@ -241,8 +245,6 @@ def test_an_optimizer_whose_helper_process_is_killed_for_memory_fails_even_if_it
                                      "    os.waitpid(pid, 0)\n    return client.seed_candidate\n")
     record = run_isolated_function(session_in(root / "run"), "helperbomb:optimize", search=[str(code)],
                                    limits=OptimizerLimits(memory_mb=300))
-    if limits_level() == "rlimit":
-        pytest.skip("no writable memory cgroup on this machine: only per-process limits apply")
     assert record.status == "failed" and "whole-run memory limit" in record.error, record.error
 
 
