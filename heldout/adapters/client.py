@@ -37,12 +37,13 @@ import http.client
 import json
 import os
 import socket
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from heldout.contracts import BudgetExceeded, HeldoutError, VisibilityError
 
 URL_ENV = "HELDOUT_VIEW_URL"
+SEED_ENV = "HELDOUT_SEED"  # the session seed the harness gives an isolated optimizer
 SOCKET_ENV = "HELDOUT_VIEW_SOCKET"
 TOKEN_ENV = "HELDOUT_VIEW_TOKEN"
 
@@ -219,5 +220,13 @@ class TaskClient:
         return self.request("POST", "/final", {"candidate": dict(candidate)})["candidate_id"]
 
 
-__all__ = ["BudgetExceeded", "RequestRefused", "TaskClient", "VisibilityError",
-           "SOCKET_ENV", "TOKEN_ENV", "URL_ENV"]
+def run_from_env(optimize: Callable[["TaskClient", int], Mapping[str, str]]) -> int:
+    """An isolated optimizer's whole entry point: connect to the view the harness named in the
+    environment, run ``optimize(client, seed)`` and submit what it returns as the final candidate."""
+    client = TaskClient.from_env()
+    client.submit_final(optimize(client, int(os.environ.get(SEED_ENV, "0"))))
+    return 0
+
+
+__all__ = ["BudgetExceeded", "RequestRefused", "TaskClient", "VisibilityError", "run_from_env",
+           "SEED_ENV", "SOCKET_ENV", "TOKEN_ENV", "URL_ENV"]

@@ -33,9 +33,9 @@ import contextvars
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from heldout.adapters.client import TaskClient
+from heldout.adapters.client import run_from_env
 from heldout.adapters.shown import feedback_text, output_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -345,9 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 1 or args[0] not in METHODS:
         print(f"usage: python -m heldout.adapters.dspy {{{'|'.join(METHODS)}}}", file=sys.stderr)
         return 2
-    client = TaskClient.from_env()
-    client.submit_final(METHODS[args[0]](client, int(os.environ.get("HELDOUT_SEED", "0"))))
-    return 0
+    return run_from_env(METHODS[args[0]])
 
 
 if __name__ == "__main__":

@@ -30,11 +30,10 @@ Run isolated: ``heldout run ... --optimizer-cmd "gepa=python -m heldout.adapters
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from heldout.adapters.client import TaskClient
+from heldout.adapters.client import run_from_env
 from heldout.adapters.shown import feedback_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -198,9 +197,7 @@ def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings())
 
 def main() -> int:
     """Isolated entry point: ``python -m heldout.adapters.gepa`` under ``--optimizer-cmd``."""
-    client = TaskClient.from_env()
-    client.submit_final(optimize(client, int(os.environ.get("HELDOUT_SEED", "0"))))
-    return 0
+    return run_from_env(optimize)
 
 
 if __name__ == "__main__":

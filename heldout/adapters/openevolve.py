@@ -44,7 +44,7 @@ from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import Any, Sequence
 
-from heldout.adapters.client import TaskClient
+from heldout.adapters.client import run_from_env
 from heldout.adapters.shown import feedback_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -365,9 +365,7 @@ def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolv
 
 def main() -> int:
     """Isolated entry point: ``python -m heldout.adapters.openevolve`` under ``--optimizer-cmd``."""
-    client = TaskClient.from_env()
-    client.submit_final(optimize(client, int(os.environ.get("HELDOUT_SEED", "0"))))
-    return 0
+    return run_from_env(optimize)
 
 
 if __name__ == "__main__":
