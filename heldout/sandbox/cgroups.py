@@ -188,42 +188,23 @@ class RunGroup:
         """True if the run hit its memory limit (the kernel refused or reclaimed-then-killed)."""
         if self.level == "cgroup-v2":
             events = _read(self.dirs["unified"] / "memory.events")
-            return any(line.split()[0] in ("oom_kill", "max") and int(line.split()[1]) > 0
-                       for line in events.splitlines() if len(line.split()) == 2)
+            return _flat_value(events, "oom_kill") > 0 or _flat_value(events, "max") > 0
         if "memory" in self.dirs:
-            d = self.dirs["memory"]
-            control = _read(d / "memory.oom_control")
-            for line in control.splitlines():
-                parts = line.split()
-                if len(parts) == 2 and parts[0] == "oom_kill" and int(parts[1]) > 0:
-                    return True
-            return _read_int(d / "memory.failcnt") > 0
+            return self.oom_kills() > 0 or _read_int(self.dirs["memory"] / "memory.failcnt") > 0
         return False
 
     def oom_kills(self) -> int:
         """How many processes of the run the kernel killed for the memory limit (0 without a
         memory controller, or on a v1 kernel that does not count kills)."""
         if self.level == "cgroup-v2":
-            path = self.dirs["unified"] / "memory.events"
-        elif "memory" in self.dirs:
-            path = self.dirs["memory"] / "memory.oom_control"
-        else:
-            return 0
-        for line in _read(path).splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == "oom_kill":
-                return int(parts[1])
+            return _flat_value(_read(self.dirs["unified"] / "memory.events"), "oom_kill")
+        if "memory" in self.dirs:
+            return _flat_value(_read(self.dirs["memory"] / "memory.oom_control"), "oom_kill")
         return 0
 
     def processes_exceeded(self) -> bool:
         d = self.dirs.get("unified") or self.dirs.get("pids")
-        if d is None:
-            return False
-        for line in _read(d / "pids.events").splitlines():
-            parts = line.split()
-            if len(parts) == 2 and parts[0] == "max" and int(parts[1]) > 0:
-                return True
-        return False
+        return d is not None and _flat_value(_read(d / "pids.events"), "max") > 0
 
     def cpu_seconds(self) -> float | None:
         """CPU time used by every process of the run so far (None without a CPU controller)."""
@@ -287,6 +268,15 @@ def _try_write(path: Path, value: str) -> None:
         path.write_text(value)
     except OSError:
         pass
+
+
+def _flat_value(text: str, key: str) -> int:
+    """The number after ``key`` in a cgroup file of ``key value`` lines (0 when absent)."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == key:
+            return int(parts[1])
+    return 0
 
 
 def _read(path: Path) -> str:
