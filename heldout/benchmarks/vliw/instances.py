@@ -14,7 +14,7 @@ import numpy as np
 
 import random
 
-from heldout.benchmarks.vliw.benchmark import HASH_STAGES, HEADER_WORDS, n_nodes_for
+from heldout.benchmarks.vliw.benchmark import HASH_STAGES, HEADER_WORDS, Input, Tree, build_mem_image, n_nodes_for
 
 VALUE_RANGE = 2**30  # node and batch values are randint(0, 2**30 - 1)
 
@@ -61,9 +61,7 @@ def make_image(seed: int, forest_height: int = 10, batch_size: int = 256, rounds
     (node values, then batch values, from one generator)."""
     n_nodes = n_nodes_for(forest_height)
     values = seeded_values(seed, n_nodes + batch_size)
-    forest_p = HEADER_WORDS
-    header = [rounds, n_nodes, batch_size, forest_height, forest_p, forest_p + n_nodes, forest_p + n_nodes + batch_size]
-    return header + values[:n_nodes] + [0] * batch_size + values[n_nodes:]
+    return build_mem_image(Tree(forest_height, values[:n_nodes]), Input([0] * batch_size, values[n_nodes:], rounds))
 
 
 def make_instance(seed: int, forest_height: int = 10, batch_size: int = 256,
