@@ -38,3 +38,17 @@ def test_an_empty_group_left_by_a_killed_harness_is_swept():
         d.mkdir()
     cgroups._sweep_stale(bases)
     assert not any(d.exists() for d in left)
+
+
+def test_a_group_tells_a_process_that_ran_in_it_and_exited_from_one_that_never_joined():
+    never = RunGroup.create(memory_mb=64, max_processes=4)
+    ran = RunGroup.create(memory_mb=64, max_processes=4)
+    try:
+        assert not never.was_joined()
+        subprocess.run(ran.attach_argv([sys.executable, "-c", "x = bytearray(1 << 20)"]), check=True)
+        assert not ran.has_members()  # the process is gone ...
+        assert ran.was_joined()  # ... but it was in the group: its CPU time and memory stay charged
+        assert not never.was_joined()
+    finally:
+        never.close()
+        ran.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -161,6 +162,25 @@ def test_a_dead_fork_server_is_replaced_and_the_execution_still_runs():
     r = run("def f():\n    return 2\n")
     assert r.ok and r.value == 2
     assert zygote.server_for(PROGRAM_PRELOAD) is not server
+
+
+def test_a_run_that_exited_before_the_parent_read_its_ready_message_still_counts_as_forked(monkeypatch):
+    # a busy parent reads "ready" only after the child finished and left its cgroup: the
+    # group's charges prove it was there, so the fork server is kept (it was thrown away before)
+    from heldout.sandbox import process
+
+    feed = process._RunState.feed
+
+    def slow_feed(state, chunk):
+        time.sleep(0.3)
+        feed(state, chunk)
+
+    assert run("def f():\n    return 0\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    monkeypatch.setattr(process._RunState, "feed", slow_feed)
+    results = [run(f"def f():\n    return {i}\n") for i in range(3)]
+    assert [(r.ok, r.value, r.forked) for r in results] == [(True, i, True) for i in range(3)]
+    assert zygote.server_for(PROGRAM_PRELOAD) is server
 
 
 def test_a_fork_server_that_cannot_set_up_a_child_falls_back_to_a_fresh_sandbox(monkeypatch):

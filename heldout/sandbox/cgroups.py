@@ -184,6 +184,17 @@ class RunGroup:
         """True if some process is in the group (in every controller's hierarchy)."""
         return bool(self.dirs) and all(_read(d / "cgroup.procs").split() for d in self.dirs.values())
 
+    def was_joined(self) -> bool:
+        """True if some process is or was in the group in every hierarchy that can tell: a member
+        now, or CPU time and memory charged to the group (a run that already exited leaves no
+        member, but its charges stay; v1's pids hierarchy keeps no such count)."""
+        if self.has_members():
+            return True
+        if not self.dirs:
+            return False
+        cpu, peak = self.cpu_seconds(), self._peak_bytes()
+        return (cpu is None or cpu > 0) and (peak is None or peak > 0) and (cpu, peak) != (None, None)
+
     def memory_exceeded(self) -> bool:
         """True if the run hit its memory limit (the kernel refused or reclaimed-then-killed)."""
         if self.level == "cgroup-v2":
@@ -218,13 +229,15 @@ class RunGroup:
         return None
 
     def peak_memory_mb(self) -> float | None:
-        if self.level == "cgroup-v2":
-            value = _read_int(self.dirs["unified"] / "memory.peak")
-        elif "memory" in self.dirs:
-            value = _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
-        else:
-            return None
+        value = self._peak_bytes()
         return round(value / (1024 * 1024), 1) if value else None
+
+    def _peak_bytes(self) -> int | None:
+        if self.level == "cgroup-v2":
+            return _read_int(self.dirs["unified"] / "memory.peak")
+        if "memory" in self.dirs:
+            return _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
+        return None
 
     def kill_all(self, wait: bool = True) -> None:
         """SIGKILL every process still in the group, until it is empty (bounded); with

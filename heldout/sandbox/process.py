@@ -535,9 +535,10 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
                         killed_for = "output_too_large"
                     else:
                         state.feed(chunk)
-                    if started.forked is not None and state.ready and not was_ready and not group.has_members():
+                    if started.forked is not None and state.ready and not was_ready and not group.was_joined():
                         # a child that says it is isolated must be in its cgroup (checked here, on
-                        # the host): otherwise the fork server is not to be trusted with more runs
+                        # the host; a fast run may have exited already, so its charges count too):
+                        # otherwise the fork server is not to be trusted with more runs
                         killed_for = "fork_server"
                 else:
                     stdout_total += len(chunk)
