@@ -5,25 +5,30 @@ the names of ``_child`` -- ``main``, ``isolate`` ... -- are its globals).
 The zygote is trusted code that runs no candidate itself. It imports the modules it was asked to
 preload, freezes the garbage collector (fewer copy-on-write pages in every child) and then waits
 on its control socket, which only the harness holds (an inherited fd; it binds no socket anyone
-could connect to). Per request it forks, per execution:
+could connect to). Per execution it forks (in advance: see ``SPARES``), with a fresh PID namespace
+for that one child (``unshare(CLONE_NEWPID)`` applies to the zygote's next child only; the zygote
+resets it right after the fork):
 
-* an **intermediate** process (in the zygote's PID namespace) that joins the execution's own
-  cgroup (fds the harness opened), unshares fresh mount, IPC, network, UTS, cgroup and PID
-  namespaces, mounts a fresh size-capped tmpfs as the scratch, binds the execution's code dir
-  read-only over the code path (which held the inbox of every execution's code dir, now out of
-  reach), remounts ``/dev`` read-only (nothing there is writable, as in a fresh sandbox), forks
-* a **reaper**, PID 1 of the new PID namespace, which mounts a ``/proc`` of that namespace (with
-  bwrap's read-only covers) and forks
-* the **child**, PID 2, which gets exactly the fds of a fresh sandbox (job on stdin, output on
-  stdout/stderr, result channel on fd 3), the sandbox environment, re-seeded random states and
-  cleared import caches, and runs the ordinary child ``main()`` (rlimits, throw-away uid,
-  no_new_privs, seccomp, audit hook, the calls).
+* a **reaper**, PID 1 of the new PID namespace, which unshares fresh mount, IPC, network, UTS and
+  cgroup namespaces, mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only
+  (nothing there is writable, as in a fresh sandbox), mounts a ``/proc`` of its PID namespace
+  (with bwrap's read-only covers) and forks
+* the **child**, PID 2, which joins the execution's own cgroup with the reaper (fds the harness
+  opened), binds the execution's code dir read-only over the code path (which held the inbox of
+  every execution's code dir, now out of reach), gets exactly the fds of a fresh sandbox (job on
+  stdin, output on stdout/stderr, result channel on fd 3), the sandbox environment, re-seeded
+  random states and cleared import caches, and runs the ordinary child ``main()`` (rlimits,
+  throw-away uid, no_new_privs, seccomp, audit hook, the calls).
+
+Two forks of the zygote's image per execution, not three: copying and tearing down its page
+tables is most of what an execution costs the machine.
 
 When the child exits the reaper exits with bwrap's exit-code convention (the child's code, or 128
-+ the signal), which kills everything left in the PID namespace; the namespaces, the scratch
-tmpfs and any IPC objects die with it. The zygote reports each intermediate's exit code; it is
-only used in messages (the harness decides every outcome from the result channel and the cgroup,
-as for a fresh sandbox)."""
++ the signal), which kills everything left in the PID namespace; the kernel reports PID 1's exit
+only after every other process of the namespace was reaped, and the namespaces, the scratch tmpfs
+and any IPC objects die with it. The zygote reports each reaper's exit code; it is only used in
+messages (the harness decides every outcome from the result channel and the cgroup, as for a
+fresh sandbox)."""
 
 import array
 import collections
@@ -39,7 +44,8 @@ PR_SET_PDEATHSIG = 1
 PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")  # what bwrap's --proc makes read-only
 RESULT_FD = 3
 SETUP_FAILED = 125
-_own_fds = []  # the control socket and the wakeup pipe: no execution keeps them
+_own_fds = []  # the control socket, the wakeup pipe and its own PID namespace: no execution keeps them
+_own_pid_ns = [-1]
 SPARES = 2  # executions prepared in advance (as many as run concurrently, commonly)
 SCRATCH = "/sandbox/scratch"
 _spares = collections.deque()  # (intermediate pid, request socket), oldest first
@@ -75,20 +81,20 @@ def _exit_code(status):
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else SETUP_FAILED  # noqa: F821
 
 
-def _new_world(scratch):
-    """In the intermediate: own namespaces and scratch; nothing shared with an earlier or
-    concurrent execution but the read-only root."""
+def _reset_pid_ns():
+    """The zygote's next child is in the zygote's own PID namespace again."""
+    _check(_libc.setns(_own_pid_ns[0], CLONE_NEWPID), "reset the PID namespace for children")
+
+
+def _reaper(scratch):
+    """PID 1 of the execution's PID namespace: its own namespaces, scratch and /proc (nothing
+    shared with an earlier or concurrent execution but the read-only root), then the child;
+    exits with the child."""
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_NEWPID),
-           "unshare")
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
     _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
-def _reaper():
-    """PID 1 of the execution's PID namespace: its /proc, then the child; exits with the child."""
-    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for name in PROC_COVERS:
         if os.path.exists("/proc/" + name):  # noqa: F821
@@ -153,11 +159,17 @@ _spare_end = [-1]  # in a spare's processes: their end of the request socket
 
 
 def _prepare_spare():
-    """Fork a spare execution (intermediate -> reaper -> waiting child) and return
-    ``(intermediate pid, zygote's end of its request socket)``."""
+    """Fork a spare execution (reaper -> waiting child) and return ``(reaper pid, zygote's end
+    of its request socket)``."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()  # noqa: F821
+    _check(_libc.unshare(CLONE_NEWPID), "unshare the PID namespace")  # for the next child only
+    try:
+        pid = os.fork()  # noqa: F821 - PID 1 of the new namespace
+    except BaseException:
+        _reset_pid_ns()
+        raise
     if pid:
+        _reset_pid_ns()
         theirs.close()
         return pid, ours
     try:
@@ -170,16 +182,7 @@ def _prepare_spare():
         for _, other in _spares:
             other.close()
         _spare_end[0] = theirs.detach()
-        _new_world(SCRATCH)
-        reaper = os.fork()  # noqa: F821 - PID 1 of the new namespace
-        if reaper == 0:
-            try:
-                _reaper()
-            finally:
-                os._exit(SETUP_FAILED)  # noqa: F821
-        os.close(_spare_end[0])  # noqa: F821
-        _, status = os.waitpid(reaper, 0)  # noqa: F821
-        os._exit(_exit_code(status))  # noqa: F821
+        _reaper(SCRATCH)
     finally:
         os._exit(SETUP_FAILED)  # noqa: F821 - never back into the zygote's loop
 
@@ -207,9 +210,17 @@ def serve():
     threads = len(os.listdir("/proc/self/task"))  # noqa: F821 - forking a threaded process is unsafe
     gc.collect()
     gc.freeze()
-    ctl.sendmsg([json.dumps({"ready": threads == 1, "threads": threads, "preloaded": preloaded,  # noqa: F821
-                             "failed": failed}).encode()])
-    if threads != 1:
+    problem = None if threads == 1 else f"{threads} threads after the preload"
+    try:
+        _own_pid_ns[0] = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)  # noqa: F821
+        _own_fds.append(_own_pid_ns[0])
+        _check(_libc.unshare(CLONE_NEWPID), "unshare the PID namespace")  # what every spare needs
+        _reset_pid_ns()
+    except OSError as exc:
+        problem = problem or str(exc)
+    ctl.sendmsg([json.dumps({"ready": problem is None, "problem": problem, "threads": threads,  # noqa: F821
+                             "preloaded": preloaded, "failed": failed}).encode()])
+    if problem is not None:
         return
     wake_r, wake_w = os.pipe()  # noqa: F821
     os.set_blocking(wake_w, False)  # noqa: F821

@@ -460,7 +460,7 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
 
     def reap(need_code: bool) -> tuple[int, float]:
         # a run whose streams closed by themselves is exiting: it is killed only after its exit
-        # was reported. The report means the whole tree is gone: the intermediate reaps the
+        # was reported. The report means the whole tree is gone: the zygote reaps the
         # namespace's PID 1 only after the kernel reaped every other process of the namespace,
         # and every process of the execution's cgroup lives in that namespace
         # (the wait is on the caller's path on purpose: nothing of a run, not even a zombie of a
