@@ -247,7 +247,7 @@ class RunGroup:
         while self.dirs and time.monotonic() < deadline:
             pids = set()
             for d in list(self.dirs.values()):  # a snapshot: another thread may be closing the group
-                for member in [*d.glob(GROUP_PREFIX + "*"), d]:  # nested groups (a fork server's) too
+                for member in [*_nested(d), d]:  # nested groups (a fork server's) too
                     pids |= {int(p) for p in _read(member / "cgroup.procs").split() if p.isdigit()}
             if not pids:
                 return
@@ -264,7 +264,7 @@ class RunGroup:
     def close(self) -> None:
         """Kill what is left and remove the group's directories."""
         self.kill_all()
-        for d in [n for d in list(self.dirs.values()) for n in (*d.glob(GROUP_PREFIX + "*"), d)]:
+        for d in [n for d in list(self.dirs.values()) for n in (*_nested(d), d)]:
             for _ in range(50):
                 try:
                     d.rmdir()
@@ -292,9 +292,20 @@ def _flat_value(text: str, key: str) -> int:
     return 0
 
 
-def _read(path: Path) -> str:
+def _nested(group: Path) -> list[Path]:
+    """The run groups inside ``group`` (a fork server's executions)."""
     try:
-        return path.read_text()
+        with os.scandir(group) as entries:
+            return [group / e.name for e in entries if e.name.startswith(GROUP_PREFIX) and e.is_dir()]
+    except OSError:
+        return []
+
+
+def _read(path: Path) -> str:
+    # plain open(): these small reads are on every execution's path, and pathlib's costs add up
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read()
     except OSError:
         return ""
 

@@ -468,7 +468,8 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         if not need_code:
             server.kill(ex, wait=False)
         code = server.wait_exit(ex)
-        server.kill(ex, wait=code is None)
+        if code is None:  # no report: whatever is left of the run is killed here, and waited for
+            server.kill(ex, wait=True)
         return (-signal.SIGKILL if code is None else code), 0.0
 
     return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap, ex)
