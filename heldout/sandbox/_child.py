@@ -38,10 +38,19 @@ class CpuLimit(BaseException):
     pass
 
 
+def encode(obj):
+    return (json.dumps(obj, allow_nan=True) + "\n").encode("utf-8")
+
+
+def write(data):
+    # unbuffered: one write per message (or per pair); a signal can cut a large write short
+    view = memoryview(data)
+    while view:
+        view = view[_chan.write(view):]
+
+
 def send(obj):
-    data = (json.dumps(obj, allow_nan=True) + "\n").encode("utf-8")
-    _chan.write(data)
-    _chan.flush()
+    write(encode(obj))
 
 
 def fatal(kind, message):
@@ -321,17 +330,18 @@ def main():
     except BaseException as exc:  # noqa: BLE001
         fatal("crash", "importing the program failed:\n" + tail_of_traceback(exc))
     failed_groups = set()
+    finished = b""  # the last call's outcome: it goes out with the next call's start, in one write
     for index, call in enumerate(job["calls"]):
         group = call.get("group")
         if group in failed_groups:
             continue  # stop_on_error stops only the failing call's group
-        send({"start": index})
+        write(finished + encode({"start": index}))
         out = run_call(fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
         out["call"] = index
         try:
-            send(out)
+            finished = encode(out)
         except (ValueError, RecursionError, OverflowError) as exc:
-            send({"call": index, "ok": False, "error_kind": "bad_output", "error": f"bad output: {exc}"})
+            finished = encode({"call": index, "ok": False, "error_kind": "bad_output", "error": f"bad output: {exc}"})
         if not out["ok"] and job.get("stop_on_error"):
             if group is None:
                 break
@@ -339,7 +349,7 @@ def main():
     # the program's prints go into the pipe before "done": the parent stops reading at "done"
     sys.stdout.flush()
     sys.stderr.flush()
-    send({"done": True})
+    write(finished + encode({"done": True}))
     os._exit(0)
 
 

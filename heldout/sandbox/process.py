@@ -209,9 +209,10 @@ def run_calls(files: dict[str, str], module: str, function: str,
     group_of = list(groups) if groups is not None else [None] * len(calls)
     if not (len(per_call) == len(group_of) == len(calls)):
         raise SandboxError("per_call_seconds and groups need one entry per call")
+    json_calls = [{"args": list(a), "kwargs": dict(k)} for a, k in calls]
     try:
-        json_calls = json.loads(json.dumps([{"args": list(a), "kwargs": dict(k)} for a, k in calls]))
-    except (TypeError, ValueError) as exc:
+        json.dumps(json_calls)  # checked before anything starts; the job is encoded when it is sent
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SandboxError(f"sandbox arguments must be JSON data: {exc}") from exc
     server = server_for(preload) if fork_server and level != "none" and fork_server_enabled() else None
     code = _write_code_dir(files, setup_files or {}, server.new_code_dir() if server else None)
