@@ -33,6 +33,7 @@ fresh sandbox)."""
 import array
 import collections
 import gc
+import importlib
 import selectors
 import socket
 
@@ -110,7 +111,13 @@ def _reaper(scratch):
 
 
 def _wait_for_request():
-    """The spare child: built in advance, used for exactly one execution."""
+    """The spare child: built in advance, used for exactly one execution. What does not depend
+    on the request is done before it arrives (off the execution's path)."""
+    importlib.invalidate_caches()
+    sys.path_importer_cache.clear()  # noqa: F821
+    numpy_random = sys.modules.get("numpy.random")  # noqa: F821
+    if numpy_random is not None:
+        numpy_random.seed()  # fresh entropy, as a fresh import would draw (random reseeds itself at fork)
     sock = socket.socket(fileno=_spare_end[0])
     msg, fds = _recv(sock)
     if not msg:
@@ -142,16 +149,10 @@ def _become_child(req, fds):
     os.dup2(stdout_w, 2)  # noqa: F821
     os.dup2(result_w, RESULT_FD)  # noqa: F821
     os.closerange(RESULT_FD + 1, 1 << 16)  # noqa: F821 - the request socket, anything inherited
-    os.environ.clear()  # noqa: F821
-    os.environ.update(req["env"])  # noqa: F821
+    if dict(os.environ) != req["env"]:  # noqa: F821 - the zygote was started with the sandbox environment
+        os.environ.clear()  # noqa: F821
+        os.environ.update(req["env"])  # noqa: F821
     sys.argv[:] = ["-c", str(RESULT_FD)]  # noqa: F821
-    import importlib
-
-    importlib.invalidate_caches()
-    sys.path_importer_cache.clear()  # noqa: F821
-    numpy_random = sys.modules.get("numpy.random")  # noqa: F821
-    if numpy_random is not None:
-        numpy_random.seed()  # fresh entropy, as a fresh import would draw (random reseeds itself at fork)
     main()  # noqa: F821 - the ordinary child; it never returns
 
 

@@ -467,7 +467,7 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         # (the wait is on the caller's path on purpose: nothing of a run, not even a zombie of a
         # daemon it forked, may still exist when its result is returned)
         if not need_code:
-            server.kill(ex, wait=False)
+            server.end(ex)
         code = server.wait_exit(ex)
         if code is None:  # no report: whatever is left of the run is killed here, and waited for
             server.kill(ex, wait=True)

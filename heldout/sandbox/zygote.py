@@ -193,6 +193,11 @@ class ForkServer:
         group is empty) and ask the zygote too (which kills the execution's reaper: PID 1's death takes the
         execution's PID namespace with it)."""
         execution.group.kill_all(wait=wait)
+        self.end(execution)
+
+    def end(self, execution: Execution) -> None:
+        """Ask the zygote to kill the execution's reaper (the cheap way for a run that already
+        said it is done: :meth:`wait_exit` then tells when all of it is gone)."""
         try:
             with self._send_lock:
                 self.ctl.sendmsg([json.dumps({"kill": execution.ident}).encode()])
