@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from heldout.contracts import RunLimits
+from heldout.contracts import DataError, RunLimits
 from heldout.benchmarks.mbpp_plus import _child as _mbpp_child
 from heldout.benchmarks.mbpp_plus import scored_solution
-from heldout.benchmarks.mbpp_plus.execution import check_solution, compare, load_problems
+from heldout.benchmarks.mbpp_plus.execution import check_many, check_solution, compare, load_problems
 
 LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=4096)
 
@@ -40,6 +40,25 @@ def test_canonical_solutions_pass_base_and_plus(problems, task_id):
     assert r.base_pass and r.plus_pass, r.first_failure()
     assert r.base.total == len(problems[task_id]["base_input"]) and r.plus.total == len(problems[task_id]["plus_input"])
     assert scored_solution(r, canonical(problems[task_id])).dimensions == {"base": 1.0, "plus": 1.0}
+
+
+def test_check_many_returns_each_items_own_verdict_in_the_order_given(problems):
+    square = problems["Mbpp/17"]
+    items = [(problems["Mbpp/2"], canonical(problems["Mbpp/2"])),
+             (square, "def square_perimeter(a):\n    return 4 * a + 1\n"),  # the same problem twice:
+             (problems["Mbpp/3"], canonical(problems["Mbpp/3"])),
+             (square, canonical(square))]  # one expected-output run, two checks
+    results = check_many(items, workers=2, limits=LIMITS)
+    assert [r.task_id for r in results] == ["Mbpp/2", "Mbpp/17", "Mbpp/3", "Mbpp/17"]
+    assert [(r.base_pass, r.plus_pass) for r in results] == [(True, True), (False, False), (True, True), (True, True)]
+    assert check_many([], limits=LIMITS) == []
+
+
+def test_check_many_raises_when_a_canonical_solution_cannot_run(problems):
+    broken = {**problems["Mbpp/3"], "task_id": "Mbpp/3-broken", "canonical_solution": "    raise RuntimeError('no')\n"}
+    with pytest.raises(DataError, match="Mbpp/3-broken"):
+        check_many([(problems["Mbpp/2"], canonical(problems["Mbpp/2"])), (broken, "def f():\n    pass\n")],
+                   workers=2, limits=LIMITS)
 
 
 def test_off_by_one_fails_as_a_wrong_answer(problems):

@@ -41,6 +41,7 @@ import hashlib
 import json
 import math
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -305,8 +306,6 @@ def check_solution(problem: dict[str, Any], solution_code: str, *, which: Iterab
     ``canonical_solution``, ``base_input``, ``plus_input``, ``atol``) and report base and plus
     separately. Never raises for a bad solution; raises :class:`DataError` if the record's own
     canonical solution cannot produce expected outputs."""
-    import time
-
     limits = limits or DEFAULT_LIMITS
     start = time.perf_counter()
     truth = ground_truth(problem, limits=limits)
@@ -318,7 +317,8 @@ def check_solution(problem: dict[str, Any], solution_code: str, *, which: Iterab
 
 def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2, **kwargs: Any) -> list[MbppResult]:
     """:func:`check_solution` over many (problem, code) pairs with a small thread pool (each
-    solution runs in its own sandboxed process, so threads only wait)."""
+    solution runs in its own sandboxed process, so threads only wait); results in the order of
+    ``items``."""
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(pool.map(lambda pc: check_solution(pc[0], pc[1], **kwargs), items))
 
