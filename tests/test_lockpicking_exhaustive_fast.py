@@ -1,10 +1,12 @@
 """The fast exhaustive check (issue 19): repeated substrings of PROGRAM computed once per row,
-the six-digit strings streamed, a lone digit read without the regex. Every candidate must get the
+every string read from one filled table, a lone digit read without the regex, the outputs sent in
+the narrowest integer type that holds them. Every candidate must get the
 same outputs (value and validity, string by string) as the plain translation, and the plain
 translation the same as the per-example path."""
 
 from __future__ import annotations
 
+import base64
 import random
 from pathlib import Path
 
@@ -30,6 +32,8 @@ CANDIDATES = {
                    " WHEN SUBSTR(PROGRAM, 1, 1) = '5' THEN '1234567890' WHEN SUBSTR(PROGRAM, 1, 1) = '6' THEN '+7'"
                    " WHEN SUBSTR(PROGRAM, 1, 1) = '7' THEN '07' ELSE SUBSTR(PROGRAM, 6, 1) END",
     "nothing repeated": "LENGTH(PROGRAM)",
+    # outputs that need a wide integer type (and negative ones) on the way out of the sandbox
+    "wide outputs": "IFF(SUBSTR(PROGRAM, 1, 1) = '9', 123456789, LENGTH(PROGRAM) * 100000 - 700000)",
 }
 
 
@@ -60,13 +64,32 @@ def test_only_repeated_substring_calls_on_program_with_literal_arguments_are_sha
 def test_the_exhaustive_outputs_equal_the_per_example_outputs():
     rng = random.Random(5)
     sample = [f"{k:06d}" for k in rng.sample(range(10**6), 3000)]
-    for body in (CANDIDATES["champion"], CANDIDATES["odd outputs"], CANDIDATES["edge positions"]):
+    for body in (CANDIDATES["champion"], CANDIDATES["odd outputs"], CANDIDATES["edge positions"],
+                 CANDIDATES["wide outputs"]):
         checked = sqlmod.check_sql(body)
         per_example = sqlmod.execute(checked, sample + list(MALFORMED), wall_seconds=60, memory_mb=512).parsed
         exhaustive = outputs(body, shared=True)
         index = [int(s) for s in sample] + list(range(10**6, 10**6 + len(MALFORMED)))
         got = [None if exhaustive.mask[i] else int(exhaustive.data[i]) for i in index]
         assert got == per_example
+
+
+@pytest.mark.parametrize("forged", [
+    {"dtype": "<f8"}, {"dtype": ">i8"}, {"dtype": "object"}, {"dtype": None},  # only the listed integer types
+    {"values": "AAAA"},  # too few rows
+    {"missing": "AA=="},  # too few validity bits
+    {"values": "not base64!"},
+    {"missing": None},
+])
+def test_a_malformed_exhaustive_answer_is_an_error_not_outputs(monkeypatch, forged):
+    n = 10**6 + len(MALFORMED)
+    good = {"values": base64.b64encode(np.zeros(n, dtype="<i1").tobytes()).decode(), "dtype": "<i1",
+            "missing": base64.b64encode(np.packbits(np.zeros(n, dtype=bool)).tobytes()).decode()}
+    monkeypatch.setattr(sqlmod, "_in_sandbox", lambda *a, **k: {**good, **forged})
+    with pytest.raises(sqlmod.SqlExecutionError, match="exhaustive query returned"):
+        outputs("LENGTH(PROGRAM)", shared=True)
+    monkeypatch.setattr(sqlmod, "_in_sandbox", lambda *a, **k: good)  # the well-formed answer is read
+    assert not outputs("LENGTH(PROGRAM)", shared=True).mask.any()
 
 
 def test_the_champion_still_recovers_the_rules_exactly():

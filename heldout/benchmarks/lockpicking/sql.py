@@ -336,10 +336,12 @@ _PARSE_OUTPUT = (f"CASE WHEN raw IN ({', '.join(repr(str(d)) for d in range(10))
 
 
 _ALL_SIX_DIGIT = sql_child.ALL_SIX_DIGIT
-# The exhaustive check reads the six-digit strings as they are generated (no table to fill), the
-# malformed ones from the table, and may use both cores: it is one trusted query over 10^6 rows.
-_EXHAUSTIVE_SOURCE = f"({_ALL_SIX_DIGIT} UNION ALL SELECT i, PROGRAM FROM examples)"
+# The exhaustive check reads every string from the filled table, and may use both cores: it is
+# one trusted query over 10^6 rows. (A table scan runs in parallel; the generating range() of
+# the six-digit strings does not: filling the table first is faster, 0.25 s against 0.35 s.)
+_EXHAUSTIVE_SOURCE = "examples"
 EXHAUSTIVE_THREADS = max(1, min(2, os.cpu_count() or 1))
+EXHAUSTIVE_DTYPES = sql_child.EXHAUSTIVE_DTYPES  # the narrowest that holds every output is sent
 
 
 def _query(checked: CheckedSql) -> str:
@@ -417,12 +419,16 @@ def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_se
         got = outputs_for(_exhaustive_query(checked, shared=False), max(0.1, wall_seconds - (time.monotonic() - started)))
     n = 10**6 + len(malformed)
     try:
-        values = np.frombuffer(base64.b64decode(got["values"]), dtype="<i8").astype(np.int64)
-        missing = np.frombuffer(base64.b64decode(got["missing"]), dtype=np.uint8).astype(bool)
+        dtype = got["dtype"]
+        if dtype not in EXHAUSTIVE_DTYPES:
+            raise ValueError(f"integer type {dtype!r} is not one of {EXHAUSTIVE_DTYPES}")
+        values = np.frombuffer(base64.b64decode(got["values"], validate=True), dtype=dtype).astype(np.int64)
+        missing_bits = np.frombuffer(base64.b64decode(got["missing"], validate=True), dtype=np.uint8)
     except (KeyError, TypeError, ValueError) as exc:
         raise SqlExecutionError(f"the exhaustive query returned a malformed result ({exc})") from None
-    if values.size != n or missing.size != n:
+    if values.size != n or missing_bits.size != (n + 7) // 8:
         raise SqlExecutionError(f"the exhaustive query returned {values.size} rows, expected {n}")
+    missing = np.unpackbits(missing_bits, count=n).astype(bool)
     return np.ma.masked_array(values, mask=missing)
 
 

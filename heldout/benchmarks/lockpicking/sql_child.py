@@ -13,6 +13,7 @@ DuckDB's own failures come back as ``{"error", "kind"}`` so the parent can name 
 import duckdb
 
 OUTPUT_RE = r"^[ \t\r\n]*([+-]?[0-9]{1,9})[ \t\r\n]*$"
+EXHAUSTIVE_DTYPES = ("<i1", "<i2", "<i4", "<i8")
 ALL_SIX_DIGIT = "SELECT range AS i, lpad(CAST(range AS VARCHAR), 6, '0') AS PROGRAM FROM range(1000000)"
 
 
@@ -26,18 +27,15 @@ def connect(memory_mb, threads=1):
     return con
 
 
-def load(con, programs, all_six_digit, offset=None):
-    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`
-    # (from ``offset`` when given: the exhaustive check streams the six-digit strings instead).
+def load(con, programs, all_six_digit):
+    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`.
     con.execute("CREATE TABLE examples (i BIGINT, PROGRAM VARCHAR)")
     if all_six_digit:
         con.execute(f"INSERT INTO examples {ALL_SIX_DIGIT}")
-    if offset is None:
-        offset = 10**6 if all_six_digit else 0
     if programs:  # one statement for the whole list (executemany costs milliseconds per row)
         con.execute("INSERT INTO examples SELECT ? + k - 1, p FROM "
                     "(SELECT unnest(?::VARCHAR[]) AS p, generate_subscripts(?::VARCHAR[], 1) AS k)",
-                    [offset, list(programs), list(programs)])
+                    [10**6 if all_six_digit else 0, list(programs), list(programs)])
     con.execute("SET lock_configuration = true")
 
 
@@ -59,16 +57,18 @@ def run_rows(query, programs, memory_mb):
 
 
 def run_outputs(query, malformed, memory_mb, threads):
-    """The exhaustive check: ``query`` yields ``(i, y)`` for the 10^6 six-digit strings and then
-    ``malformed`` (i from 10^6). The answer, placed by i: ``{"values": base64 of int64s,
-    "missing": base64 of one byte per row (1 = not an integer)}``, or ``{"error", "kind"}``."""
+    """The exhaustive check: ``query`` yields ``(i, y)`` for the 10^6 six-digit strings (i = their
+    value) and then ``malformed`` (i from 10^6). The answer, placed by i: ``{"values": base64 of
+    the narrowest little-endian integer type of EXHAUSTIVE_DTYPES that holds them, "dtype",
+    "missing": base64 of one bit per row, numpy's packbits (1 = not an integer)}``, or
+    ``{"error", "kind"}``."""
     import base64
 
     import numpy as np  # only here: its import maps address space the row queries do not need
 
     con = connect(memory_mb, threads=threads)
     try:
-        load(con, malformed, all_six_digit=False, offset=10**6)
+        load(con, malformed, all_six_digit=True)
         cols = con.execute(query).fetchnumpy()  # no ORDER BY: placing rows by i is cheaper than sorting
     except duckdb.Error as exc:
         return _failure(exc)
@@ -78,7 +78,10 @@ def run_outputs(query, malformed, memory_mb, threads):
     order = np.asarray(cols["i"], dtype=np.int64)
     if order.size != n or np.ma.getmaskarray(cols["i"]).any() or order.min() < 0 or order.max() >= n:
         return {"error": f"the exhaustive query returned {order.size} rows, expected {n}", "kind": "crash"}
-    values, missing = np.zeros(n, dtype="<i8"), np.ones(n, dtype=np.uint8)
+    values, missing = np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
     values[order] = np.ma.getdata(cols["y"]).astype(np.int64)
     missing[order] = np.ma.getmaskarray(cols["y"])
-    return {"values": base64.b64encode(values.tobytes()).decode(), "missing": base64.b64encode(missing.tobytes()).decode()}
+    low, high = int(values.min()), int(values.max())
+    dtype = next(t for t in EXHAUSTIVE_DTYPES if np.iinfo(t).min <= low and high <= np.iinfo(t).max)
+    return {"values": base64.b64encode(values.astype(dtype).tobytes()).decode(), "dtype": dtype,
+            "missing": base64.b64encode(np.packbits(missing).tobytes()).decode()}
