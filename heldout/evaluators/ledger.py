@@ -4,7 +4,8 @@ session, the system of record every report is derived from.
 Each line is one JSON entry ``{"seq", "prev", "kind", "time", "data", "hash"}`` where ``hash`` is
 the sha256 of the canonical JSON of the other fields and ``prev`` is the previous entry's hash
 (the first entry's ``prev`` is 64 zeros). An entry is written, flushed and fsynced before the
-result it records is returned. A sidecar ``ledger.head`` holds the count and last hash, so a
+result it records is returned; an entry that records no result (a candidate about to be
+evaluated) may be appended unsynced, and the fsync of the next entry makes it durable with it. A sidecar ``ledger.head`` holds the count and last hash, so a
 dropped *tail* is caught too. This is tamper-evident, not tamper-proof: someone who rewrites the
 whole chain and the head can forge it; the run record keeps the head hash as a further anchor.
 
@@ -239,7 +240,9 @@ class Ledger:
     def entries(self, kind: str | None = None) -> Iterator[dict[str, Any]]:
         return (e for e in list(self._entries) if kind is None or e["kind"] == kind)
 
-    def append(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+    def append(self, kind: str, data: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
+        """Append one entry; with ``sync`` (the default) it is on disk when this returns. Only an
+        entry whose content nobody acts on before a later synced entry may pass ``sync=False``."""
         with self._lock:
             entry = {"seq": len(self._entries), "prev": self.head, "kind": kind,
                      "time": round(time.time(), 6), "data": encodable(data)}
@@ -247,7 +250,8 @@ class Ledger:
             line = json.dumps(entry, sort_keys=True, ensure_ascii=False, default=_json_default) + "\n"
             self._fh.write(line.encode("utf-8"))
             self._fh.flush()
-            os.fsync(self._fh.fileno())
+            if sync:
+                os.fsync(self._fh.fileno())  # and every unsynced entry before it
             self._entries.append(json.loads(line))
             head = self.run_dir / HEAD_FILE
             tmp = head.with_suffix(".tmp")

@@ -372,8 +372,9 @@ class EvaluationService:
                                     "sums": {}}
             if cid not in self._recorded_candidates:
                 self._recorded_candidates.add(cid)
+                # no result yet: the evaluation entry's fsync, before any result is returned, covers it
                 self._ledger.append("candidate", {"candidate_id": cid, "parent": parent,
-                                                  "components": dict(candidate)})
+                                                  "components": dict(candidate)}, sync=False)
 
     def _update_trajectory(self, cid: str, split: str, verdicts: Iterable[Verdict], stamp: int) -> None:
         sums = self.candidates[cid]["sums"].setdefault(split, [0.0, 0])
