@@ -49,7 +49,7 @@ _own_fds = []  # the control socket, the wakeup pipe and its own PID namespace: 
 _own_pid_ns = [-1]
 SPARES = 2  # executions prepared in advance (as many as run concurrently, commonly)
 SCRATCH = "/sandbox/scratch"
-_spares = collections.deque()  # (intermediate pid, request socket), oldest first
+_spares = collections.deque()  # (reaper pid, request socket), oldest first
 
 
 def _refill():
@@ -231,7 +231,7 @@ def serve():
     sel = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     sel.register(wake_r, selectors.EVENT_READ, "wake")
-    running = {}  # intermediate pid -> execution id
+    running = {}  # reaper pid -> execution id
     _refill()
     while True:
         for key, _ in sel.select(timeout=1.0):
