@@ -45,7 +45,9 @@ def measure(seeds: int = 4, budget: int = 120) -> dict:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 * 2**20,
                  runtime_env={"env_vars": {"PYTHONPATH": str(HERE.parent)}})
         try:
-            warm = _grid(2, 2, first_seed=100)
+            # every worker warm (imports, fork server): cells long enough that one worker cannot
+            # take them all while the other is still starting
+            warm = _grid(4, 10, first_seed=100)
             run_study(warm, StudyConfig(run_root=str(root / "warm")), RayExecutor(root / "warm"), progress=False)
             t0 = time.perf_counter()
             distributed = run_study(cells, StudyConfig(run_root=str(root / "ray")), RayExecutor(root / "ray"),
