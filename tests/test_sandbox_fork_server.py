@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from heldout.contracts import RunLimits
-from heldout.sandbox import PROGRAM_PRELOAD, run_calls, run_function, zygote
+from heldout.sandbox import PROGRAM_PRELOAD, process, run_calls, run_function, zygote
 
 pytestmark = pytest.mark.skipif(not zygote.fork_server_enabled(),
                                 reason="the fork server needs a root harness with cgroup v1 limits")
@@ -167,8 +167,6 @@ def test_a_dead_fork_server_is_replaced_and_the_execution_still_runs():
 def test_a_run_that_exited_before_the_parent_read_its_ready_message_still_counts_as_forked(monkeypatch):
     # a busy parent reads "ready" only after the child finished and left its cgroup: the
     # group's charges prove it was there, so the fork server is kept (it was thrown away before)
-    from heldout.sandbox import process
-
     feed = process._RunState.feed
 
     def slow_feed(state, chunk):
