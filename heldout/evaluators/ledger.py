@@ -6,8 +6,9 @@ the sha256 of the canonical JSON of the other fields and ``prev`` is the previou
 (the first entry's ``prev`` is 64 zeros). An entry is written, flushed and fsynced before the
 result it records is returned; an entry that records no result (a candidate about to be
 evaluated) may be appended unsynced, and the fsync of the next entry makes it durable with it.
-A sidecar ``ledger.head`` holds the count and last hash, so a dropped *tail* is caught too. This is tamper-evident, not tamper-proof: someone who rewrites the
-whole chain and the head can forge it; the run record keeps the head hash as a further anchor.
+A sidecar ``ledger.head`` holds the count and last hash, so a dropped *tail* is caught too. This
+is tamper-evident, not tamper-proof: someone who rewrites the whole chain and the head can forge
+it; the run record keeps the head hash as a further anchor.
 
 **Anchors outside the ledger.** The head file carries an HMAC-SHA256 of (first entry's hash, count,
 last hash) under a key in the user's config dir (:func:`ledger_key_path`: ``$HELDOUT_LEDGER_KEY``,

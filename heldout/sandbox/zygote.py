@@ -190,8 +190,8 @@ class ForkServer:
 
     def kill(self, execution: Execution, wait: bool = True) -> None:
         """Kill every process of the execution (its cgroup, from here; with ``wait`` until the
-        group is empty) and ask the zygote too (which kills the execution's reaper: PID 1's death takes the
-        execution's PID namespace with it)."""
+        group is empty) and ask the zygote too (which kills the execution's reaper: PID 1's death
+        takes the execution's PID namespace with it)."""
         execution.group.kill_all(wait=wait)
         self.end(execution)
 

@@ -335,7 +335,6 @@ _PARSE_OUTPUT = (f"CASE WHEN raw IN ({', '.join(repr(str(d)) for d in range(10))
                  f"ELSE TRY_CAST(regexp_extract(raw, '{_OUTPUT_RE}', 1) AS INTEGER) END")
 
 
-_ALL_SIX_DIGIT = sql_child.ALL_SIX_DIGIT
 # The exhaustive check reads every string from the filled table, and may use both cores: it is
 # one trusted query over 10^6 rows. (A table scan runs in parallel; the generating range() of
 # the six-digit strings does not: filling the table first is faster, 0.25 s against 0.35 s.)

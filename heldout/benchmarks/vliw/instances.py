@@ -10,9 +10,9 @@ tests hold both paths equal on many seeds and shapes.
 
 from __future__ import annotations
 
-import numpy as np
-
 import random
+
+import numpy as np
 
 from heldout.benchmarks.vliw.benchmark import HASH_STAGES, HEADER_WORDS, Input, Tree, build_mem_image, n_nodes_for
 
