@@ -181,6 +181,20 @@ def test_a_run_that_exited_before_the_parent_read_its_ready_message_still_counts
     assert zygote.server_for(PROGRAM_PRELOAD) is server
 
 
+def test_a_run_that_forges_done_and_keeps_running_is_ended_through_the_fork_server():
+    # the candidate claims to be done on the result channel, then goes on: the parent ends it
+    # through the zygote, whose exit report must come (a missing report throws the zygote away)
+    src = ("import json, os, time\ndef f():\n"
+           "    os.write(3, (json.dumps({'call': 0, 'ok': True, 'value': 7}) + '\\n' + json.dumps({'done': True})"
+           " + '\\n').encode())\n    time.sleep(60)\n")
+    assert run("def f():\n    return 0\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    r = run(src)
+    assert r.forked and r.ok and r.value == 7  # the raw channel's claim; tasks recompute every score
+    assert server.alive() and zygote.server_for(PROGRAM_PRELOAD) is server
+    assert run("def f():\n    return 1\n").value == 1
+
+
 def test_a_fork_server_that_cannot_set_up_a_child_falls_back_to_a_fresh_sandbox(monkeypatch):
     # the zygote is told to bind a code dir that does not exist: its child cannot be set up
     monkeypatch.setattr(zygote, "CODE_DIR", "/sandbox/no-such-dir")
