@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
 from heldout.contracts import DataError, RunLimits
 from heldout.benchmarks.mbpp_plus import _child as _mbpp_child
+from heldout.benchmarks.mbpp_plus import execution as mbpp_execution
 from heldout.benchmarks.mbpp_plus import scored_solution
 from heldout.benchmarks.mbpp_plus.execution import check_many, check_solution, compare, load_problems
 
@@ -122,6 +122,49 @@ def test_float_outputs_use_atol(problems):
     assert r.base_pass and r.plus_pass
     r = check(p, "import math\ndef circle_circumference(r):\n    return 2 * math.pi * r + 1e-2\n")
     assert not r.base_pass and "atol" in r.first_failure()["message"]
+
+
+def _big_output_problem() -> dict:
+    """A made-up record whose outputs are far over the digest threshold (pickles of many MB)."""
+    return {"task_id": "Mbpp/9001", "prompt": "", "entry_point": "pairs", "atol": 0,
+            "canonical_solution": "def pairs(n, word):\n    return [(word, i) for i in range(n)]\n",
+            "base_input": [[600_000, "ab"]], "plus_input": [[300_000, "xyz"], [5, "ab"]]}
+
+
+def test_a_large_output_crosses_as_a_digest_of_its_value_not_of_its_objects():
+    out = [("ab", i) for i in range(600_000)]
+    rebuilt = [("".join(["a", "b"]), int(str(i))) for i in range(600_000)]  # equal, nothing shared
+    digest = _mbpp_child.shrink(out)
+    assert set(digest) == {_mbpp_child.DIGEST_KEY, "type", "bytes"}
+    assert digest["bytes"] > _mbpp_child.LARGE_OUTPUT_BYTES
+    assert _mbpp_child.shrink(rebuilt) == digest
+    assert _mbpp_child.shrink(out[:-1] + [("ab", -1)]) != digest
+    assert _mbpp_child.shrink([(b"ab", i) for i in range(600_000)]) != digest  # types count, as in repr
+    small = [("ab", 1)]
+    assert _mbpp_child.shrink(small) is small
+    cyclic: list = []
+    cyclic.append(cyclic)
+    assert _mbpp_child.shrink(cyclic) is cyclic  # unpicklable: left to the sandbox's encoder
+
+
+def test_large_outputs_pass_when_equal_and_fail_when_one_item_differs():
+    p = _big_output_problem()
+    rebuilt = "def pairs(n, word):\n    out = []\n    for i in range(n):\n        out.append((word[:], i))\n    return out\n"
+    assert check(p, rebuilt).plus_pass
+    wrong = "def pairs(n, word):\n    out = [(word, i) for i in range(n)]\n    out[-1] = (word, 0)\n    return out\n"
+    r = check(p, wrong)
+    assert not r.base_pass and "digest" in r.first_failure()["message"]
+
+
+def test_expected_outputs_computed_in_parallel_runs_equal_one_run(problems):
+    for task_id in ("Mbpp/2", "Mbpp/139", "Mbpp/580"):
+        p = problems[task_id]
+        runs = mbpp_execution._truth_inputs(p, 3)
+        assert sorted(map(len, runs))[-1] - sorted(map(len, runs))[0] <= 1
+        dealt = mbpp_execution._assemble_truth(p, [mbpp_execution._truth_shard(p, run, LIMITS) for run in runs])
+        whole = mbpp_execution.ground_truth(p, limits=LIMITS)
+        assert (dealt.base, dealt.plus) == (whole.base, whole.plus)
+        assert len(dealt.base_time) == len(p["base_input"]) and len(dealt.plus_time) == len(p["plus_input"])
 
 
 def test_compare_follows_evalplus_rules():

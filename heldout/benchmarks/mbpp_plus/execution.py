@@ -29,9 +29,10 @@ Where heldout differs, and why:
   expected outputs are computed once per problem and cached in memory (evalplus pickles them
   per dataset);
 * the whole-suite wall limit is ``min(limits.wall_seconds, sum(time limits) + 2 s)``;
-* an output whose ``repr`` exceeds 4 M characters (a handful of MBPP+ plus inputs produce hundreds
-  of MB) crosses as a sha256 of its ``repr`` and is compared exactly (both processes run with
-  ``PYTHONHASHSEED=0``, so set/dict orders agree); ``atol`` does not apply to such outputs.
+* an output whose pickle exceeds 4 MiB (a handful of MBPP+ plus inputs produce hundreds of MB)
+  crosses as a sha256 of its memo-free pickle and is compared exactly (types included, as its
+  ``repr`` would be; both processes run with ``PYTHONHASHSEED=0``, so set/dict orders agree);
+  ``atol`` does not apply to such outputs.
 
 evalplus itself is optional (``pip install heldout[evalplus]``); nothing here imports it."""
 
@@ -132,31 +133,62 @@ def _problem_key(problem: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def ground_truth(problem: dict[str, Any], *, limits: RunLimits = DEFAULT_LIMITS) -> GroundTruth:
-    """Expected outputs and reference runtimes: the canonical solution, run in the sandbox on every
-    base and plus input (cached per problem content). Raises :class:`DataError` if it fails."""
-    key = _problem_key(problem)
-    with _truth_lock:
-        cached = _truth_cache.get(key)
-    if cached is not None:
-        return cached
+def _truth_shard(problem: dict[str, Any], inputs: Sequence[Any], limits: RunLimits) -> list[dict[str, Any]]:
+    """The canonical solution's call results on ``inputs`` (one sandboxed run). Raises
+    :class:`DataError` if it fails."""
     code = problem["prompt"] + problem["canonical_solution"]
-    inputs = list(problem["base_input"]) + list(problem["plus_input"])
     calls = [([problem["task_id"], problem["entry_point"], inp, "truth"], {}) for inp in inputs]
+    if not calls:
+        return []
     trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
     result = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=trusted, encoding="typed",
                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
     if not result.ok:
         raise DataError(f"{problem['task_id']}: the canonical solution failed ({result.error_kind}): "
                         f"{str(result.error)[-500:]}")
-    outs = [decode_typed(c["value"]) for c in result.calls]
-    times = [float(c.get("seconds", 0.0)) for c in result.calls]
-    sizes = [len(json.dumps(c["value"])) for c in result.calls]
+    return list(result.calls)
+
+
+def _truth_inputs(problem: dict[str, Any], shards: int) -> list[list[Any]]:
+    """Every base and plus input cut into at most ``shards`` runs, dealt round-robin (inputs tend
+    to grow along a suite, so consecutive cuts would leave the last run with most of the work).
+    :func:`_assemble_truth` deals the results back."""
+    inputs = list(problem["base_input"]) + list(problem["plus_input"])
+    shards = max(1, min(shards, len(inputs)))
+    return [inputs[k::shards] for k in range(shards)]
+
+
+def _assemble_truth(problem: dict[str, Any], shard_calls: Sequence[list[dict[str, Any]]]) -> GroundTruth:
+    """The expected outputs from the runs of :func:`_truth_inputs`, in input order."""
+    calls: list[dict[str, Any]] = [{}] * sum(len(shard) for shard in shard_calls)
+    for k, shard in enumerate(shard_calls):
+        calls[k::len(shard_calls)] = shard
+    outs = [decode_typed(c["value"]) for c in calls]
+    times = [float(c.get("seconds", 0.0)) for c in calls]
+    sizes = [len(json.dumps(c["value"])) for c in calls]
     nb = len(problem["base_input"])
-    truth = GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
+    return GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
+
+
+def _cached_truth(key: str) -> GroundTruth | None:
     with _truth_lock:
-        _truth_cache[key] = truth
-    return truth
+        return _truth_cache.get(key)
+
+
+def _remember_truth(key: str, truth: GroundTruth) -> GroundTruth:
+    with _truth_lock:
+        return _truth_cache.setdefault(key, truth)
+
+
+def ground_truth(problem: dict[str, Any], *, limits: RunLimits = DEFAULT_LIMITS) -> GroundTruth:
+    """Expected outputs and reference runtimes: the canonical solution, run in the sandbox on every
+    base and plus input (cached per problem content). Raises :class:`DataError` if it fails."""
+    key = _problem_key(problem)
+    cached = _cached_truth(key)
+    if cached is not None:
+        return cached
+    shard = _truth_inputs(problem, 1)[0]
+    return _remember_truth(key, _assemble_truth(problem, [_truth_shard(problem, shard, limits)]))
 
 
 # -- comparison ----------------------------------------------------------------------------------------
@@ -309,18 +341,48 @@ def check_solution(problem: dict[str, Any], solution_code: str, *, which: Iterab
     limits = limits or DEFAULT_LIMITS
     start = time.perf_counter()
     truth = ground_truth(problem, limits=limits)
+    return _check_against(problem, solution_code, truth, which, limits, min_time_limit, factor, start)
+
+
+def _check_against(problem: dict[str, Any], solution_code: str, truth: GroundTruth, which: Iterable[str],
+                   limits: RunLimits, min_time_limit: float, factor: float, start: float) -> MbppResult:
     names = ["base"] + (["plus"] if "plus" in tuple(which) else [])
     suites = run_suites(problem, solution_code, truth, names, limits=limits, min_time_limit=min_time_limit,
                         factor=factor)
     return MbppResult(problem["task_id"], suites["base"], suites.get("plus"), time.perf_counter() - start)
 
 
-def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2, **kwargs: Any) -> list[MbppResult]:
-    """:func:`check_solution` over many (problem, code) pairs with a small thread pool (each
-    solution runs in its own sandboxed process, so threads only wait); results in the order of
-    ``items``."""
+def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2, which: Iterable[str] = ("base", "plus"),
+               limits: RunLimits | None = None, min_time_limit: float = MIN_TIME_LIMIT,
+               factor: float = TIME_LIMIT_FACTOR) -> list[MbppResult]:
+    """:func:`check_solution` over many (problem, code) pairs on ``workers`` sandboxed processes at a
+    time; results in the order of ``items``. Raises :class:`DataError` as :func:`check_solution`.
+
+    Two phases, so that one slow problem does not end the batch alone. First the expected outputs
+    of every problem not yet cached, each dealt round-robin into ``workers`` runs (the
+    canonical solution is trusted and keeps no state between calls, so a cut changes no output). Then
+    the checks, the problem with the largest reference time first. A check runs each suite in one
+    process, as evalplus does, so it is never cut."""
+    limits = limits or DEFAULT_LIMITS
+    which = tuple(which)
+    keys = [_problem_key(problem) for problem, _ in items]
+    todo = {key: problem for key, (problem, _) in zip(keys, items) if _cached_truth(key) is None}
+    shards = [(key, part) for key, problem in todo.items() for part in _truth_inputs(problem, workers)]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda pc: check_solution(pc[0], pc[1], **kwargs), items))
+        by_problem: dict[str, list[list[dict[str, Any]]]] = {key: [] for key in todo}
+        for (key, _), calls in zip(shards, pool.map(lambda job: _truth_shard(todo[job[0]], job[1], limits), shards)):
+            by_problem[key].append(calls)  # map keeps the order, so each problem's runs stay in order
+        for key, problem in todo.items():
+            _remember_truth(key, _assemble_truth(problem, by_problem[key]))
+        truths = [_cached_truth(key) for key in keys]
+        order = sorted(range(len(items)), key=lambda i: -sum(truths[i].base_time + truths[i].plus_time))
+
+        def check(i: int) -> MbppResult:
+            problem, code = items[i]
+            return _check_against(problem, code, truths[i], which, limits, min_time_limit, factor, time.perf_counter())
+
+        results = dict(zip(order, pool.map(check, order)))
+    return [results[i] for i in range(len(items))]
 
 
 def load_problems(path: str | Path) -> list[dict[str, Any]]:
