@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from heldout.benchmarks.lockpicking import sql as sqlmod
+from heldout.benchmarks.lockpicking import sql_child
 from heldout.benchmarks.lockpicking.rules import MALFORMED, SEED_RULES, TRUTH
 from heldout.benchmarks.lockpicking.task import BENCHMARK
 
@@ -59,6 +60,16 @@ def test_only_repeated_substring_calls_on_program_with_literal_arguments_are_sha
     mixed = sqlmod.check_sql("IFF(SUBSTR(PROGRAM, LENGTH(PROGRAM), 1) = SUBSTR(PROGRAM, LENGTH(PROGRAM), 1), 1, 0)")
     # the substrings have a column argument: only LENGTH(PROGRAM) (in its DuckDB spelling) is shared
     assert len(mixed.shared) == 1 and "LENGTH(" in mixed.shared[0][1] and "SUBSTRING" not in mixed.shared[0][1]
+
+
+def test_the_filled_table_holds_every_six_digit_string_at_its_value_then_the_malformed_ones():
+    con = sql_child.connect(512)
+    try:
+        sql_child.load(con, list(MALFORMED), all_six_digit=True)
+        rows = con.execute("SELECT i, PROGRAM FROM examples ORDER BY i").fetchall()
+    finally:
+        con.close()
+    assert rows == [(k, f"{k:06d}") for k in range(10**6)] + [(10**6 + j, m) for j, m in enumerate(MALFORMED)]
 
 
 def test_the_exhaustive_outputs_equal_the_per_example_outputs():
