@@ -2,8 +2,10 @@
 
 Both evaluate the same samples (every problem's prompt + canonical solution) from the same file,
 cold (expected outputs computed in the run, as on a first evaluation), with the same number of
-workers, in the same run. heldout: ``check_many`` (per problem two sandboxed executions, forked by
-the fork server: expected outputs, then the check; the fork server's start is included). evalplus (optional, ``pip install heldout[evalplus]``): ``evalplus.evaluate.evaluate`` with
+workers, in the same run. heldout: ``check_many`` (sandboxed executions forked by the fork server,
+at most ``--workers`` at a time: every problem's expected outputs first, each problem's inputs
+dealt over the workers, then one check per problem, largest reference time first; the fork
+server's start is included). evalplus (optional, ``pip install heldout[evalplus]``): ``evalplus.evaluate.evaluate`` with
 ``MBPP_OVERRIDE_PATH`` pointing at the local file and its ground-truth cache cleared first.
 Printed: seconds of each, pass counts (base, plus), and the ratio heldout / evalplus (goal <= 1.0).
 
