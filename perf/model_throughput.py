@@ -1,10 +1,11 @@
-"""Model-client throughput against the loopback test server (issue 4's performance target).
+"""Model-client throughput against the loopback test server (issues 4 and 19).
 
 2,000 chat calls at concurrency 16 with 100 ms server latency. The ideal time is
 calls x latency / concurrency; the script prints achieved throughput / ideal throughput (goal
->= 0.87), and, as a reference measured in the same run, the same ratio for bare httpx (a plain
-semaphore-bounded ``AsyncClient.post`` loop with no retries, cache or accounting). Then it repeats
-the run from the filled response cache and prints the endpoint calls that repeat made (goal: 0).
+>= 0.95; issue 4 asked for 0.87), and, as a reference measured in the same run, the same ratio
+for bare httpx (a plain semaphore-bounded ``AsyncClient.post`` loop with no retries, cache or
+accounting). Then it repeats the run from the filled response cache and prints the endpoint
+calls that repeat made (goal: 0).
 
 The server runs in its own process (``python -m heldout.models.testserver``) so the client and the
 server do not share one interpreter lock.
@@ -141,11 +142,11 @@ def main() -> int:
           f"ideal={ideal:.2f}s")
     print(f"bare httpx (reference): {reference:.2f}s  throughput/ideal={ideal / reference:.3f}")
     print(f"ModelClient + cache:    {elapsed:.2f}s  throughput/ideal={ideal / elapsed:.3f}  "
-          f"(goal >= 0.87)  vs bare httpx={reference / elapsed:.3f}  "
+          f"(goal >= 0.95)  vs bare httpx={reference / elapsed:.3f}  "
           f"endpoint_calls={paid.endpoint_calls} retries={paid.retries}")
     print(f"cached repeat:          {cached_elapsed:.2f}s  endpoint_calls={cached.endpoint_calls} "
           f"(goal 0)  cache_hits={cached.cache_hits}")
-    ok = ideal / elapsed >= 0.87 and cached.endpoint_calls == 0
+    ok = ideal / elapsed >= 0.95 and cached.endpoint_calls == 0
     print("PASS" if ok else "BELOW GOAL")
     return 0 if ok else 1
 

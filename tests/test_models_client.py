@@ -141,6 +141,26 @@ def test_concurrency_bound_is_honoured_and_order_kept():
     assert [r.text for r in responses] == [reply_for(list(q.messages)) for q in requests]
 
 
+def test_the_server_answers_no_sooner_than_its_latency_and_in_one_piece():
+    # the latency counts from the request's arrival and covers the server's own work: not one
+    # byte of the answer may leave before it, and the whole answer leaves together
+    body = b'{"model": "test-model", "messages": [{"role": "user", "content": "Sort: List: b a"}]}'
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    with TestServer(latency=0.3) as srv:
+        host, port = srv.base_url.split("//")[1].split("/")[0].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            sent = time.monotonic()
+            conn.sendall(request)
+            first = conn.recv(1 << 16)
+            waited = time.monotonic() - sent
+    assert waited >= 0.3
+    head, _, rest = first.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    assert len(rest) == length and b"chat.completion" in rest
+
+
 def test_concurrency_bound_holds_across_caller_threads(tmp_path):
     # e.g. an evaluation server answering several optimizer requests at once, one thread each
     with TestServer(latency=0.05) as srv:

@@ -149,6 +149,7 @@ class _Reply:
     status: int
     body: dict[str, Any] | None = None  # None: the answer was streamed already
     headers: dict[str, str] = field(default_factory=dict)
+    not_before: float = 0.0  # monotonic time before which the answer must not leave
 
 
 def _error(status: int, message: str, kind: str) -> _Reply:
@@ -177,8 +178,16 @@ class _Handler(BaseHTTPRequestHandler):
     wbufsize = 1 << 16  # headers and body leave in one write (flushed after each request, and per event)
     server: "_HTTPServer"
 
+    arrived = 0.0  # when the request line was read: an answer's latency counts from there
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet: callers read stats
         pass
+
+    def parse_request(self) -> bool:
+        # stamped before the headers are parsed, so that the server's own reading and parsing is
+        # inside the latency it promises, not added to it
+        self.arrived = time.monotonic()
+        return super().parse_request()
 
     def _send(self, status: int, body: dict, headers: dict[str, str] | None = None) -> None:
         send_json(self, status, body, headers)
@@ -217,7 +226,8 @@ class _Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 return  # a streaming client went away mid-answer
             if reply.body is not None:
-                self._send(reply.status, reply.body, reply.headers)
+                self._send(reply.status, reply.body, reply.headers)  # into the write buffer
+                owner._wait_until(reply.not_before)  # it leaves when the request is done, not before
 
 
 class _HTTPServer(ThreadingHTTPServer):
@@ -349,7 +359,7 @@ class ChatServer:
         return ChatCall(messages, model, float(temperature), max_tokens, extra), body
 
     def _answer(self, raw: bytes, authorization: str | None, handler: _Handler) -> _Reply:
-        arrived = time.monotonic()
+        arrived = handler.arrived or time.monotonic()
         if self.api_key is not None and authorization != f"Bearer {self.api_key}":
             self._count(unauthorized=1)
             return _error(401, "invalid API key", "invalid_request_error")
@@ -375,9 +385,9 @@ class ChatServer:
             self._wait_until(arrived + self.latency)
             return self._stream(call, body, completion_id, handler)
         try:
+            # the latency is the answer's time from arrival: the backend's own work and the
+            # encoding of the answer are inside it (the handler waits after buffering it)
             done = self.backend.complete(call)
-            # the latency is the answer's time from arrival: the backend's own work is inside it
-            self._wait_until(arrived + self.latency)
         except BackendRefusal as exc:
             self._count(bad_requests=1)
             return _error(400, str(exc), "invalid_request_error")
@@ -391,7 +401,7 @@ class ChatServer:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text},
                          "finish_reason": done.finish_reason}],
             "usage": _usage(done),
-        })
+        }, not_before=arrived + self.latency)
 
     @staticmethod
     def _wait_until(deadline: float) -> None:
