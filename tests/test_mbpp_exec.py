@@ -149,7 +149,8 @@ def test_a_large_output_crosses_as_a_digest_of_its_value_not_of_its_objects():
 
 def test_large_outputs_pass_when_equal_and_fail_when_one_item_differs():
     p = _big_output_problem()
-    rebuilt = "def pairs(n, word):\n    out = []\n    for i in range(n):\n        out.append((word[:], i))\n    return out\n"
+    rebuilt = ("def pairs(n, word):\n    out = []\n    for i in range(n):\n        out.append((word[:], i))\n"
+               "    return out\n")
     assert check(p, rebuilt).plus_pass
     wrong = "def pairs(n, word):\n    out = [(word, i) for i in range(n)]\n    out[-1] = (word, 0)\n    return out\n"
     r = check(p, wrong)

@@ -1,8 +1,9 @@
 """All 378 MBPP+ canonical solutions pass their base and plus tests through the sandboxed path.
 
 The slowest test of the suite (about 2 minutes on 2 busy cores): a handful of canonical solutions
-compute for tens of seconds on their plus inputs, and every problem runs twice (expected outputs,
-then the check), exactly as evalplus does."""
+compute for tens of seconds on their plus inputs, and every problem runs twice, as in evalplus:
+expected outputs (each problem's inputs dealt over the two workers), then the check (one process
+per problem, so it also shows that dealing the inputs out changed no expected output)."""
 
 from __future__ import annotations
 

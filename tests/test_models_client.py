@@ -157,7 +157,8 @@ def test_the_server_answers_no_sooner_than_its_latency_and_in_one_piece():
     assert waited >= 0.3
     head, _, rest = first.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    length = int(fields[b"Content-Length"])
     assert len(rest) == length and b"chat.completion" in rest
 
 

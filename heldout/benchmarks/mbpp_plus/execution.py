@@ -352,17 +352,20 @@ def _check_against(problem: dict[str, Any], solution_code: str, truth: GroundTru
     return MbppResult(problem["task_id"], suites["base"], suites.get("plus"), time.perf_counter() - start)
 
 
-def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2, which: Iterable[str] = ("base", "plus"),
-               limits: RunLimits | None = None, min_time_limit: float = MIN_TIME_LIMIT,
-               factor: float = TIME_LIMIT_FACTOR) -> list[MbppResult]:
-    """:func:`check_solution` over many (problem, code) pairs on ``workers`` sandboxed processes at a
-    time; results in the order of ``items``. Raises :class:`DataError` as :func:`check_solution`.
+def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
+               which: Iterable[str] = ("base", "plus"), limits: RunLimits | None = None,
+               min_time_limit: float = MIN_TIME_LIMIT, factor: float = TIME_LIMIT_FACTOR) -> list[MbppResult]:
+    """:func:`check_solution` over many (problem, code) pairs, at most ``workers`` sandboxed
+    processes at a time; results in the order of ``items``. Raises :class:`DataError` as
+    :func:`check_solution` does.
 
     Two phases, so that one slow problem does not end the batch alone. First the expected outputs
-    of every problem not yet cached, each dealt round-robin into ``workers`` runs (the
-    canonical solution is trusted and keeps no state between calls, so a cut changes no output). Then
-    the checks, the problem with the largest reference time first. A check runs each suite in one
-    process, as evalplus does, so it is never cut."""
+    of every problem not cached yet, each problem's inputs dealt round-robin over ``workers`` runs:
+    the canonical solution is trusted and computes each output from its input alone, so the
+    dealing changes no output (the full-data test checks it: every canonical solution, run in
+    one process, matches them). Then the checks, the problem with the largest reference time
+    first. A check runs a candidate's suites in one process, as evalplus runs them, so it is
+    never dealt out."""
     limits = limits or DEFAULT_LIMITS
     which = tuple(which)
     keys = [_problem_key(problem) for problem, _ in items]
@@ -370,7 +373,8 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
     shards = [(key, part) for key, problem in todo.items() for part in _truth_inputs(problem, workers)]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         by_problem: dict[str, list[list[dict[str, Any]]]] = {key: [] for key in todo}
-        for (key, _), calls in zip(shards, pool.map(lambda job: _truth_shard(todo[job[0]], job[1], limits), shards)):
+        runs = pool.map(lambda job: _truth_shard(todo[job[0]], job[1], limits), shards)
+        for (key, _), calls in zip(shards, runs):
             by_problem[key].append(calls)  # map keeps the order, so each problem's runs stay in order
         for key, problem in todo.items():
             _remember_truth(key, _assemble_truth(problem, by_problem[key]))
