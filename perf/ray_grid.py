@@ -4,7 +4,8 @@ with 2 workers: wall seconds of each and the speedup (issue 18's target: >= 1.8x
 The grid: ``circle_packing/square26`` x ``local-search`` x 4 seeds (each cell runs its candidates
 in the sandbox: CPU-bound, no model; 120 metric calls, a few seconds of work per cell). Ray's
 start-up is not in the figure (a cluster is started once per study, not per cell), and every Ray
-worker is warmed up on a throw-away grid first, as the serial process is warm by then too. Records of both runs are compared: same test scores.
+worker is warmed up on a throw-away grid first, as the serial process is warm by then too.
+Records of both runs are compared: same test scores.
 
     python perf/ray_grid.py [--seeds 4] [--budget 120]
 """

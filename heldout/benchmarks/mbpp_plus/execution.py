@@ -66,7 +66,7 @@ DEFAULT_LIMITS = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=4096)
 # problems without cached expected outputs. Each extra run costs about 20 ms of machine time; it
 # pays when one slow problem would otherwise end the batch alone, which takes a large batch in
 # MBPP+'s distribution (all 378: 6 s of 80 saved, as Mbpp/599 computes for 25 s; 30 problems:
-# 0.35 s of 1.1 lost). Measured on 2 cores.
+# 0.3-0.45 s of about 1.1 s lost). Measured on 2 cores.
 DEAL_FROM_PROBLEMS = 100
 
 SET_EQUAL_TASKS = frozenset({"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
@@ -368,11 +368,11 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
 
     Two phases, so that one slow problem does not end the batch alone. First the expected outputs
     of every problem not cached yet; in a batch of :data:`DEAL_FROM_PROBLEMS` or more, each
-    problem's inputs are dealt round-robin over ``workers`` runs: the canonical solution is trusted and computes each output from its input alone, so the
-    dealing changes no output (the full-data test checks it: every canonical solution, run in
-    one process, matches them). Then the checks, the problem with the largest reference time
-    first. A check runs a candidate's suites in one process, as evalplus runs them, so it is
-    never dealt out."""
+    problem's inputs are dealt round-robin over ``workers`` runs. The canonical solution is
+    trusted and computes each output from its input alone, so the dealing changes no output (the
+    full-data test checks it: every canonical solution, run in one process, matches them). Then
+    the checks, the problem with the largest reference time first. A check runs a candidate's
+    suites in one process, as evalplus runs them, so it is never dealt out."""
     limits = limits or DEFAULT_LIMITS
     which = tuple(which)
     keys = [_problem_key(problem) for problem, _ in items]
