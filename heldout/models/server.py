@@ -359,7 +359,7 @@ class ChatServer:
         return ChatCall(messages, model, float(temperature), max_tokens, extra), body
 
     def _answer(self, raw: bytes, authorization: str | None, handler: _Handler) -> _Reply:
-        arrived = handler.arrived or time.monotonic()
+        arrived = handler.arrived
         if self.api_key is not None and authorization != f"Bearer {self.api_key}":
             self._count(unauthorized=1)
             return _error(401, "invalid API key", "invalid_request_error")
