@@ -120,6 +120,79 @@ def test_every_execution_has_its_own_uid_and_network():
     assert all(line.endswith(":/") for line in a.value[3].split()), a.value[3]  # its own cgroup namespace
 
 
+def _count_prepared_groups(monkeypatch) -> list[bool]:
+    """Records, per execution, whether it went to a spare that had joined its group in advance."""
+    took: list[bool] = []
+    take = zygote.ForkServer._take_ready_group
+
+    def counting(server):
+        gid, group = take(server)
+        took.append(gid is not None)
+        return gid, group
+
+    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", counting)
+    return took
+
+
+TOGETHER_OVER_THE_LIMIT = '''\
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def f():
+    pids = []
+    for _ in range(4):  # each child fits the per-process limit, the four together do not
+        pid = libc.fork()
+        if pid == 0:
+            block = bytearray(100 * 1024 * 1024)
+            for i in range(0, len(block), 4096):
+                block[i] = 1
+            libc.pause()
+            os._exit(0)
+        pids.append(pid)
+    time.sleep(2)
+    return sum(os.waitpid(p, os.WNOHANG) == (0, 0) for p in pids)  # how many are still alive
+'''
+
+
+def test_a_spare_joins_its_group_in_advance_and_the_request_sets_its_limits(monkeypatch):
+    """The join is off the execution's path, the limits are not: in an execution whose spare was
+    prepared in its group, a whole-run memory bomb stops at the request's limit (only the group
+    counts the four children together), and the same bomb fits a larger one."""
+    assert run("def f():\n    return 0\n").forked  # the zygote runs and has stocked groups
+    time.sleep(0.2)
+    took = _count_prepared_groups(monkeypatch)
+    bomb = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=300))
+    assert bomb.forked and (not bomb.ok or bomb.value < 4), (bomb.value, bomb.error)  # the kernel killed some
+    roomy = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=1024))
+    assert roomy.ok and roomy.value == 4, (roomy.value, roomy.error)
+    assert took == [True, True]
+
+
+def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkeypatch):
+    """With no prepared spare to take (all of them taken), the request comes with a new group:
+    the zygote's oldest spare moves into it with its reaper, and its old group is removed."""
+    assert run("def f():\n    return 0\n").forked
+    time.sleep(0.2)
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", lambda self: (None, None))
+    src = ("import os\ndef f():\n    return [open('/proc/self/cgroup').read(),"
+           " sorted(int(p) for p in os.listdir('/proc') if p.isdigit())]\n")
+    results = [run(src) for _ in range(4)]
+    for r in results:
+        assert r.ok and r.forked, r.error
+        assert all(line.endswith(":/") for line in r.value[0].split()), r.value[0]
+        assert r.value[1] == [1, 2]
+    bomb = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=300))
+    assert bomb.forked and (not bomb.ok or bomb.value < 4), (bomb.value, bomb.error)
+    assert zygote.server_for(PROGRAM_PRELOAD) is server
+    zygote.drain_cleanup()
+    time.sleep(0.2)
+    zygote.drain_cleanup()
+    nested = [d for d in server.group.dirs["memory"].iterdir() if d.name.startswith("heldout-run-")]
+    assert len(nested) <= zygote.STOCKED_GROUPS  # the groups it left were removed, none piles up
+
+
 def test_random_states_are_not_shared_between_executions():
     src = "import random\nimport numpy as np\ndef f():\n    return [random.random(), float(np.random.random())]\n"
     a, b = run(src), run(src)

@@ -9,16 +9,19 @@ could connect to). Per execution it forks (in advance: see ``SPARES``), with a f
 for that one child (``unshare(CLONE_NEWPID)`` applies to the zygote's next child only; the zygote
 resets it right after the fork):
 
-* a **reaper**, PID 1 of the new PID namespace, which unshares fresh mount, IPC, network, UTS and
-  cgroup namespaces, mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only
+* a **reaper**, PID 1 of the new PID namespace, which joins the execution's own cgroup (an empty
+  group the harness made in advance and sent with its ``cgroup.procs`` fds; the harness sets its
+  limits when it sends the request), unshares fresh mount, IPC, network, UTS and cgroup
+  namespaces, mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only
   (nothing there is writable, as in a fresh sandbox), mounts a ``/proc`` of its PID namespace
   (with bwrap's read-only covers) and forks
-* the **child**, PID 2, which joins the execution's own cgroup with the reaper (fds the harness
-  opened), binds the execution's code dir read-only over the code path (which held the inbox of
-  every execution's code dir, now out of reach), gets exactly the fds of a fresh sandbox (job on
-  stdin, output on stdout/stderr, result channel on fd 3), the sandbox environment, re-seeded
-  random states and cleared import caches, and runs the ordinary child ``main()`` (rlimits,
-  throw-away uid, no_new_privs, seccomp, audit hook, the calls).
+* the **child**, PID 2, in the reaper's group from its first instruction, which on its request
+  (a request that brings a group of its own moves the reaper and itself there first) binds the
+  execution's code dir read-only over the code path (which held the inbox of every execution's
+  code dir, now out of reach), gets exactly the fds of a fresh sandbox (job on stdin, output on
+  stdout/stderr, result channel on fd 3), the sandbox environment, re-seeded random states and
+  cleared import caches, and runs the ordinary child ``main()`` (rlimits, throw-away uid,
+  no_new_privs, seccomp, audit hook, the calls).
 
 Two forks of the zygote's image per execution, not three: copying and tearing down its page
 tables is most of what an execution costs the machine.
@@ -49,12 +52,18 @@ _own_fds = []  # the control socket, the wakeup pipe and its own PID namespace: 
 _own_pid_ns = [-1]
 SPARES = 2  # executions prepared in advance (as many as run concurrently, commonly)
 SCRATCH = "/sandbox/scratch"
-_spares = collections.deque()  # (reaper pid, request socket), oldest first
+_spares = collections.deque()  # (reaper pid, request socket, group id or None), oldest first
+_groups = collections.deque()  # (group id, its cgroup.procs fds): made by the harness for spares to join
+_ctl = [None]  # the control socket (the zygote's own: no spare keeps it)
 
 
 def _refill():
     while len(_spares) < SPARES:
         _spares.append(_prepare_spare())
+
+
+def _report(msg):
+    _ctl[0].sendmsg([json.dumps(msg).encode()])  # noqa: F821
 
 _libc = ctypes.CDLL(None, use_errno=True)  # noqa: F821 - ctypes comes from _child's source
 
@@ -87,11 +96,16 @@ def _reset_pid_ns():
     _check(_libc.setns(_own_pid_ns[0], CLONE_NEWPID), "reset the PID namespace for children")
 
 
-def _reaper(scratch):
-    """PID 1 of the execution's PID namespace: its own namespaces, scratch and /proc (nothing
-    shared with an earlier or concurrent execution but the read-only root), then the child;
-    exits with the child."""
+def _reaper(scratch, group_fds):
+    """PID 1 of the execution's PID namespace: its own cgroup (if the harness gave the spare one),
+    namespaces, scratch and /proc (nothing shared with an earlier or concurrent execution but the
+    read-only root), then the child; exits with the child."""
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
+    for fd in group_fds:
+        # joined now, before any request: the child starts in the group (a cgroup.procs write
+        # can wait for an RCU grace period, ~10 ms here: it is off the execution's path)
+        os.write(fd, b"0")  # noqa: F821
+        os.close(fd)  # noqa: F821
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
@@ -126,7 +140,7 @@ def _wait_for_request():
     n_cg = int(req["n_cgroup_fds"])
     stdin_r, stdout_w, result_w = fds[:3]
     try:
-        for fd in fds[3:3 + n_cg]:
+        for fd in fds[3:3 + n_cg]:  # a request that brings its group: both move there now
             os.write(fd, b"1")  # noqa: F821 - the reaper (PID 1 here) ...
             os.write(fd, b"0")  # noqa: F821 - ... and this process; what it starts follows
             os.close(fd)  # noqa: F821
@@ -160,8 +174,25 @@ _spare_end = [-1]  # in a spare's processes: their end of the request socket
 
 
 def _prepare_spare():
-    """Fork a spare execution (reaper -> waiting child) and return ``(reaper pid, zygote's end
-    of its request socket)``."""
+    """Fork a spare execution (reaper -> waiting child), in the next group the harness made for
+    one if there is any, and return ``(reaper pid, zygote's end of its request socket, group id
+    or None)``."""
+    gid, group_fds = _groups.popleft() if _groups else (None, [])
+    try:
+        pid, ours = _fork_spare(group_fds)
+    except BaseException:
+        if gid is not None:
+            _report({"group_gone": gid})
+        raise
+    finally:
+        for fd in group_fds:
+            os.close(fd)  # noqa: F821 - the reaper has its copies
+    if gid is not None:
+        _report({"spare": gid})
+    return pid, ours, gid
+
+
+def _fork_spare(group_fds):
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     _check(_libc.unshare(CLONE_NEWPID), "unshare the PID namespace")  # for the next child only
     try:
@@ -180,10 +211,13 @@ def _prepare_spare():
         ours.close()
         for fd in _own_fds:
             os.close(fd)  # noqa: F821
-        for _, other in _spares:
-            other.close()
+        for spare in _spares:
+            spare[1].close()
+        for _, fds in _groups:
+            for fd in fds:
+                os.close(fd)  # noqa: F821 - other spares' groups
         _spare_end[0] = theirs.detach()
-        _reaper(SCRATCH)
+        _reaper(SCRATCH, group_fds)
     finally:
         os._exit(SETUP_FAILED)  # noqa: F821 - never back into the zygote's loop
 
@@ -197,8 +231,41 @@ def _recv(ctl):
     return msg, list(fds)
 
 
+def _pick_spare(want):
+    """The spare for a request: the one in the request's group ``want``; for a request that
+    brings its own group (``want`` None), one in no group, else the oldest (its child moves
+    itself and its reaper to the request's group, and its old group is reported gone)."""
+    if want is not None:
+        return next((x for x in _spares if x[2] == want), None)
+    return next((x for x in _spares if x[2] is None), _spares[0] if _spares else None)
+
+
+def _dispatch(msg, fds, want):
+    """Hand a request to a spare (see :func:`_pick_spare`): its reaper's pid, or None when there
+    is no spare to hand it to."""
+    while True:
+        spare = _pick_spare(want)
+        if spare is None:
+            return None
+        _spares.remove(spare)
+        pid, sock, gid = spare
+        try:
+            sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+            taken = True
+        except OSError:
+            taken = False  # that spare died
+        sock.close()
+        if gid is not None and (gid != want or not taken):
+            _report({"group_gone": gid})  # its spare died, or its child moves to the request's group
+        if taken:
+            return pid
+        if want is not None:
+            return None
+
+
 def serve():
     ctl = socket.socket(fileno=int(sys.argv[2]))  # noqa: F821
+    _ctl[0] = ctl
     os.chdir("/")  # noqa: F821
     preloaded, failed = [], {}
     seccomp_program()  # noqa: F821 - built once, here: every child inherits it
@@ -244,6 +311,9 @@ def serve():
                     os.kill(pid, 9)  # noqa: F821 - the harness is gone: so is everything here
                 return
             req = json.loads(msg)  # noqa: F821
+            if "stock" in req:
+                _groups.append((int(req["stock"]), fds))
+                continue
             if "kill" in req:
                 for pid, ident in running.items():
                     if ident == req["kill"]:
@@ -251,19 +321,13 @@ def serve():
                 for fd in fds:
                     os.close(fd)  # noqa: F821
                 continue
-            while _spares:
-                pid, sock = _spares.popleft()
-                try:
-                    sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-                except OSError:
-                    sock.close()
-                    continue  # that spare died: the next one
-                sock.close()
-                running[pid] = req["id"]
-                break
+            reaper = _dispatch(msg, fds, req.get("group"))
+            if reaper is None:
+                # no spare left (it is not there yet, or the one in the request's group died):
+                # report the execution as failed to set up
+                _report({"exit": req["id"], "code": SETUP_FAILED, "no_spare": True})
             else:
-                # no spare left (it is not there yet): report the execution as failed to set up
-                ctl.sendmsg([json.dumps({"exit": req["id"], "code": SETUP_FAILED, "no_spare": True}).encode()])  # noqa: F821
+                running[reaper] = req["id"]
             for fd in fds:
                 os.close(fd)  # noqa: F821
         while True:
@@ -275,11 +339,12 @@ def serve():
                 break
             ident = running.pop(pid, None)
             if ident is not None:
-                code = os.waitstatus_to_exitcode(status)  # noqa: F821
-                ctl.sendmsg([json.dumps({"exit": ident, "code": code}).encode()])  # noqa: F821
+                _report({"exit": ident, "code": os.waitstatus_to_exitcode(status)})  # noqa: F821
             for spare in [x for x in _spares if x[0] == pid]:
                 _spares.remove(spare)  # a spare that died unused
                 spare[1].close()
+                if spare[2] is not None:
+                    _report({"group_gone": spare[2]})
         _refill()
 
 if __name__ == "__main__" and sys.argv[1:2] == ["zygote"]:  # noqa: F821

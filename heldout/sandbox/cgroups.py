@@ -133,9 +133,11 @@ class RunGroup:
     dirs: dict[str, Path] = field(default_factory=dict)
 
     @classmethod
-    def create(cls, *, memory_mb: int, max_processes: int, parent: "RunGroup | None" = None) -> "RunGroup":
+    def create(cls, *, memory_mb: int | None, max_processes: int | None,
+               parent: "RunGroup | None" = None) -> "RunGroup":
         """A new group with these limits, under the harness's own group or (cgroup v1 only) inside
-        ``parent`` (the fork server's group: its executions' groups nest in it)."""
+        ``parent`` (the fork server's group: its executions' groups nest in it). With both limits
+        None the group has none of its own yet: :meth:`limit` sets them before the run starts."""
         level, bases = _bases()
         if parent is not None:
             if parent.level != "cgroup-v1" or not parent.dirs:
@@ -145,27 +147,38 @@ class RunGroup:
             return cls("rlimit")
         name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
         group = cls(level)
-        memory = str(int(memory_mb) * 1024 * 1024)
-        pids = str(int(max_processes) + EXTRA_TASKS)
         try:
             for controller, base in bases.items():
                 path = base / name
                 path.mkdir(mode=0o700)
                 group.dirs[controller] = path
-            if level == "cgroup-v2":
-                d = group.dirs["unified"]
-                (d / "memory.max").write_text(memory)
-                _try_write(d / "memory.swap.max", "0")
-                (d / "pids.max").write_text(pids)
-            else:
-                mem = group.dirs["memory"]
-                (mem / "memory.limit_in_bytes").write_text(memory)
-                _try_write(mem / "memory.memsw.limit_in_bytes", memory)  # no escape into swap
-                (group.dirs["pids"] / "pids.max").write_text(pids)
+            if memory_mb is not None or max_processes is not None:
+                group.limit(memory_mb=memory_mb, max_processes=max_processes)
         except OSError:
             group.close()
             return cls("rlimit")
         return group
+
+    def limit(self, *, memory_mb: int | None, max_processes: int | None) -> None:
+        """Set the run's memory (RAM + swap) and process limits, once per group (None: leave that
+        one unset). Raises OSError if the kernel refuses one."""
+        if self.level == "rlimit":
+            return
+        if self.level == "cgroup-v2":
+            d = self.dirs["unified"]
+            if memory_mb is not None:
+                (d / "memory.max").write_text(str(int(memory_mb) * 1024 * 1024))
+                _try_write(d / "memory.swap.max", "0")
+            if max_processes is not None:
+                (d / "pids.max").write_text(str(int(max_processes) + EXTRA_TASKS))
+            return
+        if memory_mb is not None:
+            memory = str(int(memory_mb) * 1024 * 1024)
+            mem = self.dirs["memory"]
+            (mem / "memory.limit_in_bytes").write_text(memory)
+            _try_write(mem / "memory.memsw.limit_in_bytes", memory)  # no escape into swap
+        if max_processes is not None:
+            (self.dirs["pids"] / "pids.max").write_text(str(int(max_processes) + EXTRA_TASKS))
 
     def procs_files(self) -> list[str]:
         """The ``cgroup.procs`` files the run's first process must write its pid to."""
@@ -264,6 +277,11 @@ class RunGroup:
     def close(self) -> None:
         """Kill what is left and remove the group's directories."""
         self.kill_all()
+        self.remove()
+
+    def remove(self) -> None:
+        """Remove the group's directories once its processes left (each retried for a second: a
+        group that stays busy is left to its parent group's :meth:`close`)."""
         for d in [n for d in list(self.dirs.values()) for n in (*_nested(d), d)]:
             for _ in range(50):
                 try:

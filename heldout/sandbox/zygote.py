@@ -9,6 +9,13 @@ the child's own result pipe and stdout (both read here, size-capped), the wall c
 limit are enforced here, and the run's processes are killed here through the execution's own
 cgroup (host pids, whatever the zygote says). The zygote's exit report only feeds messages.
 
+Each execution has its own cgroup, nested in the zygote's. The harness makes a few empty ones in
+advance (:data:`STOCKED_GROUPS`) and hands them to the zygote, whose spares join them before any
+request comes; a request goes to the spare of a group the harness took, with that group's limits
+already set. Joining (a ``cgroup.procs`` write can wait ~10 ms for an RCU grace period) and making
+a group are then off the execution's path. Without a prepared spare, the request brings a new
+group and its child joins it, as the harness checks for every forked child.
+
 A zygote that cannot start, dies, stops answering, or whose child could not be set up is thrown
 away; :mod:`heldout.sandbox.process` then runs the execution in a fresh sandbox, and the next
 execution starts a new zygote (after :data:`RETRY_SECONDS` if starting failed).
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import array
 import atexit
+import collections
 import itertools
 import json
 import os
@@ -45,6 +53,9 @@ START_SECONDS = 30.0  # to import the preload set under load
 EXIT_REPORT_SECONDS = 5.0  # after its processes were killed, an execution's exit is reported at once
 RETRY_SECONDS = 60.0
 MAX_SERVERS = 4
+# execution groups made in advance, for the zygote's spares to join before a request comes: two
+# spares' groups and two queued, so that a refill right after a request still finds one
+STOCKED_GROUPS = 4
 # the zygote's own group holds every execution's group; each execution has its own limits
 OUTER_MEMORY_MB = 1 << 20
 OUTER_PROCESSES = 1 << 14
@@ -91,6 +102,10 @@ class ForkServer:
         self._cond = threading.Condition()
         self._exits: dict[int, int] = {}
         self._down: str | None = None
+        self._stock: dict[int, RunGroup] = {}  # groups handed to the zygote, by group id
+        self._ready: collections.deque[int] = collections.deque()  # of those, joined by a spare
+        self._stocking = 0
+        self._group_ids = itertools.count(1)
         self._log = tempfile.TemporaryFile()
         self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -119,6 +134,7 @@ class ForkServer:
         self.preloaded = list(hello.get("preloaded") or [])
         self.ctl.settimeout(None)
         threading.Thread(target=self._read_reports, name="heldout-fork-server-reports", daemon=True).start()
+        self._restock()
 
     # -- control channel ----------------------------------------------------------------------------
     def _read_reports(self) -> None:
@@ -136,6 +152,55 @@ class ForkServer:
                 if type(msg.get("exit")) is int and type(msg.get("code")) is int:
                     self._exits[msg["exit"]] = msg["code"]
                     self._cond.notify_all()
+                elif type(msg.get("spare")) is int and msg["spare"] in self._stock:
+                    self._ready.append(msg["spare"])
+                elif type(msg.get("group_gone")) is int and msg["group_gone"] in self._stock:
+                    # its spare died, or its child moved to a request's own group: nothing is
+                    # left in it to kill
+                    after_run(self._stock.pop(msg["group_gone"]).remove)
+
+    def _restock(self) -> None:
+        """Keep :data:`STOCKED_GROUPS` execution groups (no limits yet) at the zygote, for its
+        spares to join in advance: making a group and joining it (a ``cgroup.procs`` write can wait
+        ~10 ms for an RCU grace period) are then off the executions' path."""
+        while True:
+            with self._cond:
+                if self._down is not None or len(self._stock) + self._stocking >= STOCKED_GROUPS:
+                    return
+                self._stocking += 1
+            try:
+                group = RunGroup.create(memory_mb=None, max_processes=None, parent=self.group)
+                if group.level == "rlimit":
+                    return
+                gid = next(self._group_ids)
+                with self._cond:
+                    self._stock[gid] = group  # before the zygote can name it
+                fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
+                try:
+                    with self._send_lock:
+                        self.ctl.sendmsg([json.dumps({"stock": gid}).encode()],
+                                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                except OSError:
+                    with self._cond:
+                        self._stock.pop(gid, None)
+                    after_run(group.close)
+                    return
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+            finally:
+                with self._cond:
+                    self._stocking -= 1
+
+    def _take_ready_group(self) -> tuple[int | None, RunGroup | None]:
+        """A stocked group that a spare has joined (its id and the group), or (None, None)."""
+        with self._cond:
+            while self._ready:
+                gid = self._ready.popleft()
+                group = self._stock.pop(gid, None)
+                if group is not None:
+                    return gid, group
+        return None, None
 
     def alive(self) -> bool:
         return self._down is None and self.proc.poll() is None
@@ -159,15 +224,26 @@ class ForkServer:
         :class:`ForkServerDown` (nothing started) if the zygote is not there to ask."""
         if not self.alive():
             raise ForkServerDown(self._down or "the fork server exited")
-        group = RunGroup.create(memory_mb=memory_mb, max_processes=max_processes, parent=self.group)
-        if group.level == "rlimit":
-            raise ForkServerDown("could not create the execution's cgroup")
+        # a spare already in its own group takes the request (its limits set here, before the
+        # request goes out); else the request brings a new group, which the child joins
+        gid, group = self._take_ready_group()
+        if group is not None:
+            try:
+                group.limit(memory_mb=memory_mb, max_processes=max_processes)
+            except OSError:
+                after_run(group.close)  # and its spare with it
+                gid, group = None, None
+        if group is None:
+            group = RunGroup.create(memory_mb=memory_mb, max_processes=max_processes, parent=self.group)
+            if group.level == "rlimit":
+                raise ForkServerDown("could not create the execution's cgroup")
         ident = next(self._ids)
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
         res_r, res_w = os.pipe()
-        cgroup_fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
-        request = {"id": ident, "name": code.name, "code": CODE_DIR, "scratch": SCRATCH_DIR,
+        cgroup_fds = [] if gid is not None else \
+            [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
+        request = {"id": ident, "name": code.name, "code": CODE_DIR, "scratch": SCRATCH_DIR, "group": gid,
                    "scratch_bytes": int(scratch_mb) * 1024 * 1024, "env": env, "n_cgroup_fds": len(cgroup_fds)}
         passed = [stdin_r, out_w, res_w, *cgroup_fds]
         try:
@@ -186,6 +262,7 @@ class ForkServer:
         global _forked
         with _lock:
             _forked += 1
+        after_run(self._restock)  # off the caller's path: the child waits for its job
         return Execution(ident, stdin_w, out_r, res_r, group)
 
     def kill(self, execution: Execution, wait: bool = True) -> None:
@@ -227,6 +304,9 @@ class ForkServer:
     def close(self) -> None:
         """Kill the zygote and everything it started; remove its inbox and cgroups."""
         self.mark_down("closed")
+        with self._cond:
+            self._stock.clear()  # nested in the zygote's group: removed with it
+            self._ready.clear()
         try:
             self.ctl.close()
         except OSError:
