@@ -157,15 +157,37 @@ def test_large_outputs_pass_when_equal_and_fail_when_one_item_differs():
     assert not r.base_pass and "digest" in r.first_failure()["message"]
 
 
-def test_expected_outputs_computed_in_parallel_runs_equal_one_run(problems):
-    for task_id in ("Mbpp/2", "Mbpp/139", "Mbpp/580"):
-        p = problems[task_id]
-        runs = mbpp_execution._truth_inputs(p, 3)
-        assert max(map(len, runs)) - min(map(len, runs)) <= 1  # dealt evenly
-        dealt = mbpp_execution._assemble_truth(p, [mbpp_execution._truth_shard(p, run, LIMITS) for run in runs])
-        whole = mbpp_execution.ground_truth(p, limits=LIMITS)
-        assert (dealt.base, dealt.plus) == (whole.base, whole.plus)
-        assert len(dealt.base_time) == len(p["base_input"]) and len(dealt.plus_time) == len(p["plus_input"])
+def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_problem(problems, monkeypatch):
+    """Several canonical solutions per run, and a slow problem's inputs dealt over runs of their
+    own, give each problem the outputs of a run of its own (and every input its time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    chosen = [problems[t] for t in ("Mbpp/2", "Mbpp/139", "Mbpp/580", "Mbpp/583", "Mbpp/3")]
+    alone = [mbpp_execution.ground_truth(p, limits=LIMITS) for p in chosen]
+    dealt_runs = []
+    shard = mbpp_execution._truth_shard
+    monkeypatch.setattr(mbpp_execution, "_truth_shard",
+                        lambda p, inputs, limits: dealt_runs.append(p["task_id"]) or shard(p, inputs, limits))
+    for budget in (60.0, 0.0, 0.01):  # nothing deferred; everything; the slow one (0.85 s in all)
+        monkeypatch.setattr(mbpp_execution, "TRUTH_BUDGET_SECONDS", budget)
+        monkeypatch.setattr(mbpp_execution, "TRUTH_BATCH_PROBLEMS", 3)
+        dealt_runs.clear()
+        with ThreadPoolExecutor(2) as pool:
+            batched = mbpp_execution._truths(chosen, pool, 3, LIMITS)
+        for p, mine, theirs in zip(chosen, batched, alone):
+            assert (mine.base, mine.plus) == (theirs.base, theirs.plus), (budget, p["task_id"])
+            assert len(mine.base_time) == len(p["base_input"]) and len(mine.plus_time) == len(p["plus_input"])
+        if budget == 60.0:
+            assert dealt_runs == []  # two runs for five problems
+        else:
+            assert dealt_runs.count("Mbpp/583") == 3  # its inputs dealt over three runs
+    assert mbpp_execution._deal(list(range(10)), 3) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+
+
+def test_a_batch_names_the_problem_whose_canonical_solution_fails(problems):
+    broken = {**problems["Mbpp/3"], "task_id": "Mbpp/3-broken", "canonical_solution": "    raise RuntimeError('no')\n"}
+    with pytest.raises(DataError, match="Mbpp/3-broken"):
+        mbpp_execution._truth_batch([problems["Mbpp/2"], broken, problems["Mbpp/4"]], LIMITS, 60.0)
 
 
 def test_compare_follows_evalplus_rules():

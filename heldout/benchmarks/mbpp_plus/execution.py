@@ -51,7 +51,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from heldout.contracts import DataError, RunLimits
-from heldout.benchmarks.mbpp_plus._child import DIGEST_KEY, NDARRAY_KEY
+from heldout.benchmarks.mbpp_plus._child import BATCH_PREFIX, DEFERRED_KEY, DIGEST_KEY, NDARRAY_KEY
 from heldout.sandbox import SandboxError, decode_typed, run_calls, PROGRAM_PRELOAD
 
 MIN_TIME_LIMIT = 1.0
@@ -62,12 +62,14 @@ HELPER_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encodi
 TRUTH_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_LIMITS = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=4096)
 
-# check_many deals a problem's inputs over its workers only in batches of at least this many
-# problems without cached expected outputs. Each extra run costs about 20 ms of machine time; it
-# pays when one slow problem would otherwise end the batch alone, which takes a large batch in
-# MBPP+'s distribution (all 378: 6 s of 80 saved, as Mbpp/599 computes for 25 s; 30 problems:
-# 0.3-0.45 s of about 1.1 s lost). Measured on 2 cores.
-DEAL_FROM_PROBLEMS = 100
+# check_many computes expected outputs for this many problems per sandboxed run (one module per
+# canonical solution); a problem whose calls take TRUTH_BUDGET_SECONDS there has the rest of its
+# inputs dealt round-robin over the workers. In MBPP+ 363 of 378 problems take under 0.2 s for
+# all their inputs together (the median 2.4 ms), while each run costs ~15 ms of machine time, and
+# Mbpp/599 alone computes for 20 s: one run per problem was mostly overhead, and one slow problem
+# in a run of its own would end the whole batch alone. Measured on 2 cores.
+TRUTH_BATCH_PROBLEMS = 20
+TRUTH_BUDGET_SECONDS = 0.2
 
 SET_EQUAL_TASKS = frozenset({"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
                              "larg_nnum", "intersection_array", "find_dissimilar", "Diff"})
@@ -140,6 +142,14 @@ def _problem_key(problem: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _trusted(limits: RunLimits) -> RunLimits:
+    return limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
+
+
+def _inputs(problem: dict[str, Any]) -> list[Any]:
+    return list(problem["base_input"]) + list(problem["plus_input"])
+
+
 def _truth_shard(problem: dict[str, Any], inputs: Sequence[Any], limits: RunLimits) -> list[dict[str, Any]]:
     """The canonical solution's call results on ``inputs`` (one sandboxed run). Raises
     :class:`DataError` if it fails."""
@@ -147,8 +157,7 @@ def _truth_shard(problem: dict[str, Any], inputs: Sequence[Any], limits: RunLimi
     calls = [([problem["task_id"], problem["entry_point"], inp, "truth"], {}) for inp in inputs]
     if not calls:
         return []
-    trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
-    result = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=trusted, encoding="typed",
+    result = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=_trusted(limits), encoding="typed",
                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
     if not result.ok:
         raise DataError(f"{problem['task_id']}: the canonical solution failed ({result.error_kind}): "
@@ -156,25 +165,76 @@ def _truth_shard(problem: dict[str, Any], inputs: Sequence[Any], limits: RunLimi
     return list(result.calls)
 
 
-def _truth_inputs(problem: dict[str, Any], shards: int) -> list[list[Any]]:
-    """Every base and plus input cut into at most ``shards`` runs, dealt round-robin (inputs tend
-    to grow along a suite, so consecutive cuts would leave the last run with most of the work).
-    :func:`_assemble_truth` deals the results back."""
-    inputs = list(problem["base_input"]) + list(problem["plus_input"])
-    shards = max(1, min(shards, len(inputs)))
-    return [inputs[k::shards] for k in range(shards)]
+def _truth_batch(problems: Sequence[dict[str, Any]], limits: RunLimits,
+                 budget: float) -> list[list[dict[str, Any] | None]]:
+    """Per problem, the canonical solution's call result on each of its inputs, all computed in
+    one sandboxed run; None for the inputs left after that problem's calls took ``budget``
+    seconds. Raises :class:`DataError` (naming the problem) if one fails."""
+    files, calls, owner = {}, [], []
+    for k, problem in enumerate(problems):
+        module = f"{BATCH_PREFIX}{k}"
+        files[f"{module}.py"] = problem["prompt"] + problem["canonical_solution"]
+        inputs = _inputs(problem)
+        calls += [([module, problem["task_id"], problem["entry_point"], inp, budget], {}) for inp in inputs]
+        owner += [k] * len(inputs)
+    if not calls:
+        return [[] for _ in problems]
+    result = run_calls(files, HELPER_NAME, "call_in_batch", calls, limits=_trusted(limits), encoding="typed",
+                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
+    if not result.ok:
+        failed = next((c for c in result.calls if not c.get("ok")), None)
+        names = problems[owner[failed["call"]]]["task_id"] if failed else ", ".join(p["task_id"] for p in problems)
+        raise DataError(f"{names}: the canonical solution failed ({result.error_kind}): {str(result.error)[-500:]}")
+    out: list[list[dict[str, Any] | None]] = [[] for _ in problems]
+    for call in result.calls:  # in call order
+        out[owner[call["call"]]].append(None if _is_deferred(call.get("value")) else call)
+    return out
 
 
-def _assemble_truth(problem: dict[str, Any], shard_calls: Sequence[list[dict[str, Any]]]) -> GroundTruth:
-    """The expected outputs from the runs of :func:`_truth_inputs`, in input order."""
-    calls: list[dict[str, Any]] = [{}] * sum(len(shard) for shard in shard_calls)
-    for k, shard in enumerate(shard_calls):
-        calls[k::len(shard_calls)] = shard
+def _is_deferred(value: Any) -> bool:
+    """The helper's deferral marker, as it crosses (typed: a dict of one item)."""
+    if not (isinstance(value, dict) and len(value.get("__dict__") or ()) == 1):
+        return False  # not decoded: outputs can be large, and are decoded once, when assembled
+    decoded = decode_typed(value)
+    return isinstance(decoded, dict) and DEFERRED_KEY in decoded
+
+
+def _deal(indices: Sequence[int], shards: int) -> list[list[int]]:
+    """``indices`` dealt round-robin into at most ``shards`` runs (inputs tend to grow along a
+    suite, so consecutive cuts would leave the last run with most of the work)."""
+    shards = max(1, min(shards, len(indices)))
+    return [list(indices[k::shards]) for k in range(shards)]
+
+
+def _assemble_truth(problem: dict[str, Any], calls: Sequence[dict[str, Any]]) -> GroundTruth:
+    """The expected outputs from the canonical solution's call results, in input order."""
     outs = [decode_typed(c["value"]) for c in calls]
     times = [float(c.get("seconds", 0.0)) for c in calls]
     sizes = [len(json.dumps(c["value"])) for c in calls]
     nb = len(problem["base_input"])
     return GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
+
+
+def _truths(problems: Sequence[dict[str, Any]], pool: ThreadPoolExecutor, workers: int,
+            limits: RunLimits) -> list[GroundTruth]:
+    """Expected outputs of ``problems``: :data:`TRUTH_BATCH_PROBLEMS` problems per run, then the
+    inputs a slow problem left there dealt over ``workers`` runs (slowest problem first). The
+    canonical solution is trusted and computes each output from its input alone, so where an input
+    ran changes no output (the full-data test checks it: every canonical solution, run in a process
+    of its own, matches them)."""
+    step = TRUTH_BATCH_PROBLEMS
+    batches = [problems[i:i + step] for i in range(0, len(problems), step)]
+    calls = [c for got in pool.map(lambda b: _truth_batch(b, limits, TRUTH_BUDGET_SECONDS), batches) for c in got]
+    left = [(k, [i for i, c in enumerate(calls[k]) if c is None]) for k in range(len(problems))]
+    left = sorted([(k, idx) for k, idx in left if idx],
+                  key=lambda item: -sum(c["seconds"] for c in calls[item[0]] if c is not None))
+    jobs = [(k, part) for k, idx in left for part in _deal(idx, workers)]
+    runs = pool.map(lambda job: _truth_shard(problems[job[0]], [_inputs(problems[job[0]])[i] for i in job[1]], limits),
+                    jobs)
+    for (k, part), got in zip(jobs, runs):
+        for i, call in zip(part, got):
+            calls[k][i] = call
+    return [_assemble_truth(problem, calls[k]) for k, problem in enumerate(problems)]
 
 
 def _cached_truth(key: str) -> GroundTruth | None:
@@ -194,8 +254,7 @@ def ground_truth(problem: dict[str, Any], *, limits: RunLimits = DEFAULT_LIMITS)
     cached = _cached_truth(key)
     if cached is not None:
         return cached
-    shard = _truth_inputs(problem, 1)[0]
-    return _remember_truth(key, _assemble_truth(problem, [_truth_shard(problem, shard, limits)]))
+    return _remember_truth(key, _assemble_truth(problem, _truth_shard(problem, _inputs(problem), limits)))
 
 
 # -- comparison ----------------------------------------------------------------------------------------
@@ -366,26 +425,17 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
     processes at a time; results in the order of ``items``. Raises :class:`DataError` as
     :func:`check_solution` does.
 
-    Two phases, so that one slow problem does not end the batch alone. First the expected outputs
-    of every problem not cached yet; in a batch of :data:`DEAL_FROM_PROBLEMS` or more, each
-    problem's inputs are dealt round-robin over ``workers`` runs. The canonical solution is
-    trusted and computes each output from its input alone, so the dealing changes no output (the
-    full-data test checks it: every canonical solution, run in one process, matches them). Then
-    the checks, the problem with the largest reference time first. A check runs a candidate's
-    suites in one process, as evalplus runs them, so it is never dealt out."""
+    Two phases, so that one slow problem does not end the batch alone: first the expected outputs
+    of every problem not cached yet (see :func:`_truths`), then the checks, the problem with the
+    largest reference time first. A check runs a candidate's suites in one process of its own, as
+    evalplus runs them, so it is never dealt out nor shares a process with another problem's."""
     limits = limits or DEFAULT_LIMITS
     which = tuple(which)
     keys = [_problem_key(problem) for problem, _ in items]
     todo = {key: problem for key, (problem, _) in zip(keys, items) if _cached_truth(key) is None}
-    deal = workers if len(todo) >= DEAL_FROM_PROBLEMS else 1
-    shards = [(key, part) for key, problem in todo.items() for part in _truth_inputs(problem, deal)]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        by_problem: dict[str, list[list[dict[str, Any]]]] = {key: [] for key in todo}
-        runs = pool.map(lambda job: _truth_shard(todo[job[0]], job[1], limits), shards)
-        for (key, _), calls in zip(shards, runs):
-            by_problem[key].append(calls)  # map keeps the order, so each problem's runs stay in order
-        for key, problem in todo.items():
-            _remember_truth(key, _assemble_truth(problem, by_problem[key]))
+        for key, truth in zip(todo, _truths(list(todo.values()), pool, workers, limits)):
+            _remember_truth(key, truth)
         truths = [_cached_truth(key) for key in keys]
         order = sorted(range(len(items)), key=lambda i: -sum(truths[i].base_time + truths[i].plus_time))
 
