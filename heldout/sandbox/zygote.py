@@ -144,6 +144,7 @@ class ForkServer:
                 msg = json.loads(data) if data else None
             except (OSError, ValueError):
                 msg = None
+            gone = None
             with self._cond:
                 if not isinstance(msg, dict):
                     self._down = self._down or "the fork server closed its control channel"
@@ -154,10 +155,12 @@ class ForkServer:
                     self._cond.notify_all()
                 elif type(msg.get("spare")) is int and msg["spare"] in self._stock:
                     self._ready.append(msg["spare"])
-                elif type(msg.get("group_gone")) is int and msg["group_gone"] in self._stock:
-                    # its spare died, or its child moved to a request's own group: nothing is
-                    # left in it to kill
-                    after_run(self._stock.pop(msg["group_gone"]).remove)
+                elif type(msg.get("group_gone")) is int:
+                    gone = self._stock.pop(msg["group_gone"], None)
+            if gone is not None:
+                # its spare died, or its child moved to a request's own group: nothing is left in
+                # it to kill
+                after_run(gone.remove)
 
     def _restock(self) -> None:
         """Keep :data:`STOCKED_GROUPS` execution groups (no limits yet) at the zygote, for its
