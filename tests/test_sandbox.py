@@ -49,6 +49,15 @@ def test_non_data_return_values_are_bad_output():
         assert "bad output" in r.error
 
 
+def test_an_output_that_cannot_be_encoded_is_that_calls_bad_output_and_the_next_call_runs():
+    # an int of more than 4300 digits has no JSON text (Python's int-to-str limit)
+    r = run_calls({"prog.py": "def f(n):\n    return 10 ** n\n"}, "prog", "f", [([5], {}), ([5000], {}), ([2], {})],
+                  limits=LIMITS)
+    assert [c["ok"] for c in r.calls] == [True, False, True]
+    assert r.calls[1]["error_kind"] == "bad_output" and "bad output" in r.calls[1]["error"]
+    assert r.calls[0]["value"] == 10 ** 5 and r.calls[2]["value"] == 100
+
+
 def test_typed_encoding_keeps_tuples_sets_bytes_complex_and_non_str_keys():
     src = "def f():\n    return [(1, 'a'), {3, 4}, frozenset([5]), b'\\x00\\xff', 2+3j, {(1, 2): [1.5]}, {'k': (None,)}]\n"
     r = call(src, encoding="typed")

@@ -256,12 +256,18 @@ def on_xcpu(signum, frame):
     raise CpuLimit()
 
 
-def run_call(fn, call, typed, cpu_limit, max_bytes):
+def run_call(index, fn, call, typed, cpu_limit, max_bytes):
+    """``(ok, outcome line)`` of call ``index``: the line is encoded once, here (an output that
+    cannot be encoded is the call's bad_output)."""
     seconds = call.get("seconds")
     start = time.perf_counter()
 
     def failed(kind, error):
-        return {"ok": False, "error_kind": kind, "error": error, "seconds": time.perf_counter() - start}
+        out = {"call": index, "ok": False, "error_kind": kind, "error": error, "seconds": time.perf_counter() - start}
+        try:
+            return False, encode(out)
+        except (ValueError, RecursionError, OverflowError) as exc:
+            return False, encode({"call": index, "ok": False, "error_kind": "bad_output", "error": f"bad output: {exc}"})
 
     try:
         if seconds:
@@ -283,9 +289,9 @@ def run_call(fn, call, typed, cpu_limit, max_bytes):
         return failed("crash", tail_of_traceback(exc))
     elapsed = time.perf_counter() - start
     try:
-        out = {"ok": True, "value": to_plain(value, typed, 0, Budget(max_bytes)), "seconds": elapsed}
-        json.dumps(out, allow_nan=True)  # fails here, not in send(), on e.g. a huge int
-        return out
+        # fails here, not in write(), on e.g. a huge int
+        return True, encode({"call": index, "ok": True, "value": to_plain(value, typed, 0, Budget(max_bytes)),
+                             "seconds": elapsed})
     except OutputTooLarge:
         return failed("output_too_large", f"output too large: the result exceeds {max_bytes} bytes")
     except RecursionError:
@@ -336,13 +342,8 @@ def main():
         if group in failed_groups:
             continue  # stop_on_error stops only the failing call's group
         write(finished + encode({"start": index}))
-        out = run_call(fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
-        out["call"] = index
-        try:
-            finished = encode(out)
-        except (ValueError, RecursionError, OverflowError) as exc:
-            finished = encode({"call": index, "ok": False, "error_kind": "bad_output", "error": f"bad output: {exc}"})
-        if not out["ok"] and job.get("stop_on_error"):
+        ok, finished = run_call(index, fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
+        if not ok and job.get("stop_on_error"):
             if group is None:
                 break
             failed_groups.add(group)
