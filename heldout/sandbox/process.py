@@ -209,9 +209,10 @@ def run_calls(files: dict[str, str], module: str, function: str,
     group_of = list(groups) if groups is not None else [None] * len(calls)
     if not (len(per_call) == len(group_of) == len(calls)):
         raise SandboxError("per_call_seconds and groups need one entry per call")
-    json_calls = [{"args": list(a), "kwargs": dict(k)} for a, k in calls]
     try:
-        json.dumps(json_calls)  # checked before anything starts; the job is encoded when it is sent
+        # each call encoded once: checked before anything starts, and every job is made of these
+        encoded_calls = [json.dumps({"args": list(a), "kwargs": dict(k), "seconds": per_call[i], "group": group_of[i]})
+                         for i, (a, k) in enumerate(calls)]
     except (TypeError, ValueError, RecursionError) as exc:
         raise SandboxError(f"sandbox arguments must be JSON data: {exc}") from exc
     server = server_for(preload) if fork_server and level != "none" and fork_server_enabled() else None
@@ -230,13 +231,13 @@ def run_calls(files: dict[str, str], module: str, function: str,
                 break
             job = {"module": module, "function": function, "encoding": encoding, "stop_on_error": stop_on_error,
                    "allow_processes": allow_processes, "limits": _limits_dict(limits),
-                   "hide": default_hidden_paths() if level == "none" else [],
-                   "calls": [{**json_calls[i], "seconds": per_call[i], "group": group_of[i]} for i in pending]}
+                   "hide": default_hidden_paths() if level == "none" else []}
             try:
                 # the first execution has the whole limit (and names it in its messages); a retry
                 # after a parent-enforced call timeout has what is left of it
                 run_limits = limits if last is None else limits.replace(wall_seconds=wall_left)
-                last = _execute(job, code, level, run_limits, [per_call[i] for i in pending], server)
+                last = _execute(job, [encoded_calls[i] for i in pending], code, level, run_limits,
+                                [per_call[i] for i in pending], server)
             except _UseFreshSandbox as exc:
                 discard(server, str(exc))
                 server, forked_only = None, False
@@ -476,10 +477,11 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
     return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap, ex)
 
 
-def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
+def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: str, limits: RunLimits,
              per_call: list[float | None], server: ForkServer | None = None) -> SandboxResult:
-    """Run one job, in a child of ``server`` (raises :class:`_UseFreshSandbox` if it cannot) or
-    in a fresh sandbox; the monitoring below is the same for both."""
+    """Run one job (its calls already JSON-encoded), in a child of ``server`` (raises
+    :class:`_UseFreshSandbox` if it cannot) or in a fresh sandbox; the monitoring below is the
+    same for both."""
     privileged = os.geteuid() == 0
     job["uid"] = random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged and level != "none" else None
     started = _launch_forked(job, code, level, limits, server) if server is not None \
@@ -491,7 +493,8 @@ def _execute(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
     stdout_cap = max(limits.max_output_bytes, 64 * 1024)
     # the job goes through stdin (nothing of it stays readable in the sandbox); a thread, because
     # a large job does not fit the pipe before the child starts reading
-    data = json.dumps(job).encode()
+    # the job's JSON object with its calls spliced in (run_calls encoded each one once)
+    data = (json.dumps(job)[:-1] + ', "calls": [' + ", ".join(encoded_calls) + "]}").encode()
     if len(data) <= PIPE_BYTES:
         _feed_job(started.job_fd, data)  # fits the empty pipe: never blocks
     else:
