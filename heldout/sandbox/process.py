@@ -491,10 +491,10 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
     group, level_name = started.group, started.level_name
     read_fd, stdout_fd = started.result_fd, started.stdout_fd
     stdout_cap = max(limits.max_output_bytes, 64 * 1024)
-    # the job goes through stdin (nothing of it stays readable in the sandbox); a thread, because
-    # a large job does not fit the pipe before the child starts reading
     # the job's JSON object with its calls spliced in (run_calls encoded each one once)
     data = (json.dumps(job)[:-1] + ', "calls": [' + ", ".join(encoded_calls) + "]}").encode()
+    # the job goes through stdin (nothing of it stays readable in the sandbox); a thread, because
+    # a large job does not fit the pipe before the child starts reading
     if len(data) <= PIPE_BYTES:
         _feed_job(started.job_fd, data)  # fits the empty pipe: never blocks
     else:
