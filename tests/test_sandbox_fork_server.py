@@ -193,6 +193,29 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     assert len(nested) <= zygote.STOCKED_GROUPS  # the groups it left were removed, none piles up
 
 
+def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_one(monkeypatch):
+    """A spare killed in its group after the harness took that group for a request (from outside:
+    no candidate can reach a spare): the execution asks the same fork server once more and is
+    forked by it (the fork server is not broken, so it is not thrown away)."""
+    assert run("def f():\n    return 0\n").forked
+    time.sleep(0.2)
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    take, killed = zygote.ForkServer._take_ready_group, []
+
+    def take_a_dead_one(self):
+        gid, group = take(self)
+        if group is not None and not killed:
+            group.kill_all()
+            killed.append(gid)
+        return gid, group
+
+    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", take_a_dead_one)
+    results = [run(f"def f():\n    return {i}\n") for i in range(3)]
+    assert killed
+    assert [(r.ok, r.value, r.forked) for r in results] == [(True, i, True) for i in range(3)]
+    assert zygote.server_for(PROGRAM_PRELOAD) is server
+
+
 def test_random_states_are_not_shared_between_executions():
     src = "import random\nimport numpy as np\ndef f():\n    return [random.random(), float(np.random.random())]\n"
     a, b = run(src), run(src)

@@ -224,6 +224,7 @@ def run_calls(files: dict[str, str], module: str, function: str,
     failed_groups: set[str | None] = set()
     last: SandboxResult | None = None
     peak: float | None = None
+    asked_again = False
     try:
         while pending:
             wall_left = limits.wall_seconds - (time.perf_counter() - start)
@@ -239,6 +240,9 @@ def run_calls(files: dict[str, str], module: str, function: str,
                 last = _execute(job, [encoded_calls[i] for i in pending], code, level, run_limits,
                                 [per_call[i] for i in pending], server)
             except _UseFreshSandbox as exc:
+                if exc.unserved and not asked_again:
+                    asked_again = True  # e.g. its prepared spare had died: the next one takes it
+                    continue
                 discard(server, str(exc))
                 server, forked_only = None, False
                 shutil.rmtree(code, ignore_errors=True)
@@ -386,7 +390,12 @@ class _RunState:
 
 class _UseFreshSandbox(Exception):
     """The fork server could not run this execution (nothing of the candidate ran, or what ran
-    is thrown away): run it in a fresh sandbox."""
+    is thrown away): run it in a fresh sandbox. ``unserved``: the zygote had no spare to give it
+    (not a fault of the fork server's: the execution may ask it once more)."""
+
+    def __init__(self, message: str, unserved: bool = False) -> None:
+        super().__init__(message)
+        self.unserved = unserved
 
 
 @dataclass
@@ -588,7 +597,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
         # the fork server could not isolate this child (nothing of the candidate ran before
         # "ready"): it is thrown away and the execution runs in a fresh sandbox
         raise _UseFreshSandbox(f"the fork server could not set up an execution (exit code {returncode}): "
-                               f"{tail[-500:]}")
+                               f"{tail[-500:]}", unserved=server is not None and server.unserved(started.forked))
     result = _interpret(state, killed_for, returncode, cpu_used, memory_hit, procs_hit, tail, limits,
                         level_name)
     result.peak_memory_mb = peak

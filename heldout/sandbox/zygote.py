@@ -101,6 +101,7 @@ class ForkServer:
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
         self._exits: dict[int, int] = {}
+        self._unserved: set[int] = set()  # executions the zygote had no spare for
         self._down: str | None = None
         self._stock: dict[int, RunGroup] = {}  # groups handed to the zygote, by group id
         self._ready: collections.deque[int] = collections.deque()  # of those, joined by a spare
@@ -152,6 +153,8 @@ class ForkServer:
                     return
                 if type(msg.get("exit")) is int and type(msg.get("code")) is int:
                     self._exits[msg["exit"]] = msg["code"]
+                    if msg.get("no_spare") is True:
+                        self._unserved.add(msg["exit"])
                     self._cond.notify_all()
                 elif type(msg.get("spare")) is int and msg["spare"] in self._stock:
                     self._ready.append(msg["spare"])
@@ -298,6 +301,14 @@ class ForkServer:
         if code is None:
             self.mark_down("the fork server did not report an execution's exit")
         return code
+
+    def unserved(self, execution: Execution) -> bool:
+        """Whether the zygote reported it had no spare for ``execution`` (its exit was waited for)."""
+        with self._cond:
+            if execution.ident in self._unserved:
+                self._unserved.discard(execution.ident)
+                return True
+        return False
 
     def mark_down(self, why: str) -> None:
         with self._cond:
