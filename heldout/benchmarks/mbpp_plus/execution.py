@@ -219,9 +219,10 @@ def _truths(problems: Sequence[dict[str, Any]], pool: ThreadPoolExecutor, worker
             limits: RunLimits) -> list[GroundTruth]:
     """Expected outputs of ``problems``: :data:`TRUTH_BATCH_PROBLEMS` problems per run, then the
     inputs a slow problem left there dealt over ``workers`` runs (slowest problem first). The
-    canonical solution is trusted and computes each output from its input alone, so where an input
-    ran changes no output (the full-data test checks it: every canonical solution, run in a process
-    of its own, matches them)."""
+    canonical solutions are trusted code that computes each output from its input alone (evalplus
+    runs them all in its own process, one after another), so where an input ran changes no output;
+    the full-data test checks it: every canonical solution, checked in a process of its own,
+    matches them."""
     step = TRUTH_BATCH_PROBLEMS
     batches = [problems[i:i + step] for i in range(0, len(problems), step)]
     calls = [c for got in pool.map(lambda b: _truth_batch(b, limits, TRUTH_BUDGET_SECONDS), batches) for c in got]
@@ -229,9 +230,13 @@ def _truths(problems: Sequence[dict[str, Any]], pool: ThreadPoolExecutor, worker
     left = sorted([(k, idx) for k, idx in left if idx],
                   key=lambda item: -sum(c["seconds"] for c in calls[item[0]] if c is not None))
     jobs = [(k, part) for k, idx in left for part in _deal(idx, workers)]
-    runs = pool.map(lambda job: _truth_shard(problems[job[0]], [_inputs(problems[job[0]])[i] for i in job[1]], limits),
-                    jobs)
-    for (k, part), got in zip(jobs, runs):
+
+    def rest_of(job: tuple[int, list[int]]) -> list[dict[str, Any]]:
+        k, part = job
+        inputs = _inputs(problems[k])
+        return _truth_shard(problems[k], [inputs[i] for i in part], limits)
+
+    for (k, part), got in zip(jobs, pool.map(rest_of, jobs)):
         for i, call in zip(part, got):
             calls[k][i] = call
     return [_assemble_truth(problem, calls[k]) for k, problem in enumerate(problems)]
