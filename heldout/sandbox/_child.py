@@ -267,7 +267,8 @@ def run_call(index, fn, call, typed, cpu_limit, max_bytes):
         try:
             return False, encode(out)
         except (ValueError, RecursionError, OverflowError) as exc:
-            return False, encode({"call": index, "ok": False, "error_kind": "bad_output", "error": f"bad output: {exc}"})
+            return False, encode({"call": index, "ok": False, "error_kind": "bad_output",
+                                  "error": f"bad output: {exc}"})
 
     try:
         if seconds:
