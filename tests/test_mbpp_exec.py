@@ -187,7 +187,8 @@ def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_p
 def test_a_batch_names_the_problem_whose_canonical_solution_fails(problems):
     broken = {**problems["Mbpp/3"], "task_id": "Mbpp/3-broken", "canonical_solution": "    raise RuntimeError('no')\n"}
     with pytest.raises(DataError, match="Mbpp/3-broken"):
-        mbpp_execution._truth_batch([problems["Mbpp/2"], broken, problems["Mbpp/4"]], LIMITS, 60.0)
+        mbpp_execution._truth_batch([(p, p["base_input"] + p["plus_input"]) for p in (problems["Mbpp/2"], broken,
+                                                                                   problems["Mbpp/4"])], LIMITS, 60.0)
 
 
 def test_compare_follows_evalplus_rules():

@@ -142,50 +142,38 @@ def _problem_key(problem: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _trusted(limits: RunLimits) -> RunLimits:
-    return limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
-
-
 def _inputs(problem: dict[str, Any]) -> list[Any]:
     return list(problem["base_input"]) + list(problem["plus_input"])
 
 
 def _truth_shard(problem: dict[str, Any], inputs: Sequence[Any], limits: RunLimits) -> list[dict[str, Any]]:
-    """The canonical solution's call results on ``inputs`` (one sandboxed run). Raises
-    :class:`DataError` if it fails."""
-    code = problem["prompt"] + problem["canonical_solution"]
-    calls = [([problem["task_id"], problem["entry_point"], inp, "truth"], {}) for inp in inputs]
-    if not calls:
-        return []
-    result = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=_trusted(limits), encoding="typed",
-                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
-    if not result.ok:
-        raise DataError(f"{problem['task_id']}: the canonical solution failed ({result.error_kind}): "
-                        f"{str(result.error)[-500:]}")
-    return list(result.calls)
+    """The canonical solution's call results on ``inputs`` (one sandboxed run, nothing deferred).
+    Raises :class:`DataError` if it fails."""
+    return _truth_batch([(problem, inputs)], limits, math.inf)[0]
 
 
-def _truth_batch(problems: Sequence[dict[str, Any]], limits: RunLimits,
+def _truth_batch(parts: Sequence[tuple[dict[str, Any], Sequence[Any]]], limits: RunLimits,
                  budget: float) -> list[list[dict[str, Any] | None]]:
-    """Per problem, the canonical solution's call result on each of its inputs, all computed in
-    one sandboxed run; None for the inputs left after that problem's calls took ``budget``
-    seconds. Raises :class:`DataError` (naming the problem) if one fails."""
+    """Per ``(problem, inputs)`` part, the canonical solution's call result on each of those
+    inputs, all computed in one sandboxed run (a module per problem); None for the inputs left
+    after that problem's calls took ``budget`` seconds. Raises :class:`DataError` (naming the
+    problem) if one fails."""
     files, calls, owner = {}, [], []
-    for k, problem in enumerate(problems):
+    for k, (problem, inputs) in enumerate(parts):
         module = f"{BATCH_PREFIX}{k}"
         files[f"{module}.py"] = problem["prompt"] + problem["canonical_solution"]
-        inputs = _inputs(problem)
         calls += [([module, problem["task_id"], problem["entry_point"], inp, budget], {}) for inp in inputs]
         owner += [k] * len(inputs)
     if not calls:
-        return [[] for _ in problems]
-    result = run_calls(files, HELPER_NAME, "call_in_batch", calls, limits=_trusted(limits), encoding="typed",
+        return [[] for _ in parts]
+    trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
+    result = run_calls(files, HELPER_NAME, "call_in_batch", calls, limits=trusted, encoding="typed",
                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
     if not result.ok:
         failed = next((c for c in result.calls if not c.get("ok")), None)
-        names = problems[owner[failed["call"]]]["task_id"] if failed else ", ".join(p["task_id"] for p in problems)
+        names = parts[owner[failed["call"]]][0]["task_id"] if failed else ", ".join(p["task_id"] for p, _ in parts)
         raise DataError(f"{names}: the canonical solution failed ({result.error_kind}): {str(result.error)[-500:]}")
-    out: list[list[dict[str, Any] | None]] = [[] for _ in problems]
+    out: list[list[dict[str, Any] | None]] = [[] for _ in parts]
     for call in result.calls:  # in call order
         out[owner[call["call"]]].append(None if _is_deferred(call.get("value")) else call)
     return out
@@ -224,7 +212,7 @@ def _truths(problems: Sequence[dict[str, Any]], pool: ThreadPoolExecutor, worker
     the full-data test checks it: every canonical solution, checked in a process of its own,
     matches them."""
     step = TRUTH_BATCH_PROBLEMS
-    batches = [problems[i:i + step] for i in range(0, len(problems), step)]
+    batches = [[(p, _inputs(p)) for p in problems[i:i + step]] for i in range(0, len(problems), step)]
     calls = [c for got in pool.map(lambda b: _truth_batch(b, limits, TRUTH_BUDGET_SECONDS), batches) for c in got]
     left = [(k, [i for i, c in enumerate(calls[k]) if c is None]) for k in range(len(problems))]
     left = sorted([(k, idx) for k, idx in left if idx],
