@@ -588,7 +588,12 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
     memory_hit = not state.done and group.memory_exceeded()
     procs_hit = not state.done and group.processes_exceeded()
     peak = group.peak_memory_mb()
-    if started.forked is not None:
+    unserved = started.forked is not None and server is not None and server.unserved(started.forked)
+    if unserved:
+        # no spare took it: what may be left in its group is a spare the zygote gave another
+        # request, which moves it out; the group is only removed, never killed
+        after_run(group.remove)
+    elif started.forked is not None:
         after_run(group.close)  # every process is dead or SIGKILLed; emptying the group can wait
     else:
         group.close()
@@ -597,7 +602,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
         # the fork server could not isolate this child (nothing of the candidate ran before
         # "ready"): it is thrown away and the execution runs in a fresh sandbox
         raise _UseFreshSandbox(f"the fork server could not set up an execution (exit code {returncode}): "
-                               f"{tail[-500:]}", unserved=server is not None and server.unserved(started.forked))
+                               f"{tail[-500:]}", unserved=unserved)
     result = _interpret(state, killed_for, returncode, cpu_used, memory_hit, procs_hit, tail, limits,
                         level_name)
     result.peak_memory_mb = peak

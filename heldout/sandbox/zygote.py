@@ -237,7 +237,9 @@ class ForkServer:
             try:
                 group.limit(memory_mb=memory_mb, max_processes=max_processes)
             except OSError:
-                after_run(group.close)  # and its spare with it
+                # its spare stays there, unused, until the zygote hands it to a request that brings
+                # its own group (it then moves out): the group is only removed, never killed
+                after_run(group.remove)
                 gid, group = None, None
         if group is None:
             group = RunGroup.create(memory_mb=memory_mb, max_processes=max_processes, parent=self.group)
