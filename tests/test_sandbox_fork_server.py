@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
 from heldout.contracts import RunLimits
-from heldout.sandbox import PROGRAM_PRELOAD, process, run_calls, run_function, zygote
+from heldout.sandbox import PROGRAM_PRELOAD, cgroups, process, run_calls, run_function, zygote
 
 pytestmark = pytest.mark.skipif(not zygote.fork_server_enabled(),
                                 reason="the fork server needs a root harness with cgroup v1 limits")
@@ -214,6 +215,38 @@ def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_o
     assert killed
     assert [(r.ok, r.value, r.forked) for r in results] == [(True, i, True) for i in range(3)]
     assert zygote.server_for(PROGRAM_PRELOAD) is server
+
+
+def test_the_group_of_an_execution_no_spare_took_is_removed_and_what_is_in_it_lives(monkeypatch):
+    """An execution the zygote had no spare for never had a process, but its group may hold
+    another execution's spare, moving out (a request that brought its own group was handed it):
+    that group is removed once empty, never killed. The execution itself asks again and runs."""
+    assert run("def f():\n    return 0\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    group = cgroups.RunGroup.create(memory_mb=None, max_processes=None, parent=server.group)
+    other = subprocess.Popen(["sleep", "30"])  # stands for the other execution's spare
+    try:
+        for procs in group.procs_files():
+            with open(procs, "w") as fh:
+                fh.write(str(other.pid))
+        take, taken = zygote.ForkServer._take_ready_group, []
+
+        def a_group_no_spare_is_in(self):
+            if not taken:
+                taken.append(True)
+                return 10 ** 6, group  # an id the zygote has no spare for: it answers "no spare"
+            return take(self)
+
+        monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", a_group_no_spare_is_in)
+        r = run("def f():\n    return 5\n")
+        assert taken and r.ok and r.value == 5 and r.forked
+        assert zygote.server_for(PROGRAM_PRELOAD) is server
+        zygote.drain_cleanup()
+        assert other.poll() is None  # alive: the group was not killed
+    finally:
+        other.kill()
+        other.wait()
+        group.close()
 
 
 def test_random_states_are_not_shared_between_executions():
