@@ -101,6 +101,28 @@ def test_forged_start_lines_do_not_buy_a_call_more_time():
     assert all(not c["ok"] for c in r.calls)
 
 
+
+def test_a_forged_next_in_an_outcome_line_does_not_restart_the_running_calls_timer():
+    """After the first call, a call's start is named in the previous outcome's "next": forged
+    outcomes that name the running call again, every 0.3 s, are refused like forged start lines
+    (were they not, each would give the first call another 0.5 s; the others return at once)."""
+    source = ("import os, time\ndef f(x):\n    for k in range(1, 40 if x == 0 else 1):\n        for fd in range(3, 20):\n"
+              "            try:\n                os.write(fd, b'{\"call\": %d, \"ok\": true, \"value\": 1, \"next\": 0}\\n' % k)\n"
+              "            except OSError:\n                pass\n        try:\n            time.sleep(0.3)\n"
+              "        except BaseException:\n            pass\n    return x\n")
+    r = run_calls({"prog.py": source}, "prog", "f", [([i], {}) for i in range(40)], limits=RunLimits(wall_seconds=20),
+                  per_call_seconds=[0.5] * 40)
+    assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
+    assert r.seconds < 5 and not r.calls[0]["ok"]
+
+
+def test_a_forged_typed_value_that_builds_nothing_is_a_bad_output_not_a_harness_error():
+    source = ("import os\ndef f():\n    for fd in range(3, 20):\n        try:\n"
+              "            os.write(fd, b'{\"call\": 0, \"ok\": true, \"value\": {\"__set__\": [[1]]}}\\n')\n"
+              "        except OSError:\n            pass\n    return 1\n")
+    r = run_calls({"prog.py": source}, "prog", "f", [([], {})], limits=RunLimits(wall_seconds=20), encoding="typed")
+    assert not r.ok and r.error_kind == "bad_output" and "invalid data" in r.error
+
 # -- Lockpicking SQL -----------------------------------------------------------------------------------
 def test_a_slow_sql_scorer_stops_at_its_timeout_in_the_sandbox():
     result = LOCKPICKING.exhaustive(CHAMPION, RunLimits(wall_seconds=0.3, cpu_seconds=0.3))

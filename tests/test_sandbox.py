@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -62,9 +64,47 @@ def test_typed_encoding_keeps_tuples_sets_bytes_complex_and_non_str_keys():
     src = "def f():\n    return [(1, 'a'), {3, 4}, frozenset([5]), b'\\x00\\xff', 2+3j, {(1, 2): [1.5]}, {'k': (None,)}]\n"
     r = call(src, encoding="typed")
     assert r.ok
-    assert decode_typed(r.value) == [(1, "a"), {3, 4}, frozenset([5]), b"\x00\xff", 2 + 3j, {(1, 2): [1.5]},
-                                     {"k": (None,)}]
-    assert type(decode_typed(r.value)[0]) is tuple
+    expected = [(1, "a"), {3, 4}, frozenset([5]), b"\x00\xff", 2 + 3j, {(1, 2): [1.5]}, {"k": (None,)}]
+    assert r.value == expected and type(r.value[0]) is tuple  # decoded as the line was parsed
+    assert decode_typed(r.value) == expected  # the wire decoder leaves decoded values as they are
+
+
+
+ROWS = {  # shapes the child converts without a call per item, and their neighbours that need one
+    "flat": "[1, 2.5, 'ab', None, True]", "rows of lists": "[[1, 2], [3, 4]]", "rows of tuples": "[(1, 2), (3, 'x')]",
+    "mixed rows": "[[1, 2], (3, 4), []]", "a tuple of rows": "((1,), [2])", "a deeper row": "[[1, [2, (3,)]]]",
+    "a set in a row": "[[{1, 2}]]", "an int subclass": "[[__import__('enum').IntEnum('E', 'a').a]]",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(ROWS))
+def test_rows_of_scalars_cross_as_exactly_the_values_they_are(shape):
+    expr = ROWS[shape]
+    typed = call(f"def f():\n    return {expr}\n", encoding="typed")
+    plain = call(f"def f():\n    return {expr}\n")
+    if shape == "an int subclass":  # not plain data: refused, however it is nested
+        assert typed.error_kind == plain.error_kind == "bad_output"
+        return
+    value = eval(expr)
+    assert typed.ok and typed.value == value and type(typed.value) is type(value)
+    assert [type(row) for row in typed.value] == [type(row) for row in value]
+    if shape == "a set in a row":
+        assert plain.error_kind == "bad_output"  # a set is not JSON data
+    else:
+        assert plain.ok and plain.value == json.loads(json.dumps(value))
+
+
+def test_a_matrix_over_the_output_limit_is_output_too_large():
+    r = call("def f():\n    return [[7] * 1000 for _ in range(1000)]\n",
+             limits=LIMITS.replace(max_output_bytes=1_000_000))
+    assert r.error_kind == "output_too_large"
+
+def test_the_wire_form_of_the_typed_encoding_decodes_to_the_same_values():
+    wire = [{"__tuple__": [1, "a"]}, {"__set__": [3, 4]}, {"__frozenset__": [5]}, {"__bytes__": "00ff"},
+            {"__complex__": [2.0, 3.0]}, {"__dict__": [[{"__tuple__": [1, 2]}, [1.5]]]},
+            {"__dict__": [["k", {"__tuple__": [None]}]]}]
+    assert decode_typed(wire) == [(1, "a"), {3, 4}, frozenset([5]), b"\x00\xff", 2 + 3j, {(1, 2): [1.5]},
+                                  {"k": (None,)}]
 
 
 def test_setup_files_are_importable_next_to_the_candidate():
@@ -72,6 +112,38 @@ def test_setup_files_are_importable_next_to_the_candidate():
                      setup_files={"helper.py": "import prog\ndef h():\n    return prog.g() + 1\n"})
     assert r.ok and r.value == 42
 
+
+
+def test_a_helper_is_imported_from_bytecode_compiled_once_by_the_harness_and_a_candidates_file_is_compiled():
+    """The interpreter raises the ``compile`` audit event when it compiles a module's source and
+    ``marshal.loads`` when it loads bytecode: the trusted helper comes as bytecode, the
+    candidate's own module is compiled in its execution as always."""
+    prog = ("import sys\nseen = []\nsys.addaudithook(lambda event, args: seen.append("
+            "(event, str(args[1]) if event == 'compile' and len(args) > 1 else '')))\n"
+            "def f():\n    import helper, other\n    return [helper.h(), other.g(), seen]\n")
+    files = {"prog.py": prog, "other.py": "def g():\n    return 'mine'\n"}
+    r = run_function(files, "prog", "f", limits=LIMITS, setup_files={"helper.py": "def h():\n    return 'task'\n"})
+    assert r.ok, r.error
+    value, events = r.value[:2], [tuple(e) for e in r.value[2]]
+    assert value == ["task", "mine"]
+    compiled = [name for event, name in events if event == "compile"]
+    assert any(name.endswith("other.py") for name in compiled), events
+    assert not any(name.endswith("helper.py") for name in compiled), events
+    assert ("marshal.loads", "") in events
+
+
+def test_a_helper_whose_bytecode_does_not_match_its_source_runs_its_source(tmp_path):
+    from heldout.sandbox.process import _helper_bytecode
+
+    stale = tmp_path / "stale.py"
+    stale.write_text("VALUE = 'source'\n")
+    cached = Path(importlib.util.cache_from_source(str(stale)))
+    cached.parent.mkdir()
+    cached.write_bytes(_helper_bytecode("VALUE = 'bytecode of another source'\n"))
+    spec = importlib.util.spec_from_file_location("stale", stale)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.VALUE == "source"
 
 def test_candidate_files_may_live_in_subpackages():
     r = run_function({"pkg/__init__.py": "", "pkg/mod.py": "def f():\n    return 'deep'\n"}, "pkg.mod", "f",

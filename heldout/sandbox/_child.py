@@ -6,13 +6,15 @@ It reads its job from stdin, applies rlimits, becomes a throw-away uid (when sta
 with no capabilities and no new privileges, says ``ready`` on the result channel, installs an
 audit hook that ends the run with a named error on a forbidden operation, imports the candidate
 module and calls the function once per call, announcing each call's start (the parent enforces
-per-call limits from those). Every outcome is one JSON line on the result pipe; values are
+per-call limits from those; after the first call, the start is named in the previous call's
+outcome, ``"next"``). Every outcome is one JSON line on the result pipe; values are
 converted to plain data here, so the parent never unpickles or evaluates anything the candidate
 made.
 
 Only the standard library is used (numpy is converted when the candidate already imported it)."""
 
 import ctypes
+import itertools
 import json
 import math
 import os
@@ -194,6 +196,42 @@ class Budget:
             raise OutputTooLarge()
 
 
+SCALAR_TYPES = frozenset({bool, str, float, int, type(None)})
+
+
+def _spend_on_scalars(kinds, count, scalars, budget):
+    """Charge ``count`` scalars (``scalars`` iterates them; ``kinds``: their types, all in
+    SCALAR_TYPES): 2 each, plus the length of each str."""
+    if kinds == {str}:
+        strings = sum(map(len, scalars))
+    elif str in kinds:
+        strings = sum(len(v) for v in scalars if type(v) is str)
+    else:
+        strings = 0
+    budget.spend(2 * count + strings)
+
+
+def _plain_rows(value, typed, budget):
+    """The plain form of a list/tuple of scalars, or of lists/tuples of scalars (most large
+    outputs: a vector, a matrix, a list of pairs), found with C-speed type checks instead of a
+    call per item; None for anything else (converted item by item)."""
+    kinds = set(map(type, value))
+    if kinds <= SCALAR_TYPES:
+        _spend_on_scalars(kinds, len(value), value, budget)
+        return value if type(value) is list else list(value)
+    if not kinds <= {list, tuple}:
+        return None
+    inner = set(map(type, itertools.chain.from_iterable(value)))
+    if not inner <= SCALAR_TYPES:
+        return None
+    _spend_on_scalars(inner, sum(map(len, value)), itertools.chain.from_iterable(value), budget)
+    if tuple not in kinds:
+        return value if type(value) is list else list(value)
+    if typed:
+        return [{"__tuple__": list(row)} if type(row) is tuple else row for row in value]
+    return [list(row) if type(row) is tuple else row for row in value]
+
+
 def to_plain(value, typed, depth=0, budget=None):
     """JSON mode: dict(str keys)/list/str/int/float/bool/None, tuples -> lists, numpy -> lists.
     Typed mode keeps tuple/set/frozenset/bytes/complex/non-str keys as tagged objects."""
@@ -217,11 +255,11 @@ def to_plain(value, typed, depth=0, budget=None):
             if type(item) not in (bool, int, float):
                 raise BadOutput(f"numpy scalar of type {t.__name__} is not a number")
             return item
-    if t is list:
-        return [to_plain(v, typed, depth + 1, budget) for v in value]
-    if t is tuple:
-        items = [to_plain(v, typed, depth + 1, budget) for v in value]
-        return {"__tuple__": items} if typed else items
+    if t is list or t is tuple:
+        items = _plain_rows(value, typed, budget)
+        if items is None:
+            items = [to_plain(v, typed, depth + 1, budget) for v in value]
+        return {"__tuple__": items} if typed and t is tuple else items
     if isinstance(value, dict) and type(value).__module__ in ("builtins", "collections"):
         if typed:
             return {"__dict__": [[to_plain(k, typed, depth + 1, budget), to_plain(v, typed, depth + 1, budget)]
@@ -337,12 +375,13 @@ def main():
     except BaseException as exc:  # noqa: BLE001
         fatal("crash", "importing the program failed:\n" + tail_of_traceback(exc))
     failed_groups = set()
-    finished = b""  # the last call's outcome: it goes out with the next call's start, in one write
+    finished = b""  # the last call's outcome: it names the next call's start, in one message
     for index, call in enumerate(job["calls"]):
         group = call.get("group")
         if group in failed_groups:
             continue  # stop_on_error stops only the failing call's group
-        write(finished + encode({"start": index}))
+        # the outcome line ends in b"}\n": the start goes into it instead of a line of its own
+        write(finished[:-2] + b', "next": %d}\n' % index if finished else encode({"start": index}))
         ok, finished = run_call(index, fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
         if not ok and job.get("stop_on_error"):
             if group is None:

@@ -33,7 +33,10 @@ only before the child announced that isolation is complete, and any other unknow
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
+import marshal
 import os
 import random
 import select
@@ -171,7 +174,8 @@ def run_function(files: dict[str, str], module: str, function: str, args: list |
     import ``module`` and call ``function(*args, **kwargs)``. Args/kwargs cross as JSON. The return
     value is converted to plain JSON data in the child (numpy arrays -> nested lists, tuples ->
     lists, numpy scalars -> float/int; anything else -> ``bad_output``); with
-    ``encoding="typed"`` tuples, sets, bytes, complex and non-str dict keys survive as such.
+    ``encoding="typed"`` tuples, sets, bytes, complex and non-str dict keys survive as such (the
+    result holds them decoded).
     Never raises for anything the candidate does; raises :class:`NoSandbox` if no sandbox can
     be built and the user did not opt out of one.
 
@@ -197,8 +201,9 @@ def run_calls(files: dict[str, str], module: str, function: str,
     """Like :func:`run_function`, but call ``function`` once per ``(args, kwargs)`` in ``calls`` in
     one sandboxed process (imports are paid once). ``per_call_seconds`` adds a wall limit per call
     (see the module docstring; the overall ``limits.wall_seconds`` still bounds everything).
-    ``result.calls`` holds one outcome per call that ran: ``{"call", "ok", "value", "seconds"}``
-    or ``{"call", "ok": False, "error_kind", "error"}``; ``result.value`` is the list of values
+    ``result.calls`` holds one outcome per call that ran: ``{"call", "ok", "value", "seconds",
+    "bytes"}`` or ``{"call", "ok": False, "error_kind", "error", "bytes"}`` (``bytes``: the length
+    of the outcome's line on the channel); ``result.value`` is the list of values
     when all succeeded. With ``stop_on_error`` the run stops at the first failing call, or, when
     ``groups`` names a group per call, skips only the rest of the failing call's group.
     ``preload``/``fork_server``: as for :func:`run_function`."""
@@ -303,23 +308,46 @@ def _limits_dict(limits: RunLimits) -> dict[str, Any]:
     return values
 
 
+_helper_pycs: dict[str, bytes] = {}  # sha256 of a trusted helper's source -> its pyc
+
+
+def _helper_bytecode(text: str) -> bytes:
+    """A trusted helper's bytecode, compiled once per process, as a checked hash-based pyc (PEP
+    552): the sandboxed interpreter (this same one) imports the helper without compiling it in
+    every execution, and compiles the source instead should the two ever differ."""
+    source = text.encode("utf-8")
+    key = hashlib.sha256(source).hexdigest()
+    pyc = _helper_pycs.get(key)
+    if pyc is None:
+        code = compile(source, "helper", "exec", dont_inherit=True)
+        pyc = importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little") + importlib.util.source_hash(source) \
+            + marshal.dumps(code)
+        _helper_pycs[key] = pyc
+    return pyc
+
+
 def _write_code_dir(files: dict[str, str], setup_files: dict[str, str], code: Path | None = None) -> Path:
     """A fresh host dir (or the empty ``code``: a fork server's) with the candidate's files and
-    the task's helpers, readable by everyone (it is bound read-only into the sandbox; the
-    candidate cannot change a helper)."""
+    the task's helpers (each with its bytecode), readable by everyone (it is bound read-only into
+    the sandbox; the candidate cannot change a helper)."""
     code = code or Path(tempfile.mkdtemp(prefix="heldout-code-")).resolve()
     try:
-        for name, text in list(files.items()) + list(setup_files.items()):
+        entries = [(n, t, False) for n, t in files.items()] + [(n, t, True) for n, t in setup_files.items()]
+        for name, text, trusted in entries:
             if not isinstance(name, str) or not isinstance(text, str):
                 raise SandboxError(f"sandbox files must map str paths to str text, got {name!r}")
             rel = PurePosixPath(name)
             if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\x00" in name:
                 raise SandboxError(f"sandbox file path {name!r} must be relative and stay inside the code dir")
-            if name in files and rel.parts[0].startswith(_RESERVED_PREFIX):
+            if not trusted and rel.parts[0].startswith(_RESERVED_PREFIX):
                 raise SandboxError(f"sandbox file path {name!r} uses the reserved prefix {_RESERVED_PREFIX!r}")
             target = code.joinpath(*rel.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
+            if trusted and target.suffix == ".py":
+                pyc = Path(importlib.util.cache_from_source(str(target)))
+                pyc.parent.mkdir(exist_ok=True)
+                pyc.write_bytes(_helper_bytecode(text))
         for path in [code, *code.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
     except BaseException:
@@ -329,10 +357,12 @@ def _write_code_dir(files: dict[str, str], setup_files: dict[str, str], code: Pa
 
 
 class _RunState:
-    """What the parent learns from the result channel while the child runs."""
+    """What the parent learns from the result channel while the child runs. With ``typed``, a
+    call's value is decoded as its line is parsed (see :func:`decode_typed`)."""
 
-    def __init__(self, per_call: list[float | None]) -> None:
+    def __init__(self, per_call: list[float | None], typed: bool = False) -> None:
         self.per_call = per_call
+        self.object_hook = _typed_object if typed else None
         self.ready = False
         self.done = False
         self.fatal: dict[str, Any] | None = None
@@ -357,9 +387,9 @@ class _RunState:
 
     def _message(self, line: bytes) -> None:
         try:
-            msg = json.loads(line)
-        except (ValueError, RecursionError) as exc:
-            self.bad = f"bad output: the result channel held invalid data ({str(exc)[:200]})"
+            msg = json.loads(line, object_hook=self.object_hook)
+        except Exception as exc:  # noqa: BLE001 - invalid JSON, or a tag that builds nothing
+            self.bad = f"bad output: the result channel held invalid data ({type(exc).__name__}: {str(exc)[:200]})"
             return
         if not isinstance(msg, dict):
             self.bad = "bad output: the result channel held invalid data"
@@ -370,16 +400,21 @@ class _RunState:
         elif msg.get("done") is True:
             self.done = True
         elif type(msg.get("start")) is int:
-            index = msg["start"]
-            # calls start in increasing order, each once: a forged start cannot restart a timer
-            if self.last_start < index < len(self.per_call) and index not in self.calls:
-                self.last_start = index
-                self.current = (index, time.monotonic())
+            self._start(msg["start"])
         elif type(msg.get("call")) is int and 0 <= msg["call"] < len(self.per_call) and msg["call"] not in self.calls:
-            self.calls[msg["call"]] = {k: msg.get(k) for k in ("call", "ok", "value", "error_kind", "error", "seconds")
-                                       if k in msg}
+            outcome = {k: msg[k] for k in ("call", "ok", "value", "error_kind", "error", "seconds") if k in msg}
+            outcome["bytes"] = len(line)
+            self.calls[msg["call"]] = outcome
             if self.current and self.current[0] == msg["call"]:
                 self.current = None
+            if type(msg.get("next")) is int:
+                self._start(msg["next"])
+
+    def _start(self, index: int) -> None:
+        # calls start in increasing order, each once: a forged start cannot restart a timer
+        if self.last_start < index < len(self.per_call) and index not in self.calls:
+            self.last_start = index
+            self.current = (index, time.monotonic())
 
     def call_deadline(self) -> float | None:
         if self.current is None:
@@ -508,7 +543,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
         _feed_job(started.job_fd, data)  # fits the empty pipe: never blocks
     else:
         threading.Thread(target=_feed_job, args=(started.job_fd, data), daemon=True).start()
-    state = _RunState(per_call)
+    state = _RunState(per_call, typed=job["encoding"] == "typed")
     deadline = time.monotonic() + limits.wall_seconds
     stdout_tail = bytearray()
     stdout_total = result_total = 0
@@ -675,7 +710,7 @@ def _interpret(state: _RunState, killed_for: str | None, returncode: int, cpu_us
         seconds = state.per_call[index]
         calls.append({"call": index, "ok": False, "error_kind": "timeout", "parent_enforced": True,
                       "error": f"timeout after {seconds:.3g} s wall (per-call limit, enforced by the parent: "
-                               f"the program did not stop when signalled)"})
+                               f"the program did not stop when signalled)", "bytes": 0})
         return SandboxResult(False, None, calls[-1]["error"], "timeout", tail, 0.0, limits, level, calls)
     if killed_for == "timeout":
         return fail("timeout", f"timeout after {limits.wall_seconds:g} s wall (limit)")
@@ -714,27 +749,33 @@ def _interpret(state: _RunState, killed_for: str | None, returncode: int, cpu_us
     return SandboxResult(True, [c.get("value") for c in calls], None, None, tail, 0.0, limits, level, calls)
 
 
+def _typed_object(obj: dict[str, Any]) -> Any:
+    """The ``json`` object hook of the typed encoding: a one-item object whose key is a tag is the
+    value it tags (its inner values are already built, the parser works inside out); any other
+    object stays a dict. Raises on a tag whose contents build nothing (only forged data does)."""
+    if len(obj) == 1:
+        (tag, inner), = obj.items()
+        build = _TYPED_TAGS.get(tag)
+        if build is not None:
+            return build(inner)
+    return obj
+
+
+_TYPED_TAGS = {"__tuple__": tuple, "__set__": set, "__frozenset__": frozenset, "__bytes__": bytes.fromhex,
+               "__complex__": lambda parts: complex(parts[0], parts[1]), "__dict__": lambda pairs: {k: v for k, v in pairs}}
+
+
 def decode_typed(value: Any) -> Any:
-    """Turn a value sent with ``encoding="typed"`` back into Python data (tuple, set, frozenset,
-    bytes, complex, dicts with any hashable keys). Only these plain types are ever built."""
+    """Turn a value in the wire form of ``encoding="typed"`` (plain JSON data with tagged objects)
+    back into Python data: tuple, set, frozenset, bytes, complex, dicts with any hashable keys.
+    Only these plain types are ever built. The sandbox's own results need none of this: it
+    decodes each typed call's value as it parses the call's line. (Given a decoded value, this
+    returns an equal one, except that a dict which merely looks like a tag becomes the tagged
+    value.)"""
     if isinstance(value, list):
         return [decode_typed(v) for v in value]
     if isinstance(value, dict):
-        if len(value) == 1:
-            (tag, inner), = value.items()
-            if tag == "__tuple__":
-                return tuple(decode_typed(v) for v in inner)
-            if tag == "__set__":
-                return {decode_typed(v) for v in inner}
-            if tag == "__frozenset__":
-                return frozenset(decode_typed(v) for v in inner)
-            if tag == "__bytes__":
-                return bytes.fromhex(inner)
-            if tag == "__complex__":
-                return complex(inner[0], inner[1])
-            if tag == "__dict__":
-                return {decode_typed(k): decode_typed(v) for k, v in inner}
-        return {k: decode_typed(v) for k, v in value.items()}
+        return _typed_object({k: decode_typed(v) for k, v in value.items()})
     return value
 
 

@@ -52,7 +52,7 @@ import numpy as np
 
 from heldout.contracts import DataError, RunLimits
 from heldout.benchmarks.mbpp_plus._child import BATCH_PREFIX, DEFERRED_KEY, DIGEST_KEY, NDARRAY_KEY
-from heldout.sandbox import SandboxError, decode_typed, run_calls, PROGRAM_PRELOAD
+from heldout.sandbox import SandboxError, run_calls, PROGRAM_PRELOAD
 
 MIN_TIME_LIMIT = 1.0
 TIME_LIMIT_FACTOR = 4.0
@@ -180,11 +180,8 @@ def _truth_batch(parts: Sequence[tuple[dict[str, Any], Sequence[Any]]], limits: 
 
 
 def _is_deferred(value: Any) -> bool:
-    """The helper's deferral marker, as it crosses (typed: a dict of one item)."""
-    if not (isinstance(value, dict) and len(value.get("__dict__") or ()) == 1):
-        return False  # not decoded: outputs can be large, and are decoded once, when assembled
-    decoded = decode_typed(value)
-    return isinstance(decoded, dict) and DEFERRED_KEY in decoded
+    """The helper's deferral marker (no canonical solution returns it)."""
+    return isinstance(value, dict) and len(value) == 1 and value.get(DEFERRED_KEY) is True
 
 
 def _deal(indices: Sequence[int], shards: int) -> list[list[int]]:
@@ -196,9 +193,9 @@ def _deal(indices: Sequence[int], shards: int) -> list[list[int]]:
 
 def _assemble_truth(problem: dict[str, Any], calls: Sequence[dict[str, Any]]) -> GroundTruth:
     """The expected outputs from the canonical solution's call results, in input order."""
-    outs = [decode_typed(c["value"]) for c in calls]
+    outs = [c["value"] for c in calls]
     times = [float(c.get("seconds", 0.0)) for c in calls]
-    sizes = [len(json.dumps(c["value"])) for c in calls]
+    sizes = [int(c["bytes"]) for c in calls]
     nb = len(problem["base_input"])
     return GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
 
@@ -335,11 +332,7 @@ def _suite_from_calls(problem: dict[str, Any], which: str, calls: list[dict[str,
             return SuiteResult(which, "fail", passed, len(inputs), {
                 "index": i, "reason": call.get("error_kind") or "crash", "input": _short(inputs[i]),
                 "message": str(call.get("error"))[-1500:]}, seconds)
-        try:
-            out = decode_typed(call.get("value"))
-        except Exception as exc:  # noqa: BLE001
-            return SuiteResult(which, "fail", passed, len(inputs), {
-                "index": i, "reason": "bad_output", "input": _short(inputs[i]), "message": str(exc)}, seconds)
+        out = call.get("value")
         ok, atol, why = compare(problem["entry_point"], out, expected[i], inputs[i], atol)
         if not ok:
             return SuiteResult(which, "fail", passed, len(inputs), {
