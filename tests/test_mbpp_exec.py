@@ -160,8 +160,6 @@ def test_large_outputs_pass_when_equal_and_fail_when_one_item_differs():
 def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_problem(problems, monkeypatch):
     """Several canonical solutions per run, and a slow problem's inputs dealt over runs of their
     own, give each problem the outputs of a run of its own (and every input its time)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     chosen = [problems[t] for t in ("Mbpp/2", "Mbpp/139", "Mbpp/580", "Mbpp/583", "Mbpp/3")]
     alone = [mbpp_execution.ground_truth(p, limits=LIMITS) for p in chosen]
     dealt_runs = []
@@ -172,8 +170,7 @@ def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_p
         monkeypatch.setattr(mbpp_execution, "TRUTH_BUDGET_SECONDS", budget)
         monkeypatch.setattr(mbpp_execution, "TRUTH_BATCH_PROBLEMS", 3)
         dealt_runs.clear()
-        with ThreadPoolExecutor(2) as pool:
-            batched = mbpp_execution._truths(chosen, pool, 3, LIMITS)
+        batched = mbpp_execution._truths(chosen, 3, LIMITS)
         for p, mine, theirs in zip(chosen, batched, alone):
             assert (mine.base, mine.plus) == (theirs.base, theirs.plus), (budget, p["task_id"])
             assert len(mine.base_time) == len(p["base_input"]) and len(mine.plus_time) == len(p["plus_input"])
@@ -183,6 +180,36 @@ def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_p
             assert dealt_runs.count("Mbpp/583") == 3  # its inputs dealt over three runs
     assert mbpp_execution._deal(list(range(10)), 3) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
 
+
+
+def test_the_schedule_runs_the_lowest_ranked_ready_job_first_and_a_job_may_add_jobs():
+    order = []
+    schedule = mbpp_execution._Schedule(1)
+    schedule.add((2, 0), lambda: order.append("check"))
+    schedule.add((0, 1), lambda: order.append("second batch"))
+    schedule.add((0, 0), lambda: (order.append("first batch"), schedule.add((1, 0), lambda: order.append("its rest"))))
+    schedule.run()
+    assert order == ["first batch", "second batch", "its rest", "check"]
+
+
+def test_the_schedule_raises_the_first_error_and_starts_nothing_after_it():
+    order = []
+    schedule = mbpp_execution._Schedule(2)
+
+    def fails():
+        raise DataError("Mbpp/0: the canonical solution failed")
+
+    schedule.add((0, 0), fails)
+    schedule.add((1, 0), lambda: order.append("after"))
+    with pytest.raises(DataError, match="Mbpp/0"):
+        schedule.run()
+    assert order in ([], ["after"])  # the second worker may have taken it before the error
+    one = mbpp_execution._Schedule(1)
+    one.add((0, 0), fails)
+    one.add((1, 0), lambda: order.append("never"))
+    with pytest.raises(DataError):
+        one.run()
+    assert "never" not in order
 
 def test_a_batch_names_the_problem_whose_canonical_solution_fails(problems):
     broken = {**problems["Mbpp/3"], "task_id": "Mbpp/3-broken", "canonical_solution": "    raise RuntimeError('no')\n"}

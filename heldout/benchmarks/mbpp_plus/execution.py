@@ -38,15 +38,16 @@ evalplus itself is optional (``pip install heldout[evalplus]``); nothing here im
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import heapq
 import json
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -200,31 +201,102 @@ def _assemble_truth(problem: dict[str, Any], calls: Sequence[dict[str, Any]]) ->
     return GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
 
 
-def _truths(problems: Sequence[dict[str, Any]], pool: ThreadPoolExecutor, workers: int,
-            limits: RunLimits) -> list[GroundTruth]:
-    """Expected outputs of ``problems``: :data:`TRUTH_BATCH_PROBLEMS` problems per run, then the
-    inputs a slow problem left there dealt over ``workers`` runs (slowest problem first). The
-    canonical solutions are trusted code that computes each output from its input alone (evalplus
-    runs them all in its own process, one after another), so where an input ran changes no output;
-    the full-data test checks it: every canonical solution, checked in a process of its own,
-    matches them."""
-    step = TRUTH_BATCH_PROBLEMS
-    batches = [[(p, _inputs(p)) for p in problems[i:i + step]] for i in range(0, len(problems), step)]
-    calls = [c for got in pool.map(lambda b: _truth_batch(b, limits, TRUTH_BUDGET_SECONDS), batches) for c in got]
-    left = [(k, [i for i, c in enumerate(calls[k]) if c is None]) for k in range(len(problems))]
-    left = sorted([(k, idx) for k, idx in left if idx],
-                  key=lambda item: -sum(c["seconds"] for c in calls[item[0]] if c is not None))
-    jobs = [(k, part) for k, idx in left for part in _deal(idx, workers)]
+class _Schedule:
+    """Jobs run on ``workers`` threads, the ready job of the lowest rank first (ties: the first
+    added), and a running job may add jobs. :meth:`run` returns when no job is left; if one
+    raised, nothing new starts, the running ones finish and the first error is raised."""
 
-    def rest_of(job: tuple[int, list[int]]) -> list[dict[str, Any]]:
-        k, part = job
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+        self.ready: list[tuple[tuple, int, Callable[[], None]]] = []
+        self.running = 0
+        self.added = 0
+        self.error: BaseException | None = None
+        self.cond = threading.Condition()
+
+    def add(self, rank: tuple, job: Callable[[], None]) -> None:
+        with self.cond:
+            heapq.heappush(self.ready, (rank, self.added, job))
+            self.added += 1
+            self.cond.notify()
+
+    def run(self) -> None:
+        threads = [threading.Thread(target=self._work, daemon=True) for _ in range(self.workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                while not self.ready and self.running and self.error is None:
+                    self.cond.wait()
+                if not self.ready or self.error is not None:
+                    self.cond.notify_all()  # nothing left (or a job failed): the others end too
+                    return
+                _, _, job = heapq.heappop(self.ready)
+                self.running += 1
+            try:
+                job()
+            except BaseException as exc:  # noqa: BLE001 - raised by run(), in the caller's thread
+                with self.cond:
+                    self.error = self.error or exc
+            finally:
+                with self.cond:
+                    self.running -= 1
+                    self.cond.notify_all()
+
+
+def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits: RunLimits,
+                 on_truth: Callable[[int, GroundTruth], None]) -> None:
+    """Add to ``schedule`` the runs that compute the expected outputs of ``problems``:
+    :data:`TRUTH_BATCH_PROBLEMS` problems per run (first, rank 0), then the inputs a slow problem
+    left there dealt over the schedule's workers (rank 1, slowest problem first). ``on_truth(k,
+    truth)`` is called as problem ``k``'s outputs are complete. The canonical solutions are
+    trusted code that computes each output from its input alone (evalplus runs them all in its
+    own process, one after another), so where an input ran changes no output; the full-data test
+    checks it: every canonical solution, checked in a process of its own, matches them."""
+    lock = threading.Lock()
+    runs_left: dict[int, int] = {}
+
+    def batch(first: int, part: Sequence[dict[str, Any]]) -> None:
+        for k, calls in enumerate(_truth_batch([(p, _inputs(p)) for p in part], limits, TRUTH_BUDGET_SECONDS), first):
+            left = [i for i, c in enumerate(calls) if c is None]
+            if not left:
+                on_truth(k, _assemble_truth(problems[k], calls))
+                continue
+            spent = sum(c["seconds"] for c in calls if c is not None)
+            runs = _deal(left, schedule.workers)
+            with lock:
+                runs_left[k] = len(runs)
+            for run in runs:
+                schedule.add((1, -spent), functools.partial(rest, k, calls, run))
+
+    def rest(k: int, calls: list[dict[str, Any] | None], run: list[int]) -> None:
         inputs = _inputs(problems[k])
-        return _truth_shard(problems[k], [inputs[i] for i in part], limits)
+        for i, call in zip(run, _truth_shard(problems[k], [inputs[i] for i in run], limits)):
+            calls[i] = call
+        with lock:
+            runs_left[k] -= 1
+            complete = runs_left[k] == 0
+        if complete:
+            on_truth(k, _assemble_truth(problems[k], calls))
 
-    for (k, part), got in zip(jobs, pool.map(rest_of, jobs)):
-        for i, call in zip(part, got):
-            calls[k][i] = call
-    return [_assemble_truth(problem, calls[k]) for k, problem in enumerate(problems)]
+    step = TRUTH_BATCH_PROBLEMS
+    for first in range(0, len(problems), step):
+        schedule.add((0, first), functools.partial(batch, first, problems[first:first + step]))
+
+
+def _truths(problems: Sequence[dict[str, Any]], workers: int, limits: RunLimits) -> list[GroundTruth]:
+    """The expected outputs of ``problems``, computed as :func:`_plan_truths` plans them."""
+    truths: list[GroundTruth | None] = [None] * len(problems)
+    schedule = _Schedule(workers)
+    _plan_truths(schedule, problems, limits, truths.__setitem__)
+    schedule.run()
+    return truths  # type: ignore[return-value]
 
 
 def _cached_truth(key: str) -> GroundTruth | None:
@@ -411,25 +483,38 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
     processes at a time; results in the order of ``items``. Raises :class:`DataError` as
     :func:`check_solution` does.
 
-    Two phases, so that one slow problem does not end the batch alone: first the expected outputs
-    of every problem not cached yet (see :func:`_truths`), then the checks, the problem with the
-    largest reference time first. A check runs a candidate's suites in one process of its own, as
-    evalplus runs them, so it is never dealt out nor shares a process with another problem's."""
+    One schedule, so that no worker waits while there is work: the expected outputs of every
+    problem not cached yet come first (see :func:`_plan_truths`), and a problem's checks are
+    ready as soon as its outputs are, the largest reference time first. A check runs a
+    candidate's suites in one process of its own, as evalplus runs them, so it is never dealt
+    out nor shares a process with another problem's."""
     limits = limits or DEFAULT_LIMITS
     which = tuple(which)
     keys = [_problem_key(problem) for problem, _ in items]
-    todo = {key: problem for key, (problem, _) in zip(keys, items) if _cached_truth(key) is None}
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for key, truth in zip(todo, _truths(list(todo.values()), pool, workers, limits)):
-            _remember_truth(key, truth)
-        truths = [_cached_truth(key) for key in keys]
-        order = sorted(range(len(items)), key=lambda i: -sum(truths[i].base_time + truths[i].plus_time))
+    items_of: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        items_of.setdefault(key, []).append(i)
+    results: dict[int, MbppResult] = {}
+    schedule = _Schedule(workers)
 
-        def check(i: int) -> MbppResult:
-            problem, code = items[i]
-            return _check_against(problem, code, truths[i], which, limits, min_time_limit, factor, time.perf_counter())
+    def check(i: int, truth: GroundTruth) -> None:
+        problem, code = items[i]
+        results[i] = _check_against(problem, code, truth, which, limits, min_time_limit, factor, time.perf_counter())
 
-        results = dict(zip(order, pool.map(check, order)))
+    def ready(key: str, truth: GroundTruth) -> None:
+        for i in items_of[key]:
+            schedule.add((2, -sum(truth.base_time + truth.plus_time)), functools.partial(check, i, truth))
+
+    todo = []
+    for key in items_of:
+        cached = _cached_truth(key)
+        if cached is None:
+            todo.append(key)
+        else:
+            ready(key, cached)
+    _plan_truths(schedule, [items[items_of[key][0]][0] for key in todo], limits,
+                 lambda k, truth: ready(todo[k], _remember_truth(todo[k], truth)))
+    schedule.run()
     return [results[i] for i in range(len(items))]
 
 
