@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import subprocess
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -341,6 +342,44 @@ def test_the_opt_out_runs_a_fresh_sandbox(monkeypatch):
     r = run("def f():\n    return 1\n")
     assert r.ok and not r.forked
 
+
+
+FIRST_EXECUTION = """
+import sys
+from heldout.contracts import RunLimits
+from heldout.sandbox import PROGRAM_PRELOAD, root, run_function, zygote
+
+early, started = [], []
+real_start_early, real_server = zygote.start_early, zygote.ForkServer
+
+
+class Counted(real_server):
+    def __init__(self, preload):
+        started.append(preload)
+        super().__init__(preload)
+
+
+def start_early(preload):
+    early.append(root.bwrap_probed())
+    real_start_early(preload)
+
+
+zygote.ForkServer = Counted
+sys.modules["heldout.sandbox.process"].start_early = start_early
+r = run_function({"p.py": "def f():\\n    return 7\\n"}, "p", "f", limits=RunLimits(wall_seconds=20),
+                 preload=PROGRAM_PRELOAD)
+again = run_function({"p.py": "def f():\\n    return 8\\n"}, "p", "f", limits=RunLimits(wall_seconds=20),
+                     preload=PROGRAM_PRELOAD)
+print(r.value, r.forked, again.value, again.forked, early, len(started))
+"""
+
+
+def test_the_first_execution_of_a_process_starts_its_zygote_while_the_sandbox_is_probed():
+    """One zygote, begun before the probe had its answer, then handed to the first execution
+    (and the next); later executions do not start another."""
+    out = subprocess.run([sys.executable, "-c", FIRST_EXECUTION], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["7", "True", "8", "True", "[False]", "1"]
 
 def test_concurrent_executions_share_one_fork_server_and_nothing_else():
     from concurrent.futures import ThreadPoolExecutor

@@ -6,6 +6,7 @@ fork server started inside the same sandbox (:mod:`heldout.sandbox.zygote`), at 
 from heldout.sandbox.process import (
     CANDIDATE_KINDS,
     PROGRAM_PRELOAD,
+    STDLIB_PRELOAD,
     ERROR_KINDS,
     NoSandbox,
     SandboxError,
@@ -20,6 +21,6 @@ from heldout.sandbox.process import (
     unsafe_allowed,
 )
 
-__all__ = ["CANDIDATE_KINDS", "PROGRAM_PRELOAD", "ERROR_KINDS", "NoSandbox", "SandboxError", "SandboxResult", "allow_unsafe_no_sandbox",
+__all__ = ["CANDIDATE_KINDS", "PROGRAM_PRELOAD", "STDLIB_PRELOAD", "ERROR_KINDS", "NoSandbox", "SandboxError", "SandboxResult", "allow_unsafe_no_sandbox",
            "decode_typed", "isolation_level", "isolation_mode", "require_sandbox", "run_calls", "run_function",
            "unsafe_allowed"]

@@ -55,8 +55,8 @@ from typing import Any, Sequence
 from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import RunGroup, limits_level
 from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, after_run, discard, fork_server_enabled,
-                                    server_for)
-from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, child_env, probe_bwrap
+                                    server_for, start_early)
+from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env, probe_bwrap
 
 CANDIDATE_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large")
 ERROR_KINDS = CANDIDATE_KINDS + ("sandbox_error",)
@@ -68,11 +68,12 @@ PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the pa
 DEFAULT_SCRATCH_MB = 64
 _CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 _RESERVED_PREFIX = "_heldout_"
-# what program tasks' fork server imports once (one zygote serves them all): numpy and the
-# standard modules candidates (MBPP+ solutions, geometry programs) commonly import
-PROGRAM_PRELOAD = ("numpy", "re", "math", "cmath", "collections", "itertools", "heapq", "functools", "bisect",
-                   "operator", "string", "decimal", "fractions", "statistics", "typing", "hashlib", "random",
-                   "dataclasses", "copy", "array")
+# the standard modules candidates (MBPP+ solutions, geometry programs) commonly import
+STDLIB_PRELOAD = ("re", "math", "cmath", "collections", "itertools", "heapq", "functools", "bisect", "operator",
+                  "string", "decimal", "fractions", "statistics", "typing", "hashlib", "random", "dataclasses", "copy",
+                  "array")
+# what program tasks' fork server imports once (one zygote serves them all): numpy and those
+PROGRAM_PRELOAD = ("numpy", *STDLIB_PRELOAD)
 PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
 
 
@@ -209,6 +210,8 @@ def run_calls(files: dict[str, str], module: str, function: str,
     ``preload``/``fork_server``: as for :func:`run_function`."""
     if encoding not in ("json", "typed"):
         raise SandboxError(f"encoding must be 'json' or 'typed', not {encoding!r}")
+    if fork_server and fork_server_enabled() and not bwrap_probed() and os.environ.get(ISOLATION_ENV) != "none":
+        start_early(preload)  # the first execution of a process: the zygote starts while bwrap is probed
     level = require_sandbox()
     per_call = list(per_call_seconds) if per_call_seconds is not None else [None] * len(calls)
     group_of = list(groups) if groups is not None else [None] * len(calls)
@@ -781,4 +784,4 @@ def decode_typed(value: Any) -> Any:
 
 __all__ = ["decode_typed", "SandboxResult", "SandboxError", "NoSandbox", "run_function", "run_calls",
            "isolation_mode", "isolation_level", "require_sandbox", "allow_unsafe_no_sandbox", "unsafe_allowed",
-           "child_env", "ERROR_KINDS", "CANDIDATE_KINDS", "PROGRAM_PRELOAD"]
+           "child_env", "ERROR_KINDS", "CANDIDATE_KINDS", "PROGRAM_PRELOAD", "STDLIB_PRELOAD"]

@@ -156,6 +156,11 @@ def probe_bwrap() -> tuple[str, str]:
         return _probe_result
 
 
+def bwrap_probed() -> bool:
+    """Whether :func:`probe_bwrap` has its answer already (it then returns at once)."""
+    return _probe_result is not None
+
+
 def _probe() -> tuple[str, str]:
     if not sys.platform.startswith("linux"):
         return "none", "bubblewrap sandboxes need Linux"
@@ -172,5 +177,5 @@ def _probe() -> tuple[str, str]:
     return "bwrap", ""
 
 
-__all__ = ["child_env", "AllowList", "CODE_DIR", "SCRATCH_DIR", "SANDBOX_DIR", "bwrap_argv", "probe_bwrap", "python_dirs",
-           "installed_heldout_dirs"]
+__all__ = ["child_env", "AllowList", "CODE_DIR", "SCRATCH_DIR", "SANDBOX_DIR", "bwrap_argv", "probe_bwrap", "bwrap_probed",
+           "python_dirs", "installed_heldout_dirs"]

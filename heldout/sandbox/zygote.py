@@ -350,12 +350,26 @@ class ForkServer:
 # -- the pool: one zygote per preload set ---------------------------------------------------------------
 _lock = threading.Lock()
 _servers: dict[tuple[str, ...], ForkServer] = {}
+_starting: dict[tuple[str, ...], "Future[ForkServer]"] = {}  # started early, not yet taken by server_for
 _failed_at: dict[tuple[str, ...], float] = {}
 _last_failure: dict[tuple[str, ...], str] = {}
 _forked = 0  # executions forked by every zygote of this process
 # zygotes are started from one long-lived thread: bwrap's --die-with-parent follows the thread
 # that started it, and a caller's worker thread may end long before the zygote should
 _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heldout-fork-server-start")
+
+
+def start_early(preload: Sequence[str]) -> None:
+    """Begin starting the zygote for ``preload`` now, on the starter thread, unless one runs or is
+    starting: a caller with other work to do first (probing the sandbox) then finds it started,
+    or nearly, in :func:`server_for`. A start that fails is recorded there, as any other."""
+    key = tuple(sorted(set(preload)))
+    with _lock:
+        server = _servers.get(key)
+        if (server is not None and server.alive()) or key in _starting \
+                or time.monotonic() - _failed_at.get(key, -RETRY_SECONDS) < RETRY_SECONDS:
+            return
+        _starting[key] = _starter.submit(ForkServer, key)
 
 
 def server_for(preload: Sequence[str]) -> ForkServer | None:
@@ -372,7 +386,7 @@ def server_for(preload: Sequence[str]) -> ForkServer | None:
         if time.monotonic() - _failed_at.get(key, -RETRY_SECONDS) < RETRY_SECONDS:
             return None
         try:
-            server = _starter.submit(ForkServer, key).result()
+            server = (_starting.pop(key, None) or _starter.submit(ForkServer, key)).result()
         except (ForkServerDown, OSError) as exc:
             _failed_at[key] = time.monotonic()
             _last_failure[key] = str(exc)
@@ -416,6 +430,7 @@ def _forget_after_fork() -> None:
     global _lock, _starter, _cleanup_queue, _cleanup_thread, _forked
     _lock = threading.Lock()
     _servers.clear()  # dropped, not closed: closing would kill the parent's zygotes
+    _starting.clear()
     _failed_at.clear()
     _last_failure.clear()
     _forked = 0
@@ -453,6 +468,13 @@ def shutdown() -> None:
     with _lock:
         servers = list(_servers.values())
         _servers.clear()
+        starting = list(_starting.values())
+        _starting.clear()
+    for future in starting:  # started early and never taken (e.g. the sandbox probe failed)
+        try:
+            servers.append(future.result())
+        except (ForkServerDown, OSError):
+            pass
     for server in servers:
         server.close()
     drain_cleanup(10.0)
@@ -472,5 +494,6 @@ def stats() -> dict[str, int]:
 
 atexit.register(shutdown)
 
-__all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "server_for", "discard", "shutdown", "stats",
+__all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "server_for",
+           "start_early", "discard", "shutdown", "stats",
            "fork_server_enabled", "supported", "FORK_SERVER_ENV"]

@@ -53,7 +53,7 @@ import numpy as np
 
 from heldout.contracts import DataError, RunLimits
 from heldout.benchmarks.mbpp_plus._child import BATCH_PREFIX, DEFERRED_KEY, DIGEST_KEY, NDARRAY_KEY
-from heldout.sandbox import SandboxError, run_calls, PROGRAM_PRELOAD
+from heldout.sandbox import SandboxError, run_calls, STDLIB_PRELOAD
 
 MIN_TIME_LIMIT = 1.0
 TIME_LIMIT_FACTOR = 4.0
@@ -62,6 +62,12 @@ HELPER_NAME = "_heldout_mbpp"
 HELPER_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 TRUTH_MAX_BYTES = 512 * 1024 * 1024
 DEFAULT_LIMITS = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=4096)
+
+# MBPP+ programs are plain Python (the 378 canonical solutions import only standard modules), so
+# its fork server preloads those and not numpy: it starts in about 2/3 of the time (~95 vs ~135 ms)
+# and forks a smaller image (1-2 ms less machine CPU per execution). A candidate may still import
+# numpy; it pays the import in its own execution, before any test's timer starts.
+PRELOAD = STDLIB_PRELOAD
 
 # check_many computes expected outputs for this many problems per sandboxed run (one module per
 # canonical solution); a problem whose calls take TRUTH_BUDGET_SECONDS there has the rest of its
@@ -169,7 +175,7 @@ def _truth_batch(parts: Sequence[tuple[dict[str, Any], Sequence[Any]]], limits: 
         return [[] for _ in parts]
     trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
     result = run_calls(files, HELPER_NAME, "call_in_batch", calls, limits=trusted, encoding="typed",
-                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
+                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PRELOAD)
     if not result.ok:
         failed = next((c for c in result.calls if not c.get("ok")), None)
         names = parts[owner[failed["call"]]][0]["task_id"] if failed else ", ".join(p["task_id"] for p, _ in parts)
@@ -442,7 +448,7 @@ def run_suites(problem: dict[str, Any], code: str, truth: GroundTruth, which: Se
     try:
         res = run_calls({"solution.py": code}, HELPER_NAME, "call", calls, limits=lim, encoding="typed",
                         per_call_seconds=per_call, stop_on_error=True, groups=groups,
-                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PROGRAM_PRELOAD)
+                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PRELOAD)
     except SandboxError as exc:
         return {name: SuiteResult(name, "fail", 0, len(inputs), {"index": 0, "reason": "malformed_candidate",
                                                                 "input": "", "message": str(exc)})
