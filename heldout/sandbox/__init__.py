@@ -21,6 +21,6 @@ from heldout.sandbox.process import (
     unsafe_allowed,
 )
 
-__all__ = ["CANDIDATE_KINDS", "PROGRAM_PRELOAD", "STDLIB_PRELOAD", "ERROR_KINDS", "NoSandbox", "SandboxError", "SandboxResult", "allow_unsafe_no_sandbox",
-           "decode_typed", "isolation_level", "isolation_mode", "require_sandbox", "run_calls", "run_function",
-           "unsafe_allowed"]
+__all__ = ["CANDIDATE_KINDS", "PROGRAM_PRELOAD", "STDLIB_PRELOAD", "ERROR_KINDS", "NoSandbox", "SandboxError",
+           "SandboxResult", "allow_unsafe_no_sandbox", "decode_typed", "isolation_level", "isolation_mode",
+           "require_sandbox", "run_calls", "run_function", "unsafe_allowed"]

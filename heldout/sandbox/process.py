@@ -73,6 +73,7 @@ STDLIB_PRELOAD = ("re", "math", "cmath", "collections", "itertools", "heapq", "f
                   "string", "decimal", "fractions", "statistics", "typing", "hashlib", "random", "dataclasses", "copy",
                   "array")
 # what program tasks' fork server imports once (one zygote serves them all): numpy and those
+# (MBPP+, plain Python, preloads STDLIB_PRELOAD alone: a smaller image that starts sooner)
 PROGRAM_PRELOAD = ("numpy", *STDLIB_PRELOAD)
 PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
 
@@ -765,7 +766,8 @@ def _typed_object(obj: dict[str, Any]) -> Any:
 
 
 _TYPED_TAGS = {"__tuple__": tuple, "__set__": set, "__frozenset__": frozenset, "__bytes__": bytes.fromhex,
-               "__complex__": lambda parts: complex(parts[0], parts[1]), "__dict__": lambda pairs: {k: v for k, v in pairs}}
+               "__complex__": lambda parts: complex(parts[0], parts[1]),
+               "__dict__": lambda pairs: {k: v for k, v in pairs}}
 
 
 def decode_typed(value: Any) -> Any:

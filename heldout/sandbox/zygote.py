@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -350,7 +350,7 @@ class ForkServer:
 # -- the pool: one zygote per preload set ---------------------------------------------------------------
 _lock = threading.Lock()
 _servers: dict[tuple[str, ...], ForkServer] = {}
-_starting: dict[tuple[str, ...], "Future[ForkServer]"] = {}  # started early, not yet taken by server_for
+_starting: dict[tuple[str, ...], Future[ForkServer]] = {}  # started early, not yet taken by server_for
 _failed_at: dict[tuple[str, ...], float] = {}
 _last_failure: dict[tuple[str, ...], str] = {}
 _forked = 0  # executions forked by every zygote of this process
