@@ -102,10 +102,10 @@ def test_forged_start_lines_do_not_buy_a_call_more_time():
 
 
 
-def test_a_forged_next_in_an_outcome_line_does_not_restart_the_running_calls_timer():
-    """After the first call, a call's start is named in the previous outcome's "next": forged
-    outcomes that name the running call again, every 0.3 s, are refused like forged start lines
-    (were they not, each would give the first call another 0.5 s; the others return at once)."""
+def test_forged_outcome_lines_for_later_calls_do_not_restart_the_running_calls_clock():
+    """Only the outcome of the call being timed counts: forged outcomes for later calls, every
+    0.3 s, each naming the running call as the next to start, change nothing (were they taken,
+    each would give the first call another 0.5 s; the others return at once)."""
     source = ("import os, time\ndef f(x):\n    for k in range(1, 40 if x == 0 else 1):\n        for fd in range(3, 20):\n"
               "            try:\n                os.write(fd, b'{\"call\": %d, \"ok\": true, \"value\": 1, \"next\": 0}\\n' % k)\n"
               "            except OSError:\n                pass\n        try:\n            time.sleep(0.3)\n"
@@ -115,6 +115,40 @@ def test_a_forged_next_in_an_outcome_line_does_not_restart_the_running_calls_tim
     assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
     assert r.seconds < 5 and not r.calls[0]["ok"]
 
+
+
+SIGNAL_DODGER = ("import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                 "def wait(seconds):\n    began = time.time()\n    while time.time() - began < seconds:\n"
+                 "        time.sleep(0.05)\n")
+
+
+def test_lines_forged_at_import_for_the_last_call_do_not_switch_off_the_per_call_clocks():
+    """At import, before any call starts, the program announces the last call's start and its
+    outcome (it can read its inputs, so the value could be right). Were the start taken, no later
+    start would be (calls start in order) and no call would be timed by the parent."""
+    source = ("import os\n" + SIGNAL_DODGER + "for fd in range(3, 20):\n    try:\n"
+              "        os.write(fd, b'{\"start\": 2}\\n{\"call\": 2, \"ok\": true, \"value\": 2}\\n')\n"
+              "    except OSError:\n        pass\n"
+              "def f(x):\n    if x == 0:\n        wait(30)\n    return x\n")
+    r = run_calls({"prog.py": source}, "prog", "f", [([i], {}) for i in range(3)], limits=RunLimits(wall_seconds=20),
+                  per_call_seconds=[0.5] * 3)
+    assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
+    assert r.seconds < 5 and r.calls[0]["error_kind"] == "timeout"
+
+
+def test_a_forged_outcome_of_the_running_call_starts_the_next_calls_clock():
+    """The program claims its own call's outcome at once and then stays in that call for 3 s
+    (say, computing the next answers ahead): the next call's clock runs from the claim, so the
+    time is not free. Were the claim to stop the clock until the child's next line, the 3 s would
+    be timed by nobody."""
+    source = ("import os\n" + SIGNAL_DODGER +
+              "def f(x):\n    if x == 0:\n        for fd in range(3, 20):\n            try:\n"
+              "                os.write(fd, b'{\"call\": 0, \"ok\": true, \"value\": 0}\\n')\n"
+              "            except OSError:\n                pass\n        wait(3)\n    return x\n")
+    r = run_calls({"prog.py": source}, "prog", "f", [([0], {}), ([1], {})], limits=RunLimits(wall_seconds=20),
+                  per_call_seconds=[10.0, 0.5])
+    assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
+    assert r.calls[0]["ok"] and r.calls[1]["error_kind"] == "timeout" and r.seconds < 2.5
 
 def test_a_forged_typed_value_that_builds_nothing_is_a_bad_output_not_a_harness_error():
     source = ("import os\ndef f():\n    for fd in range(3, 20):\n        try:\n"

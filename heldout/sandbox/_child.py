@@ -5,11 +5,11 @@ so the child needs no path to heldout.
 It reads its job from stdin, applies rlimits, becomes a throw-away uid (when started as root)
 with no capabilities and no new privileges, says ``ready`` on the result channel, installs an
 audit hook that ends the run with a named error on a forbidden operation, imports the candidate
-module and calls the function once per call, announcing each call's start (the parent enforces
-per-call limits from those; after the first call, the start is named in the previous call's
-outcome, ``"next"``). Every outcome is one JSON line on the result pipe; values are
-converted to plain data here, so the parent never unpickles or evaluates anything the candidate
-made.
+module and calls the function once per call, announcing the first call's start (the parent
+times each later call from the outcome of the one before it, and enforces per-call limits from
+those clocks). Every outcome is one JSON line on the result pipe, sent as the next call starts;
+values are converted to plain data here, so the parent never unpickles or evaluates anything the
+candidate made.
 
 Only the standard library is used (numpy is converted when the candidate already imported it)."""
 
@@ -375,13 +375,14 @@ def main():
     except BaseException as exc:  # noqa: BLE001
         fatal("crash", "importing the program failed:\n" + tail_of_traceback(exc))
     failed_groups = set()
-    finished = b""  # the last call's outcome: it names the next call's start, in one message
+    finished = b""  # the last call's outcome: it goes out as the next call starts
     for index, call in enumerate(job["calls"]):
         group = call.get("group")
         if group in failed_groups:
             continue  # stop_on_error stops only the failing call's group
-        # the outcome line ends in b"}\n": the start goes into it instead of a line of its own
-        write(finished[:-2] + b', "next": %d}\n' % index if finished else encode({"start": index}))
+        # the parent times the first call from this start line, every later one from the outcome
+        # of the call before it
+        write(finished or encode({"start": index}))
         ok, finished = run_call(index, fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
         if not ok and job.get("stop_on_error"):
             if group is None:

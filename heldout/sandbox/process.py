@@ -247,7 +247,7 @@ def run_calls(files: dict[str, str], module: str, function: str,
                 # after a parent-enforced call timeout has what is left of it
                 run_limits = limits if last is None else limits.replace(wall_seconds=wall_left)
                 last = _execute(job, [encoded_calls[i] for i in pending], code, level, run_limits,
-                                [per_call[i] for i in pending], server)
+                                [per_call[i] for i in pending], [group_of[i] for i in pending], server)
             except _UseFreshSandbox as exc:
                 if exc.unserved and not asked_again:
                     asked_again = True  # e.g. its prepared spare had died: the next one takes it
@@ -361,18 +361,29 @@ def _write_code_dir(files: dict[str, str], setup_files: dict[str, str], code: Pa
 
 
 class _RunState:
-    """What the parent learns from the result channel while the child runs. With ``typed``, a
-    call's value is decoded as its line is parsed (see :func:`decode_typed`)."""
+    """What the parent learns from the result channel while the child runs.
 
-    def __init__(self, per_call: list[float | None], typed: bool = False) -> None:
+    The parent keeps each call's clock itself: the first call's starts with the child's start
+    line, every later call's as the outcome of the call before it arrives (the child runs them in
+    order and, with ``stop_on_error``, skips the rest of a failed call's group, or stops when it
+    has none), and only the outcome of the call being timed counts. The candidate shares its
+    process with the channel and can write lines of its own; under these rules a forged line can
+    only take time from the candidate, never give it more. With ``typed``, a call's value is
+    decoded as its line is parsed (see :func:`decode_typed`)."""
+
+    def __init__(self, per_call: list[float | None], groups: Sequence[str | None] | None = None,
+                 stop_on_error: bool = False, typed: bool = False) -> None:
         self.per_call = per_call
+        self.groups = list(groups) if groups is not None else [None] * len(per_call)
+        self.stop_on_error = stop_on_error
+        self.failed_groups: set[str | None] = set()
         self.object_hook = _typed_object if typed else None
         self.ready = False
         self.done = False
         self.fatal: dict[str, Any] | None = None
         self.calls: dict[int, dict[str, Any]] = {}
-        self.current: tuple[int, float] | None = None  # (call, monotonic start) of the running call
-        self.last_start = -1
+        self.started = False  # the first call's start line arrived
+        self.current: tuple[int, float] | None = None  # (call, monotonic start) of the call being timed
         self.bad: str | None = None
         self.buffer = bytearray()
 
@@ -404,21 +415,24 @@ class _RunState:
         elif msg.get("done") is True:
             self.done = True
         elif type(msg.get("start")) is int:
-            self._start(msg["start"])
-        elif type(msg.get("call")) is int and 0 <= msg["call"] < len(self.per_call) and msg["call"] not in self.calls:
+            if not self.started and msg["start"] == self._call_after(-1, True):
+                self.started = True
+                self.current = (msg["start"], time.monotonic())
+        elif type(msg.get("call")) is int and self.current is not None and msg["call"] == self.current[0]:
+            index = msg["call"]
             outcome = {k: msg[k] for k in ("call", "ok", "value", "error_kind", "error", "seconds") if k in msg}
             outcome["bytes"] = len(line)
-            self.calls[msg["call"]] = outcome
-            if self.current and self.current[0] == msg["call"]:
-                self.current = None
-            if type(msg.get("next")) is int:
-                self._start(msg["next"])
+            self.calls[index] = outcome
+            following = self._call_after(index, msg.get("ok") is True)
+            self.current = None if following is None else (following, time.monotonic())
 
-    def _start(self, index: int) -> None:
-        # calls start in increasing order, each once: a forged start cannot restart a timer
-        if self.last_start < index < len(self.per_call) and index not in self.calls:
-            self.last_start = index
-            self.current = (index, time.monotonic())
+    def _call_after(self, index: int, ok: bool) -> int | None:
+        """The call the child runs after call ``index`` (-1: none ran yet) ended (``ok``), or None."""
+        if not ok and self.stop_on_error and index >= 0:
+            if self.groups[index] is None:
+                return None
+            self.failed_groups.add(self.groups[index])
+        return next((j for j in range(index + 1, len(self.per_call)) if self.groups[j] not in self.failed_groups), None)
 
     def call_deadline(self) -> float | None:
         if self.current is None:
@@ -526,7 +540,7 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
 
 
 def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: str, limits: RunLimits,
-             per_call: list[float | None], server: ForkServer | None = None) -> SandboxResult:
+             per_call: list[float | None], groups: list[str | None], server: ForkServer | None = None) -> SandboxResult:
     """Run one job (its calls already JSON-encoded), in a child of ``server`` (raises
     :class:`_UseFreshSandbox` if it cannot) or in a fresh sandbox; the monitoring below is the
     same for both."""
@@ -547,7 +561,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
         _feed_job(started.job_fd, data)  # fits the empty pipe: never blocks
     else:
         threading.Thread(target=_feed_job, args=(started.job_fd, data), daemon=True).start()
-    state = _RunState(per_call, typed=job["encoding"] == "typed")
+    state = _RunState(per_call, groups, job["stop_on_error"], typed=job["encoding"] == "typed")
     deadline = time.monotonic() + limits.wall_seconds
     stdout_tail = bytearray()
     stdout_total = result_total = 0
