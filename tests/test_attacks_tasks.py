@@ -101,7 +101,6 @@ def test_forged_start_lines_do_not_buy_a_call_more_time():
     assert all(not c["ok"] for c in r.calls)
 
 
-
 def test_forged_outcome_lines_for_later_calls_do_not_restart_the_running_calls_clock():
     """Only the outcome of the call being timed counts: forged outcomes for later calls, every
     0.3 s, each naming the running call as the next to start, change nothing (were they taken,
@@ -114,7 +113,6 @@ def test_forged_outcome_lines_for_later_calls_do_not_restart_the_running_calls_c
                   per_call_seconds=[0.5] * 40)
     assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
     assert r.seconds < 5 and not r.calls[0]["ok"]
-
 
 
 SIGNAL_DODGER = ("import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
@@ -149,6 +147,7 @@ def test_a_forged_outcome_of_the_running_call_starts_the_next_calls_clock():
                   per_call_seconds=[10.0, 0.5])
     assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
     assert r.calls[0]["ok"] and r.calls[1]["error_kind"] == "timeout" and r.seconds < 2.5
+
 
 def test_a_forged_typed_value_that_builds_nothing_is_a_bad_output_not_a_harness_error():
     source = ("import os\ndef f():\n    for fd in range(3, 20):\n        try:\n"

@@ -181,7 +181,6 @@ def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_p
     assert mbpp_execution._deal(list(range(10)), 3) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
 
 
-
 def test_the_schedule_runs_the_lowest_ranked_ready_job_first_and_a_job_may_add_jobs():
     order = []
     schedule = mbpp_execution._Schedule(1)
@@ -210,6 +209,7 @@ def test_the_schedule_raises_the_first_error_and_starts_nothing_after_it():
     with pytest.raises(DataError):
         one.run()
     assert "never" not in order
+
 
 def test_a_batch_names_the_problem_whose_canonical_solution_fails(problems):
     broken = {**problems["Mbpp/3"], "task_id": "Mbpp/3-broken", "canonical_solution": "    raise RuntimeError('no')\n"}

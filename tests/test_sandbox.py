@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from heldout.contracts import RunLimits
+from heldout.sandbox.process import _helper_bytecode
 from heldout.sandbox import (NoSandbox, SandboxError, decode_typed, isolation_level, isolation_mode,
                              run_calls, run_function)
 
@@ -69,7 +70,6 @@ def test_typed_encoding_keeps_tuples_sets_bytes_complex_and_non_str_keys():
     assert decode_typed(r.value) == expected  # the wire decoder leaves decoded values as they are
 
 
-
 ROWS = {  # shapes the child converts without a call per item, and their neighbours that need one
     "flat": "[1, 2.5, 'ab', None, True]", "rows of lists": "[[1, 2], [3, 4]]", "rows of tuples": "[(1, 2), (3, 'x')]",
     "mixed rows": "[[1, 2], (3, 4), []]", "a tuple of rows": "((1,), [2])", "a deeper row": "[[1, [2, (3,)]]]",
@@ -99,6 +99,7 @@ def test_a_matrix_over_the_output_limit_is_output_too_large():
              limits=LIMITS.replace(max_output_bytes=1_000_000))
     assert r.error_kind == "output_too_large"
 
+
 def test_the_wire_form_of_the_typed_encoding_decodes_to_the_same_values():
     wire = [{"__tuple__": [1, "a"]}, {"__set__": [3, 4]}, {"__frozenset__": [5]}, {"__bytes__": "00ff"},
             {"__complex__": [2.0, 3.0]}, {"__dict__": [[{"__tuple__": [1, 2]}, [1.5]]]},
@@ -111,7 +112,6 @@ def test_setup_files_are_importable_next_to_the_candidate():
     r = run_function({"prog.py": "def g():\n    return 41\n"}, "helper", "h", limits=LIMITS,
                      setup_files={"helper.py": "import prog\ndef h():\n    return prog.g() + 1\n"})
     assert r.ok and r.value == 42
-
 
 
 def test_a_helper_is_imported_from_bytecode_compiled_once_by_the_harness_and_a_candidates_file_is_compiled():
@@ -133,8 +133,6 @@ def test_a_helper_is_imported_from_bytecode_compiled_once_by_the_harness_and_a_c
 
 
 def test_a_helper_whose_bytecode_does_not_match_its_source_runs_its_source(tmp_path):
-    from heldout.sandbox.process import _helper_bytecode
-
     stale = tmp_path / "stale.py"
     stale.write_text("VALUE = 'source'\n")
     cached = Path(importlib.util.cache_from_source(str(stale)))
@@ -144,6 +142,7 @@ def test_a_helper_whose_bytecode_does_not_match_its_source_runs_its_source(tmp_p
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.VALUE == "source"
+
 
 def test_candidate_files_may_live_in_subpackages():
     r = run_function({"pkg/__init__.py": "", "pkg/mod.py": "def f():\n    return 'deep'\n"}, "pkg.mod", "f",

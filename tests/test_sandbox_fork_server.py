@@ -343,7 +343,6 @@ def test_the_opt_out_runs_a_fresh_sandbox(monkeypatch):
     assert r.ok and not r.forked
 
 
-
 FIRST_EXECUTION = """
 import sys
 from heldout.contracts import RunLimits
@@ -380,6 +379,7 @@ def test_the_first_execution_of_a_process_starts_its_zygote_while_the_sandbox_is
     out = subprocess.run([sys.executable, "-c", FIRST_EXECUTION], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["7", "True", "8", "True", "[False]", "1"]
+
 
 def test_concurrent_executions_share_one_fork_server_and_nothing_else():
     from concurrent.futures import ThreadPoolExecutor
