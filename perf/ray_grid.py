@@ -4,10 +4,10 @@ with 2 workers: wall seconds of each and the speedup (issue 18's target: >= 1.8x
 The grid: ``circle_packing/square26`` x ``local-search`` x 4 seeds (each cell runs its candidates
 in the sandbox: CPU-bound, no model; 120 metric calls, a few seconds of work per cell). Ray's
 start-up is not in the figure (a cluster is started once per study, not per cell), and the serial
-process and every Ray worker are warmed up on the same throw-away grid first.
-Records of both runs are compared: same test scores. The serial grid runs before and after the
-Ray grid, and its figure is the mean of the two, so that a change of the machine's speed during
-the run (ours swings by up to 2x within minutes) does not favour either side.
+process and every Ray worker are warmed up on the same throw-away grid first. The serial grid
+runs before and after the Ray grid, and its figure is the mean of the two, so that a change of
+the machine's speed during the run (ours swings by up to 2x within minutes) does not favour
+either side. Records of both runs are compared: same test scores.
 
     python perf/ray_grid.py [--seeds 4] [--budget 120]
 """
