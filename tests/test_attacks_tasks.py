@@ -90,10 +90,14 @@ def test_an_mbpp_solution_that_dodges_the_per_test_timer_still_times_out(problem
     assert "per-call" in fail["message"]
 
 
+# a program's way to write lines of its own to the result channel (one of the fds 3-19)
+FORGE = ("import os\ndef forge(data):\n    for fd in range(3, 20):\n        try:\n            os.write(fd, data)\n"
+         "        except OSError:\n            pass\n")
+
+
 def test_forged_start_lines_do_not_buy_a_call_more_time():
-    source = ("import os, time\ndef f(x):\n    for fd in range(3, 20):\n        try:\n"
-              "            os.write(fd, b'{\"start\": 0}\\n{\"start\": 1}\\n')\n        except OSError:\n"
-              "            pass\n    signal_free = time.time()\n    while time.time() - signal_free < 30:\n"
+    source = (FORGE + "import time\ndef f(x):\n    forge(b'{\"start\": 0}\\n{\"start\": 1}\\n')\n"
+              "    signal_free = time.time()\n    while time.time() - signal_free < 30:\n"
               "        try:\n            time.sleep(1)\n        except BaseException:\n            pass\n    return x\n")
     r = run_calls({"prog.py": source}, "prog", "f", [([0], {}), ([1], {})], limits=RunLimits(wall_seconds=20),
                   per_call_seconds=[0.5, 0.5])
@@ -105,9 +109,9 @@ def test_forged_outcome_lines_for_later_calls_do_not_restart_the_running_calls_c
     """Only the outcome of the call being timed counts: forged outcomes for later calls, every
     0.3 s, each naming the running call as the next to start, change nothing (were they taken,
     each would give the first call another 0.5 s; the others return at once)."""
-    source = ("import os, time\ndef f(x):\n    for k in range(1, 40 if x == 0 else 1):\n        for fd in range(3, 20):\n"
-              "            try:\n                os.write(fd, b'{\"call\": %d, \"ok\": true, \"value\": 1, \"next\": 0}\\n' % k)\n"
-              "            except OSError:\n                pass\n        try:\n            time.sleep(0.3)\n"
+    source = (FORGE + "import time\ndef f(x):\n    for k in range(1, 40 if x == 0 else 1):\n"
+              "        forge(b'{\"call\": %d, \"ok\": true, \"value\": 1, \"next\": 0}\\n' % k)\n"
+              "        try:\n            time.sleep(0.3)\n"
               "        except BaseException:\n            pass\n    return x\n")
     r = run_calls({"prog.py": source}, "prog", "f", [([i], {}) for i in range(40)], limits=RunLimits(wall_seconds=20),
                   per_call_seconds=[0.5] * 40)
@@ -124,9 +128,7 @@ def test_lines_forged_at_import_for_the_last_call_do_not_switch_off_the_per_call
     """At import, before any call starts, the program announces the last call's start and its
     outcome (it can read its inputs, so the value could be right). Were the start taken, no later
     start would be (calls start in order) and no call would be timed by the parent."""
-    source = ("import os\n" + SIGNAL_DODGER + "for fd in range(3, 20):\n    try:\n"
-              "        os.write(fd, b'{\"start\": 2}\\n{\"call\": 2, \"ok\": true, \"value\": 2}\\n')\n"
-              "    except OSError:\n        pass\n"
+    source = (FORGE + SIGNAL_DODGER + "forge(b'{\"start\": 2}\\n{\"call\": 2, \"ok\": true, \"value\": 2}\\n')\n"
               "def f(x):\n    if x == 0:\n        wait(30)\n    return x\n")
     r = run_calls({"prog.py": source}, "prog", "f", [([i], {}) for i in range(3)], limits=RunLimits(wall_seconds=20),
                   per_call_seconds=[0.5] * 3)
@@ -139,10 +141,8 @@ def test_a_forged_outcome_of_the_running_call_starts_the_next_calls_clock():
     (say, computing the next answers ahead): the next call's clock runs from the claim, so the
     time is not free. Were the claim to stop the clock until the child's next line, the 3 s would
     be timed by nobody."""
-    source = ("import os\n" + SIGNAL_DODGER +
-              "def f(x):\n    if x == 0:\n        for fd in range(3, 20):\n            try:\n"
-              "                os.write(fd, b'{\"call\": 0, \"ok\": true, \"value\": 0}\\n')\n"
-              "            except OSError:\n                pass\n        wait(3)\n    return x\n")
+    source = (FORGE + SIGNAL_DODGER + "def f(x):\n    if x == 0:\n"
+              "        forge(b'{\"call\": 0, \"ok\": true, \"value\": 0}\\n')\n        wait(3)\n    return x\n")
     r = run_calls({"prog.py": source}, "prog", "f", [([0], {}), ([1], {})], limits=RunLimits(wall_seconds=20),
                   per_call_seconds=[10.0, 0.5])
     assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
@@ -150,11 +150,11 @@ def test_a_forged_outcome_of_the_running_call_starts_the_next_calls_clock():
 
 
 def test_a_forged_typed_value_that_builds_nothing_is_a_bad_output_not_a_harness_error():
-    source = ("import os\ndef f():\n    for fd in range(3, 20):\n        try:\n"
-              "            os.write(fd, b'{\"call\": 0, \"ok\": true, \"value\": {\"__set__\": [[1]]}}\\n')\n"
-              "        except OSError:\n            pass\n    return 1\n")
+    source = (FORGE + "def f():\n    forge(b'{\"call\": 0, \"ok\": true, \"value\": {\"__set__\": [[1]]}}\\n')\n"
+              "    return 1\n")
     r = run_calls({"prog.py": source}, "prog", "f", [([], {})], limits=RunLimits(wall_seconds=20), encoding="typed")
     assert not r.ok and r.error_kind == "bad_output" and "invalid data" in r.error
+
 
 # -- Lockpicking SQL -----------------------------------------------------------------------------------
 def test_a_slow_sql_scorer_stops_at_its_timeout_in_the_sandbox():

@@ -170,7 +170,10 @@ def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_p
         monkeypatch.setattr(mbpp_execution, "TRUTH_BUDGET_SECONDS", budget)
         monkeypatch.setattr(mbpp_execution, "TRUTH_BATCH_PROBLEMS", 3)
         dealt_runs.clear()
-        batched = mbpp_execution._truths(chosen, 3, LIMITS)
+        batched: list = [None] * len(chosen)
+        schedule = mbpp_execution._Schedule(3)
+        mbpp_execution._plan_truths(schedule, chosen, LIMITS, batched.__setitem__)
+        schedule.run()
         for p, mine, theirs in zip(chosen, batched, alone):
             assert (mine.base, mine.plus) == (theirs.base, theirs.plus), (budget, p["task_id"])
             assert len(mine.base_time) == len(p["base_input"]) and len(mine.plus_time) == len(p["plus_input"])

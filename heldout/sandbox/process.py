@@ -371,10 +371,10 @@ class _RunState:
     only take time from the candidate, never give it more. With ``typed``, a call's value is
     decoded as its line is parsed (see :func:`decode_typed`)."""
 
-    def __init__(self, per_call: list[float | None], groups: Sequence[str | None] | None = None,
-                 stop_on_error: bool = False, typed: bool = False) -> None:
+    def __init__(self, per_call: list[float | None], groups: Sequence[str | None], stop_on_error: bool,
+                 typed: bool) -> None:
         self.per_call = per_call
-        self.groups = list(groups) if groups is not None else [None] * len(per_call)
+        self.groups = list(groups)
         self.stop_on_error = stop_on_error
         self.failed_groups: set[str | None] = set()
         self.object_hook = _typed_object if typed else None
@@ -415,7 +415,8 @@ class _RunState:
         elif msg.get("done") is True:
             self.done = True
         elif type(msg.get("start")) is int:
-            if not self.started and msg["start"] == self._call_after(-1, True):
+            # the child always begins at call 0
+            if not self.started and msg["start"] == 0 and self.per_call:
                 self.started = True
                 self.current = (msg["start"], time.monotonic())
         elif type(msg.get("call")) is int and self.current is not None and msg["call"] == self.current[0]:
@@ -427,8 +428,8 @@ class _RunState:
             self.current = None if following is None else (following, time.monotonic())
 
     def _call_after(self, index: int, ok: bool) -> int | None:
-        """The call the child runs after call ``index`` (-1: none ran yet) ended (``ok``), or None."""
-        if not ok and self.stop_on_error and index >= 0:
+        """The call the child runs after call ``index`` ended (``ok``), or None."""
+        if not ok and self.stop_on_error:
             if self.groups[index] is None:
                 return None
             self.failed_groups.add(self.groups[index])

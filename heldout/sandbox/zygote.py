@@ -359,15 +359,23 @@ _forked = 0  # executions forked by every zygote of this process
 _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heldout-fork-server-start")
 
 
+def _key(preload: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(preload)))
+
+
+def _failed_lately(key: tuple[str, ...]) -> bool:
+    """Whether the zygote for ``key`` failed to start within :data:`RETRY_SECONDS` (hold _lock)."""
+    return time.monotonic() - _failed_at.get(key, -RETRY_SECONDS) < RETRY_SECONDS
+
+
 def start_early(preload: Sequence[str]) -> None:
     """Begin starting the zygote for ``preload`` now, on the starter thread, unless one runs or is
     starting: a caller with other work to do first (probing the sandbox) then finds it started,
     or nearly, in :func:`server_for`. A start that fails is recorded there, as any other."""
-    key = tuple(sorted(set(preload)))
+    key = _key(preload)
     with _lock:
         server = _servers.get(key)
-        if (server is not None and server.alive()) or key in _starting \
-                or time.monotonic() - _failed_at.get(key, -RETRY_SECONDS) < RETRY_SECONDS:
+        if (server is not None and server.alive()) or key in _starting or _failed_lately(key):
             return
         _starting[key] = _starter.submit(ForkServer, key)
 
@@ -375,7 +383,7 @@ def start_early(preload: Sequence[str]) -> None:
 def server_for(preload: Sequence[str]) -> ForkServer | None:
     """The running zygote for ``preload`` (started on first use), or None when none can be had
     right now (the caller runs a fresh sandbox)."""
-    key = tuple(sorted(set(preload)))
+    key = _key(preload)
     with _lock:
         server = _servers.get(key)
         if server is not None and server.alive():
@@ -383,7 +391,7 @@ def server_for(preload: Sequence[str]) -> ForkServer | None:
         if server is not None:
             _servers.pop(key)
             _discard(server)
-        if time.monotonic() - _failed_at.get(key, -RETRY_SECONDS) < RETRY_SECONDS:
+        if _failed_lately(key):
             return None
         try:
             server = (_starting.pop(key, None) or _starter.submit(ForkServer, key)).result()
@@ -483,7 +491,7 @@ def shutdown() -> None:
 def last_failure(preload: Sequence[str]) -> str | None:
     """Why the last zygote for ``preload`` could not start (None: it did, or was never tried)."""
     with _lock:
-        return _last_failure.get(tuple(sorted(set(preload))))
+        return _last_failure.get(_key(preload))
 
 
 def stats() -> dict[str, int]:

@@ -296,15 +296,6 @@ def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits
         schedule.add((0, first), functools.partial(batch, first, problems[first:first + step]))
 
 
-def _truths(problems: Sequence[dict[str, Any]], workers: int, limits: RunLimits) -> list[GroundTruth]:
-    """The expected outputs of ``problems``, computed as :func:`_plan_truths` plans them."""
-    truths: list[GroundTruth | None] = [None] * len(problems)
-    schedule = _Schedule(workers)
-    _plan_truths(schedule, problems, limits, truths.__setitem__)
-    schedule.run()
-    return truths  # type: ignore[return-value]
-
-
 def _cached_truth(key: str) -> GroundTruth | None:
     with _truth_lock:
         return _truth_cache.get(key)
