@@ -9,8 +9,9 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
 
@@ -294,6 +295,51 @@ def test_a_dead_fork_server_is_replaced_and_the_execution_still_runs():
     assert zygote.server_for(PROGRAM_PRELOAD) is not server
 
 
+def _in_the_program(monkeypatch) -> threading.Event:
+    """Set once the next run's child said it is ready (its program is running)."""
+    ready, feed = threading.Event(), process._RunState.feed
+
+    def watched(state, chunk):
+        feed(state, chunk)
+        if state.ready:
+            ready.set()
+
+    monkeypatch.setattr(process._RunState, "feed", watched)
+    return ready
+
+
+def test_a_fork_server_thrown_away_while_it_runs_an_execution_lets_that_execution_finish(monkeypatch):
+    # one execution's fork-server failure throws the zygote away; another execution it is running
+    # (checked in its own group, under its own limits) finishes there, and only then is it closed
+    assert run("def f():\n    return 0\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    ready = _in_the_program(monkeypatch)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(run, "import time\ndef f():\n    time.sleep(1.0)\n    return 5\n")
+        assert ready.wait(30)
+        zygote.discard(server, "thrown away by the test")
+        r = pending.result(timeout=60)
+    assert (r.ok, r.value, r.forked) == (True, 5, True), r.error
+    deadline = time.monotonic() + 10
+    while server.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.proc.poll() is not None  # closed after its last execution
+    assert zygote.server_for(PROGRAM_PRELOAD) is not server
+
+
+def test_an_execution_whose_fork_server_dies_under_it_runs_again_in_a_fresh_sandbox(monkeypatch):
+    # the zygote's runs die with it: the program did not end its run, so it is not blamed for it
+    assert run("def f():\n    return 0\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    ready = _in_the_program(monkeypatch)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(run, "import time\ndef f():\n    time.sleep(1.0)\n    return 6\n")
+        assert ready.wait(30)
+        server.proc.kill()
+        r = pending.result(timeout=60)
+    assert (r.ok, r.value, r.forked) == (True, 6, False), r.error
+
+
 def test_a_run_that_exited_before_the_parent_read_its_ready_message_still_counts_as_forked(monkeypatch):
     # a busy parent reads "ready" only after the child finished and left its cgroup: the
     # group's charges prove it was there, so the fork server is kept (it was thrown away before)
@@ -382,8 +428,6 @@ def test_the_first_execution_of_a_process_starts_its_zygote_while_the_sandbox_is
 
 
 def test_concurrent_executions_share_one_fork_server_and_nothing_else():
-    from concurrent.futures import ThreadPoolExecutor
-
     src = ("import os, time\ndef f(i):\n    open(f'mine{i}', 'w').write('x')\n    time.sleep(0.3)\n"
            "    return [sorted(os.listdir('.')), sorted(p for p in os.listdir('/proc') if p.isdigit())]\n")
     with ThreadPoolExecutor(3) as pool:

@@ -523,7 +523,7 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
     def kill() -> None:
         server.kill(ex)
 
-    def reap(need_code: bool) -> tuple[int, float]:
+    def reap(need_code: bool) -> tuple[int | None, float]:
         # a run whose streams closed by themselves is exiting: it is killed only after its exit
         # was reported. The report means the whole tree is gone: the zygote reaps the
         # namespace's PID 1 only after the kernel reaped every other process of the namespace,
@@ -535,7 +535,8 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         code = server.wait_exit(ex)
         if code is None:  # no report: whatever is left of the run is killed here, and waited for
             server.kill(ex, wait=True)
-        return (-signal.SIGKILL if code is None else code), 0.0
+        server.finished(ex)
+        return code, 0.0
 
     return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap, ex)
 
@@ -632,9 +633,16 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
         # cgroup to empty: the zygote's exit report already means its whole tree is gone
         if not monitored or started.forked is None or killed_for:
             started.kill()
+        if not monitored:
+            started.reap(False)
     # the exit code only words the message of a run that ended without its outcome on the channel
-    returncode, cpu_used = started.reap(not state.done and killed_for is None and not state.bad
-                                        and state.fatal is None)
+    ended_by_itself = not state.done and killed_for is None and not state.bad and state.fatal is None
+    returncode, cpu_used = started.reap(ended_by_itself)
+    # a forked run that ended without its outcome, and whose exit the zygote never reported: the
+    # zygote went away under it (its runs die with it), so nothing says the program ended the run
+    lost = returncode is None and ended_by_itself
+    if returncode is None:
+        returncode = -signal.SIGKILL
     group_cpu = group.cpu_seconds()
     if group_cpu is not None:
         cpu_used = max(cpu_used, group_cpu)
@@ -657,6 +665,9 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
         # "ready"): it is thrown away and the execution runs in a fresh sandbox
         raise _UseFreshSandbox(f"the fork server could not set up an execution (exit code {returncode}): "
                                f"{tail[-500:]}", unserved=unserved)
+    if lost:
+        # what ran is thrown away: the execution runs again, whole, in a fresh sandbox
+        raise _UseFreshSandbox("the fork server went away during an execution (it never reported the run's exit)")
     result = _interpret(state, killed_for, returncode, cpu_used, memory_hit, procs_hit, tail, limits,
                         level_name)
     result.peak_memory_mb = peak

@@ -107,6 +107,9 @@ class ForkServer:
         self._ready: collections.deque[int] = collections.deque()  # of those, joined by a spare
         self._stocking = 0
         self._group_ids = itertools.count(1)
+        self._active: set[int] = set()  # executions started and not yet reaped
+        self._retiring = False
+        self._closed = False
         self._log = tempfile.TemporaryFile()
         self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -246,6 +249,8 @@ class ForkServer:
             if group.level == "rlimit":
                 raise ForkServerDown("could not create the execution's cgroup")
         ident = next(self._ids)
+        with self._cond:
+            self._active.add(ident)  # before the request goes out: a retiring zygote waits for it
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
         res_r, res_w = os.pipe()
@@ -263,6 +268,7 @@ class ForkServer:
                 os.close(fd)
             group.close()
             self.mark_down(f"the fork server did not take the request: {exc!r}")
+            self.finished(Execution(ident, -1, -1, -1, group))
             raise ForkServerDown(self._down) from exc
         finally:
             for fd in passed:
@@ -304,6 +310,27 @@ class ForkServer:
             self.mark_down("the fork server did not report an execution's exit")
         return code
 
+    def finished(self, execution: Execution) -> None:
+        """The harness is done with ``execution`` (its processes are gone, or were killed and
+        waited for): a retiring zygote closes after its last one."""
+        with self._cond:
+            self._active.discard(execution.ident)
+            close = self._retiring and not self._active
+            self._retiring = self._retiring and not close
+        if close:
+            _closing(self)
+
+    def retire(self) -> None:
+        """Take no more executions and close once those running have finished: a zygote thrown
+        away because one execution went wrong must not kill the others it runs, each of which
+        was checked in its own group and stays under its own limits."""
+        self.mark_down("retired")
+        with self._cond:
+            close = not self._active and not self._closed
+            self._retiring = bool(self._active)
+        if close:
+            _closing(self)
+
     def unserved(self, execution: Execution) -> bool:
         """Whether the zygote reported it had no spare for ``execution`` (its exit was waited for)."""
         with self._cond:
@@ -321,6 +348,7 @@ class ForkServer:
         """Kill the zygote and everything it started; remove its inbox and cgroups."""
         self.mark_down("closed")
         with self._cond:
+            self._closed = True
             self._stock.clear()  # nested in the zygote's group: removed with it
             self._ready.clear()
         try:
@@ -353,6 +381,8 @@ _servers: dict[tuple[str, ...], ForkServer] = {}
 _starting: dict[tuple[str, ...], Future[ForkServer]] = {}  # started early, not yet taken by server_for
 _failed_at: dict[tuple[str, ...], float] = {}
 _last_failure: dict[tuple[str, ...], str] = {}
+_retired: set[ForkServer] = set()  # thrown away, closing once their running executions finish
+_retired_lock = threading.Lock()  # its own: a server is retired while _lock is held
 _forked = 0  # executions forked by every zygote of this process
 # zygotes are started from one long-lived thread: bwrap's --die-with-parent follows the thread
 # that started it, and a caller's worker thread may end long before the zygote should
@@ -435,10 +465,12 @@ def _forget_after_fork() -> None:
     parent's zygotes, threads and locks are the parent's. The child starts its own zygotes; it
     never talks to the parent's (their control sockets would carry two callers' executions) and
     never waits on a thread that was not copied into it."""
-    global _lock, _starter, _cleanup_queue, _cleanup_thread, _forked
+    global _lock, _retired_lock, _starter, _cleanup_queue, _cleanup_thread, _forked
     _lock = threading.Lock()
+    _retired_lock = threading.Lock()
     _servers.clear()  # dropped, not closed: closing would kill the parent's zygotes
     _starting.clear()
+    _retired.clear()
     _failed_at.clear()
     _last_failure.clear()
     _forked = 0
@@ -468,7 +500,16 @@ def discard(server: ForkServer, why: str) -> None:
 
 
 def _discard(server: ForkServer) -> None:
-    threading.Thread(target=server.close, daemon=True).start()  # never block a caller on cleanup
+    with _retired_lock:
+        _retired.add(server)  # closed by its last execution, or at shutdown
+    server.retire()
+
+
+def _closing(server: ForkServer) -> None:
+    """Close ``server`` on a thread of its own (never block a caller on cleanup)."""
+    with _retired_lock:
+        _retired.discard(server)
+    threading.Thread(target=server.close, daemon=True).start()
 
 
 def shutdown() -> None:
@@ -478,6 +519,9 @@ def shutdown() -> None:
         _servers.clear()
         starting = list(_starting.values())
         _starting.clear()
+    with _retired_lock:
+        servers.extend(_retired)  # at exit nothing waits for their last executions
+        _retired.clear()
     for future in starting:  # started early and never taken (e.g. the sandbox probe failed)
         try:
             servers.append(future.result())
