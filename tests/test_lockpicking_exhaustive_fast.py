@@ -62,8 +62,8 @@ def test_only_repeated_substring_calls_on_program_with_literal_arguments_are_sha
     assert len(mixed.shared) == 1 and "LENGTH(" in mixed.shared[0][1] and "SUBSTRING" not in mixed.shared[0][1]
 
 
-def test_the_filled_table_holds_every_six_digit_string_at_its_value_then_the_malformed_ones():
-    con = sql_child.connect(512)
+def test_the_stored_table_holds_every_six_digit_string_at_its_value_then_the_malformed_ones():
+    con = sql_child.connect(512, database=str(sqlmod._six_digit_db_file()))
     try:
         sql_child.load(con, list(MALFORMED), all_six_digit=True)
         rows = con.execute("SELECT i, PROGRAM FROM examples ORDER BY i").fetchall()

@@ -114,6 +114,29 @@ def test_setup_files_are_importable_next_to_the_candidate():
     assert r.ok and r.value == 42
 
 
+def test_a_tasks_data_file_is_readable_next_to_the_helpers_and_nothing_in_the_sandbox_can_change_it(tmp_path):
+    data = tmp_path / "table.bin"
+    data.write_bytes(bytes(range(256)) * 64)
+    prog = ("import os\ndef f():\n    here = os.path.dirname(os.path.abspath(__file__))\n"
+            "    blob = open(os.path.join(here, 'table.bin'), 'rb').read()\n"
+            "    try:\n        open(os.path.join(here, 'table.bin'), 'r+b').write(b'x')\n        wrote = True\n"
+            "    except OSError:\n        wrote = False\n"
+            "    return [len(blob), blob[:4].hex(), wrote]\n")
+    r = run_function({"prog.py": prog}, "prog", "f", limits=LIMITS, setup_files={"table.bin": data})
+    assert r.ok and r.value == [256 * 64, "00010203", False], r.error
+    assert data.read_bytes() == bytes(range(256)) * 64
+
+
+def test_a_data_file_goes_only_where_the_task_puts_it(tmp_path):
+    data = tmp_path / "table.bin"
+    data.write_bytes(b"x")
+    with pytest.raises(SandboxError):
+        run_function({"prog.py": "def f():\n    return 1\n"}, "prog", "f", limits=LIMITS,
+                     setup_files={"sub/../../table.bin": data})
+    with pytest.raises(SandboxError):  # a candidate's files are text, never a path on the host
+        run_function({"prog.py": "def f():\n    return 1\n", "t.bin": data}, "prog", "f", limits=LIMITS)
+
+
 def test_a_helper_is_imported_from_bytecode_compiled_once_by_the_harness_and_a_candidates_file_is_compiled():
     """The interpreter raises the ``compile`` audit event when it compiles a module's source and
     ``marshal.loads`` when it loads bytecode: the trusted helper comes as bytecode, the

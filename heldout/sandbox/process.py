@@ -168,11 +168,12 @@ def default_hidden_paths() -> list[str]:
 
 # -- the API -----------------------------------------------------------------------------------------
 def run_function(files: dict[str, str], module: str, function: str, args: list | tuple = (),
-                 kwargs: dict | None = None, *, limits: RunLimits, setup_files: dict[str, str] | None = None,
+                 kwargs: dict | None = None, *, limits: RunLimits, setup_files: dict[str, str | Path] | None = None,
                  encoding: str = "json", allow_processes: bool = False, preload: Sequence[str] = (),
                  fork_server: bool = True) -> SandboxResult:
     """Write ``files`` (candidate sources; relative paths) plus ``setup_files`` (trusted helper
-    modules the task provides) into a fresh read-only code dir, start a fresh sandboxed Python,
+    modules the task provides, as text; or a data file it built, as a ``Path``, which is linked
+    in) into a fresh read-only code dir, start a fresh sandboxed Python,
     import ``module`` and call ``function(*args, **kwargs)``. Args/kwargs cross as JSON. The return
     value is converted to plain JSON data in the child (numpy arrays -> nested lists, tuples ->
     lists, numpy scalars -> float/int; anything else -> ``bad_output``); with
@@ -196,7 +197,7 @@ def run_function(files: dict[str, str], module: str, function: str, args: list |
 def run_calls(files: dict[str, str], module: str, function: str,
               calls: Sequence[tuple[Sequence[Any], dict[str, Any]]], *, limits: RunLimits,
               per_call_seconds: Sequence[float | None] | None = None,
-              setup_files: dict[str, str] | None = None, encoding: str = "json",
+              setup_files: dict[str, str | Path] | None = None, encoding: str = "json",
               stop_on_error: bool = False, allow_processes: bool = False,
               groups: Sequence[str] | None = None, preload: Sequence[str] = (),
               fork_server: bool = True) -> SandboxResult:
@@ -330,14 +331,17 @@ def _helper_bytecode(text: str) -> bytes:
     return pyc
 
 
-def _write_code_dir(files: dict[str, str], setup_files: dict[str, str], code: Path | None = None) -> Path:
+def _write_code_dir(files: dict[str, str], setup_files: dict[str, str | Path], code: Path | None = None) -> Path:
     """A fresh host dir (or the empty ``code``: a fork server's) with the candidate's files and
-    the task's helpers (each with its bytecode), readable by everyone (it is bound read-only into
-    the sandbox; the candidate cannot change a helper)."""
+    the task's helpers (each with its bytecode) and data files (linked, else copied), readable by
+    everyone (it is bound read-only into the sandbox; the candidate cannot change a helper)."""
     code = code or Path(tempfile.mkdtemp(prefix="heldout-code-")).resolve()
     try:
         entries = [(n, t, False) for n, t in files.items()] + [(n, t, True) for n, t in setup_files.items()]
         for name, text, trusted in entries:
+            if trusted and isinstance(name, str) and isinstance(text, Path):
+                _place_data_file(text, code, name)
+                continue
             if not isinstance(name, str) or not isinstance(text, str):
                 raise SandboxError(f"sandbox files must map str paths to str text, got {name!r}")
             rel = PurePosixPath(name)
@@ -358,6 +362,17 @@ def _write_code_dir(files: dict[str, str], setup_files: dict[str, str], code: Pa
         shutil.rmtree(code, ignore_errors=True)
         raise
     return code
+
+
+def _place_data_file(source: Path, code: Path, name: str) -> None:
+    """A task's data file in the code dir: a hard link (no copy of a large file per execution),
+    or a copy where the two dirs are on different file systems."""
+    if "/" in name or name in ("", ".", "..") or "\x00" in name:
+        raise SandboxError(f"a data file goes at the top of the code dir, not at {name!r}")
+    try:
+        os.link(source, code / name)
+    except OSError:
+        shutil.copyfile(source, code / name)
 
 
 class _RunState:

@@ -18,8 +18,11 @@ EXHAUSTIVE_DTYPES = ("<i1", "<i2", "<i4", "<i8")
 ALL_SIX_DIGIT = "SELECT range AS i, substr(CAST(range + 1000000 AS VARCHAR), 2) AS PROGRAM FROM range(1000000)"
 
 
-def connect(memory_mb, threads=1):
-    con = duckdb.connect(":memory:", config={
+SIX_DIGIT_DB = "_heldout_lockpicking_six.duckdb"  # the six-digit table, built once by the parent
+
+
+def connect(memory_mb, threads=1, database=":memory:"):
+    con = duckdb.connect(database, read_only=database != ":memory:", config={
         "enable_external_access": False, "autoinstall_known_extensions": False,
         "autoload_known_extensions": False, "allow_unsigned_extensions": False,
         "threads": threads, "memory_limit": f"{max(64, int(memory_mb))}MB",
@@ -28,15 +31,28 @@ def connect(memory_mb, threads=1):
     return con
 
 
+def build_six_digit_db(path):
+    """The file :data:`SIX_DIGIT_DB`: a table ``six`` of the 10^6 six-digit strings (i = their
+    value). Reading it is faster than generating them: 0.02 s against 0.1 s per exhaustive check."""
+    con = duckdb.connect(path)
+    try:
+        con.execute(f"CREATE TABLE six AS {ALL_SIX_DIGIT}")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+
+
 def load(con, programs, all_six_digit):
-    # Rows are ordered by i: the 10^6 six-digit strings first (i = their value), then `programs`.
-    con.execute("CREATE TABLE examples (i BIGINT, PROGRAM VARCHAR)")
-    if all_six_digit:
-        con.execute(f"INSERT INTO examples {ALL_SIX_DIGIT}")
+    """The table (or view) ``examples (i, PROGRAM)``: with ``all_six_digit`` (``con`` opened on
+    :data:`SIX_DIGIT_DB`) the 10^6 six-digit strings first (i = their value), then ``programs``."""
+    table = "given" if all_six_digit else "examples"
+    con.execute(f"CREATE TEMP TABLE {table} (i BIGINT, PROGRAM VARCHAR)")
     if programs:  # one statement for the whole list (executemany costs milliseconds per row)
-        con.execute("INSERT INTO examples SELECT ? + k - 1, p FROM "
+        con.execute(f"INSERT INTO {table} SELECT ? + k - 1, p FROM "
                     "(SELECT unnest(?::VARCHAR[]) AS p, generate_subscripts(?::VARCHAR[], 1) AS k)",
                     [10**6 if all_six_digit else 0, list(programs), list(programs)])
+    if all_six_digit:
+        con.execute("CREATE TEMP VIEW examples AS SELECT i, PROGRAM FROM six UNION ALL SELECT i, PROGRAM FROM given")
     con.execute("SET lock_configuration = true")
 
 
@@ -67,7 +83,9 @@ def run_outputs(query, malformed, memory_mb, threads):
 
     import numpy as np  # only here: its import maps address space the row queries do not need
 
-    con = connect(memory_mb, threads=threads)
+    import os
+
+    con = connect(memory_mb, threads=threads, database=os.path.join(os.path.dirname(__file__), SIX_DIGIT_DB))
     try:
         load(con, malformed, all_six_digit=True)
         cols = con.execute(query).fetchnumpy()  # no ORDER BY: placing rows by i is cheaper than sorting
