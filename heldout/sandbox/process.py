@@ -71,7 +71,7 @@ _RESERVED_PREFIX = "_heldout_"
 # the standard modules candidates (MBPP+ solutions, geometry programs) commonly import
 STDLIB_PRELOAD = ("re", "math", "cmath", "collections", "itertools", "heapq", "functools", "bisect", "operator",
                   "string", "decimal", "fractions", "statistics", "typing", "hashlib", "random", "dataclasses", "copy",
-                  "array")
+                  "array", "pickle")
 # what program tasks' fork server imports once (one zygote serves them all): numpy and those
 # (MBPP+, plain Python, preloads STDLIB_PRELOAD alone: a smaller image that starts sooner)
 PROGRAM_PRELOAD = ("numpy", *STDLIB_PRELOAD)
