@@ -11,6 +11,7 @@ import pytest
 
 from heldout.contracts import RunLimits
 from heldout.sandbox.process import _helper_bytecode
+from heldout.sandbox.root import python_path
 from heldout.sandbox import (NoSandbox, SandboxError, decode_typed, isolation_level, isolation_mode,
                              run_calls, run_function)
 
@@ -108,6 +109,19 @@ def test_the_wire_form_of_the_typed_encoding_decodes_to_the_same_values():
                                   {"k": (None,)}]
 
 
+def test_the_sandboxed_interpreter_has_what_site_gives_a_program_and_runs_none_of_the_hosts_start_up_hooks():
+    prog = ("import sys, builtins\ndef f():\n    import numpy\n"
+            "    return [sys.flags.no_site, [hasattr(builtins, n) for n in ('exit', 'quit', 'help', 'copyright')],"
+            " [p for p in sys.path if 'site-packages' in p], 'sitecustomize' in sys.modules]\n")
+    r = run_function({"prog.py": prog}, "prog", "f", limits=LIMITS)
+    assert r.ok, r.error
+    no_site, builtins, site_packages, hooks_ran = r.value
+    assert no_site == 1 and builtins == [True] * 4 and not hooks_ran
+    assert site_packages and all(p in python_path() for p in site_packages)
+    ended = run_function({"prog.py": "def f():\n    exit(3)\n"}, "prog", "f", limits=LIMITS)
+    assert not ended.ok and ended.error_kind == "crash" and "exit(3)" in ended.error
+
+
 def test_setup_files_are_importable_next_to_the_candidate():
     r = run_function({"prog.py": "def g():\n    return 41\n"}, "helper", "h", limits=LIMITS,
                      setup_files={"helper.py": "import prog\ndef h():\n    return prog.g() + 1\n"})
@@ -125,6 +139,23 @@ def test_a_tasks_data_file_is_readable_next_to_the_helpers_and_nothing_in_the_sa
     r = run_function({"prog.py": prog}, "prog", "f", limits=LIMITS, setup_files={"table.bin": data})
     assert r.ok and r.value == [256 * 64, "00010203", False], r.error
     assert data.read_bytes() == bytes(range(256)) * 64
+
+
+def test_the_code_dir_is_readable_in_the_sandbox_whatever_the_harness_umask(tmp_path):
+    data = tmp_path / "table.bin"
+    data.write_bytes(b"ok")
+    files = {"prog.py": "from pkg.deep import mod\ndef f():\n    import helper, os\n"
+                        "    here = os.path.dirname(os.path.abspath(__file__))\n"
+                        "    return [mod.X, helper.h(), open(os.path.join(here, 't.bin'), 'rb').read().decode()]\n",
+             "pkg/__init__.py": "", "pkg/deep/__init__.py": "", "pkg/deep/mod.py": "X = 'deep'\n"}
+    old = os.umask(0o077)
+    try:
+        data.chmod(0o600)
+        r = run_function(files, "prog", "f", limits=LIMITS,
+                         setup_files={"helper.py": "def h():\n    return 'task'\n", "t.bin": data})
+    finally:
+        os.umask(old)
+    assert r.ok and r.value == ["deep", "task", "ok"], r.error
 
 
 def test_a_data_file_goes_only_where_the_task_puts_it(tmp_path):

@@ -341,6 +341,20 @@ def run_call(index, fn, call, typed, cpu_limit, max_bytes):
         return failed("bad_output", f"bad output: {exc}"[:TAIL])
 
 
+def use_python_path(paths):
+    """The interpreter started with -S: the host's start-up hooks (.pth files, sitecustomize) do
+    not run in here. What ``site`` would give a program is made here: the parent's site-packages
+    dirs at the end of sys.path, and the builtins exit, quit, help, copyright, credits, license."""
+    import site
+
+    for path in paths:
+        if path not in sys.path:
+            sys.path.append(path)
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+
+
 def main():
     global _chan
     fd = int(sys.argv[1])
@@ -348,6 +362,7 @@ def main():
     sys.dont_write_bytecode = True
     try:
         job = json.loads(sys.stdin.buffer.read())
+        use_python_path(job["python_path"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)

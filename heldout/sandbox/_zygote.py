@@ -277,6 +277,7 @@ def serve():
     ctl = socket.socket(fileno=int(sys.argv[2]))  # noqa: F821
     _ctl[0] = ctl
     os.chdir("/")  # noqa: F821
+    use_python_path(json.loads(sys.argv[4]))  # noqa: F821 - before the preload: numpy is in site-packages
     preloaded, failed = [], {}
     seccomp_program()  # noqa: F821 - built once, here: every child inherits it
     for name in json.loads(sys.argv[3]):  # noqa: F821

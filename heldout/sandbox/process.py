@@ -56,7 +56,8 @@ from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import RunGroup, limits_level
 from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, after_run, discard, fork_server_enabled,
                                     server_for, start_early)
-from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env, probe_bwrap
+from heldout.sandbox.root import (CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env,
+                                  probe_bwrap, python_path)
 
 CANDIDATE_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large")
 ERROR_KINDS = CANDIDATE_KINDS + ("sandbox_error",)
@@ -76,6 +77,7 @@ STDLIB_PRELOAD = ("re", "math", "cmath", "collections", "itertools", "heapq", "f
 # (MBPP+, plain Python, preloads STDLIB_PRELOAD alone: a smaller image that starts sooner)
 PROGRAM_PRELOAD = ("numpy", *STDLIB_PRELOAD)
 PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
+CPU_CHECK_SECONDS = 0.25  # how often the parent reads a running execution's CPU time
 
 
 class SandboxError(HeldoutError):
@@ -242,7 +244,7 @@ def run_calls(files: dict[str, str], module: str, function: str,
                 break
             job = {"module": module, "function": function, "encoding": encoding, "stop_on_error": stop_on_error,
                    "allow_processes": allow_processes, "limits": _limits_dict(limits),
-                   "hide": default_hidden_paths() if level == "none" else []}
+                   "hide": default_hidden_paths() if level == "none" else [], "python_path": python_path()}
             try:
                 # the first execution has the whole limit (and names it in its messages); a retry
                 # after a parent-enforced call timeout has what is left of it
@@ -350,18 +352,35 @@ def _write_code_dir(files: dict[str, str], setup_files: dict[str, str | Path], c
             if not trusted and rel.parts[0].startswith(_RESERVED_PREFIX):
                 raise SandboxError(f"sandbox file path {name!r} uses the reserved prefix {_RESERVED_PREFIX!r}")
             target = code.joinpath(*rel.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
+            if len(rel.parts) > 1:
+                _readable_dirs(code, target.parent)
+            _write_readable(target, text.encode("utf-8"))
             if trusted and target.suffix == ".py":
                 pyc = Path(importlib.util.cache_from_source(str(target)))
-                pyc.parent.mkdir(exist_ok=True)
-                pyc.write_bytes(_helper_bytecode(text))
-        for path in [code, *code.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
+                _readable_dirs(code, pyc.parent)
+                _write_readable(pyc, _helper_bytecode(text))
+        code.chmod(0o755)
     except BaseException:
         shutil.rmtree(code, ignore_errors=True)
         raise
     return code
+
+
+def _readable_dirs(code: Path, directory: Path) -> None:
+    """``directory`` (inside ``code``) and the dirs above it, made if missing, readable by all."""
+    missing = []
+    while directory != code and not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for made in reversed(missing):
+        made.mkdir(mode=0o755)
+        made.chmod(0o755)  # whatever the umask
+
+
+def _write_readable(path: Path, data: bytes) -> None:
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644), "wb") as file:
+        os.fchmod(file.fileno(), 0o644)  # whatever the umask
+        file.write(data)
 
 
 def _place_data_file(source: Path, code: Path, name: str) -> None:
@@ -373,6 +392,7 @@ def _place_data_file(source: Path, code: Path, name: str) -> None:
         os.link(source, code / name)
     except OSError:
         shutil.copyfile(source, code / name)
+    os.chmod(code / name, 0o644)  # readable by the sandbox's uid, whatever the umask
 
 
 class _RunState:
@@ -392,7 +412,8 @@ class _RunState:
         self.groups = list(groups)
         self.stop_on_error = stop_on_error
         self.failed_groups: set[str | None] = set()
-        self.object_hook = _typed_object if typed else None
+        # one decoder for the run's lines (json.loads builds one per line); the child writes UTF-8
+        self.decode = json.JSONDecoder(object_hook=_typed_object if typed else None).decode
         self.ready = False
         self.done = False
         self.fatal: dict[str, Any] | None = None
@@ -417,7 +438,7 @@ class _RunState:
 
     def _message(self, line: bytes) -> None:
         try:
-            msg = json.loads(line, object_hook=self.object_hook)
+            msg = self.decode(line.decode("utf-8"))
         except Exception as exc:  # noqa: BLE001 - invalid JSON, or a tag that builds nothing
             self.bad = f"bad output: the result channel held invalid data ({type(exc).__name__}: {str(exc)[:200]})"
             return
@@ -494,7 +515,7 @@ def _launch_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits
         job.update(code=CODE_DIR, scratch=scratch)
         prefix = [*bwrap_argv(AllowList(code=code, scratch_mb=scratch_mb(limits)), privileged=privileged), "--"]
     # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
-    cmd = [*prefix, sys.executable, "-s", "-c", _CHILD_SOURCE, str(write_fd)]
+    cmd = [*prefix, sys.executable, *PYTHON_FLAGS, "-c", _CHILD_SOURCE, str(write_fd)]
     group = RunGroup.create(memory_mb=limits.memory_mb, max_processes=limits.max_processes) \
         if level != "none" else RunGroup("rlimit")
     level_name = level if level == "none" else f"bwrap+{group.level}"
@@ -587,7 +608,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
     sel.register(read_fd, selectors.EVENT_READ, "result")
     sel.register(stdout_fd, selectors.EVENT_READ, "stdout")
     open_streams = 2
-    next_cpu_check = 0.0
+    next_cpu_check = time.monotonic() + CPU_CHECK_SECONDS  # at the start the run has used nothing
     monitored = False
     try:
         while open_streams:
@@ -604,7 +625,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
                 if used is not None and used > limits.cpu_seconds + 0.5:
                     killed_for = "cpu"
                     break
-                next_cpu_check = now + 0.25
+                next_cpu_check = now + CPU_CHECK_SECONDS
             wait = min(deadline, call_deadline or deadline, next_cpu_check) - now
             for key, _ in sel.select(timeout=max(0.0, min(wait, 0.5))):
                 was_ready = state.ready
@@ -658,7 +679,8 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
     lost = returncode is None and ended_by_itself
     if returncode is None:
         returncode = -signal.SIGKILL
-    group_cpu = group.cpu_seconds()
+    # the CPU used only words the message of a run that did not finish
+    group_cpu = None if state.done else group.cpu_seconds()
     if group_cpu is not None:
         cpu_used = max(cpu_used, group_cpu)
     # the limit counters only word the message of a run that did not finish

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from heldout.sandbox.cgroups import RunGroup, limits_level
-from heldout.sandbox.root import CODE_DIR, SCRATCH_DIR, AllowList, bwrap_argv, child_env
+from heldout.sandbox.root import CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, child_env, python_path
 
 FORK_SERVER_ENV = "HELDOUT_FORK_SERVER"  # "0": a fresh sandbox per execution (the opt-out)
 _HERE = Path(__file__).resolve().parent
@@ -116,8 +116,8 @@ class ForkServer:
             if self.group.level == "rlimit":
                 raise ForkServerDown("no cgroup for the fork server")
             argv = bwrap_argv(AllowList(code=self.inbox, scratch_mb=1), privileged=True)
-            cmd = self.group.attach_argv([*argv, "--", sys.executable, "-s", "-c", SOURCE, "zygote",
-                                          str(theirs.fileno()), json.dumps(list(preload))])
+            cmd = self.group.attach_argv([*argv, "--", sys.executable, *PYTHON_FLAGS, "-c", SOURCE, "zygote",
+                                          str(theirs.fileno()), json.dumps(list(preload)), json.dumps(python_path())])
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                                          pass_fds=(theirs.fileno(),), start_new_session=True,
                                          env=child_env(SCRATCH_DIR), cwd="/")
