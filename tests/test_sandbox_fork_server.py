@@ -251,6 +251,28 @@ def test_the_group_of_an_execution_no_spare_took_is_removed_and_what_is_in_it_li
         group.close()
 
 
+def test_an_execution_no_spare_took_asks_again_without_throwing_the_fork_server_away(monkeypatch):
+    """Concurrent requests can leave one with no spare for a moment (one that brought its own
+    group was handed the spare of the group another had taken): that is no fault of the zygote's.
+    The execution asks again, as often as it takes within a bound, and runs forked; the zygote
+    stays. (Throwing it away used to turn the concurrent runs into fresh ones.)"""
+    assert run("def f():\n    return 0\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    take, refused = zygote.ForkServer._take_ready_group, []
+
+    def a_group_no_spare_is_in(self):
+        if len(refused) < 3:
+            refused.append(True)
+            return 10 ** 6 + len(refused), cgroups.RunGroup.create(memory_mb=None, max_processes=None,
+                                                                   parent=self.group)
+        return take(self)
+
+    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", a_group_no_spare_is_in)
+    r = run("def f():\n    return 6\n")
+    assert len(refused) == 3 and (r.ok, r.value, r.forked) == (True, 6, True), r.error
+    assert zygote.server_for(PROGRAM_PRELOAD) is server
+
+
 def test_random_states_are_not_shared_between_executions():
     src = "import random\nimport numpy as np\ndef f():\n    return [random.random(), float(np.random.random())]\n"
     a, b = run(src), run(src)
@@ -436,6 +458,29 @@ def test_concurrent_executions_share_one_fork_server_and_nothing_else():
     for i, r in enumerate(results):
         assert r.ok and r.forked, r.error
         assert r.value == [[f"mine{i}"], ["1", "2"]]
+
+
+COLD_CONCURRENT = """
+from concurrent.futures import ThreadPoolExecutor
+from heldout.contracts import RunLimits
+from heldout.sandbox import PROGRAM_PRELOAD, run_function
+src = "import time\\ndef f(i):\\n    time.sleep(0.2)\\n    return i\\n"
+with ThreadPoolExecutor(3) as pool:
+    results = list(pool.map(lambda i: run_function({"p.py": src}, "p", "f", [i], limits=RunLimits(wall_seconds=20),
+                                                    preload=PROGRAM_PRELOAD), range(3)))
+print([(r.value, r.forked) for r in results])
+"""
+
+
+def test_concurrent_first_executions_of_a_process_all_run_forked():
+    """More executions at once than prepared spares, in a process whose zygote is just starting:
+    the spares' groups are still being joined while requests that bring their own group take
+    those spares (and the harness removes the groups they leave). Every execution runs forked;
+    none is thrown back to a fresh sandbox. (Once in about eight such processes one was.)"""
+    for _ in range(4):
+        out = subprocess.run([sys.executable, "-c", COLD_CONCURRENT], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip() == "[(0, True), (1, True), (2, True)]"
 
 
 def _run_in_a_forked_worker() -> tuple[object, dict]:

@@ -78,6 +78,7 @@ STDLIB_PRELOAD = ("re", "math", "cmath", "collections", "itertools", "heapq", "f
 PROGRAM_PRELOAD = ("numpy", *STDLIB_PRELOAD)
 PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
 CPU_CHECK_SECONDS = 0.25  # how often the parent reads a running execution's CPU time
+UNSERVED_RETRIES = 8  # times an execution asks the fork server again when no spare took it
 
 
 class SandboxError(HeldoutError):
@@ -223,7 +224,9 @@ def run_calls(files: dict[str, str], module: str, function: str,
         raise SandboxError("per_call_seconds and groups need one entry per call")
     try:
         # each call encoded once: checked before anything starts, and every job is made of these
-        encoded_calls = [json.dumps({"args": list(a), "kwargs": dict(k), "seconds": per_call[i], "group": group_of[i]})
+        dumps = json.dumps
+        encoded_calls = ['{"args": ' + dumps(list(a)) + ', "kwargs": ' + (dumps(dict(k)) if k else "{}") +
+                         ', "seconds": ' + dumps(per_call[i]) + ', "group": ' + dumps(group_of[i]) + "}"
                          for i, (a, k) in enumerate(calls)]
     except (TypeError, ValueError, RecursionError) as exc:
         raise SandboxError(f"sandbox arguments must be JSON data: {exc}") from exc
@@ -236,7 +239,7 @@ def run_calls(files: dict[str, str], module: str, function: str,
     failed_groups: set[str | None] = set()
     last: SandboxResult | None = None
     peak: float | None = None
-    asked_again = False
+    unserved = 0
     try:
         while pending:
             wall_left = limits.wall_seconds - (time.perf_counter() - start)
@@ -252,8 +255,11 @@ def run_calls(files: dict[str, str], module: str, function: str,
                 last = _execute(job, [encoded_calls[i] for i in pending], code, level, run_limits,
                                 [per_call[i] for i in pending], [group_of[i] for i in pending], server)
             except _UseFreshSandbox as exc:
-                if exc.unserved and not asked_again:
-                    asked_again = True  # e.g. its prepared spare had died: the next one takes it
+                if exc.unserved and unserved < UNSERVED_RETRIES:
+                    # no spare took it (its prepared spare had died, or a concurrent request that
+                    # brought its own group took it): not the fork server's fault, the next one
+                    # takes it. Throwing the zygote away for it made concurrent runs fresh ones.
+                    unserved += 1
                     continue
                 discard(server, str(exc))
                 server, forked_only = None, False
@@ -433,7 +439,8 @@ class _RunState:
         lines = [bytes(self.buffer) + head, *middle]
         self.buffer = bytearray(rest)
         for line in lines:
-            if line.strip() and self.bad is None and self.fatal is None and not self.done:
+            # (isspace, not strip: no copy of a large line)
+            if line and not line.isspace() and self.bad is None and self.fatal is None and not self.done:
                 self._message(line)
 
     def _message(self, line: bytes) -> None:
@@ -444,6 +451,8 @@ class _RunState:
             return
         if not isinstance(msg, dict):
             self.bad = "bad output: the result channel held invalid data"
+        elif type(msg.get("call")) is int and _CONTROL_KEYS.isdisjoint(msg):
+            self._outcome(msg, len(line))  # by far the commonest line, so it is tested first
         elif msg.get("fatal"):
             self.fatal = msg
         elif msg.get("ready") is True and not self.ready:
@@ -455,13 +464,21 @@ class _RunState:
             if not self.started and msg["start"] == 0 and self.per_call:
                 self.started = True
                 self.current = (msg["start"], time.monotonic())
-        elif type(msg.get("call")) is int and self.current is not None and msg["call"] == self.current[0]:
-            index = msg["call"]
-            outcome = {k: msg[k] for k in ("call", "ok", "value", "error_kind", "error", "seconds") if k in msg}
-            outcome["bytes"] = len(line)
-            self.calls[index] = outcome
-            following = self._call_after(index, msg.get("ok") is True)
-            self.current = None if following is None else (following, time.monotonic())
+        elif type(msg.get("call")) is int:
+            self._outcome(msg, len(line))
+
+    def _outcome(self, msg: dict[str, Any], size: int) -> None:
+        """An outcome line: it counts only for the call being timed, whose clock it stops; the
+        next call's starts."""
+        index = msg["call"]
+        if self.current is None or index != self.current[0]:
+            return
+        # only the child's outcome keys are kept (a forged line may add others, e.g. parent_enforced)
+        outcome = msg if msg.keys() <= _OUTCOME_KEYS else {k: msg[k] for k in _OUTCOME_KEYS if k in msg}
+        outcome["bytes"] = size
+        self.calls[index] = outcome
+        following = self._call_after(index, msg.get("ok") is True)
+        self.current = None if following is None else (following, time.monotonic())
 
     def _call_after(self, index: int, ok: bool) -> int | None:
         """The call the child runs after call ``index`` ended (``ok``), or None."""
@@ -469,6 +486,8 @@ class _RunState:
             if self.groups[index] is None:
                 return None
             self.failed_groups.add(self.groups[index])
+        if not self.failed_groups:  # the common case: the next one
+            return index + 1 if index + 1 < len(self.per_call) else None
         return next((j for j in range(index + 1, len(self.per_call)) if self.groups[j] not in self.failed_groups), None)
 
     def call_deadline(self) -> float | None:
@@ -476,6 +495,10 @@ class _RunState:
             return None
         seconds = self.per_call[self.current[0]]
         return None if not seconds else self.current[1] + seconds + PARENT_SLACK_SECONDS
+
+
+_OUTCOME_KEYS = frozenset(("call", "ok", "value", "error_kind", "error", "seconds"))
+_CONTROL_KEYS = frozenset(("fatal", "ready", "done", "start"))  # a line with one of these is no outcome first
 
 
 class _UseFreshSandbox(Exception):
