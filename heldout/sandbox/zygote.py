@@ -18,7 +18,10 @@ group and its child joins it, as the harness checks for every forked child.
 
 A zygote that cannot start, dies, stops answering, or whose child could not be set up is thrown
 away; :mod:`heldout.sandbox.process` then runs the execution in a fresh sandbox, and the next
-execution starts a new zygote (after :data:`RETRY_SECONDS` if starting failed).
+execution starts a new zygote (after :data:`RETRY_SECONDS` if starting failed). A zygote thrown
+away retires: it takes no new execution and is closed after the last one it runs (each of those
+was checked in its own group; closing it at once would kill them). An execution whose zygote
+dies under it, before its outcome, runs again whole in a fresh sandbox.
 """
 
 from __future__ import annotations
@@ -268,7 +271,7 @@ class ForkServer:
                 os.close(fd)
             group.close()
             self.mark_down(f"the fork server did not take the request: {exc!r}")
-            self.finished(Execution(ident, -1, -1, -1, group))
+            self._inactive(ident)
             raise ForkServerDown(self._down) from exc
         finally:
             for fd in passed:
@@ -313,8 +316,11 @@ class ForkServer:
     def finished(self, execution: Execution) -> None:
         """The harness is done with ``execution`` (its processes are gone, or were killed and
         waited for): a retiring zygote closes after its last one."""
+        self._inactive(execution.ident)
+
+    def _inactive(self, ident: int) -> None:
         with self._cond:
-            self._active.discard(execution.ident)
+            self._active.discard(ident)
             close = self._retiring and not self._active
             self._retiring = self._retiring and not close
         if close:

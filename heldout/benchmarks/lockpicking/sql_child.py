@@ -10,6 +10,8 @@ process; no cooperation from DuckDB is needed) and a memory-hungry one at the ru
 
 DuckDB's own failures come back as ``{"error", "kind"}`` so the parent can name them."""
 
+import os
+
 import duckdb
 
 OUTPUT_RE = r"^[ \t\r\n]*([+-]?[0-9]{1,9})[ \t\r\n]*$"
@@ -82,8 +84,6 @@ def run_outputs(query, malformed, memory_mb, threads):
     import base64
 
     import numpy as np  # only here: its import maps address space the row queries do not need
-
-    import os
 
     con = connect(memory_mb, threads=threads, database=os.path.join(os.path.dirname(__file__), SIX_DIGIT_DB))
     try:
