@@ -20,7 +20,6 @@ from heldout.sandbox import isolation_mode, run_calls
 
 pytestmark = pytest.mark.skipif(isolation_mode() != "bwrap", reason="the allow-list sandbox needs bubblewrap")
 SOURCES = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "SOURCES.md")
-CHAMPION = {"scorer.sql": (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()}
 
 
 def old_test_seed(k: int) -> int:
@@ -158,9 +157,12 @@ def test_a_forged_typed_value_that_builds_nothing_is_a_bad_output_not_a_harness_
 
 # -- Lockpicking SQL -----------------------------------------------------------------------------------
 def test_a_slow_sql_scorer_stops_at_its_timeout_in_the_sandbox():
-    result = LOCKPICKING.exhaustive(CHAMPION, RunLimits(wall_seconds=0.3, cpu_seconds=0.3))
+    # slow on any machine: a regex over 1,200 characters per string takes longer than 8 s for
+    # the 10^6 strings here (the champion itself now finishes its check within 0.3 s)
+    slow = {"scorer.sql": "CAST(REGEXP_COUNT(CONCAT(" + ", ".join(["PROGRAM"] * 200) + "), '(0|1|2)+3') AS VARCHAR)"}
+    result = LOCKPICKING.exhaustive(slow, RunLimits(wall_seconds=0.5, cpu_seconds=0.5))
     assert result["exhaustive_accuracy"] is None
-    assert "timeout after 0.3 s wall" in result["exhaustive_error"]
+    assert "timeout after 0.5 s wall" in result["exhaustive_error"]
 
 
 def test_a_sql_scorer_cannot_read_files_even_if_it_got_past_the_checker():
