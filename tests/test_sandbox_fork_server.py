@@ -330,17 +330,23 @@ def _in_the_program(monkeypatch) -> threading.Event:
     return ready
 
 
-def test_a_fork_server_thrown_away_while_it_runs_an_execution_lets_that_execution_finish(monkeypatch):
-    # one execution's fork-server failure throws the zygote away; another execution it is running
-    # (checked in its own group, under its own limits) finishes there, and only then is it closed
+def _while_a_program_runs(monkeypatch, value: int, act) -> tuple:
+    """Run a program that sleeps 1 s and returns ``value``; once it runs, ``act(server)`` on its
+    zygote. Returns the run's result and that zygote."""
     assert run("def f():\n    return 0\n").forked
     server = zygote.server_for(PROGRAM_PRELOAD)
     ready = _in_the_program(monkeypatch)
     with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(run, "import time\ndef f():\n    time.sleep(1.0)\n    return 5\n")
+        pending = pool.submit(run, f"import time\ndef f():\n    time.sleep(1.0)\n    return {value}\n")
         assert ready.wait(30)
-        zygote.discard(server, "thrown away by the test")
-        r = pending.result(timeout=60)
+        act(server)
+        return pending.result(timeout=60), server
+
+
+def test_a_fork_server_thrown_away_while_it_runs_an_execution_lets_that_execution_finish(monkeypatch):
+    # one execution's fork-server failure throws the zygote away; another execution it is running
+    # (checked in its own group, under its own limits) finishes there, and only then is it closed
+    r, server = _while_a_program_runs(monkeypatch, 5, lambda s: zygote.discard(s, "thrown away by the test"))
     assert (r.ok, r.value, r.forked) == (True, 5, True), r.error
     deadline = time.monotonic() + 10
     while server.proc.poll() is None and time.monotonic() < deadline:
@@ -351,14 +357,7 @@ def test_a_fork_server_thrown_away_while_it_runs_an_execution_lets_that_executio
 
 def test_an_execution_whose_fork_server_dies_under_it_runs_again_in_a_fresh_sandbox(monkeypatch):
     # the zygote's runs die with it: the program did not end its run, so it is not blamed for it
-    assert run("def f():\n    return 0\n").forked
-    server = zygote.server_for(PROGRAM_PRELOAD)
-    ready = _in_the_program(monkeypatch)
-    with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(run, "import time\ndef f():\n    time.sleep(1.0)\n    return 6\n")
-        assert ready.wait(30)
-        server.proc.kill()
-        r = pending.result(timeout=60)
+    r, _ = _while_a_program_runs(monkeypatch, 6, lambda s: s.proc.kill())
     assert (r.ok, r.value, r.forked) == (True, 6, False), r.error
 
 
