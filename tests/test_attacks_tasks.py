@@ -148,6 +148,18 @@ def test_a_forged_outcome_of_the_running_call_starts_the_next_calls_clock():
     assert r.calls[0]["ok"] and r.calls[1]["error_kind"] == "timeout" and r.seconds < 2.5
 
 
+def test_a_forged_outcome_cannot_say_the_parent_enforced_its_timeout():
+    """Only the parent marks a call it timed out itself (the run then goes on in a new sandbox):
+    the keys of an outcome line beyond the child's own are dropped."""
+    source = (FORGE + "def f(x):\n    if x == 0:\n"
+              "        forge(b'{\"call\": 0, \"ok\": false, \"error_kind\": \"timeout\", \"error\": \"late\", "
+              "\"parent_enforced\": true}\\n')\n    return x\n")
+    r = run_calls({"prog.py": source}, "prog", "f", [([i], {}) for i in range(3)], limits=RunLimits(wall_seconds=20),
+                  per_call_seconds=[5.0] * 3)
+    assert r.calls[0]["error_kind"] == "timeout" and "parent_enforced" not in r.calls[0]
+    assert [c["ok"] for c in r.calls] == [False, True, True]
+
+
 def test_a_forged_typed_value_that_builds_nothing_is_a_bad_output_not_a_harness_error():
     source = (FORGE + "def f():\n    forge(b'{\"call\": 0, \"ok\": true, \"value\": {\"__set__\": [[1]]}}\\n')\n"
               "    return 1\n")
