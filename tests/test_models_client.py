@@ -342,3 +342,100 @@ def test_usage_is_booked_per_channel():
     assert by_channel["architect"]["endpoint_calls"] == 1
     assert by_channel["worker-deployment"]["endpoint_calls"] == 1
     assert client.usage.total().tokens == sum(c["tokens"] for c in by_channel.values())
+
+
+# -- connections ---------------------------------------------------------------------------------
+class _OneShotServer:
+    """A loopback HTTP/1.1 endpoint that answers each request with a fixed chat completion, then
+    either closes the connection at once (``Connection: close``) or keeps it alive and closes it
+    silently ``idle_close`` seconds later (as servers drop idle connections)."""
+
+    BODY = b'{"choices":[{"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+
+    def __init__(self, close_at_once: bool, idle_close: float = 0.05) -> None:
+        import threading
+
+        self.close_at_once, self.idle_close = close_at_once, idle_close
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.connections = 0
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as reader:
+            while True:
+                length = 0
+                for line in iter(reader.readline, b"\r\n"):
+                    if not line:
+                        return
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                reader.read(length)
+                close = b"Connection: close\r\n" if self.close_at_once else b""
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + close +
+                             b"Content-Length: %d\r\n\r\n" % len(self.BODY) + self.BODY)
+                if self.close_at_once:
+                    return
+                conn.settimeout(self.idle_close)
+                try:
+                    if not reader.peek(1):
+                        return
+                except (TimeoutError, socket.timeout):
+                    return  # idle too long: drop the connection without a word
+                conn.settimeout(None)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_connections_are_kept_alive_and_never_more_than_the_calls_in_flight():
+    requests = [word_sorting(i) for i in range(48)]
+    with TestServer(latency=0.02) as srv:
+        with ModelClient("test-model", srv.base_url, concurrency=4) as client:
+            responses = client.complete_many(requests)
+            opened = client._engine.http.opened
+    assert [r.text for r in responses] == [reply_for(list(q.messages)) for q in requests]
+    assert 1 < opened <= 4  # 48 calls over at most 4 connections, each reused
+
+
+@pytest.mark.parametrize("close_at_once", [True, False], ids=["connection-close", "idle-connection-dropped"])
+def test_a_connection_the_server_closed_is_replaced_without_a_retry(close_at_once):
+    server = _OneShotServer(close_at_once)
+    try:
+        with ModelClient("test-model", server.base_url, concurrency=1, max_retries=0) as client:
+            for i in range(3):
+                assert client.complete(word_sorting(i)).text == "ok"
+                time.sleep(0.2)  # past the idle close
+            usage = client.usage.total()
+    finally:
+        server.close()
+    assert (usage.endpoint_calls, usage.retries, usage.failures) == (3, 0, 0)
+    assert server.connections == 3
+
+
+def test_a_proxy_in_the_environment_is_used_and_no_proxy_is_honoured(monkeypatch):
+    with socket.socket() as sock:  # the proxy: a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with TestServer() as srv:
+        for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        with ModelClient("test-model", srv.base_url, max_retries=0, **FAST) as client:
+            with pytest.raises(ModelError) as err:  # sent to the (dead) proxy, not to the server
+                client.complete(word_sorting(0))
+        assert err.value.kind == "connection" and srv.stats.calls == 0
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        with ModelClient("test-model", srv.base_url, max_retries=0, **FAST) as client:
+            assert client.complete(word_sorting(0)).text == reply_for(list(word_sorting(0).messages))

@@ -13,14 +13,17 @@ import collections
 import concurrent.futures
 import contextlib
 import email.utils
+import json
 import os
 import random
 import threading
 import time
+import urllib.request
 import weakref
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+import httpcore
 import httpx
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
@@ -369,11 +372,75 @@ class AdaptiveLimit:
         self._wake()
 
 
+class _Connections:
+    """The endpoint's connections, one per call in flight, each kept alive for the next call.
+
+    httpx's pool scans every connection at every request and answer, and its client wraps each
+    call in auth, redirect and cookie handling this client never uses; on loopback at concurrency
+    16 that cost half the throughput lost to the client (perf/model_throughput.py). Here a call
+    takes an idle connection (or opens one) and gives it back when its answer is read: the
+    callers bound how many are in flight, so there are never more connections than that. A
+    connection that failed is closed, never reused. Errors are httpx's (the client catches those),
+    so the proxied path (an ``httpx.AsyncClient``) and this one fail alike."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+        self.idle: collections.deque[httpcore.AsyncHTTPConnection] = collections.deque()
+        self.ssl_context = None  # made at the first https call
+        self.opened = 0
+
+    async def post(self, url: httpx.URL, body: bytes, headers: list[tuple[bytes, bytes]]) -> httpx.Response:
+        conn = None
+        while self.idle and conn is None:
+            conn = self.idle.pop()
+            if not conn.is_available() or conn.has_expired():
+                await conn.aclose()
+                conn = None
+        if conn is None:
+            if url.scheme == "https" and self.ssl_context is None:
+                self.ssl_context = httpx.create_ssl_context()
+            self.opened += 1
+            conn = httpcore.AsyncHTTPConnection(httpcore.Origin(url.raw_scheme, url.raw_host, url.port or
+                                                                (443 if url.scheme == "https" else 80)),
+                                                ssl_context=self.ssl_context)
+        request = httpcore.Request(b"POST", httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
+                                                         target=url.raw_path),
+                                   headers=[(b"Host", url.netloc), (b"Content-Length", b"%d" % len(body)), *headers],
+                                   content=body, extensions={"timeout": self.timeout})
+        try:
+            answer = await conn.handle_async_request(request)
+            try:
+                content = await answer.aread()
+            finally:
+                await answer.aclose()
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                httpcore.ConnectionNotAvailable, httpcore.UnsupportedProtocol) as exc:
+            await conn.aclose()
+            # httpcore's and httpx's exception classes share their names (ReadTimeout, ConnectError...)
+            raise getattr(httpx, type(exc).__name__, httpx.TransportError)(str(exc)) from exc
+        except BaseException:
+            await conn.aclose()
+            raise
+        self.idle.append(conn)
+        return httpx.Response(answer.status, headers=answer.headers, content=content)
+
+    async def aclose(self) -> None:
+        while self.idle:
+            await self.idle.pop().aclose()
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment routes ``url`` through a proxy (``HTTPS_PROXY`` ... ``NO_PROXY``):
+    such calls go through an ``httpx.AsyncClient``, which speaks to proxies."""
+    target, proxies = httpx.URL(url), urllib.request.getproxies()
+    return bool(proxies.get(target.scheme) or proxies.get("all")) and not urllib.request.proxy_bypass(target.host)
+
+
 class _Engine:
     """A client's private event loop in a daemon thread, with the resources that belong to it.
 
     Every call of a client runs here, whichever thread or loop it comes from, so one concurrency
-    bound, one connection pool and one table of in-flight requests hold for all of them."""
+    bound, one set of connections and one table of in-flight requests hold for all of them."""
 
     def __init__(self, concurrency: int, adaptive: bool = False) -> None:
         self.pid = os.getpid()
@@ -382,7 +449,7 @@ class _Engine:
         self.adaptive: AdaptiveLimit | None = None
         if adaptive:  # created on the loop's thread-independent state; used only inside the loop
             self.adaptive = AdaptiveLimit(concurrency)
-        self.http: httpx.AsyncClient | None = None
+        self.http: httpx.AsyncClient | _Connections | None = None
         self.inflight: dict[str, asyncio.Future] = {}
         self.thread = threading.Thread(target=self._run, name="heldout-model-client", daemon=True)
         self.thread.start()
@@ -602,15 +669,30 @@ class ModelClient:
             self.recorder.write(request, response)
         return response
 
+    def _poster(self, http: "httpx.AsyncClient | _Connections", url: str, body: bytes):
+        """One attempt's POST of ``body`` to ``url``, through the proxy-aware httpx client or
+        the client's own connections."""
+        if isinstance(http, httpx.AsyncClient):
+            return lambda: http.post(url, content=body, headers={"Content-Type": "application/json"})
+        target = httpx.URL(url)
+        headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json")]
+        if self.api_key:
+            headers.append((b"Authorization", f"Bearer {self.api_key}".encode()))
+        return lambda: http.post(target, body, headers)
+
     async def _fetch(self, request: ChatRequest, key: str, engine: _Engine) -> ChatResponse:
-        if engine.http is None:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            engine.http = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout), headers=headers,
-                limits=httpx.Limits(max_connections=self.concurrency,
-                                    max_keepalive_connections=self.concurrency))
         url = f"{self.base_url}/chat/completions"
-        payload = request.payload()
+        if engine.http is None:
+            if _proxied(url):
+                headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+                engine.http = httpx.AsyncClient(
+                    timeout=httpx.Timeout(self.timeout), headers=headers,
+                    limits=httpx.Limits(max_connections=self.concurrency,
+                                        max_keepalive_connections=self.concurrency))
+            else:
+                engine.http = _Connections(self.timeout)
+        body = json.dumps(request.payload(), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        post = self._poster(engine.http, url, body)
         channel = request.channel
         started = time.perf_counter()
         attempt = 0
@@ -623,12 +705,12 @@ class ModelClient:
                 epoch = 0
                 try:
                     if limit is None:
-                        reply = await engine.http.post(url, json=payload)
+                        reply = await post()
                     else:  # one place in the learned window per attempt, not per request
                         epoch = await limit.acquire()
                         sent = time.perf_counter()
                         try:
-                            reply = await engine.http.post(url, json=payload)
+                            reply = await post()
                         finally:
                             limit.release()
                 except httpx.TimeoutException as exc:
