@@ -30,7 +30,8 @@ Rules (each one is a test):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Sequence
 
 VLEN = 8
 SCRATCH_SIZE = 1536
@@ -104,6 +105,11 @@ def is_word_operand(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def all_word_operands(values: Sequence[Any]) -> bool:
+    """``is_word_operand`` for each value (plain ints, the common case, checked in one pass)."""
+    return all(type(v) is int for v in values) or all(is_word_operand(v) for v in values)
+
+
 def alu(op: str, x: int, y: int) -> int:
     """One scalar ALU operation on two words (also each lane of a VALU op)."""
     if op == "+":
@@ -161,6 +167,8 @@ class ReferenceMachine:
         self.trace_buf: list[int] = []
         self.slots = {engine: 0 for engine in CHECKED_ENGINES}
         self.fault: Fault | None = None
+        self.engines = {"alu": self._alu, "valu": self._valu, "load": self._load, "store": self._store,
+                        "flow": self._flow}
 
     # -- state access with explicit range checks (the original wraps negative indices) ---------
     def read_scratch(self, addr: int) -> int:
@@ -188,11 +196,11 @@ class ReferenceMachine:
                     break
                 index = self.pc
                 bundle = self.program[index]
-                if not isinstance(bundle, Mapping):
+                if type(bundle) is not dict and not isinstance(bundle, Mapping):
                     self.pc = index + 1
                     raise MachineFault("bad_bundle", f"bundle is a {type(bundle).__name__}, not a mapping",
                                        index)
-                charged = any(key != "debug" for key in bundle)
+                charged = len(bundle) > ("debug" in bundle)  # a key other than debug
                 if charged and self.cycle >= self.cycle_cap:
                     raise MachineFault("cycle_cap", f"still running after {self.cycle_cap} cycles", index)
                 self.pc = index + 1
@@ -224,9 +232,9 @@ class ReferenceMachine:
                     if not isinstance(slot, (list, tuple)) or not slot or not isinstance(slot[0], str):
                         raise MachineFault("bad_slot", f"{engine} slot {slot!r} is not (opcode, operands...)")
                     operands = slot[1:]
-                    if not all(is_word_operand(v) for v in operands):
+                    if not all_word_operands(operands):
                         raise MachineFault("bad_slot", f"{engine} slot {list(slot)!r} has a non-integer operand")
-                    getattr(self, "_" + engine)(slot[0], operands, pending_scratch, pending_memory, index)
+                    self.engines[engine](slot[0], operands, pending_scratch, pending_memory, index)
                 counts[engine] += len(slots)
         except MachineFault as fault:
             fault.bundle = index
