@@ -17,6 +17,7 @@ import pytest
 
 from heldout.contracts import RunLimits
 from heldout.sandbox import PROGRAM_PRELOAD, cgroups, process, run_calls, run_function, zygote
+from heldout.sandbox.root import SCRATCH_DIR, child_env
 
 pytestmark = pytest.mark.skipif(not zygote.fork_server_enabled(),
                                 reason="the fork server needs a root harness with cgroup v1 limits")
@@ -501,3 +502,13 @@ def test_a_process_forked_after_the_fork_server_started_runs_its_own():
     assert value == "child ran"
     assert child_stats == {"servers": 1, "executions": 1}  # its own zygote, its own count
     assert zygote.stats()["servers"] == before["servers"]
+
+
+def test_a_forked_child_has_exactly_the_environment_of_a_fresh_sandbox():
+    """Both get ``child_env`` (PWD included: bwrap sets it in a fresh sandbox), so a forked child
+    has nothing of its zygote's environment to reset, and a program cannot tell them apart."""
+    src = "import os\ndef f():\n    return dict(os.environ)\n"
+    fresh = run_function({"p.py": src}, "p", "f", limits=LIMITS, preload=PROGRAM_PRELOAD, fork_server=False)
+    forked = run_function({"p.py": src}, "p", "f", limits=LIMITS, preload=PROGRAM_PRELOAD)
+    assert forked.forked and not fresh.forked
+    assert forked.value == fresh.value == child_env(SCRATCH_DIR)

@@ -13,6 +13,7 @@ candidate made.
 
 Only the standard library is used (numpy is converted when the candidate already imported it)."""
 
+import builtins
 import ctypes
 import itertools
 import json
@@ -29,6 +30,13 @@ TAIL = 3000
 STACK_BYTES = 64 * 1024 * 1024  # runaway C recursion ends in SIGSEGV quickly instead of eating memory
 
 _chan = None
+_libc_handle = []  # the C library, opened once per interpreter (a fork server's children inherit it)
+
+
+def libc():
+    if not _libc_handle:
+        _libc_handle.append(ctypes.CDLL(None, use_errno=True))
+    return _libc_handle[0]
 
 
 class CallTimeout(BaseException):
@@ -88,7 +96,7 @@ def isolate(job):
         os.setuid(uid)  # drops every capability; the uid owns nothing on the host
         # the process counter is per uid: with the throw-away uid it counts only this run
         resource.setrlimit(resource.RLIMIT_NPROC, (lim["max_processes"],) * 2)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     install_seccomp()
 
 
@@ -135,7 +143,7 @@ def seccomp_program():
               (jeq, 0, 3, SYS_CLONE), (ld, 0, 0, 16), (jset, 0, 1, CLONE_NS_FLAGS), (ret, 0, 0, eperm),
               (ret, 0, 0, SECCOMP_RET_ALLOW)]
     program = (Filter * len(insns))(*[Filter(*i) for i in insns])
-    _seccomp.append((Prog(len(insns), program), program, ctypes.CDLL(None, use_errno=True)))
+    _seccomp.append((Prog(len(insns), program), program, libc()))
     return _seccomp[0]
 
 
@@ -350,9 +358,10 @@ def use_python_path(paths):
     for path in paths:
         if path not in sys.path:
             sys.path.append(path)
-    site.setquit()
-    site.setcopyright()
-    site.sethelper()
+    if not hasattr(builtins, "copyright"):  # a fork server's child has them from its zygote (0.2 ms)
+        site.setquit()
+        site.setcopyright()
+        site.sethelper()
 
 
 def main():

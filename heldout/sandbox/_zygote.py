@@ -66,7 +66,7 @@ def _refill():
 def _report(msg):
     _ctl[0].sendmsg([json.dumps(msg).encode()])  # noqa: F821
 
-_libc = ctypes.CDLL(None, use_errno=True)  # noqa: F821 - ctypes comes from _child's source
+_libc = libc()  # noqa: F821 - _child's: every child of this zygote inherits the handle
 
 
 def _check(ret, what):

@@ -156,7 +156,9 @@ def bwrap_argv(allow: AllowList, *, privileged: bool) -> list[str]:
 
 def child_env(home: str) -> dict[str, str]:
     """The whole environment of a sandboxed Python: nothing of the harness's leaks in."""
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home,
+    # PWD: the child starts in ``home`` (bwrap's --chdir sets it in a fresh sandbox; naming it here
+    # keeps a forked child's environment the same, and its zygote's as it is, with nothing to reset)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "PWD": home,
            "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "0"}  # reproducible set/dict orders across runs
     # one thread per numeric library: thread pools count against the process limit (and a
