@@ -175,7 +175,7 @@ def test_a_spare_joins_its_group_in_advance_and_the_request_sets_its_limits(monk
 
 def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkeypatch):
     """With no prepared spare to take (all of them taken), the request comes with a new group:
-    the zygote's oldest spare moves into it with its reaper, and its old group is removed."""
+    the child of the zygote's oldest spare moves into it, and its old group is removed."""
     assert run("def f():\n    return 0\n").forked
     time.sleep(0.2)
     server = zygote.server_for(PROGRAM_PRELOAD)
@@ -512,3 +512,32 @@ def test_a_forked_child_has_exactly_the_environment_of_a_fresh_sandbox():
     forked = run_function({"p.py": src}, "p", "f", limits=LIMITS, preload=PROGRAM_PRELOAD)
     assert forked.forked and not fresh.forked
     assert forked.value == fresh.value == child_env(SCRATCH_DIR)
+
+
+def test_a_candidate_cannot_reach_its_reaper_which_shares_the_zygotes_memory_and_files():
+    """PID 1 of an execution's namespace is a clone sharing the zygote's memory and file table
+    (the control socket among its fds): reading or writing its memory, listing or duplicating its
+    fds, or signalling it must all fail, and the next execution still runs."""
+    src = '''
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+def f():
+    got = {}
+    for name, act in [("mem", lambda: open("/proc/1/mem", "r+b")), ("fds", lambda: os.listdir("/proc/1/fd")),
+                      ("maps", lambda: open("/proc/1/maps").read()), ("environ", lambda: open("/proc/1/environ").read())]:
+        try:
+            act()
+            got[name] = "reached"
+        except OSError as exc:
+            got[name] = exc.errno
+    pidfd = libc.syscall(434, 1, 0)  # pidfd_open(1)
+    got["pidfd_getfd"] = [libc.syscall(438, pidfd, fd, 0) for fd in range(3, 12)] if pidfd >= 0 else "no pidfd"
+    got["kill"] = [libc.kill(1, sig) for sig in (signal.SIGTERM, signal.SIGSEGV, signal.SIGKILL)]  # below the audit hook
+    return got
+'''
+    r = run(src)
+    assert r.ok and r.forked, r.error
+    assert "reached" not in r.value.values(), r.value
+    assert r.value["pidfd_getfd"] == "no pidfd" or all(fd < 0 for fd in r.value["pidfd_getfd"]), r.value
+    after = run("def f():\n    return 7\n")
+    assert after.ok and after.forked and after.value == 7
