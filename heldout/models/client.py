@@ -383,13 +383,19 @@ class _Connections:
     connection that failed is closed, never reused. Errors are httpx's (the client catches those),
     so the proxied path (an ``httpx.AsyncClient``) and this one fail alike."""
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, url: str, headers: list[tuple[bytes, bytes]], timeout: float) -> None:
+        target = httpx.URL(url)  # parsed once: every call goes to the same URL
+        secure = target.scheme == "https"
+        self.origin = httpcore.Origin(target.raw_scheme, target.raw_host, target.port or (443 if secure else 80))
+        self.url = httpcore.URL(scheme=target.raw_scheme, host=target.raw_host, port=target.port,
+                                target=target.raw_path)
+        self.headers = [(b"Host", target.netloc), *headers]
         self.timeout = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+        self.ssl_context = httpx.create_ssl_context() if secure else None
         self.idle: collections.deque[httpcore.AsyncHTTPConnection] = collections.deque()
-        self.ssl_context = None  # made at the first https call
         self.opened = 0
 
-    async def post(self, url: httpx.URL, body: bytes, headers: list[tuple[bytes, bytes]]) -> httpx.Response:
+    async def post(self, body: bytes) -> httpx.Response:
         conn = None
         while self.idle and conn is None:
             conn = self.idle.pop()
@@ -397,15 +403,9 @@ class _Connections:
                 await conn.aclose()
                 conn = None
         if conn is None:
-            if url.scheme == "https" and self.ssl_context is None:
-                self.ssl_context = httpx.create_ssl_context()
             self.opened += 1
-            conn = httpcore.AsyncHTTPConnection(httpcore.Origin(url.raw_scheme, url.raw_host, url.port or
-                                                                (443 if url.scheme == "https" else 80)),
-                                                ssl_context=self.ssl_context)
-        request = httpcore.Request(b"POST", httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
-                                                         target=url.raw_path),
-                                   headers=[(b"Host", url.netloc), (b"Content-Length", b"%d" % len(body)), *headers],
+            conn = httpcore.AsyncHTTPConnection(self.origin, ssl_context=self.ssl_context)
+        request = httpcore.Request(b"POST", self.url, headers=[*self.headers, (b"Content-Length", b"%d" % len(body))],
                                    content=body, extensions={"timeout": self.timeout})
         try:
             answer = await conn.handle_async_request(request)
@@ -674,11 +674,7 @@ class ModelClient:
         the client's own connections."""
         if isinstance(http, httpx.AsyncClient):
             return lambda: http.post(url, content=body, headers={"Content-Type": "application/json"})
-        target = httpx.URL(url)
-        headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json")]
-        if self.api_key:
-            headers.append((b"Authorization", f"Bearer {self.api_key}".encode()))
-        return lambda: http.post(target, body, headers)
+        return lambda: http.post(body)
 
     async def _fetch(self, request: ChatRequest, key: str, engine: _Engine) -> ChatResponse:
         url = f"{self.base_url}/chat/completions"
@@ -690,7 +686,10 @@ class ModelClient:
                     limits=httpx.Limits(max_connections=self.concurrency,
                                         max_keepalive_connections=self.concurrency))
             else:
-                engine.http = _Connections(self.timeout)
+                headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json")]
+                if self.api_key:
+                    headers.append((b"Authorization", f"Bearer {self.api_key}".encode()))
+                engine.http = _Connections(url, headers, self.timeout)
         body = json.dumps(request.payload(), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
         post = self._poster(engine.http, url, body)
         channel = request.channel

@@ -14,7 +14,7 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes two proce
   zygote's memory, it costs no copy of the zygote's page tables to make and none to tear down
   (a forked reaper did both: about 0.7 ms of every execution's exit, measured);
 * the **child**, PID 2 of that namespace, forked by the zygote inside it (``setns`` on the
-  reaper's pidfd), which joins the execution's own cgroup (an empty group the harness made in
+  reaper's /proc/PID/ns/pid), which joins the execution's own cgroup (an empty group the harness made in
   advance and sent with its ``cgroup.procs`` fds; the harness sets its limits when it sends the
   request), unshares fresh mount, IPC, network, UTS and cgroup namespaces, mounts a fresh
   size-capped tmpfs as the scratch, remounts ``/dev`` read-only (nothing there is writable, as in
