@@ -350,7 +350,8 @@ class _OneShotServer:
     either closes the connection at once (``Connection: close``) or keeps it alive and closes it
     silently ``idle_close`` seconds later (as servers drop idle connections)."""
 
-    BODY = b'{"choices":[{"message":{"role":"assistant","content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}'
+    BODY = (b'{"choices":[{"message":{"role":"assistant","content":"ok"}}],'
+            b'"usage":{"prompt_tokens":1,"completion_tokens":1}}')
 
     def __init__(self, close_at_once: bool, idle_close: float = 0.05) -> None:
         import threading

@@ -14,9 +14,9 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes two proce
   zygote's memory, it costs no copy of the zygote's page tables to make and none to tear down
   (a forked reaper did both: about 0.7 ms of every execution's exit, measured);
 * the **child**, PID 2 of that namespace, forked by the zygote inside it (``setns`` on the
-  reaper's /proc/PID/ns/pid), which joins the execution's own cgroup (an empty group the harness made in
-  advance and sent with its ``cgroup.procs`` fds; the harness sets its limits when it sends the
-  request), unshares fresh mount, IPC, network, UTS and cgroup namespaces, mounts a fresh
+  reaper's ``/proc/PID/ns/pid``), which joins the execution's own cgroup (an empty group the
+  harness made in advance and sent with its ``cgroup.procs`` fds; the harness sets its limits
+  when it sends the request), unshares fresh mount, IPC, network, UTS and cgroup namespaces, mounts a fresh
   size-capped tmpfs as the scratch, remounts ``/dev`` read-only (nothing there is writable, as in
   a fresh sandbox), mounts a ``/proc`` of its PID namespace (with bwrap's read-only covers) and
   waits for its request. On the request (a request that brings a group of its own moves the child
@@ -278,20 +278,29 @@ def _fork_spare(group_fds):
 
 def _reaped(pid, status, running, killed):
     """One process of the zygote's reaped: a child (its reaper is killed now, and with it
-    whatever the child left), or a reaper (its namespace is gone: the execution's exit is
-    reported, or the spare it held is dropped)."""
+    whatever the child left), or a reaper (its namespace is gone). An execution is finished when
+    both are: the kernel lets PID 1 finish dying only after the zygote reaped the child."""
     reaper = _reaper_of.pop(pid, None)
     if reaper is not None:
-        _reapers[reaper][2] = -9 if pid in killed else _exit_code(status)
+        code = -9 if pid in killed else _exit_code(status)
+        entry = _reapers.get(reaper)
+        if entry is None:  # its reaper was reaped first (not what this kernel does): done now
+            _finished(pid, code, running, killed)
+            return
+        entry[2] = code
         try:
             os.kill(reaper, 9)  # noqa: F821
         except ProcessLookupError:
             pass
         return
     entry = _reapers.pop(pid, None)
-    if entry is None:
-        return
-    child, code = entry[1], entry[2]
+    if entry is not None and entry[1] not in _reaper_of:  # else the child's reaping finishes it
+        _finished(entry[1], entry[2], running, killed)
+
+
+def _finished(child, code, running, killed):
+    """The execution (or the spare) of ``child`` is gone, its namespace with it: its exit is
+    reported, or the spare is dropped."""
     killed.discard(child)
     ident = running.pop(child, None)
     if ident is not None:
