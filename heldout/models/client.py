@@ -376,8 +376,9 @@ class _Connections:
     """The endpoint's connections, one per call in flight, each kept alive for the next call.
 
     httpx's pool scans every connection at every request and answer, and its client wraps each
-    call in auth, redirect and cookie handling this client never uses; on loopback at concurrency
-    16 that cost half the throughput lost to the client (perf/model_throughput.py). Here a call
+    call in auth, redirect and cookie handling this client never uses: on loopback (2,000 calls,
+    concurrency 16, 0.1 s latency; perf/model_throughput.py) the client reached 0.949 of the ideal
+    throughput through them and 0.970 with these connections, in calm moments. Here a call
     takes an idle connection (or opens one) and gives it back when its answer is read: the
     callers bound how many are in flight, so there are never more connections than that. A
     connection that failed is closed, never reused. Errors are httpx's (the client catches those),
@@ -686,7 +687,8 @@ class ModelClient:
                     limits=httpx.Limits(max_connections=self.concurrency,
                                         max_keepalive_connections=self.concurrency))
             else:
-                headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json")]
+                headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json"),
+                           (b"User-Agent", b"heldout")]
                 if self.api_key:
                     headers.append((b"Authorization", f"Bearer {self.api_key}".encode()))
                 engine.http = _Connections(url, headers, self.timeout)
