@@ -532,6 +532,7 @@ def f():
             got[name] = "reached"
         except OSError as exc:
             got[name] = exc.errno
+    got["blocked"] = int(next(l for l in open("/proc/1/status") if l.startswith("SigBlk:")).split()[1], 16)
     pidfd = libc.syscall(434, 1, 0)  # pidfd_open(1)
     got["pidfd_getfd"] = [libc.syscall(438, pidfd, fd, 0) for fd in range(3, 12)] if pidfd >= 0 else "no pidfd"
     # below the audit hook, which would end the run at os.kill
@@ -541,6 +542,8 @@ def f():
     r = run(src)
     assert r.ok and r.forked, r.error
     assert "reached" not in r.value.values(), r.value
+    # it runs no handler in the memory it shares: every catchable signal is blocked
+    assert all(r.value["blocked"] >> (sig - 1) & 1 for sig in (1, 2, 10, 11, 12, 13, 14, 15, 17, 28)), r.value
     assert r.value["pidfd_getfd"] == "no pidfd" or all(fd < 0 for fd in r.value["pidfd_getfd"]), r.value
     after = run("def f():\n    return 7\n")
     assert after.ok and after.forked and after.value == 7
