@@ -508,8 +508,7 @@ def test_a_forked_child_has_exactly_the_environment_of_a_fresh_sandbox():
     """Both get ``child_env`` (PWD included: bwrap sets it in a fresh sandbox), so a forked child
     has nothing of its zygote's environment to reset, and a program cannot tell them apart."""
     src = "import os\ndef f():\n    return dict(os.environ)\n"
-    fresh = run_function({"p.py": src}, "p", "f", limits=LIMITS, preload=PROGRAM_PRELOAD, fork_server=False)
-    forked = run_function({"p.py": src}, "p", "f", limits=LIMITS, preload=PROGRAM_PRELOAD)
+    fresh, forked = run(src, fork_server=False), run(src)
     assert forked.forked and not fresh.forked
     assert forked.value == fresh.value == child_env(SCRATCH_DIR)
 

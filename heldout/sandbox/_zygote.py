@@ -16,10 +16,10 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes two proce
 * the **child**, PID 2 of that namespace, forked by the zygote inside it (``setns`` on the
   reaper's ``/proc/PID/ns/pid``), which joins the execution's own cgroup (an empty group the
   harness made in advance and sent with its ``cgroup.procs`` fds; the harness sets its limits
-  when it sends the request), unshares fresh mount, IPC, network, UTS and cgroup namespaces, mounts a fresh
-  size-capped tmpfs as the scratch, remounts ``/dev`` read-only (nothing there is writable, as in
-  a fresh sandbox), mounts a ``/proc`` of its PID namespace (with bwrap's read-only covers) and
-  waits for its request. On the request (a request that brings a group of its own moves the child
+  when it sends the request), unshares fresh mount, IPC, network, UTS and cgroup namespaces,
+  mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only (nothing there is
+  writable, as in a fresh sandbox), mounts a ``/proc`` of its PID namespace (with bwrap's
+  read-only covers) and waits for its request. On the request (a request that brings a group of its own moves the child
   there first) it binds the execution's code dir read-only over the code path (which held the
   inbox of every execution's code dir, now out of reach), gets exactly the fds of a fresh sandbox
   (job on stdin, output on stdout/stderr, result channel on fd 3), the sandbox environment,
