@@ -19,12 +19,12 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes two proce
   when it sends the request), unshares fresh mount, IPC, network, UTS and cgroup namespaces,
   mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only (nothing there is
   writable, as in a fresh sandbox), mounts a ``/proc`` of its PID namespace (with bwrap's
-  read-only covers) and waits for its request. On the request (a request that brings a group of its own moves the child
-  there first) it binds the execution's code dir read-only over the code path (which held the
-  inbox of every execution's code dir, now out of reach), gets exactly the fds of a fresh sandbox
-  (job on stdin, output on stdout/stderr, result channel on fd 3), the sandbox environment,
-  re-seeded random states and cleared import caches, and runs the ordinary child ``main()``
-  (rlimits, throw-away uid, no_new_privs, seccomp, audit hook, the calls).
+  read-only covers) and waits for its request. On the request (a request that brings a group of
+  its own moves the child there first) it binds the execution's code dir read-only over the code
+  path (which held the inbox of every execution's code dir, now out of reach), gets exactly the
+  fds of a fresh sandbox (job on stdin, output on stdout/stderr, result channel on fd 3), the
+  sandbox environment, re-seeded random states and cleared import caches, and runs the ordinary
+  child ``main()`` (rlimits, throw-away uid, no_new_privs, seccomp, audit hook, the calls).
 
 One fork of the zygote's image per execution: copying and tearing down its page tables is most of
 what an execution costs the machine.
