@@ -108,7 +108,8 @@ def test_nothing_of_a_polluting_candidate_reaches_the_next_one():
     assert seen["modules"] is False and seen["path_scratch_first"] is False
     assert seen["shm"] is False  # the IPC namespace died with the run
     assert seen["abstract_socket"] is False  # the background process and its network namespace too
-    assert seen["processes"] == [1, 2]  # a reaper and this child, in a PID namespace of its own
+    # a reaper, this child and its memory holder, in a PID namespace of its own
+    assert seen["processes"] == [1, 2, 3]
     assert seen["fds"][:4] == [0, 1, 2, 3] and len(seen["fds"]) <= 5  # stdio, the result pipe (+ listdir's own)
 
 
@@ -186,7 +187,7 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     for r in results:
         assert r.ok and r.forked, r.error
         assert all(line.endswith(":/") for line in r.value[0].split()), r.value[0]
-        assert r.value[1] == [1, 2]
+        assert r.value[1] == [1, 2, 3]  # its reaper, itself and its memory holder
     bomb = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=300))
     assert bomb.forked and (not bomb.ok or bomb.value < 4), (bomb.value, bomb.error)
     assert zygote.server_for(PROGRAM_PRELOAD) is server
@@ -457,7 +458,7 @@ def test_concurrent_executions_share_one_fork_server_and_nothing_else():
                                                        preload=PROGRAM_PRELOAD), range(3)))
     for i, r in enumerate(results):
         assert r.ok and r.forked, r.error
-        assert r.value == [[f"mine{i}"], ["1", "2"]]
+        assert r.value == [[f"mine{i}"], ["1", "2", "3"]]  # its reaper, itself and its memory holder
 
 
 COLD_CONCURRENT = """
@@ -513,36 +514,47 @@ def test_a_forked_child_has_exactly_the_environment_of_a_fresh_sandbox():
     assert forked.value == fresh.value == child_env(SCRATCH_DIR)
 
 
-def test_a_candidate_cannot_reach_its_reaper_which_shares_the_zygotes_memory_and_files():
+def test_a_candidate_cannot_reach_its_reaper_or_its_memory_holder():
     """PID 1 of an execution's namespace is a clone sharing the zygote's memory and file table
-    (the control socket among its fds): reading or writing its memory, listing or duplicating its
-    fds, or signalling it must all fail, and the next execution still runs."""
+    (the control socket among its fds); PID 3 is a clone sharing the candidate's own memory, with
+    copies of the zygote's log and the spare's request socket among its fds. For each of them,
+    reading or writing its memory, listing or duplicating its fds, or signalling it must fail;
+    neither runs a signal handler (every catchable signal is blocked); and the next execution
+    still runs."""
     src = '''
 import ctypes, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
 def f():
-    got = {}
-    for name, act in [("mem", lambda: open("/proc/1/mem", "r+b")),
-                      ("fds", lambda: os.listdir("/proc/1/fd")),
-                      ("maps", lambda: open("/proc/1/maps").read()),
-                      ("environ", lambda: open("/proc/1/environ").read())]:
-        try:
-            act()
-            got[name] = "reached"
-        except OSError as exc:
-            got[name] = exc.errno
-    got["blocked"] = int(next(l for l in open("/proc/1/status") if l.startswith("SigBlk:")).split()[1], 16)
-    pidfd = libc.syscall(434, 1, 0)  # pidfd_open(1)
-    got["pidfd_getfd"] = [libc.syscall(438, pidfd, fd, 0) for fd in range(3, 12)] if pidfd >= 0 else "no pidfd"
-    # below the audit hook, which would end the run at os.kill
-    got["kill"] = [libc.kill(1, sig) for sig in (signal.SIGTERM, signal.SIGSEGV, signal.SIGKILL)]
-    return got
+    seen = {}
+    for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+        got = seen[str(pid)] = {}
+        for name, act in [("mem", lambda: open(f"/proc/{pid}/mem", "r+b")),
+                          ("fds", lambda: os.listdir(f"/proc/{pid}/fd")),
+                          ("maps", lambda: open(f"/proc/{pid}/maps").read()),
+                          ("environ", lambda: open(f"/proc/{pid}/environ").read())]:
+            try:
+                act()
+                got[name] = "reached"
+            except OSError as exc:
+                got[name] = exc.errno
+        status = open(f"/proc/{pid}/status").read().splitlines()
+        got["blocked"] = int(next(l for l in status if l.startswith("SigBlk:")).split()[1], 16)
+        got["state"] = next(l for l in status if l.startswith("State:")).split()[1]
+        pidfd = libc.syscall(434, pid, 0)  # pidfd_open
+        got["pidfd_getfd"] = [libc.syscall(438, pidfd, fd, 0) for fd in range(3, 12)] if pidfd >= 0 else "no pidfd"
+        # below the audit hook, which would end the run at os.kill
+        got["kill"] = [libc.kill(pid, sig) for sig in (signal.SIGTERM, signal.SIGSEGV, signal.SIGKILL)]
+    return seen
 '''
     r = run(src)
     assert r.ok and r.forked, r.error
-    assert "reached" not in r.value.values(), r.value
-    # it runs no handler in the memory it shares: every catchable signal is blocked
-    assert all(r.value["blocked"] >> (sig - 1) & 1 for sig in (1, 2, 10, 11, 12, 13, 14, 15, 17, 28)), r.value
-    assert r.value["pidfd_getfd"] == "no pidfd" or all(fd < 0 for fd in r.value["pidfd_getfd"]), r.value
+    assert sorted(r.value) == ["1", "3"], r.value  # JSON keys
+    for pid, got in r.value.items():
+        # the holder's memory map is the candidate's own (one memory): as readable as /proc/self/maps
+        assert "reached" not in [v for k, v in got.items() if (pid, k) != ("3", "maps")], (pid, got)
+        assert got["state"] == "S", (pid, got)  # parked in pause(), and still there
+        assert all(got["blocked"] >> (sig - 1) & 1 for sig in (1, 2, 10, 11, 12, 13, 14, 15, 17, 28)), (pid, got)
+        assert got["pidfd_getfd"] == "no pidfd" or all(fd < 0 for fd in got["pidfd_getfd"]), (pid, got)
+        assert got["kill"] == [-1, -1, -1], (pid, got)
     after = run("def f():\n    return 7\n")
     assert after.ok and after.forked and after.value == 7

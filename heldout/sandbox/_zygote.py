@@ -5,7 +5,7 @@ the names of ``_child`` -- ``main``, ``isolate`` ... -- are its globals).
 The zygote is trusted code that runs no candidate itself. It imports the modules it was asked to
 preload, freezes the garbage collector (fewer copy-on-write pages in every child) and then waits
 on its control socket, which only the harness holds (an inherited fd; it binds no socket anyone
-could connect to). Per execution (in advance: see ``SPARES``) it makes two processes:
+could connect to). Per execution (in advance: see ``SPARES``) it makes three processes:
 
 * a **reaper**, PID 1 of a new PID namespace: a ``clone`` that shares the zygote's memory, file
   table and file-system state and does nothing but wait in ``pause()`` with every signal blocked.
@@ -14,28 +14,34 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes two proce
   zygote's memory, it costs no copy of the zygote's page tables to make and none to tear down
   (a forked reaper did both: about 0.7 ms of every execution's exit, measured);
 * the **child**, PID 2 of that namespace, forked by the zygote inside it (``setns`` on the
-  reaper's ``/proc/PID/ns/pid``), which joins the execution's own cgroup (an empty group the
-  harness made in advance and sent with its ``cgroup.procs`` fds; the harness sets its limits
-  when it sends the request), unshares fresh mount, IPC, network, UTS and cgroup namespaces,
-  mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only (nothing there is
-  writable, as in a fresh sandbox), mounts a ``/proc`` of its PID namespace (with bwrap's
-  read-only covers) and waits for its request. On the request (a request that brings a group of
-  its own moves the child there first) it binds the execution's code dir read-only over the code
-  path (which held the inbox of every execution's code dir, now out of reach), gets exactly the
-  fds of a fresh sandbox (job on stdin, output on stdout/stderr, result channel on fd 3), the
-  sandbox environment, re-seeded random states and cleared import caches, and runs the ordinary
-  child ``main()`` (rlimits, throw-away uid, no_new_privs, seccomp, audit hook, the calls).
+  reaper's ``/proc/PID/ns/pid``), which unshares fresh mount, IPC, network, UTS and cgroup
+  namespaces, mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only
+  (nothing there is writable, as in a fresh sandbox), mounts a ``/proc`` of its PID namespace
+  (with bwrap's read-only covers), makes its memory holder, joins the execution's own cgroup (an
+  empty group the harness made in advance and sent with its ``cgroup.procs`` fds; the harness
+  sets its limits when it sends the request) and waits for its request;
+* the child's **memory holder** (PID 3): a ``clone`` that shares the child's memory and waits in
+  ``pause()`` as the reaper does, outside the execution's cgroup, so that the child's exit does
+  not tear down its page tables (see :func:`_hold_memory`).
+
+On the request (a request that brings a group of its own moves the child there first) the child
+binds the execution's code dir read-only over the code path (which held the inbox of every
+execution's code dir, now out of reach), gets exactly the fds of a fresh sandbox (job on stdin,
+output on stdout/stderr, result channel on fd 3), the sandbox environment, re-seeded random
+states and cleared import caches, and runs the ordinary child ``main()`` (rlimits, throw-away uid,
+no_new_privs, seccomp, audit hook, the calls).
 
 One fork of the zygote's image per execution: copying and tearing down its page tables is most of
 what an execution costs the machine.
 
-When the child exits (or the harness asks for the execution to be killed) the zygote kills the
-reaper, which takes whatever is left of the execution with it; the zygote reports the execution's
-exit once both are reaped, with bwrap's exit-code convention (the child's code, or 128 + the
-signal; -9 when the harness had it killed first). The code is only used in messages (the harness
-decides every outcome from the result channel and the cgroup, as for a fresh sandbox). Orphans of
-the run are reaped when the namespace dies, not before (a run allowed processes keeps their
-zombies until then)."""
+When the child exits (or the harness asks for the execution to be killed) the zygote reaps it,
+kills the reaper, which takes whatever is left of the execution with it (the holder too), and
+reports the execution's exit, with bwrap's exit-code convention (the child's code, or 128 + the
+signal; -9 when the harness had it killed first). The harness then waits until the execution's
+cgroup is empty: every process of the run has exited. The code is only used in messages (the
+harness decides every outcome from the result channel and the cgroup, as for a fresh sandbox).
+Orphans of the run are reaped when the namespace dies, not before (a run allowed processes keeps
+their zombies until then); the holder tears the child's memory down then, after the report."""
 
 import array
 import collections
@@ -47,7 +53,7 @@ import socket
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-CLONE_VM, CLONE_FS, CLONE_FILES = 0x100, 0x200, 0x400
+CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_PARENT = 0x100, 0x200, 0x400, 0x8000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
@@ -60,7 +66,11 @@ SPARES = 2  # executions prepared in advance (as many as run concurrently, commo
 SCRATCH = "/sandbox/scratch"
 _spares = collections.deque()  # (child pid, request socket, group id or None), oldest first
 _reaper_of = {}  # child pid -> its reaper's pid, until the child is reaped
-_reapers = {}  # reaper pid -> [its stack, its child's pid, the child's exit code or None]
+_reapers = {}  # reaper pid -> its stack, until the reaper is reaped
+_dying = set()  # reapers killed and not yet reaped: their holders' teardowns are pending
+# more pending teardowns than this (a busy machine starves a low priority) and the holders get the
+# default priority: the memory of finished executions must not pile up
+SLOW_TEARDOWNS = 4
 REAPER_STACK_BYTES = 16384
 _groups = collections.deque()  # (group id, its cgroup.procs fds): made by the harness for spares to join
 _ctl = [None]  # the control socket (the zygote's own: no spare keeps it)
@@ -110,6 +120,18 @@ def _spare_setup(scratch, group_fds):
     namespaces, scratch and /proc (nothing shared with an earlier or concurrent execution but the
     read-only root)."""
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
+    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in PROC_COVERS:
+        if os.path.exists("/proc/" + name):  # noqa: F821
+            _bind_readonly("/proc/" + name, "/proc/" + name)
+    try:
+        _hold_memory()  # it keeps the namespaces too: their teardown leaves the path with it
+    except OSError:
+        pass  # without a holder the child's own exit tears its memory down (slower, the same)
     for fd in group_fds:
         # joined now, before any request (a cgroup.procs write can wait for an RCU grace period,
         # ~10 ms here: it is off the execution's path)
@@ -122,14 +144,6 @@ def _spare_setup(scratch, group_fds):
             if exc.errno != errno.ENODEV:
                 raise
         os.close(fd)  # noqa: F821
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
-    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for name in PROC_COVERS:
-        if os.path.exists("/proc/" + name):  # noqa: F821
-            _bind_readonly("/proc/" + name, "/proc/" + name)
 
 
 _clone = _libc.clone
@@ -143,24 +157,67 @@ _libc.sigfillset(_ALL_SIGNALS)
 SIG_BLOCK, SIG_SETMASK = 0, 2
 
 
-def _new_reaper():
-    """PID 1 of a new PID namespace, waiting in ``pause()`` on a stack of its own in the zygote's
-    memory; every signal blocked (it runs no handler in memory it shares), so only SIGKILL ends
-    it. Returns its pid."""
+def _parked_clone(flags, what):
+    """A process that shares the caller's memory (``CLONE_VM`` among ``flags``) and waits in
+    ``pause()`` on a stack of its own in that memory, every signal blocked: it runs no handler
+    there, so it never returns to user space and only SIGKILL ends it. Returns ``(pid, stack)``;
+    the stack must outlive the process."""
     stack = ctypes.create_string_buffer(REAPER_STACK_BYTES)  # noqa: F821
     top = (ctypes.addressof(stack) + REAPER_STACK_BYTES - 64) & ~15  # noqa: F821
     err = _libc.pthread_sigmask(SIG_BLOCK, _ALL_SIGNALS, _SAVED_MASK)  # the clone inherits the mask
     if err:
         raise OSError(err, f"block signals: {os.strerror(err)}")  # noqa: F821
     try:
-        pid = _clone(_PAUSE, top, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_NEWPID | signal.SIGCHLD, None)  # noqa: F821
+        pid = _clone(_PAUSE, top, flags | signal.SIGCHLD, None)  # noqa: F821
         err = ctypes.get_errno()  # noqa: F821
     finally:
         _libc.pthread_sigmask(SIG_SETMASK, _SAVED_MASK, None)
     if pid <= 0:
-        raise OSError(err, f"clone a reaper: {os.strerror(err)}")  # noqa: F821
-    _reapers[pid] = [stack, None, None]
+        raise OSError(err, f"clone {what}: {os.strerror(err)}")  # noqa: F821
+    return pid, stack
+
+
+def _new_reaper():
+    """PID 1 of a new PID namespace: a parked clone sharing the zygote's memory, file table and
+    file-system state. Returns its pid."""
+    pid, stack = _parked_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_NEWPID, "a reaper")
+    _reapers[pid] = stack
     return pid
+
+
+_holder = []  # in a spare child: its memory holder's stack (the holder waits on it)
+PARKED_SECONDS = 5.0
+HOLDER_NICENESS = 19
+
+
+def _hold_memory():
+    """The child's memory holder: a parked clone sharing the child's memory (and its new
+    namespaces), a child of the zygote in the execution's PID namespace. It is made before the
+    child joins its execution's group, so it is none of the run's processes, and before any fd
+    of the execution arrives (it keeps copies of the zygote's log, the spare's request socket and
+    its group's fds, and uses none). When the child exits, its memory is still in use, so the
+    exit does not tear down the page tables (~2 ms with numpy's image, the largest part of an
+    execution's exit). The holder does that when its namespace dies, after the exit is
+    reported, at a low priority (at the default one it competed with the next execution's
+    start, and nothing was gained: measured).
+
+    The candidate can write this memory. The holder never returns to user space once it sleeps
+    in ``pause()`` (every signal blocked; only root outside could stop or freeze it), so it runs
+    nothing the candidate wrote: the child waits until it sleeps there, and kills it and goes on
+    without a holder if it does not in time."""
+    pid, stack = _parked_clone(CLONE_VM | CLONE_PARENT, "a memory holder")
+    _holder.append(stack)
+    deadline = time.monotonic() + PARKED_SECONDS  # noqa: F821
+    while True:
+        # its first system call is pause(); "S" (an interruptible sleep) is only ever that one
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rpartition(b")")[2].split()[0] == b"S":
+                break
+        if time.monotonic() > deadline:  # noqa: F821
+            os.kill(pid, 9)  # noqa: F821 - the zygote reaps it
+            return
+        time.sleep(0.0001)  # noqa: F821
+    os.setpriority(os.PRIO_PROCESS, pid, HOLDER_NICENESS)  # noqa: F821
 
 
 def _wait_for_request():
@@ -262,7 +319,6 @@ def _fork_spare(group_fds):
         _reset_pid_ns()
         theirs.close()
         _reaper_of[pid] = reaper
-        _reapers[reaper][1] = pid
         return pid, ours
     try:
         signal.set_wakeup_fd(-1)  # noqa: F821
@@ -284,30 +340,43 @@ def _fork_spare(group_fds):
 
 
 def _reaped(pid, status, running, killed):
-    """One process of the zygote's reaped: a child (its reaper is killed now, and with it
-    whatever the child left), or a reaper (its namespace is gone). An execution is finished when
-    both are: the kernel lets PID 1 finish dying only after the zygote reaped the child."""
+    """One process of the zygote's reaped. A child: its reaper is killed (and with it the
+    child's memory holder and whatever the child left) and its execution is finished. A reaper
+    or a memory holder: nothing is left of its execution."""
     reaper = _reaper_of.pop(pid, None)
-    if reaper is not None:
-        code = -9 if pid in killed else _exit_code(status)
-        entry = _reapers.get(reaper)
-        if entry is None:  # its reaper was reaped first (not what this kernel does): done now
-            _finished(pid, code, running, killed)
-            return
-        entry[2] = code
-        try:
-            os.kill(reaper, 9)  # noqa: F821
-        except ProcessLookupError:
-            pass
+    if reaper is None:
+        _reapers.pop(pid, None)
+        _dying.discard(pid)
         return
-    entry = _reapers.pop(pid, None)
-    if entry is not None and entry[1] not in _reaper_of:  # else the child's reaping finishes it
-        _finished(entry[1], entry[2], running, killed)
+    try:
+        os.kill(reaper, 9)  # noqa: F821
+    except ProcessLookupError:
+        pass
+    _dying.add(reaper)
+    if len(_dying) > SLOW_TEARDOWNS:
+        _hurry_holders()
+    _finished(pid, -9 if pid in killed else _exit_code(status), running, killed)
+
+
+def _hurry_holders():
+    """Give every memory holder (the zygote's children that are neither a child nor a reaper)
+    the default priority."""
+    try:
+        with open(f"/proc/self/task/{os.getpid()}/children") as f:  # noqa: F821
+            children = [int(p) for p in f.read().split()]
+    except OSError:
+        return
+    for pid in children:
+        if pid not in _reaper_of and pid not in _reapers:
+            try:
+                os.setpriority(os.PRIO_PROCESS, pid, 0)  # noqa: F821
+            except OSError:
+                pass
 
 
 def _finished(child, code, running, killed):
-    """The execution (or the spare) of ``child`` is gone, its namespace with it: its exit is
-    reported, or the spare is dropped."""
+    """The execution (or the spare) of ``child`` is over: the child is reaped and its PID
+    namespace's PID 1 killed. Its exit is reported, or the spare is dropped."""
     killed.discard(child)
     ident = running.pop(child, None)
     if ident is not None:

@@ -131,6 +131,7 @@ class RunGroup:
 
     level: str
     dirs: dict[str, Path] = field(default_factory=dict)
+    holds_groups: bool = False  # groups were made inside it (a fork server's): they go with it
 
     @classmethod
     def create(cls, *, memory_mb: int | None, max_processes: int | None,
@@ -143,6 +144,7 @@ class RunGroup:
             if parent.level != "cgroup-v1" or not parent.dirs:
                 return cls("rlimit")
             bases = dict(parent.dirs)
+            parent.holds_groups = True  # before the group exists: a concurrent close must see it
         if level == "rlimit":
             return cls("rlimit")
         name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
@@ -195,7 +197,7 @@ class RunGroup:
 
     def has_members(self) -> bool:
         """True if some process is in the group (in every controller's hierarchy)."""
-        return bool(self.dirs) and all(_read(d / "cgroup.procs").split() for d in self.dirs.values())
+        return bool(self.dirs) and all(_read(f"{d}/cgroup.procs").split() for d in self.dirs.values())
 
     def was_joined(self) -> bool:
         """True if some process is or was in the group in every hierarchy that can tell: a member
@@ -259,9 +261,8 @@ class RunGroup:
         pause = 0.0005  # killed processes are usually gone within a millisecond
         while self.dirs and time.monotonic() < deadline:
             pids = set()
-            for d in list(self.dirs.values()):  # a snapshot: another thread may be closing the group
-                for member in [*_nested(d), d]:  # nested groups (a fork server's) too
-                    pids |= {int(p) for p in _read(member / "cgroup.procs").split() if p.isdigit()}
+            for member in self._members():
+                pids |= {int(p) for p in _read(f"{member}/cgroup.procs").split() if p.isdigit()}
             if not pids:
                 return
             for pid in pids:
@@ -274,6 +275,13 @@ class RunGroup:
             time.sleep(pause)
             pause = min(2 * pause, 0.01)
 
+    def _members(self) -> list[Path]:
+        """The group's directories, each after the groups nested in it (if any were made)."""
+        dirs = list(self.dirs.values())  # a snapshot: another thread may be closing the group
+        if not self.holds_groups:
+            return dirs
+        return [n for d in dirs for n in (*_nested(d), d)]
+
     def close(self) -> None:
         """Kill what is left and remove the group's directories."""
         self.kill_all()
@@ -282,7 +290,7 @@ class RunGroup:
     def remove(self) -> None:
         """Remove the group's directories once its processes left (each retried for a second: a
         group that stays busy is left to its parent group's :meth:`close`)."""
-        for d in [n for d in list(self.dirs.values()) for n in (*_nested(d), d)]:
+        for d in self._members():
             for _ in range(50):
                 try:
                     d.rmdir()
@@ -313,8 +321,8 @@ def _flat_value(text: str, key: str) -> int:
 def _nested(group: Path) -> list[Path]:
     """The run groups inside ``group`` (a fork server's executions)."""
     try:
-        with os.scandir(group) as entries:
-            return [group / e.name for e in entries if e.name.startswith(GROUP_PREFIX) and e.is_dir()]
+        # by name: only run groups' directories start with the prefix, never a control file
+        return [group / name for name in os.listdir(group) if name.startswith(GROUP_PREFIX)]
     except OSError:
         return []
 

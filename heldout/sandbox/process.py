@@ -584,11 +584,9 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
 
     def reap(need_code: bool) -> tuple[int | None, float]:
         # a run whose streams closed by themselves is exiting: it is killed only after its exit
-        # was reported. The report means the whole tree is gone: the zygote reaps the
-        # namespace's PID 1 only after the kernel reaped every other process of the namespace,
-        # and every process of the execution's cgroup lives in that namespace
-        # (the wait is on the caller's path on purpose: nothing of a run, not even a zombie of a
-        # daemon it forked, may still exist when its result is returned)
+        # was reported, which means every process of the run has exited (see wait_exit)
+        # (the wait is on the caller's path on purpose: no process of a run may still run, or
+        # hold memory or files, when its result is returned)
         if not need_code:
             server.end(ex)
         code = server.wait_exit(ex)

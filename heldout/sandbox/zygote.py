@@ -299,8 +299,16 @@ class ForkServer:
             pass
 
     def wait_exit(self, execution: Execution) -> int | None:
-        """The exit code the zygote reports for the execution (bwrap's convention), or None when
-        it did not within :data:`EXIT_REPORT_SECONDS` (the zygote is then thrown away)."""
+        """The exit code the zygote reports for the execution (bwrap's convention), once every
+        process of the run has exited; or None when the zygote did not report it within
+        :data:`EXIT_REPORT_SECONDS` (it is then thrown away).
+
+        The zygote reports when it has reaped the child and killed its namespace's PID 1, which
+        kills whatever else the run started. Those processes are all in the execution's group
+        (its reaper and memory holder, which run nothing of it, are not), and a process leaves
+        the group when it has exited: the group is waited for here until it is empty (commonly
+        it is already: one read per hierarchy). The group of an execution no spare took is not
+        touched (another execution's spare may be moving out of it)."""
         deadline = time.monotonic() + EXIT_REPORT_SECONDS
         with self._cond:
             while execution.ident not in self._exits:
@@ -309,8 +317,11 @@ class ForkServer:
                     break
                 self._cond.wait(left)
             code = self._exits.pop(execution.ident, None)
+            unserved = execution.ident in self._unserved
         if code is None:
             self.mark_down("the fork server did not report an execution's exit")
+        elif not unserved:
+            execution.group.kill_all(wait=True)
         return code
 
     def finished(self, execution: Execution) -> None:
