@@ -348,6 +348,9 @@ def _reaped(pid, status, running, killed):
         _reapers.pop(pid, None)
         _dying.discard(pid)
         return
+    # reported first: the reaper's death would run before the report, on this CPU (the harness
+    # kills and waits for whatever of the run is still in its group, as the reaper's death would)
+    _finished(pid, -9 if pid in killed else _exit_code(status), running, killed)
     try:
         os.kill(reaper, 9)  # noqa: F821
     except ProcessLookupError:
@@ -355,7 +358,6 @@ def _reaped(pid, status, running, killed):
     _dying.add(reaper)
     if len(_dying) > SLOW_TEARDOWNS:
         _hurry_holders()
-    _finished(pid, -9 if pid in killed else _exit_code(status), running, killed)
 
 
 def _hurry_holders():
@@ -488,10 +490,12 @@ def serve():
                 continue
             if "kill" in req:
                 for pid, ident in running.items():
-                    reaper = _reaper_of.get(pid)
-                    if ident == req["kill"] and reaper is not None:
+                    if ident == req["kill"] and pid in _reaper_of:
                         killed.add(pid)
-                        os.kill(reaper, 9)  # noqa: F821 - PID 1 goes: the whole execution follows
+                        # the child first: its reaper goes when it is reaped (see _reaped), and
+                        # the whole execution with it. Killed together, the holder could die
+                        # first and leave the child to tear its memory down on the exit's path
+                        os.kill(pid, 9)  # noqa: F821
                 for fd in fds:
                     os.close(fd)  # noqa: F821
                 continue
