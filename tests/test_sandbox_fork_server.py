@@ -558,3 +558,30 @@ def f():
         assert got["kill"] == [-1, -1, -1], (pid, got)
     after = run("def f():\n    return 7\n")
     assert after.ok and after.forked and after.value == 7
+
+
+def _zygote_group_processes(server: zygote.ForkServer) -> list[int]:
+    """The processes in the fork server's own group (its executions' groups are nested in it):
+    bwrap, the zygote, and each spare's or finished execution's reaper and memory holder."""
+    return [int(p) for d in server.group.dirs.values() for p in open(f"{d}/cgroup.procs").read().split()]
+
+
+def test_finished_executions_leave_nothing_behind_in_the_fork_server():
+    """Every execution's reaper and memory holder are gone some time after it finished (the
+    holder tears the child's memory down at a low priority, after the exit was reported): after
+    twenty executions, one of them killed for its time, the fork server's group holds as many
+    processes as before them."""
+    assert run("def f():\n    return 0\n").forked
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    time.sleep(0.5)
+    before = len(set(_zygote_group_processes(server)))
+    for i in range(19):
+        r = run(f"def f():\n    held = [bytearray(1 << 20) for _ in range({i % 5})]\n    return len(held)\n")
+        assert r.ok and r.forked and r.value == i % 5, r.error
+    slow = run("import time\ndef f():\n    time.sleep(30)\n", limits=LIMITS.replace(wall_seconds=1))
+    assert not slow.ok and slow.error_kind == "timeout" and slow.forked, slow.error
+    deadline = time.monotonic() + 20
+    while len(set(_zygote_group_processes(server))) != before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(set(_zygote_group_processes(server))) == before
+    assert zygote.server_for(PROGRAM_PRELOAD) is server

@@ -34,14 +34,15 @@ no_new_privs, seccomp, audit hook, the calls).
 One fork of the zygote's image per execution: copying and tearing down its page tables is most of
 what an execution costs the machine.
 
-When the child exits (or the harness asks for the execution to be killed) the zygote reaps it,
-kills the reaper, which takes whatever is left of the execution with it (the holder too), and
-reports the execution's exit, with bwrap's exit-code convention (the child's code, or 128 + the
-signal; -9 when the harness had it killed first). The harness then waits until the execution's
-cgroup is empty: every process of the run has exited. The code is only used in messages (the
-harness decides every outcome from the result channel and the cgroup, as for a fresh sandbox).
-Orphans of the run are reaped when the namespace dies, not before (a run allowed processes keeps
-their zombies until then); the holder tears the child's memory down then, after the report."""
+When the child exits (or the harness asks for the execution to be killed: the zygote kills the
+child) the zygote reaps it, reports the execution's exit and kills the reaper, which takes
+whatever is left of the execution with it (the holder too). The report has bwrap's exit-code
+convention (the child's code, or 128 + the signal; -9 when the harness had it killed first); the
+harness then waits until the execution's cgroup is empty: every process of the run has exited.
+The code is only used in messages (the harness decides every outcome from the result channel and
+the cgroup, as for a fresh sandbox). Orphans of the run are reaped when the namespace dies, not
+before (a run allowed processes keeps their zombies until then); the holder tears the child's
+memory down then, after the report."""
 
 import array
 import collections
