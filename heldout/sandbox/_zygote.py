@@ -67,6 +67,7 @@ SPARES = 2  # executions prepared in advance (as many as run concurrently, commo
 SCRATCH = "/sandbox/scratch"
 _spares = collections.deque()  # (child pid, request socket, group id or None), oldest first
 _reaper_of = {}  # child pid -> its reaper's pid, until the child is reaped
+_exit_pipes = {}  # child pid -> the write end of its execution's exit report (the harness reads it)
 _reapers = {}  # reaper pid -> its stack, until the reaper is reaped
 _dying = set()  # reapers killed and not yet reaped: their holders' teardowns are pending
 # more pending teardowns than this (a busy machine starves a low priority) and the holders get the
@@ -330,6 +331,8 @@ def _fork_spare(group_fds):
             os.close(fd)  # noqa: F821
         for spare in _spares:
             spare[1].close()
+        for fd in _exit_pipes.values():
+            os.close(fd)  # noqa: F821 - running executions' reports
         for _, fds in _groups:
             for fd in fds:
                 os.close(fd)  # noqa: F821 - other spares' groups
@@ -381,14 +384,24 @@ def _finished(child, code, running, killed):
     """The execution (or the spare) of ``child`` is over: the child is reaped and its PID
     namespace's PID 1 killed. Its exit is reported, or the spare is dropped."""
     killed.discard(child)
-    ident = running.pop(child, None)
-    if ident is not None:
-        _report({"exit": ident, "code": -9 if code is None else code})
+    running.pop(child, None)
+    if child in _exit_pipes:
+        _report_exit(_exit_pipes.pop(child), {"code": -9 if code is None else code})
     for spare in [x for x in _spares if x[0] == child]:
         _spares.remove(spare)  # a spare that died unused
         spare[1].close()
         if spare[2] is not None:
             _report({"group_gone": spare[2]})
+
+
+def _report_exit(fd, msg):
+    """An execution's exit report, on its own pipe (one small write: atomic, never blocking)."""
+    try:
+        os.write(fd, json.dumps(msg).encode() + b"\n")  # noqa: F821
+    except OSError:
+        pass  # the harness gave up on it
+    finally:
+        os.close(fd)  # noqa: F821
 
 
 def _recv(ctl):
@@ -500,13 +513,15 @@ def serve():
                 for fd in fds:
                     os.close(fd)  # noqa: F821
                 continue
+            exit_pipe = fds.pop()  # the zygote's, not the child's
             child = _dispatch(msg, fds, req.get("group"))
             if child is None:
                 # no spare left (it is not there yet, or the one in the request's group died):
                 # report the execution as failed to set up
-                _report({"exit": req["id"], "code": SETUP_FAILED, "no_spare": True})
+                _report_exit(exit_pipe, {"code": SETUP_FAILED, "no_spare": True})
             else:
                 running[child] = req["id"]
+                _exit_pipes[child] = exit_pipe
             for fd in fds:
                 os.close(fd)  # noqa: F821
         while True:

@@ -33,6 +33,7 @@ import itertools
 import json
 import os
 import queue
+import select
 import shutil
 import signal
 import socket
@@ -90,6 +91,7 @@ class Execution:
     stdin: int  # write end: the job
     stdout: int  # read end: the child's stdout and stderr
     result: int  # read end: the result channel
+    exit: int  # read end: the zygote's report of the execution's exit (see ForkServer.wait_exit)
     group: RunGroup
 
 
@@ -103,7 +105,6 @@ class ForkServer:
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
-        self._exits: dict[int, int] = {}
         self._unserved: set[int] = set()  # executions the zygote had no spare for
         self._down: str | None = None
         self._stock: dict[int, RunGroup] = {}  # groups handed to the zygote, by group id
@@ -157,12 +158,7 @@ class ForkServer:
                     self._down = self._down or "the fork server closed its control channel"
                     self._cond.notify_all()
                     return
-                if type(msg.get("exit")) is int and type(msg.get("code")) is int:
-                    self._exits[msg["exit"]] = msg["code"]
-                    if msg.get("no_spare") is True:
-                        self._unserved.add(msg["exit"])
-                    self._cond.notify_all()
-                elif type(msg.get("spare")) is int and msg["spare"] in self._stock:
+                if type(msg.get("spare")) is int and msg["spare"] in self._stock:
                     self._ready.append(msg["spare"])
                 elif type(msg.get("group_gone")) is int:
                     gone = self._stock.pop(msg["group_gone"], None)
@@ -257,17 +253,18 @@ class ForkServer:
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
         res_r, res_w = os.pipe()
+        exit_r, exit_w = os.pipe()
         cgroup_fds = [] if gid is not None else \
             [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
         request = {"id": ident, "name": code.name, "code": CODE_DIR, "scratch": SCRATCH_DIR, "group": gid,
                    "scratch_bytes": int(scratch_mb) * 1024 * 1024, "env": env, "n_cgroup_fds": len(cgroup_fds)}
-        passed = [stdin_r, out_w, res_w, *cgroup_fds]
+        passed = [stdin_r, out_w, res_w, *cgroup_fds, exit_w]  # the last one stays with the zygote
         try:
             with self._send_lock:
                 self.ctl.sendmsg([json.dumps(request).encode()],
                                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))])
         except OSError as exc:
-            for fd in (stdin_w, out_r, res_r):
+            for fd in (stdin_w, out_r, res_r, exit_r):
                 os.close(fd)
             group.close()
             self.mark_down(f"the fork server did not take the request: {exc!r}")
@@ -280,7 +277,7 @@ class ForkServer:
         with _lock:
             _forked += 1
         after_run(self._restock)  # off the caller's path: the child waits for its job
-        return Execution(ident, stdin_w, out_r, res_r, group)
+        return Execution(ident, stdin_w, out_r, res_r, exit_r, group)
 
     def kill(self, execution: Execution, wait: bool = True) -> None:
         """Kill every process of the execution (its cgroup, from here; with ``wait`` until the
@@ -301,26 +298,45 @@ class ForkServer:
     def wait_exit(self, execution: Execution) -> int | None:
         """The exit code the zygote reports for the execution (bwrap's convention), once every
         process of the run has exited; or None when the zygote did not report it within
-        :data:`EXIT_REPORT_SECONDS` (it is then thrown away).
+        :data:`EXIT_REPORT_SECONDS` (it is then thrown away). Called once per execution.
 
-        The zygote reports when it has reaped the child and killed its namespace's PID 1, which
-        kills whatever else the run started. Those processes are all in the execution's group
-        (its reaper and memory holder, which run nothing of it, are not), and a process leaves
-        the group when it has exited: the group is waited for here until it is empty (commonly
-        it is already: one read per hierarchy). The group of an execution no spare took is not
-        touched (another execution's spare may be moving out of it)."""
+        The report comes on the execution's own pipe, read by the caller's thread (no other
+        thread has to wake for it). The zygote sends it when it has reaped the child; it then
+        kills the namespace's PID 1, which kills whatever else the run started. Those processes
+        are all in the execution's group (its reaper and memory holder, which run nothing of it,
+        are not), and a process leaves the group when it has exited: the group is waited for
+        here until it is empty (commonly it is already: one read per hierarchy). The group of an
+        execution no spare took is not touched (another execution's spare may be moving out of
+        it)."""
         deadline = time.monotonic() + EXIT_REPORT_SECONDS
-        with self._cond:
-            while execution.ident not in self._exits:
+        report = b""
+        if execution.exit < 0:
+            raise ValueError("the exit of this execution was waited for already")
+        try:
+            while True:
                 left = deadline - time.monotonic()
-                if left <= 0 or self._down is not None:
+                # a zygote gone closes the pipe; one that stopped answering is given up here
+                if left <= 0 or (self._down is not None and self._down != "retired"):
                     break
-                self._cond.wait(left)
-            code = self._exits.pop(execution.ident, None)
-            unserved = execution.ident in self._unserved
+                if select.select([execution.exit], [], [], min(left, 0.1))[0]:
+                    chunk = os.read(execution.exit, 4096)
+                    report += chunk
+                    if not chunk or report.endswith(b"\n"):
+                        break
+        finally:
+            os.close(execution.exit)
+            execution.exit = -1
+        try:
+            msg = json.loads(report)
+        except ValueError:
+            msg = None
+        code = msg.get("code") if isinstance(msg, dict) and type(msg.get("code")) is int else None
         if code is None:
             self.mark_down("the fork server did not report an execution's exit")
-        elif not unserved:
+        elif msg.get("no_spare") is True:
+            with self._cond:
+                self._unserved.add(execution.ident)
+        else:
             execution.group.kill_all(wait=True)
         return code
 
