@@ -210,16 +210,21 @@ def _hold_memory():
     pid, stack = _parked_clone(CLONE_VM | CLONE_PARENT, "a memory holder")
     _holder.append(stack)
     deadline = time.monotonic() + PARKED_SECONDS  # noqa: F821
-    while True:
+    try:
         # its first system call is pause(); "S" (an interruptible sleep) is only ever that one
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rpartition(b")")[2].split()[0] == b"S":
-                break
-        if time.monotonic() > deadline:  # noqa: F821
-            os.kill(pid, 9)  # noqa: F821 - the zygote reaps it
-            return
-        time.sleep(0.0001)  # noqa: F821
-    os.setpriority(os.PRIO_PROCESS, pid, HOLDER_NICENESS)  # noqa: F821
+        while not _sleeps(pid):
+            if time.monotonic() > deadline:  # noqa: F821
+                raise OSError(errno.ETIMEDOUT, "the memory holder did not park")
+            time.sleep(0.0001)  # noqa: F821
+        os.setpriority(os.PRIO_PROCESS, pid, HOLDER_NICENESS)  # noqa: F821
+    except BaseException:
+        os.kill(pid, 9)  # noqa: F821 - the zygote reaps it
+        raise
+
+
+def _sleeps(pid):
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return f.read().rpartition(b")")[2].split()[0] == b"S"
 
 
 def _wait_for_request():
@@ -381,8 +386,8 @@ def _hurry_holders():
 
 
 def _finished(child, code, running, killed):
-    """The execution (or the spare) of ``child`` is over: the child is reaped and its PID
-    namespace's PID 1 killed. Its exit is reported, or the spare is dropped."""
+    """The execution (or the spare) of ``child`` is over: the child is reaped (its reaper is
+    killed next). Its exit is reported, or the spare is dropped."""
     killed.discard(child)
     running.pop(child, None)
     if child in _exit_pipes:

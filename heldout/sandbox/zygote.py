@@ -315,14 +315,15 @@ class ForkServer:
         try:
             while True:
                 left = deadline - time.monotonic()
-                # a zygote gone closes the pipe; one that stopped answering is given up here
-                if left <= 0 or (self._down is not None and self._down != "retired"):
-                    break
-                if select.select([execution.exit], [], [], min(left, 0.1))[0]:
+                if select.select([execution.exit], [], [], max(0.0, min(left, 0.1)))[0]:
                     chunk = os.read(execution.exit, 4096)
                     report += chunk
                     if not chunk or report.endswith(b"\n"):
                         break
+                # a zygote gone closes the pipe; one that stopped answering is given up here (a
+                # retiring one still runs its executions)
+                elif left <= 0 or (self._down is not None and self._down != "retired"):
+                    break
         finally:
             os.close(execution.exit)
             execution.exit = -1
