@@ -5,7 +5,6 @@ Every attack must score 0 with a clear, named error."""
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import pytest
 from heldout import load_task
 from heldout.benchmarks.lockpicking.task import BENCHMARK as LOCKPICKING
 from heldout.benchmarks.mbpp_plus.execution import check_solution, load_problems
-from heldout.benchmarks.vliw.benchmark import make_instance
 from heldout.benchmarks.vliw.task import VliwTakehome
 from heldout.contracts import RunLimits
 from heldout.sandbox import isolation_mode, run_calls
