@@ -104,7 +104,7 @@ class ForkServer:
         self.group = RunGroup.create(memory_mb=OUTER_MEMORY_MB, max_processes=OUTER_PROCESSES)
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
-        self._cond = threading.Condition()
+        self._mutex = threading.Lock()  # guards the state below
         self._unserved: set[int] = set()  # executions the zygote had no spare for
         self._down: str | None = None
         self._stock: dict[int, RunGroup] = {}  # groups handed to the zygote, by group id
@@ -153,10 +153,9 @@ class ForkServer:
             except (OSError, ValueError):
                 msg = None
             gone = None
-            with self._cond:
+            with self._mutex:
                 if not isinstance(msg, dict):
                     self._down = self._down or "the fork server closed its control channel"
-                    self._cond.notify_all()
                     return
                 if type(msg.get("spare")) is int and msg["spare"] in self._stock:
                     self._ready.append(msg["spare"])
@@ -172,7 +171,7 @@ class ForkServer:
         spares to join in advance: making a group and joining it (a ``cgroup.procs`` write can wait
         ~10 ms for an RCU grace period) are then off the executions' path."""
         while True:
-            with self._cond:
+            with self._mutex:
                 if self._down is not None or len(self._stock) + self._stocking >= STOCKED_GROUPS:
                     return
                 self._stocking += 1
@@ -181,7 +180,7 @@ class ForkServer:
                 if group.level == "rlimit":
                     return
                 gid = next(self._group_ids)
-                with self._cond:
+                with self._mutex:
                     self._stock[gid] = group  # before the zygote can name it
                 fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
                 try:
@@ -189,7 +188,7 @@ class ForkServer:
                         self.ctl.sendmsg([json.dumps({"stock": gid}).encode()],
                                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
                 except OSError:
-                    with self._cond:
+                    with self._mutex:
                         self._stock.pop(gid, None)
                     after_run(group.close)
                     return
@@ -197,12 +196,12 @@ class ForkServer:
                     for fd in fds:
                         os.close(fd)
             finally:
-                with self._cond:
+                with self._mutex:
                     self._stocking -= 1
 
     def _take_ready_group(self) -> tuple[int | None, RunGroup | None]:
         """A stocked group that a spare has joined (its id and the group), or (None, None)."""
-        with self._cond:
+        with self._mutex:
             while self._ready:
                 gid = self._ready.popleft()
                 group = self._stock.pop(gid, None)
@@ -248,7 +247,7 @@ class ForkServer:
             if group.level == "rlimit":
                 raise ForkServerDown("could not create the execution's cgroup")
         ident = next(self._ids)
-        with self._cond:
+        with self._mutex:
             self._active.add(ident)  # before the request goes out: a retiring zygote waits for it
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -335,7 +334,7 @@ class ForkServer:
         if code is None:
             self.mark_down("the fork server did not report an execution's exit")
         elif msg.get("no_spare") is True:
-            with self._cond:
+            with self._mutex:
                 self._unserved.add(execution.ident)
         else:
             execution.group.kill_all(wait=True)
@@ -347,7 +346,7 @@ class ForkServer:
         self._inactive(execution.ident)
 
     def _inactive(self, ident: int) -> None:
-        with self._cond:
+        with self._mutex:
             self._active.discard(ident)
             close = self._retiring and not self._active
             self._retiring = self._retiring and not close
@@ -359,7 +358,7 @@ class ForkServer:
         away because one execution went wrong must not kill the others it runs, each of which
         was checked in its own group and stays under its own limits."""
         self.mark_down("retired")
-        with self._cond:
+        with self._mutex:
             close = not self._active and not self._closed
             self._retiring = bool(self._active)
         if close:
@@ -367,21 +366,20 @@ class ForkServer:
 
     def unserved(self, execution: Execution) -> bool:
         """Whether the zygote reported it had no spare for ``execution`` (its exit was waited for)."""
-        with self._cond:
+        with self._mutex:
             if execution.ident in self._unserved:
                 self._unserved.discard(execution.ident)
                 return True
         return False
 
     def mark_down(self, why: str) -> None:
-        with self._cond:
+        with self._mutex:
             self._down = self._down or why
-            self._cond.notify_all()
 
     def close(self) -> None:
         """Kill the zygote and everything it started; remove its inbox and cgroups."""
         self.mark_down("closed")
-        with self._cond:
+        with self._mutex:
             self._closed = True
             self._stock.clear()  # nested in the zygote's group: removed with it
             self._ready.clear()
