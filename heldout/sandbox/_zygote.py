@@ -67,7 +67,8 @@ SPARES = 2  # executions prepared in advance (as many as run concurrently, commo
 SCRATCH = "/sandbox/scratch"
 _spares = collections.deque()  # (child pid, request socket, group id or None), oldest first
 _reaper_of = {}  # child pid -> its reaper's pid, until the child is reaped
-_exit_pipes = {}  # child pid -> the write end of its execution's exit report (the harness reads it)
+# child pid -> (execution id, the write end of its exit report's pipe: the harness reads it)
+_running = {}
 _reapers = {}  # reaper pid -> its stack, until the reaper is reaped
 _dying = set()  # reapers killed and not yet reaped: their holders' teardowns are pending
 # more pending teardowns than this (a busy machine starves a low priority) and the holders get the
@@ -118,9 +119,9 @@ def _reset_pid_ns():
 
 
 def _spare_setup(scratch, group_fds):
-    """The child, before its request: its own cgroup (if the harness gave the spare one),
-    namespaces, scratch and /proc (nothing shared with an earlier or concurrent execution but the
-    read-only root)."""
+    """The child, before its request: its namespaces, scratch and /proc (nothing shared with an
+    earlier or concurrent execution but the read-only root), its memory holder, then its own cgroup
+    (if the harness gave the spare one: the holder stays out of it)."""
     _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
     _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -351,7 +352,7 @@ def _fork_spare(group_fds):
             os.close(fd)  # noqa: F821
         for spare in _spares:
             spare[1].close()
-        for fd in _exit_pipes.values():
+        for _, fd in _running.values():
             os.close(fd)  # noqa: F821 - running executions' reports
         for _, fds in _groups:
             for fd in fds:
@@ -363,7 +364,7 @@ def _fork_spare(group_fds):
         os._exit(SETUP_FAILED)  # noqa: F821 - never back into the zygote's loop
 
 
-def _reaped(pid, status, running, killed):
+def _reaped(pid, status, killed):
     """One process of the zygote's reaped. A child: its reaper is killed (and with it the
     child's memory holder and whatever the child left) and its execution is finished. A reaper
     or a memory holder: nothing is left of its execution."""
@@ -374,7 +375,7 @@ def _reaped(pid, status, running, killed):
         return
     # reported first: the reaper's death would run before the report, on this CPU (the harness
     # kills and waits for whatever of the run is still in its group, as the reaper's death would)
-    _finished(pid, -9 if pid in killed else _exit_code(status), running, killed)
+    _finished(pid, -9 if pid in killed else _exit_code(status), killed)
     try:
         os.kill(reaper, 9)  # noqa: F821
     except ProcessLookupError:
@@ -400,13 +401,13 @@ def _hurry_holders():
                 pass
 
 
-def _finished(child, code, running, killed):
+def _finished(child, code, killed):
     """The execution (or the spare) of ``child`` is over: the child is reaped (its reaper is
     killed next). Its exit is reported, or the spare is dropped."""
     killed.discard(child)
-    running.pop(child, None)
-    if child in _exit_pipes:
-        _report_exit(_exit_pipes.pop(child), {"code": -9 if code is None else code})
+    execution = _running.pop(child, None)
+    if execution is not None:
+        _report_exit(execution[1], {"code": -9 if code is None else code})
     for spare in [x for x in _spares if x[0] == child]:
         _spares.remove(spare)  # a spare that died unused
         spare[1].close()
@@ -505,7 +506,6 @@ def serve():
     sel = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     sel.register(wake_r, selectors.EVENT_READ, "wake")
-    running = {}  # child pid -> execution id
     killed = set()  # children whose execution the harness had killed before they were reaped
     _refill()
     while True:
@@ -523,7 +523,7 @@ def serve():
                 _groups.append((int(req["stock"]), fds))
                 continue
             if "kill" in req:
-                for pid, ident in running.items():
+                for pid, (ident, _) in _running.items():
                     if ident == req["kill"] and pid in _reaper_of:
                         killed.add(pid)
                         # the child first: its reaper goes when it is reaped (see _reaped), and
@@ -540,8 +540,7 @@ def serve():
                 # report the execution as failed to set up
                 _report_exit(exit_pipe, {"code": SETUP_FAILED, "no_spare": True})
             else:
-                running[child] = req["id"]
-                _exit_pipes[child] = exit_pipe
+                _running[child] = (req["id"], exit_pipe)
             for fd in fds:
                 os.close(fd)  # noqa: F821
         while True:
@@ -551,7 +550,7 @@ def serve():
                 break
             if pid == 0:
                 break
-            _reaped(pid, status, running, killed)
+            _reaped(pid, status, killed)
         _refill()
 
 if __name__ == "__main__" and sys.argv[1:2] == ["zygote"]:  # noqa: F821
