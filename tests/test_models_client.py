@@ -6,6 +6,7 @@ import asyncio
 import email.utils
 import random
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -354,8 +355,6 @@ class _OneShotServer:
             b'"usage":{"prompt_tokens":1,"completion_tokens":1}}')
 
     def __init__(self, close_at_once: bool, idle_close: float = 0.05) -> None:
-        import threading
-
         self.close_at_once, self.idle_close = close_at_once, idle_close
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.connections = 0
@@ -363,8 +362,6 @@ class _OneShotServer:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
-        import threading
-
         while True:
             try:
                 conn, _ = self.sock.accept()
