@@ -1,8 +1,8 @@
 """Every performance figure of issue 19 in one table: value, ratio, target, pass/fail.
 
-Runs, in this process and the same load: the VLIW per-candidate cost on both kernels and the
-reference machine (perf/vliw_candidate.py), the Lockpicking exhaustive check
-(perf/lockpicking_exhaustive.py), the model endpoint at fixed latency and against a rate-limited
+Runs, in this process and the same load: the VLIW per-candidate cost on both kernels against a
+stand-in for the original harness, and the reference machine (perf/vliw_candidate.py), the
+Lockpicking exhaustive check (perf/lockpicking_exhaustive.py), the model endpoint at fixed latency and against a rate-limited
 server (perf/model_throughput.py), the sandbox's per-execution cost through the fork server
 (against the fresh sandbox and a bare ``python -c pass`` of the same run) and MBPP+ against
 evalplus (perf/sandbox_throughput.py, perf/mbpp_plus_run.py), and issue 18's: a program-task grid on
@@ -72,8 +72,8 @@ def main() -> int:
               f"{'PASS' if r['passed'] else 'FAIL':<6} {'' if r['issue'] == 19 else '(issue 18) '}{r['note']}")
     load_after = os.getloadavg()
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} cores; "
-          f"total {time.perf_counter() - started:.0f} s. Ratios: VLIW = original harness seconds (issue's idle "
-          "figures) / ours; reference machine = ours / original's 0.5 s; lockpicking = ours / 0.35 s; "
+          f"total {time.perf_counter() - started:.0f} s. Ratios: VLIW = the original harness's stand-in "
+          "(same run) / ours; reference machine = ours / original's 0.5 s; lockpicking = ours / 0.35 s; "
           "model = ideal / ours and achieved / allowed rate; sandbox = forked execution / 10 ms; MBPP+ = ours / evalplus; "
           "ray grid = serial / Ray with 2 workers; results store = scaling exponent of build time (1 = linear).")
     if args.json:
