@@ -282,6 +282,51 @@ def test_random_states_are_not_shared_between_executions():
     assert a.value[0] != b.value[0] and a.value[1] != b.value[1]
 
 
+HELPER = "STATE = {'calls': 0}\nVALUE = %d\n"
+USES_HELPER = """
+import os, sys
+import shared_helper
+def f():
+    shared_helper.STATE["calls"] += 1
+    shared_helper.VALUE += 100
+    return {"value": shared_helper.VALUE, "calls": shared_helper.STATE["calls"],
+            "preloaded_file_visible": os.path.exists(shared_helper.__file__),
+            "from_code_dir": shared_helper.__file__ == os.path.join(sys.path[0], "shared_helper.py")}
+"""
+
+
+def run_with_helper(value: int, preload=PROGRAM_PRELOAD + ("shared_helper",)):
+    return run_function({"prog.py": USES_HELPER}, "prog", "f", limits=LIMITS, preload=preload,
+                        setup_files={"shared_helper.py": HELPER % value})
+
+
+def test_a_task_helper_named_in_the_preload_is_imported_by_the_zygote_from_its_text():
+    first = run_with_helper(1)
+    assert first.ok and first.forked, first.error
+    # imported before the fork, from a folder of the zygote's that the child's code dir covers
+    assert first.value == {"value": 101, "calls": 1, "preloaded_file_visible": False, "from_code_dir": False}
+    # what the first candidate did to the module's state is gone: each child has the zygote's copy
+    again = run_with_helper(1)
+    assert again.ok and again.value == first.value
+    # another text of the helper is another zygote: never the module of a different text
+    other = run_with_helper(2)
+    assert other.ok and other.forked and other.value["value"] == 102
+    # not named in the preload: the child imports the execution's own copy, as a fresh sandbox does
+    own = run_with_helper(3, preload=PROGRAM_PRELOAD)
+    assert own.ok and own.value["value"] == 103 and own.value["from_code_dir"] is True
+
+
+def test_only_top_level_python_helpers_named_in_the_preload_are_preloaded(tmp_path):
+    data = tmp_path / "table.py"
+    data.write_text("X = 1\n")
+    files = {"a.py": "A = 1\n", "pkg/b.py": "B = 1\n", "c.py": "C = 1\n", "table.py": data, "d.txt": "d"}
+    chosen = zygote.Preload.of(["numpy", "a", "b", "pkg/b", "table", "d"], files)
+    assert chosen.modules == ("a", "b", "d", "numpy", "pkg/b", "table")
+    assert chosen.helpers == (("a.py", "A = 1\n"),)
+    assert zygote.Preload.of(["numpy", "a"], {"a.py": "A = 2\n"}) != zygote.Preload.of(["numpy", "a"], {"a.py": "A = 1\n"})
+    assert zygote.Preload.of(["numpy"]) == zygote.Preload(("numpy",))
+
+
 def test_outcomes_match_a_fresh_sandbox():
     programs = {
         "value": "def f(x):\n    return {'sq': x * x, 't': (1, 2)}\n",

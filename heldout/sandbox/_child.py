@@ -420,6 +420,6 @@ def main():
 
 
 # run as `python -s -c SOURCE RESULT_FD` inside the sandbox (with the fork server's source appended,
-# `... zygote CONTROL_FD PRELOAD`: see heldout.sandbox._zygote)
+# `... zygote CONTROL_FD PRELOAD PYTHON_PATH HELPERS_DIR`: see heldout.sandbox._zygote)
 if __name__ == "__main__" and sys.argv[1:2] != ["zygote"]:
     main()

@@ -3,7 +3,8 @@ and handed to ``python -s -c`` inside the same bubblewrap root as a fresh sandbo
 the names of ``_child`` -- ``main``, ``isolate`` ... -- are its globals).
 
 The zygote is trusted code that runs no candidate itself. It imports the modules it was asked to
-preload, freezes the garbage collector (fewer copy-on-write pages in every child) and then waits
+preload (a task's helper modules from a folder of its inbox, which every child's own code dir
+covers), freezes the garbage collector (fewer copy-on-write pages in every child) and then waits
 on its control socket, which only the harness holds (an inherited fd; it binds no socket anyone
 could connect to). Per execution (in advance: see ``SPARES``) it makes three processes:
 
@@ -475,14 +476,20 @@ def serve():
     # another uid without capabilities anyway; this holds even for a process that had both)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     use_python_path(json.loads(sys.argv[4]))  # noqa: F821 - before the preload: numpy is in site-packages
+    helpers = sys.argv[5] if len(sys.argv) > 5 else ""  # noqa: F821 - the task's helper modules, if any
     preloaded, failed = [], {}
     seccomp_program()  # noqa: F821 - built once, here: every child inherits it
+    if helpers:
+        sys.path.insert(0, helpers)  # noqa: F821 - for the preload only: no child looks there
     for name in json.loads(sys.argv[3]):  # noqa: F821
         try:
             __import__(name)
             preloaded.append(name)
         except Exception as exc:  # noqa: BLE001 - a child then imports it itself (and fails the same way)
             failed[name] = repr(exc)[:300]
+    if helpers:
+        sys.path.remove(helpers)  # noqa: F821
+        sys.path_importer_cache.pop(helpers, None)  # noqa: F821
     threads = len(os.listdir("/proc/self/task"))  # noqa: F821 - forking a threaded process is unsafe
     gc.collect()
     gc.freeze()

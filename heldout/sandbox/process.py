@@ -54,8 +54,8 @@ from typing import Any, Sequence
 
 from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import RunGroup, limits_level
-from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, after_run, discard, fork_server_enabled,
-                                    server_for, start_early)
+from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, Preload, after_run, discard,
+                                    fork_server_enabled, server_for, start_early)
 from heldout.sandbox.root import (CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env,
                                   probe_bwrap, python_path)
 
@@ -186,7 +186,8 @@ def run_function(files: dict[str, str], module: str, function: str, args: list |
     be built and the user did not opt out of one.
 
     By default the execution is forked by the fork server for ``preload`` (modules imported once,
-    before any candidate: e.g. ``("numpy",)``), at the same isolation as a fresh sandbox
+    before any candidate: e.g. ``("numpy",)``; a name of one of the ``setup_files`` helpers, e.g.
+    ``"problem"`` for ``problem.py``, is imported from its text), at the same isolation as a fresh sandbox
     (:mod:`heldout.sandbox.zygote`); ``fork_server=False`` or ``$HELDOUT_FORK_SERVER=0`` starts
     a fresh sandbox instead, as does any failure of the fork server."""
     result = run_calls(files, module, function, [(list(args), dict(kwargs or {}))], limits=limits,
@@ -215,8 +216,9 @@ def run_calls(files: dict[str, str], module: str, function: str,
     ``preload``/``fork_server``: as for :func:`run_function`."""
     if encoding not in ("json", "typed"):
         raise SandboxError(f"encoding must be 'json' or 'typed', not {encoding!r}")
+    preload_set = Preload.of(preload, setup_files)  # the task's helpers among preload: imported by the zygote
     if fork_server and fork_server_enabled() and not bwrap_probed() and os.environ.get(ISOLATION_ENV) != "none":
-        start_early(preload)  # the first execution of a process: the zygote starts while bwrap is probed
+        start_early(preload_set)  # the first execution of a process: the zygote starts while bwrap is probed
     level = require_sandbox()
     per_call = list(per_call_seconds) if per_call_seconds is not None else [None] * len(calls)
     group_of = list(groups) if groups is not None else [None] * len(calls)
@@ -230,7 +232,7 @@ def run_calls(files: dict[str, str], module: str, function: str,
                          for i, (a, k) in enumerate(calls)]
     except (TypeError, ValueError, RecursionError) as exc:
         raise SandboxError(f"sandbox arguments must be JSON data: {exc}") from exc
-    server = server_for(preload) if fork_server and level != "none" and fork_server_enabled() else None
+    server = server_for(preload_set) if fork_server and level != "none" and fork_server_enabled() else None
     code = _write_code_dir(files, setup_files or {}, server.new_code_dir() if server else None)
     forked_only = server is not None
     start = time.perf_counter()

@@ -2,6 +2,11 @@
 same bubblewrap sandbox as a fresh execution, forking one fully isolated child per execution
 (see :mod:`heldout.sandbox._zygote` for what each child gets).
 
+A preload set (:class:`Preload`) names installed modules and, optionally, a task's own helper
+modules with their text (e.g. the ``problem`` module every VLIW kernel builder imports): the
+zygote imports those from a folder of its own, out of every child's sight, so a child finds them
+imported, as it finds numpy. Helpers with another text get another zygote.
+
 What the harness trusts the zygote with is exactly what it trusts a fresh sandbox's own setup
 code with: building the isolation before the candidate runs. Everything else stays in the
 harness, as for a fresh sandbox: the job goes in through the child's stdin, results come back on
@@ -83,6 +88,29 @@ class ForkServerDown(Exception):
     """The zygote is gone or did not answer: the execution runs in a fresh sandbox instead."""
 
 
+HELPERS_DIR = "_preloaded"  # in the zygote's inbox; execution code dirs are named x...
+
+
+@dataclass(frozen=True)
+class Preload:
+    """What a zygote imports before it forks: installed ``modules`` and the task's helper modules
+    ``helpers`` as ``(file name, text)`` pairs (top-level ``.py`` files, trusted: the task's own).
+    Two sets are the same zygote exactly when both parts are equal."""
+
+    modules: tuple[str, ...]
+    helpers: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def of(modules: Sequence[str], setup_files: dict | None = None) -> "Preload":
+        """The preload set for ``modules``: those among them that are top-level ``.py`` helpers
+        in ``setup_files`` (text, not a data file) are imported from that text."""
+        names = set(modules)
+        helpers = {name: text for name, text in (setup_files or {}).items()
+                   if isinstance(name, str) and isinstance(text, str) and name.endswith(".py")
+                   and "/" not in name and name[:-3] in names}
+        return Preload(tuple(sorted(names)), tuple(sorted(helpers.items())))
+
+
 @dataclass
 class Execution:
     """One child of a zygote: the harness's ends of its pipes, and its own cgroup."""
@@ -98,9 +126,15 @@ class Execution:
 class ForkServer:
     """One zygote (see the module docstring). Thread-safe: executions may run concurrently."""
 
-    def __init__(self, preload: tuple[str, ...]) -> None:
+    def __init__(self, preload: Preload) -> None:
         self.preload = preload
         self.inbox = Path(tempfile.mkdtemp(prefix="heldout-inbox-")).resolve()
+        helpers_dir = ""
+        if preload.helpers:
+            (self.inbox / HELPERS_DIR).mkdir(mode=0o755)
+            for name, text in preload.helpers:
+                (self.inbox / HELPERS_DIR / name).write_text(text, encoding="utf-8")
+            helpers_dir = f"{CODE_DIR}/{HELPERS_DIR}"
         self.group = RunGroup.create(memory_mb=OUTER_MEMORY_MB, max_processes=OUTER_PROCESSES)
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
@@ -121,7 +155,8 @@ class ForkServer:
                 raise ForkServerDown("no cgroup for the fork server")
             argv = bwrap_argv(AllowList(code=self.inbox, scratch_mb=1), privileged=True)
             cmd = self.group.attach_argv([*argv, "--", sys.executable, *PYTHON_FLAGS, "-c", SOURCE, "zygote",
-                                          str(theirs.fileno()), json.dumps(list(preload)), json.dumps(python_path())])
+                                          str(theirs.fileno()), json.dumps(list(preload.modules)), json.dumps(python_path()),
+                                          helpers_dir])
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                                          pass_fds=(theirs.fileno(),), start_new_session=True,
                                          env=child_env(SCRATCH_DIR), cwd="/")
@@ -409,10 +444,10 @@ class ForkServer:
 
 # -- the pool: one zygote per preload set ---------------------------------------------------------------
 _lock = threading.Lock()
-_servers: dict[tuple[str, ...], ForkServer] = {}
-_starting: dict[tuple[str, ...], Future[ForkServer]] = {}  # started early, not yet taken by server_for
-_failed_at: dict[tuple[str, ...], float] = {}
-_last_failure: dict[tuple[str, ...], str] = {}
+_servers: dict[Preload, ForkServer] = {}
+_starting: dict[Preload, Future[ForkServer]] = {}  # started early, not yet taken by server_for
+_failed_at: dict[Preload, float] = {}
+_last_failure: dict[Preload, str] = {}
 _retired: set[ForkServer] = set()  # thrown away, closing once their running executions finish
 _retired_lock = threading.Lock()  # its own: a server is retired while _lock is held
 _forked = 0  # executions forked by every zygote of this process
@@ -421,17 +456,17 @@ _forked = 0  # executions forked by every zygote of this process
 _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heldout-fork-server-start")
 
 
-def _key(preload: Sequence[str]) -> tuple[str, ...]:
-    return tuple(sorted(set(preload)))
+def _key(preload: Sequence[str] | Preload) -> Preload:
+    return preload if isinstance(preload, Preload) else Preload.of(preload)
 
 
-def _failed_lately(key: tuple[str, ...]) -> bool:
+def _failed_lately(key: Preload) -> bool:
     """Whether the zygote for ``key`` failed to start within :data:`RETRY_SECONDS` (hold _lock)."""
     return time.monotonic() - _failed_at.get(key, -RETRY_SECONDS) < RETRY_SECONDS
 
 
-def start_early(preload: Sequence[str]) -> None:
-    """Begin starting the zygote for ``preload`` now, on the starter thread, unless one runs or is
+def start_early(preload: Sequence[str] | Preload) -> None:
+    """Begin starting the zygote for ``preload`` (module names, or a :class:`Preload`) now, on the starter thread, unless one runs or is
     starting: a caller with other work to do first (probing the sandbox) then finds it started,
     or nearly, in :func:`server_for`. A start that fails is recorded there, as any other."""
     key = _key(preload)
@@ -442,7 +477,7 @@ def start_early(preload: Sequence[str]) -> None:
         _starting[key] = _starter.submit(ForkServer, key)
 
 
-def server_for(preload: Sequence[str]) -> ForkServer | None:
+def server_for(preload: Sequence[str] | Preload) -> ForkServer | None:
     """The running zygote for ``preload`` (started on first use), or None when none can be had
     right now (the caller runs a fresh sandbox)."""
     key = _key(preload)
@@ -564,7 +599,7 @@ def shutdown() -> None:
     drain_cleanup(10.0)
 
 
-def last_failure(preload: Sequence[str]) -> str | None:
+def last_failure(preload: Sequence[str] | Preload) -> str | None:
     """Why the last zygote for ``preload`` could not start (None: it did, or was never tried)."""
     with _lock:
         return _last_failure.get(_key(preload))
@@ -578,6 +613,7 @@ def stats() -> dict[str, int]:
 
 atexit.register(shutdown)
 
-__all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "server_for",
+__all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "Preload",
+           "server_for",
            "start_early", "discard", "shutdown", "stats",
            "fork_server_enabled", "supported", "FORK_SERVER_ENV"]
