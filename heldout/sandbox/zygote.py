@@ -129,12 +129,6 @@ class ForkServer:
     def __init__(self, preload: Preload) -> None:
         self.preload = preload
         self.inbox = Path(tempfile.mkdtemp(prefix="heldout-inbox-")).resolve()
-        helpers_dir = ""
-        if preload.helpers:
-            (self.inbox / HELPERS_DIR).mkdir(mode=0o755)
-            for name, text in preload.helpers:
-                (self.inbox / HELPERS_DIR / name).write_text(text, encoding="utf-8")
-            helpers_dir = f"{CODE_DIR}/{HELPERS_DIR}"
         self.group = RunGroup.create(memory_mb=OUTER_MEMORY_MB, max_processes=OUTER_PROCESSES)
         self._ids = itertools.count(1)
         self._send_lock = threading.Lock()
@@ -153,10 +147,16 @@ class ForkServer:
         try:
             if self.group.level == "rlimit":
                 raise ForkServerDown("no cgroup for the fork server")
+            helpers_dir = ""
+            if preload.helpers:
+                (self.inbox / HELPERS_DIR).mkdir(mode=0o755)
+                for name, text in preload.helpers:
+                    (self.inbox / HELPERS_DIR / name).write_text(text, encoding="utf-8")
+                helpers_dir = f"{CODE_DIR}/{HELPERS_DIR}"
             argv = bwrap_argv(AllowList(code=self.inbox, scratch_mb=1), privileged=True)
             cmd = self.group.attach_argv([*argv, "--", sys.executable, *PYTHON_FLAGS, "-c", SOURCE, "zygote",
-                                          str(theirs.fileno()), json.dumps(list(preload.modules)), json.dumps(python_path()),
-                                          helpers_dir])
+                                          str(theirs.fileno()), json.dumps(list(preload.modules)),
+                                          json.dumps(python_path()), helpers_dir])
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                                          pass_fds=(theirs.fileno(),), start_new_session=True,
                                          env=child_env(SCRATCH_DIR), cwd="/")
@@ -466,9 +466,10 @@ def _failed_lately(key: Preload) -> bool:
 
 
 def start_early(preload: Sequence[str] | Preload) -> None:
-    """Begin starting the zygote for ``preload`` (module names, or a :class:`Preload`) now, on the starter thread, unless one runs or is
-    starting: a caller with other work to do first (probing the sandbox) then finds it started,
-    or nearly, in :func:`server_for`. A start that fails is recorded there, as any other."""
+    """Begin starting the zygote for ``preload`` (module names, or a :class:`Preload`) now, on the
+    starter thread, unless one runs or is starting: a caller with other work to do first (probing
+    the sandbox) then finds it started, or nearly, in :func:`server_for`. A start that fails is
+    recorded there, as any other."""
     key = _key(preload)
     with _lock:
         server = _servers.get(key)
