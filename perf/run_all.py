@@ -8,9 +8,9 @@ per-execution cost through the fork server (against the fresh sandbox and a bare
 ``python -c pass`` of the same run) and MBPP+ against evalplus (perf/sandbox_throughput.py,
 perf/mbpp_plus_run.py), and issue 18's: a program-task grid on Ray with 2 workers against serial
 (perf/ray_grid.py, needs the [ray] extra) and the results store's build time as a study grows
-1x..256x cells (perf/store_build.py). Under 10 minutes on 2 cores with the
-default 30-problem MBPP+ subset; ``--mbpp-full`` adds the full 378-problem run. The exit code is 0
-when every issue-19 row passes; issue 18's rows (marked) are printed for information, since that
+1x..256x cells (perf/store_build.py). Under 10 minutes on 2 cores with the default 30-problem
+MBPP+ subset; ``--mbpp-full`` adds the full 378-problem run. The exit code is 0 when every
+issue-19 row passes; issue 18's rows (marked) are printed for information, since that
 issue ended blocked (a Ray grid cannot reach its speed-up on this 2-core machine class).
 
     python perf/run_all.py [--data-dir ../shared/data] [--mbpp-full] [--json out.json]

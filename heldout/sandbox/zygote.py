@@ -615,6 +615,5 @@ def stats() -> dict[str, int]:
 atexit.register(shutdown)
 
 __all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "Preload",
-           "server_for",
-           "start_early", "discard", "shutdown", "stats",
+           "server_for", "start_early", "discard", "shutdown", "stats",
            "fork_server_enabled", "supported", "FORK_SERVER_ENV"]
