@@ -1,0 +1,274 @@
+"""The decision layer: every "separates", "regression", "leak" or reading heldout prints comes
+from a rule named here.
+
+Rules that hold for every verdict:
+
+* **The unit is the seed.** A seed's score is one whole optimizer run's number (its mean
+  held-out score, its gain over a baseline, its transfer under a verifier variant). Examples of
+  one run share that run's candidate, so they are never the replicates of a verdict.
+* **Paired by seed** where the two sides share seeds (arms, ablations, verifier variants: the
+  same seed drives the same random stream), so run-to-run noise common to both sides cancels.
+* **The test follows the data** (:func:`heldout.protocols.stats.runs.choose_test`): a paired t
+  over seeds when each seed's number averages >= 2 examples (close to normal; exact under
+  normality at any seed count >= 2), an exact sign-flip over the 2**S sign patterns when it is a
+  single instance (any law; needs >= 6 seeds to reach 0.05 two-sided).
+* **Holm across every comparison a command prints** (:func:`holm`): the chance that any printed
+  verdict of one command is a false "separates" is at most alpha.
+* **No verdict from ranges alone**, and none from example-level tests.
+
+Each verdict is a :class:`Contrast`: the rule's name, its inputs (per-seed values), the estimate
+and interval, raw and Holm-adjusted p, the family size and the nominal error rate, and one
+sentence built from those numbers only. Type-I error and power of each rule are shown by seeded
+simulations of these functions (``tests/test_decide_calibration.py``; figures in
+``docs/statistics.md``).
+
+The gate's margin (:class:`Margin`) is here too: a tolerated drop given in score units, as a
+fraction of the baseline's score or of its headroom to the ceiling, or in run-to-run SDs, and
+resolved per task on that task's own scale.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+
+from heldout.contracts import HeldoutError
+from heldout.protocols.stats import holm_adjust
+from heldout.protocols.stats.runs import choose_test, compare_runs, min_seeds_sign_flip
+
+DEFAULT_ALPHA = 0.05
+MIN_SEEDS = 3
+"""Fewer seeds than this on a side and no verdict is attempted: there is no spread to test."""
+
+
+class DecisionError(HeldoutError, ValueError):
+    """A decision rule was given input it cannot decide on (unpaired seeds, bad margin text)."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named decision rule: what its unit is, which test it runs and what error it controls."""
+
+    name: str
+    unit: str
+    test: str
+    error: str
+
+
+RULES: dict[str, Rule] = {rule.name: rule for rule in (
+    Rule("seed-paired-contrast", "seed (paired by seed id)",
+         "paired t over per-seed differences (>= 2 examples per seed), else exact sign-flip over seeds; "
+         "two-sided; Holm across the command's comparisons",
+         "family-wise type-I <= alpha across every comparison printed"),
+    Rule("gate-margin", "seed (paired by id, or independent runs)",
+         "one-sided t / exact randomisation against a per-task margin; regression Holm over tasks, "
+         "pass = every task non-inferior (intersection-union)",
+         "P(regression | true drop <= margin) <= alpha family-wise; P(pass | true drop >= margin) <= alpha"),
+)}
+
+
+Sign = Literal["+", "-", "0"]
+"""A decided positive difference, a decided negative one, or no decision."""
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One verdict of ``b`` against ``a`` with the seed as the unit.
+
+    ``estimate`` is mean over seeds of ``b - a`` (paired) or mean(b) - mean(a); ``low``/``high``
+    its two-sided ``1 - alpha`` interval (unadjusted; infinite when the design cannot bound it);
+    ``p`` the two-sided p and ``p_holm`` the Holm-adjusted one over ``family`` comparisons;
+    ``decided`` is ``p_holm < alpha`` and the interval excludes 0. ``sentence`` says what was
+    decided and why, from these numbers only."""
+
+    rule: str
+    label: str
+    a_label: str
+    b_label: str
+    seeds: tuple[int, ...]
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    paired: bool
+    test: str
+    n_examples: int
+    estimate: float
+    low: float
+    high: float
+    p: float
+    p_holm: float
+    family: int
+    alpha: float
+    min_seeds: int
+    decided: bool
+    sign: str
+    sentence: str
+
+    @property
+    def nominal_error(self) -> float:
+        """The family-wise type-I error the rule controls."""
+        return self.alpha
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "seeds": list(self.seeds), "a": list(self.a), "b": list(self.b),
+                "nominal_error": self.nominal_error}
+
+
+def _values(side: Mapping[int, float] | Sequence[float]) -> dict[int, float]:
+    if isinstance(side, Mapping):
+        return {int(k): float(v) for k, v in side.items()}
+    return {i: float(v) for i, v in enumerate(side)}
+
+
+def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | Sequence[float], *,
+             n_examples: int, paired: bool = True, alpha: float = DEFAULT_ALPHA,
+             labels: tuple[str, str] = ("a", "b"), label: str | None = None) -> Contrast:
+    """``b`` against ``a``, one value per seed (a mapping seed -> value, or a sequence whose
+    position is the seed). Paired designs use the seeds both sides have; a seed on one side only
+    is left out and the sentence names how many pairs remain. A family of one: call
+    :func:`holm` on every contrast a command prints."""
+    a_vals, b_vals = _values(a), _values(b)
+    if paired:
+        seeds = tuple(sorted(set(a_vals) & set(b_vals)))
+        av = np.array([a_vals[s] for s in seeds])
+        bv = np.array([b_vals[s] for s in seeds])
+    else:
+        seeds = tuple(sorted(set(a_vals) | set(b_vals)))
+        av = np.array([a_vals[s] for s in sorted(a_vals)])
+        bv = np.array([b_vals[s] for s in sorted(b_vals)])
+    a_name, b_name = labels
+    name = label or f"{b_name} vs {a_name}"
+    test = choose_test(int(n_examples), paired)
+    n = min(len(av), len(bv))
+    floor = max(MIN_SEEDS, min_seeds_sign_flip(alpha / 2) if test == "exact sign-flip" else 2)
+    base = dict(rule="seed-paired-contrast", label=name, a_label=a_name, b_label=b_name, seeds=seeds,
+                a=tuple(map(float, av)), b=tuple(map(float, bv)), paired=paired, test=test,
+                n_examples=int(n_examples), family=1, alpha=alpha, min_seeds=floor)
+    if n < MIN_SEEDS:
+        est = float(bv.mean() - av.mean()) if n else math.nan
+        return Contrast(**base, estimate=est, low=-math.inf, high=math.inf, p=1.0, p_holm=1.0, decided=False,
+                        sign="0", sentence=f"{name}: cannot separate: {n} seed{'s' if n != 1 else ''} "
+                                           f"{'paired' if paired else 'per side'}; a verdict needs >= {MIN_SEEDS}")
+    comp = compare_runs(av, bv, paired=paired, n_examples=int(n_examples), alpha=alpha, two_sided=True)
+    p = min(1.0, 2.0 * min(comp.p_value(av, bv, 0.0, "less"), comp.p_value(av, bv, 0.0, "greater")))
+    return _finish(Contrast(**base, estimate=comp.change, low=comp.low, high=comp.high, p=p, p_holm=p,
+                            decided=False, sign="0", sentence=""))
+
+
+def _finish(c: Contrast) -> Contrast:
+    """Decide ``c`` from its adjusted p and interval and write its sentence."""
+    excludes = c.low > 0.0 or c.high < 0.0
+    decided = bool(c.p_holm < c.alpha and excludes)
+    sign = ("+" if c.estimate > 0 else "-") if decided else "0"
+    level = f"{1 - c.alpha:.0%}"
+    unit = f"{len(c.seeds)} seed pairs" if c.paired else f"{len(c.a)} / {len(c.b)} seeds"
+    p = f"p = {c.p:.3g}" + (f", Holm p = {c.p_holm:.3g} over {c.family} comparisons" if c.family > 1 else "")
+    facts = f"mean difference {c.estimate:+.4g}, {level} CI [{c.low:+.4g}, {c.high:+.4g}], {c.test} over {unit}, {p}"
+    if decided:
+        word = "higher" if sign == "+" else "lower"
+        sentence = f"{c.label}: separates ({c.b_label} {word}): {facts}"
+    else:
+        n = len(c.seeds) if c.paired else min(len(c.a), len(c.b))
+        if n < c.min_seeds:
+            why = f"{c.test} needs >= {c.min_seeds} seeds to reach alpha = {c.alpha:g} two-sided, got {n}"
+        elif excludes:
+            why = f"the interval excludes 0 but the Holm-adjusted p is not below {c.alpha:g}"
+        else:
+            why = "the interval includes 0"
+        sentence = f"{c.label}: cannot separate: {why} ({facts})"
+    return replace(c, decided=decided, sign=sign, sentence=sentence)
+
+
+def holm(contrasts: Sequence[Contrast], alpha: float | None = None) -> list[Contrast]:
+    """The same contrasts with ``p_holm`` adjusted over all of them (Holm step-down) and
+    decided again: the family is every comparison one command prints."""
+    if not contrasts:
+        return []
+    adjusted = holm_adjust(np.array([c.p for c in contrasts]))
+    out = []
+    for c, p in zip(contrasts, adjusted):
+        c = replace(c, p_holm=float(p), family=len(contrasts), alpha=c.alpha if alpha is None else alpha)
+        out.append(_finish(c))
+    return out
+
+
+def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, float]]], *, n_examples: int,
+           paired: bool = True, alpha: float = DEFAULT_ALPHA) -> list[Contrast]:
+    """Contrasts of ``(a_label, b_label, a, b)`` pairs, Holm-adjusted together."""
+    return holm([contrast(a, b, n_examples=n_examples, paired=paired, alpha=alpha, labels=(al, bl))
+                 for al, bl, a, b in pairs], alpha)
+
+
+# -- the gate's margin ---------------------------------------------------------------------------------
+MarginKind = Literal["absolute", "relative", "headroom", "sd"]
+DEFAULT_MARGIN = "5%"
+"""The gate's default tolerated drop: 5% of each task's baseline score. Relative, so a task whose
+scores are ~0.002 (Heilbronn) and one near 1 (Lockpicking) are held to the same standard."""
+
+_MARGIN = re.compile(r"^\s*(?:(?P<pct>[0-9]*\.?[0-9]+)\s*%(?:\s*(?P<of>of\s+headroom|headroom))?"
+                     r"|(?P<sd>[0-9]*\.?[0-9]+)\s*sd|(?P<abs>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?))\s*$",
+                     re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The tolerated drop of the regression gate, per task.
+
+    * ``absolute`` (``0.01``): score units, the same for every task;
+    * ``relative`` (``5%``): that fraction of the task's baseline mean score (its absolute value);
+    * ``headroom`` (``10% headroom``): that fraction of the baseline's distance to the ceiling;
+    * ``sd`` (``0.5sd``): that many run-to-run SDs of the baseline's per-run scores (a pilot).
+
+    :meth:`resolve` turns it into score units on one task's scale; the evidence prints both."""
+
+    kind: MarginKind
+    value: float
+
+    @classmethod
+    def parse(cls, text: str | float) -> "Margin":
+        if isinstance(text, (int, float)) and not isinstance(text, bool):
+            value = float(text)
+            if not math.isfinite(value) or value < 0:
+                raise DecisionError(f"--min-effect must be >= 0, got {text!r}")
+            return cls("absolute", value)
+        m = _MARGIN.match(str(text))
+        if not m:
+            raise DecisionError(f"--min-effect must be a number (score units), 'P%' (of the baseline's score), "
+                                f"'P% headroom' (of the baseline's distance to the ceiling) or 'Ksd' "
+                                f"(run-to-run SDs of the baseline), got {text!r}")
+        if m.group("pct") is not None:
+            return cls("headroom" if m.group("of") else "relative", float(m.group("pct")) / 100.0)
+        if m.group("sd") is not None:
+            return cls("sd", float(m.group("sd")))
+        return cls("absolute", float(m.group("abs")))
+
+    def resolve(self, *, baseline_mean: float, ceiling: float | None = None, run_sd: float | None = None) -> float:
+        """The margin in score units for a task whose baseline runs average ``baseline_mean``."""
+        if self.kind == "absolute":
+            return self.value
+        if self.kind == "relative":
+            return self.value * abs(baseline_mean)
+        if self.kind == "headroom":
+            if ceiling is None or not math.isfinite(ceiling):
+                raise DecisionError("a headroom margin needs the task's score ceiling, which this task does not "
+                                    "declare; give the margin as a number or a percentage of the baseline")
+            return self.value * max(0.0, ceiling - baseline_mean)
+        if run_sd is None or not math.isfinite(run_sd):
+            raise DecisionError("an SD margin needs >= 2 baseline runs to measure their run-to-run SD")
+        return self.value * run_sd
+
+    def describe(self) -> str:
+        return {"absolute": f"{self.value:g} (score units)", "relative": f"{self.value:.4g} x the baseline's score",
+                "headroom": f"{self.value:.4g} x the baseline's headroom",
+                "sd": f"{self.value:g} run-to-run SD of the baseline"}[self.kind]
+
+    def __str__(self) -> str:
+        return {"absolute": f"{self.value:g}", "relative": f"{self.value * 100:g}%",
+                "headroom": f"{self.value * 100:g}% headroom", "sd": f"{self.value:g}sd"}[self.kind]
+
+
+__all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "RULES", "Rule",
+           "Sign", "contrast", "family", "holm"]
