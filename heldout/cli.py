@@ -38,7 +38,7 @@ from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
-from heldout.protocols.arms import FIXED_UNITS, ArmsSpec, describe_plan, open_arms, run_arms
+from heldout.protocols.arms import FIXED_UNITS, ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
 from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
 from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
@@ -309,8 +309,11 @@ def cmd_compare_arms(args: argparse.Namespace) -> int:
                     metric_cap=args.metric_cap, drift_tolerance=args.drift_tolerance,
                     min_headroom=args.min_headroom)
     plan = open_arms(spec, args.run_dir)
+    notes = validate_arms(spec)  # refuses, before spending, a design that cannot conclude
     if args.plan:
         print(describe_plan(spec, plan))
+        for note in notes:
+            print(f"  {note}")
         return 0
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url, cache_dir=args.cache_dir)

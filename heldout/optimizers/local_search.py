@@ -8,6 +8,11 @@ from heldout.optimizers import geometry_search, lockpicking_search
 CODE_FILES = ("geometry_search.py", "lockpicking_search.py", "merge.py")  # hashed with this file in run records
 
 
+def supports_width(task_name: str) -> bool:
+    """Whether ``width`` (the merged width search) exists for this task's family."""
+    return task_name.split("/", 1)[0] == "lockpicking"
+
+
 def optimize(view, seed: int, width: int | None = None, stream: int = 0):
     family = view.task_name.split("/", 1)[0]
     if family == "lockpicking":

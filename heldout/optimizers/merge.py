@@ -106,17 +106,24 @@ def build_union(parent: Parts, proposals: Sequence[Parts | None], scores: Sequen
 def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: int = 0,
                  decomposition: Decomposition = COMPONENTS, ids: Sequence[str] | None = None,
                  start: Candidate | None = None,
-                 observe: Callable[[Candidate, list[dict]], None] | None = None, patience: int = 3) -> Candidate:
+                 observe: Callable[[Candidate, list[dict]], None] | None = None, patience: int = 3,
+                 restart: bool = True) -> Candidate:
     """Rounds of the module docstring until the budget cannot pay one more evaluation of ``ids``
-    (default: all train ids). Returns the last parent (the best candidate by train score).
-    ``observe(candidate, results)`` sees every evaluation (a proposer that reads feedback). The
-    search ends early after ``patience`` rounds in a row in which no worker proposed anything new."""
+    (default: all train ids). Returns the best candidate by train score over the whole search.
+    ``observe(candidate, results)`` sees every evaluation (a proposer that reads feedback).
+
+    After ``patience`` rounds in a row in which no worker proposed anything new the search has
+    converged. With ``restart`` (the default) it then starts again from ``start`` with fresh
+    random streams (recorded as a ``restart`` event) until the budget is spent, so an arm given
+    a budget spends it: equal *allowed* budgets are only comparable when each arm uses what it
+    was allowed. Without it the search stops and records a ``stopped`` event with the reason."""
     if type(width) is not int or width < 1:
         raise ValueError(f"width must be a positive int, got {width!r}")
     ids = [ex["id"] for ex in view.train] if ids is None else list(ids)
     per_eval = max(1, len(ids))
     rngs = [random.Random(f"{seed}:{stream}:{k}") for k in range(width)]
-    parent = dict(start or view.seed_candidate)
+    origin = dict(start or view.seed_candidate)
+    parent = dict(origin)
 
     def score(candidate: Candidate) -> float | None:
         if view.remaining < per_eval:
@@ -132,7 +139,8 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
     parent_score = score(parent)
     if parent_score is None:
         return parent
-    round_no = idle = 0
+    best_seen, best_seen_score = dict(parent), parent_score
+    round_no = idle = restarts = 0
     with ThreadPoolExecutor(max_workers=width) as pool:
         while view.remaining >= per_eval:
             affordable = view.remaining // per_eval
@@ -147,8 +155,20 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
                 proposals_parts.append(None if candidates[-1] is None else decomposition.split(candidates[-1]))
             if not any(candidates):
                 idle += 1  # a round with nothing new costs no metric call; a stochastic proposer may move next time
-                if idle >= patience:
-                    break  # no worker can move: the search has converged
+                if idle < patience:
+                    continue
+                # no worker can move: the search has converged
+                if not restart or view.remaining < per_eval:
+                    view.record_event("stopped", reason="converged: no worker proposed anything new in "
+                                      f"{patience} rounds", metric_calls_left=view.remaining)
+                    break
+                restarts += 1
+                rngs = [random.Random(f"{seed}:{stream}:{k}:restart-{restarts}") for k in range(width)]
+                view.record_event("restart", restart=restarts, reason="converged", best_score=best_seen_score)
+                parent, idle = dict(origin), 0
+                parent_score = score(parent)
+                if parent_score is None:
+                    break
                 continue
             idle = 0
             scores = list(pool.map(lambda c: None if c is None else score(c), candidates))
@@ -179,5 +199,12 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
                 view.record_event("merge_round", round=round_no, chosen=choice, score=best,
                                   parts_total=len(parent_parts))
             parent, parent_score = dict(next_parent), best
+            if parent_score > best_seen_score:
+                best_seen, best_seen_score = dict(parent), parent_score
             round_no += 1
-    return parent
+    if 0 < view.remaining < per_eval:
+        view.record_event("stopped", reason=f"the {view.remaining} metric calls left cannot pay for one evaluation "
+                          f"of {per_eval} train examples", metric_calls_left=view.remaining)
+    # without restarts the last parent is the best (neutral moves are taken); over restarts the
+    # best seen wins, and a later restart that only ties it keeps the earlier candidate
+    return parent if restarts == 0 else best_seen

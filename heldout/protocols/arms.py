@@ -14,10 +14,15 @@ Rules:
 * **One fixed unit** (``metric_calls``, ``architect_calls`` or ``tokens``, the architect's) is
   enforced by every session; the other units are only capped (``metric_cap``) and are measured
   and printed as **confounds**. Spend is counted from the ledgers (the system of record) and must
-  agree with the run records. An arm whose spend in the fixed unit, at any seed, is more than
-  ``drift_tolerance`` (default 10%) below the largest arm's marks the comparison **broken**; so
-  does a missing or failed run, a ledger that does not verify, or a fixed unit no arm spent.
-* **Separation** (:func:`separates`): seeds are the unit; at least 3 per arm; see there.
+  agree with the run records. **Equal allowed budget is the rule**: an arm whose spend, at any
+  seed, is more than ``drift_tolerance`` (default 10%) below the largest arm's is reported as
+  *stopped by itself* with the optimizer's reason ("serial stopped at 400 of 600 metric_calls:
+  converged"), not as broken. **Broken** is for what the harness got wrong: a missing or failed
+  run, a ledger that does not verify, a record that disagrees with its ledger, a run whose
+  allowed budget is not the planned one or that spent over it, or a fixed unit no arm spent.
+* **Separation**: the rule ``seed-paired-contrast`` of :mod:`heldout.protocols.decide`: seeds
+  are the unit, the arms are paired by seed (they share seeds and random streams), at least 3
+  seeds, Holm across the three comparisons printed. Never from seed ranges.
 * **Mechanism evidence**: the ``optimizer_event`` entries of each arm's ledgers (how many merge
   rounds, unions built and accepted, conflicts). A merge arm whose artifact has one part
   (merging degenerates to selection) or whose unions never formed is flagged, and then no
@@ -33,14 +38,12 @@ Layout: ``RUN_DIR/arms.json`` (the experiment: spec, plan, headroom) and one stu
 
 from __future__ import annotations
 
+import inspect
 import json
-import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
-
-from scipy import stats as scipy_stats
 
 from heldout.benchmarks.loading import load_task
 from heldout.contracts import HeldoutError
@@ -48,14 +51,14 @@ from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.session import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
-from heldout.optimizers import split_spec
-from heldout.protocols import stats
+from heldout.optimizers import resolve_optimizer, split_spec
+from heldout.protocols import decide
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, run_study
 
 ARMS_FILE = "arms.json"
 RESULT_FILE = "arms_result.json"
 FIXED_UNITS = ("metric_calls", "architect_calls", "tokens")
-MIN_SEEDS = 3
+MIN_SEEDS = decide.MIN_SEEDS
 DEFAULT_DRIFT_TOLERANCE = 0.10
 DEFAULT_MIN_HEADROOM = 0.10
 MERGE_EVENTS = ("merge_attempt", "union_built", "contested", "merge_round")
@@ -282,37 +285,23 @@ def run_arms(spec: ArmsSpec, run_dir: str | Path, config: StudyConfig, executor:
     return comparison
 
 
-# -- statistics ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Separation:
-    """Whether two arms' per-seed held-out scores separate, and on what grounds."""
-
-    separated: bool
-    reason: str
-    ranges_disjoint: bool = False
-    welch_p: float | None = None
-
-
-def separates(a: Sequence[float], b: Sequence[float], alpha: float = 0.05) -> Separation:
-    """Seeds are the unit of replication: one held-out score per seed and arm. Refused (no
-    separation) with fewer than :data:`MIN_SEEDS` seeds on either side. Otherwise the arms
-    separate when their seed ranges do not overlap (``heldout.protocols.stats.separates``) or
-    when Welch's t-test on the per-seed scores gives p < ``alpha`` (only defined when both arms
-    have spread). The two arms' runs are
-    independent, so the test is unpaired. (This is the one place the test is chosen.)"""
-    a = [round(float(x), 12) for x in a]  # float noise is not spread (scipy warns on near-ties)
-    b = [round(float(x), 12) for x in b]
-    if min(len(a), len(b)) < MIN_SEEDS:
-        return Separation(False, f"no separation: {min(len(a), len(b))} seed(s); at least {MIN_SEEDS} per arm needed")
-    disjoint = stats.separates(list(a), list(b), min_seeds=MIN_SEEDS)
-    p: float | None = None
-    if len(set(a)) > 1 and len(set(b)) > 1:  # Welch needs spread in both arms
-        p = float(scipy_stats.ttest_ind(a, b, equal_var=False).pvalue)
-        p = None if math.isnan(p) else p
-    separated = disjoint or (p is not None and p < alpha)
-    grounds = [f"seed ranges {'do not overlap' if disjoint else 'overlap'}",
-               f"Welch p = {p:.3g}" if p is not None else "Welch test undefined (an arm has no spread)"]
-    return Separation(separated, ("separates: " if separated else "no separation: ") + "; ".join(grounds), disjoint, p)
+# -- validation before spending ---------------------------------------------------------------------
+def validate_arms(spec: ArmsSpec) -> list[str]:
+    """What would make the experiment unable to conclude, found before any budget is spent: an
+    unknown optimizer, one without a width mode (for this task), too few seeds. Raises
+    :class:`ArmsError` naming the first problem; returns notes on the design otherwise."""
+    try:
+        resolve_optimizer(f"{spec.optimizer}?width={spec.width}&stream=0")
+    except HeldoutError as exc:
+        raise ArmsError(f"the arms need an optimizer with a width mode and random streams: {exc}") from None
+    supports = getattr(inspect.getmodule(resolve_optimizer(spec.optimizer)), "supports_width", None)
+    if supports is not None and not supports(spec.task):
+        raise ArmsError(f"{spec.optimizer} has no width mode for {spec.task}: the merge arm cannot run")
+    if len(spec.seeds) < MIN_SEEDS:
+        raise ArmsError(f"{len(spec.seeds)} seed(s): the arms are compared with the seed as the unit and need "
+                        f">= {MIN_SEEDS} seeds (e.g. --seeds 0,1,2)")
+    return [f"separation: {decide.RULES['seed-paired-contrast'].test}; at {len(spec.seeds)} seeds a paired t has "
+            f"{len(spec.seeds) - 1} df, and a single-instance task's exact sign-flip needs >= 6 seeds"]
 
 
 # -- reading the arms back -------------------------------------------------------------------------------
@@ -344,6 +333,7 @@ class ArmResult:
     parts_max: int | None = None
     final_components: int | None = None
     selection_split: str | None = None
+    stop_reasons: dict[int, list[str]] = field(default_factory=dict)
 
     def total(self, unit: str) -> int:
         return sum(s.get(unit) for s in self.spend.values())
@@ -380,9 +370,10 @@ class ArmsComparison:
     arms: dict[str, ArmResult]
     headroom: Headroom | None
     broken: list[str]
-    comparisons: list[tuple[str, str, Separation]]
+    comparisons: list[decide.Contrast]
     flags: list[str]
     conclusion: str
+    stopped: list[str] = field(default_factory=list)
 
     # rows: one per reported arm (the fork arm twice)
     def rows(self) -> list[dict[str, Any]]:
@@ -444,8 +435,10 @@ class ArmsComparison:
                          "the best on test (an upper bound nobody can ship)")
         for line in self.confounds():
             lines.append(f"confound: {line}")
-        for a, b, sep in self.comparisons:
-            lines.append(f"{a} vs {b}: {sep.reason}")
+        for note in self.stopped:
+            lines.append(f"stopped by itself: {note}")
+        for c in self.comparisons:
+            lines.append(c.sentence)
         for flag in self.flags:
             lines.append(f"FLAG: {flag}")
         for problem in self.broken:
@@ -455,7 +448,7 @@ class ArmsComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"spec": self.spec.to_dict(), "rows": self.rows(), "confounds": self.confounds(),
-                "comparisons": [{"a": a, "b": b, **asdict(s)} for a, b, s in self.comparisons],
+                "comparisons": [c.as_dict() for c in self.comparisons], "stopped": self.stopped,
                 "flags": self.flags, "broken": self.broken, "conclusion": self.conclusion,
                 "headroom": None if self.headroom is None else {**asdict(self.headroom),
                                                                 "little": self.headroom.little}}
@@ -476,6 +469,7 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
     arms = {a: ArmResult(a) for a in spec.arm_names}
     broken: list[str] = []
     forks: dict[int, list[tuple[int, RunRecord]]] = {}
+    n_examples = 0
     for run in plan:
         result = arms[run.arm]
         where = run.run_dir
@@ -492,6 +486,9 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
             broken.append(f"{where}: the run {record.status}: {record.error}")
             continue
         spend, events = ledger_spend_and_events(where)
+        allowed = (record.budget or {}).get("metric_calls")
+        if allowed is not None and allowed != run.metric_calls:
+            broken.append(f"{where}: allowed {allowed} metric_calls, the plan {run.metric_calls}")
         if spend.metric_calls != record.usage["metric_calls"]:
             broken.append(f"{where}: the record says {record.usage['metric_calls']} metric calls, "
                           f"the ledger {spend.metric_calls}")
@@ -502,6 +499,8 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
         total = result.spend.setdefault(run.seed, RunSpend())
         for unit in FIXED_UNITS:
             setattr(total, unit, total.get(unit) + spend.get(unit))
+        result.stop_reasons.setdefault(run.seed, []).extend(
+            str(e.get("data", {}).get("reason", "")) for e in events if e.get("kind") == "stopped")
         for event in events:
             kind = event.get("kind")
             if kind in MERGE_EVENTS:
@@ -511,6 +510,7 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
                 result.unions_accepted += 1
             if isinstance(data.get("parts_total"), int):
                 result.parts_max = max(result.parts_max or 0, data["parts_total"])
+        n_examples = len(record.test_verdicts)
         if run.fork is None:
             result.test[run.seed] = float(record.test_score)
             result.final_components = len(record.final_candidate or {})
@@ -527,23 +527,28 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
         fork_result.selected_fork[seed] = chosen_k
         fork_result.test[seed] = float(chosen.test_score)
         fork_result.oracle[seed] = max(float(r.test_score) for _, r in members)
-    broken += _drift(spec, arms)
+    unspent, problems = _underspend(spec, plan, arms)
+    broken += problems
     flags = _mechanism_flags(spec, arms[merge])
-    comparisons = []
-    for a, b in ((merge, fork), (merge, serial), (serial, fork)):
-        common = sorted(set(arms[a].test) & set(arms[b].test))
-        sep = separates([arms[a].test[s] for s in common], [arms[b].test[s] for s in common], alpha)
-        comparisons.append((a, f"{b} (selected)" if b == fork else b, sep))
+    pairs = [(b if b != fork else f"{fork} (selected)", a, arms[b].test, arms[a].test)
+             for a, b in ((merge, fork), (merge, serial), (serial, fork))]
+    comparisons = decide.family(pairs, n_examples=max(n_examples, 1), paired=True, alpha=alpha)
     conclusion = _conclude(spec, arms, comparisons, flags, broken)
-    return ArmsComparison(spec, arms, headroom, broken, comparisons, flags, conclusion)
+    return ArmsComparison(spec, arms, headroom, broken, comparisons, flags, conclusion, unspent)
 
 
-def _drift(spec: ArmsSpec, arms: dict[str, ArmResult]) -> list[str]:
-    """Per seed, every arm's spend in the fixed unit against the largest arm's."""
-    problems = []
+def _underspend(spec: ArmsSpec, plan: Sequence[PlannedRun], arms: dict[str, ArmResult]) -> tuple[list[str], list[str]]:
+    """``(stopped, broken)``: per seed, each arm's spend in the fixed unit against the largest
+    arm's. Spending less than allowed is the optimizer's choice (it converged, or could not pay
+    for one more evaluation), reported with its reason; no arm spending the fixed unit at all
+    means the unit held nothing fixed, which is broken."""
     unit = spec.fixed
     if all(a.total(unit) == 0 for a in arms.values()) and any(a.runs for a in arms.values()):
-        return [f"no arm spent any {unit}: the fixed unit held nothing fixed (does the optimizer use it?)"]
+        return [], [f"no arm spent any {unit}: the fixed unit held nothing fixed (does the optimizer use it?)"]
+    allowed: dict[tuple[str, int], int] = {}
+    for run in plan:
+        allowed[(run.arm, run.seed)] = allowed.get((run.arm, run.seed), 0) + (run.limit(unit) or 0)
+    stopped = []
     for seed in spec.seeds:
         spent = {name: a.spend[seed].get(unit) for name, a in arms.items() if seed in a.spend}
         if len(spent) < 2:
@@ -552,9 +557,11 @@ def _drift(spec: ArmsSpec, arms: dict[str, ArmResult]) -> list[str]:
         for name, value in spent.items():
             drift = (top - value) / top if top else 0.0
             if drift > spec.drift_tolerance:
-                problems.append(f"{name} spent {value} {unit} at seed {seed} vs {top} for the largest arm "
-                                f"(drift {drift:.0%} > {spec.drift_tolerance:.0%})")
-    return problems
+                reasons = sorted({r for r in arms[name].stop_reasons.get(seed, []) if r})
+                why = "; ".join(reasons) or "the optimizer returned before its budget (it recorded no reason)"
+                stopped.append(f"{name} stopped at {value} of {allowed.get((name, seed), top)} {unit} at seed {seed} "
+                               f"(the largest arm spent {top}): {why}")
+    return stopped, []
 
 
 def _mechanism_flags(spec: ArmsSpec, merge: ArmResult) -> list[str]:
@@ -570,22 +577,25 @@ def _mechanism_flags(spec: ArmsSpec, merge: ArmResult) -> list[str]:
     return flags
 
 
-def _conclude(spec, arms, comparisons, flags, broken) -> str:
-    serial, fork, merge = spec.arm_names
+def _conclude(spec: ArmsSpec, arms: dict[str, ArmResult], comparisons: Sequence[decide.Contrast],
+              flags: Sequence[str], broken: Sequence[str]) -> str:
+    """The conclusion from the merge-vs-selected-fork contrast (Holm-adjusted with the other two)."""
+    merge = spec.arm_names[2]
     if broken:
         return "comparison broken (see BROKEN): no conclusion"
-    sep = comparisons[0][2]
-    merge_median = statistics.median(arms[merge].test.values())
-    fork_median = statistics.median(arms[fork].test.values())
+    primary = comparisons[0]
     if flags:
         return (f"merging cannot explain any difference here ({flags[0].split(': ', 1)[1]}); "
-                f"{merge} vs the selected fork: {sep.reason}")
-    if sep.separated and merge_median > fork_median and arms[merge].unions_accepted:
+                f"{primary.sentence}")
+    if primary.sign == "+" and arms[merge].unions_accepted:
         return (f"merging helped: {merge} beats the selected fork at equal {spec.fixed} "
-                f"({arms[merge].unions_accepted} union(s) accepted)")
-    if sep.separated and merge_median < fork_median:
-        return f"merging hurt: the selected fork beats {merge} at equal {spec.fixed}"
-    return f"no evidence that merging helps: {sep.reason}"
+                f"({arms[merge].unions_accepted} union(s) accepted; Holm p = {primary.p_holm:.3g})")
+    if primary.sign == "+":
+        return (f"{merge} beats the selected fork at equal {spec.fixed}, but no union was accepted: "
+                f"the gain is not credited to merging (Holm p = {primary.p_holm:.3g})")
+    if primary.sign == "-":
+        return f"merging hurt: the selected fork beats {merge} at equal {spec.fixed} (Holm p = {primary.p_holm:.3g})"
+    return f"no evidence that merging helps: {primary.sentence}"
 
 
 def arms_table(run_dir: str | Path) -> tuple[list[dict[str, Any]], str]:
