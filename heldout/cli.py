@@ -41,6 +41,7 @@ from heldout.models.server import ChatServer
 from heldout.protocols.arms import FIXED_UNITS, ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
 from heldout.protocols.executors import EXECUTORS, make_executor
 from heldout.protocols.leakage import ablate, scan_candidate
+from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin, MarginError
 from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
@@ -369,6 +370,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     for kind, path in paths.items():
         print(f"wrote {path}")
     return 0
+
+
+def _margin(text: str) -> Margin:
+    try:
+        return Margin.parse(text)
+    except MarginError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parse_checkpoints(text: str) -> list[int]:
@@ -755,8 +763,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
     p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
                    help="significance level of each one-sided test")
-    p.add_argument("--min-effect", type=_number(float, 0, "--min-effect"), default=0.0,
-                   help="largest drop you accept (score units); with 0 only a significant improvement passes")
+    p.add_argument("--min-effect", type=_margin, default=DEFAULT_MARGIN,
+                   help="largest drop you accept, per task on its own scale: 0.01 (score units), 5%% (of the "
+                        "baseline's score; the default), 10%% headroom (of its distance to the ceiling) or 0.5sd "
+                        "(baseline run-to-run SDs); with 0 only a significant improvement passes")
     p.add_argument("--method", default=None, help="compare this method when a run set holds several")
     p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
                    help="pair seeds by id (default) or compare independent runs (fresh seeds; 'rank' = independent)")

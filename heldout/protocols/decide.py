@@ -22,15 +22,15 @@ sentence built from those numbers only. Type-I error and power of each rule are 
 simulations of these functions (``tests/test_decide_calibration.py``; figures in
 ``docs/statistics.md``).
 
-The gate's margin (:class:`Margin`) is here too: a tolerated drop given in score units, as a
-fraction of the baseline's score or of its headroom to the ceiling, or in run-to-run SDs, and
-resolved per task on that task's own scale.
+The gate's rule (``gate-margin``) is :func:`heldout.protocols.stats.regression_check`, with its
+margin (:class:`~heldout.protocols.stats.margin.Margin`, re-exported here): a tolerated drop in
+score units, as a fraction of the baseline's score or of its headroom to the ceiling, or in
+run-to-run SDs, applied per task on that task's own scale.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
@@ -38,6 +38,7 @@ import numpy as np
 
 from heldout.contracts import HeldoutError
 from heldout.protocols.stats import holm_adjust
+from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin, MarginError
 from heldout.protocols.stats.runs import choose_test, compare_runs, min_seeds_sign_flip
 
 DEFAULT_ALPHA = 0.05
@@ -46,7 +47,7 @@ MIN_SEEDS = 3
 
 
 class DecisionError(HeldoutError, ValueError):
-    """A decision rule was given input it cannot decide on (unpaired seeds, bad margin text)."""
+    """A decision rule was given input it cannot decide on."""
 
 
 @dataclass(frozen=True)
@@ -202,73 +203,5 @@ def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, flo
                  for al, bl, a, b in pairs], alpha)
 
 
-# -- the gate's margin ---------------------------------------------------------------------------------
-MarginKind = Literal["absolute", "relative", "headroom", "sd"]
-DEFAULT_MARGIN = "5%"
-"""The gate's default tolerated drop: 5% of each task's baseline score. Relative, so a task whose
-scores are ~0.002 (Heilbronn) and one near 1 (Lockpicking) are held to the same standard."""
-
-_MARGIN = re.compile(r"^\s*(?:(?P<pct>[0-9]*\.?[0-9]+)\s*%(?:\s*(?P<of>of\s+headroom|headroom))?"
-                     r"|(?P<sd>[0-9]*\.?[0-9]+)\s*sd|(?P<abs>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?))\s*$",
-                     re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Margin:
-    """The tolerated drop of the regression gate, per task.
-
-    * ``absolute`` (``0.01``): score units, the same for every task;
-    * ``relative`` (``5%``): that fraction of the task's baseline mean score (its absolute value);
-    * ``headroom`` (``10% headroom``): that fraction of the baseline's distance to the ceiling;
-    * ``sd`` (``0.5sd``): that many run-to-run SDs of the baseline's per-run scores (a pilot).
-
-    :meth:`resolve` turns it into score units on one task's scale; the evidence prints both."""
-
-    kind: MarginKind
-    value: float
-
-    @classmethod
-    def parse(cls, text: str | float) -> "Margin":
-        if isinstance(text, (int, float)) and not isinstance(text, bool):
-            value = float(text)
-            if not math.isfinite(value) or value < 0:
-                raise DecisionError(f"--min-effect must be >= 0, got {text!r}")
-            return cls("absolute", value)
-        m = _MARGIN.match(str(text))
-        if not m:
-            raise DecisionError(f"--min-effect must be a number (score units), 'P%' (of the baseline's score), "
-                                f"'P% headroom' (of the baseline's distance to the ceiling) or 'Ksd' "
-                                f"(run-to-run SDs of the baseline), got {text!r}")
-        if m.group("pct") is not None:
-            return cls("headroom" if m.group("of") else "relative", float(m.group("pct")) / 100.0)
-        if m.group("sd") is not None:
-            return cls("sd", float(m.group("sd")))
-        return cls("absolute", float(m.group("abs")))
-
-    def resolve(self, *, baseline_mean: float, ceiling: float | None = None, run_sd: float | None = None) -> float:
-        """The margin in score units for a task whose baseline runs average ``baseline_mean``."""
-        if self.kind == "absolute":
-            return self.value
-        if self.kind == "relative":
-            return self.value * abs(baseline_mean)
-        if self.kind == "headroom":
-            if ceiling is None or not math.isfinite(ceiling):
-                raise DecisionError("a headroom margin needs the task's score ceiling, which this task does not "
-                                    "declare; give the margin as a number or a percentage of the baseline")
-            return self.value * max(0.0, ceiling - baseline_mean)
-        if run_sd is None or not math.isfinite(run_sd):
-            raise DecisionError("an SD margin needs >= 2 baseline runs to measure their run-to-run SD")
-        return self.value * run_sd
-
-    def describe(self) -> str:
-        return {"absolute": f"{self.value:g} (score units)", "relative": f"{self.value:.4g} x the baseline's score",
-                "headroom": f"{self.value:.4g} x the baseline's headroom",
-                "sd": f"{self.value:g} run-to-run SD of the baseline"}[self.kind]
-
-    def __str__(self) -> str:
-        return {"absolute": f"{self.value:g}", "relative": f"{self.value * 100:g}%",
-                "headroom": f"{self.value * 100:g}% headroom", "sd": f"{self.value:g}sd"}[self.kind]
-
-
-__all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "RULES", "Rule",
+__all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "MarginError", "RULES", "Rule",
            "Sign", "contrast", "family", "holm"]

@@ -25,7 +25,10 @@ from typing import Any, Iterable, Literal, Sequence
 
 import numpy as np
 
+from heldout.benchmarks.registry import get_benchmark
+from heldout.contracts import HeldoutError
 from heldout.protocols.stats import GateResult, TaskRuns, regression_check
+from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin
 from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
 
 SeedPairing = Literal["id", "independent"]
@@ -136,10 +139,20 @@ def _matrix(task: str, runs: list[Run], examples: list[str]) -> np.ndarray:
     return np.array(rows, dtype=np.float64)
 
 
+def _ceiling(task: str) -> float | None:
+    try:
+        return float(get_benchmark(task).score_ceiling)
+    except (HeldoutError, AttributeError, TypeError, ValueError):
+        return None  # a task no longer registered: only a headroom margin needs its ceiling, and says so
+
+
 def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *, alpha: float = 0.05,
-               min_effect: float = 0.0, method: str | None = None, pair_seeds: str = "id",
+               min_effect: "float | str | Margin" = DEFAULT_MARGIN, method: str | None = None, pair_seeds: str = "id",
                allow_mismatch: Sequence[str] = ()) -> CheckResult:
-    """Compare two run sets; raises :class:`GateInputError` when they cannot be compared."""
+    """Compare two run sets; raises :class:`GateInputError` when they cannot be compared. The
+    margin is applied per task on its own scale (default :data:`DEFAULT_MARGIN`, 5% of each
+    task's baseline score)."""
+    margin = Margin.parse(min_effect)
     statements: list[str] = []
     if pair_seeds == "rank":
         statements.append("--pair-seeds rank is treated as independent runs: fresh seeds share nothing to pair on")
@@ -173,5 +186,6 @@ def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *,
         tasks[task] = TaskRuns(_matrix(task, [base[s] for s in b_seeds], examples),
                                _matrix(task, [cur[s] for s in c_seeds], examples), paired=pair_seeds == "id")
         per_task.append({"task": task, "baseline_seeds": b_seeds, "current_seeds": c_seeds, "examples": len(examples)})
-    gate = regression_check(tasks, alpha=alpha, min_effect=min_effect)
+    gate = regression_check(tasks, alpha=alpha, min_effect=margin, ceilings={t: c for t in tasks
+                                                                              if (c := _ceiling(t)) is not None})
     return CheckResult(gate, pair_seeds, per_task, statements)

@@ -1,7 +1,8 @@
 """The regression gate's decision: regression, pass, or inconclusive, with the run as the unit.
 
-Per task, with margin ``m = min_effect`` (score units, >= 0) and ``change = current - baseline``
-over per-run scores (:mod:`.runs`):
+Per task, with margin ``m`` (:class:`~.margin.Margin`: score units, a fraction of the task's
+baseline score, of its headroom, or run-to-run SDs; applied on each task's own scale) and
+``change = current - baseline`` over per-run scores (:mod:`.runs`):
 
 * **regression** test, H0 ``change >= -m`` vs H1 ``change < -m``: the drop is larger than the
   tolerated one. One-sided at ``alpha``; Holm-adjusted over the tasks, so the chance of calling
@@ -27,6 +28,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 
 from ._checks import StatsInputError, as_scores, check_alpha
+from .margin import Margin
 from .runs import (
     RunComparison,
     choose_test,
@@ -85,6 +87,7 @@ class TaskDecision:
     p_equivalent: float
     identical: bool
     reason: str
+    margin: float = 0.0  # the tolerated drop in score units at the observed baseline mean
 
     def as_dict(self) -> dict[str, Any]:
         return {**{k: v for k, v in asdict(self).items() if k != "comparison"}, "comparison": self.comparison.as_dict()}
@@ -96,7 +99,7 @@ class GateResult:
 
     outcome: str
     alpha: float
-    min_effect: float
+    min_effect: str  # the margin as given (``0.01``, ``5%``, ``10% headroom``, ``0.5sd``)
     tasks: list[TaskDecision] = field(default_factory=list)
     evidence: str = ""
 
@@ -187,36 +190,52 @@ def _why_inconclusive(comp: RunComparison, margin: float, alpha: float) -> str:
     return f"cannot separate: need >= {max(k, n + 1)} {unit} at the observed run-to-run SD {sd:.3g}"
 
 
-def task_decision(name: str, runs: TaskRuns, *, alpha: float, min_effect: float) -> TaskDecision:
-    """The three tests on one task (regression p not yet adjusted over tasks)."""
+def task_decision(name: str, runs: TaskRuns, *, alpha: float, min_effect: "float | str | Margin",
+                  ceiling: float | None = None) -> TaskDecision:
+    """The three tests on one task (regression p not yet adjusted over tasks). An absolute
+    margin shifts the null (``change = -m``); the other forms test the current runs against the
+    baseline's per-run line moved by the margin (:meth:`Margin.lower_line`), which is exact for
+    the relative and headroom forms."""
+    margin = Margin.parse(min_effect)
     base_means, cur_means = runs.base.mean(axis=1), runs.cur.mean(axis=1)
     comp = compare_runs(base_means, cur_means, paired=runs.paired, n_examples=runs.n_examples, alpha=alpha,
                         two_sided=False)
-    m = min_effect
-
-    def p(theta0: float, side: str) -> float:
-        return shift_p(comp.test, base_means, cur_means, theta0, side, change=comp.change, se=comp.se, df=comp.df)  # type: ignore[arg-type]
-
     identical = _identical(runs)
-    p_reg, p_non = (1.0, 0.0) if identical else (p(-m, "less"), p(-m, "greater"))
-    p_eq = 0.0 if identical else max(p_non, p(m, "less")) if m > 0 else 1.0
-    return TaskDecision(name, "", comp, p_reg, p_reg, p_non, p_eq, identical, "")
+    m = margin.resolve(base_means, ceiling)
+    if identical:
+        p_reg, p_non, p_eq = 1.0, 0.0, 0.0
+    elif margin.kind == "absolute":
+        def p(theta0: float, side: str) -> float:
+            return shift_p(comp.test, base_means, cur_means, theta0, side, change=comp.change, se=comp.se, df=comp.df)  # type: ignore[arg-type]
+
+        p_reg, p_non = p(-m, "less"), p(-m, "greater")
+        p_eq = max(p_non, p(m, "less")) if m > 0 else 1.0
+    else:
+        low, high = margin.lower_line(base_means, ceiling), margin.upper_line(base_means, ceiling)
+        p_reg = shift_p(comp.test, low, cur_means, 0.0, "less")
+        p_non = shift_p(comp.test, low, cur_means, 0.0, "greater")
+        p_eq = max(p_non, shift_p(comp.test, high, cur_means, 0.0, "less")) if m > 0 else 1.0
+    return TaskDecision(name, "", comp, p_reg, p_reg, p_non, p_eq, identical, "", m)
 
 
 def regression_check(
     tasks: Mapping[str, TaskRuns],
     *,
     alpha: float = 0.05,
-    min_effect: float = 0.0,
+    min_effect: "float | str | Margin" = 0.0,
+    ceilings: Mapping[str, float] | None = None,
 ) -> GateResult:
     """Decide whether the current runs regressed against the baseline runs, task by task (see
-    the module docstring for the three tests and the outcome rule)."""
+    the module docstring for the three tests and the outcome rule). ``min_effect`` is a
+    :class:`Margin` or its text (``0.01``, ``5%``, ``10% headroom``, ``0.5sd``), applied to each
+    task on its own scale; ``ceilings`` gives each task's score ceiling (headroom margins)."""
     alpha = check_alpha(alpha)
-    if not math.isfinite(min_effect) or min_effect < 0:
-        raise StatsInputError(f"min_effect must be a finite number >= 0, got {min_effect!r}")
+    margin = Margin.parse(min_effect)
     if not tasks:
         raise StatsInputError("the gate needs at least one task to compare")
-    raw = [task_decision(name, runs, alpha=alpha, min_effect=min_effect) for name, runs in tasks.items()]
+    ceilings = ceilings or {}
+    raw = [task_decision(name, runs, alpha=alpha, min_effect=margin, ceiling=ceilings.get(name))
+           for name, runs in tasks.items()]
     p_reg = np.array([d.p_regression for d in raw])
     p_non = np.array([d.p_noninferior for d in raw])
     holm = holm_adjust(p_reg)
@@ -224,20 +243,22 @@ def regression_check(
     decided = []
     for d, adj in zip(raw, holm):
         comp = d.comparison
+        m = d.margin
+        of = "" if margin.kind == "absolute" else f" ({margin.describe()})"
         if adj <= alpha:
-            kind, reason = "regression", (f"the drop {-comp.change:.4g} exceeds min-effect {min_effect:g} "
+            kind, reason = "regression", (f"the drop {-comp.change:.4g} exceeds min-effect {m:.4g}{of} "
                                           f"(Holm p={adj:.3g} <= {alpha:g})")
         elif d.identical:
             kind, reason = "pass", "identical: every run reproduced the baseline within the tie tolerance"
         elif d.p_noninferior <= alpha:
-            eq = (f"; equivalent within +-{min_effect:g} (TOST p={d.p_equivalent:.3g})"
+            eq = (f"; equivalent within +-{m:.4g} (TOST p={d.p_equivalent:.3g})"
                   if d.p_equivalent <= alpha else "")
-            kind, reason = "pass", f"non-inferior: the change is > {-min_effect:+g} (p={d.p_noninferior:.3g}){eq}"
+            kind, reason = "pass", f"non-inferior: the change is > {-m:+.4g}{of} (p={d.p_noninferior:.3g}){eq}"
         else:
-            kind, reason = "inconclusive", _why_inconclusive(comp, min_effect, alpha)
+            kind, reason = "inconclusive", _why_inconclusive(comp, m, alpha)
         decided.append(TaskDecision(d.task, kind, comp, d.p_regression, float(adj), d.p_noninferior, d.p_equivalent,
-                                    d.identical, reason))
-    result = GateResult(outcome, alpha, min_effect, decided)
+                                    d.identical, reason, m))
+    result = GateResult(outcome, alpha, str(margin), decided)
     object.__setattr__(result, "evidence", describe(result))
     return result
 
@@ -249,7 +270,7 @@ def describe(result: GateResult) -> str:
     level = f"{1 - 2 * result.alpha:.0%}"
     lines = [f"{head}: {counts['regression']} regressed, {counts['pass']} passed, {counts['inconclusive']} "
              f"inconclusive of {len(result.tasks)} task(s); one-sided tests at alpha={result.alpha:g} against "
-             f"min-effect {result.min_effect:g} (regression p Holm-adjusted over tasks; pass needs every task "
+             f"min-effect {result.min_effect} per task (regression p Holm-adjusted over tasks; pass needs every task "
              f"non-inferior)"]
     for t in result.tasks:
         c = t.comparison
@@ -257,6 +278,8 @@ def describe(result: GateResult) -> str:
         sd = f"run-to-run SD {c.run_sd_diff:.3g} (paired diff)" if c.paired else (
             f"run-to-run SD {c.run_sd_base:.3g} baseline / {c.run_sd_cur:.3g} current")
         lines.append(f"  {t.task}: {t.outcome.upper()}: {t.reason}")
+        lines.append(f"    margin {t.margin:.4g} in score units ({t.margin / abs(c.mean_base):.1%} of the baseline's "
+                     f"{c.mean_base:.4g})" if c.mean_base else f"    margin {t.margin:.4g} in score units")
         lines.append(f"    {c.test} over {unit} x {c.n_examples} example(s): baseline {c.mean_base:.4g} -> current "
                      f"{c.mean_cur:.4g}, change {c.change:+.4g}, {level} CI [{c.low:+.4g}, {c.high:+.4g}], {sd}; "
                      f"p(regression)={t.p_regression:.3g}, p(non-inferior)={t.p_noninferior:.3g}")

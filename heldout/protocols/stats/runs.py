@@ -27,6 +27,7 @@ gate uses.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import asdict, dataclass
@@ -131,9 +132,16 @@ def t_bound(change: float, se: float, df: float, alpha: float, side: Side) -> fl
 
 
 # -- exact randomisation over runs -----------------------------------------------------------------
+@functools.lru_cache(maxsize=EXACT_SIGN_FLIP_MAX + 1)
+def _all_sign_patterns(s: int) -> np.ndarray:
+    patterns = np.array(list(itertools.product((1.0, -1.0), repeat=s)))
+    patterns.flags.writeable = False  # shared by every call: nobody may change it
+    return patterns
+
+
 def _sign_patterns(s: int, rng: np.random.Generator | None) -> tuple[np.ndarray, bool]:
     if s <= EXACT_SIGN_FLIP_MAX:
-        return np.array(list(itertools.product((1.0, -1.0), repeat=s))), True
+        return _all_sign_patterns(s), True
     rng = rng or np.random.default_rng(0)
     draws = rng.choice((1.0, -1.0), size=(MONTE_CARLO_DRAWS, s))
     return np.vstack([np.ones((1, s)), draws]), False
@@ -269,7 +277,7 @@ def _exact_bound(test: str, base: np.ndarray, cur: np.ndarray, alpha: float, sid
     if shift_p(test, base, cur, far, test_side) > alpha:
         return math.inf if side == "less" else -math.inf
     inside, outside = point, far
-    for _ in range(80):
+    for _ in range(56):  # 4 * spread / 2**56: far below the tie tolerance
         mid = 0.5 * (inside + outside)
         if shift_p(test, base, cur, mid, test_side) <= alpha:
             outside = mid
@@ -325,12 +333,11 @@ def seeds_needed(run_sd: float, margin: float, *, alpha: float, paired: bool, li
         return None
     if run_sd == 0:
         return 2
-    for s in range(2, limit + 1):
-        df = s - 1 if paired else 2 * (s - 1)
-        se = run_sd / math.sqrt(s) if paired else run_sd * math.sqrt(2.0 / s)
-        if float(scipy_stats.t.ppf(1 - alpha, df)) * se < margin:
-            return s
-    return None
+    s = np.arange(2, limit + 1)  # every candidate count at once: one ppf call, not one per count
+    df = s - 1 if paired else 2 * (s - 1)
+    se = run_sd / np.sqrt(s) if paired else run_sd * np.sqrt(2.0 / s)
+    enough = np.flatnonzero(scipy_stats.t.ppf(1 - alpha, df) * se < margin)
+    return int(s[enough[0]]) if enough.size else None
 
 
 @dataclass(frozen=True)
