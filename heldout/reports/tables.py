@@ -142,14 +142,24 @@ def fmt_p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def _strong_best(scores: dict[str, list[float]]) -> tuple[str | None, bool]:
-    """The method with the best mean, and whether its seed range separates from the runner-up."""
+def _strong_best(scores: dict[str, list[float]], n_examples: int) -> tuple[str | None, bool]:
+    """The method with the best mean, and whether its seeds separate it from the runner-up
+    (Welch t over seeds, exact permutation for a single-instance task; never ranges alone)."""
     if not scores:
         return None, False
     ranked = sorted(scores, key=lambda m: float(np.mean(scores[m])), reverse=True)
-    if len(ranked) == 1:
+    if len(ranked) == 1 or min(len(scores[ranked[0]]), len(scores[ranked[1]])) < 2:
         return ranked[0], False
-    return ranked[0], separates(scores[ranked[0]], scores[ranked[1]])
+    verdict = run_verdict(scores[ranked[1]], scores[ranked[0]], n_examples=max(1, n_examples))
+    return ranked[0], verdict.separable
+
+
+def _examples_per_run(cells, task: str, methods) -> int:
+    """How many held-out examples a run's score averages on ``task`` (picks the seed-level test)."""
+    for m in methods:
+        for run in (cells.get((task, m)) or {}).values():
+            return len(run.record.test_verdicts) or 1
+    return 1
 
 
 def _interval_text(agg, digits: int) -> str:
@@ -165,7 +175,7 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     rows, data = [], []
     for task in tasks:
         scores = {m: seed_scores(cells[(task, m)]) for m in methods if (task, m) in cells}
-        best, separated = _strong_best(scores)
+        best, separated = _strong_best(scores, _examples_per_run(cells, task, methods))
         row = [Cell(task)]
         for method in methods:
             if method not in scores:
@@ -210,12 +220,13 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
                          "to normalise by (" + "; ".join(f"{t}: {scales[t][0]}" for t in tasks) + ").")
     if baseline and baseline in methods and len(methods) > 1 and complete and baseline in complete:
         table = {m: {t: seed_scores(cells[(t, m)]) for t in tasks} for m in complete}
-        counts = win_counts(table, [baseline])
+        counts = win_counts(table, [baseline], n_examples={t: _examples_per_run(cells, t, complete) for t in tasks})
         rows.append([Cell(f"wins/ties/losses vs {baseline}")] + [
             Cell(next((f"{c.wins}/{c.ties}/{c.losses} (sep. {c.separated_wins}/{c.separated_losses})"
                        for c in counts if c.method == m), "-")) for m in methods])
         notes.append("wins/ties/losses compare means over seeds per task; 'sep.' counts only tasks where the "
-                     "seed ranges do not overlap (separated wins / separated losses).")
+                     "seeds separate the two (Welch t over seeds, exact permutation for single-instance tasks, "
+                     "Holm over the tasks at 0.05): separated wins / separated losses.")
     return Table("results", "Table 1: held-out score by task and method", ["task"] + methods, rows, notes, data)
 
 

@@ -13,7 +13,8 @@ from statsmodels.stats.multitest import multipletests
 
 from ._checks import StatsInputError, as_scores, check_alpha, check_level, check_n_boot
 from .bootstrap import percentile_interval
-from .seeds import separates
+from .gate import holm_adjust
+from .runs import run_verdict
 
 CorrectionMethod = Literal["holm", "fdr_bh", "bonferroni", "fdr_by"]
 CORRECTION_METHODS: tuple[str, ...] = ("holm", "fdr_bh", "bonferroni", "fdr_by")
@@ -30,8 +31,9 @@ def macro_mean(per_task: Mapping[str, float]) -> float:
 @dataclass(frozen=True)
 class WinCount:
     """``method`` against ``baseline`` over ``tasks`` tasks, comparing mean-over-seeds scores.
-    ``separated_wins`` / ``separated_losses`` count only tasks where the seed ranges do not
-    overlap (:func:`separates`), the ones a table may bold without hedging."""
+    ``separated_wins`` / ``separated_losses`` count only tasks where the seeds separate the two
+    (:func:`~.runs.run_verdict`: Welch t over seeds, an exact permutation test for a
+    single-instance task; Holm-adjusted over the tasks), never seed ranges alone."""
 
     method: str
     baseline: str
@@ -50,10 +52,12 @@ def win_counts(
     table: Mapping[str, Mapping[str, Sequence[float]]],
     baselines: Sequence[str],
     *,
-    min_seeds: int = 2,
+    n_examples: int | Mapping[str, int] = 2,
+    alpha: float = 0.05,
 ) -> list[WinCount]:
     """Win/tie/loss counts of every method against each baseline. ``table[method][task]`` is
-    that cell's per-seed scores; every method must cover the same tasks."""
+    that cell's per-seed scores; every method must cover the same tasks. ``n_examples`` (per task,
+    or one number) is how many held-out examples a seed's score averages: it picks the test."""
     if not table:
         raise StatsInputError("win_counts needs at least one method")
     tasks = sorted(next(iter(table.values())))
@@ -74,7 +78,7 @@ def win_counts(
             if method == baseline:
                 continue
             delta = np.array([scores[method][t].mean() - scores[baseline][t].mean() for t in tasks])
-            split = [separates(scores[method][t], scores[baseline][t], min_seeds=min_seeds) for t in tasks]
+            split = _separated(scores[baseline], scores[method], tasks, n_examples, alpha)
             counts.append(
                 WinCount(
                     method=method,
@@ -88,6 +92,20 @@ def win_counts(
                 )
             )
     return counts
+
+
+def _separated(base: Mapping[str, np.ndarray], cur: Mapping[str, np.ndarray], tasks: Sequence[str],
+               n_examples: int | Mapping[str, int], alpha: float) -> list[bool]:
+    """Per task, whether the seeds separate ``cur`` from ``base`` (Holm over the tasks)."""
+    pvals = []
+    for t in tasks:
+        n = n_examples if isinstance(n_examples, int) else n_examples.get(t, 2)
+        if min(base[t].shape[0], cur[t].shape[0]) < 2:
+            pvals.append(1.0)
+            continue
+        verdict = run_verdict(base[t], cur[t], n_examples=max(1, n), alpha=alpha)
+        pvals.append(verdict.p if verdict.comparison.low > 0 or verdict.comparison.high < 0 else 1.0)
+    return [bool(p <= alpha) for p in holm_adjust(np.array(pvals))] if pvals else []
 
 
 @dataclass(frozen=True)
