@@ -65,13 +65,26 @@ def ledger_key(create: bool = True) -> bytes | None:
     except (OSError, ValueError) as exc:
         raise LedgerError(f"the ledger key {path} is unreadable or corrupt: {exc}") from exc
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Written whole under a name of this writer's own, then linked into place: a second process
+    # that starts at the same moment finds either no key or the whole key, never an empty file
+    # (it once read "" and anchored its heads with an empty key that no later check could match).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another session created it first
-        return bytes.fromhex(path.read_text().strip())
-    with os.fdopen(fd, "w") as fh:
-        fh.write(os.urandom(32).hex())
-    return bytes.fromhex(path.read_text().strip())
+        with os.fdopen(fd, "w") as fh:
+            fh.write(os.urandom(32).hex())
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # another session created it first: use theirs
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    key = bytes.fromhex(path.read_text().strip())
+    if len(key) != 32:
+        raise LedgerError(f"the ledger key {path} is not 32 bytes of hex ({len(key)} bytes): corrupt")
+    return key
 
 
 def head_mac(key: bytes, first: str, count: int, last: str) -> str:
