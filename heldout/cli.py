@@ -59,10 +59,11 @@ from heldout.reports.store import TABLES, ResultsStore
 # matched budget per task (no model, no network; a minute or two on 2 cores).
 DEMO_TASKS = {"lockpicking/six": 300, "circle_packing/square26": 20, "heilbronn/triangle11": 20}
 DEMO_METHODS = ("seed", "local-search")
-DEMO_SEEDS = (0, 1, 2)
+DEMO_SEEDS = (0, 1, 2, 3, 4)  # 5 per arm: the exact permutation test over runs, Holm over 3 tasks, can conclude
 # `heldout demo --real-model`: the same study shape with a real (tiny) model as worker and architect
 # on two prompt tasks, small enough for a laptop CPU: a 16/0/24 split profile, one reflective round.
 REAL_MODEL_DEMO_TASKS = {"bbh/boolean_expressions": 16, "gsm_hard": 16}
+REAL_MODEL_DEMO_SEEDS = (0, 1, 2)  # each seed costs ~12 min of one CPU core with the real model
 REAL_MODEL_DEMO_PROFILE = "cpu-demo"
 REAL_MODEL_DEMO_METHODS = ("seed", "reflective")
 REAL_MODEL_DEMO_ANSWER_TOKENS = 80  # per worker answer
@@ -515,7 +516,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.real_model:
         backend = _local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS)
         cells = build_cells(list(REAL_MODEL_DEMO_TASKS), parse_methods(REAL_MODEL_DEMO_METHODS, []),
-                            list(DEMO_SEEDS), dict(REAL_MODEL_DEMO_TASKS), REAL_MODEL_DEMO_PROFILE,
+                            list(REAL_MODEL_DEMO_SEEDS), dict(REAL_MODEL_DEMO_TASKS), REAL_MODEL_DEMO_PROFILE,
                             {"max_tokens": REAL_MODEL_DEMO_ANSWER_TOKENS})
         with ChatServer(backend, name="local-model") as server:
             # One model answers one request at a time: two in flight keep it busy without queueing

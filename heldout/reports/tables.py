@@ -284,7 +284,7 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
         for i, task in enumerate(holm.names):
             corrected[(task, method)] = {"holm": holm.p_adjusted[i], "fdr_bh": bh.p_adjusted[i],
                                          "holm_reject": holm.reject[i]}
-    rows, data = [], []
+    rows, data, reasons = [], [], []
     for (task, method), info in sorted(comparisons.items()):
         res = info["result"]
         corr = corrected[(task, method)]
@@ -299,7 +299,10 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
                      Cell(f"[{low:+.{d}f}, {high:+.{d}f}]" if math.isfinite(low) and math.isfinite(high) else "n/a"),
                      Cell(run_sd), Cell(fmt_p(_test_p(info))), Cell(fmt_p(res.wilcoxon_p)), Cell(fmt(res.dz, 2)),
                      Cell(f"{res.wins}/{res.ties}/{res.losses}"), Cell(fmt_p(corr["holm"])),
-                     Cell(fmt_p(corr["fdr_bh"])), Cell(verdict, strong=not verdict.startswith("cannot separate"))])
+                     Cell(fmt_p(corr["fdr_bh"])),
+                     # the cell holds the short verdict; its reasoning goes below the table
+                     Cell(verdict.split(":", 1)[0], strong=not verdict.startswith("cannot separate"))])
+        reasons.append(f"{task}, {method}: {verdict}")
         data.append({"task": task, "method": method, "baseline": baseline, "unit": info["unit"], **res.as_dict(),
                      **(rl.as_dict() if rl else {"run_level": None}),
                      "seeds_baseline": info["seeds"][0], "seeds_method": info["seeds"][1],
@@ -318,6 +321,7 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
              f"of each method (statsmodels multipletests 'holm' and 'fdr_bh'). A difference is called only "
              f"when the CI excludes 0 and the test p < {alpha:g}, also after Holm; otherwise the verdict says "
              f"'cannot separate' and why (with how many seeds would)."]
+    notes += reasons
     dropped = sum(info["dropped"] for info in comparisons.values())
     if dropped:
         notes.append(f"{dropped} held-out example(s) were scored by only one arm and left out of the pairing.")
