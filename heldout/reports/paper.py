@@ -19,6 +19,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -35,6 +36,8 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "<": r"\textless{}", ">": r"\textgreater{}", "±": r"$\pm$", "†": r"$^{\dagger}$",
                   "‡": r"$^{\ddagger}$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$"}
 _SUMMARY_ROWS = ("macro mean", "wins/ties/losses")  # rows under a \midrule in Table 1
+PAPER_COLUMNS = {"heldout": ("task", "method", "seeds", "mean change", "95% CI", "test p", "Holm p", "verdict")}
+"""The columns a paper table keeps (the paired table has 16: it ran 550-670 pt off the page)."""
 _TEXT_COLUMNS = ("task", "method")
 
 
@@ -46,6 +49,10 @@ def latex_escape(text: str) -> str:
 def latex_table(table: Table, label: str) -> str:
     """One booktabs ``table`` environment for ``table`` (caption: its title and settings note)."""
     columns, rows = list(table.columns), [list(row) for row in table.rows]
+    keep = PAPER_COLUMNS.get(table.key)
+    if keep:  # a page-wide table: the per-example and second-correction columns stay in the CSV
+        at = [columns.index(c) for c in keep if c in columns]
+        columns, rows = [columns[i] for i in at], [[row[i] for i in at] for row in rows]
     if "verdict" in columns:
         at = columns.index("verdict")
         columns[at] = "separated"
@@ -62,7 +69,9 @@ def latex_table(table: Table, label: str) -> str:
             summary_started = True
         cells = [f"\\textbf{{{latex_escape(c.text)}}}" if c.strong else latex_escape(c.text) for c in row]
         lines.append(" & ".join(cells) + " \\\\")
-    caption = table.title + (". " + table.notes[0] if table.notes else "")
+    # LaTeX numbers the table itself: a title "Table 1: ..." would print "Table 1: Table 1: ..."
+    title = re.sub(r"^Table \d+:\s*", "", table.title)
+    caption = title + (". " + table.notes[0] if table.notes else "")
     lines += ["\\bottomrule", "\\end{tabular}", f"\\caption{{{latex_escape(caption)}}}",
               f"\\label{{tab:{label}}}", "\\end{table}", ""]
     return "\n".join(lines)
@@ -92,7 +101,7 @@ def _csv_value(value: Any) -> str:
 
 def csv_table(table: Table) -> str:
     """The numbers behind ``table`` as CSV (full precision; ``repr`` floats parse back exactly)."""
-    rows = [flatten(row) for row in table.data]
+    rows = [flatten(_paper_names(table.key, row)) for row in table.data]
     header: list[str] = []
     for row in rows:
         header += [k for k in row if k not in header]
@@ -102,6 +111,17 @@ def csv_table(table: Table) -> str:
     for row in rows:
         writer.writerow([_csv_value(row.get(k)) for k in header])
     return buffer.getvalue()
+
+
+def _paper_names(key: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The paired table's per-example verdict fields renamed so that no CSV column called
+    ``separable`` disagrees with the report's run-level verdict, which becomes ``separated``."""
+    if key != "heldout":
+        return dict(row)
+    out = {("per_example_" + k if k in ("separable", "verdict") else k): v for k, v in row.items()}
+    verdict = str(row.get("report_verdict", ""))
+    out["separated"] = bool(verdict) and not verdict.startswith("cannot separate")
+    return out
 
 
 def write_paper(report: Report, out_dir: str | Path, formats: Iterable[str] = FORMATS,

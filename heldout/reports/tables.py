@@ -438,7 +438,10 @@ def runs_table(runs: RunSet) -> Table:
     for run in runs.runs + runs.failed:
         rec = run.record
         status = "used" if rec.status == "ok" else f"FAILED: {rec.error}"
-        rows.append([Cell(run.label), Cell(rec.method), Cell(str(rec.seed)), Cell(fmt(rec.test_score or 0.0)),
+        # each score with enough decimals for its own scale (a Heilbronn 0.000562 is not "0.001")
+        score = rec.test_score
+        rows.append([Cell(run.label), Cell(rec.method), Cell(str(rec.seed)),
+                     Cell("n/a" if score is None else fmt(score, decimals([score]))),
                      Cell(str(rec.usage.get("metric_calls"))), Cell(rec.ledger_head[:12]), Cell(status),
                      Cell(str(run.path))])
         data.append({"task": run.label, "method": rec.method, "seed": rec.seed, "test_score": rec.test_score,
