@@ -23,7 +23,8 @@ from heldout.evaluators.session import Budget, Session
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.protocols.leakage import (ABLATION_DIR, MethodAblation, SubsetGain, ablate, answer_key_rows,
-                                       find_records, reading, scan_candidate, subset_gain)
+                                       decide_rows, find_records, reading, scan_candidate,
+                                       subset_gain)
 from heldout.protocols.splits import PROBE, SplitSizes, build_split
 
 import synthetic_code_words as synthetic
@@ -183,21 +184,29 @@ def test_a_key_the_worker_ignores_earns_nothing_even_where_it_is_exact(ablation)
     assert "The key earns nothing measurable even on the questions it encodes" in m.reading
 
 
+def _row(subset: str, per_seed_gains, n: int = 20) -> SubsetGain:
+    """A subset whose seed s gains ``per_seed_gains[s]`` on each of its n examples."""
+    cells = [{f"{subset}-{k}": (0.4, 0.4 + g) for k in range(n)} for g in per_seed_gains]
+    return subset_gain(subset, cells, n_boot=200)
+
+
 def test_reading_of_the_studys_numbers():
-    """Validation +0.202 against held-out +0.079, and a key whose exact-question gain stays near
-    the held-out one: the gap is selection, not memorisation."""
-    rows = [SubsetGain("test", 300, 3, gain=0.079, ci_low=0.03, ci_high=0.12, sign_test_p=0.001),
-            SubsetGain("train", 150, 3, gain=0.07, ci_low=0.0, ci_high=0.14, sign_test_p=0.04),
-            SubsetGain("train_encoded", 40, 3, gain=0.06, ci_low=-0.05, ci_high=0.17, sign_test_p=0.3),
-            SubsetGain("probe_memorised", 30, 3, gain=0.05, ci_low=-0.1, ci_high=0.2, sign_test_p=0.5),
-            SubsetGain("probe_other", 60, 3, gain=0.08, ci_low=-0.02, ci_high=0.18, sign_test_p=0.1)]
+    """Validation +0.202 against held-out +0.079: the gap is read from the decided signs, and a
+    key whose exact-question gain is undecided earns nothing that can be claimed."""
+    rows = [_row("test", [0.07, 0.08, 0.087]), _row("train", [0.0, 0.07, 0.14]),
+            _row("train_encoded", [-0.05, 0.06, 0.17]), _row("probe_memorised", [-0.1, 0.05, 0.2]),
+            _row("probe_other", [-0.02, 0.08, 0.18])]
     m = MethodAblation("t", "p", "gepa", [0, 1, 2], rows, val_gain=0.202, key_share=[0.45, 0.5, 0.4],
                        families_memorised=[12, 10, 9], red_flags=[0, 0, 0])
-    text = reading(m)
-    assert "Validation gain +0.202 overstates the held-out gain +0.079, 2.6x" in text
-    assert "stays near the held-out gain: memorisation does not explain the gap" in text
-    m.rows[2] = SubsetGain("train_encoded", 40, 3, gain=0.19, ci_low=0.1, ci_high=0.28, sign_test_p=0.001)
-    assert "approaches the validation gain: memorisation pays" in reading(m)
+    decide_rows([m])
+    assert [r.sign for r in m.rows] == ["+", "0", "0", "0", "0"]
+    assert "Validation gain +0.202 overstates the held-out gain +0.079, 2.6x" in m.reading
+    assert m.reading_rule == "transfer" and "memorisation pays" not in m.reading.lower()
+    assert "The key earns nothing measurable even on the questions it encodes" in m.reading
+    m.rows[2] = _row("train_encoded", [0.18, 0.19, 0.2])
+    m.rows[0] = _row("test", [-0.02, 0.0, 0.02])
+    decide_rows([m])
+    assert m.reading.startswith("Memorisation pays on the exact training questions only")
 
 
 def test_rule_candidate_gains_everywhere(ablation):

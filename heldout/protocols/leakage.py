@@ -5,10 +5,14 @@ punctuation, articles), which training questions and answers does a candidate's 
 A question counts when a run of at least ``max(8, half its words)`` of its words (all of them if
 it is shorter) appears verbatim; an answer counts when it appears within ``window`` words of its
 own question's match, or anywhere when it has at least ``standalone_answer_words`` words (short
-answers such as "yes" or "1912" occur in any prose). The result: the answer-key share of the
-candidate by word count, the training examples it encodes, the families (groups) it memorised,
-and every matched span. Val/test/probe answers found, and test/probe questions found, are
-**red flags**: the optimizer never saw them.
+answers such as "yes" or "1912" occur in any prose, so they count only in context). **Family-level
+keys**: an answer specific to one training family (no other family's item has it; a topic-level
+key is one such answer recurring across the family's items) also counts within ``window`` words of
+that family's context words (words in at least half its training questions and in no other
+family's), so "f03 -> nakor" encodes every f03 item answered "nakor". The result: the answer-key
+share of the candidate by word count, the training examples it encodes, the families (groups) it
+memorised, and every matched span. Val/test/probe answers found, and test/probe questions found,
+are **red flags**: the optimizer never saw them (``leak scan`` exits 1 on any).
 
 **Topic-shared ablation** (:func:`ablate`): for the baseline (the task's seed candidate) and
 every optimised final candidate of a study's run dir, score with no further search on
@@ -18,10 +22,15 @@ every optimised final candidate of a study's run dir, score with no further sear
 * ``probe_memorised`` / ``probe_other``: the ``shared_topic_probe`` pool (fresh questions from
   training families) split by whether the candidate memorised that family;
 
-and report per subset the mean paired gain over the baseline with an interval that resamples
-seeds (then examples), an exact sign test and a Wilcoxon signed-rank test over examples, an
-exact sign-flip test over seeds, and n; the validation gain beside them; and the reading in
-words. The scoring runs through the session's :class:`Scorer` and every verdict is appended to
+and report per subset the mean paired gain over the baseline. **The verdict** ("higher" /
+"lower") is the seed-paired contrast of :mod:`heldout.protocols.decide` (the unit is the seed:
+each seed's mean score of its final candidate against the baseline's on the same subset, paired
+by seed), Holm-adjusted over every row the command prints; an interval resampling seeds then
+examples, exact sign and Wilcoxon tests over examples and an exact sign-flip over seeds are
+printed beside it as description, never as a verdict. The reading is generated from the decided
+signs by the table :data:`READINGS`. ``split check`` runs first: a profile not proven
+topic-disjoint is said loudly (NOT PROVEN, in the notes, every reading and the JSON), and no
+reading then calls a held-out gain a rule. The scoring runs through the session's :class:`Scorer` and every verdict is appended to
 the hash-chained ledger ``RUN_DIR/ablation/``; a re-run scores afresh and appends (results are
 never read back from a ledger, as for the harness's held-out scoring)."""
 
@@ -42,7 +51,8 @@ from heldout.contracts import Candidate, Example, HeldoutError, Verdict, candida
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.session import DEPLOYMENT, Scorer, Usage
-from heldout.protocols.splits import PROBE, answer_text, question_text, words
+from heldout.protocols.decide import RULES, Contrast, contrast, holm
+from heldout.protocols.splits import PROBE, SplitCheck, answer_text, check_profile, question_text, words
 from heldout.protocols.stats import mean_interval, two_level_bootstrap
 from heldout.protocols.stats.paired import wilcoxon_p
 
@@ -56,7 +66,7 @@ SUBSETS = ("test", "train", "train_encoded", "probe_memorised", "probe_other")
 class MatchedSpan:
     example_id: str
     pool: str
-    field: str  # "question" | "answer"
+    field: str  # "question" | "answer" | "family_answer" | "family_context"
     group: str | None
     start: int  # word positions in the normalised candidate text
     end: int
@@ -113,6 +123,9 @@ class ScanRules:
     question_fraction: float = 0.5
     standalone_answer_words: int = 3
     window: int = 40
+    family_fraction: float = 0.5
+    """A family's context words: in at least this share of its training questions, in no other
+    family's."""
 
 
 class _Index:
@@ -163,9 +176,10 @@ def scan_examples(candidate: Mapping[str, str], pools: Mapping[str, Sequence[Exa
     flags: list[MatchedSpan] = []
     encoded: dict[str, None] = {}
     families: dict[str, None] = {}
+    families_ctx = _family_contexts(pools.get("train", []), rules)
     for pool, examples in pools.items():
         for ex in examples:
-            found = _find(index, ex, pool, rules)
+            found = _find(index, ex, pool, rules, families_ctx if pool == "train" else {})
             if not found:
                 continue
             if pool == "train":
@@ -187,7 +201,44 @@ def scan_examples(candidate: Mapping[str, str], pools: Mapping[str, Sequence[Exa
                     memorised_families=sorted(families), spans=spans, red_flags=flags)
 
 
-def _find(index: _Index, ex: Example, pool: str, rules: ScanRules) -> list[MatchedSpan]:
+@dataclass(frozen=True)
+class _FamilyContext:
+    """What marks a training family in a text: its context words (see :class:`ScanRules`) and
+    the answers only its items have (a recurring one of these is a topic-level key)."""
+
+    words: frozenset[str]
+    answers: frozenset[tuple[str, ...]]
+
+
+def _family_contexts(train: Sequence[Example], rules: ScanRules) -> dict[str, _FamilyContext]:
+    """Per training family: context words and family-specific answers. An answer shared with
+    another family ("yes", "(C)", "1912") is never family-specific, so it is never matched on
+    family context alone."""
+    by_family: dict[str, list[Example]] = {}
+    for ex in train:
+        if ex.group is not None:
+            by_family.setdefault(ex.group, []).append(ex)
+    q_words = {g: [set(words(question_text(ex))) for ex in exs] for g, exs in by_family.items()}
+    answers = {g: {tuple(words(answer_text(ex))) for ex in exs} - {()} for g, exs in by_family.items()}
+    out = {}
+    for g, sets in q_words.items():
+        others_q = set().union(*(w for h, qs in q_words.items() if h != g for w in qs))
+        others_a = set().union(*(a for h, a in answers.items() if h != g))
+        counts: dict[str, int] = {}
+        for ws in sets:
+            for w in ws:
+                counts[w] = counts.get(w, 0) + 1
+        need = max(2, math.ceil(rules.family_fraction * len(sets)))
+        ctx = frozenset(w for w, n in counts.items() if n >= need and w not in others_q)
+        out[g] = _FamilyContext(ctx, frozenset(answers[g] - others_a))
+    return out
+
+
+def _find(index: _Index, ex: Example, pool: str, rules: ScanRules,
+          families: Mapping[str, _FamilyContext]) -> list[MatchedSpan]:
+    """Question runs; answers near their question's run, or near their family's context words
+    when the answer is specific to that family (short answers only in context), or anywhere when
+    long enough to stand alone."""
     question = words(question_text(ex))
     answer = words(answer_text(ex))
     found: list[MatchedSpan] = []
@@ -197,11 +248,21 @@ def _find(index: _Index, ex: Example, pool: str, rules: ScanRules) -> list[Match
         q_spans = index.maximal_runs(question, need)
         found += [MatchedSpan(ex.id, pool, "question", ex.group, a, b, " ".join(index.tokens[a:b]))
                   for a, b in q_spans]
+    family = families.get(ex.group) if ex.group is not None else None
+    ctx_positions = ([p for w in family.words for p in index.positions([w])]
+                     if family is not None and tuple(answer) in family.answers else [])
     if answer:
         for p in index.positions(answer):
             near = any(a - rules.window <= p <= b + rules.window for a, b in q_spans)
             if near or len(answer) >= rules.standalone_answer_words:
                 found.append(MatchedSpan(ex.id, pool, "answer", ex.group, p, p + len(answer), " ".join(answer)))
+                continue
+            context = [c for c in ctx_positions if abs(c - p) <= rules.window]
+            if context:  # a family-level key: the family's marker words, then its answer
+                found.append(MatchedSpan(ex.id, pool, "family_answer", ex.group, p, p + len(answer),
+                                         " ".join(answer)))
+                found += [MatchedSpan(ex.id, pool, "family_context", ex.group, c, c + 1, index.tokens[c])
+                          for c in context]
     return found
 
 
@@ -264,23 +325,46 @@ class SubsetGain:
     seed_flip_p: float | None = None
     wins: int = 0
     losses: int = 0
+    seed_contrast: Contrast | None = None
+    """The verdict: :func:`heldout.protocols.decide.contrast` of the per-seed mean scores (final
+    against baseline, paired by seed), Holm-adjusted over every row the ablation prints."""
 
     @property
     def separable(self) -> bool:
-        """The interval excludes 0 and the exact sign test is below 0.05."""
-        return (self.ci_low is not None and self.ci_high is not None and self.sign_test_p is not None
-                and (self.ci_low > 0 or self.ci_high < 0) and self.sign_test_p < 0.05)
+        """Decided by the seed-paired contrast (the unit is the seed), never by the example-level
+        tests above, which are description only."""
+        return self.seed_contrast is not None and self.seed_contrast.decided
+
+    @property
+    def sign(self) -> str:
+        """"+" / "-" when the seed-paired contrast decides, else "0" (also with no examples)."""
+        return self.seed_contrast.sign if self.seed_contrast is not None else "0"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "separable": self.separable}
+        out = {k: v for k, v in asdict(self).items() if k != "seed_contrast"}
+        return {**out, "separable": self.separable, "sign": self.sign,
+                "seed_contrast": self.seed_contrast.as_dict() if self.seed_contrast is not None else None}
 
 
 def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]], *, n_boot: int = 4000,
-                ci: float = 0.95, seed: int = 0) -> SubsetGain:
-    """``cells[s]`` maps example id -> (baseline score, final score) for seed s."""
-    cells = [c for c in cells if c]
+                ci: float = 0.95, seed: int = 0, seeds: Sequence[int] | None = None) -> SubsetGain:
+    """``cells[s]`` maps example id -> (baseline score, final score) for seed ``seeds[s]``
+    (default: the position). The verdict is the seed-paired contrast of the per-seed means (a
+    family of one here: :func:`ablate` Holm-adjusts every row it prints together)."""
+    seed_ids = list(range(len(cells))) if seeds is None else [int(s) for s in seeds]
+    if len(seed_ids) != len(cells):
+        raise HeldoutError(f"subset_gain: {len(cells)} cells for {len(seed_ids)} seeds")
+    kept = [(sid, c) for sid, c in zip(seed_ids, cells) if c]
+    cells = [c for _, c in kept]
+    if kept:
+        base_means = {sid: float(np.mean([v[0] for v in c.values()])) for sid, c in kept}
+        final_means = {sid: float(np.mean([v[1] for v in c.values()])) for sid, c in kept}
+        contrast_ = contrast(base_means, final_means, n_examples=min(len(c) for c in cells),
+                             labels=("baseline", "final"), label=subset, alpha=1 - ci)
+    else:
+        contrast_ = None
     ids = sorted({i for c in cells for i in c})
-    out = SubsetGain(subset=subset, n_examples=len(ids), n_seeds=len(cells))
+    out = SubsetGain(subset=subset, n_examples=len(ids), n_seeds=len(cells), seed_contrast=contrast_)
     if not cells:
         return out
     base = np.array([v[0] for c in cells for v in c.values()])
@@ -343,6 +427,11 @@ class MethodAblation:
     families_memorised: list[int]  # per seed
     red_flags: list[int]  # per seed
     reading: str = ""
+    reading_rule: str = ""
+    topic_disjoint: bool = True
+    """False when ``split check`` does not prove the profile topic-disjoint (NOT PROVEN, or no
+    topic groups to prove it with): the reading then says so and never calls a gain a rule."""
+    split_check: str = ""
 
     def row(self, subset: str) -> SubsetGain:
         return next(r for r in self.rows if r.subset == subset)
@@ -359,28 +448,40 @@ class Ablation:
     methods: list[MethodAblation]
     metric_calls: int
     notes: list[str] = field(default_factory=list)
+    family: int = 0  # rows Holm-adjusted together
+
+    @property
+    def topic_disjoint(self) -> bool:
+        return all(m.topic_disjoint for m in self.methods)
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "baseline": self.baseline, "metric_calls": self.metric_calls,
-                "notes": self.notes, "methods": [m.to_dict() for m in self.methods]}
+                "notes": self.notes, "topic_disjoint": self.topic_disjoint, "family": self.family,
+                "rule": RULES["seed-paired-contrast"].name, "unit": RULES["seed-paired-contrast"].unit,
+                "methods": [m.to_dict() for m in self.methods]}
 
     def describe(self) -> str:
         lines = [f"topic-shared leakage ablation of {self.run_dir} (baseline: {self.baseline}; "
                  f"{self.metric_calls} metric calls scored and ledgered in {ABLATION_DIR}/)"]
+        lines.append(f"verdicts: seed-paired contrast (unit: the seed; final vs baseline per seed), Holm over the "
+                     f"{self.family} rows printed; example-level sign / Wilcoxon p are description only")
         lines += [f"note: {n}" for n in self.notes]
         for m in self.methods:
             lines.append(f"\n{m.task} [{m.profile}] {m.method}, seeds {m.seeds}: answer-key share "
                          + ", ".join(f"{s:.1%}" for s in m.key_share))
-            lines.append(f"  {'subset':<16} {'n':>5} {'seeds':>5} {'gain':>8} {'CI':>19} {'sign p':>8} "
-                         f"{'wilcoxon':>8} {'seed p':>7}")
+            lines.append(f"  split check: {m.split_check}" if m.topic_disjoint else
+                         f"  split check: NOT PROVEN topic-disjoint: {m.split_check}")
+            lines.append(f"  {'subset':<16} {'n':>5} {'seeds':>5} {'gain':>8} {'seed CI':>19} {'Holm p':>8} "
+                         f"{'verdict':>8} | {'ex. sign p':>10} {'wilcoxon':>8}")
             for r in m.rows:
-                if r.gain is None:
+                if r.gain is None or r.seed_contrast is None:
                     lines.append(f"  {r.subset:<16} {r.n_examples:>5} {r.n_seeds:>5}  (no examples)")
                     continue
-                ci_text = f"[{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
-                flip = "-" if r.seed_flip_p is None else f"{r.seed_flip_p:.3f}"
+                c = r.seed_contrast
+                ci_text = f"[{c.low:+.3f}, {c.high:+.3f}]"
+                verdict = {"+": "higher", "-": "lower", "0": "-"}[r.sign]
                 lines.append(f"  {r.subset:<16} {r.n_examples:>5} {r.n_seeds:>5} {r.gain:>+8.3f} {ci_text:>19} "
-                             f"{r.sign_test_p:>8.3g} {r.wilcoxon_p:>8.3g} {flip:>7}")
+                             f"{c.p_holm:>8.3g} {verdict:>8} | {r.sign_test_p:>10.3g} {r.wilcoxon_p:>8.3g}")
             lines.append(f"  {'val (selection)':<16} {'':>5} {'':>5} "
                          + (f"{m.val_gain:>+8.3f}" if m.val_gain is not None else "       -"))
             lines.append("  reading: " + m.reading)
@@ -442,8 +543,15 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
     scoring = _AblationScorer(ledger, scorers)
     notes: list[str] = []
     methods: list[MethodAblation] = []
+    family_size = 0
     try:
         for (task_name, profile), task in tasks.items():
+            proven, verdict = split_verdict(check_profile(task))
+            ledger.append("ablation_split_check", {"task": task_name, "profile": profile, "topic_disjoint": proven,
+                                                   "verdict": verdict})
+            if not proven:
+                notes.append(f"{task_name} [{profile}] is NOT PROVEN topic-disjoint ({verdict}): held-out gains "
+                             "cannot be told from topic-level keys, and no reading calls them a rule")
             if PROBE not in task.splits:
                 notes.append(f"{task_name} [{profile}] has no {PROBE} pool: the probe rows are empty "
                              "(build one with `heldout split build --probe K`)")
@@ -451,12 +559,15 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
             names = sorted({r.method for r in group_records if r.method != baseline})
             for method in names:
                 runs = sorted((r for r in group_records if r.method == method), key=lambda r: r.seed)
-                methods.append(_ablate_method(task, method, runs, group_records, baseline, scoring, n_boot))
+                m = _ablate_method(task, method, runs, group_records, baseline, scoring, n_boot)
+                m.topic_disjoint, m.split_check = proven, verdict
+                methods.append(m)
+        family_size = decide_rows(methods)
     finally:
         ledger.append("ablation_end", {"metric_calls": scoring.usage.metric_calls})
         ledger.close()
     result = Ablation(run_dir=str(run_dir), baseline=baseline, methods=methods,
-                      metric_calls=scoring.usage.metric_calls, notes=notes)
+                      metric_calls=scoring.usage.metric_calls, notes=notes, family=family_size)
     (Path(run_dir) / ABLATION_DIR / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=1, default=str))
     return result
 
@@ -508,60 +619,160 @@ def _ablate_method(task: Task, method: str, runs: Sequence[RunRecord], group_rec
         common = [i for i in final_val if i in base_val]
         if common:
             val_gains.append(float(np.mean([final_val[i] - base_val[i] for i in common])))
-    rows = [subset_gain(s, by_subset[s], n_boot=n_boot) for s in SUBSETS]
-    result = MethodAblation(task=task.name, profile=task.profile, method=method, seeds=[r.seed for r in runs],
-                            rows=rows, val_gain=float(np.mean(val_gains)) if val_gains else None,
-                            key_share=shares, families_memorised=families, red_flags=flags)
-    result.reading = reading(result)
-    return result
+    seeds = [r.seed for r in runs]
+    rows = [subset_gain(s, by_subset[s], n_boot=n_boot, seeds=seeds) for s in SUBSETS]
+    return MethodAblation(task=task.name, profile=task.profile, method=method, seeds=seeds,
+                          rows=rows, val_gain=float(np.mean(val_gains)) if val_gains else None,
+                          key_share=shares, families_memorised=families, red_flags=flags)
+
+
+def decide_rows(methods: Sequence[MethodAblation]) -> int:
+    """Holm-adjust the seed-paired contrasts of every row the ablation prints (all methods, all
+    subsets with examples) together, then write each method's reading from the decided signs.
+    Returns the family size."""
+    slots = [(m, k) for m in methods for k, r in enumerate(m.rows) if r.seed_contrast is not None]
+    adjusted = holm([m.rows[k].seed_contrast for m, k in slots])  # type: ignore[misc]
+    for (m, k), c in zip(slots, adjusted):
+        m.rows[k].seed_contrast = c
+    for m in methods:
+        m.reading = reading(m)
+    return len(slots)
+
+
+def split_verdict(check: SplitCheck) -> tuple[bool, str]:
+    """(proven topic-disjoint, the split check's verdict line). A profile without topic groups
+    proves nothing about topics, so it is not proven either."""
+    grouped = any(c["groups"] for c in check.pools.values())
+    line = check.describe().splitlines()[0]
+    return check.ok and grouped, line + ("" if check.ok else ": " + "; ".join(check.problems))
 
 
 def _fmt(row: SubsetGain) -> str:
-    return "n/a (no examples)" if row.gain is None else f"{row.gain:+.3f} (n={row.n_examples})"
+    if row.gain is None:
+        return "n/a (no examples)"
+    c = row.seed_contrast
+    holm_p = "" if c is None else f", Holm p {c.p_holm:.3g}"
+    return f"{row.gain:+.3f} (n={row.n_examples}, {row.n_seeds} seeds{holm_p})"
+
+
+# -- readings: a table of rules over the decided signs -------------------------------------------
+READING_AXES = ("exact training questions", "fresh questions of memorised families",
+                "fresh questions of other trained families", "held-out topics")
+"""The four signs a reading is read from, in order: exact (``train_encoded`` when the candidate
+holds a key, else ``train``), ``probe_memorised``, ``probe_other``, ``test``. Each is the sign of
+that row's seed-paired contrast after Holm ("0" when undecided or empty)."""
+
+
+@dataclass(frozen=True)
+class ReadingRule:
+    """One reading: the signs it applies to (per axis, the set of signs allowed) and its words.
+    ``with_key`` replaces ``text`` when the candidate holds an answer key; ``unproven`` replaces
+    it when the profile is not proven topic-disjoint (a held-out gain then cannot tell a rule
+    from a topic-level key)."""
+
+    name: str
+    pattern: tuple[str, str, str, str]
+    text: str
+    with_key: str | None = None
+    unproven: str | None = None
+
+    def matches(self, signs: Sequence[str]) -> bool:
+        return all(s in allowed for s, allowed in zip(signs, self.pattern))
+
+
+READINGS: tuple[ReadingRule, ...] = (
+    ReadingRule("transfer", ("+0", "+0", "+0", "+"),
+                "The gain transfers to held-out topics: a rule, not a key.",
+                with_key="The gain transfers to held-out topics: the candidate holds a rule beside its key.",
+                unproven="The gain reaches the held-out split, but that split is not proven topic-disjoint, "
+                         "so it cannot tell a rule from a topic-level key."),
+    ReadingRule("transfer-mixed", ("+-0", "+-0", "+-0", "+"),
+                "Held-out topics gain while other subsets lose: neither a clean rule nor a key."),
+    ReadingRule("key-displaces-rule", ("+", "+-0", "+-0", "-"),
+                "Memorisation pays on the exact training questions while held-out topics lose: "
+                "the key displaced what generalised."),
+    ReadingRule("worse", ("-0", "+-0", "+-0", "-"),
+                "The final candidate is worse than the baseline on held-out topics."),
+    ReadingRule("topic-level-key", ("+0", "+", "0", "0"),
+                "Memorisation pays at the topic level: fresh questions of the memorised families gain, "
+                "held-out topics do not (a topic-level answer key)."),
+    ReadingRule("topic-shared", ("+0", "+0", "+", "0"),
+                "Fresh questions of trained families gain, held-out topics do not: the gain stays "
+                "within the training topics (topic-level), it is not a rule that reaches new topics."),
+    ReadingRule("exact-only", ("+", "0", "0", "0"),
+                "Memorisation pays on the exact training questions only."),
+    ReadingRule("nothing", ("0", "0", "0", "0"),
+                "No subset separates from the baseline."),
+    ReadingRule("mixed", ("+-0", "+-0", "+-0", "0"),
+                "Held-out topics do not separate and the other subsets disagree: no single reading."),
+)
+"""First match wins; every one of the 3**4 sign patterns matches one rule
+(``tests/test_leak_readings.py`` enumerates them and checks no reading contradicts its signs)."""
+
+
+def reading_rule(signs: Sequence[str]) -> ReadingRule:
+    """The first rule of :data:`READINGS` whose pattern admits ``signs``."""
+    for rule in READINGS:
+        if rule.matches(signs):
+            return rule
+    raise HeldoutError(f"no reading for signs {tuple(signs)}")  # the table is total; a test proves it
+
+
+def headline(signs: Sequence[str], *, has_key: bool, topic_disjoint: bool) -> str:
+    """The reading's first sentences from the signs alone: a loud NOT PROVEN when the profile is
+    not proven topic-disjoint, the rule's words, and which axes were decided higher / lower."""
+    rule = reading_rule(signs)
+    text = rule.text
+    if has_key and rule.with_key:
+        text = rule.with_key
+    if not topic_disjoint and rule.unproven:
+        text = rule.unproven
+    higher = [a for a, s in zip(READING_AXES, signs) if s == "+"]
+    lower = [a for a, s in zip(READING_AXES, signs) if s == "-"]
+    decided = (f" Decided higher on: {', '.join(higher)}." if higher else "") + \
+              (f" Decided lower on: {', '.join(lower)}." if lower else "")
+    prefix = "" if topic_disjoint else "NOT PROVEN topic-disjoint (split check): "
+    return prefix + text + decided
+
+
+def reading_signs(m: MethodAblation) -> tuple[tuple[str, str, str, str], bool]:
+    """The four signs of :data:`READING_AXES` for ``m`` and whether its candidates hold a key."""
+    encoded = m.row("train_encoded")
+    has_key = any(s > 0 for s in m.key_share) and encoded.gain is not None
+    exact = encoded if has_key else m.row("train")
+    rows = (exact, m.row("probe_memorised"), m.row("probe_other"), m.row("test"))
+    return tuple(r.sign for r in rows), has_key  # type: ignore[return-value]
 
 
 def reading(m: MethodAblation) -> str:
-    """The study's reading in words: does the gain on the exact training questions (those the
-    key encodes, when there is a key) approach the validation gain, or stay near the held-out
-    gain; and does anything transfer to fresh questions of the memorised families?"""
-    test, train = m.row("test"), m.row("train")
-    encoded = m.row("train_encoded")
-    has_key = any(s > 0 for s in m.key_share) and encoded.gain is not None
-    exact = encoded if has_key else train
+    """The reading in words: the headline from the sign table (:data:`READINGS`), then the
+    numbers it was read from, the key, and the validation gain beside the held-out one (numbers
+    only: the validation gain is the optimizer's own selection score, not a verdict)."""
+    signs, has_key = reading_signs(m)
+    rule = reading_rule(signs)
+    test, exact = m.row("test"), (m.row("train_encoded") if has_key else m.row("train"))
     mem, other = m.row("probe_memorised"), m.row("probe_other")
-    parts = []
+    parts = [headline(signs, has_key=has_key, topic_disjoint=m.topic_disjoint)]
+    parts.append(f"Exact training questions {_fmt(exact)}, fresh questions of memorised families {_fmt(mem)}, "
+                 f"of other trained families {_fmt(other)}, held-out topics {_fmt(test)}.")
     if has_key:
-        parts.append(f"answer key in the final candidate ({np.mean(m.key_share):.0%} of its words on average, "
+        parts.append(f"Answer key in the final candidate ({np.mean(m.key_share):.0%} of its words on average, "
                      f"{max(m.families_memorised)} famil(ies) memorised at most).")
+        if signs[0] == "0":
+            parts.append("The key earns nothing measurable even on the questions it encodes.")
     else:
-        parts.append("no answer key found in the final candidate(s).")
-    if exact.separable and exact.gain > 0 and not (test.separable and test.gain > 0):
-        probe = (f"; fresh questions of memorised families {_fmt(mem)}" if mem.gain is not None else "")
-        parts.append(f"Memorisation pays on the exact training questions only: {_fmt(exact)} there, "
-                     f"held-out topics {_fmt(test)}{probe}, other trained families {_fmt(other)}.")
-    elif test.separable and test.gain > 0:
-        parts.append(f"The gain transfers: held-out topics {_fmt(test)}, exact training questions {_fmt(exact)}, "
-                     f"fresh questions of trained families {_fmt(mem if mem.gain is not None else other)}"
-                     f"{'' if mem.gain is None else f' (memorised) / {_fmt(other)} (others)'}: "
-                     "a rule, not a key.")
-    else:
-        extra = (" The key earns nothing measurable even on the questions it encodes." if has_key else "")
-        parts.append(f"No subset separates from the baseline: exact training questions {_fmt(exact)}, "
-                     f"held-out {_fmt(test)}.{extra}")
-    if m.val_gain is not None and test.gain is not None and exact.gain is not None:
+        parts.append("No answer key found in the final candidate(s).")
+    if m.val_gain is not None and test.gain is not None:
         if m.val_gain > test.gain + 1e-9:
             ratio = f", {m.val_gain / test.gain:.1f}x" if test.gain > 0 else ""
-            closer = abs(exact.gain - m.val_gain) < abs(exact.gain - test.gain)
-            parts.append(f"Validation gain {m.val_gain:+.3f} overstates the held-out gain {test.gain:+.3f}{ratio}; "
-                         f"the exact-leak gain {exact.gain:+.3f} "
-                         + ("approaches the validation gain: memorisation pays." if closer else
-                            "stays near the held-out gain: memorisation does not explain the gap "
-                            "(selection on a small, noisy validation set does)."))
+            parts.append(f"Validation gain {m.val_gain:+.3f} overstates the held-out gain {test.gain:+.3f}{ratio}.")
         else:
             parts.append(f"Validation gain {m.val_gain:+.3f} does not overstate the held-out gain {test.gain:+.3f}.")
+    m.reading_rule = rule.name
     return " ".join(parts)
 
 
-__all__ = ["ABLATION_DIR", "SUBSETS", "MatchedSpan", "LeakScan", "ScanRules", "SubsetGain", "MethodAblation",
+__all__ = ["ABLATION_DIR", "SUBSETS", "READINGS", "READING_AXES", "ReadingRule", "reading_rule", "headline",
+           "reading_signs", "MatchedSpan", "LeakScan", "ScanRules", "SubsetGain", "MethodAblation",
            "Ablation", "scan_examples", "scan_candidate", "answer_key_rows", "subset_gain", "ablate",
-           "find_records", "reading", "candidate_text"]
+           "find_records", "reading", "candidate_text", "decide_rows", "split_verdict"]
