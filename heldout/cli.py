@@ -443,7 +443,7 @@ def cmd_leak_scan(args: argparse.Namespace) -> int:
         _print_json(scan.to_dict())
     else:
         print(scan.describe())
-    return 0
+    return 1 if scan.red_flags else 0  # a red flag is data the optimizer never saw: fail the command
 
 
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
