@@ -62,7 +62,12 @@ def text_of(reply: dict) -> str:
 def test_models_list_and_answers_name_the_model_that_actually_answered(server):
     listed = httpx.get(server.base_url + "/models", timeout=TIMEOUT).json()
     assert [m["id"] for m in listed["data"]] == ["smollm2-135m-instruct"]
-    assert ask(server, "Say hello.", model="gpt-4o")["model"] == "smollm2-135m-instruct"
+    assert ask(server, "Say hello.")["model"] == "smollm2-135m-instruct"
+    # another model's name is refused, never answered by this one (a run would record a model it did not use)
+    other = httpx.post(server.base_url + "/chat/completions", timeout=TIMEOUT, json={
+        "model": "gpt-4o", "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 4})
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+    assert "serves 'smollm2-135m-instruct'" in other.json()["error"]["message"]
 
 
 @needs_model
@@ -103,7 +108,7 @@ def test_the_same_request_gives_the_same_text_whatever_came_before(server):
 def test_streaming_sends_the_same_text_in_pieces_then_usage(server):
     question = "Is the sky blue? Answer yes or no."
     plain = ask(server, question)
-    body = {"model": "m", "messages": [{"role": "user", "content": question}], "max_tokens": 24,
+    body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": question}], "max_tokens": 24,
             "stream": True, "stream_options": {"include_usage": True}}
     with httpx.stream("POST", server.base_url + "/chat/completions", json=body, timeout=TIMEOUT) as reply:
         assert reply.headers["content-type"] == "text/event-stream"
@@ -120,7 +125,7 @@ def test_streaming_sends_the_same_text_in_pieces_then_usage(server):
 @needs_model
 def test_a_prompt_longer_than_the_context_is_refused_with_a_clear_error(server):
     reply = httpx.post(server.base_url + "/chat/completions", timeout=TIMEOUT, json={
-        "model": "m", "messages": [{"role": "user", "content": "word " * 3000}]})
+        "model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "word " * 3000}]})
     assert reply.status_code == 400 and "context holds 1024" in reply.json()["error"]["message"]
     client = ModelClient("smollm2-135m-instruct", server.base_url, timeout=TIMEOUT, max_retries=0)
     with pytest.raises(ModelError, match="context"):

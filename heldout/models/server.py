@@ -81,6 +81,9 @@ class Backend(Protocol):
     def reported_model(self, requested: str) -> str:
         ...
 
+    # Optional: ``serves(name) -> bool``. A backend that has it is asked about every request's
+    # model name, and a name it does not serve is answered 404 ``model_not_found``.
+
     def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
         ...
 
@@ -152,8 +155,8 @@ class _Reply:
     not_before: float = 0.0  # monotonic time before which the answer must not leave
 
 
-def _error(status: int, message: str, kind: str) -> _Reply:
-    return _Reply(status, {"error": {"message": message, "type": kind}})
+def _error(status: int, message: str, kind: str, code: str | None = None) -> _Reply:
+    return _Reply(status, {"error": {"message": message, "type": kind, **({"code": code} if code else {})}})
 
 
 def send_json(handler: BaseHTTPRequestHandler, status: int, body: dict,
@@ -368,6 +371,13 @@ class ChatServer:
         except (ValueError, KeyError, TypeError) as exc:
             self._count(bad_requests=1)
             return _error(400, f"bad request: {exc}", "invalid_request_error")
+        serves = getattr(self.backend, "serves", None)
+        if serves is not None and not serves(call.model):
+            # answering under another name would let a run record a model it did not use
+            self._count(bad_requests=1)
+            return _error(404, f"model {call.model!r} is not served here; this server serves "
+                               f"{self.backend.model_id!r} (GET /v1/models)", "invalid_request_error",
+                          code="model_not_found")
         fault = self.faults.decide(raw)
         if fault == "429":
             self._count(http_429=1)

@@ -139,7 +139,11 @@ class LlamaBackend:
         return self._llm.detokenize([token], special=True).decode("utf-8", "replace") if token >= 0 else ""
 
     def reported_model(self, requested: str) -> str:
-        return self.model_id  # the model that actually answered, whatever name was asked for
+        return self.model_id  # the model that actually answered
+
+    def serves(self, requested: str) -> bool:
+        """Only its own name: a request for another model is refused, not answered by this one."""
+        return requested == self.model_id
 
     def prompt_tokens(self, messages: list[dict[str, Any]]) -> list[int]:
         """The chat, rendered with the model's own template, as tokens."""
