@@ -26,6 +26,8 @@ from heldout.models.testserver import TestServer
 from heldout.protocols.leakage import (READINGS, MethodAblation, ablate, decide_rows, headline, reading_rule,
                                        reading_signs, scan_candidate, subset_gain)
 from heldout.protocols.splits import PROBE, SplitSizes, build_split, check_split
+from heldout.reports.collect import collect_runs
+from heldout.reports.render import build_report, render_markdown
 
 PATTERNS = list(itertools.product("+-0", repeat=4))
 
@@ -236,8 +238,14 @@ def test_scan_finds_a_topic_level_key_and_names_its_families(manifests):
     assert far.encoded == [] and far.share == 0.0
 
 
-def test_topic_level_key_is_read_as_topic_level_memorisation(manifests, server, tmp_path):
-    result = _study(tmp_path, server, "disjoint")
+@pytest.fixture(scope="module")
+def topic_study(manifests, server, tmp_path_factory):
+    root = tmp_path_factory.mktemp("topic-study")
+    return root, _study(root, server, "disjoint")
+
+
+def test_topic_level_key_is_read_as_topic_level_memorisation(topic_study):
+    _, result = topic_study
     (m,) = result.methods
     assert m.topic_disjoint and m.row("probe_memorised").sign == "+" and m.row("test").sign == "0"
     assert m.row("train_encoded").sign == "+" and m.row("probe_other").sign == "0"
@@ -269,3 +277,28 @@ def test_cli_scan_exits_1_on_red_flags(manifests, tmp_path, capsys):
     path.write_text(f"Q: {ex.input['question']} A: {ex.target}")
     assert cli.main(["leak", "scan", str(path), "--task", TASK, "--profile", "disjoint"]) == 1
     assert "RED FLAG" in capsys.readouterr().out
+
+
+def test_report_shows_each_final_candidates_key_and_recognises_the_ablation_folder(topic_study):
+    root, _ = topic_study
+    report = build_report([root])
+    assert not any("interrupted" in w or "ablation" in w for w in report.warnings), report.warnings
+    (folder,) = report.runs.protocols
+    assert folder.path.name == "ablation" and folder.verified and folder.entries > 0
+    assert any("protocol folder" in n and "leak ablate" in n and "topic-level-key" in n for n in report.notes)
+    keys = report.table("answer_key")
+    assert [(r["method"], r["seed"]) for r in keys.data] == [("family-key", s) for s in SEEDS]
+    assert all(r["share"] > 0 and r["families"] >= 1 and r["red_flags"] == 0 for r in keys.data)
+    assert "Answer-key share" in render_markdown(report)
+
+
+def test_an_interrupted_session_named_like_a_protocol_folder_stays_interrupted(topic_study, tmp_path):
+    """Only a protocol's own ledger is recognised: a session ledger in a folder called
+    ``ablation`` (an interrupted run) is still reported as one."""
+    root, _ = topic_study
+    src = next(p for p in (root / "family-key").iterdir())
+    fake = tmp_path / "ablation"
+    fake.mkdir()
+    (fake / "ledger.jsonl").write_bytes((src / "ledger.jsonl").read_bytes())
+    runs = collect_runs([tmp_path])
+    assert runs.protocols == [] and "interrupted" in runs.excluded[0].reason

@@ -273,10 +273,12 @@ def scan_candidate(candidate: Mapping[str, str], task: Task, rules: ScanRules = 
 
 
 # -- the report hook -----------------------------------------------------------------------------
-def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None) -> list[dict[str, Any]]:
+def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None,
+                    prompt_only: bool = False) -> list[dict[str, Any]]:
     """One row per final candidate (task, profile, method, seed, share, encoded, families,
     red_flags), for a report's answer-key table. A task whose data cannot be loaded gives a row
-    with ``share`` None and the reason, never an exception."""
+    with ``share`` None and the reason, never an exception. ``prompt_only`` leaves out tasks that
+    are not prompt tasks with training data."""
     tasks: dict[tuple[str, str], Task | str] = {}
     rows = []
     for rec in records:
@@ -294,6 +296,8 @@ def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None
         if isinstance(loaded, str):
             rows.append({**row, "share": None, "problem": loaded})
             continue
+        if prompt_only and (loaded.kind != "prompt" or not loaded.splits.get("train")):
+            continue  # a program, or a task with no training data: there is no answer key to hold
         scan = scan_candidate(rec.final_candidate, loaded)
         rows.append({**row, "share": scan.share, "words": scan.words, "encoded": len(scan.encoded),
                      "families": len(scan.memorised_families), "red_flags": len(scan.red_flags)})

@@ -26,6 +26,8 @@ from typing import Any, Iterable, Iterator
 from heldout.contracts import HeldoutError
 from heldout.evaluators.ledger import LEDGER_FILE, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
+from heldout.protocols.leakage import ABLATION_DIR as LEAK_ABLATION_DIR, RESULT_FILE as LEAK_RESULT_FILE
+from heldout.protocols.verifier_ablation import ABLATION_DIR as VERIFIER_ABLATION_DIR
 
 
 class ReportError(HeldoutError):
@@ -56,14 +58,64 @@ class Excluded:
     reason: str
 
 
+PROTOCOL_FOLDERS = {LEAK_ABLATION_DIR: "leak ablate (topic-shared leakage ablation)",
+                    VERIFIER_ABLATION_DIR: "compare verifiers (canonical re-scoring of each variant)"}
+"""Folders a protocol command writes inside a study's run dir: a ledger of its own scoring, no
+run record. They are not runs (never "interrupted") and never enter a table."""
+
+
+@dataclass
+class ProtocolFolder:
+    """A protocol command's folder (see :data:`PROTOCOL_FOLDERS`): what wrote it, how many
+    ledger entries it holds and whether its ledger verifies."""
+
+    path: Path
+    kind: str
+    entries: int
+    verified: bool
+    summary: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        state = "ledger verifies" if self.verified else "LEDGER DOES NOT VERIFY"
+        return (f"protocol folder {self.path}: {self.kind}, {self.entries} ledger entries, {state}"
+                + "".join(f"; {line}" for line in self.summary))
+
+
+def protocol_folder(run_dir: Path) -> ProtocolFolder | None:
+    """The protocol folder ``run_dir`` is, or None: a known folder name, a ledger, no run record,
+    and a first entry that is not a session's (an interrupted session starts with
+    ``session_start`` and stays an interrupted run)."""
+    if run_dir.name not in PROTOCOL_FOLDERS or (run_dir / RECORD_FILE).exists():
+        return None
+    try:
+        entries, _ = read_entries(run_dir / LEDGER_FILE)
+    except LedgerError:
+        return None
+    if not entries or entries[0].get("kind") == "session_start":
+        return None
+    folder = ProtocolFolder(run_dir, PROTOCOL_FOLDERS[run_dir.name], len(entries), verify_ledger(run_dir).ok)
+    result = run_dir / LEAK_RESULT_FILE
+    if run_dir.name == LEAK_ABLATION_DIR and result.is_file():
+        try:
+            data = json.loads(result.read_text())
+            for m in data.get("methods", []):
+                folder.summary.append(f"{m['task']} [{m['profile']}] {m['method']}: reading {m.get('reading_rule')!r}"
+                                      + ("" if m.get("topic_disjoint", True) else ", NOT PROVEN topic-disjoint"))
+        except (ValueError, KeyError, TypeError):
+            folder.summary.append(f"{LEAK_RESULT_FILE} unreadable")
+    return folder
+
+
 @dataclass
 class RunSet:
-    """Verified runs (status ``ok``), failed runs (the optimizer crashed: no held-out score) and
-    excluded runs (ledger or record does not verify, or a duplicate cell)."""
+    """Verified runs (status ``ok``), failed runs (the optimizer crashed: no held-out score),
+    excluded runs (ledger or record does not verify, or a duplicate cell) and the protocol
+    folders found beside them."""
 
     runs: list[Run] = field(default_factory=list)
     failed: list[Run] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)
+    protocols: list[ProtocolFolder] = field(default_factory=list)
     def tasks(self) -> list[str]:
         return sorted({r.label for r in self.runs})
 
@@ -184,6 +236,10 @@ def collect_runs(paths: Iterable[str | Path]) -> RunSet:
     any_found = False
     for run_dir in find_run_dirs(paths):
         any_found = True
+        folder = protocol_folder(run_dir)
+        if folder is not None:
+            result.protocols.append(folder)
+            continue
         record, reason = check_run(run_dir)
         if record is None:
             result.excluded.append(Excluded(run_dir, reason or "unknown"))

@@ -22,8 +22,10 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.reports.collect import RunSet, collect_runs
 from heldout.reports.drilldown import drilldown_html
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
+from heldout.protocols.leakage import answer_key_rows
 from heldout.reports.tables import (
     Table,
+    answer_key_table,
     budget_table,
     cost_table,
     heldout_table,
@@ -57,6 +59,7 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     report = Report(runs=runs, baseline=baseline, alpha=alpha)
     for ex in runs.excluded:
         report.warnings.append(f"EXCLUDED {ex.path}: {ex.reason}")
+    report.notes += [folder.describe() for folder in runs.protocols]  # a protocol's folder, not a run
     for run in runs.failed:
         report.warnings.append(f"FAILED {run.path}: {run.record.error}")
     if not runs.runs:
@@ -73,6 +76,10 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     report.tables.append(cost_table(runs, baseline if has_baseline else None))
     report.tables.append(budget_table(runs, checkpoints))
     report.tables.append(runs_table(runs))
+    keys = answer_key_rows([r.record for r in runs.runs if _loadable(r.record.task, data_dir)],
+                           data_dir=data_dir, prompt_only=True)
+    if keys:
+        report.tables.append(answer_key_table(runs, keys))
     report.figures.append(score_bars(runs, baseline if has_baseline else None))
     report.figures.append(best_so_far_plot(runs))
     for kind in ("optimisation", "deployment"):
@@ -87,6 +94,20 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
         if scatter is not None:
             report.figures.append(scatter)
     return report
+
+
+def _loadable(task: str, data_dir: str | None) -> bool:
+    """A report never downloads: a dataset task is loaded only from a local data dir
+    (``--data-dir`` or ``$HELDOUT_DATA_DIR``); embedded and user tasks always."""
+    try:
+        resolve_data_dir(data_dir)
+        return True
+    except HeldoutError:
+        pass
+    try:
+        return bool(get_benchmark(task).source.embedded)
+    except (HeldoutError, KeyError, AttributeError):
+        return False
 
 
 def _groups(runs: RunSet, data_dir: str | None) -> dict[str, dict[str, str]]:

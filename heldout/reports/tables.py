@@ -455,6 +455,32 @@ def runs_table(runs: RunSet) -> Table:
                                   "status", "path"], rows, [], data)
 
 
+def answer_key_table(runs: RunSet, rows: Sequence[dict[str, Any]]) -> Table:
+    """Each final candidate's answer-key share (:func:`heldout.protocols.leakage.answer_key_rows`
+    over the report's runs: prompt tasks with training data), so a gain bought with pasted
+    training answers is visible beside the scores."""
+    label = {(r.record.task, r.record.profile, r.record.method, r.record.seed): r.label for r in runs.runs}
+    cells, data = [], []
+    for row in rows:
+        task = label.get((row["task"], row["profile"], row["method"], row["seed"]), row["task"])
+        if row.get("share") is None:
+            cells.append([Cell(task), Cell(row["method"]), Cell(str(row["seed"])), Cell("n/a"), Cell("-"),
+                          Cell("-"), Cell(f"not scanned: {row.get('problem', '')}")])
+        else:
+            flags = row["red_flags"]
+            cells.append([Cell(task), Cell(row["method"]), Cell(str(row["seed"])), Cell(f"{row['share']:.1%}"),
+                          Cell(str(row["encoded"])), Cell(str(row["families"])),
+                          Cell(f"RED FLAG: {flags}" if flags else "0", strong=bool(flags))])
+        data.append({**row, "task_label": task})
+    notes = ["answer-key share: the share of the final candidate's words that are training questions or answers "
+             "(leak scan rules: verbatim question runs, answers near their question or their family's words); "
+             "encoded: training examples it holds; families: training families (groups) memorised; red flags: "
+             "val answers or test/probe data found, which the optimizer never saw (`heldout leak scan` lists them)."]
+    return Table("answer_key", "Answer-key share of each final candidate",
+                 ["task", "method", "seed", "answer-key share", "encoded", "families", "red flags"], cells, notes, data)
+
+
 __all__ = ["Cell", "Table", "results_table", "heldout_table", "cost_table", "budget_table", "runs_table",
+           "answer_key_table",
            "settings_note", "example_means", "seed_scores", "tokens", "candidate_length", "best_so_far",
            "default_checkpoints"]
