@@ -21,7 +21,8 @@ from typing import Any
 
 from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import ZERO_SHOT, PromptBenchmark, modes_scored, prompt_verdict
+from heldout.benchmarks.prompt_task import (CHAT_MESSAGES, ZERO_SHOT, PromptBenchmark, PromptSetting,
+                                           modes_scored, prompt_verdict)
 from heldout.benchmarks.registry import register, register_group
 from heldout.benchmarks.sources import iter_hub_rows, read_json
 
@@ -54,6 +55,13 @@ QUIRKS: dict[tuple[str, str], str] = {
 
 
 COT_3SHOT = "cot_3shot"
+COT_3SHOT_SETTING = PromptSetting(
+    COT_3SHOT, "Suzgun et al. (2022) 3-shot chain of thought; decoding as lm-evaluation-harness bbh_cot_fewshot "
+               "(v4.0: greedy, max_gen_toks 1024, until </s>, Q, blank line)", 3,
+    "bbh/cot-prompts/<task>.txt after its canary header, then \\n\\nQ: <input>\\nA: Let's think step by step.",
+    CHAT_MESSAGES, stop=("</s>", "Q", "\n\n"), max_tokens=1024, temperature=0.0)
+"""The stop sequences matter: without them a model runs on into a question of its own, and the
+reference's answer rule (the *first* "the answer is") and heldout's (the last) then disagree."""
 COT_HEADER = "-----\n"
 
 
@@ -120,6 +128,11 @@ class BBHTask(PromptBenchmark):
 
     def format_input(self, example: Example) -> str:
         return example.input["question"]
+
+    def prompt_setting(self, prompt_format: str | None = None) -> PromptSetting:
+        if self.check_prompt_format(prompt_format) == COT_3SHOT:
+            return COT_3SHOT_SETTING
+        return super().prompt_setting(prompt_format)
 
     def user_message(self, example: Example, prompt_format: str) -> str:
         if prompt_format == COT_3SHOT:

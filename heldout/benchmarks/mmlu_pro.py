@@ -14,7 +14,8 @@ heldout keeps the source rows as they are (their hashes are frozen) and drops th
 renders and scores (:func:`shown_options`).
 
 Prompt formats: ``zero_shot`` (default) and ``cot_5shot``, the published MMLU-Pro setting
-(TIGER-Lab ``evaluate_from_api.py``): the category's initial prompt, its 5 validation questions
+(TIGER-Lab ``evaluate_from_local.py``, whose text this follows; the API script words its header
+differently): the category's initial prompt, its 5 validation questions
 with their chains of thought ("A: Let's think step by step." becomes "Answer: ..."), then the
 question ending "Answer: Let's think step by step.", rendered by :func:`cot_5shot_prompt`."""
 
@@ -24,7 +25,8 @@ from typing import Any
 
 from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import ZERO_SHOT, PromptBenchmark, modes_scored, prompt_verdict
+from heldout.benchmarks.prompt_task import (CHAT_MESSAGES, ZERO_SHOT, PromptBenchmark, PromptSetting,
+                                           modes_scored, prompt_verdict)
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_parquet
 
@@ -41,6 +43,11 @@ LETTERS = "ABCDEFGHIJ"
 FILLER = "N/A"
 COT_5SHOT = "cot_5shot"
 N_SHOTS = 5
+COT_5SHOT_SETTING = PromptSetting(
+    COT_5SHOT, "TIGER-Lab MMLU-Pro 5-shot chain of thought as evaluate_from_local.py runs it (greedy, stop at "
+               "Question:, max_new_tokens 2048)", 5,
+    "the category's initial prompt, its 5 validation questions with their chains of thought, the question",
+    CHAT_MESSAGES, stop=("Question:",), max_tokens=2048, temperature=0.0)
 INITIAL_PROMPT = ("The following are multiple choice questions (with answers) about {category}. Think step by "
                   "step and then finish your answer with \"the answer is (X)\" where X is the correct letter choice.\n")
 
@@ -125,6 +132,11 @@ class MMLUProTask(PromptBenchmark):
         return f"Question: {example.input['question']}\n\nOptions:\n{options}"
 
     answer_format = "Finish with: So the answer is (X), where X is the letter of the correct option."
+
+    def prompt_setting(self, prompt_format: str | None = None) -> PromptSetting:
+        if self.check_prompt_format(prompt_format) == COT_5SHOT:
+            return COT_5SHOT_SETTING
+        return super().prompt_setting(prompt_format)
 
     def user_message(self, example: Example, prompt_format: str) -> str:
         if prompt_format == COT_5SHOT:

@@ -32,6 +32,37 @@ task whose answer is a short string; optimizers rewrite it. (MBPP+ has its own: 
 ZERO_SHOT = "zero_shot"
 
 
+@dataclass(frozen=True)
+class PromptSetting:
+    """Everything a number measured in one prompt format depends on, named, so that a run
+    record says which published setting it reproduces (or that it is heldout's own).
+
+    Rule: a worker request in this format is sent with exactly ``stop``, and with ``max_tokens``
+    and ``temperature`` unless the run's options set them (the record then says so); the prompt
+    bytes are those of ``template``; ``messages`` says how they travel."""
+
+    name: str
+    reference: str  # the published setting it reproduces, or that it is heldout's own
+    shots: int
+    template: str  # where the prompt bytes come from
+    messages: str  # how the prompt is sent (chat roles; a completions endpoint is not used yet)
+    stop: tuple[str, ...] = ()
+    max_tokens: int | None = None
+    temperature: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "reference": self.reference, "shots": self.shots, "template": self.template,
+                "messages": self.messages, "stop": list(self.stop), "max_tokens": self.max_tokens,
+                "temperature": self.temperature}
+
+
+CHAT_MESSAGES = ("chat: the candidate's instruction as the system message (none when it is empty), "
+                 "the prompt as one user message")
+ZERO_SHOT_SETTING = PromptSetting(
+    ZERO_SHOT, "heldout's own zero-shot setting (not comparable with published few-shot numbers)", 0,
+    "the example formatted by the task, then its answer-format line", CHAT_MESSAGES)
+
+
 class UnknownPromptFormat(HeldoutError, ValueError):
     pass
 
@@ -185,6 +216,12 @@ class PromptBenchmark(Benchmark):
                                       f"{', '.join(self.prompt_formats)}")
         return chosen
 
+    def prompt_setting(self, prompt_format: str | None = None) -> PromptSetting:
+        """The setting of ``prompt_format`` (None: the default); families with published
+        few-shot formats name theirs."""
+        self.check_prompt_format(prompt_format)
+        return ZERO_SHOT_SETTING
+
     def user_message(self, example: Example, prompt_format: str) -> str:
         """The user message of ``example`` in ``prompt_format`` (families add few-shot formats)."""
         return f"{self.format_input(example)}\n\n{self.answer_format}"
@@ -197,7 +234,9 @@ class PromptBenchmark(Benchmark):
         parts = [candidate.get("instruction", "")]
         parts += [f"## {name}\n{text}" for name, text in sorted(candidate.items()) if name != "instruction"]
         system = "\n\n".join(p for p in parts if p)
-        return [Message("system", system), Message("user", self.user_message(example, chosen))]
+        user = Message("user", self.user_message(example, chosen))
+        # an empty instruction sends no system message: a published setting that has none is sent as it is
+        return [Message("system", system), user] if system else [user]
 
     # -- metric -----------------------------------------------------------------------------
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:

@@ -194,10 +194,17 @@ class Scorer:
         if self.worker is None:
             raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
                                "(pass worker=ModelClient(...) or --worker-model/--base-url)")
+        # the prompt format's setting decides stop sequences and default decoding (published settings
+        # are sent as published); the run's own options win where they are set
+        setting = getattr(self.benchmark, "prompt_setting", None)
+        setting = setting(context.option("prompt_format") if context is not None else None) if setting else None
+        stop = (("stop", list(setting.stop)),) if setting is not None and setting.stop else ()
+        temperature = self.options.get("temperature", setting.temperature if setting is not None else 0.0)
+        max_tokens = self.options.get("max_tokens", setting.max_tokens if setting is not None else None)
         requests = [ChatRequest(messages=tuple({"role": m.role, "content": m.content}
                                                for m in self.benchmark.render(candidate, ex, context)),
-                                model=self.worker.model, temperature=self.options.get("temperature", 0.0),
-                                max_tokens=self.options.get("max_tokens"), channel=channel, replicate=replicate)
+                                model=self.worker.model, temperature=temperature, max_tokens=max_tokens,
+                                channel=channel, replicate=replicate, extra=stop)
                     for ex in examples]
         responses = self.worker.complete_many(requests, return_exceptions=True)
         verdicts = []

@@ -29,8 +29,49 @@ from typing import Any, Callable, Iterator, Protocol
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 # Body fields the server interprets itself; every other field reaches the backend as ``extra``.
-PROTOCOL_FIELDS = ("messages", "model", "temperature", "max_tokens")
+PROTOCOL_FIELDS = ("messages", "model", "temperature", "max_tokens", "stop")
 STREAM_FIELDS = ("stream", "stream_options")
+MAX_STOP_SEQUENCES = 4  # as the OpenAI API allows
+
+
+class StopScanner:
+    """Cuts generated text at the first of the request's stop sequences, as the OpenAI API does:
+    the answer ends before the stop sequence, which is not part of it. Fed piece by piece, it
+    holds back only the tail that could still be the start of a stop sequence, so a streamed
+    answer never shows text the whole answer would not have."""
+
+    def __init__(self, stop: tuple[str, ...]) -> None:
+        self.stop = tuple(s for s in stop if s)
+        self._keep = max((len(s) for s in self.stop), default=1) - 1
+        self._held = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        """The text that may be shown now; after a stop sequence, nothing more."""
+        if self.stopped:
+            return ""
+        text = self._held + piece
+        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        if hits:
+            self.stopped, self._held = True, ""
+            return text[:min(hits)]
+        if not self.stop:
+            return text
+        cut = max(0, len(text) - self._keep)
+        self._held = text[cut:]
+        return text[:cut]
+
+    def flush(self) -> str:
+        """What is still held back when the text ended without a stop sequence."""
+        held, self._held = self._held, ""
+        return "" if self.stopped else held
+
+
+def apply_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """``text`` cut before its first stop sequence, and whether one was found."""
+    scanner = StopScanner(stop)
+    out = scanner.feed(text)
+    return (out, True) if scanner.stopped else (out + scanner.flush(), False)
 
 
 def unit_interval(*parts: object) -> float:
@@ -52,6 +93,7 @@ class ChatCall:
     temperature: float = 0.0
     max_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()  # the answer ends before the first of these (finish_reason "stop")
 
 
 @dataclass(frozen=True)
@@ -358,8 +400,13 @@ class ChatServer:
         max_tokens = body.get("max_tokens")
         if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0):
             max_tokens = None  # absent or unusable: the backend's own bound applies
+        stop = body.get("stop")
+        stop = (stop,) if isinstance(stop, str) else stop if stop is not None else ()
+        if not (isinstance(stop, (list, tuple)) and len(stop) <= MAX_STOP_SEQUENCES
+                and all(isinstance(x, str) and x for x in stop)):
+            raise ValueError(f"stop must be a non-empty string or a list of at most {MAX_STOP_SEQUENCES} of them")
         extra = {k: v for k, v in body.items() if k not in PROTOCOL_FIELDS + STREAM_FIELDS}
-        return ChatCall(messages, model, float(temperature), max_tokens, extra), body
+        return ChatCall(messages, model, float(temperature), max_tokens, extra, tuple(stop)), body
 
     def _answer(self, raw: bytes, authorization: str | None, handler: _Handler) -> _Reply:
         arrived = handler.arrived

