@@ -143,6 +143,21 @@ def test_leak_separable_type_one_error_at_most_alpha(seeds):
     assert false / sims <= bound, (seeds, false / sims)
 
 
+def test_holm_over_the_printed_rows_keeps_the_family_wise_error_at_most_alpha():
+    """Five null rows per ablation, decided together as `leak ablate` does: the chance that any
+    of them is called separable stays within the binomial bound of 0.05 (5 seeds)."""
+    sims, alpha = 1000, 0.05
+    rng = np.random.default_rng(55)
+    any_false = 0
+    for _ in range(sims):
+        rows = [subset_gain(name, _null_cells(rng, 5), n_boot=100)
+                for name in ("test", "train", "train_encoded", "probe_memorised", "probe_other")]
+        m = MethodAblation("t", "p", "opt", list(range(5)), rows, None, [0.0] * 5, [0] * 5, [0] * 5)
+        decide_rows([m])
+        any_false += any(r.separable for r in m.rows)
+    assert any_false / sims <= stats.binom.ppf(0.999, sims, alpha) / sims, any_false / sims
+
+
 def test_leak_separable_has_power_against_a_planted_gain():
     """Each seed's final candidate fixes 6 of the 10 wrong answers on average: at 5 seeds the
     verdict finds it nearly always (the floor stated: 0.8)."""

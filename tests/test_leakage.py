@@ -171,6 +171,7 @@ def test_memorising_candidate_gains_on_exact_training_questions_only(ablation):
         assert row.n_examples > 0 and row.gain == 0.0 and not row.separable
     assert m.val_gain == 0.0 and all(s > 0.3 for s in m.key_share)
     assert "Memorisation pays on the exact training questions only" in m.reading
+    assert m.reading_rule == "exact-only" and m.topic_disjoint and "NOT PROVEN" not in m.reading
     assert encoded.seed_flip_p == 0.25  # 3 seeds: 2/2^3 is the smallest exact p there is
     assert encoded.ci_method == "seeds, then examples within seed"  # each seed keyed different families
 
@@ -219,6 +220,8 @@ def test_rule_candidate_gains_everywhere(ablation):
     assert m.row("train_encoded").n_examples == 0 and m.row("probe_memorised").n_examples == 0
     assert m.key_share == [0.0, 0.0, 0.0] and m.val_gain == 1.0
     assert "The gain transfers" in m.reading and "a rule, not a key" in m.reading
+    assert m.reading_rule == "transfer" and m.topic_disjoint
+    assert [r.seed_contrast.family for r in m.rows if r.seed_contrast] == [result.family] * 3  # Holm over all rows
 
 
 def test_ablation_scoring_is_counted_and_ledgered_and_always_fresh(ablation, study, server):

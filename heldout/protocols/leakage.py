@@ -468,7 +468,7 @@ class Ablation:
         lines = [f"topic-shared leakage ablation of {self.run_dir} (baseline: {self.baseline}; "
                  f"{self.metric_calls} metric calls scored and ledgered in {ABLATION_DIR}/)"]
         lines.append(f"verdicts: seed-paired contrast (unit: the seed; final vs baseline per seed), Holm over the "
-                     f"{self.family} rows printed; example-level sign / Wilcoxon p are description only")
+                     f"{self.family} rows printed with examples; example-level sign / Wilcoxon p are description only")
         lines += [f"note: {n}" for n in self.notes]
         for m in self.methods:
             lines.append(f"\n{m.task} [{m.profile}] {m.method}, seeds {m.seeds}: answer-key share "
