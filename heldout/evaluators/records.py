@@ -107,6 +107,8 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     options = dict(session.options)
     provenance = dict(getattr(session, "provenance", None) or {})
     verifier = getattr(session, "variant", None)
+    # what a published number depends on (shots, template, stop, decoding); None for program tasks
+    setting = bench.prompt_setting(options.get("prompt_format")) if hasattr(bench, "prompt_setting") else None
     description = {
         "format_version": FORMAT_VERSION,
         "task": task.name, "task_version": bench.version, "kind": bench.kind, "metric": bench.metric,
@@ -122,7 +124,10 @@ def describe_experiment(session: Any) -> dict[str, Any]:
         "deployment_worker": model_description(getattr(session, "deploy_scorer", scorer).worker),
         "architect": model_description(getattr(session, "architect_client", None)),
         "judge": model_description(getattr(scorer, "judge", None)),
-        "decoding": {"temperature": options.get("temperature", 0.0), "max_tokens": options.get("max_tokens")},
+        "decoding": {"temperature": options.get("temperature", setting.temperature if setting else 0.0),
+                     "max_tokens": options.get("max_tokens", setting.max_tokens if setting else None),
+                     **({"stop": list(setting.stop)} if setting and setting.stop else {})},
+        "prompt_setting": setting.as_dict() if setting else None,
         "optimizer": provenance.pop("optimizer", {"name": session.method, "code_sha256": None}),
         "isolation": provenance.pop("isolation", "in-process (trusted)"),
         "environment": environment(),

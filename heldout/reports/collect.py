@@ -134,7 +134,7 @@ class RunSet:
         runs = [r for r in self.runs if task is None or r.label == task]
         seen: dict[str, set[str]] = {"profile": set(), "policy": set(), "budget": set(),
                                      "tolerance": set(), "drift": set(), "worker model": set(),
-                                     "verifier": set()}
+                                     "verifier": set(), "prompt setting": set()}
         for run in runs:
             rec = run.record
             seen["profile"].add(rec.profile)
@@ -146,6 +146,9 @@ class RunSet:
             key = rec.pooling_key()
             seen["worker model"].add(key["worker model"])
             seen["verifier"].add(key["verifier"])
+            setting = rec.experiment.get("prompt_setting")
+            if setting:  # prompt tasks: the setting, and whether it reproduces a published one
+                seen["prompt setting"].add(f"{setting['name']} ({setting['reference']})")
         return {k: sorted(v) for k, v in seen.items()}
 
 

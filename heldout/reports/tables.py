@@ -71,12 +71,14 @@ def settings_note(runs: RunSet, tasks: Sequence[str] | None = None) -> str:
     ``MIXED: a | b`` so nobody reads a mixed table as a matched one."""
     labels = {"profile": "split profile", "policy": "visibility policy", "budget": "budget",
               "tolerance": "tolerance", "drift": "data drift override", "worker model": "worker model",
-              "verifier": "verifier"}
+              "verifier": "verifier", "prompt setting": "prompt setting"}
     chosen = list(tasks) if tasks else runs.tasks()
     per_task = {t: runs.settings(t) for t in chosen}
     parts = []
     for name, label in labels.items():
         values = sorted({v for t in chosen for v in per_task[t].get(name, ())})
+        if not values and name == "prompt setting":
+            continue  # program tasks have none
         if len(values) == 1:
             text = values[0]
         elif not values:
