@@ -124,6 +124,9 @@ def test_reflective_dataset_carries_only_what_the_policy_shows(word_sorting, rea
     for record, data_id in zip(train_records, train.all_ids()[:3]):
         assert set(record) == {"Inputs", "Generated Outputs", "Feedback"}
         assert f"Expected answer: {targets[unprefixed(data_id)[1]]}" in record["Feedback"]
+        # the worker's text as a model would read it, never the harness's dict of readings
+        shown = record["Generated Outputs"]
+        assert shown.strip() and not shown.startswith("{") and "extracted_" not in shown and "'why'" not in shown
     # the standard policy shows val scores only: no output, no feedback, no target
     for record in val_records:
         assert set(record) == {"Inputs", "Feedback"}

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from heldout.adapters.client import run_from_env
-from heldout.adapters.shown import feedback_text
+from heldout.adapters.shown import feedback_text, output_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
 try:
@@ -134,7 +134,7 @@ class ViewGEPAAdapter:
         for trajectory in eval_batch.trajectories or []:
             record: dict[str, Any] = {"Inputs": trajectory.input}
             if "output" in trajectory.shown:
-                record["Generated Outputs"] = str(trajectory.shown["output"])
+                record["Generated Outputs"] = output_text(trajectory.shown)
             record["Feedback"] = feedback_text(trajectory.shown)
             records.append(record)
         return {component: list(records) for component in components_to_update}

@@ -24,5 +24,15 @@ def feedback_text(shown: Mapping[str, Any]) -> str:
 
 
 def output_text(shown: Mapping[str, Any]) -> str:
-    """The candidate's output when the view showed it, else a placeholder saying it is hidden."""
-    return str(shown["output"]) if "output" in shown else HIDDEN_OUTPUT
+    """The candidate's output as the text a model would read, when the view showed it, else a
+    placeholder saying it is hidden. A prompt task's output is the worker's text (its other
+    fields, the readings of each extraction mode, are the harness's bookkeeping and never a
+    Python dict repr in a proposer's prompt); other outputs are written one field per line."""
+    if "output" not in shown:
+        return HIDDEN_OUTPUT
+    output = shown["output"]
+    if isinstance(output, Mapping):
+        if isinstance(output.get("text"), str):
+            return output["text"]
+        return "\n".join(f"{key}: {value}" for key, value in output.items() if value is not None)
+    return str(output)
