@@ -317,3 +317,14 @@ def test_an_interrupted_session_named_like_a_protocol_folder_stays_interrupted(t
     (fake / "ledger.jsonl").write_bytes((src / "ledger.jsonl").read_bytes())
     runs = collect_runs([tmp_path])
     assert runs.protocols == [] and "interrupted" in runs.excluded[0].reason
+
+
+def test_short_answers_out_of_family_context_are_no_key_on_real_data(data_dir):
+    """MMLU-Pro economics trains on one family: its common words ("of", "in") are in held-out
+    questions too, so they are no family context, and a short answer beside them is no key."""
+    task = heldout.load_task("mmlu_pro/economics", "topic-disjoint", data_dir=data_dir)
+    assert len({ex.group for ex in task.split("train")}) == 1
+    prose = ("Answer in at most 30 words, and think of the options in turn: 4 of them are often "
+             "traps. The answer is one of the options; 1000 is not a word count to aim for.")
+    scan = scan_candidate({"instruction": prose}, task)
+    assert (scan.encoded, scan.share, scan.memorised_families) == ([], 0.0, [])

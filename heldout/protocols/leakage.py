@@ -176,7 +176,7 @@ def scan_examples(candidate: Mapping[str, str], pools: Mapping[str, Sequence[Exa
     flags: list[MatchedSpan] = []
     encoded: dict[str, None] = {}
     families: dict[str, None] = {}
-    families_ctx = _family_contexts(pools.get("train", []), rules)
+    families_ctx = _family_contexts(pools.get("train", []), [ex for exs in pools.values() for ex in exs], rules)
     for pool, examples in pools.items():
         for ex in examples:
             found = _find(index, ex, pool, rules, families_ctx if pool == "train" else {})
@@ -210,20 +210,24 @@ class _FamilyContext:
     answers: frozenset[tuple[str, ...]]
 
 
-def _family_contexts(train: Sequence[Example], rules: ScanRules) -> dict[str, _FamilyContext]:
-    """Per training family: context words and family-specific answers. An answer shared with
-    another family ("yes", "(C)", "1912") is never family-specific, so it is never matched on
-    family context alone."""
+def _family_contexts(train: Sequence[Example], everything: Sequence[Example],
+                     rules: ScanRules) -> dict[str, _FamilyContext]:
+    """Per training family: context words and family-specific answers, each contrasted with
+    every example of another (or no) group in any pool, so a word or answer common outside the
+    family ("of", "yes", "(C)", "1912") is never family-specific, even when the training split
+    holds one family only."""
     by_family: dict[str, list[Example]] = {}
     for ex in train:
         if ex.group is not None:
             by_family.setdefault(ex.group, []).append(ex)
     q_words = {g: [set(words(question_text(ex))) for ex in exs] for g, exs in by_family.items()}
     answers = {g: {tuple(words(answer_text(ex))) for ex in exs} - {()} for g, exs in by_family.items()}
+    all_q = [(ex.group, set(words(question_text(ex)))) for ex in everything]
+    all_a = [(ex.group, tuple(words(answer_text(ex)))) for ex in everything]
     out = {}
     for g, sets in q_words.items():
-        others_q = set().union(*(w for h, qs in q_words.items() if h != g for w in qs))
-        others_a = set().union(*(a for h, a in answers.items() if h != g))
+        others_q = set().union(*(ws for h, ws in all_q if h != g))
+        others_a = {a for h, a in all_a if h != g}
         counts: dict[str, int] = {}
         for ws in sets:
             for w in ws:
