@@ -92,6 +92,23 @@ def test_gepa_run_is_counted_by_the_ledger_and_ends_cleanly_at_the_budget(word_s
     assert verify_ledger(readable_dir / "run").ok
 
 
+def test_under_repeated_scoring_the_ledger_exceeds_gepas_count_by_exactly_its_uncounted_val_calls(
+        word_sorting, readable_dir):
+    # GEPA 0.1.4 counts a validation pass one call per example whatever the adapter reports; under
+    # repeated:2 the view charges two. The event names the difference, and nothing else differs.
+    with TestServer() as srv:
+        record = session(word_sorting, srv, readable_dir / "run", budget=2 * BUDGET,
+                         verifier="repeated:2").run(resolve_optimizer("gepa"))
+    assert record.status == "ok", record.error
+    entries = ledger(readable_dir / "run")
+    event = gepa_event(entries)
+    charged = sum(e["data"]["cost"] for e in entries if e["kind"] == "evaluation")
+    val_examples = sum(1 for e in entries if e["kind"] == "evaluation" and e["data"]["split"] == "val")
+    assert charged == event["adapter_metric_calls"] == record.usage["metric_calls"] <= 2 * BUDGET
+    assert event["val_calls_gepa_did_not_count"] == val_examples > 0  # (K - 1) = 1 per val example
+    assert event["gepa_total_metric_calls"] + event["val_calls_gepa_did_not_count"] == charged
+
+
 def test_gepa_isolated_leaves_the_same_record_as_in_process(word_sorting, readable_dir):
     budget = 70  # the seed's val pass and a few minibatch rounds: enough to compare, quick to run
     with TestServer() as srv:

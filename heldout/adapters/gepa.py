@@ -6,8 +6,11 @@
 
 * **The ledger is the truth about the budget.** Every GEPA rollout is one ``view.evaluate``
   example; the adapter reports the metric calls the view charged (``num_metric_calls``, measured
-  as the drop in ``view.remaining``), so GEPA's ``total_metric_calls`` equals the ledger's count
-  also under ``--verifier repeated:K``. An evaluation the budget cannot pay for is refused by the
+  as the drop in ``view.remaining``). GEPA 0.1.4 uses that number for its minibatches but counts
+  its validation passes one per example whatever it is told, so under ``--verifier repeated:K``
+  GEPA's ``total_metric_calls`` is below the ledger's by ``(K - 1)`` per validation example; the
+  run's ``gepa_run`` event records both and the difference (``val_calls_gepa_did_not_count``),
+  and equals the ledger exactly at K = 1. An evaluation the budget cannot pay for is refused by the
   view (nothing runs); the adapter then raises :class:`BudgetExhausted` (GEPA counts nothing for a
   batch that raised), GEPA's engine logs it and its stop check, fed by :attr:`exhausted`, ends the
   run before the next iteration. GEPA returns its best candidate so far.
@@ -99,6 +102,8 @@ class ViewGEPAAdapter:
         self.exhausted = False
         self.refusals = 0
         self.metric_calls = 0  # what this adapter reported to GEPA, summed
+        self.val_examples = 0  # validation examples evaluated (GEPA counts each as one call)
+        self.val_metric_calls = 0  # what the view charged for them
 
     # -- GEPAAdapter ----------------------------------------------------------------------------
     def evaluate(self, batch: list[dict[str, Any]], candidate: Candidate,
@@ -120,6 +125,9 @@ class ViewGEPAAdapter:
                        for _, ex_id in refs]
         spent = before - self.view.remaining
         self.metric_calls += spent
+        if split == "val":
+            self.val_examples += len(results)
+            self.val_metric_calls += spent
         outputs = [dict(r) for r in results]
         scores = [float(r.get("score", 0.0)) for r in results]
         trajectories = None
@@ -189,6 +197,7 @@ def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings())
     view.record_event(EVENT, outcome="refused" if adapter.exhausted else "stopped",
                       gepa_total_metric_calls=result.total_metric_calls,
                       adapter_metric_calls=adapter.metric_calls, refusals=adapter.refusals,
+                      val_calls_gepa_did_not_count=adapter.val_metric_calls - adapter.val_examples,
                       candidates=len(result.candidates), best_idx=result.best_idx,
                       val_aggregate_scores=[float(s) for s in result.val_aggregate_scores])
     best = result.best_candidate
