@@ -20,6 +20,7 @@ from scipy import stats
 import heldout
 from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV
+from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.session import Budget, Session
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
@@ -328,3 +329,13 @@ def test_short_answers_out_of_family_context_are_no_key_on_real_data(data_dir):
              "traps. The answer is one of the options; 1000 is not a word count to aim for.")
     scan = scan_candidate({"instruction": prose}, task)
     assert (scan.encoded, scan.share, scan.memorised_families) == ([], 0.0, [])
+
+
+def test_a_verifier_ablation_folder_is_a_protocol_folder_not_a_run(topic_study, tmp_path):
+    root, _ = topic_study
+    ledger = Ledger.open(tmp_path / "verifier_ablation")
+    ledger.append("selection_scoring", {"candidate_id": "c", "split": "train", "example_id": "e", "score": 1.0})
+    ledger.close()
+    runs = collect_runs([tmp_path, root])
+    kinds = sorted(f.kind.split(" ")[0] for f in runs.protocols)
+    assert kinds == ["compare", "leak"] and runs.excluded == [] and len(runs.runs) == len(SEEDS)
