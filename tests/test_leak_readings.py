@@ -26,7 +26,7 @@ from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.protocols.leakage import (READINGS, MethodAblation, ablate, decide_rows, headline, reading_rule,
                                        reading_signs, scan_candidate, subset_gain)
-from heldout.protocols.splits import PROBE, SplitSizes, build_split, check_split
+from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.reports.collect import collect_runs
 from heldout.reports.render import build_report, render_markdown
 

@@ -30,9 +30,10 @@ examples, exact sign and Wilcoxon tests over examples and an exact sign-flip ove
 printed beside it as description, never as a verdict. The reading is generated from the decided
 signs by the table :data:`READINGS`. ``split check`` runs first: a profile not proven
 topic-disjoint is said loudly (NOT PROVEN, in the notes, every reading and the JSON), and no
-reading then calls a held-out gain a rule. The scoring runs through the session's :class:`Scorer` and every verdict is appended to
-the hash-chained ledger ``RUN_DIR/ablation/``; a re-run scores afresh and appends (results are
-never read back from a ledger, as for the harness's held-out scoring)."""
+reading then calls a held-out gain a rule. The scoring runs through the session's
+:class:`Scorer` and every verdict is appended to the hash-chained ledger ``RUN_DIR/ablation/``;
+a re-run scores afresh and appends (results are never read back from a ledger, as for the
+harness's held-out scoring)."""
 
 from __future__ import annotations
 
