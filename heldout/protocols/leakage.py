@@ -314,6 +314,7 @@ def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None
 class SubsetGain:
     """Paired gain ``final - baseline`` on one subset, over seeds x examples.
 
+    The verdict is ``seed_contrast`` (see :attr:`separable`); everything else is description.
     ``ci_*``: a percentile interval resampling seeds, then examples (two-level, shared examples
     when every seed has the same ones, nested when the subset differs by seed; one seed: examples
     only). ``sign_test_p``: exact binomial sign test over examples (per-example gain averaged over
