@@ -14,6 +14,7 @@ Where tasks come from, in the order a name is looked up:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -105,8 +106,11 @@ def _import_builtin(prefix: str) -> None:
         importlib.import_module(module)
 
 
-def _plugins():
-    return [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN_FAMILIES]
+@functools.lru_cache(maxsize=1)
+def _plugins() -> tuple:
+    # the installed entry points do not change within a process; scanning every distribution's
+    # metadata on each lookup of an unknown task cost ~35 ms (a report of 250 renamed tasks: 9 s)
+    return tuple(ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN_FAMILIES)
 
 
 def _load_plugin(ep) -> None:
