@@ -68,6 +68,21 @@ def measure(factors=FACTORS, with_10k: bool = True) -> dict:
     return {"rows": rows, "exponent": slope, "ten_k_seconds": ten_k, "reference_seconds": grid[0]["seconds"]}
 
 
+def figures(with_10k: bool = True) -> list[dict]:
+    """Rows for perf/run_all.py: the scaling exponent, and the 10,000-cell report's time."""
+    result = measure(FACTORS, with_10k)
+    sizes = ", ".join(f"{r['cells']}: {r['seconds']:.1f} s" for r in result["rows"] if r["factor"] != "10k")
+    rows = [{"name": "heldout report, 40 -> 10,240 cells", "value": result["exponent"], "unit": "",
+             "ratio": result["exponent"], "target": f"scaling exponent <= {TARGET_EXPONENT}",
+             "passed": result["exponent"] <= TARGET_EXPONENT, "note": sizes}]
+    if result["ten_k_seconds"] is not None:
+        rows.append({"name": "heldout report, 10,000 cells", "value": result["ten_k_seconds"], "unit": "s",
+                     "ratio": result["ten_k_seconds"] / result["reference_seconds"],
+                     "target": f"<= {TARGET_10K_SECONDS:g} s", "passed": result["ten_k_seconds"] <= TARGET_10K_SECONDS,
+                     "note": f"ratio = x the 40-cell report of the same run ({result['reference_seconds']:.1f} s)"})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-factor", type=int, default=256)

@@ -33,6 +33,7 @@ import lockpicking_exhaustive  # noqa: E402
 import mbpp_plus_run  # noqa: E402
 import model_throughput  # noqa: E402
 import ray_grid  # noqa: E402
+import report_scaling  # noqa: E402
 import sandbox_throughput  # noqa: E402
 import store_build  # noqa: E402
 import vliw_candidate  # noqa: E402
@@ -52,7 +53,8 @@ def main() -> int:
                 ("sandbox", 19, sandbox_throughput.figures),
                 ("mbpp+ subset", 19, lambda: mbpp_plus_run.figures(args.data_dir, limit=30)),
                 ("ray grid", 18, ray_grid.figures),
-                ("results store", 18, store_build.figures)]
+                ("results store", 18, store_build.figures),
+                ("reports", 38, report_scaling.figures)]
     if args.mbpp_full:
         sections.append(("mbpp+ full", 19, lambda: mbpp_plus_run.figures(args.data_dir, limit=None)))
     rows: list[dict] = []
@@ -70,7 +72,7 @@ def main() -> int:
     for r in rows:
         value = f"{r['value']:.3f} {r['unit']}"
         print(f"{r['name']:<{width}}  {value:>10}  {r['ratio']:>7.2f}  {r['target']:<38} "
-              f"{'PASS' if r['passed'] else 'FAIL':<6} {'' if r['issue'] == 19 else '(issue 18) '}{r['note']}")
+              f"{'PASS' if r['passed'] else 'FAIL':<6} {'(issue 18) ' if r['issue'] == 18 else ''}{r['note']}")
     load_after = os.getloadavg()
     print(f"\nload average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} cores; "
           f"total {time.perf_counter() - started:.0f} s. Ratios: VLIW = the original harness's stand-in "
@@ -79,8 +81,8 @@ def main() -> int:
           "ray grid = serial / Ray with 2 workers; results store = scaling exponent of build time (1 = linear).")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    own = [r for r in rows if r["issue"] == 19]
-    print(f"issue 19: {sum(r['passed'] for r in own)} of {len(own)} rows pass")
+    own = [r for r in rows if r["issue"] != 18]
+    print(f"{sum(r['passed'] for r in own)} of {len(own)} rows pass (issue 18's rows are for information)")
     return 0 if all(r["passed"] for r in own) else 1
 
 
