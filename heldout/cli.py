@@ -28,7 +28,6 @@ from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
 from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
 from heldout.benchmarks.verifiers import CANONICAL, describe_variants
-from heldout.benchmarks.vliw.conformance import load_cases, run_case
 from heldout.contracts import HeldoutError
 from heldout import __version__
 from heldout.data_manifests import Manifest
@@ -38,22 +37,20 @@ from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer
-from heldout.protocols.arms import FIXED_UNITS, ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
 from heldout.protocols.executors import EXECUTORS, make_executor
-from heldout.protocols.leakage import ablate, scan_candidate
-from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin, MarginError
-from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
-from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
                                    parse_seeds, run_study)
 from heldout.protocols.study import Study, load_study, parse_study, save_resolved
-from heldout.reports import build_report, check_runs, write_report
-from heldout.reports.inspect_export import export_inspect
-from heldout.reports.paper import FORMATS as PAPER_FORMATS, write_paper
-from heldout.reports.check import DESIGN_FIELDS
-from heldout.reports.plan import plan_study
-from heldout.reports.store import TABLES, ResultsStore
 
+
+# Each command imports its modules when it runs, so `heldout --help` and `--version` load no numba,
+# scipy, statsmodels, matplotlib or duckdb (tests/test_extension.py checks). The parser's choices below
+# are copies of those modules' constants; the same test checks each equals its source.
+FIXED_UNITS = ("metric_calls", "architect_calls", "tokens")  # heldout.protocols.arms
+DEFAULT_MARGIN = "5%"  # heldout.protocols.stats.margin
+PAPER_FORMATS = ("latex", "csv")  # heldout.reports.paper.FORMATS
+DESIGN_FIELDS = ("profile", "budget", "policy", "limits", "options", "drift", "verifier", "models")  # heldout.reports.check
+TABLES = ("runs", "verdicts", "ledger", "excluded")  # heldout.reports.store
 
 # The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
 # matched budget per task (no model, no network; a minute or two on 2 cores).
@@ -197,6 +194,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 # -- ledger / run --------------------------------------------------------------------------------
+LEDGER_UNANCHORED_EXIT = 3
+"""``ledger verify``: the chain is intact but its authenticity could not be checked."""
+
+
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Every ledger in and below each DIR (a session dir or a whole study), one line each."""
     dirs: list[Path] = []
@@ -207,21 +208,32 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         if not found:
             raise HeldoutError(f"no ledger in or below {root} (looked for {LEDGER_FILE})")
         dirs += [d for d in found if d not in dirs]
-    reports = [verify_ledger(run_dir) for run_dir in dirs]
+    if args.head and len(dirs) != 1:
+        raise HeldoutError(f"--head names one run's published head; {len(dirs)} ledgers were found")
+    reports = [verify_ledger(run_dir, args.head) for run_dir in dirs]
     if args.json:
-        _print_json([{"run_dir": str(d), "ok": r.ok, "entries": r.entries, "head": r.head,
+        _print_json([{"run_dir": str(d), "ok": r.ok, "anchored": r.anchored, "entries": r.entries, "head": r.head,
                       "problems": r.problems} for d, r in zip(dirs, reports)])
     else:
         for run_dir, report in zip(dirs, reports):
-            if report.ok:
-                print(f"ok       {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}")
+            if report.ok and report.anchored:
+                print(f"ok       {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}, "
+                      f"authentic (checked against the {report.anchored})")
+            elif report.ok:
+                print(f"UNANCHORED {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}; "
+                      f"authenticity NOT checked: no ledger key here, and no --head given (pass the head the "
+                      f"writer published: heldout ledger verify DIR --head HASH)")
             else:
                 more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
                 print(f"INVALID  {run_dir}: {report.problems[0]}{more}")
         if len(reports) > 1:
             bad = sum(not r.ok for r in reports)
-            print(f"{len(reports)} ledger(s) checked" + (f"; {bad} do NOT verify" if bad else ", all verify"))
-    return 0 if all(r.ok for r in reports) else 1
+            loose = sum(r.ok and not r.anchored for r in reports)
+            print(f"{len(reports)} ledger(s) checked" + (f"; {bad} do NOT verify" if bad else ", all verify")
+                  + (f"; {loose} UNANCHORED (authenticity not checked)" if loose else ""))
+    if not all(r.ok for r in reports):
+        return 1
+    return 0 if all(r.anchored for r in reports) else LEDGER_UNANCHORED_EXIT
 
 
 # `heldout run` flags that say what the cells are; a study file says all of them itself
@@ -306,6 +318,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_compare_arms(args: argparse.Namespace) -> int:
+    from heldout.protocols.arms import ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
     spec = ArmsSpec(task=args.task, optimizer=args.optimizer, budget=args.budget, width=args.width,
                     seeds=tuple(parse_seeds(args.seeds)), fixed=args.fixed, profile=args.profile,
                     metric_cap=args.metric_cap, drift_tolerance=args.drift_tolerance,
@@ -329,6 +342,7 @@ def cmd_compare_arms(args: argparse.Namespace) -> int:
 
 # -- runs (the results store) --------------------------------------------------------------------
 def cmd_runs_query(args: argparse.Namespace) -> int:
+    from heldout.reports.store import ResultsStore
     result = ResultsStore.open([args.run_dir]).query(args.sql)
     if args.json:
         for row in result.to_dicts():
@@ -339,6 +353,7 @@ def cmd_runs_query(args: argparse.Namespace) -> int:
 
 
 def cmd_runs_export(args: argparse.Namespace) -> int:
+    from heldout.reports.store import ResultsStore
     store = ResultsStore.open([args.run_dir])
     for path in store.export_parquet(args.parquet):
         print(f"{path}  ({store.count(path.stem)} rows)")
@@ -347,6 +362,7 @@ def cmd_runs_export(args: argparse.Namespace) -> int:
 
 # -- export ------------------------------------------------------------------------------------
 def cmd_export_inspect(args: argparse.Namespace) -> int:
+    from heldout.reports.inspect_export import export_inspect
     result = export_inspect(args.run_dir, args.out, with_optimisation=args.with_optimisation, data_dir=args.data_dir)
     for note in result.notes if args.verbosity >= 0 else []:
         print(f"heldout export: note: {note}", file=sys.stderr)
@@ -358,6 +374,8 @@ def cmd_export_inspect(args: argparse.Namespace) -> int:
 
 # -- report / check ------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
+    from heldout.reports import build_report, write_report
+    from heldout.reports.paper import write_paper
     checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
     report = build_report(args.run_dirs, baseline=args.baseline_method, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
@@ -374,6 +392,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _margin(text: str) -> Margin:
+    from heldout.protocols.stats.margin import Margin, MarginError
     try:
         return Margin.parse(text)
     except MarginError as exc:
@@ -392,6 +411,7 @@ def _parse_checkpoints(text: str) -> list[int]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from heldout.reports import check_runs
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
                         method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)
     if args.json:
@@ -402,6 +422,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from heldout.reports.plan import plan_study
     plan = plan_study(args.task, args.profile, args.seeds, pilot=args.pilot, p_base=args.p_base, run_sd=args.run_sd,
                       paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect)
     if args.json:
@@ -414,6 +435,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 # -- split / leak --------------------------------------------------------------------------------
 def cmd_split_build(args: argparse.Namespace) -> int:
+    from heldout.protocols.splits import SplitSizes, build_split
     built = build_split(args.task, args.name, SplitSizes.parse(args.sizes), probe=args.probe, seed=args.seed,
                         out=args.out, data_dir=args.data_dir)
     if args.json:
@@ -427,6 +449,7 @@ def cmd_split_build(args: argparse.Namespace) -> int:
 
 
 def cmd_split_check(args: argparse.Namespace) -> int:
+    from heldout.protocols.splits import check_split
     check = check_split(args.task, args.profile, data_dir=args.data_dir,
                         threshold=args.threshold, ngram=args.ngram, min_answer_words=args.min_answer_words)
     if args.json:
@@ -437,6 +460,7 @@ def cmd_split_check(args: argparse.Namespace) -> int:
 
 
 def cmd_leak_scan(args: argparse.Namespace) -> int:
+    from heldout.protocols.leakage import scan_candidate
     task = load_task(args.task, args.profile, args.data_dir)
     scan = scan_candidate(task.benchmark.candidate_from_path(args.candidate), task)
     if args.json:
@@ -447,6 +471,7 @@ def cmd_leak_scan(args: argparse.Namespace) -> int:
 
 
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
+    from heldout.protocols.leakage import ablate
     study = Path(args.run_dir) / "study.json"
     config = json.loads(study.read_text()).get("config", {}) if study.is_file() else {}
     model = args.worker_model or config.get("worker_model")
@@ -464,6 +489,7 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
 
 # -- compare -------------------------------------------------------------------------------------
 def cmd_compare_verifiers(args: argparse.Namespace) -> int:
+    from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
     (method,) = parse_methods([args.optimizer], [])
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
     plan = plan_ablation(args.task, method, args.variants.split(","), parse_seeds(args.seeds), args.budget,
@@ -484,6 +510,7 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
 
 # -- vliw ----------------------------------------------------------------------------------------
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.vliw.conformance import load_cases, run_case
     for case in load_cases(args.cases):
         _print_json(run_case(case, engine=args.engine, cycle_cap=args.cycle_cap))
     return 0
@@ -509,6 +536,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from heldout.reports import build_report, write_report
     started = time.monotonic()
     hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     run_dir = args.run_dir or ("runs/demo-real-model" if args.real_model else "runs/demo")
@@ -664,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
     ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
     p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
     p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
+    p.add_argument("--head", default=None, metavar="HASH",
+                   help="the run's ledger head as its writer published it (the record's ledger_head): checks "
+                        "authenticity without the writer's key")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_ledger_verify)
 

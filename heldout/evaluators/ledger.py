@@ -101,10 +101,17 @@ def entry_hash(entry: dict[str, Any]) -> str:
 
 @dataclass
 class LedgerReport:
+    """What :func:`verify_ledger` found. ``ok``: the chain, head file and record agree (a
+    consistency check anyone can run). ``anchored``: how authenticity was checked, if at all:
+    ``"key"`` (the head's HMAC under the writer's ledger key, present here), ``"published head"``
+    (the chain holds the head the writer published), or None: NOT checked, since a forger who
+    rewrites ledger, head file and record together leaves a consistent chain."""
+
     path: str
     entries: int = 0
     problems: list[str] = field(default_factory=list)
     head: str = GENESIS
+    anchored: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -132,9 +139,12 @@ def read_entries(path: Path) -> tuple[list[dict[str, Any]], bytes]:
     return entries, torn
 
 
-def verify_ledger(run_dir: str | Path) -> LedgerReport:
+def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> LedgerReport:
     """Check the chain: every hash, every link, the sequence numbers and the head file. Detects
-    an edited, dropped, inserted or reordered entry."""
+    an edited, dropped, inserted or reordered entry. Authenticity (``anchored``) is checked with
+    the ledger key when it is here, and against ``published_head`` (the run record's
+    ``ledger_head`` as the writer published it, e.g. beside a paper's numbers) when given: a
+    reviewer without the writer's secret verifies a copy that way."""
     run_dir = Path(run_dir)
     path = run_dir / LEDGER_FILE
     report = LedgerReport(path=str(path))
@@ -179,6 +189,8 @@ def verify_ledger(run_dir: str | Path) -> LedgerReport:
                 if not isinstance(head.get("mac"), str) or not hmac.compare_digest(head["mac"], want):
                     report.problems.append("head file's anchor (HMAC under the user's ledger key) does not match "
                                            "the ledger: the head was rewritten or the ledger truncated")
+                else:
+                    report.anchored = "key"
         except (ValueError, AttributeError):
             report.problems.append("head file is not JSON")
     elif entries:
@@ -192,6 +204,13 @@ def verify_ledger(run_dir: str | Path) -> LedgerReport:
         if anchor and anchor not in {e.get("hash") for e in entries if isinstance(e, dict)}:
             report.problems.append(f"the run record's ledger head {str(anchor)[:16]} is not in the ledger "
                                    "(entries were dropped)")
+    if published_head is not None:
+        hashes = {e.get("hash") for e in entries if isinstance(e, dict)}
+        if published_head not in hashes:
+            report.problems.append(f"the published head {published_head[:16]} is not in this ledger: it is not "
+                                   "the ledger the writer published (rewritten, or another run)")
+        elif report.anchored is None:
+            report.anchored = "published head"
     return report
 
 
