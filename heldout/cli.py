@@ -194,6 +194,10 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 # -- ledger / run --------------------------------------------------------------------------------
+LEDGER_UNANCHORED_EXIT = 3
+"""``ledger verify``: the chain is intact but its authenticity could not be checked."""
+
+
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Every ledger in and below each DIR (a session dir or a whole study), one line each."""
     dirs: list[Path] = []
@@ -204,21 +208,32 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
         if not found:
             raise HeldoutError(f"no ledger in or below {root} (looked for {LEDGER_FILE})")
         dirs += [d for d in found if d not in dirs]
-    reports = [verify_ledger(run_dir) for run_dir in dirs]
+    if args.head and len(dirs) != 1:
+        raise HeldoutError(f"--head names one run's published head; {len(dirs)} ledgers were found")
+    reports = [verify_ledger(run_dir, args.head) for run_dir in dirs]
     if args.json:
-        _print_json([{"run_dir": str(d), "ok": r.ok, "entries": r.entries, "head": r.head,
+        _print_json([{"run_dir": str(d), "ok": r.ok, "anchored": r.anchored, "entries": r.entries, "head": r.head,
                       "problems": r.problems} for d, r in zip(dirs, reports)])
     else:
         for run_dir, report in zip(dirs, reports):
-            if report.ok:
-                print(f"ok       {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}")
+            if report.ok and report.anchored:
+                print(f"ok       {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}, "
+                      f"authentic (checked against the {report.anchored})")
+            elif report.ok:
+                print(f"UNANCHORED {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}; "
+                      f"authenticity NOT checked: no ledger key here, and no --head given (pass the head the "
+                      f"writer published: heldout ledger verify DIR --head HASH)")
             else:
                 more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
                 print(f"INVALID  {run_dir}: {report.problems[0]}{more}")
         if len(reports) > 1:
             bad = sum(not r.ok for r in reports)
-            print(f"{len(reports)} ledger(s) checked" + (f"; {bad} do NOT verify" if bad else ", all verify"))
-    return 0 if all(r.ok for r in reports) else 1
+            loose = sum(r.ok and not r.anchored for r in reports)
+            print(f"{len(reports)} ledger(s) checked" + (f"; {bad} do NOT verify" if bad else ", all verify")
+                  + (f"; {loose} UNANCHORED (authenticity not checked)" if loose else ""))
+    if not all(r.ok for r in reports):
+        return 1
+    return 0 if all(r.anchored for r in reports) else LEDGER_UNANCHORED_EXIT
 
 
 # `heldout run` flags that say what the cells are; a study file says all of them itself
@@ -677,6 +692,9 @@ def build_parser() -> argparse.ArgumentParser:
     ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
     p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
     p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
+    p.add_argument("--head", default=None, metavar="HASH",
+                   help="the run's ledger head as its writer published it (the record's ledger_head): checks "
+                        "authenticity without the writer's key")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_ledger_verify)
 
