@@ -37,3 +37,38 @@ def test_the_parsers_copied_choices_equal_their_source(name, module, attr):
 
     import heldout.cli as cli
     assert getattr(cli, name) == getattr(importlib.import_module(module), attr)
+
+
+def _install_broken_plugin(site, name="brokenplug"):
+    """A real installed distribution (dist-info on the path) whose heldout.tasks entry point raises on import."""
+    (site / f"{name}_tasks.py").write_text("raise RuntimeError('this plugin is broken on purpose')\n")
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[heldout.tasks]\n{name} = {name}_tasks\n")
+
+
+def _heldout(site, *argv):
+    import os
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    code = "import sys\nfrom heldout.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_broken_task_plugin_is_skipped_with_a_warning_naming_it_and_the_rest_are_listed(tmp_path):
+    _install_broken_plugin(tmp_path)
+    result = _heldout(tmp_path, "tasks", "list")
+    assert result.returncode == 0, result.stderr
+    assert "brokenplug" in result.stderr and "broken on purpose" in result.stderr
+    assert "lockpicking/six" in result.stdout
+
+
+def test_asking_for_a_broken_plugins_task_by_name_still_fails_naming_the_plugin(tmp_path):
+    import os
+    _install_broken_plugin(tmp_path)
+    code = ("from heldout.benchmarks.registry import get_benchmark\n"
+            "from heldout.contracts import HeldoutError\n"
+            "try:\n    get_benchmark('brokenplug/anything')\nexcept HeldoutError as exc:\n    print(exc)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "task plugin 'brokenplug'" in out.stdout and "broken on purpose" in out.stdout, out.stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib
+import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -25,6 +26,11 @@ from heldout.contracts import DataError, HeldoutError
 from heldout.data_manifests import Manifest, add_manifest_root, manifest_roots
 
 ENTRY_POINT_GROUP = "heldout.tasks"
+
+
+class PluginSkipped(UserWarning):
+    """A task plugin that failed to load was left out of ``all_tasks()`` (the warning names it)."""
+
 
 # Task-name prefix (the part before the first "/") -> the module that registers those tasks.
 BUILTIN_FAMILIES: dict[str, str] = {
@@ -151,7 +157,12 @@ def all_tasks() -> list[Benchmark]:
     for prefix in BUILTIN_FAMILIES:
         _import_builtin(prefix)
     for ep in _plugins():
-        _load_plugin(ep)
+        try:
+            _load_plugin(ep)
+        except HeldoutError as exc:
+            # one broken plugin must not hide every other task: the listing goes on without it, and
+            # says which one was skipped and why (asking for one of its tasks by name still fails loudly)
+            warnings.warn(f"skipped: {exc}", PluginSkipped, stacklevel=2)
     for name in _user_manifests():
         if name not in _TASKS:
             try:
