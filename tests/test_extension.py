@@ -72,3 +72,24 @@ def test_asking_for_a_broken_plugins_task_by_name_still_fails_naming_the_plugin(
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "task plugin 'brokenplug'" in out.stdout and "broken on purpose" in out.stdout, out.stderr
+
+
+def test_a_study_file_may_name_its_methods_as_plain_strings(tmp_path):
+    from heldout.protocols.study import load_study
+    plain, table = tmp_path / "plain.toml", tmp_path / "table.toml"
+    head = f'run_dir = "{tmp_path / "runs"}"\ntasks = ["lockpicking/six"]\nbudget = 5\n'
+    plain.write_text(head + 'methods = ["seed", "local-search"]\n')
+    table.write_text(head + '[[methods]]\nname = "seed"\n\n[[methods]]\nname = "local-search"\n')
+    assert load_study(plain).resolved() == load_study(table).resolved()
+    assert [m.name for m in load_study(plain).methods] == ["seed", "local-search"]
+
+
+def test_a_plain_method_name_is_checked_like_a_table_name(tmp_path):
+    from heldout.protocols.study import StudyError, load_study
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'run_dir = "{tmp_path}"\ntasks = ["lockpicking/six"]\nbudget = 5\nmethods = ["seed", "seed", 3]\n')
+    with pytest.raises(StudyError, match=r"methods\[2\] must be a table, got 3"):
+        load_study(bad)
+    bad.write_text(f'run_dir = "{tmp_path}"\ntasks = ["lockpicking/six"]\nbudget = 5\nmethods = ["seed", "seed"]\n')
+    with pytest.raises(StudyError, match="unique"):
+        load_study(bad)
