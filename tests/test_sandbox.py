@@ -11,7 +11,7 @@ import pytest
 
 from heldout.contracts import RunLimits
 from heldout.sandbox.process import _helper_bytecode
-from heldout.sandbox.root import python_path
+from heldout.sandbox.root import SYSTEM_DIRS, SYSTEM_FILES, python_dirs, python_path
 from heldout.sandbox import (NoSandbox, SandboxError, decode_typed, isolation_level, isolation_mode,
                              run_calls, run_function)
 
@@ -296,7 +296,31 @@ def test_isolation_is_the_allow_list_sandbox_with_namespaces():
         assert uid >= 2_000_000  # a throw-away uid
     assert pid <= 3  # a fresh PID namespace (bwrap's reaper is 1)
     assert nets == ["lo"]  # a fresh network namespace
-    assert "tmp" not in root and "home" not in root and "run" not in root and "work" not in root
+    # only the allow-list is visible, wherever the interpreter lives (a venv under /tmp, /home or
+    # /opt shows its own path there and nothing beside it)
+    on_the_way = _allow_listed_tree()
+    assert set(root) <= {"sandbox", "proc", "dev"} | on_the_way["/"], root
+    for host in ("tmp", "home", "run", "work", "var", "root", "opt", "srv", "mnt"):
+        assert host not in root or host in on_the_way["/"], host
+    listed = call("import os\ndef f(dirs):\n    return {d: sorted(os.listdir(d)) for d in dirs}\n",
+                  args=[sorted(d for d in on_the_way if d != "/")]).value
+    for directory, names in listed.items():  # an ancestor of an allow-listed path holds that path only
+        assert set(names) == on_the_way[directory], (directory, names)
+
+
+def _allow_listed_tree() -> dict[str, set[str]]:
+    """Each directory on the way to an allow-listed host path -> the names it must hold inside
+    the sandbox (exactly the next components on the way, nothing beside them)."""
+    tree: dict[str, set[str]] = {"/": set()}
+    paths = [p for p in (*SYSTEM_DIRS, *SYSTEM_FILES) if os.path.lexists(p)] + python_dirs()
+    for path in paths:
+        parts = path.strip("/").split("/")
+        for i, name in enumerate(parts):
+            parent = "/" + "/".join(parts[:i]) if i else "/"
+            if parent != "/" and any(parent == p or parent.startswith(p.rstrip("/") + "/") for p in paths):
+                break  # inside an allow-listed path: its whole content is visible
+            tree.setdefault(parent, set()).add(name)
+    return tree
 
 
 def test_without_a_sandbox_untrusted_code_is_refused_unless_the_user_opts_out(monkeypatch):

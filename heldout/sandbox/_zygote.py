@@ -17,7 +17,7 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes three pro
 * the **child**, PID 2 of that namespace, forked by the zygote inside it (``setns`` on the
   reaper's ``/proc/PID/ns/pid``), which unshares fresh mount, IPC, network, UTS and cgroup
   namespaces, mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only
-  (nothing there is writable, as in a fresh sandbox), mounts a ``/proc`` of its PID namespace
+  and mounts a fresh, capped tmpfs on ``/dev/shm`` (as a fresh sandbox has them), mounts a ``/proc`` of its PID namespace
   (with bwrap's read-only covers), makes its memory holder, joins the execution's own cgroup (an
   empty group the harness made in advance and sent with its ``cgroup.procs`` fds; the harness
   sets its limits when it sends the request) and waits for its request;
@@ -66,6 +66,7 @@ _own_fds = []  # the control socket, the wakeup pipe and its own PID namespace: 
 _own_pid_ns = [-1]
 SPARES = 2  # executions prepared in advance (as many as run concurrently, commonly)
 SCRATCH = "/sandbox/scratch"
+SHM, SHM_BYTES = "/dev/shm", 64 << 20  # the cap of a fresh sandbox's /dev/shm (root.SHM_MB; a test checks)
 _spares = collections.deque()  # (child pid, request socket, group id or None), oldest first
 _reaper_of = {}  # child pid -> its reaper's pid, until the child is reaped
 # child pid -> (execution id, the write end of its exit report's pipe: the harness reads it)
@@ -128,6 +129,10 @@ def _spare_setup(scratch, group_fds):
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
     _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    # /dev/shm is bwrap's one tmpfs for the zygote's life (a mount of its own: the remount of /dev
+    # leaves it writable): a fresh one per execution, or a file parked there reaches the next
+    # execution and a full one makes it fail with ENOSPC
+    _mount("tmpfs", SHM, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SHM_BYTES},mode=1777")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for name in PROC_COVERS:
         if os.path.exists("/proc/" + name):  # noqa: F821
