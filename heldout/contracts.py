@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -49,6 +50,31 @@ class MalformedCandidate(HeldoutError, ValueError):
 
 class DataError(HeldoutError):
     """Data could not be loaded or does not match its manifest."""
+
+
+def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
+                   error: type[HeldoutError] = DataError) -> str:
+    """The text of a file a user handed heldout (a study file, outputs, a candidate). Rule: never
+    a traceback; a missing path, a directory, an unreadable or oversized file, bytes that are not
+    UTF-8, or a NUL character is one ``error`` naming ``what`` and the path, and nothing is read."""
+    p = os.fspath(path)
+    try:
+        if os.path.isdir(p):
+            raise error(f"{what} {p} is a directory, not a file")
+        size = os.path.getsize(p)
+        if size > max_bytes:
+            raise error(f"{what} {p} is {size:,} bytes, over the limit of {max_bytes:,}")
+        with open(p, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as exc:
+        raise error(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {p} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+    if "\x00" in text:
+        raise error(f"{what} {p} holds a NUL character at offset {text.index(chr(0))}: not a text file")
+    return text
 
 
 class BudgetExceeded(HeldoutError):

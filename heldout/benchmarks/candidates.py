@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from heldout.contracts import Candidate, MalformedCandidate, check_candidate
+from heldout.contracts import Candidate, MalformedCandidate, check_candidate, read_user_text
 
 MAX_CANDIDATE_BYTES = 8 * 1024 * 1024
 
@@ -34,9 +34,4 @@ def read_candidate(path: str | Path, default_component: str) -> Candidate:
 def _read_text(p: Path) -> str:
     if not p.exists():
         raise MalformedCandidate(f"candidate file {p} does not exist")
-    if p.stat().st_size > MAX_CANDIDATE_BYTES:
-        raise MalformedCandidate(f"candidate file {p} is larger than {MAX_CANDIDATE_BYTES} bytes")
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedCandidate(f"candidate file {p} is not UTF-8 text: {exc}") from exc
+    return read_user_text(p, "candidate file", max_bytes=MAX_CANDIDATE_BYTES, error=MalformedCandidate)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from heldout.benchmarks.loading import Task
-from heldout.contracts import DataError, HeldoutError, Verdict
+from heldout.contracts import DataError, HeldoutError, Verdict, read_user_text
 
 MAX_ROWS = 1_000_000
 
@@ -16,22 +16,22 @@ MAX_ROWS = 1_000_000
 def read_outputs(path: str | Path) -> dict[str, str]:
     """``id -> output`` from a JSONL file; a malformed or repeated row is a clear error naming its line."""
     outputs: dict[str, str] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                ex_id, output = row["id"], row["output"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise DataError(f"{path} line {lineno}: need a JSON object with id and output: {exc}") from None
-            if not isinstance(output, str):
-                raise DataError(f"{path} line {lineno}: output must be a string, got {type(output).__name__}")
-            if str(ex_id) in outputs:
-                raise DataError(f"{path} line {lineno}: id {ex_id!r} appears twice")
-            outputs[str(ex_id)] = output
-            if len(outputs) > MAX_ROWS:
-                raise DataError(f"{path}: more than {MAX_ROWS} rows")
+    text = read_user_text(path, "outputs file")  # a directory, bad UTF-8 ...: one clear error, not a traceback
+    for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ex_id, output = row["id"], row["output"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"{path} line {lineno}: need a JSON object with id and output: {exc}") from None
+        if not isinstance(output, str):
+            raise DataError(f"{path} line {lineno}: output must be a string, got {type(output).__name__}")
+        if str(ex_id) in outputs:
+            raise DataError(f"{path} line {lineno}: id {ex_id!r} appears twice")
+        outputs[str(ex_id)] = output
+        if len(outputs) > MAX_ROWS:
+            raise DataError(f"{path}: more than {MAX_ROWS} rows")
     return outputs
 
 

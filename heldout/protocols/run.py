@@ -29,6 +29,7 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import shlex
 import signal
 import sys
@@ -57,6 +58,9 @@ class StudyInterrupted(BaseException):
     so no optimizer's ``except Exception`` swallows it; the cell's ledger stays resumable."""
 
 
+METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-:?=&,@]{0,99}")
+
+
 @dataclass(frozen=True)
 class Method:
     """A named optimizer: in-process (``target`` = reference name or module:function) or an
@@ -67,6 +71,13 @@ class Method:
     target: str | None = None
     command: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the name becomes a folder of every run dir: an allow-list, so no newline, NUL, slash,
+        # "..", space or control character from a study file or a flag can reach the file system
+        if not isinstance(self.name, str) or not METHOD_NAME.fullmatch(self.name) or self.name in (".", ".."):
+            raise HeldoutError(f"method name {self.name!r} is not allowed: use 1-100 letters, digits and "
+                               "._+-:?=&,@ (it names a folder of every run dir)")
 
     def describe(self) -> dict[str, Any]:
         """Name and a hash of the code that will run (the optimizer's source file, or the

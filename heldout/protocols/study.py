@@ -53,7 +53,7 @@ import tomli_w
 
 from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, read_user_text
 from heldout.data_manifests import Manifest
 from heldout.evaluators.session import POLICIES
 from heldout.evaluators.isolated import is_function_spec
@@ -62,6 +62,9 @@ from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_
 
 STUDY_FILE = "study.toml"
 DEFAULT_PROFILE = "default"
+
+
+MAX_STUDY_BYTES = 1024 * 1024  # a study file is a page of TOML; a larger one is not one
 
 
 class StudyError(HeldoutError):
@@ -185,9 +188,7 @@ def load_study(path: str | Path, *, run_dir: str | None = None) -> Study:
     """Read and resolve a study file; ``run_dir`` (the ``--run-dir`` flag) overrides the file's."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise StudyError(f"cannot read study file {path}: {exc.strerror or exc}") from None
+        data = tomllib.loads(read_user_text(path, "study file", max_bytes=MAX_STUDY_BYTES, error=StudyError))
     except tomllib.TOMLDecodeError as exc:
         raise StudyError(f"{path} is not valid TOML: {exc}") from None
     if run_dir is not None:
