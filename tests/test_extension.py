@@ -93,3 +93,18 @@ def test_a_plain_method_name_is_checked_like_a_table_name(tmp_path):
     bad.write_text(f'run_dir = "{tmp_path}"\ntasks = ["lockpicking/six"]\nbudget = 5\nmethods = ["seed", "seed"]\n')
     with pytest.raises(StudyError, match="unique"):
         load_study(bad)
+
+
+def _options_without_help(parser, path):
+    import argparse
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _options_without_help(sub, f"{path} {name}")
+        elif not action.help and not isinstance(action, argparse._HelpAction):
+            yield f"{path} {'/'.join(action.option_strings) or action.dest}"
+
+
+def test_every_cli_option_and_argument_has_help_text():
+    from heldout.cli import build_parser
+    assert list(_options_without_help(build_parser(), "heldout")) == []
