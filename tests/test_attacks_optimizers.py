@@ -132,14 +132,24 @@ def optimize(client, seed):
 '''
 
 
-@pytest.fixture
-def folders():
+def _folders():
     root = Path(tempfile.mkdtemp(prefix="heldout-test-optattack-"))
     root.chmod(0o755)
     code = root / "code"
     code.mkdir(mode=0o755)
     yield root, code
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def folders():
+    yield from _folders()
+
+
+@pytest.fixture(scope="module")
+def probe_folders():
+    # the probed session is only read by the tests below: it runs once per module, not once per probe
+    yield from _folders()
 
 
 def write_module(code: Path, name: str, source: str) -> None:
@@ -153,13 +163,13 @@ def session_in(run_dir: Path, budget: int = BUDGET, wall: float = 300) -> Sessio
     return Session(task, budget=Budget(budget, wall_seconds=wall), seed=1, run_dir=run_dir, method="attack")
 
 
-@pytest.fixture
-def probed(folders):
+@pytest.fixture(scope="module")
+def probed(probe_folders):
     import ctypes
     import socket
     import uuid
 
-    root, code = folders
+    root, code = probe_folders
     write_module(code, "probes", PROBES)
     name = f"heldout-test-{uuid.uuid4().hex}"
     listener = socket.socket(socket.AF_UNIX)
