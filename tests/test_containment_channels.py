@@ -80,3 +80,34 @@ def test_one_execution_filling_dev_shm_leaves_the_next_one_working():
 def test_the_fork_servers_dev_shm_has_a_fresh_sandboxs_cap():
     source = (zygote._HERE / "_zygote.py").read_text(encoding="utf-8")
     assert f'SHM, SHM_BYTES = "/dev/shm", {root.SHM_MB} << 20' in source
+
+
+READ_SIBLINGS = '''\
+import os
+def f():
+    """What this execution can read of any process but itself (the reaper, the memory holder)."""
+    readable = []
+    me = os.getpid()
+    for pid in [1, 2, 3, 4] + [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        if pid == me:
+            continue
+        for what in ("maps", "cmdline", "stat", "status", "environ", "smaps", "syscall", "wchan"):
+            try:
+                with open(f"/proc/{pid}/{what}", "rb") as fh:
+                    if fh.read(64):
+                        readable.append(f"{pid}/{what}")
+            except OSError:
+                pass
+    return [me, sorted(set(readable))]
+'''
+
+
+def test_nothing_of_the_reaper_or_the_memory_holder_is_readable():
+    """The holder shares the child's memory, so the kernel's same-memory rule let the child read
+    its maps; the reaper's cmdline and status were world-readable. Repeated, for timing variation
+    (the holder is made while the child sets up)."""
+    for _ in range(20):
+        r = run(READ_SIBLINGS)
+        assert r.ok and r.forked, r.error
+        me, readable = r.value
+        assert me == 2 and readable == [], readable

@@ -18,7 +18,7 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes three pro
   reaper's ``/proc/PID/ns/pid``), which unshares fresh mount, IPC, network, UTS and cgroup
   namespaces, mounts a fresh size-capped tmpfs as the scratch, remounts ``/dev`` read-only
   and mounts a fresh, capped tmpfs on ``/dev/shm`` (as a fresh sandbox has them), mounts a ``/proc`` of its PID namespace
-  (with bwrap's read-only covers), makes its memory holder, joins the execution's own cgroup (an
+  (hidepid=2: the child sees no process but its own; with bwrap's read-only covers), makes its memory holder, joins the execution's own cgroup (an
   empty group the harness made in advance and sent with its ``cgroup.procs`` fds; the harness
   sets its limits when it sends the request) and waits for its request;
 * the child's **memory holder** (PID 3): a ``clone`` that shares the child's memory and waits in
@@ -133,7 +133,10 @@ def _spare_setup(scratch, group_fds):
     # leaves it writable): a fresh one per execution, or a file parked there reaches the next
     # execution and a full one makes it fail with ENOSPC
     _mount("tmpfs", SHM, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SHM_BYTES},mode=1777")
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    # hidepid=2 (invisible): the child, under its throw-away uid, sees no process it may not
+    # ptrace (the root reaper and memory holder are not there at all: the holder shares the child's
+    # memory, and the kernel lets a process read the maps of any process with its own memory)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
     for name in PROC_COVERS:
         if os.path.exists("/proc/" + name):  # noqa: F821
             _bind_readonly("/proc/" + name, "/proc/" + name)
