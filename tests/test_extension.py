@@ -108,3 +108,33 @@ def _options_without_help(parser, path):
 def test_every_cli_option_and_argument_has_help_text():
     from heldout.cli import build_parser
     assert list(_options_without_help(build_parser(), "heldout")) == []
+
+
+PROGRAM_TASK = '''
+from heldout.benchmarks.base import Benchmark
+from heldout.benchmarks.registry import register
+from heldout.contracts import Verdict
+
+class Forgetful(Benchmark):
+    name = "forgetful/prog"
+    family = "forgetful"
+    {kind}
+    def run(self, candidate, example, context=None):
+        return Verdict(example.id, score=1.0)
+
+try:
+    register(Forgetful())
+    print("registered", Forgetful.kind)
+except ValueError as exc:
+    print("refused:", exc)
+'''
+
+
+def test_a_program_task_that_forgets_its_kind_is_refused_at_register_naming_the_fix():
+    # in a child: a registered test task must not join this process's registry
+    out = subprocess.run([sys.executable, "-c", PROGRAM_TASK.format(kind="")], capture_output=True, text=True)
+    assert out.stdout.startswith("refused:"), out.stdout + out.stderr
+    assert "'forgetful/prog'" in out.stdout and 'kind = "program"' in out.stdout
+    out = subprocess.run([sys.executable, "-c", PROGRAM_TASK.format(kind='kind = "program"')],
+                         capture_output=True, text=True)
+    assert out.stdout.strip() == "registered program", out.stdout + out.stderr

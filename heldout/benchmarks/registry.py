@@ -61,11 +61,24 @@ class UnknownTask(HeldoutError, KeyError):
 def register(benchmark: Benchmark) -> Benchmark:
     if not benchmark.name:
         raise ValueError("a benchmark needs a name")
+    _check_kind(benchmark)
     existing = _TASKS.get(benchmark.name)
     if existing is not None and type(existing) is not type(benchmark):
         raise ValueError(f"task {benchmark.name!r} registered twice")
     _TASKS[benchmark.name] = benchmark
     return benchmark
+
+
+def _check_kind(benchmark: Benchmark) -> None:
+    """A task that defines the parts of a program task (``run``, ``helper_sources``) and none of a
+    prompt task's (``render``, ``score_text``) must say ``kind = "program"``: otherwise it is treated
+    as a prompt task and the first run asks for a worker model, far from the cause."""
+    cls = type(benchmark)
+    program = cls.run is not Benchmark.run or bool(benchmark.helper_sources)
+    prompt = cls.render is not Benchmark.render or cls.score_text is not Benchmark.score_text
+    if program and not prompt and benchmark.kind != "program":
+        raise ValueError(f"task {benchmark.name!r} defines run()/helper_sources, the parts of a program task, "
+                         f"but its kind is {benchmark.kind!r}: add kind = \"program\" to {cls.__name__}")
 
 
 def register_group(name: str, tasks: list[str] | tuple[str, ...], description: str = "") -> None:
