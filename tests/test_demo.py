@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # the whole demo study: 56 s at load 4.5 on 2 cores
 def test_demo_runs_the_study_and_writes_a_self_contained_report(tmp_path):
     run_dir, out = tmp_path / "runs", tmp_path / "report"
     res = subprocess.run([sys.executable, "-m", "heldout.cli", "demo", "--run-dir", str(run_dir),
