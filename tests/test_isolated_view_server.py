@@ -121,6 +121,20 @@ def test_unknown_routes_and_methods_are_refused_and_recorded(served, session, me
     assert [(a["method"], a["path"]) for a in forbidden(session)] == [(method, path)]
 
 
+@pytest.mark.parametrize("path,token,status", [("/score_test", None, 404), ("/task", None, 405),
+                                               ("/evaluate", "wrong", 401)])
+def test_a_refused_request_with_a_body_gets_its_answer_not_a_reset(served, path, token, status):
+    # The server answers these before reading the body; unread bytes at close reset the connection,
+    # and a client then saw "Broken pipe" instead of the 404 (seen on CI for a probe's /score_test).
+    body = json.dumps({"candidate": {"a": "x" * (7 * 1024 * 1024)}}).encode()
+    host, port = served.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("POST", path, body=body, headers={"Authorization": f"Bearer {token or served.token}"})
+    resp = conn.getresponse()
+    assert resp.status == status and json.loads(resp.read())["kind"]
+    conn.close()
+
+
 @pytest.mark.parametrize("body,match", [
     (b"not json", "not JSON"),
     (b"[1, 2]", "JSON object"),

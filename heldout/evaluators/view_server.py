@@ -209,14 +209,17 @@ class ViewServer:
             if scheme != "Bearer" or not hmac.compare_digest(token.strip().encode(), self.token.encode()):
                 self.record_forbidden("bad_token", method, path,
                                       token_sha256=token_fingerprint(token.strip()) if token else None)
+                self._discard_body(req)
                 return self._send(req, 401, {"error": "missing or wrong session token", "kind": "unauthorized"})
             route = self._routes.get(path)
             if route is None:
                 self.record_forbidden("unknown_route", method, path)
+                self._discard_body(req)
                 return self._send(req, 404, {"error": f"no route {path!r}; routes: {', '.join(self._routes)}",
                                              "kind": "unknown_route"})
             if route[0] != method:
                 self.record_forbidden("wrong_method", method, path)
+                self._discard_body(req)
                 return self._send(req, 405, {"error": f"{path} takes {route[0]}, not {method}",
                                              "kind": "wrong_method"})
             body = self._read_body(req) if method == "POST" else None
@@ -238,6 +241,19 @@ class ViewServer:
         except Exception as exc:  # noqa: BLE001 - the harness's fault, reported, never fatal
             self._send(req, 500, {"error": f"evaluator error: {type(exc).__name__}: {exc}",
                                   "kind": "evaluator_error"})
+
+    def _discard_body(self, req: _Handler) -> None:
+        """Read and drop the body of a request answered before it was read (401/404/405). Closing a
+        socket with unread bytes in it resets the connection, and the client then sees a broken pipe
+        instead of the answer. A body over the cap, or of no declared length, is left unread and the
+        connection closed after the answer."""
+        length = (req.headers.get("Content-Length") or "").strip()
+        if not length:
+            return
+        if not length.isdigit() or int(length) > self.max_body_bytes:
+            req.close_connection = True
+            return
+        req.rfile.read(int(length))
 
     def _read_body(self, req: _Handler) -> Any:
         length = req.headers.get("Content-Length")
