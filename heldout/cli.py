@@ -875,7 +875,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trusted-optimizer", action="store_true",
                    help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
     p.add_argument("--variants", default="decomposed,scalar,coarse:3", help=f"comma-separated: {describe_variants()}")
-    p.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
     p.add_argument("--budget", type=int, required=True, help="metric calls per session")
     p.add_argument("--run-dir", required=True, help="ablation folder (resumable)")
     p.add_argument("--plan", action="store_true", help="print the sessions and budgets and exit")

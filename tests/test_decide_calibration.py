@@ -17,6 +17,7 @@ from scipy import stats as scipy_stats
 from heldout.protocols import decide
 from heldout.protocols.stats import TaskRuns, regression_check
 from heldout.protocols.stats.margin import Margin, MarginError
+from heldout.protocols.verifier_ablation import VariantResult, decide_variants
 
 ALPHA = 0.05
 SIMS = 2000
@@ -90,6 +91,72 @@ def test_a_planted_arms_effect_is_found_at_ten_seeds():
     power = hits / (SIMS // 4)
     print(f"\ncontrast power at a planted +0.05, 10 seeds: {power:.3f}")
     assert power >= 0.9
+
+
+# -- the verifier ablation --------------------------------------------------------------------------------
+VARIANTS = ("decomposed", "scalar", "coarse:3")
+
+
+def ablation_rows(rng, seeds: int, *, gap: float = 0.0, scalar_transfer: float = 0.0):
+    """Per-seed values of a 3-variant ablation. A seed drives one random stream under every
+    variant (a shared seed effect); ``gap`` is planted on the scalar row's validation gain beyond
+    its transfer, ``scalar_transfer`` on its transfer against the canonical row's."""
+    common = rng.normal(0.1, 0.05, seeds)
+    rows = []
+    for variant in VARIANTS:
+        transfer = common + rng.normal(0, 0.03, seeds) + (scalar_transfer if variant == "scalar" else 0.0)
+        val_gain = transfer + rng.normal(0, 0.03, seeds) + (gap if variant == "scalar" else 0.0)
+        rows.append(VariantResult(variant=variant, seeds=list(range(seeds)), val_gain=list(val_gain),
+                                  transfer=list(transfer), gap=list(val_gain - transfer), final_test=[], seed_test=[],
+                                  final_own=[], seed_own=[], final_candidates=[], metric_calls=[]))
+    return rows
+
+
+@pytest.mark.parametrize("seeds", [3, 5, 10])
+def test_every_verdict_of_a_verifier_ablation_holds_alpha_family_wise(seeds):
+    # three gaps and two transfer contrasts, one Holm family, every null true
+    rng = np.random.default_rng(400 + seeds)
+    any_hit = per_gap = 0
+    for _ in range(SIMS):
+        rows = ablation_rows(rng, seeds)
+        verdicts = decide_variants(rows, n_selection=20, n_test=50)
+        assert len(verdicts) == 5
+        any_hit += any(v.decided for v in verdicts)
+        per_gap += rows[1].gap_verdict.decided
+    rate = any_hit / SIMS
+    low, high = bounds()
+    print(f"\nverifier ablation, family of 5, {seeds} seeds: family-wise type-I {rate:.4f} (upper bound {high:.4f}); "
+          f"one gap alone {per_gap / SIMS:.4f}")
+    assert low <= rate <= high
+
+
+def test_a_planted_gaming_gap_and_a_planted_transfer_loss_are_found_at_ten_seeds():
+    rng = np.random.default_rng(9)
+    gaps = losses = 0
+    sims = SIMS // 4
+    for _ in range(sims):
+        rows = ablation_rows(rng, 10, gap=0.06, scalar_transfer=-0.06)  # ~2 SDs of the per-seed difference
+        decide_variants(rows, n_selection=20, n_test=50)
+        gaps += rows[1].gap_verdict.sign == "+"
+        losses += rows[1].transfer_vs_canonical.sign == "-"
+    print(f"\nverifier ablation power at 10 seeds: gap {gaps / sims:.3f}, transfer loss {losses / sims:.3f}")
+    assert gaps / sims >= 0.9 and losses / sims >= 0.8
+
+
+def test_a_reading_never_contradicts_its_gap_verdict():
+    rng = np.random.default_rng(11)
+    for gap in (-0.2, 0.0, 0.2):
+        for seeds in (2, 3, 6):
+            rows = ablation_rows(rng, seeds, gap=gap)
+            decide_variants(rows, n_selection=20, n_test=50)
+            for r in rows:
+                v = r.gap_verdict
+                if v.sign == "+":
+                    assert "overstates held-out transfer" in r.reading and v.low > 0
+                elif v.sign == "-":
+                    assert "exceeds the validation gain" in r.reading and v.high < 0
+                else:
+                    assert "no gaming gap separable from 0" in r.reading
 
 
 # -- the gate's margin ------------------------------------------------------------------------------------

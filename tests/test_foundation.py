@@ -264,3 +264,21 @@ def test_a_user_jsonl_frozen_with_data_freeze_runs(tmp_path):
     copy = manifests / "mine" / "sums.jsonl"
     copy.write_text(copy.read_text().replace('"target": 4', '"target": 5'))
     assert cli("data", "verify", "mine/sums", env=env).returncode == 1
+
+
+def test_each_verifier_variant_changes_one_knob_and_combinations_are_named():
+    example = Example(id="e1", input={"q": "?"}, target="x")
+    canonical = Verdict(example_id="e1", score=0.62, valid=True, dimensions={"base": 1.0, "plus": 0.24},
+                        feedback="base: pass; plus: 6 of 25 fail", output={"answer": "x"})
+    noisy = parse_verifier("noisy:0.1").show([canonical], example, seed=1, candidate_id="c")
+    assert noisy.score != 0.62 and noisy.dimensions == canonical.dimensions
+    assert noisy.feedback == canonical.feedback and noisy.output == canonical.output
+    coarse = parse_verifier("coarse:3").show([canonical], example)
+    assert coarse.score == 0.5 and coarse.feedback == canonical.feedback and coarse.output == canonical.output
+    assert coarse.dimensions == {}  # numbers on the score's fine scale would undo the rounding
+    scalar = parse_verifier("scalar").show([canonical], example)
+    assert (scalar.score, scalar.dimensions, scalar.feedback, scalar.output) == (0.62, {}, "score 0.62", None)
+    both = parse_verifier("coarse:3+scalar").show([canonical], example)
+    assert (both.score, both.dimensions, both.feedback, both.output) == (0.5, {}, "score 0.5", None)
+    noisy_coarse = parse_verifier("noisy:0.1+coarse:3").show([canonical], example, seed=1, candidate_id="c")
+    assert noisy_coarse.score in (0.0, 0.5, 1.0) and noisy_coarse.feedback == canonical.feedback

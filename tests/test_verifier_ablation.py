@@ -100,34 +100,39 @@ def ledger(path: Path) -> list[dict]:
 
 
 def test_a_base_only_verifier_is_gamed_and_the_canonical_one_is_not(tmp_path, manifest_root, server):
-    plan, result = run(tmp_path, server, ["decomposed", "tests:base-only"], [0, 1])
+    plan, result = run(tmp_path, server, ["decomposed", "tests:base-only"], [0, 1, 2])
     weak, canonical = result.row("tests:base-only"), result.row("decomposed")
     # the same candidate in every session: the comparison is of verifiers, not of candidates
     assert len(set(weak.final_candidates + canonical.final_candidates)) == 1
 
-    assert weak.val_gain == [1.0, 1.0]  # base tests pass on every val problem, the seed's answer has no code
-    assert weak.transfer == [0.0, 0.0]  # held-out problems: no code for them, like the seed
+    assert weak.val_gain == [1.0, 1.0, 1.0]  # base tests pass on every val problem, the seed's answer has no code
+    assert weak.transfer == [0.0, 0.0, 0.0]  # held-out problems: no code for them, like the seed
     assert weak.mean_gap == 1.0 and weak.gap_ci.low > 0
+    assert weak.gap_verdict.sign == "+" and weak.gap_verdict.family == 3  # two gaps + one contrast, one Holm family
     assert "overstates held-out transfer" in weak.reading
 
-    assert canonical.val_gain == [0.0, 0.0] and canonical.transfer == [0.0, 0.0]  # plus tests fail
-    assert canonical.mean_gap == 0.0 and "no gaming gap" in canonical.reading
+    assert canonical.val_gain == [0.0] * 3 and canonical.transfer == [0.0] * 3  # plus tests fail
+    assert canonical.mean_gap == 0.0 and "no gaming gap" in canonical.reading and canonical.gap_verdict.sign == "0"
+    # the weak verifier's transfer is no different from the canonical one's: both gain nothing held-out
+    versus = weak.transfer_vs_canonical
+    assert versus.sign == "0" and versus.seeds == (0, 1, 2) and canonical.transfer_vs_canonical is None
 
     # the held-out verdicts of the weak-verifier runs are canonical: base and plus dimensions
     text = result.describe()
     assert "tests:base-only" in text and "leaky-val" in text
+    assert "transfer under tests:base-only vs decomposed: cannot separate" in text
     saved = json.loads((tmp_path / "ablation" / "verifier_ablation.json").read_text())
     assert saved["rows"][1]["variant"] == "tests:base-only" and saved["rows"][1]["mean_gap"] == 1.0
 
 
-def test_canonical_feedback_never_reaches_the_optimizer(tmp_path, manifest_root, server):
-    plan, result = run(tmp_path, server, ["scalar", "coarse:3"], [0])
+def test_canonical_feedback_never_reaches_the_optimizer_under_scalar(tmp_path, manifest_root, server):
+    plan, result = run(tmp_path, server, ["scalar", "coarse:3+scalar"], [0])
     # even under leaky-val (every field shown), the optimizer sees the variant's verdicts only
     for seen in SEEN:
         assert seen and all(not r["dimensions"] for r in seen)
         assert all("base:" not in r["feedback"] and "plus:" not in r["feedback"] for r in seen)
         assert all(r["feedback"].startswith("score ") for r in seen)
-    for variant in ("scalar", "coarse:3"):
+    for variant in ("scalar", "coarse:3+scalar"):
         run_dir = plan.cell("gaming", variant, 0).run_dir(tmp_path / "ablation")
         entries = ledger(run_dir)
         evaluations = [e["data"] for e in entries if e["kind"] == "evaluation"]
@@ -157,7 +162,9 @@ def test_the_plan_lists_every_session_with_its_budget_and_runs_nothing(tmp_path,
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "16 sessions" in lines[0]
-    assert sum(line.split()[0] == "reflective" for line in lines[2:-2]) == 8
+    assert sum(line.split()[0] == "reflective" for line in lines[2:] if line.strip()) == 8
+    # two seeds: the summary would attempt no verdict, and the plan says so before anything is spent
+    assert "what it can detect: 2 seed(s): no verdict is attempted" in done.stdout
     assert "optimisation budget: 240 metric calls" in done.stdout and "repeated:2 spend K" in done.stdout
     assert not (tmp_path / "d").exists()
 

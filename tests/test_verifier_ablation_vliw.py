@@ -50,7 +50,7 @@ def test_one_instance_is_gamed_and_all_instances_are_not(tmp_path):
     assert weak.final_test == [0.0] and weak.transfer == [-1.0]  # wrong on the hidden instances
     assert weak.gap[0] > 50
     assert canonical.final_own == [0.0] and canonical.gap == [0.0]  # seeds 2 and 3 are wrong: no reward
-    assert "one seed: no interval" in weak.reading
+    assert "1 seed paired; a verdict needs >= 3" in weak.reading
     assert any("no val split" in note for note in result.notes)
 
     # the protocol's own train scoring is on a hash-chained ledger, with the variant named

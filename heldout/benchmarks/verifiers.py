@@ -4,17 +4,24 @@ A variant is named by a spec string and changes only what the optimizer is shown
 
 =================  ==================================================================================
 ``decomposed``     the canonical verifier: the task's verdict as it is (score, dimensions, feedback)
-``scalar``         the score alone: no dimensions, the feedback reduced to the number
-``coarse:K``       the score rounded to the nearest of K evenly spaced levels in [0, score ceiling]
+``scalar``         the score alone: no dimensions, no output, the feedback reduced to the number
+``coarse:K``       the score rounded to the nearest of K evenly spaced levels in [0, score ceiling];
+                   feedback and output kept, dimensions dropped (numbers on the score's own fine
+                   scale, they would undo the rounding)
 ``repeated:K``     the task scored K times, the mean shown (for stochastic scorers such as judges)
 ``noisy:SD``       Gaussian noise of standard deviation SD on the shown score, seeded per
-                   (session seed, candidate, example) so a replay shows the same numbers
+                   (session seed, candidate, example) so a replay shows the same numbers;
+                   feedback, dimensions and output kept
 ``tests:NAME``     a weaker (or other) test set the task declares in ``verifier_options``
                    (MBPP+ ``tests:base-only``, Lockpicking ``tests:count-only`` ...)
 =================  ==================================================================================
 
-Variants compose with ``+`` (``tests:base-only+coarse:3``). Whatever the variant, the harness scores
-held-out results with the canonical verifier (:data:`CANONICAL`)."""
+Each variant changes one knob, so a contrast between two variants is about that knob. Knobs
+combine only when named together with ``+`` (``coarse:3+scalar``: rounded and without feedback;
+``tests:base-only+noisy:0.1``). A task's feedback text is its own and may restate the exact score
+(geometry tasks state the objective in feedback and output): to hide that too, add ``scalar``.
+Whatever the variant, the harness scores held-out results with the canonical verifier
+(:data:`CANONICAL`)."""
 
 from __future__ import annotations
 
@@ -72,15 +79,18 @@ class Variant:
         if self.coarse_levels and shown.valid:
             step = self.ceiling / (self.coarse_levels - 1)
             score = min(max(round(score / step) * step, 0.0), self.ceiling)
-        if self.scalar or self.coarse_levels or self.noise_sd:
-            return Verdict(example_id=shown.example_id, score=score if shown.valid else 0.0, valid=shown.valid,
-                           dimensions={}, feedback=("" if shown.valid else (shown.error or "")) +
-                           (f"score {score:.4g}" if shown.valid else ""),
-                           # a valid verdict's error (e.g. MBPP+ "timeout: test 7 ...") is canonical
-                           # feedback; only a failure to produce an output is shown as such
-                           error=None if shown.valid else shown.error,
-                           error_kind=None if shown.valid else shown.error_kind, output=None, usage=shown.usage)
-        return shown
+        if not self.scalar:
+            # one knob each: noisy keeps dimensions and feedback; coarse keeps feedback (its
+            # dimensions are numbers on the score's fine scale and would undo the rounding)
+            return replace(shown, score=score if shown.valid else 0.0,
+                           dimensions={} if self.coarse_levels else shown.dimensions)
+        return Verdict(example_id=shown.example_id, score=score if shown.valid else 0.0, valid=shown.valid,
+                       dimensions={}, feedback=("" if shown.valid else (shown.error or "")) +
+                       (f"score {score:.4g}" if shown.valid else ""),
+                       # a valid verdict's error (e.g. MBPP+ "timeout: test 7 ...") is canonical
+                       # feedback; only a failure to produce an output is shown as such
+                       error=None if shown.valid else shown.error,
+                       error_kind=None if shown.valid else shown.error_kind, output=None, usage=shown.usage)
 
 
 def _noise(sd: float, seed: int, candidate_id: str, example_id: str) -> float:

@@ -39,6 +39,7 @@ import numpy as np
 from heldout.contracts import HeldoutError
 from heldout.protocols.stats import holm_adjust
 from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin, MarginError
+from heldout.protocols.stats.power import minimum_detectable_dz
 from heldout.protocols.stats.runs import choose_test, compare_runs, min_seeds_sign_flip
 
 DEFAULT_ALPHA = 0.05
@@ -173,7 +174,9 @@ def _finish(c: Contrast) -> Contrast:
         sentence = f"{c.label}: separates ({c.b_label} {word}): {facts}"
     else:
         n = len(c.seeds) if c.paired else min(len(c.a), len(c.b))
-        if n < c.min_seeds:
+        if n < MIN_SEEDS:
+            why = f"{n} seed{'s' if n != 1 else ''} {'paired' if c.paired else 'per side'}; a verdict needs >= {MIN_SEEDS}"
+        elif n < c.min_seeds:
             why = f"{c.test} needs >= {c.min_seeds} seeds to reach alpha = {c.alpha:g} two-sided, got {n}"
         elif excludes:
             why = f"the interval excludes 0 but the Holm-adjusted p is not below {c.alpha:g}"
@@ -196,6 +199,31 @@ def holm(contrasts: Sequence[Contrast], alpha: float | None = None) -> list[Cont
     return out
 
 
+def describe_detectable(n_seeds: int, *, family: int = 1, n_examples: int = 2, alpha: float = DEFAULT_ALPHA,
+                        power: float = 0.8) -> str:
+    """What a ``seed-paired-contrast`` design of ``n_seeds`` pairs can detect, in one sentence:
+    the smallest true mean difference, in SDs of the per-seed difference (Cohen's dz), that the
+    paired t separates with probability ``power`` at the first Holm step (``alpha / family``, the
+    strictest), or, for single-instance tasks, whether the exact sign-flip can reach that level at
+    all. Says so plainly when the design can never separate."""
+    level = alpha / max(1, family)
+    over = f"at alpha {alpha:g} / {family} comparisons" if family > 1 else f"at alpha {alpha:g}"
+    if n_seeds < MIN_SEEDS:
+        return (f"{n_seeds} seed(s): no verdict is attempted (>= {MIN_SEEDS} needed); "
+                "this design cannot separate anything")
+    if choose_test(int(n_examples), True) == "exact sign-flip":
+        smallest = 2.0 / 2 ** n_seeds
+        if smallest >= level:
+            need = next(s for s in range(n_seeds, 64) if 2.0 / 2 ** s < level)
+            return (f"exact sign-flip over {n_seeds} seeds: the smallest two-sided p is {smallest:.3g}, not below "
+                    f"{level:.3g} ({over}); this design cannot separate anything: use >= {need} seeds")
+        return (f"exact sign-flip over {n_seeds} seeds ({over}): separates only a difference of one sign on "
+                f"(nearly) every seed; the smallest two-sided p is {smallest:.3g}")
+    dz = minimum_detectable_dz(n_seeds, alpha=level, power=power, alternative="two-sided")
+    return (f"paired t over {n_seeds} seeds ({over}) separates a true mean difference of {dz:.2f} SDs of the "
+            f"per-seed difference with probability {power:.0%}; smaller ones may be missed")
+
+
 def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, float]]], *, n_examples: int,
            paired: bool = True, alpha: float = DEFAULT_ALPHA) -> list[Contrast]:
     """Contrasts of ``(a_label, b_label, a, b)`` pairs, Holm-adjusted together."""
@@ -203,5 +231,5 @@ def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, flo
                  for al, bl, a, b in pairs], alpha)
 
 
-__all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "MarginError", "RULES", "Rule",
-           "Sign", "contrast", "family", "holm"]
+__all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "MarginError",
+           "RULES", "Rule", "Sign", "contrast", "describe_detectable", "family", "holm"]

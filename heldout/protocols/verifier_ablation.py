@@ -22,8 +22,15 @@ ledger ``RUN_DIR/verifier_ablation/`` (always fresh, never read back).
 
 with means over seeds, an interval over the per-seed values for transfer and gap with the seed
 as the unit (:func:`heldout.protocols.stats.compare_runs`: paired t over seeds, S-1 degrees of
-freedom, or an exact sign-flip bound for single-instance tasks; no interval from one seed) and the seed spread of the final
-candidates' held-out scores (:func:`heldout.protocols.stats.summarize_seeds`). The verdict the
+freedom, or an exact sign-flip bound for single-instance tasks; no interval from one seed) and the
+seed spread of the final candidates' held-out scores (:func:`heldout.protocols.stats.summarize_seeds`).
+
+**Verdicts** (:func:`decide_variants`, rule ``seed-paired-contrast`` of
+:mod:`heldout.protocols.decide`): per variant, whether its gaming gap separates from 0; per
+variant other than the canonical one (when the canonical one is in the plan), whether its transfer
+differs from the canonical verifier's, paired by seed (a seed drives the same random stream under
+every variant). All of them are one Holm family: the chance that any verdict the command prints
+is a false "separates" is at most alpha. Fewer than 3 seeds: no verdict. The verdict the
 optimizer saw is the variant's (the ledger's ``evaluation`` entries); the canonical verdict it was
 derived from is kept beside it (``scored``) and never shown."""
 
@@ -44,6 +51,7 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.session import OPTIMISATION, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
+from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
 from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study
 from heldout.protocols.stats import compare_runs, summarize_seeds
 
@@ -96,10 +104,24 @@ class AblationPlan:
                          f"{c.run_dir(run_root)}")
         lines.append(f"  optimisation budget: {total} metric calls in all (the seed baseline spends none); "
                      f"harness scoring outside the budget: about {harness_total} example scorings")
+        lines.append("  " + self.detectable())
         repeated = [v for v in self.variants if self.repeats[v] > 1]
         if repeated:
             lines.append(f"  note: {', '.join(repeated)} spend K metric calls per evaluation (B buys B/K evaluations)")
         return "\n".join(lines)
+
+    def family_size(self) -> int:
+        """Verdicts the summary prints: a gap per variant, and a transfer contrast per variant
+        against the canonical one when the plan has it."""
+        others = len(self.variants) - 1 if CANONICAL in self.variants else 0
+        return len(self.variants) + others
+
+    def detectable(self, alpha: float = DEFAULT_ALPHA, power: float = 0.8) -> str:
+        """What the design can detect, in SDs of the per-seed difference (one sentence)."""
+        n_selection, n_test = self.sizes.get(self.selection_split, 1), self.sizes.get("test", 1)
+        return "what it can detect: " + describe_detectable(len(self.seeds), family=self.family_size(),
+                                                            n_examples=min(n_selection, n_test),
+                                                            alpha=alpha, power=power)
 
 
 def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: Sequence[int], budget: int, *,
@@ -157,6 +179,11 @@ class VariantResult:
     transfer_ci: Interval | None = None
     gap_ci: Interval | None = None
     seed_spread: dict[str, float] = field(default_factory=dict)
+    gap_verdict: Contrast | None = None
+    """Whether the gaming gap separates from 0 (``val_gain`` against ``transfer``, paired by seed)."""
+    transfer_vs_canonical: Contrast | None = None
+    """This variant's transfer against the canonical verifier's, paired by seed (None for the
+    canonical row itself, or when the plan has no canonical row)."""
     reading: str = ""
 
     @staticmethod
@@ -176,8 +203,10 @@ class VariantResult:
         return self._mean(self.gap)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "mean_val_gain": self.mean_val_gain, "mean_transfer": self.mean_transfer,
-                "mean_gap": self.mean_gap}
+        verdicts = {k: (None if getattr(self, k) is None else getattr(self, k).as_dict())
+                    for k in ("gap_verdict", "transfer_vs_canonical")}
+        return {**asdict(self), **verdicts, "mean_val_gain": self.mean_val_gain,
+                "mean_transfer": self.mean_transfer, "mean_gap": self.mean_gap}
 
 
 @dataclass
@@ -215,6 +244,11 @@ class VerifierAblation:
                          f"{spread['mean']:>8.3f} ± {sd:<6}")
         for r in self.rows:
             lines.append(f"  {r.variant}: {r.reading}")
+        versus = [r.transfer_vs_canonical for r in self.rows if r.transfer_vs_canonical is not None]
+        if versus:
+            lines.append(f"  transfer against the canonical verifier, paired by seed (Holm over all "
+                         f"{versus[0].family} verdicts above and below):")
+            lines += [f"    {c.sentence}" for c in versus]
         return "\n".join(lines)
 
 
@@ -229,17 +263,54 @@ def seed_interval(base: Sequence[float], current: Sequence[float], n_examples: i
     return Interval(comp.low, comp.high, comp.level, f"{comp.test} over {len(base)} seeds")
 
 
+def decide_variants(rows: Sequence[VariantResult], *, n_selection: int, n_test: int,
+                    alpha: float = DEFAULT_ALPHA) -> list[Contrast]:
+    """Every verdict the ablation prints, Holm-adjusted together (see the module docstring): each
+    row's gaming gap against 0, then each non-canonical row's transfer against the canonical row's.
+    Sets ``gap_verdict``, ``transfer_vs_canonical`` and ``reading`` on the rows and returns the family."""
+    def by_seed(row: VariantResult, values: Sequence[float]) -> dict[int, float]:
+        return dict(zip(row.seeds, values))
+
+    # the gap mixes a selection-split mean and a held-out mean: the smaller one sets the test
+    gap_examples = max(1, min(n_selection, n_test))
+    raw: list[tuple[str, Contrast]] = []
+    for r in rows:
+        raw.append((r.variant, contrast(by_seed(r, r.transfer), by_seed(r, r.val_gain), n_examples=gap_examples,
+                                        alpha=alpha, labels=("held-out transfer", "validation gain"),
+                                        label=f"{r.variant}: gaming gap")))
+    canonical = next((r for r in rows if r.variant == CANONICAL), None)
+    if canonical is not None:
+        for r in rows:
+            if r is not canonical:
+                raw.append((r.variant + " vs canonical", contrast(
+                    by_seed(canonical, canonical.transfer), by_seed(r, r.transfer), n_examples=max(1, n_test),
+                    alpha=alpha, labels=(CANONICAL, r.variant), label=f"transfer under {r.variant} vs {CANONICAL}")))
+    decided = holm([c for _, c in raw], alpha)
+    for (key, _), c in zip(raw, decided):
+        row = next(r for r in rows if key in (r.variant, r.variant + " vs canonical"))
+        if key == row.variant:
+            row.gap_verdict = c
+        else:
+            row.transfer_vs_canonical = c
+    for r in rows:
+        r.reading = reading(r)
+    return decided
+
+
 def reading(row: VariantResult) -> str:
-    """The row in words: does the validation gain overstate what transfers?"""
+    """The row in words, from its gap verdict: does the validation gain overstate what transfers?"""
     head = (f"validation gain {row.mean_val_gain:+.3f} under its own verifier, held-out transfer "
             f"{row.mean_transfer:+.3f}, gaming gap {row.mean_gap:+.3f}")
-    if row.gap_ci is None:
-        return head + "; one seed: no interval, nothing is separated."
-    if row.gap_ci.low > 0:
-        return head + ": the validation gain overstates held-out transfer (the gap's interval excludes 0)."
-    if row.gap_ci.high < 0:
-        return head + ": held-out transfer exceeds the validation gain (the gap's interval excludes 0)."
-    return head + ": no gaming gap separable from 0 at these seeds."
+    verdict = row.gap_verdict
+    if verdict is None:
+        return head + "; not decided."
+    p = f"Holm p = {verdict.p_holm:.3g} over {verdict.family}" if verdict.family > 1 else f"p = {verdict.p:.3g}"
+    if verdict.sign == "+":
+        return head + f": the validation gain overstates held-out transfer (the gap separates from 0, {p})."
+    if verdict.sign == "-":
+        return head + f": held-out transfer exceeds the validation gain (the gap separates from 0, {p})."
+    why = verdict.sentence.split("cannot separate: ", 1)[-1]
+    return head + f": no gaming gap separable from 0 at these seeds ({why})."
 
 
 class _SelectionScorer:
@@ -339,8 +410,8 @@ def summarise(plan: AblationPlan, run_root: str | Path, config: StudyConfig | No
             row.transfer_ci = seed_interval(row.seed_test, row.final_test, n_test)
             row.gap_ci = seed_interval(row.transfer, row.val_gain, n_test)  # gap_s = gain_s - transfer_s
             row.seed_spread = asdict(summarize_seeds(row.final_test))
-            row.reading = reading(row)
             rows.append(row)
+        decide_variants(rows, n_selection=plan.sizes.get(plan.selection_split, 1), n_test=plan.sizes.get("test", 1))
     finally:
         selection.close()
     notes = []
@@ -369,5 +440,5 @@ def run_ablation(plan: AblationPlan, config: StudyConfig, executor: Executor | N
 
 
 __all__ = ["ABLATION_DIR", "RESULT_FILE", "SEED_METHOD", "AblationError", "AblationPlan", "Interval",
-           "VariantResult", "VerifierAblation", "plan_ablation", "reading", "run_ablation", "seed_interval",
-           "summarise"]
+           "VariantResult", "VerifierAblation", "decide_variants", "plan_ablation", "reading", "run_ablation",
+           "seed_interval", "summarise"]
