@@ -424,7 +424,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from heldout.reports.plan import plan_study
     plan = plan_study(args.task, args.profile, args.seeds, pilot=args.pilot, p_base=args.p_base, run_sd=args.run_sd,
-                      paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect)
+                      paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect,
+                      min_effect=args.min_effect, tasks=args.tasks)
     if args.json:
         _print_json(plan.as_dict())
     else:
@@ -808,7 +809,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("plan", help="minimum detectable effect of a K-seed study (paired 0/1 data, run variance)")
+    p = sub.add_parser("plan", help="what a K-seed study can detect under the gate's own test and margin")
     p.add_argument("--task", required=True, help="task name")
     p.add_argument("--profile", default="default", help="split profile (its test split is the design's examples)")
     p.add_argument("--seeds", type=int, required=True, help="runs per arm")
@@ -820,6 +821,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="as the gate will pair them (id: assumes no correlation within a pair, conservative)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
     p.add_argument("--power", type=float, default=0.8, help="target power")
+    p.add_argument("--min-effect", type=_margin, default=DEFAULT_MARGIN, help="the gate's margin, as for `heldout check` "
+                   f"(default {DEFAULT_MARGIN}%)")
+    p.add_argument("--tasks", type=int, default=1, help="tasks the gate will hold together (Holm over tasks for "
+                   "a regression, every task for a pass; default 1)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 

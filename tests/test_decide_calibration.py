@@ -15,7 +15,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from heldout.protocols import decide
-from heldout.protocols.stats import TaskRuns, regression_check
+from heldout.protocols.stats import TaskRuns, plan_gate, regression_check
 from heldout.protocols.stats.margin import Margin, MarginError
 from heldout.protocols.verifier_ablation import VariantResult, decide_variants
 
@@ -225,3 +225,53 @@ def test_margins_parse_in_four_forms_and_refuse_anything_else():
     assert Margin.parse("10% headroom").resolve(base, ceiling=1.0) == pytest.approx(0.05)
     with pytest.raises(MarginError, match="ceiling"):
         Margin.parse("10% headroom").resolve(base, ceiling=None)
+
+
+# -- plan against the gate it plans for ---------------------------------------------------------------------
+def power_bounds(power: float, n: int) -> tuple[float, float]:
+    low, high = scipy_stats.binom.ppf([0.0005, 0.9995], n, power) / n
+    return float(low), float(high)
+
+
+def runs_of(rng, mean: float, sd: float, seeds: int) -> np.ndarray:
+    return np.repeat(rng.normal(mean, sd, seeds)[:, None], 50, axis=1)  # a run's mean, over 50 examples
+
+
+@pytest.mark.parametrize("seeds", [3, 5, 10])
+def test_the_planned_effect_is_found_by_the_real_gate_with_the_planned_power(seeds):
+    # independent runs: the gate runs Welch's test, and the plan now plans for it (the pooled t's
+    # plan gave 0.73 at a planned 0.80)
+    plan = plan_gate(seeds=seeds, n_examples=50, p_base=0.5, run_sd=0.08, pilot_n_examples=50, min_effect=0.0)
+    rng = np.random.default_rng(500 + seeds)
+    sims = 1000
+    hits = sum(regression_check({"t": TaskRuns(runs_of(rng, 0.5, plan.run_sd, seeds),
+                                               runs_of(rng, 0.5 - plan.mde, plan.run_sd, seeds), paired=False)},
+                                min_effect=0.0).outcome == "regression" for _ in range(sims))
+    low, high = power_bounds(0.8, sims)
+    print(f"\nplan vs gate, Welch, {seeds} runs per arm: MDE {plan.mde:.4f}, gate power {hits / sims:.3f} "
+          f"(bounds {low:.3f}-{high:.3f})")
+    assert low <= hits / sims <= high
+
+
+def test_a_multi_task_plan_holds_its_power_under_holm_and_its_pass_rate_under_the_margin():
+    seeds, tasks = 6, 3
+    plan = plan_gate(seeds=seeds, n_examples=50, p_base=0.5, run_sd=0.08, pilot_n_examples=50, tasks=tasks,
+                     min_effect=0.0)
+    single = plan_gate(seeds=seeds, n_examples=50, p_base=0.5, run_sd=0.08, pilot_n_examples=50, min_effect=0.0)
+    assert plan.mde > single.mde and plan.mde_pass > single.mde_pass  # Holm and "every task passes" cost seeds
+    rng = np.random.default_rng(61)
+    sims = 600
+    found = passed = 0
+    margin = plan.mde_pass  # the smallest margin at which unchanged tasks pass with the planned power
+    for _ in range(sims):
+        one_drops = {f"t{k}": TaskRuns(runs_of(rng, 0.5, plan.run_sd, seeds),
+                                       runs_of(rng, 0.5 - (plan.mde if k == 0 else 0.0), plan.run_sd, seeds),
+                                       paired=False) for k in range(tasks)}
+        found += regression_check(one_drops, min_effect=0.0).tasks[0].outcome == "regression"
+        unchanged = {f"t{k}": TaskRuns(runs_of(rng, 0.5, plan.run_sd, seeds), runs_of(rng, 0.5, plan.run_sd, seeds),
+                                       paired=False) for k in range(tasks)}
+        passed += regression_check(unchanged, min_effect=margin).outcome == "pass"
+    low, _ = power_bounds(0.8, sims)
+    print(f"\nplan for {tasks} tasks, {seeds} runs per arm: regression found {found / sims:.3f}, "
+          f"unchanged passes {passed / sims:.3f} (planned >= 0.80; lower bound {low:.3f})")
+    assert found / sims >= low and passed / sims >= low

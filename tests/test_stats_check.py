@@ -99,8 +99,13 @@ def test_the_same_runs_pass_as_identical_and_an_unknown_mismatch_field_is_refuse
 def test_plan_prints_the_minimum_detectable_effect_from_a_pilot(runs):
     done = heldout("plan", "--task", HEILBRONN, "--seeds", "5", "--pilot", str(runs / "heil" / "geometry-search"))
     assert done.returncode == 0, done.stderr
-    assert "exact sign-flip" in done.stdout and "minimum detectable effect" in done.stdout
+    assert "exact sign-flip (the gate's test)" in done.stdout and "regression: a true drop of margin +" in done.stdout
     assert "from the pilot" in done.stdout
+    # the margin is the gate's default, on Heilbronn's own scale (scores ~0.002), not a 0/1 one
+    margin = next(line for line in done.stdout.splitlines() if line.startswith("margin --min-effect 5%: "))
+    assert float(margin.split(": ")[1].split()[0]) < 0.001
+    no_spread = heldout("plan", "--task", HEILBRONN, "--seeds", "5", "--p-base", "0.002")
+    assert no_spread.returncode == 2 and "scores on a scale of its own" in no_spread.stderr
     too_few = heldout("plan", "--task", HEILBRONN, "--seeds", "3", "--pilot", str(runs / "heil" / "geometry-search"))
     assert "cannot reach alpha=0.05: need >= 5" in too_few.stdout
 

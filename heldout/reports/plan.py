@@ -1,7 +1,8 @@
 """``heldout plan``: what a study of K seeds on a task's test split can detect, read from the
-manifest (test-set size) and, optionally, a pilot run set (baseline score, run-to-run SD, the
-seed's val score for the headroom check). The arithmetic is
-:func:`heldout.protocols.stats.plan_gate`; this module only gathers its inputs."""
+manifest (test-set size), the task (its score scale) and, optionally, a pilot run set (baseline
+score, run-to-run SD, the seed's val score for the headroom check). The arithmetic is
+:func:`heldout.protocols.stats.plan_gate`, with the gate's own test and margin; this module only
+gathers its inputs."""
 
 from __future__ import annotations
 
@@ -9,21 +10,29 @@ from pathlib import Path
 
 import numpy as np
 
+from heldout.benchmarks.registry import get_benchmark
 from heldout.data_manifests import Manifest
 from heldout.protocols.stats import GatePlan, plan_gate
+from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin
 from heldout.reports.collect import ReportError, collect_runs
 
 
 def plan_study(task: str, profile: str, seeds: int, *, pilot: str | Path | None = None, p_base: float | None = None,
                run_sd: float | None = None, paired: bool = False, alpha: float = 0.05, power: float = 0.8,
-               target: float | None = None) -> GatePlan:
+               target: float | None = None, min_effect: "str | Margin" = DEFAULT_MARGIN, tasks: int = 1) -> GatePlan:
     """Plan from the manifest and a pilot (runs of ``task`` under ``profile``). Values given
-    explicitly override the pilot's."""
+    explicitly override the pilot's. Without a pilot, a prompt task's scores in [0, 1] use the
+    binomial bound on the per-example spread; a program task's scores have no such bound, so it
+    needs ``run_sd`` (or a pilot)."""
     sizes = Manifest.load(task).sizes(profile)
     n_examples = int(sizes.get("test", 0))
     if n_examples < 1:
         raise ReportError(f"{task} profile {profile!r} has no test examples to plan for")
-    binary, pilot_n, headroom = True, None, None
+    bench = get_benchmark(task)
+    ceiling = float(bench.score_ceiling)
+    # scores in [0, 1] have per-example variance <= p (1 - p): the binomial bound holds for them
+    bounded = bench.kind != "program" and ceiling == 1.0
+    binary, pilot_n, headroom = bounded, None, None
     if pilot is not None:
         runs = [r for r in collect_runs([pilot]).runs if r.record.task == task and r.record.profile == profile]
         if not runs:
@@ -36,9 +45,13 @@ def plan_study(task: str, profile: str, seeds: int, *, pilot: str | Path | None 
         if run_sd is None and means.shape[0] >= 2:
             run_sd, pilot_n = float(means.std(ddof=1)), int(np.mean([len(s) for s in scores]))
         vals = [r.record.val_score for r in runs if r.record.val_score is not None]
-        if binary and vals:
-            headroom = 1.0 - float(np.mean(vals))  # 0/1 scores: the ceiling is 1
+        if vals:
+            headroom = ceiling - float(np.mean(vals))
     if p_base is None:
         raise ReportError("give --p-base (the baseline's expected score) or a --pilot run dir")
+    if not binary and run_sd is None:
+        raise ReportError(f"{task} scores on a scale of its own (ceiling {ceiling:g}, not 0/1): give --run-sd "
+                          "(the SD of a run's mean score) or a --pilot run dir with >= 2 runs")
     return plan_gate(seeds=seeds, n_examples=n_examples, p_base=p_base, run_sd=run_sd, pilot_n_examples=pilot_n,
-                     paired=paired, binary=binary, alpha=alpha, power=power, target=target, headroom=headroom)
+                     paired=paired, binary=binary, alpha=alpha, power=power, target=target, headroom=headroom,
+                     min_effect=min_effect, ceiling=ceiling, tasks=tasks)

@@ -3,18 +3,20 @@ differences (``statsmodels.stats.power.TTestPower``), with effect size Cohen's d
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import integrate
+from scipy import integrate, optimize
 from scipy import stats as scipy_stats
 from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
 from ._checks import StatsInputError, check_alpha
+from .margin import DEFAULT_MARGIN, Margin
 from .runs import min_seeds_permutation, min_seeds_sign_flip
 
 Alternative = Literal["two-sided", "one-sided"]
@@ -125,10 +127,14 @@ class GatePlan:
 
     Model of a run's mean score: ``run_sd**2 = between**2 + p (1 - p) / n_examples`` (a run-level
     quality spread plus the per-example idiosyncrasy of the run's candidate, at most binomial).
-    ``mde`` is the smallest true drop beyond ``min_effect`` that the gate's one-sided test calls
-    a regression with probability ``power`` (and the smallest ``--min-effect`` at which an
-    unchanged method passes with that probability). ``seeds_for_target`` / ``examples_for_target``
-    answer the inverse question for ``target`` (None: unreachable within the search limit)."""
+    ``mde`` is the smallest true drop beyond the margin that the gate's one-sided test calls a
+    regression with probability ``power``, at the strictest Holm step over ``tasks`` gated tasks
+    (``alpha / tasks``). ``mde_pass`` is the smallest margin at which an unchanged method passes
+    this task with probability ``power ** (1 / tasks)`` (non-inferiority at ``alpha``; the gate
+    passes only when every task does, so ``tasks`` independent tasks all pass with probability
+    ``power``). ``margin`` is the gate's ``--min-effect`` and ``margin_units`` its size in score
+    units at ``p_base``. ``seeds_for_target`` / ``examples_for_target`` answer the inverse
+    question for ``target`` (None: unreachable within the search limit)."""
 
     seeds: int
     n_examples: int
@@ -147,19 +153,32 @@ class GatePlan:
     examples_for_target: int | None
     headroom: float | None
     notes: tuple[str, ...]
+    margin: str = DEFAULT_MARGIN
+    margin_units: float = 0.0
+    tasks: int = 1
+    mde_pass: float = math.inf
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def describe(self) -> str:
         arms = "seed pairs" if self.paired else "runs per arm"
-        lines = [f"design: {self.seeds} {arms} x {self.n_examples} held-out example(s); {self.test}; one-sided "
-                 f"alpha={self.alpha:g}, power {self.power:.0%}",
+        over = f" / {self.tasks} gated tasks (the strictest Holm step)" if self.tasks > 1 else ""
+        lines = [f"design: {self.seeds} {arms} x {self.n_examples} held-out example(s); {self.test} (the gate's "
+                 f"test); one-sided alpha={self.alpha:g}{over}, power {self.power:.0%}",
                  f"baseline score {self.p_base:.4g}; run-to-run SD of a run's mean {self.run_sd:.4g} "
                  f"({self.run_sd_source}; between-run part {self.between_sd:.4g})",
-                 f"minimum detectable effect: {self.mde:.4g} (a drop of min-effect + {self.mde:.4g} is called a "
-                 f"regression with probability {self.power:.0%}; an unchanged method passes only with "
-                 f"--min-effect >= {self.mde:.4g})"]
+                 f"margin --min-effect {self.margin}: {self.margin_units:.4g} in score units at this baseline",
+                 (f"regression: a true drop of margin + {self.mde:.4g} = {self.margin_units + self.mde:.4g} is called "
+                  f"with probability {self.power:.0%}; smaller drops beyond the margin may be missed"
+                  if math.isfinite(self.mde) else "regression: no drop can be called at this design (see the notes)")]
+        if self.margin_units >= self.mde_pass:
+            lines.append(f"pass: an unchanged method passes this task with probability >= "
+                         f"{self.power ** (1 / self.tasks):.0%} (the margin is >= {self.mde_pass:.4g})")
+        else:
+            lines.append(f"pass: an unchanged method passes with probability below {self.power ** (1 / self.tasks):.0%}"
+                         f": the margin {self.margin_units:.4g} is under the {self.mde_pass:.4g} this design needs "
+                         f"(more seeds, more examples, or a wider --min-effect); expect 'inconclusive'")
         if self.target is not None:
             seeds = "unreachable" if self.seeds_for_target is None else f"{self.seeds_for_target} {arms}"
             examples = ("unreachable (run-to-run variance alone exceeds it)" if self.examples_for_target is None
@@ -171,17 +190,64 @@ class GatePlan:
         return "\n".join(lines)
 
 
+_WELCH_DRAWS = 100_000
+
+
+@functools.lru_cache(maxsize=64)
+def _welch_threshold(n: int, alpha: float) -> np.ndarray:
+    """Per draw of the two sample variances (in units of the true one): the mean difference the
+    one-sided Welch test needs to reject, ``crit(df_ws) * sqrt((s1^2 + s2^2) / n)``."""
+    df = n - 1
+    rng = np.random.default_rng(20261203)
+    v1 = rng.chisquare(df, _WELCH_DRAWS) / df
+    v2 = rng.chisquare(df, _WELCH_DRAWS) / df
+    welch_df = (v1 + v2) ** 2 * df / (v1 ** 2 + v2 ** 2)
+    return scipy_stats.t.ppf(1 - alpha, welch_df) * np.sqrt((v1 + v2) / n)
+
+
+def welch_power(shift_sds: float, n: int, alpha: float) -> float:
+    """Power of the one-sided Welch t test (the gate's test for independent runs) with ``n`` runs
+    per arm of equal SD, at a true shift of ``shift_sds`` SDs of one run. Exact in the normal
+    model up to Monte Carlo error (~0.002): the two sample variances are drawn from their
+    chi-square law (fixed seed, so the answer is reproducible and smooth in the shift), and the
+    mean difference, independent of them and ~ N(shift, 2 / n), is integrated in closed form."""
+    if n < 2:
+        return 0.0
+    threshold = _welch_threshold(int(n), float(alpha))
+    return float(np.mean(scipy_stats.norm.cdf((shift_sds - threshold) / math.sqrt(2.0 / n))))
+
+
 def _mde(seeds: int, sd: float, alpha: float, power: float, paired: bool) -> float:
     if seeds < 2:
         return math.inf
+    if sd == 0.0:
+        return 0.0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if paired:
             effect = TTestPower().solve_power(effect_size=None, nobs=seeds, alpha=alpha, power=power, alternative="larger")
             return float(effect) * sd * math.sqrt(2.0)
-        effect = TTestIndPower().solve_power(effect_size=None, nobs1=seeds, ratio=1.0, alpha=alpha, power=power,
-                                             alternative="larger")
-        return float(effect) * sd
+    # independent runs: the gate runs Welch's test, whose power at small seed counts is below the
+    # pooled t's (planning with the pooled t gave 73% at a planned 80%)
+    high = 1.0
+    while welch_power(high, seeds, alpha) < power:
+        high *= 2.0
+        if high > 1e6:
+            return math.inf
+    return float(optimize.brentq(lambda d: welch_power(d, seeds, alpha) - power, 0.0, high, xtol=1e-6)) * sd
+
+
+def margin_in_units(margin: Margin, p_base: float, run_sd: float, ceiling: float | None) -> float:
+    """The gate's margin in score units at an expected baseline ``p_base``."""
+    if margin.kind == "absolute":
+        return margin.value
+    if margin.kind == "relative":
+        return margin.value * abs(p_base)
+    if margin.kind == "headroom":
+        if ceiling is None or not math.isfinite(ceiling):
+            raise StatsInputError("a headroom margin needs the task's score ceiling")
+        return margin.value * (ceiling - p_base)
+    return margin.value * run_sd
 
 
 def plan_gate(
@@ -197,6 +263,9 @@ def plan_gate(
     power: float = 0.8,
     target: float | None = None,
     headroom: float | None = None,
+    min_effect: "str | float | Margin" = DEFAULT_MARGIN,
+    ceiling: float | None = None,
+    tasks: int = 1,
     max_seeds: int = 200,
     max_examples: int = 100_000,
 ) -> GatePlan:
@@ -205,8 +274,15 @@ def plan_gate(
     the binomial floor ``sqrt(p (1 - p) / n)`` is used and the plan says it is optimistic.
     ``paired`` assumes no correlation between runs of one seed pair (conservative). ``binary``:
     0/1 scores (the per-example part of the spread is at most binomial); otherwise ``run_sd`` is
-    required and is used as it is (no example count can shrink it)."""
+    required and is used as it is (no example count can shrink it). ``min_effect`` is the gate's
+    margin (its default; ``ceiling`` for a headroom margin) and ``tasks`` the number of tasks the
+    gate will hold to it together (Holm over tasks for regressions, every task for a pass)."""
     alpha = check_alpha(alpha)
+    margin = Margin.parse(min_effect)
+    if int(tasks) != tasks or tasks < 1:
+        raise StatsInputError(f"tasks must be an integer >= 1, got {tasks!r}")
+    tasks = int(tasks)
+    alpha_reg = alpha / tasks
     power = _check_power(power)
     if int(seeds) != seeds or seeds < 1:
         raise StatsInputError(f"seeds must be an integer >= 1, got {seeds!r}")
@@ -233,26 +309,33 @@ def plan_gate(
         test, min_seeds = ("paired t" if paired else "welch t"), 2
     else:
         test = "exact sign-flip" if paired else "exact permutation"
-        min_seeds = min_seeds_sign_flip(alpha) if paired else min_seeds_permutation(alpha)
+        min_seeds = min_seeds_sign_flip(alpha_reg) if paired else min_seeds_permutation(alpha_reg)
         notes.append(f"single-instance task: {test} over runs; needs >= {min_seeds} "
-                     f"{'seed pairs' if paired else 'runs per arm'} to reach alpha at all; MDE uses the t approximation")
-    mde = _mde(seeds, sd, alpha, power, paired) if seeds >= min_seeds else math.inf
+                     f"{'seed pairs' if paired else 'runs per arm'} to reach alpha={alpha_reg:g} at all; "
+                     "MDE uses the t approximation")
+    mde = _mde(seeds, sd, alpha_reg, power, paired) if seeds >= min_seeds else math.inf
+    min_seeds_pass = min_seeds if n_examples >= 2 else (min_seeds_sign_flip(alpha) if paired
+                                                         else min_seeds_permutation(alpha))
+    mde_pass = _mde(seeds, sd, alpha, power ** (1.0 / tasks), paired) if seeds >= min_seeds_pass else math.inf
     if seeds < min_seeds:
-        notes.append(f"{seeds} run(s) per arm cannot reach alpha={alpha:g}: need >= {min_seeds}")
+        notes.append(f"{seeds} run(s) per arm cannot reach alpha={alpha_reg:g}: need >= {min_seeds}")
+    margin_units = margin_in_units(margin, p_base, sd, ceiling)
     seeds_for = examples_for = None
     if target is not None:
         if not (math.isfinite(target) and target > 0):
             raise StatsInputError(f"target must be a finite effect > 0, got {target!r}")
-        seeds_for = next((s for s in range(max(2, min_seeds), max_seeds + 1) if _mde(s, sd, alpha, power, paired) <= target), None)
+        seeds_for = next((s for s in range(max(2, min_seeds), max_seeds + 1)
+                          if _mde(s, sd, alpha_reg, power, paired) <= target), None)
         if seeds >= min_seeds and binary:
             examples_for = next((n for n in _grow(n_examples, max_examples)
-                                 if _mde(seeds, sd_at(n), alpha, power, paired) <= target), None)
+                                 if _mde(seeds, sd_at(n), alpha_reg, power, paired) <= target), None)
             if examples_for is not None and examples_for < n_examples:
                 examples_for = n_examples
     if headroom is not None and headroom < mde:
         notes.append(f"the seed leaves {headroom:.4g} of headroom, less than the MDE: an improvement of that size cannot show")
     return GatePlan(int(seeds), int(n_examples), paired, alpha, power, float(p_base), sd, between, source, test, min_seeds,
-                    mde, target, seeds_for, examples_for, headroom, tuple(notes))
+                    mde, target, seeds_for, examples_for, headroom, tuple(notes), margin=str(margin),
+                    margin_units=margin_units, tasks=tasks, mde_pass=mde_pass)
 
 
 def _grow(start: int, limit: int):
