@@ -47,6 +47,7 @@ from typing import Any, Sequence
 
 from heldout.benchmarks.loading import load_task
 from heldout.contracts import HeldoutError
+from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.session import DEPLOYMENT, Scorer, Usage
@@ -300,8 +301,9 @@ def validate_arms(spec: ArmsSpec) -> list[str]:
     if len(spec.seeds) < MIN_SEEDS:
         raise ArmsError(f"{len(spec.seeds)} seed(s): the arms are compared with the seed as the unit and need "
                         f">= {MIN_SEEDS} seeds (e.g. --seeds 0,1,2)")
-    return [f"separation: {decide.RULES['seed-paired-contrast'].test}; at {len(spec.seeds)} seeds a paired t has "
-            f"{len(spec.seeds) - 1} df, and a single-instance task's exact sign-flip needs >= 6 seeds"]
+    n_test = int(Manifest.load(spec.task).sizes(spec.profile).get("test", 1))
+    return [f"separation: {decide.RULES['seed-paired-contrast'].test}",
+            "what it can detect: " + decide.describe_detectable(len(spec.seeds), family=3, n_examples=n_test)]
 
 
 # -- reading the arms back -------------------------------------------------------------------------------
