@@ -77,6 +77,26 @@ def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int 
     return text
 
 
+def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one step. Rule: a reader sees the old file or the new
+    one, never half of either; two writers never share a temp file (its name carries this
+    writer's pid and a random tag, so a concurrent writer cannot rename it away); a failed write
+    leaves no temp file behind. ``mode`` 0o600 for files only their owner may read."""
+    target = os.fspath(path)
+    tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
 class BudgetExceeded(HeldoutError):
     """An evaluation (or architect call) would exceed the session's budget; nothing ran.
 

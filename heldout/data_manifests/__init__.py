@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from heldout.contracts import DataError, Example, HeldoutError, Source, canonical_json, sha256_text
+from heldout.contracts import (DataError, Example, HeldoutError, Source, canonical_json, sha256_text,
+                               write_text_atomically)
 
 MANIFEST_DIR = Path(__file__).resolve().parent
 MANIFEST_FORMAT = 1
@@ -173,9 +174,7 @@ class Manifest:
         path = self.path_for(self.task, root or MANIFEST_DIR)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.profile_digests = {name: profile_digest(self.task, name, splits) for name, splits in self.profiles.items()}
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_text_atomically(path, json.dumps(asdict(self), indent=1, ensure_ascii=False) + "\n")
         return path
 
     # -- profiles ---------------------------------------------------------------------------

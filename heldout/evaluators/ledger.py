@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from heldout.contracts import HeldoutError, canonical_json, sha256_text
+from heldout.contracts import HeldoutError, canonical_json, sha256_text, write_text_atomically
 
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
@@ -287,12 +287,9 @@ class Ledger:
                 os.fsync(self._fh.fileno())  # and every unsynced entry before it
             self._entries.append(json.loads(line))
             head = self.run_dir / HEAD_FILE
-            tmp = head.with_suffix(".tmp")
             mac = head_mac(self._key, self._entries[0]["hash"], len(self._entries), entry["hash"])
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(json.dumps({"count": len(self._entries), "hash": entry["hash"], "mac": mac}))
-            os.replace(tmp, head)
+            write_text_atomically(head, json.dumps({"count": len(self._entries), "hash": entry["hash"], "mac": mac}),
+                                  mode=0o600)
             return entry
 
     def close(self) -> None:

@@ -28,7 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import Candidate, HeldoutError, Verdict, candidate_id, canonical_json, sha256_text
+from heldout.contracts import (Candidate, HeldoutError, Verdict, candidate_id, canonical_json, sha256_text,
+                               write_text_atomically)
 
 RECORD_FILE = "run_record.json"
 FORMAT_VERSION = 2
@@ -258,11 +259,8 @@ class RunRecord:
     # -- io ---------------------------------------------------------------------------------------
     def save(self, run_dir: str | Path) -> Path:
         path = Path(run_dir) / RECORD_FILE
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # owner-only, like the ledger
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(asdict(self), indent=1, default=str))
-        os.replace(tmp, path)
+        # owner-only, like the ledger
+        write_text_atomically(path, json.dumps(asdict(self), indent=1, default=str), mode=0o600)
         return path
 
     @classmethod

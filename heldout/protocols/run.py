@@ -23,6 +23,7 @@ A distributed engine plugs in by implementing the same interface."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from heldout.benchmarks.registry import expand_tasks
-from heldout.contracts import HeldoutError, canonical_json
+from heldout.contracts import HeldoutError, canonical_json, write_text_atomically
 from heldout.evaluators.isolated import is_function_spec, run_isolated, run_isolated_function
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.session import POLICIES, Budget, Session
@@ -341,23 +342,58 @@ def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
     }
 
 
+STUDY_LOCK = "study.lock"
+_CLAIMED: dict[str, int] = {}  # run roots this process holds the study lock of (fd per root)
+
+
+class StudyInUse(HeldoutError):
+    """Another process is running (or resuming) the study in this run dir."""
+
+
+def claim_study_dir(root: Path) -> None:
+    """Hold an exclusive lock on the study in ``root`` for the rest of this process (the kernel
+    releases it when the process ends, so kill -9 then ``--resume`` works). Idempotent within one
+    process; a second process gets :class:`StudyInUse` naming the holder, and writes nothing."""
+    key = str(root.resolve())
+    if key in _CLAIMED:
+        return
+    fd = os.open(root / STUDY_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise StudyInUse(f"{root} is in use by another study process ({holder}): one study process per run "
+                         "dir; wait for it to finish, then --resume") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+    _CLAIMED[key] = fd
+
+
 def open_study(cells: list[Cell], config: StudyConfig, *, resume: bool | None = False) -> Path:
     """Claim ``config.run_root`` for this study. A new dir gets ``study.json``; an existing one
     is continued only with ``resume`` (``None``: continue when the settings are the same) and
     only when its settings equal these; otherwise :class:`ExperimentMismatch` names the
-    differing settings. Nothing is written to an existing study dir."""
+    differing settings. Nothing is written to an existing study dir that is refused. The dir is
+    then held by this process (:func:`claim_study_dir`): two ``--resume`` started together on one
+    study get one runner and one clear :class:`StudyInUse`, never a torn ``study.json``."""
     root = Path(config.run_root)
+    _settle_study(root, cells, config, resume, write=False)  # refuse before touching anything
+    root.mkdir(parents=True, exist_ok=True)
+    claim_study_dir(root)
+    return _settle_study(root, cells, config, resume, write=True)  # again: the dir may have changed meanwhile
+
+
+def _settle_study(root: Path, cells: list[Cell], config: StudyConfig, resume: bool | None, *, write: bool) -> Path:
     path = root / STUDY_FILE
     wanted = study_description(cells, config)
     if not path.exists():
         if resume is True:
             raise HeldoutError(f"nothing to resume: {root} holds no study ({STUDY_FILE}); drop --resume to start one")
-        if root.exists() and any(root.iterdir()):
+        if root.exists() and any(p.name != STUDY_LOCK for p in root.iterdir()):
             raise ExperimentMismatch(f"{root} is not empty and holds no {STUDY_FILE}; use a new run dir")
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(wanted, indent=1))
-        os.replace(tmp, path)
+        if write:
+            write_text_atomically(path, json.dumps(wanted, indent=1))
         return path
     try:
         recorded = json.loads(path.read_text())

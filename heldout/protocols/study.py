@@ -53,7 +53,7 @@ import tomli_w
 
 from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import HeldoutError, read_user_text
+from heldout.contracts import HeldoutError, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.session import POLICIES
 from heldout.evaluators.isolated import is_function_spec
@@ -390,9 +390,7 @@ def save_resolved(study: Study) -> Path:
         if previous is not None and _comparable(previous) != _comparable(study.resolved()):
             raise StudyError(f"{path} holds a different study; use another run dir, or rerun it with "
                              f"`heldout run {path}`")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomically(path, text)
     return path
 
 

@@ -11,12 +11,11 @@ import base64
 import html
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, write_text_atomically
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
 from heldout.reports.collect import RunSet, collect_runs
@@ -142,16 +141,10 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     for fig in report.figures:
         (out / "figures" / f"{fig.key}.png").write_bytes(fig.png)
     paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "results.json"}
-    _atomic_write(paths["md"], render_markdown(report))
-    _atomic_write(paths["html"], render_html(report))
-    _atomic_write(paths["json"], json.dumps(_json_safe(results(report)), indent=1, sort_keys=False))
+    write_text_atomically(paths["md"], render_markdown(report))
+    write_text_atomically(paths["html"], render_html(report))
+    write_text_atomically(paths["json"], json.dumps(_json_safe(results(report)), indent=1, sort_keys=False))
     return paths
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def results(report: Report) -> dict[str, Any]:
