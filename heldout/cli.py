@@ -712,7 +712,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None,
                    help="architect token budget per session")
     p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
-                   help="wall-time budget per session, seconds")
+                   help="wall-time budget per session, seconds (an isolated optimizer is stopped at it plus 10 s of "
+                        "grace; without it, at the default of 6 hours, recorded in the ledger)")
     p.add_argument("--optimizer", action="append", default=None,
                    help="optimizer function module:function (runs isolated in the sandbox unless "
                         "--trusted-optimizer) or a reference name (repeatable)")

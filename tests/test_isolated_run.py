@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import heldout
+from heldout.evaluators import isolated
 from heldout.evaluators.isolated import LOG_FILE, OPTIMIZER_MODULES, OptimizerLimits, run_isolated
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RunRecord
@@ -294,6 +295,25 @@ def test_optimizer_over_its_wall_time_is_killed_with_everything_it_started(world
                   if json.loads(line)["kind"] == "optimizer_exit"][0]
     assert exit_entry["killed_for"] == "wall_time" and exit_entry["final_submitted"]
     assert not [cmd for cmd in running_commands() if cmd[:2] == ["sleep", tag]]
+
+
+@needs_isolation
+def test_a_hung_optimizer_without_a_wall_budget_is_stopped_at_the_default_limit(world_readable_dir, monkeypatch):
+    # containment family 5: no --wall-seconds used to mean "forever"; the default (6 h) is the same
+    # code path, shortened here so the test ends
+    monkeypatch.setattr(isolated, "DEFAULT_WALL_SECONDS", 2.0)
+    folder = world_readable_dir / "code"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    script = write_script(folder, "opt.py", "import time\ntime.sleep(600)\n")
+    session = lockpicking_session(world_readable_dir / "run", budget=10, wall_seconds=None)
+    assert session.budget.wall_seconds is None
+    record = run_isolated(session, [sys.executable, str(script)])
+    assert record.status == "failed" and "wall-time limit" in record.error
+    entries = [json.loads(line) for line in (world_readable_dir / "run" / LEDGER_FILE).read_text().splitlines()]
+    launch = next(e["data"] for e in entries if e["kind"] == "optimizer_launch")
+    exit_entry = next(e["data"] for e in entries if e["kind"] == "optimizer_exit")
+    assert launch["wall_seconds"] == 2.0 and exit_entry["killed_for"] == "wall_time"
+    assert verify_ledger(world_readable_dir / "run").ok
 
 
 def test_unknown_command_fails_clearly(world_readable_dir):
