@@ -96,13 +96,27 @@ POLICIES = {p.name: p for p in (STANDARD_POLICY, LEAKY_VAL_POLICY)}
 
 @dataclass
 class Usage:
-    """Counts by channel: logical metric calls, endpoint calls, cache hits, tokens."""
+    """Counts by channel: logical metric calls, endpoint calls, cache hits, tokens.
 
-    metric_calls: int = 0
+    ``metric_calls`` is what the budget is enforced against, so it is read-only: it grows only
+    through :meth:`charge` (an in-process optimizer that assigns to it by accident gets an
+    ``AttributeError``, not more budget)."""
+
     endpoint_calls: dict[str, int] = field(default_factory=dict)
     cache_hits: int = 0
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
     replayed: int = 0
+    _metric_calls: int = field(default=0, repr=False)
+
+    @property
+    def metric_calls(self) -> int:
+        return self._metric_calls
+
+    def charge(self, calls: int) -> None:
+        """Count ``calls`` (>= 0) more metric calls."""
+        if calls < 0:
+            raise ValueError(f"metric calls are only ever added, got {calls}")
+        self._metric_calls += int(calls)
 
     def add_tokens(self, channel: str, prompt: int, completion: int, calls: int = 1) -> None:
         tok = self.tokens.setdefault(channel, {"prompt": 0, "completion": 0})
@@ -237,7 +251,7 @@ class EvaluationService:
         self._examples = {s: {ex.id: ex for ex in exs} for s, exs in examples.items()}
         self._scorer = scorer
         self._ledger = ledger
-        self.budget = budget
+        self.__budget = budget  # read-only (see the property): the budget is the harness's, not the view's
         self.policy = policy
         self.variant = variant or parse_verifier(CANONICAL)
         self._seed = seed
@@ -264,7 +278,7 @@ class EvaluationService:
             if entry["kind"] == "evaluation":
                 key = (data["candidate_id"], data["split"], data["example_id"])
                 self._replay.setdefault(key, []).append(data)
-                self.usage.metric_calls += int(data.get("cost", 1))
+                self.usage.charge(int(data.get("cost", 1)))
             elif entry["kind"] == "candidate":
                 self._recorded_candidates.add(data["candidate_id"])
             elif entry["kind"] == "architect_call":
@@ -273,6 +287,10 @@ class EvaluationService:
                     self._architect_replay.setdefault(data["request_key"], []).append(data)
 
     # -- the budget -----------------------------------------------------------------------------
+    @property
+    def budget(self) -> Budget:
+        return self.__budget
+
     @property
     def remaining(self) -> int:
         """What the budget leaves *now* (what enforcement uses)."""
@@ -326,7 +344,7 @@ class EvaluationService:
                 raise BudgetExceeded(
                     f"evaluating {len(fresh)} new example(s) ({cost} metric call(s)) would exceed the budget: "
                     f"{self.remaining} of {self.budget.metric_calls} metric calls left; nothing was run")
-            self.usage.metric_calls += cost
+            self.usage.charge(cost)
             results: dict[str, Verdict] = {}
             # when this request happened, in metric calls: now, or (all replayed) when it was recorded
             stamp = self.usage.metric_calls

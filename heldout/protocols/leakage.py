@@ -525,7 +525,7 @@ class _AblationScorer:
         examples = task.splits.get(pool, [])
         todo = [ex for ex in examples if (task.name, cid, ex.id) not in self.done]
         verdicts = self.scorer_for[task.name].score(candidate, todo, DEPLOYMENT, self.usage) if todo else []
-        self.usage.metric_calls += len(todo)
+        self.usage.charge(len(todo))
         for ex, verdict in zip(todo, verdicts):
             self.ledger.append("ablation_scoring", {"task": task.name, "profile": task.profile, "pool": pool,
                                                     "candidate_id": cid, "example_id": ex.id,
