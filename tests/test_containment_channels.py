@@ -11,7 +11,7 @@ import random
 import pytest
 
 from heldout.contracts import RunLimits
-from heldout.sandbox import PROGRAM_PRELOAD, root, run_function, zygote
+from heldout.sandbox import PROGRAM_PRELOAD, root, run_calls, run_function, zygote
 
 pytestmark = pytest.mark.skipif(not zygote.fork_server_enabled(),
                                 reason="the fork server needs a root harness with cgroup v1 limits")
@@ -111,3 +111,49 @@ def test_nothing_of_the_reaper_or_the_memory_holder_is_readable():
         assert r.ok and r.forked, r.error
         me, readable = r.value
         assert me == 2 and readable == [], readable
+
+
+# -- family 3: test inputs do not exist in the candidate's process before their call -------------------
+LOOK_FOR_INPUTS = '''
+import gc, sys
+
+MARK = "heldout-input-marker-"
+
+
+def visible_inputs():
+    found = set()
+    for obj in gc.get_objects():  # every container the process holds: frames' locals, the job ...
+        try:
+            if type(obj) in (list, tuple):  # exact types: a lazy tuple subclass may run code on iteration
+                found.update(x for x in obj if isinstance(x, str) and x.startswith(MARK))
+            elif type(obj) is dict:
+                found.update(x for x in obj.values() if isinstance(x, str) and x.startswith(MARK))
+        except Exception:
+            pass
+    frame = sys._getframe()
+    while frame is not None:  # and every frame up the stack, as the MBPP+ attack walked them
+        for value in frame.f_locals.values():
+            if isinstance(value, (str, bytes)) and MARK in str(value):
+                found.add(str(value))
+        frame = frame.f_back
+    return sorted(found - {MARK})  # (the probe's own constant)
+
+
+AT_IMPORT = visible_inputs()
+
+
+def f(marker):
+    return {"at_import": AT_IMPORT, "at_call": visible_inputs()}
+'''
+
+
+def test_no_test_input_is_in_the_candidates_process_before_its_call():
+    markers = [f"heldout-input-marker-{k}" for k in range(4)]
+    for fork_server in (True, False):
+        result = run_calls({"probe.py": LOOK_FOR_INPUTS}, "probe", "f", [([m], {}) for m in markers],
+                           limits=LIMITS, fork_server=fork_server)
+        assert result.ok, result.error
+        for k, value in enumerate(result.value):
+            assert value["at_import"] == []  # the import saw no input at all
+            assert markers[k] in value["at_call"]  # control: the probe finds the input it was given
+            assert not set(markers[k + 1:]) & set(value["at_call"])  # and never a later one

@@ -10,6 +10,7 @@ import hashlib
 import os
 import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -78,14 +79,23 @@ def failed(verdict, *kinds: str):
     assert "limits:" in verdict.feedback  # the limits are printed in every verdict
 
 
-def no_process_named(token: str) -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == token:
-                return False
-        except OSError:
-            continue
-    return True
+def no_process_named(token: str, settle_seconds: float = 2.0) -> bool:
+    """No live process is named ``token``. A zombie (killed, not yet reaped by its namespace's
+    init) is dead; on a loaded machine the kernel may take a moment to tear a killed tree down
+    (CI once saw the daemon's entry right after the run), so this looks again for a short while."""
+    give_up = time.monotonic() + settle_seconds
+    while True:
+        alive = False
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == token:
+                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                    alive = alive or state not in ("Z", "X")
+            except (OSError, IndexError):
+                continue
+        if not alive or time.monotonic() > give_up:
+            return not alive
+        time.sleep(0.05)
 
 
 # -- time ---------------------------------------------------------------------------------------

@@ -2,14 +2,16 @@
 inside the bubblewrap root (see :mod:`heldout.sandbox.root`); it is never imported by the child,
 so the child needs no path to heldout.
 
-It reads its job from stdin, applies rlimits, becomes a throw-away uid (when started as root)
-with no capabilities and no new privileges, says ``ready`` on the result channel, installs an
-audit hook that ends the run with a named error on a forbidden operation, imports the candidate
-module and calls the function once per call, announcing the first call's start (the parent
-times each later call from the outcome of the one before it, and enforces per-call limits from
-those clocks). Every outcome is one JSON line on the result pipe, sent as the next call starts;
+It reads its job's header (everything but the calls) from stdin, applies rlimits, becomes a
+throw-away uid (when started as root) with no capabilities and no new privileges, says ``ready``
+on the result channel, installs an audit hook that ends the run with a named error on a
+forbidden operation and imports the candidate module. Then it says ``start`` and receives the
+calls **one at a time**: the parent sends a call's input when it starts that call's clock (after
+the start line, then after each outcome), so no input exists in the process before the call
+that uses it, and work done on an input counts on that input's clock (an import that walks the
+frames for the test inputs finds none). Every outcome is one JSON line on the result pipe;
 values are converted to plain data here, so the parent never unpickles or evaluates anything the
-candidate made.
+candidate made. The parent closes the call stream when no call is left.
 
 Only the standard library is used (numpy is converted when the candidate already imported it)."""
 
@@ -370,10 +372,11 @@ def main():
     _chan = os.fdopen(fd, "wb", buffering=0)
     sys.dont_write_bytecode = True
     try:
-        job = json.loads(sys.stdin.buffer.read())
+        calls_in = os.fdopen(os.dup(0), "rb", buffering=0)  # the job's header, then its calls
+        job = json.loads(read_frame(calls_in))
         use_python_path(job["python_path"])
         null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
+        os.dup2(null, 0)  # the candidate's stdin is empty
         os.close(null)
         isolate(job)
     except Exception as exc:  # noqa: BLE001
@@ -398,25 +401,42 @@ def main():
         fatal("memory", "memory limit exceeded while importing the program")
     except BaseException as exc:  # noqa: BLE001
         fatal("crash", "importing the program failed:\n" + tail_of_traceback(exc))
-    failed_groups = set()
-    finished = b""  # the last call's outcome: it goes out as the next call starts
-    for index, call in enumerate(job["calls"]):
-        group = call.get("group")
-        if group in failed_groups:
-            continue  # stop_on_error stops only the failing call's group
-        # the parent times the first call from this start line, every later one from the outcome
-        # of the call before it
-        write(finished or encode({"start": index}))
-        ok, finished = run_call(index, fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
-        if not ok and job.get("stop_on_error"):
-            if group is None:
-                break
-            failed_groups.add(group)
+    # the parent times each call from the moment it sends it, and sends the next one only after
+    # this call's outcome: it also decides which calls run (stop_on_error, failed groups)
+    write(encode({"start": 0}))
+    while True:
+        line = read_frame(calls_in)
+        if not line:
+            break  # the parent closed the call stream: no call is left
+        call = json.loads(line)
+        ok, outcome = run_call(call["index"], fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
+        write(outcome)
     # the program's prints go into the pipe before "done": the parent stops reading at "done"
     sys.stdout.flush()
     sys.stderr.flush()
-    write(finished + encode({"done": True}))
+    write(encode({"done": True}))
     os._exit(0)
+
+
+def read_frame(stream):
+    """One frame of the job stream: a decimal length, a newline, that many bytes (read exactly,
+    so nothing beyond the frame is read ahead into this process); b"" at the stream's end."""
+    digits = bytearray()
+    while True:
+        byte = stream.read(1)
+        if not byte:
+            return b""
+        if byte == b"\n":
+            break
+        digits += byte
+    size = int(digits)
+    out = bytearray()
+    while len(out) < size:
+        chunk = stream.read(size - len(out))
+        if not chunk:
+            raise EOFError("the job stream ended inside a frame")
+        out += chunk
+    return bytes(out)
 
 
 # run as `python -s -c SOURCE RESULT_FD` inside the sandbox (with the fork server's source appended,

@@ -38,6 +38,7 @@ import importlib.util
 import json
 import marshal
 import os
+import queue
 import random
 import select
 import selectors
@@ -50,7 +51,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import RunGroup, limits_level
@@ -76,7 +77,6 @@ STDLIB_PRELOAD = ("re", "math", "cmath", "collections", "itertools", "heapq", "f
 # what program tasks' fork server imports once (one zygote serves them all): numpy and those
 # (MBPP+, plain Python, preloads STDLIB_PRELOAD alone: a smaller image that starts sooner)
 PROGRAM_PRELOAD = ("numpy", *STDLIB_PRELOAD)
-PIPE_BYTES = 16 * 4096  # Linux's default pipe capacity
 CPU_CHECK_SECONDS = 0.25  # how often the parent reads a running execution's CPU time
 UNSERVED_RETRIES = 8  # times an execution asks the fork server again when no spare took it
 
@@ -415,7 +415,8 @@ class _RunState:
     decoded as its line is parsed (see :func:`decode_typed`)."""
 
     def __init__(self, per_call: list[float | None], groups: Sequence[str | None], stop_on_error: bool,
-                 typed: bool) -> None:
+                 typed: bool, on_call: Callable[[int | None], None] = lambda index: None) -> None:
+        self.on_call = on_call  # told each call as its clock starts (None: no call is left)
         self.per_call = per_call
         self.groups = list(groups)
         self.stop_on_error = stop_on_error
@@ -466,6 +467,7 @@ class _RunState:
             if not self.started and msg["start"] == 0 and self.per_call:
                 self.started = True
                 self.current = (msg["start"], time.monotonic())
+                self.on_call(0)
         elif type(msg.get("call")) is int:
             self._outcome(msg, len(line))
 
@@ -481,6 +483,7 @@ class _RunState:
         self.calls[index] = outcome
         following = self._call_after(index, msg.get("ok") is True)
         self.current = None if following is None else (following, time.monotonic())
+        self.on_call(following)
 
     def _call_after(self, index: int, ok: bool) -> int | None:
         """The call the child runs after call ``index`` ended (``ok``), or None."""
@@ -614,15 +617,10 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
     group, level_name = started.group, started.level_name
     read_fd, stdout_fd = started.result_fd, started.stdout_fd
     stdout_cap = max(limits.max_output_bytes, 64 * 1024)
-    # the job's JSON object with its calls spliced in (run_calls encoded each one once)
-    data = (json.dumps(job)[:-1] + ', "calls": [' + ", ".join(encoded_calls) + "]}").encode()
-    # the job goes through stdin (nothing of it stays readable in the sandbox); a thread, because
-    # a large job does not fit the pipe before the child starts reading
-    if len(data) <= PIPE_BYTES:
-        _feed_job(started.job_fd, data)  # fits the empty pipe: never blocks
-    else:
-        threading.Thread(target=_feed_job, args=(started.job_fd, data), daemon=True).start()
-    state = _RunState(per_call, groups, job["stop_on_error"], typed=job["encoding"] == "typed")
+    # the job goes through stdin: its header now, each call when its clock starts (see _CallFeeder)
+    feeder = _CallFeeder(started.job_fd, json.dumps(job).encode(), encoded_calls)
+    state = _RunState(per_call, groups, job["stop_on_error"], typed=job["encoding"] == "typed",
+                      on_call=feeder.send)
     deadline = time.monotonic() + limits.wall_seconds
     stdout_tail = bytearray()
     stdout_total = result_total = 0
@@ -684,6 +682,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
             del stdout_tail[:-STDOUT_TAIL_BYTES]
         monitored = True
     finally:
+        feeder.close()
         # close our ends first: a writer blocked on a full pipe then fails instead of hanging
         sel.close()
         os.close(read_fd)
@@ -746,12 +745,44 @@ def _ready_bytes(fd: int, limit: int) -> bytes:
     return bytes(got)
 
 
-def _feed_job(fd: int, data: bytes) -> None:
-    try:
-        with open(fd, "wb", closefd=True) as pipe:
-            pipe.write(data)
-    except (OSError, ValueError):
-        pass
+class _CallFeeder:
+    """Writes one execution's job stream: the header (the job without its calls) at once, then
+    each call's input only when the parent starts that call's clock (:meth:`send`, from
+    :class:`_RunState`), so no input is in the candidate's process before its call, and work on an
+    input is timed. Frames are ``<length>\n<bytes>``; ``send(None)`` or :meth:`close` ends the
+    stream. A thread writes, so a large input never blocks the monitoring loop."""
+
+    def __init__(self, fd: int, header: bytes, encoded_calls: Sequence[str]) -> None:
+        self._calls = encoded_calls
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._queue.put(self._frame(header))
+        if not encoded_calls:
+            self._queue.put(None)
+        self._thread = threading.Thread(target=self._write, args=(fd,), daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _frame(payload: bytes) -> bytes:
+        return str(len(payload)).encode() + b"\n" + payload
+
+    def send(self, index: int | None) -> None:
+        if index is None:
+            self._queue.put(None)
+        else:
+            self._queue.put(self._frame(('{"index": ' + str(index) + ", " + self._calls[index][1:]).encode()))
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def _write(self, fd: int) -> None:
+        try:
+            with open(fd, "wb", buffering=0, closefd=True) as pipe:
+                while (frame := self._queue.get()) is not None:
+                    view = memoryview(frame)
+                    while view:
+                        view = view[pipe.write(view):]
+        except (OSError, ValueError):
+            pass  # the child is gone: nothing more to tell it
 
 
 def _kill(proc: subprocess.Popen, group: RunGroup) -> None:
