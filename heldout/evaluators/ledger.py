@@ -299,21 +299,38 @@ class Ledger:
             self._lock_file = None
 
 
-def _lock_run_dir(run_dir: Path) -> int:
-    """An exclusive lock on ``run_dir`` for this writer's lifetime (released by the kernel if the
-    process dies, so kill -9 + resume works). A second writer gets a clear error, not a corrupt
-    ledger (e.g. the same seed twice in one study, or two studies on one run dir)."""
-    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+class LockHeld(Exception):
+    """Another process holds the lock; ``holder`` is what it wrote into the lock file."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+def hold_lock(path: Path) -> int:
+    """An exclusive lock on the file ``path`` for this process's lifetime (the kernel releases it
+    when the process dies, so kill -9 + resume works); returns its fd, which holds the lock. Raises
+    :class:`LockHeld` naming the holder (the pid it wrote) when another process has it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
         os.close(fd)
-        raise LedgerError(f"{run_dir} is in use by another session ({holder}); one writer per run dir: "
-                          "wait for it, or use another --run-dir / seed") from None
+        raise LockHeld(holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
     return fd
+
+
+def _lock_run_dir(run_dir: Path) -> int:
+    """An exclusive lock on ``run_dir`` for this writer's lifetime. A second writer gets a clear
+    error, not a corrupt ledger (e.g. the same seed twice in one study, or two studies on one run dir)."""
+    try:
+        return hold_lock(run_dir / LOCK_FILE)
+    except LockHeld as held:
+        raise LedgerError(f"{run_dir} is in use by another session ({held.holder}); one writer per run dir: "
+                          "wait for it, or use another --run-dir / seed") from None
 
 
 def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:

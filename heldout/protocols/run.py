@@ -23,7 +23,6 @@ A distributed engine plugs in by implementing the same interface."""
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import json
@@ -44,6 +43,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError, canonical_json, write_text_atomically
 from heldout.evaluators.isolated import is_function_spec, run_isolated, run_isolated_function
+from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.session import POLICIES, Budget, Session
 from heldout.models import ModelClient, ResponseCache
@@ -357,17 +357,11 @@ def claim_study_dir(root: Path) -> None:
     key = str(root.resolve())
     if key in _CLAIMED:
         return
-    fd = os.open(root / STUDY_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise StudyInUse(f"{root} is in use by another study process ({holder}): one study process per run "
-                         "dir; wait for it to finish, then --resume") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
-    _CLAIMED[key] = fd
+        _CLAIMED[key] = hold_lock(root / STUDY_LOCK)
+    except LockHeld as held:
+        raise StudyInUse(f"{root} is in use by another study process ({held.holder}): one study process per "
+                         "run dir; wait for it to finish, then --resume") from None
 
 
 def open_study(cells: list[Cell], config: StudyConfig, *, resume: bool | None = False) -> Path:
