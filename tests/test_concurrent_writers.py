@@ -84,7 +84,9 @@ def test_a_second_runner_of_a_running_study_is_refused_in_one_line_and_writes_no
     holder = start(tmp_path, run_dir, "--resume", pace=0.5)  # slow: still running when the second comes
     try:
         give_up = time.monotonic() + 120
-        while not (run_dir / "study.lock").exists() or b"pid" not in (run_dir / "study.lock").read_bytes():
+        # the killed study left its own pid in study.lock; wait for the holder's, or the second
+        # runner may take the free lock first and the holder be the one refused
+        while (run_dir / "study.lock").read_bytes() != f"pid {holder.pid}".encode():
             assert holder.poll() is None and time.monotonic() < give_up, holder.communicate()
             time.sleep(0.01)
         before = snapshot(run_dir)
