@@ -22,55 +22,19 @@ from pathlib import Path
 from heldout.contracts import write_text_atomically
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RECORD_FILE
+from paced_studies import PACED_SEARCH, env, kill_after, start_cli
 
-REPO = Path(__file__).resolve().parents[1]
-
-PACED_SEARCH = """
-import os, time
-from heldout.optimizers.geometry_search import optimize as search
-
-class Paced:
-    def __init__(self, view):
-        self._view = view
-    def __getattr__(self, name):
-        return getattr(self._view, name)
-    def evaluate(self, *args, **kw):
-        out = self._view.evaluate(*args, **kw)
-        time.sleep(float(os.environ.get("PACE", "0")))
-        return out
-
-def optimize(view, seed):
-    return search(Paced(view), seed)
-"""
 ARGS = ["run", "--task", "circle_packing/square26", "--optimizer", "search=paced:optimize", "--seeds", "0,1",
         "--budget", "12"]
 
 
-def env(pace: float) -> dict[str, str]:
-    return {**os.environ, "PACE": str(pace),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-
-
 def start(cwd: Path, run_dir: Path, *extra: str, pace: float = 0.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "heldout.cli", *ARGS, "--run-dir", str(run_dir), *extra],
-                            cwd=cwd, env=env(pace), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-
-
-def evaluations(run_dir: Path) -> int:
-    return sum(p.read_text().count('"kind": "evaluation"') for p in run_dir.rglob(LEDGER_FILE))
+    return start_cli([*ARGS, "--run-dir", str(run_dir), *extra], cwd, pace)
 
 
 def killed_study(tmp_path: Path, name: str) -> Path:
     run_dir = tmp_path / name
-    proc = start(tmp_path, run_dir, pace=0.3)
-    give_up = time.monotonic() + 300
-    while evaluations(run_dir) < 3:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < give_up, "the study made no progress"
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after(start(tmp_path, run_dir, pace=0.3), run_dir, 3)
     return run_dir
 
 

@@ -10,12 +10,9 @@ would search differently (the issue saw 0.0047557 after resume vs 0.0048038 unin
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -23,28 +20,7 @@ import pytest
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.models.testserver import TestServer
-
-REPO = Path(__file__).resolve().parents[1]
-
-# The pause (PACE seconds after each evaluation) only gives the test time to kill the run; it
-# changes nothing the optimizer decides.
-PACED_SEARCH = """
-import os, time
-from heldout.optimizers.geometry_search import optimize as search  # what local-search runs here
-
-class Paced:
-    def __init__(self, view):
-        self._view = view
-    def __getattr__(self, name):
-        return getattr(self._view, name)
-    def evaluate(self, *args, **kw):
-        out = self._view.evaluate(*args, **kw)
-        time.sleep(float(os.environ.get("PACE", "0")))
-        return out
-
-def optimize(view, seed):
-    return search(Paced(view), seed)
-"""
+from paced_studies import PACED_SEARCH, env, kill_after, start_cli
 
 PROMPT_PLANNER = """
 import os, random, time
@@ -69,26 +45,8 @@ def optimize(view, seed):
 """
 
 
-def env(pace: float) -> dict[str, str]:
-    return {**os.environ, "PACE": str(pace),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-
-
-def evaluations(run_dir: Path) -> int:
-    return sum(p.read_text().count('"kind": "evaluation"') for p in run_dir.rglob(LEDGER_FILE))
-
-
 def kill_study_midway(args: list[str], cwd: Path, run_dir: Path, after: int) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "heldout.cli", *args, "--run-dir", str(run_dir)], cwd=cwd,
-                            env=env(0.3), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    give_up = time.monotonic() + 300
-    while evaluations(run_dir) < after:
-        assert proc.poll() is None, f"the study ended before it could be killed: {proc.communicate()}"
-        assert time.monotonic() < give_up, "the study made no progress"
-        time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after(start_cli([*args, "--run-dir", str(run_dir)], cwd, pace=0.3), run_dir, after)
     assert not list(run_dir.rglob(RECORD_FILE))
 
 
