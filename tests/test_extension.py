@@ -138,3 +138,56 @@ def test_a_program_task_that_forgets_its_kind_is_refused_at_register_naming_the_
     out = subprocess.run([sys.executable, "-c", PROGRAM_TASK.format(kind='kind = "program"')],
                          capture_output=True, text=True)
     assert out.stdout.strip() == "registered program", out.stdout + out.stderr
+
+
+def _install_optimizer_plugin(site, entries: str, name="myopts"):
+    """A real installed distribution whose ``heldout.optimizers`` entry points are ``entries``."""
+    (site / f"{name}_search.py").write_text(
+        "from heldout.optimizers.geometry_search import optimize as search\n\n"
+        "def optimize(view, seed):\n    return search(view, seed)\n")
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[heldout.optimizers]\n{entries}\n")
+
+
+def _run_record(run_dir):
+    import json
+    [path] = run_dir.rglob("run_record.json")
+    return json.loads(path.read_text())
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
+def test_an_installed_optimizer_plugin_runs_by_its_name_and_isolated_like_any_user_code(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    _install_optimizer_plugin(site, "my-search = myopts_search:optimize")
+    run_dir = tmp_path / "study"
+    result = _heldout(site, "run", "--task", "circle_packing/square26", "--optimizer", "my-search", "--seeds", "0",
+                      "--budget", "6", "--run-dir", str(run_dir))
+    assert result.returncode == 0, result.stderr[-2000:]
+    record = _run_record(run_dir)
+    assert record["status"] == "ok", record.get("error")
+    assert record["isolation"].startswith("isolated (bwrap") and record["experiment"]["isolation"] == "isolated"
+    assert record["experiment"]["optimizer"]["target"] == "myopts_search:optimize"
+
+
+def test_a_plugin_may_not_take_a_reference_name_and_one_with_a_bad_target_is_left_out_with_a_warning(tmp_path):
+    import os
+    _install_optimizer_plugin(tmp_path, "seed = myopts_search:optimize\nodd = not a target\nok-name = myopts_search:optimize")
+    code = ("import warnings\nwarnings.simplefilter('always')\n"
+            "from heldout.optimizers import optimizer_target, plugin_optimizers\n"
+            "print(optimizer_target('seed'))\nprint(sorted(plugin_optimizers()))\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["heldout.optimizers.seed:optimize", "['ok-name']"]
+    assert "skipped optimizer plugin 'seed': the name is heldout's own" in out.stderr
+    assert "skipped optimizer plugin 'odd'" in out.stderr and "is not module:function" in out.stderr
+
+
+def test_only_heldouts_reference_optimizers_run_in_process_without_trust():
+    from heldout.optimizers import is_reference_optimizer
+    assert is_reference_optimizer("seed") and is_reference_optimizer("geometry-search?width=2")
+    assert not is_reference_optimizer("mine:optimize") and not is_reference_optimizer("mine:optimize?width=2")
+    assert not is_reference_optimizer("some-plugin")

@@ -8,6 +8,12 @@ Each is a callable ``optimize(view, seed) -> Candidate`` that touches the task o
 rule-table hill climbing); ``geometry-search`` and ``lockpicking-search`` are documented aliases
 of it (:data:`ALIASES`): a run made under an alias is recorded, and shown, as ``local-search``.
 
+An installed package adds optimizers through the entry-point group ``heldout.optimizers``
+(``my-method = my_package.search:optimize``): the name then works wherever a reference name does.
+A plugin is user code, so it runs isolated like any ``module:function`` (see
+:func:`is_reference_optimizer`), and it may not take a reference name or an alias: a name in a run
+record always means one piece of code.
+
 An optimizer spec may carry options after ``?``: ``lockpicking-search?width=4&stream=1``. Only
 the options in :data:`OPTIMIZER_OPTIONS` are accepted (each a non-negative int), and only by an
 optimizer whose function takes them as keyword arguments."""
@@ -19,7 +25,10 @@ import hashlib
 import importlib
 import inspect
 import os
+import re
 import sys
+import warnings
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qsl
@@ -43,6 +52,44 @@ OPTIMIZER_OPTIONS = {"width": 1, "stream": 0}
 """Option -> its smallest value: ``width`` = workers proposing from one parent per round, merged
 (:mod:`heldout.optimizers.merge`); ``stream`` = which independent random stream a run draws from
 (the fork arm's runs differ only in it)."""
+
+
+ENTRY_POINT_GROUP = "heldout.optimizers"
+_TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class PluginSkipped(UserWarning):
+    """An optimizer plugin was left out (its name or its target is not acceptable); the warning says why."""
+
+
+@functools.lru_cache(maxsize=1)
+def plugin_optimizers() -> dict[str, str]:
+    """Name -> ``module:function`` of every installed ``heldout.optimizers`` entry point. Never
+    imports a plugin (a broken one fails when it is used, naming itself). Left out, with a
+    :class:`PluginSkipped` warning: a name a reference optimizer or an alias holds, a target that
+    is not ``module:function``, and a second plugin of one name (neither is taken)."""
+    found: dict[str, list[str]] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, []).append(ep.value.strip())
+    plugins = {}
+    for name, targets in sorted(found.items()):
+        if name in REFERENCE_OPTIMIZERS or name in ALIASES:
+            warnings.warn(f"skipped optimizer plugin {name!r}: the name is heldout's own", PluginSkipped, stacklevel=2)
+        elif len(set(targets)) > 1:
+            warnings.warn(f"skipped optimizer plugin {name!r}: installed twice ({', '.join(targets)})",
+                          PluginSkipped, stacklevel=2)
+        elif not _TARGET.match(targets[0]) or not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
+            warnings.warn(f"skipped optimizer plugin {name!r}: {targets[0]!r} is not module:function",
+                          PluginSkipped, stacklevel=2)
+        else:
+            plugins[name] = targets[0]
+    return plugins
+
+
+def is_reference_optimizer(name: str) -> bool:
+    """True for heldout's own optimizers (reference names and aliases, options allowed), the only
+    ones that run in-process without ``--trusted-optimizer``."""
+    return canonical_name(name).partition("?")[0] in REFERENCE_OPTIMIZERS
 
 
 def canonical_name(name: str) -> str:
@@ -78,12 +125,15 @@ def split_spec(spec: str) -> tuple[str, dict[str, int]]:
 
 
 def optimizer_target(name: str) -> str:
-    """``module:function`` for a reference name, an alias or a ``module:function`` (options dropped)."""
+    """``module:function`` for a reference name, an alias, a plugin's name or a ``module:function``
+(options dropped)."""
     base = name.partition("?")[0]
-    target = REFERENCE_OPTIMIZERS.get(canonical_name(base), base)
+    target = REFERENCE_OPTIMIZERS.get(canonical_name(base)) or plugin_optimizers().get(base, base)
     if ":" not in target:
+        plugins = f"; installed plugins: {', '.join(plugin_optimizers())}" if plugin_optimizers() else ""
         raise HeldoutError(f"unknown optimizer {base!r}: use one of {', '.join(REFERENCE_OPTIMIZERS)} "
-                           f"(aliases: {', '.join(f'{a} = {c}' for a, c in ALIASES.items())}) or module:function")
+                           f"(aliases: {', '.join(f'{a} = {c}' for a, c in ALIASES.items())}){plugins} "
+                           "or module:function")
     return target
 
 

@@ -42,13 +42,13 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError, canonical_json, write_text_atomically
-from heldout.evaluators.isolated import is_function_spec, run_isolated, run_isolated_function
+from heldout.evaluators.isolated import run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.session import POLICIES, Budget, Session
 from heldout.models import ModelClient, ResponseCache
-from heldout.optimizers import (ALIASES, REFERENCE_OPTIMIZERS, canonical_name, optimizer_code_sha256,
-                                optimizer_target, resolve_optimizer)
+from heldout.optimizers import (ALIASES, REFERENCE_OPTIMIZERS, canonical_name, is_reference_optimizer,
+                                optimizer_code_sha256, optimizer_target, resolve_optimizer)
 
 STUDY_FILE = "study.json"
 STUDY_FORMAT = 2
@@ -447,9 +447,10 @@ def cell_session(cell: Cell, config: StudyConfig) -> Session:
 
 
 def cell_is_isolated(cell: Cell, config: StudyConfig) -> bool:
-    """Commands and user ``module:function`` code run isolated unless the study trusts them."""
+    """Commands and user code (``module:function``, an optimizer plugin's name) run isolated
+    unless the study trusts them; only heldout's reference optimizers run in-process by default."""
     target = cell.method.target or cell.method.name
-    return bool(cell.method.command) or (is_function_spec(target) and not config.trusted_optimizer)
+    return bool(cell.method.command) or (not is_reference_optimizer(target) and not config.trusted_optimizer)
 
 
 def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None
@@ -484,7 +485,7 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
             record = run_isolated(session, cell.method.command)
         elif _ISOLATED_CELL:
             # user code: isolated by default (the trust model); heldout's reference names run in-process
-            record = run_isolated_function(session, target)
+            record = run_isolated_function(session, optimizer_target(target))
         else:
             session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
                                                              "isolation": "trusted, not isolated"})

@@ -56,7 +56,7 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.session import POLICIES
-from heldout.evaluators.isolated import is_function_spec
+from heldout.optimizers import is_reference_optimizer
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_budgets
 
@@ -231,9 +231,9 @@ def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
         raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
     trusted = data.get("trusted_optimizer", False)
     for k, m in enumerate(methods):
-        if m.options and is_function_spec(m.target or "") and not trusted:
-            raise StudyError(f"{origin}: methods[{k}].options reach in-process optimizers only: a module:function "
-                             "runs isolated unless trusted_optimizer = true")
+        if m.options and not is_reference_optimizer(m.target or m.name) and not trusted:
+            raise StudyError(f"{origin}: methods[{k}].options reach in-process optimizers only: user code "
+                             "(module:function, a plugin) runs isolated unless trusted_optimizer = true")
     _check_against_tasks(tasks, profiles, verifiers, options, origin)
     config = StudyConfig(run_root=run_dir, data_dir=data.get("data_dir"), allow_drift=data.get("allow_drift", False),
                          policy=policy, architect_tokens=limits.get("architect_tokens"),
