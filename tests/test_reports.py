@@ -28,6 +28,8 @@ from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.reports import build_report, check_runs, collect_runs
 from heldout.reports.check import GateInputError
+from heldout.reports.tables import budget_table
+from synthetic_study import write_run
 
 TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
 CHAMPION = (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()
@@ -516,3 +518,20 @@ def test_figures_zoom_to_the_data_and_mark_the_baseline(study):
     fig = score_bars(runs, "seed")
     assert "dashed line marks seed's mean" in fig.caption and "does not start at 0" in fig.caption
     assert mpimg.imread(io.BytesIO(fig.png)).shape[2] in (3, 4)
+
+
+def test_each_task_is_read_at_checkpoints_of_its_own_budget_not_the_largest_one(tmp_path):
+    for seed in (0, 1):
+        write_run(tmp_path, "synthetic/small", "m", seed, budget=20)
+        write_run(tmp_path, "synthetic/large", "m", seed, budget=2000)
+    table = budget_table(collect_runs([tmp_path]))
+    points = {row["task"]: list(row["checkpoints"]) for row in table.data}
+    assert points == {"synthetic/large": ["500", "1000", "1500", "2000"], "synthetic/small": ["5", "10", "15", "20"]}
+    assert table.columns[2:] == ["checkpoint 1", "checkpoint 2", "checkpoint 3", "checkpoint 4"]
+    assert any("its own checkpoints" in note for note in table.notes)
+
+
+def test_tasks_of_one_budget_keep_call_count_columns(tmp_path):
+    for task in ("synthetic/a", "synthetic/b"):
+        write_run(tmp_path, task, "m", 0, budget=40)
+    assert budget_table(collect_runs([tmp_path])).columns[2:] == ["@10 calls", "@20 calls", "@30 calls", "@40 calls"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -387,11 +387,22 @@ def cost_table(runs: RunSet, baseline: str | None = None) -> Table:
 
 
 # -- budget-matched best-so-far ------------------------------------------------------------------------
-def default_checkpoints(runs: RunSet) -> list[int]:
-    budget = max((int(r.record.budget.get("metric_calls") or 0) for r in runs.runs), default=0)
+def default_checkpoints(runs: Iterable[Run]) -> list[int]:
+    """SEPO's call counts when the largest budget reaches them, else a quarter, half, three
+    quarters and all of it."""
+    budget = max((int(r.record.budget.get("metric_calls") or 0) for r in runs), default=0)
     if budget >= SEPO_CHECKPOINTS[-1]:
         return list(SEPO_CHECKPOINTS)
     return sorted({max(1, round(budget * q)) for q in (0.25, 0.5, 0.75, 1.0)}) if budget else []
+
+
+def task_checkpoints(runs: RunSet) -> dict[str, list[int]]:
+    """Task label -> its checkpoints, from that task's own budgets (a 20-call task is read at
+    5/10/15/20 calls even beside a 2,000-call one)."""
+    by_task: dict[str, list[Run]] = {}
+    for run in runs.runs:
+        by_task.setdefault(run.label, []).append(run)
+    return {task: default_checkpoints(task_runs) for task, task_runs in sorted(by_task.items())}
 
 
 def best_so_far(run: Run, checkpoint: int) -> float | None:
@@ -405,12 +416,19 @@ def best_so_far(run: Run, checkpoint: int) -> float | None:
 
 
 def budget_table(runs: RunSet, checkpoints: Sequence[int] | None = None) -> Table:
-    points = list(checkpoints) if checkpoints else default_checkpoints(runs)
-    columns = ["task", "method"] + [f"@{c} calls" for c in points]
+    """Best-so-far at metric-call checkpoints: the ``checkpoints`` given, for every task; by
+    default each task's own (:func:`task_checkpoints`). When the tasks' own lists differ, the
+    columns are the k-th checkpoint and each cell names its call count."""
+    per_task = {task: list(checkpoints) for task in task_checkpoints(runs)} if checkpoints else task_checkpoints(runs)
+    shared = len({tuple(points) for points in per_task.values()}) <= 1
+    width = max((len(points) for points in per_task.values()), default=0)
+    columns = ["task", "method"] + ([f"@{c} calls" for c in next(iter(per_task.values()), [])] if shared
+                                    else [f"checkpoint {k + 1}" for k in range(width)])
     rows, data = [], []
     for (task, method), cell in runs.cells().items():
         row = [Cell(task), Cell(method)]
         entry: dict[str, Any] = {"task": task, "method": method, "checkpoints": {}}
+        points = per_task.get(task, [])
         for c in points:
             values = [v for v in (best_so_far(r, c) for r in cell.values()) if v is not None]
             over = [r for r in cell.values() if int(r.record.budget.get("metric_calls") or 0) < c]
@@ -422,8 +440,9 @@ def budget_table(runs: RunSet, checkpoints: Sequence[int] | None = None) -> Tabl
             text = summary.format(decimals([summary.mean]))
             if summary.k < len(cell):
                 text += f" (n={summary.k}/{len(cell)})"
-            row.append(Cell(text + (" ‡" if over else "")))
+            row.append(Cell(text + ("" if shared else f" @{c}") + (" ‡" if over else "")))
             entry["checkpoints"][str(c)] = {**summary.as_dict(), "beyond_budget_seeds": len(over)}
+        row += [Cell("")] * (len(columns) - len(row))
         rows.append(row)
         data.append(entry)
     notes = [settings_note(runs),
@@ -431,6 +450,9 @@ def budget_table(runs: RunSet, checkpoints: Sequence[int] | None = None) -> Tabl
              "train), from the run's ledger-derived trajectory; it is not the held-out score. Mean ± std over seeds; "
              "n < seeds when some seeds had no scored candidate yet. ‡ checkpoint beyond some runs' budget "
              "(their final value is carried forward)."]
+    if not shared:
+        notes.append("Each task is read at its own checkpoints (a quarter, half, three quarters and all of its "
+                     "budget, or SEPO's 500/1000/1500/2000 calls); each cell names its call count.")
     return Table("budget", "Budget-matched best-so-far by metric calls", columns, rows, notes, data)
 
 
@@ -485,4 +507,4 @@ def answer_key_table(runs: RunSet, rows: Sequence[dict[str, Any]]) -> Table:
 __all__ = ["Cell", "Table", "results_table", "heldout_table", "cost_table", "budget_table", "runs_table",
            "answer_key_table",
            "settings_note", "example_means", "seed_scores", "tokens", "candidate_length", "best_so_far",
-           "default_checkpoints"]
+           "default_checkpoints", "task_checkpoints"]
