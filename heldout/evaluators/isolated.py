@@ -295,12 +295,7 @@ def _execute(session: Session, allow: AllowList, job: dict[str, Any], group: Run
             killed_for = "wall_time"
     finally:
         # the harness may be interrupted too: never leave the child behind
-        group.kill_all()
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        group.kill_run(proc.pid)
         proc.wait()
     with os.fdopen(status_r, "rb") as fh:
         status_text = fh.read(4096).decode(errors="replace")

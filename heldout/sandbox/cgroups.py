@@ -254,6 +254,18 @@ class RunGroup:
             return _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
         return None
 
+    def kill_run(self, pid: int) -> None:
+        """Kill everything a run started: the group (every process, wherever it went), then the
+        run's own process ``pid`` (bwrap: its PID namespace dies with it) and its process group.
+        The one kill sequence of the sandbox and the isolated optimizer. Leaves ``pid`` unreaped:
+        os.kill, not Popen.kill(), whose poll could reap it before the caller's wait4."""
+        self.kill_all()
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def kill_all(self, wait: bool = True) -> None:
         """SIGKILL every process still in the group, until it is empty (bounded); with
         ``wait=False`` once (the processes then die on their own time)."""

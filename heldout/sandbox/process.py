@@ -561,7 +561,7 @@ def _launch_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits
     os.close(write_fd)
 
     def kill() -> None:
-        _kill(proc, group)
+        group.kill_run(proc.pid)
 
     def reap(need_code: bool) -> tuple[int, float]:
         cpu = _reap(proc)
@@ -783,18 +783,6 @@ class _CallFeeder:
                         view = view[pipe.write(view):]
         except (OSError, ValueError):
             pass  # the child is gone: nothing more to tell it
-
-
-def _kill(proc: subprocess.Popen, group: RunGroup) -> None:
-    """Kill everything the run started: the cgroup (every process, wherever it went), bwrap (its
-    PID namespace dies with it) and the process group."""
-    group.kill_all()
-    # os.kill, not proc.kill(): Popen.send_signal polls and would reap the child before wait4
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def _reap(proc: subprocess.Popen) -> float:
