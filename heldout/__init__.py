@@ -1,19 +1,38 @@
-"""heldout: benchmarks and evaluation protocols for optimizers of prompts and programs."""
+"""heldout: benchmarks and evaluation protocols for optimizers of prompts and programs.
 
-from heldout.contracts import Candidate, DataError, Example, HeldoutError, MalformedCandidate, RunLimits, Verdict, candidate_id
-from heldout.benchmarks.base import Benchmark
-from heldout.benchmarks.loading import Task, load_task
-from heldout.benchmarks.registry import all_tasks, get_benchmark
-from heldout.data_manifests import DriftError
-from heldout.evaluators.records import RunRecord
-from heldout.contracts import BudgetExceeded, VisibilityError
-from heldout.evaluators.session import Budget, Session, TaskView, VisibilityPolicy
+The names below are loaded when first used (PEP 562), so ``import heldout.cli`` or
+``heldout.contracts`` does not pay for the HTTP client, the sessions and the task registry."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Benchmark", "Budget", "BudgetExceeded", "Candidate", "DataError", "DriftError", "Example",
-    "HeldoutError", "MalformedCandidate", "RunLimits", "RunRecord", "Session", "Task", "TaskView",
-    "Verdict", "VisibilityError", "VisibilityPolicy", "all_tasks", "candidate_id", "get_benchmark",
-    "load_task",
-]
+_HOME = {
+    "heldout.contracts": ("BudgetExceeded", "Candidate", "DataError", "Example", "HeldoutError", "MalformedCandidate",
+                          "RunLimits", "Verdict", "VisibilityError", "candidate_id"),
+    "heldout.benchmarks.base": ("Benchmark",),
+    "heldout.benchmarks.loading": ("Task", "load_task"),
+    "heldout.benchmarks.registry": ("all_tasks", "get_benchmark"),
+    "heldout.data_manifests": ("DriftError",),
+    "heldout.evaluators.records": ("RunRecord",),
+    "heldout.evaluators.session": ("Budget", "Session", "TaskView", "VisibilityPolicy"),
+}
+_MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'heldout' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULE_OF])
