@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -66,18 +67,47 @@ def measure(n: int) -> dict[str, float]:
     return {name: t / rounds for name, t in totals.items()}
 
 
-def figures(n: int = 40) -> list[dict]:
-    """Rows for perf/run_all.py: seconds per forked execution of a trivial program against the
-    10 ms target, with the fresh sandbox and bare ``python -c pass`` of the same run."""
+TARGET_RATIO = 0.25  # issue 38: a forked execution <= a quarter of a bare interpreter start, same run
+
+
+def samples(forked: int = 200, bare_each: int = 5) -> dict[str, list[float]]:
+    """Seconds of each single execution: ``forked`` trivial forked executions and one bare
+    ``python -c pass`` per ``bare_each`` of them, interleaved (a change of load hits both alike)."""
+    run_forked = trivial(True)
+    run_forked()
+    bare()
+    out: dict[str, list[float]] = {"forked": [], "bare": []}
+    for k in range(forked):
+        for name, fn in (("forked", run_forked),) + ((("bare", bare),) if k % bare_each == 0 else ()):
+            start = time.perf_counter()
+            fn()
+            out[name].append(time.perf_counter() - start)
+    return out
+
+
+def quantile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def figures(n: int = 200) -> list[dict]:
+    """Rows for perf/run_all.py: a forked execution of a trivial program at p50 and p95 over
+    ``n`` executions, each as a ratio to bare ``python -c pass`` at the same quantile in the
+    same run (target <= 0.25x); the absolute 10 ms of issue 19 is in the note."""
     if not zygote.fork_server_enabled():
         return [{"name": "sandbox start: forked execution", "value": float("nan"), "unit": "s", "ratio": float("nan"),
-                 "target": "<= 10 ms", "passed": False, "note": "the fork server is not available here"}]
-    t = measure(n)
+                 "target": f"<= {TARGET_RATIO}x bare", "passed": False, "note": "the fork server is not available here"}]
+    got = samples(n)
     load = os.getloadavg()[0]
-    return [{"name": f"sandbox start: one forked execution ({isolation_level()})", "value": t["forked"], "unit": "s",
-             "ratio": t["forked"] / TARGET_SECONDS, "target": "<= 10 ms", "passed": t["forked"] <= TARGET_SECONDS,
-             "note": f"fresh sandbox {t['fresh']:.3f} s ({t['fresh'] / t['forked']:.1f}x slower); bare python -c pass "
-                     f"{t['bare']:.3f} s (forked = {t['forked'] / t['bare']:.2f}x of it); load {load:.1f}"}]
+    rows = []
+    for q in (0.5, 0.95):
+        forked, base = quantile(got["forked"], q), quantile(got["bare"], q)
+        rows.append({"name": f"sandbox start: forked execution p{round(q * 100)} ({isolation_level()})",
+                     "value": forked, "unit": "s", "ratio": forked / base, "target": f"<= {TARGET_RATIO}x bare python",
+                     "passed": forked / base <= TARGET_RATIO,
+                     "note": f"bare python -c pass p{round(q * 100)} {base * 1000:.1f} ms over {len(got['bare'])}; "
+                             f"forked {forked * 1000:.1f} ms over {len(got['forked'])} (issue 19's fixed 10 ms: "
+                             f"{'met' if forked <= TARGET_SECONDS else 'missed'}); load {load:.1f}"})
+    return rows
 
 
 def main() -> None:
