@@ -7,7 +7,6 @@ Asserted on the server side: a real HTTP server on loopback records what it was 
 from __future__ import annotations
 
 import importlib.util
-import threading
 
 import httpx
 import pytest
@@ -20,25 +19,13 @@ from heldout.evaluators.session import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient
 from heldout.models.backends.deterministic import DeterministicBackend
 from heldout.models.server import ChatServer, StopScanner, apply_stop
+from heldout.models.testserver import RecordingBackend
 
 PUBLISHED = {"instruction": ""}  # no instruction: the reference sends no system message
 
 
 def fmt(name: str) -> RunContext:
     return RunContext(options={"prompt_format": name})
-
-
-class RecordingBackend(DeterministicBackend):
-    """The test double's model, keeping every call the server handed it."""
-
-    def __init__(self) -> None:
-        self.calls = []
-        self._lock = threading.Lock()
-
-    def complete(self, call, on_text=None):
-        with self._lock:
-            self.calls.append(call)
-        return super().complete(call, on_text)
 
 
 def sent(task: str, prompt_format: str, data_dir, n: int = 2):

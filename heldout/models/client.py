@@ -1,9 +1,12 @@
-"""OpenAI-compatible chat-completions client: bounded concurrency, retries, usage per channel.
+"""OpenAI-compatible chat-completions and completions client: bounded concurrency, retries,
+usage per channel.
 
 One :class:`ModelClient` serves workers and architects alike; what a request is *for* travels in
 :attr:`ChatRequest.channel`, so tokens are metered on the same scale for every optimizer. A
 request is answered, in this order, from a :class:`~heldout.models.recording.Replay` (never the
-endpoint), the :class:`~heldout.models.cache.ResponseCache`, or the endpoint itself.
+endpoint), the :class:`~heldout.models.cache.ResponseCache`, or the endpoint itself. A request is
+a chat (``messages``, to ``/chat/completions``) or a completion (a ``prompt`` string, to
+``/completions``): both take the same path through replay, cache, retries and usage.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ model judge's calls in the same two phases."""
 ROLES = ("system", "user", "assistant")
 
 # Request fields a caller may not smuggle in through ``extra`` (they are part of the key already).
-_RESERVED_PARAMS = {"model", "messages", "temperature", "max_tokens", "stream", "n"}
+_RESERVED_PARAMS = {"model", "messages", "prompt", "temperature", "max_tokens", "stream", "n"}
 
 
 class ModelError(HeldoutError):
@@ -110,21 +113,32 @@ def _normalise_extra(extra: Any) -> tuple[tuple[str, Any], ...]:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """One chat-completions request. Rule: two requests share a cache entry exactly when model,
-    decoding parameters, messages and replicate index agree; ``channel`` only says where the
-    tokens are booked, so it is not part of the key. Messages are copied on construction."""
+    """One model request: a chat (``messages``, sent to ``/chat/completions``) or a completion
+    (``prompt``, the exact text to continue, sent to ``/completions``); exactly one of the two.
+    Rule: two requests share a cache entry exactly when model, decoding parameters, messages or
+    prompt, and replicate index agree; ``channel`` only says where the tokens are booked, so it
+    is not part of the key. A chat's key is what it was before completions existed, so caches
+    and recordings stay valid. Messages are copied on construction."""
 
-    messages: tuple[dict, ...]  # [{"role": "system"|"user"|"assistant", "content": str}]
-    model: str
+    messages: tuple[dict, ...] = ()  # [{"role": "system"|"user"|"assistant", "content": str}]
+    model: str = ""
     temperature: float = 0.0
     max_tokens: int | None = None
     replicate: int = 0  # distinct samples of the same request stay distinct in the cache
     channel: str = "worker-optimisation"
     extra: tuple = ()  # other decoding params, sorted (name, value) pairs
+    prompt: str | None = None  # a completion's text; None for a chat
 
     def __post_init__(self) -> None:
         # Frozen: normalise once, here, so equal requests are equal field by field.
-        object.__setattr__(self, "messages", _normalise_messages(self.messages))
+        if self.prompt is None:
+            object.__setattr__(self, "messages", _normalise_messages(self.messages))
+        elif not isinstance(self.prompt, str):
+            raise ValueError(f"ChatRequest.prompt must be a str, got {type(self.prompt).__name__}")
+        elif self.messages:
+            raise ValueError("a ChatRequest has messages (a chat) or a prompt (a completion), not both")
+        else:
+            object.__setattr__(self, "messages", ())
         object.__setattr__(self, "extra", _normalise_extra(self.extra))
         if not isinstance(self.model, str) or not self.model:
             raise ValueError("ChatRequest.model must be a non-empty model name")
@@ -142,18 +156,33 @@ class ChatRequest:
     def __hash__(self) -> int:  # messages are dicts, so the generated hash would fail
         return hash((self.cache_key(), self.channel))
 
+    @property
+    def is_completion(self) -> bool:
+        return self.prompt is not None
+
+    @property
+    def endpoint(self) -> str:
+        """The path under the base URL this request is sent to."""
+        return "completions" if self.is_completion else "chat/completions"
+
+    @property
+    def last_text(self) -> str:
+        """The prompt, or the last message's content (what error messages quote)."""
+        return self.prompt if self.prompt is not None else self.messages[-1]["content"]
+
+    def _sent(self) -> dict[str, Any]:
+        return {"prompt": self.prompt} if self.is_completion else {"messages": list(self.messages)}
+
     def cache_key(self) -> str:
-        """sha256 over model, decoding parameters, messages and replicate index."""
+        """sha256 over model, decoding parameters, messages or prompt, and replicate index."""
         return sha256_text(canonical_json({
             "model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens,
-            "extra": [list(p) for p in self.extra], "messages": list(self.messages),
-            "replicate": self.replicate,
+            "extra": [list(p) for p in self.extra], **self._sent(), "replicate": self.replicate,
         }))
 
     def payload(self) -> dict[str, Any]:
-        """The JSON body sent to ``/chat/completions`` (the replicate index stays local)."""
-        body: dict[str, Any] = {"model": self.model, "messages": list(self.messages),
-                                "temperature": self.temperature}
+        """The JSON body sent to :attr:`endpoint` (the replicate index stays local)."""
+        body: dict[str, Any] = {"model": self.model, **self._sent(), "temperature": self.temperature}
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         body.update(dict(self.extra))
@@ -385,18 +414,25 @@ class _Connections:
     so the proxied path (an ``httpx.AsyncClient``) and this one fail alike."""
 
     def __init__(self, url: str, headers: list[tuple[bytes, bytes]], timeout: float) -> None:
-        target = httpx.URL(url)  # parsed once: every call goes to the same URL
+        target = httpx.URL(url)  # every call goes to this origin (chat and completions alike)
         secure = target.scheme == "https"
         self.origin = httpcore.Origin(target.raw_scheme, target.raw_host, target.port or (443 if secure else 80))
-        self.url = httpcore.URL(scheme=target.raw_scheme, host=target.raw_host, port=target.port,
-                                target=target.raw_path)
+        self.urls: dict[str, httpcore.URL] = {}  # each URL parsed once
         self.headers = [(b"Host", target.netloc), *headers]
         self.timeout = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         self.ssl_context = httpx.create_ssl_context() if secure else None
         self.idle: collections.deque[httpcore.AsyncHTTPConnection] = collections.deque()
         self.opened = 0
 
-    async def post(self, body: bytes) -> httpx.Response:
+    def _url(self, url: str) -> httpcore.URL:
+        found = self.urls.get(url)
+        if found is None:
+            target = httpx.URL(url)
+            found = self.urls[url] = httpcore.URL(scheme=target.raw_scheme, host=target.raw_host,
+                                                  port=target.port, target=target.raw_path)
+        return found
+
+    async def post(self, url: str, body: bytes) -> httpx.Response:
         conn = None
         while self.idle and conn is None:
             conn = self.idle.pop()
@@ -406,7 +442,7 @@ class _Connections:
         if conn is None:
             self.opened += 1
             conn = httpcore.AsyncHTTPConnection(self.origin, ssl_context=self.ssl_context)
-        request = httpcore.Request(b"POST", self.url, headers=[*self.headers, (b"Content-Length", b"%d" % len(body))],
+        request = httpcore.Request(b"POST", self._url(url), headers=[*self.headers, (b"Content-Length", b"%d" % len(body))],
                                    content=body, extensions={"timeout": self.timeout})
         try:
             answer = await conn.handle_async_request(request)
@@ -478,7 +514,8 @@ class _Engine:
 
 
 class ModelClient:
-    """Chat completions against ``{base_url}/chat/completions``.
+    """Chat completions against ``{base_url}/chat/completions`` and completions against
+    ``{base_url}/completions`` (:meth:`request`, :meth:`completion_request`).
 
     ``base_url``/``api_key`` default to ``OPENAI_BASE_URL``/``OPENAI_API_KEY``; a client with a
     ``replay`` needs neither and never calls an endpoint. At most ``concurrency`` endpoint calls
@@ -530,8 +567,13 @@ class ModelClient:
         return f"ModelClient(model={self.model!r}, base_url={self.base_url!r})"
 
     def request(self, messages: Any, **params: Any) -> ChatRequest:
-        """A :class:`ChatRequest` for this client's model."""
+        """A chat :class:`ChatRequest` for this client's model."""
         return ChatRequest(messages=messages, model=params.pop("model", self.model), **params)
+
+    def completion_request(self, prompt: str, **params: Any) -> ChatRequest:
+        """A completion :class:`ChatRequest` for this client's model: ``prompt`` is sent to
+        ``/completions`` exactly as given (no chat template, no system message)."""
+        return ChatRequest(prompt=prompt, model=params.pop("model", self.model), **params)
 
     # -- sync entry point ---------------------------------------------------------------------
     def complete_many(self, requests: Sequence[ChatRequest], *,
@@ -675,10 +717,10 @@ class ModelClient:
         the client's own connections."""
         if isinstance(http, httpx.AsyncClient):
             return lambda: http.post(url, content=body, headers={"Content-Type": "application/json"})
-        return lambda: http.post(body)
+        return lambda: http.post(url, body)
 
     async def _fetch(self, request: ChatRequest, key: str, engine: _Engine) -> ChatResponse:
-        url = f"{self.base_url}/chat/completions"
+        url = f"{self.base_url}/{request.endpoint}"
         if engine.http is None:
             if _proxied(url):
                 headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -727,7 +769,7 @@ class ModelClient:
                         limit.throttled(epoch, parse_retry_after(reply.headers.get("retry-after")))
                     if reply.status_code == 200:
                         try:
-                            text, prompt_tokens, completion_tokens = _parse_completion(reply)
+                            text, prompt_tokens, completion_tokens = _parse_completion(reply, request.is_completion)
                         except ModelError as exc:
                             exc.request_key, exc.attempts = key, attempt
                             self.usage._bump(channel, failures=1)
@@ -763,20 +805,23 @@ class ModelClient:
         return response
 
 
-def _parse_completion(reply: httpx.Response) -> tuple[str, int, int]:
-    """Text and token usage of a chat-completions body; ModelError(kind='bad_response') if the
-    body is not one."""
+def _parse_completion(reply: httpx.Response, completion: bool = False) -> tuple[str, int, int]:
+    """Text and token usage of a chat-completions body (``choices[0].message.content``) or, for
+    a completion, of a completions body (``choices[0].text``); ModelError(kind='bad_response')
+    if the body is not one."""
+    what = "completion" if completion else "chat completion"
     try:
         body = reply.json()
-        content = body["choices"][0]["message"]["content"]
+        choice = body["choices"][0]
+        content = choice["text"] if completion else choice["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise ModelError(f"endpoint answered 200 but not a chat completion ({type(exc).__name__}: "
+        raise ModelError(f"endpoint answered 200 but not a {what} ({type(exc).__name__}: "
                          f"{exc}): {reply.text[:200]!r}", kind="bad_response") from None
     if not isinstance(content, str):
-        raise ModelError(f"chat completion has no text content (got {type(content).__name__})",
+        raise ModelError(f"{what} has no text content (got {type(content).__name__})",
                          kind="bad_response")
     usage = body.get("usage") or {}
     try:
         return content, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     except (TypeError, ValueError):
-        raise ModelError(f"chat completion has unreadable usage: {usage!r}", kind="bad_response") from None
+        raise ModelError(f"{what} has unreadable usage: {usage!r}", kind="bad_response") from None

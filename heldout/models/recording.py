@@ -171,12 +171,13 @@ class Replay:
         key = request.cache_key()
         found = self._responses.get(key)
         if found is None:
-            first = request.messages[-1]["content"]
+            first = request.last_text
             snippet = first[:80] + ("..." if len(first) > 80 else "")
+            quoted = "prompt" if request.is_completion else "last message"
             raise ReplayMiss(
                 f"request not in recording {self.path} (model={request.model!r}, "
                 f"temperature={request.temperature:g}, replicate={request.replicate}, "
-                f"key={key[:12]}, last message {snippet!r}); replay makes no endpoint calls, so "
+                f"key={key[:12]}, {quoted} {snippet!r}); replay makes no endpoint calls, so "
                 "a changed run must be recorded again", request_key=key)
         with self._lock:
             self.served += 1

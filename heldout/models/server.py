@@ -1,10 +1,12 @@
-"""One OpenAI-compatible chat-completions server on loopback, in front of a pluggable backend.
+"""One OpenAI-compatible server on loopback, in front of a pluggable backend.
 
-The server owns the protocol: ``GET /v1/models``, ``POST /v1/chat/completions`` (JSON, or
-server-sent events with ``"stream": true``), ``usage`` counts, ``finish_reason``, bearer-token
-checks, request validation, counters (:class:`ServerStats`) and, for tests, seeded fault
-injection (:class:`FaultPlan`). A :class:`Backend` only turns one validated :class:`ChatCall`
-into a :class:`Completion`. Two backends exist:
+The server owns the protocol: ``GET /v1/models``, ``POST /v1/chat/completions`` (messages in,
+``choices[0].message.content`` out) and ``POST /v1/completions`` (a prompt string in,
+``choices[0].text`` out), each as JSON or as server-sent events with ``"stream": true``;
+``usage`` counts, ``finish_reason``, ``stop`` sequences, bearer-token checks, request validation
+(a bad body is a 400 JSON error, never a traceback), counters (:class:`ServerStats`) and, for
+tests, seeded fault injection (:class:`FaultPlan`). A :class:`Backend` only turns one validated
+:class:`ChatCall` (a chat, or a completion's prompt) into a :class:`Completion`. Two backends exist:
 
 * :class:`heldout.models.backends.deterministic.DeterministicBackend`, the test double behind
   :class:`heldout.models.testserver.TestServer`;
@@ -29,7 +31,7 @@ from typing import Any, Callable, Iterator, Protocol
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 # Body fields the server interprets itself; every other field reaches the backend as ``extra``.
-PROTOCOL_FIELDS = ("messages", "model", "temperature", "max_tokens", "stop")
+PROTOCOL_FIELDS = ("messages", "prompt", "model", "temperature", "max_tokens", "stop")
 STREAM_FIELDS = ("stream", "stream_options")
 MAX_STOP_SEQUENCES = 4  # as the OpenAI API allows
 
@@ -83,10 +85,11 @@ def unit_interval(*parts: object) -> float:
 # -- what a backend sees and returns -----------------------------------------------------------------
 @dataclass(frozen=True)
 class ChatCall:
-    """One validated chat-completions request. ``messages`` is a non-empty list of
-    ``{role, content: str}``; ``max_tokens`` is None or a positive int; ``extra`` holds every
-    other body field except the streaming switches (so a streamed request and a plain one are
-    the same call)."""
+    """One validated request. A chat (``/v1/chat/completions``) has ``messages``, a non-empty
+    list of ``{role, content: str}``, and ``prompt`` None; a completion (``/v1/completions``) has
+    ``prompt``, the exact text to continue (no chat template, no system message), and no
+    messages. ``max_tokens`` is None or a positive int; ``extra`` holds every other body field
+    except the streaming switches (so a streamed request and a plain one are the same call)."""
 
     messages: list[dict[str, Any]]
     model: str
@@ -94,6 +97,11 @@ class ChatCall:
     max_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     stop: tuple[str, ...] = ()  # the answer ends before the first of these (finish_reason "stop")
+    prompt: str | None = None  # set exactly for a completion
+
+    @property
+    def is_completion(self) -> bool:
+        return self.prompt is not None
 
 
 @dataclass(frozen=True)
@@ -113,7 +121,7 @@ class BackendRefusal(Exception):
 
 
 class Backend(Protocol):
-    """Turns a chat call into a completion. ``on_text``, when given, receives the text as it is
+    """Turns a call (a chat, or a completion's prompt: see :class:`ChatCall`) into a completion. ``on_text``, when given, receives the text as it is
     produced, in pieces whose concatenation is ``Completion.text`` (for streaming). Must be safe
     to call from several threads (serialise inside if the model holds state). ``model_id`` is
     listed by ``/v1/models``; ``reported_model`` names the model in each answer."""
@@ -133,7 +141,7 @@ class Backend(Protocol):
 # -- counters and faults -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServerStats:
-    """What the server saw. ``calls`` counts every chat-completions request; ``ok`` those
+    """What the server saw. ``calls`` counts every chat or completions request; ``ok`` those
     answered 200; ``max_in_flight`` the most requests it held at once."""
 
     calls: int = 0
@@ -195,6 +203,37 @@ class _Reply:
     body: dict[str, Any] | None = None  # None: the answer was streamed already
     headers: dict[str, str] = field(default_factory=dict)
     not_before: float = 0.0  # monotonic time before which the answer must not leave
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route the server answers and the shape of its answers, as the OpenAI API has them:
+    a chat answer's text is ``choices[0].message.content`` (streamed as ``delta.content``), a
+    completion's is ``choices[0].text`` (streamed as ``text``)."""
+
+    completion: bool
+    object: str        # the answer's "object"
+    chunk_object: str  # a streamed chunk's "object"
+    id_prefix: str
+
+    def choice(self, text: str, finish: str | None) -> dict[str, Any]:
+        """The one choice of a whole answer."""
+        if self.completion:
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+
+    def piece(self, text: str, finish: str | None, *, opening: bool = False) -> dict[str, Any]:
+        """The one choice of a streamed chunk (a chat stream opens with the assistant's role)."""
+        if self.completion:
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        delta = {"role": "assistant", "content": text} if opening else ({"content": text} if text else {})
+        return {"index": 0, "delta": delta, "finish_reason": finish}
+
+
+CHAT_ENDPOINT = Endpoint(False, "chat.completion", "chat.completion.chunk", "chatcmpl-")
+COMPLETIONS_ENDPOINT = Endpoint(True, "text_completion", "text_completion", "cmpl-")
+ROUTES = {"/v1/chat/completions": CHAT_ENDPOINT, "/chat/completions": CHAT_ENDPOINT,
+          "/v1/completions": COMPLETIONS_ENDPOINT, "/completions": COMPLETIONS_ENDPOINT}
 
 
 def _error(status: int, message: str, kind: str, code: str | None = None) -> _Reply:
@@ -261,13 +300,14 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+        endpoint = ROUTES.get(self.path.rstrip("/"))
+        if endpoint is None:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
             return
         owner = self.server.owner
         with owner._in_flight_slot():
             try:
-                reply = owner._answer(raw, self.headers.get("Authorization"), self)
+                reply = owner._answer(raw, self.headers.get("Authorization"), self, endpoint)
             except (BrokenPipeError, ConnectionResetError):
                 return  # a streaming client went away mid-answer
             if reply.body is not None:
@@ -383,15 +423,27 @@ class ChatServer:
                 self._in_flight -= 1
 
     @staticmethod
-    def _parse(raw: bytes) -> tuple[ChatCall, dict[str, Any]]:
+    def _parse(raw: bytes, endpoint: Endpoint = CHAT_ENDPOINT) -> tuple[ChatCall, dict[str, Any]]:
         body = json.loads(raw.decode("utf-8"))
         if not isinstance(body, dict):
             raise ValueError("the body must be a JSON object")
-        messages = body["messages"]
-        model = body["model"]
-        if not isinstance(messages, list) or not messages or not all(
-                isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
-            raise ValueError("messages must be a non-empty list of {role, content}")
+        if "messages" in body and "prompt" in body:
+            raise ValueError("give messages (POST /v1/chat/completions) or a prompt (POST /v1/completions), not both")
+        messages, prompt = [], None
+        if endpoint.completion:
+            if "prompt" not in body:
+                raise ValueError("prompt is required: the text to continue (chat messages go to /v1/chat/completions)")
+            prompt = body["prompt"]
+            if not isinstance(prompt, str):
+                raise ValueError("prompt must be a string (lists of prompts or of token ids are not served)")
+        else:
+            if "messages" not in body:
+                raise ValueError("messages is required (a prompt string goes to /v1/completions)")
+            messages = body["messages"]
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
+                raise ValueError("messages must be a non-empty list of {role, content}")
+        model = body.get("model")
         if not isinstance(model, str):
             raise ValueError("model must be a string")
         temperature = body.get("temperature") or 0.0
@@ -406,15 +458,16 @@ class ChatServer:
                 and all(isinstance(x, str) and x for x in stop)):
             raise ValueError(f"stop must be a non-empty string or a list of at most {MAX_STOP_SEQUENCES} of them")
         extra = {k: v for k, v in body.items() if k not in PROTOCOL_FIELDS + STREAM_FIELDS}
-        return ChatCall(messages, model, float(temperature), max_tokens, extra, tuple(stop)), body
+        return ChatCall(messages, model, float(temperature), max_tokens, extra, tuple(stop), prompt), body
 
-    def _answer(self, raw: bytes, authorization: str | None, handler: _Handler) -> _Reply:
+    def _answer(self, raw: bytes, authorization: str | None, handler: _Handler,
+                endpoint: Endpoint = CHAT_ENDPOINT) -> _Reply:
         arrived = handler.arrived
         if self.api_key is not None and authorization != f"Bearer {self.api_key}":
             self._count(unauthorized=1)
             return _error(401, "invalid API key", "invalid_request_error")
         try:
-            call, body = self._parse(raw)
+            call, body = self._parse(raw, endpoint)
         except (ValueError, KeyError, TypeError) as exc:
             self._count(bad_requests=1)
             return _error(400, f"bad request: {exc}", "invalid_request_error")
@@ -437,10 +490,10 @@ class ChatServer:
         if fault == "stall":
             self._count(stalls=1)
             self._stopping.wait(self.faults.stall_seconds)
-        completion_id = "chatcmpl-" + hashlib.sha256(raw).hexdigest()[:24]
+        completion_id = endpoint.id_prefix + hashlib.sha256(raw).hexdigest()[:24]
         if body.get("stream") is True:
             self._wait_until(arrived + self.latency)
-            return self._stream(call, body, completion_id, handler)
+            return self._stream(call, body, completion_id, handler, endpoint)
         try:
             # the latency is the answer's time from arrival: the backend's own work and the
             # encoding of the answer are inside it (the handler waits after buffering it)
@@ -453,10 +506,9 @@ class ChatServer:
             return _error(500, f"backend failed: {type(exc).__name__}: {exc}", "server_error")
         self._count(ok=1, prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens)
         return _Reply(200, {
-            "id": completion_id, "object": "chat.completion", "created": 0,
+            "id": completion_id, "object": endpoint.object, "created": 0,
             "model": self.backend.reported_model(call.model),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": done.text},
-                         "finish_reason": done.finish_reason}],
+            "choices": [endpoint.choice(done.text, done.finish_reason)],
             "usage": _usage(done),
         }, not_before=arrived + self.latency)
 
@@ -466,25 +518,27 @@ class ChatServer:
         if left > 0:
             time.sleep(left)
 
-    def _stream(self, call: ChatCall, body: dict[str, Any], completion_id: str, handler: _Handler) -> _Reply:
-        """Server-sent events in the OpenAI chunk format; the usage chunk is sent when the client
-        asks (``stream_options.include_usage``). A refusal found before the first piece is still
-        an ordinary JSON error."""
+    def _stream(self, call: ChatCall, body: dict[str, Any], completion_id: str, handler: _Handler,
+                endpoint: Endpoint = CHAT_ENDPOINT) -> _Reply:
+        """Server-sent events in the OpenAI chunk format of ``endpoint``; the usage chunk is sent
+        when the client asks (``stream_options.include_usage``). A refusal found before the first
+        piece is still an ordinary JSON error."""
         model = self.backend.reported_model(call.model)
         started = False
 
-        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-            return {"id": completion_id, "object": "chat.completion.chunk", "created": 0, "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        def chunk(choice: dict[str, Any]) -> dict[str, Any]:
+            return {"id": completion_id, "object": endpoint.chunk_object, "created": 0, "model": model,
+                    "choices": [choice]}
 
         def on_text(piece: str) -> None:
             nonlocal started
             if not started:
                 handler.start_events()
-                handler.send_event(chunk({"role": "assistant", "content": ""}, None))
+                if not endpoint.completion:
+                    handler.send_event(chunk(endpoint.piece("", None, opening=True)))
                 started = True
             if piece:
-                handler.send_event(chunk({"content": piece}, None))
+                handler.send_event(chunk(endpoint.piece(piece, None)))
 
         try:
             done = self.backend.complete(call, on_text=on_text)
@@ -500,10 +554,10 @@ class ChatServer:
             handler.send_event(reply.body)  # the status line is gone: say it in the stream, then end it
             return _Reply(reply.status, None)
         on_text("")  # an empty answer still opens the stream
-        handler.send_event(chunk({}, done.finish_reason))
+        handler.send_event(chunk(endpoint.piece("", done.finish_reason)))
         options = body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
-            handler.send_event({"id": completion_id, "object": "chat.completion.chunk", "created": 0,
+            handler.send_event({"id": completion_id, "object": endpoint.chunk_object, "created": 0,
                                 "model": model, "choices": [], "usage": _usage(done)})
         handler.send_event("[DONE]")
         self._count(ok=1, prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens)

@@ -15,13 +15,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+from typing import Callable
 
 from heldout.models.backends.deterministic import (DeterministicBackend, count_tokens, instruction_of,
                                                    options_in, reply_for, skill_of, solve)
-from heldout.models.server import LOOPBACK_HOSTS, ChatServer, FaultPlan, ServerStats
+from heldout.models.server import LOOPBACK_HOSTS, ChatCall, ChatServer, Completion, FaultPlan, ServerStats
 
-__all__ = ["LOOPBACK_HOSTS", "ServerStats", "TestServer", "count_tokens", "instruction_of", "main",
-           "options_in", "reply_for", "skill_of", "solve"]
+__all__ = ["LOOPBACK_HOSTS", "RecordingBackend", "ServerStats", "TestServer", "count_tokens", "instruction_of",
+           "main", "options_in", "reply_for", "skill_of", "solve"]
+
+
+class RecordingBackend(DeterministicBackend):
+    """The test double's model, keeping every :class:`ChatCall` the server handed it in
+    ``calls`` (in arrival order), so a test can assert on the server side what was sent: the
+    endpoint, the bytes, the stop sequences and the decoding."""
+
+    def __init__(self) -> None:
+        self.calls: list[ChatCall] = []
+        self._lock = threading.Lock()
+
+    def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
+        with self._lock:
+            self.calls.append(call)
+        return super().complete(call, on_text)
 
 
 class TestServer(ChatServer):

@@ -335,8 +335,9 @@ def count_tokens(text: str) -> int:
 
 
 class DeterministicBackend:
-    """The test double's model: :func:`reply_for` with whitespace tokens. Answers name the model
-    the request asked for; ``/v1/models`` lists ``heldout-test``."""
+    """The test double's model: :func:`reply_for` with whitespace tokens (a completion's prompt is
+    read as one user message). Answers name the model the request asked for; ``/v1/models``
+    lists ``heldout-test``."""
 
     model_id = "heldout-test"
 
@@ -344,11 +345,13 @@ class DeterministicBackend:
         return requested
 
     def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
-        text, _ = apply_stop(reply_for(call.messages, call.temperature, call.extra), call.stop)
+        # a completion's prompt is answered as a chat whose one user message is that prompt
+        messages = [{"role": "user", "content": call.prompt}] if call.is_completion else call.messages
+        text, _ = apply_stop(reply_for(messages, call.temperature, call.extra), call.stop)
         finish = "stop"
         if call.max_tokens is not None and count_tokens(text) > call.max_tokens:
             text, finish = " ".join(text.split()[:call.max_tokens]), "length"
         if on_text is not None:
             on_text(text)
-        prompt_tokens = sum(count_tokens(m["content"]) for m in call.messages)
+        prompt_tokens = sum(count_tokens(m["content"]) for m in messages)
         return Completion(text, prompt_tokens, count_tokens(text), finish)

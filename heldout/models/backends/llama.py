@@ -103,7 +103,8 @@ def _llama_cpp() -> Any:
 
 
 class LlamaBackend:
-    """A GGUF chat model through ``llama_cpp.Llama`` (see the module docstring). ``threads``:
+    """A GGUF chat model through ``llama_cpp.Llama`` (see the module docstring); a completion
+    call feeds it the prompt as it is, a chat call the chat through the model's template. ``threads``:
     CPU threads for prompt and generation (1 is as fast as 2 for a 135M model and far better
     when the other core is busy); ``n_ctx``: the context in tokens; ``max_tokens_cap``: the most
     tokens one answer may have (also the default when a request names none); ``repeat_penalty``:
@@ -145,6 +146,14 @@ class LlamaBackend:
         """Only its own name: a request for another model is refused, not answered by this one."""
         return requested == self.model_id
 
+    def call_tokens(self, call: ChatCall) -> list[int]:
+        """What the model reads for ``call``: a completion's prompt exactly as given (the BOS
+        token first, as llama.cpp and vLLM add it; no chat template), else the chat rendered
+        with the model's own template."""
+        if call.is_completion:
+            return self._llm.tokenize(call.prompt.encode("utf-8"), add_bos=True, special=False)
+        return self.prompt_tokens(call.messages)
+
     def prompt_tokens(self, messages: list[dict[str, Any]]) -> list[int]:
         """The chat, rendered with the model's own template, as tokens."""
         chat = [{"role": str(m.get("role", "user")), "content": m["content"]} for m in messages]
@@ -163,7 +172,7 @@ class LlamaBackend:
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
             raise BackendRefusal("top_p must be a number in (0, 1]")
         with self._lock:
-            prompt = self.prompt_tokens(call.messages)
+            prompt = self.call_tokens(call)
             room = self.n_ctx - len(prompt)
             if room < 1:
                 raise BackendRefusal(f"the prompt has {len(prompt)} tokens; the model's context holds "
