@@ -479,7 +479,7 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
     cache_dir = args.cache_dir or config.get("cache_dir")
     worker = (ModelClient(model, base_url=args.base_url or config.get("base_url"),
                           cache=ResponseCache(cache_dir) if cache_dir else None) if model else None)
-    result = ablate(args.run_dir, baseline=args.baseline, worker=worker,
+    result = ablate(args.run_dir, baseline=args.baseline_method, worker=worker,
                     data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
     if args.json:
         _print_json(result.to_dict())
@@ -587,6 +587,18 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if "--task" in args:
+            action.completer = complete_task_names  # what argcomplete offers: task names, not file names
+        return action
+
+
+def complete_task_names(prefix: str, **_: Any) -> list[str]:
+    """Task names and groups starting with ``prefix`` (the shell's completion of ``--task``)."""
+    names = sorted({bench.name for bench in all_tasks()} | set(task_groups()))
+    return [name for name in names if name.startswith(prefix)]
 
 
 def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool = False, high: float | None = None):
@@ -863,7 +875,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_leak_scan)
     p = leak.add_parser("ablate", help="score seed and final candidates on test / exact train / shared-topic probe")
     p.add_argument("run_dir", help="a study's run dir (searched recursively for run records)")
-    p.add_argument("--baseline", default="seed", help="'seed' (the task's seed candidate) or a method name")
+    # --baseline-method, as in `report`: `--baseline` names run dirs (in `check`), never a method
+    p.add_argument("--baseline-method", default="seed", help="'seed' (the task's seed candidate) or a method name")
     p.add_argument("--worker-model", default=None, help="default: the study's (study.json)")
     p.add_argument("--base-url", default=None, help="the worker model's OpenAI-compatible endpoint (default: the study's)")
     p.add_argument("--cache-dir", default=None, help="response cache folder (default: the study's)")

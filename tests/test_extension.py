@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -49,7 +50,6 @@ def _install_broken_plugin(site, name="brokenplug"):
 
 
 def _heldout(site, *argv):
-    import os
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     code = "import sys\nfrom heldout.cli import main\nsys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=300)
@@ -64,7 +64,6 @@ def test_a_broken_task_plugin_is_skipped_with_a_warning_naming_it_and_the_rest_a
 
 
 def test_asking_for_a_broken_plugins_task_by_name_still_fails_naming_the_plugin(tmp_path):
-    import os
     _install_broken_plugin(tmp_path)
     code = ("from heldout.benchmarks.registry import get_benchmark\n"
             "from heldout.contracts import HeldoutError\n"
@@ -173,7 +172,6 @@ def test_an_installed_optimizer_plugin_runs_by_its_name_and_isolated_like_any_us
 
 
 def test_a_plugin_may_not_take_a_reference_name_and_one_with_a_bad_target_is_left_out_with_a_warning(tmp_path):
-    import os
     _install_optimizer_plugin(tmp_path, "seed = myopts_search:optimize\nodd = not a target\nok-name = myopts_search:optimize")
     code = ("import warnings\nwarnings.simplefilter('always')\n"
             "from heldout.optimizers import optimizer_target, plugin_optimizers\n"
@@ -191,3 +189,16 @@ def test_only_heldouts_reference_optimizers_run_in_process_without_trust():
     assert is_reference_optimizer("seed") and is_reference_optimizer("geometry-search?width=2")
     assert not is_reference_optimizer("mine:optimize") and not is_reference_optimizer("mine:optimize?width=2")
     assert not is_reference_optimizer("some-plugin")
+
+
+def test_the_shell_completes_task_names_after_task_not_file_names(tmp_path):
+    pytest.importorskip("argcomplete", reason="the [completion] extra is not installed")
+    out = tmp_path / "completions"
+    line = "heldout run --task bbh/bool"
+    env = dict(os.environ, _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n", COMP_LINE=line, COMP_POINT=str(len(line)),
+               COMP_TYPE="9", _ARGCOMPLETE_STDOUT_FILENAME=str(out))
+    (tmp_path / "bbh-bool-file.txt").write_text("a file the old completion offered")
+    done = subprocess.run([sys.executable, "-m", "heldout.cli"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text().split() == ["bbh/boolean_expressions"]

@@ -245,7 +245,7 @@ def test_ablation_scoring_is_counted_and_ledgered_and_always_fresh(ablation, stu
 
 
 def test_cli_ablate_prints_the_table_and_the_reading(ablation, study, server, capsys):
-    assert cli.main(["leak", "ablate", str(study), "--baseline", "seed", "--worker-model", "test-model",
+    assert cli.main(["leak", "ablate", str(study), "--baseline-method", "seed", "--worker-model", "test-model",
                      "--base-url", server.base_url]) == 0
     out = capsys.readouterr().out
     assert "train_encoded" in out and "probe_memorised" in out and "reading: " in out
