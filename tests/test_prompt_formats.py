@@ -1,7 +1,10 @@
 """Named prompt formats: zero-shot by default; BBH's published 3-shot chain of thought and
-MMLU-Pro's published 5-shot chain of thought, rendered byte for byte from the shipped files."""
+MMLU-Pro's published 5-shot chain of thought, rendered byte for byte (newlines included) as the
+references build them (:mod:`reference_prompts`) from the shipped files."""
 
 from __future__ import annotations
+
+from hashlib import sha256
 
 import pyarrow.parquet as pq
 import pytest
@@ -10,6 +13,8 @@ from heldout.benchmarks.bbh import TASKS
 from heldout.benchmarks.prompt_task import UnknownPromptFormat
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import RunContext
+from reference_prompts import (LM_EVAL_BOOLEAN_EXPRESSIONS_SHA256, lm_eval_bbh_context, lm_eval_bbh_template,
+                               mmlu_pro_generate_cot_prompt)
 
 SEED = {"instruction": "Think step by step."}
 
@@ -19,15 +24,23 @@ def fmt(name: str) -> RunContext:
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_bbh_3shot_renders_the_shipped_prompt_file_byte_for_byte(data_dir, task):
+def test_bbh_3shot_is_lm_eval_bbh_cot_fewshot_context_byte_for_byte(data_dir, task):
     bench = get_benchmark(f"bbh/{task}")
     example = bench.load_raw(str(data_dir))[0]
     user = bench.render(SEED, example, fmt("cot_3shot"))[1].content.encode("utf-8")
     shipped = (data_dir / "bbh" / "cot-prompts" / f"{task}.txt").read_bytes()
-    demonstrations = shipped.split(b"\n-----\n", 1)[1]  # after the canary line and the ----- line
-    question = f"\n\nQ: {example.input['question']}\nA: Let's think step by step.".encode("utf-8")
-    assert user == demonstrations + question
+    assert user == lm_eval_bbh_context(shipped, example.input["question"])
+    demonstrations = shipped.split(b"\n-----\n", 1)[1]  # the prompt file after its canary and ----- lines
+    question = f"\n\nQ: {example.input['question']}\nA: Let's think step by step.\n".encode("utf-8")
+    assert user == demonstrations + question  # Suzgun et al.'s file, untouched, then the question
     assert user.count(b"\nQ: ") + user.startswith(b"Q: ") >= 4  # 3 demonstrations + the question
+
+
+def test_the_bbh_reference_construction_is_the_harness_yaml_itself(data_dir):
+    shipped = (data_dir / "bbh" / "cot-prompts" / "boolean_expressions.txt").read_bytes()
+    template = lm_eval_bbh_template(shipped)
+    assert sha256(template.encode("utf-8")).hexdigest() == LM_EVAL_BOOLEAN_EXPRESSIONS_SHA256
+    assert template.endswith("True.\n\nQ: {{input}}\nA: Let's think step by step.\n")
 
 
 def test_zero_shot_is_the_default_and_an_unknown_format_is_a_clear_error(data_dir):
@@ -45,31 +58,17 @@ def validation(data_dir):
     return pq.read_table(data_dir / "mmlu_pro_main" / "validation-00000-of-00001.parquet").to_pylist()
 
 
-def official_question(row: dict, with_answer: bool) -> str:
-    """The official format_cot_example, from its published source, with N/A options dropped."""
-    text = "Question:\n" + row["question"] + "\n" + "Options:\n"
-    for i, opt in enumerate(o for o in row["options"] if o != "N/A"):
-        text += "{}. {}\n".format("ABCDEFGHIJ"[i], opt)
-    if with_answer:
-        return text + row["cot_content"].replace("A: Let's think step by step.",
-                                                 "Answer: Let's think step by step.") + "\n\n"
-    return text + "Answer: Let's think step by step."
-
-
-@pytest.mark.parametrize("category", ["math", "law", "computer science"])
-def test_mmlu_pro_5shot_is_the_official_prompt_with_na_options_dropped(data_dir, validation, category):
+@pytest.mark.parametrize("category", ["math", "law", "computer science", "business"])
+def test_mmlu_pro_5shot_is_generate_cot_prompt_of_evaluate_from_local_byte_for_byte(data_dir, validation, category):
     bench = get_benchmark(f"mmlu_pro/{category.replace(' ', '_')}")
     examples = bench.load_raw(str(data_dir))
     test_example = next(ex for ex in examples if ex.meta["source_split"] == "test")
-    shots = sorted((r for r in validation if r["category"] == category), key=lambda r: r["question_id"])
-    assert len(shots) == 5
-    expected = (f"The following are multiple choice questions (with answers) about {category}. Think step by step "
-                "and then finish your answer with \"the answer is (X)\" where X is the correct letter choice.\n\n")
-    expected += "".join(official_question(r, True) for r in shots)
-    row = {"question": test_example.input["question"], "options": test_example.input["options"]}
-    expected += official_question(row, False)
+    current = {"category": category, **test_example.input}
     user = bench.render(SEED, test_example, fmt("cot_5shot"))[1].content
-    assert user == expected
+    assert user == mmlu_pro_generate_cot_prompt(validation, current)
+    header = user[:user.index("Question:\n")]
+    assert header.endswith("letter choice.\n\n\n\n")  # four newlines after the header, as the script writes
+    assert user.count("Question:\n") == 6 and user.endswith("Answer: Let's think step by step.")
 
 
 def test_the_na_fillers_are_dropped_when_rendering_and_scoring_validation_rows(data_dir):
@@ -107,4 +106,5 @@ def test_the_prompt_format_is_a_task_option_recorded_in_the_run_record(data_dir,
             tokens[name] = server.stats.prompt_tokens - before
             assert verdicts[0]["score"] in (0.0, 1.0)
             assert session.header()["options"] == {"prompt_format": name}
+            assert session.header()["prompt_setting"]["sent_as"] == ("chat" if name == "zero_shot" else "completion")
     assert tokens["cot_3shot"] > tokens["zero_shot"] + 300  # the three demonstrations were sent

@@ -10,9 +10,10 @@ movie_recommendation[163] ("Monsters, Inc"), ruin_names[99] and ruin_names[144] 
 is an option's text instead of a letter. Their ``meta["quirk"]`` says so.
 
 Prompt formats: ``zero_shot`` (default) and ``cot_3shot``, the published BBH chain-of-thought
-setting (Suzgun et al. 2022): the task's ``cot-prompts/<task>.txt`` after its canary header, byte
-for byte, then ``\n\nQ: <input>\nA: Let's think step by step.``; it needs a mirror data dir
-holding the prompt files."""
+setting (Suzgun et al. 2022) as lm-evaluation-harness's ``bbh_cot_fewshot`` sends it: the task's
+``cot-prompts/<task>.txt`` after its canary header, byte for byte, then
+``\n\nQ: <input>\nA: Let's think step by step.\n`` (the harness's ``description`` +
+``doc_to_text``), sent as a completion; it needs a mirror data dir holding the prompt files."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import (CHAT_MESSAGES, ZERO_SHOT, PromptBenchmark, PromptSetting,
+from heldout.benchmarks.prompt_task import (COMPLETION, ZERO_SHOT, PromptBenchmark, PromptSetting,
                                            modes_scored, prompt_verdict)
 from heldout.benchmarks.registry import register, register_group
 from heldout.benchmarks.sources import iter_hub_rows, read_json
@@ -56,12 +57,17 @@ QUIRKS: dict[tuple[str, str], str] = {
 
 COT_3SHOT = "cot_3shot"
 COT_3SHOT_SETTING = PromptSetting(
-    COT_3SHOT, "Suzgun et al. (2022) 3-shot chain of thought; decoding as lm-evaluation-harness bbh_cot_fewshot "
-               "(v4.0: greedy, max_gen_toks 1024, until </s>, Q, blank line)", 3,
-    "bbh/cot-prompts/<task>.txt after its canary header, then \\n\\nQ: <input>\\nA: Let's think step by step.",
-    CHAT_MESSAGES, stop=("</s>", "Q", "\n\n"), max_tokens=1024, temperature=0.0)
-"""The stop sequences matter: without them a model runs on into a question of its own, and the
-reference's answer rule (the *first* "the answer is") and heldout's (the last) then disagree."""
+    COT_3SHOT, "Suzgun et al. (2022) 3-shot chain of thought as lm-evaluation-harness bbh_cot_fewshot sends it "
+               "(output_type generate_until: a completion; greedy, max_gen_toks 1024, until </s>, Q, blank line)", 3,
+    "bbh/cot-prompts/<task>.txt after its canary header, then \\n\\nQ: <input>\\nA: Let's think step by step.\\n",
+    COMPLETION, stop=("</s>", "Q", "\n\n"), max_tokens=1024, temperature=0.0)
+"""The harness's context is its ``description`` (the prompt file's task line and a blank line)
+followed by ``doc_to_text`` (the three demonstrations, then ``\n\nQ: {{input}}\nA: Let's think
+step by step.\n``), sent to a base model as one completion. The stop sequences matter: without
+them a model runs on into a question of its own, and the reference's answer rule (the *first*
+"the answer is") and heldout's (the last) then disagree."""
+COT_QUESTION = "\n\nQ: {question}\nA: Let's think step by step.\n"
+"""What follows the demonstrations: the question, and the cue the model continues from."""
 COT_HEADER = "-----\n"
 
 
@@ -140,7 +146,7 @@ class BBHTask(PromptBenchmark):
             if demos is None:
                 raise DataError(f"{self.name}: the {COT_3SHOT} prompt format needs {cot_prompt_path(self.subtask)} "
                                 "from a mirror data dir (--data-dir / HELDOUT_DATA_DIR)")
-            return f"{demos}\n\nQ: {example.input['question']}\nA: Let's think step by step."
+            return demos + COT_QUESTION.format(question=example.input["question"])
         return super().user_message(example, prompt_format)
 
     def score_text(self, text: str, example: Example, context: RunContext | None = None) -> Verdict:

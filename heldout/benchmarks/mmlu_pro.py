@@ -13,11 +13,14 @@ Options: the official code drops the "N/A" filler options (21 validation rows en
 heldout keeps the source rows as they are (their hashes are frozen) and drops the fillers when it
 renders and scores (:func:`shown_options`).
 
-Prompt formats: ``zero_shot`` (default) and ``cot_5shot``, the published MMLU-Pro setting
-(TIGER-Lab ``evaluate_from_local.py``, whose text this follows; the API script words its header
-differently): the category's initial prompt, its 5 validation questions
-with their chains of thought ("A: Let's think step by step." becomes "Answer: ..."), then the
-question ending "Answer: Let's think step by step.", rendered by :func:`cot_5shot_prompt`."""
+Prompt formats: ``zero_shot`` (default) and ``cot_5shot``, the published MMLU-Pro setting as
+TIGER-Lab's ``evaluate_from_local.py`` builds and sends it (``generate_cot_prompt``: one prompt
+string, given to vLLM's ``generate``, so a completion; ``evaluate_from_api.py`` words its header
+and questions differently and is not this setting): ``cot_prompt_lib/initial_prompt.txt`` with
+the category for ``{$}`` (it ends in three newlines) and one more newline, the category's 5
+validation questions with their chains of thought ("A: Let's think step by step." becomes
+"Answer: ..."), then the question ending "Answer: Let's think step by step.", rendered by
+:func:`cot_5shot_prompt`."""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from typing import Any
 
 from heldout.benchmarks import extraction
 from heldout.contracts import DataError, Example, RunContext, Source, Verdict
-from heldout.benchmarks.prompt_task import (CHAT_MESSAGES, ZERO_SHOT, PromptBenchmark, PromptSetting,
+from heldout.benchmarks.prompt_task import (COMPLETION, ZERO_SHOT, PromptBenchmark, PromptSetting,
                                            modes_scored, prompt_verdict)
 from heldout.benchmarks.registry import register
 from heldout.benchmarks.sources import iter_hub_rows, read_parquet
@@ -44,12 +47,14 @@ FILLER = "N/A"
 COT_5SHOT = "cot_5shot"
 N_SHOTS = 5
 COT_5SHOT_SETTING = PromptSetting(
-    COT_5SHOT, "TIGER-Lab MMLU-Pro 5-shot chain of thought as evaluate_from_local.py runs it (greedy, stop at "
-               "Question:, max_new_tokens 2048)", 5,
-    "the category's initial prompt, its 5 validation questions with their chains of thought, the question",
-    CHAT_MESSAGES, stop=("Question:",), max_tokens=2048, temperature=0.0)
+    COT_5SHOT, "TIGER-Lab MMLU-Pro 5-shot chain of thought as evaluate_from_local.py runs it (one prompt string "
+               "to vLLM generate: a completion; greedy, stop at Question:, max_new_tokens 2048)", 5,
+    "cot_prompt_lib/initial_prompt.txt for the category and a newline, its 5 validation questions with their "
+    "chains of thought, the question", COMPLETION, stop=("Question:",), max_tokens=2048, temperature=0.0)
 INITIAL_PROMPT = ("The following are multiple choice questions (with answers) about {category}. Think step by "
-                  "step and then finish your answer with \"the answer is (X)\" where X is the correct letter choice.\n")
+                  "step and then finish your answer with \"the answer is (X)\" where X is the correct letter "
+                  "choice.\n\n\n")
+"""``cot_prompt_lib/initial_prompt.txt`` (``{$}`` there), three newlines and all."""
 
 
 def shown_options(options: list[str]) -> list[str]:
@@ -68,7 +73,9 @@ def official_question(question: str, options: list[str], cot_content: str | None
 
 
 def cot_5shot_prompt(category: str, demos: list[dict[str, Any]], question: str, options: list[str]) -> str:
-    """The official 5-shot chain-of-thought prompt (the initial prompt is followed by one blank line)."""
+    """The official 5-shot chain-of-thought prompt, as ``generate_cot_prompt`` builds it: the
+    initial prompt and one more newline (four in all before the first question), the
+    demonstrations, the question."""
     prompt = INITIAL_PROMPT.format(category=category) + "\n"
     prompt += "".join(official_question(d["question"], d["options"], d["cot_content"]) for d in demos)
     return prompt + official_question(question, options)

@@ -8,14 +8,16 @@ and the ONE verdict builder every prompt task uses.
   recorded in the run record) says how: ``zero_shot`` (the default) is the example formatted by
   ``format_input`` followed by the task's fixed answer-format line (so extraction does not depend
   on the optimizer remembering it); families add few-shot formats that reproduce a published
-  setting byte for byte (BBH ``cot_3shot``, MMLU-Pro ``cot_5shot``);
+  setting byte for byte (BBH ``cot_3shot``, MMLU-Pro ``cot_5shot``). Each format is a
+  :class:`PromptSetting`, which also says how the prompt is sent: as a chat, or, where the
+  reference sends a completion to a base model, as a completion (the prompt bytes alone);
 * metric: ``score_text`` reads the answer in every mode and returns :func:`prompt_verdict`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.extraction import EXTRACTION_MODES, HEADLINE_MODE, MAX_OUTPUT_CHARS, sanitize_text
@@ -31,6 +33,16 @@ task whose answer is a short string; optimizers rewrite it. (MBPP+ has its own: 
 
 ZERO_SHOT = "zero_shot"
 
+CHAT = "chat"
+COMPLETION = "completion"
+SENT_AS = {
+    CHAT: "chat: the candidate's instruction as the system message (none when it is empty), the prompt as "
+          "one user message, to /chat/completions",
+    COMPLETION: "completion: the prompt bytes alone to /completions (no system message, no chat template); "
+                "a non-empty instruction goes before them, followed by a blank line",
+}
+"""How a setting's prompt travels, by name: the two OpenAI endpoints."""
+
 
 @dataclass(frozen=True)
 class PromptSetting:
@@ -39,28 +51,41 @@ class PromptSetting:
 
     Rule: a worker request in this format is sent with exactly ``stop``, and with ``max_tokens``
     and ``temperature`` unless the run's options set them (the record then says so); the prompt
-    bytes are those of ``template``; ``messages`` says how they travel."""
+    bytes are those of ``template``; ``sent_as`` says how they travel (:data:`SENT_AS`): as a chat,
+    or as a completion, as the reference sends them to a base model (lm-evaluation-harness's
+    ``generate_until``, vLLM's ``generate``), so that with no instruction the endpoint receives
+    exactly the reference bytes."""
 
     name: str
     reference: str  # the published setting it reproduces, or that it is heldout's own
     shots: int
     template: str  # where the prompt bytes come from
-    messages: str  # how the prompt is sent (chat roles; a completions endpoint is not used yet)
+    sent_as: str = CHAT  # CHAT or COMPLETION
     stop: tuple[str, ...] = ()
     max_tokens: int | None = None
     temperature: float = 0.0
 
+    def __post_init__(self) -> None:
+        if self.sent_as not in SENT_AS:
+            raise ValueError(f"PromptSetting.sent_as must be one of {sorted(SENT_AS)}, got {self.sent_as!r}")
+
+    def request_fields(self, messages: Sequence[Message]) -> dict[str, Any]:
+        """The request fields the rendered ``messages`` travel in: ``{"messages": ...}`` for a
+        chat; ``{"prompt": ...}`` for a completion, the contents joined by a blank line, so with
+        no instruction the prompt is the user message alone: the reference bytes."""
+        if self.sent_as == COMPLETION:
+            return {"prompt": "\n\n".join(m.content for m in messages)}
+        return {"messages": tuple({"role": m.role, "content": m.content} for m in messages)}
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "reference": self.reference, "shots": self.shots, "template": self.template,
-                "messages": self.messages, "stop": list(self.stop), "max_tokens": self.max_tokens,
+                "sent_as": self.sent_as, "stop": list(self.stop), "max_tokens": self.max_tokens,
                 "temperature": self.temperature}
 
 
-CHAT_MESSAGES = ("chat: the candidate's instruction as the system message (none when it is empty), "
-                 "the prompt as one user message")
 ZERO_SHOT_SETTING = PromptSetting(
     ZERO_SHOT, "heldout's own zero-shot setting (not comparable with published few-shot numbers)", 0,
-    "the example formatted by the task, then its answer-format line", CHAT_MESSAGES)
+    "the example formatted by the task, then its answer-format line", CHAT)
 
 
 class UnknownPromptFormat(HeldoutError, ValueError):

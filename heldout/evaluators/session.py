@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from heldout.benchmarks.loading import Task, load_task
+from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
 from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
 from heldout.contracts import (BudgetExceeded, Candidate, Completion, Example, HeldoutError, MalformedCandidate,
                                Message, RunContext, RunLimits, Verdict, VisibilityError, candidate_id,
@@ -208,15 +209,15 @@ class Scorer:
         if self.worker is None:
             raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
                                "(pass worker=ModelClient(...) or --worker-model/--base-url)")
-        # the prompt format's setting decides stop sequences and default decoding (published settings
-        # are sent as published); the run's own options win where they are set
+        # the prompt format's setting decides chat or completion, stop sequences and default decoding
+        # (published settings are sent as published); the run's own options win where they are set
         setting = getattr(self.benchmark, "prompt_setting", None)
         setting = setting(context.option("prompt_format") if context is not None else None) if setting else None
         stop = (("stop", list(setting.stop)),) if setting is not None and setting.stop else ()
         temperature = self.options.get("temperature", setting.temperature if setting is not None else 0.0)
         max_tokens = self.options.get("max_tokens", setting.max_tokens if setting is not None else None)
-        requests = [ChatRequest(messages=tuple({"role": m.role, "content": m.content}
-                                               for m in self.benchmark.render(candidate, ex, context)),
+        sent = (setting or ZERO_SHOT_SETTING).request_fields  # a task that names no setting is sent as a chat
+        requests = [ChatRequest(**sent(self.benchmark.render(candidate, ex, context)),
                                 model=self.worker.model, temperature=temperature, max_tokens=max_tokens,
                                 channel=channel, replicate=replicate, extra=stop)
                     for ex in examples]

@@ -31,7 +31,8 @@ class RecordingBackend(DeterministicBackend):
     ``calls`` (in arrival order), so a test can assert on the server side what was sent: the
     endpoint, the bytes, the stop sequences and the decoding."""
 
-    def __init__(self) -> None:
+    def __init__(self, run_on: str = "") -> None:
+        super().__init__(run_on)
         self.calls: list[ChatCall] = []
         self._lock = threading.Lock()
 

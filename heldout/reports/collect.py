@@ -147,8 +147,10 @@ class RunSet:
             seen["worker model"].add(key["worker model"])
             seen["verifier"].add(key["verifier"])
             setting = rec.experiment.get("prompt_setting")
-            if setting:  # prompt tasks: the setting, and whether it reproduces a published one
-                seen["prompt setting"].add(f"{setting['name']} ({setting['reference']})")
+            if setting:  # prompt tasks: the setting, how it was sent, whether it reproduces a published one
+                sent_as = setting.get("sent_as")  # records before completions existed do not say
+                sent = f", sent as a {sent_as}" if sent_as else ""
+                seen["prompt setting"].add(f"{setting['name']}{sent} ({setting['reference']})")
         return {k: sorted(v) for k, v in seen.items()}
 
 

@@ -337,9 +337,14 @@ def count_tokens(text: str) -> int:
 class DeterministicBackend:
     """The test double's model: :func:`reply_for` with whitespace tokens (a completion's prompt is
     read as one user message). Answers name the model the request asked for; ``/v1/models``
-    lists ``heldout-test``."""
+    lists ``heldout-test``. ``run_on``, when given, is written after every reply, as a base model
+    runs on into a question of its own; the request's stop sequences then end the answer where
+    they fall in the whole text, as they would a real model's."""
 
     model_id = "heldout-test"
+
+    def __init__(self, run_on: str = "") -> None:
+        self.run_on = run_on
 
     def reported_model(self, requested: str) -> str:
         return requested
@@ -347,7 +352,7 @@ class DeterministicBackend:
     def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
         # a completion's prompt is answered as a chat whose one user message is that prompt
         messages = [{"role": "user", "content": call.prompt}] if call.is_completion else call.messages
-        text, _ = apply_stop(reply_for(messages, call.temperature, call.extra), call.stop)
+        text, _ = apply_stop(reply_for(messages, call.temperature, call.extra) + self.run_on, call.stop)
         finish = "stop"
         if call.max_tokens is not None and count_tokens(text) > call.max_tokens:
             text, finish = " ".join(text.split()[:call.max_tokens]), "length"
