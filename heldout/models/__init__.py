@@ -1,4 +1,4 @@
-"""Model clients: OpenAI-compatible chat completions for workers and architects, a persistent
+"""Model clients: OpenAI-compatible chat completions and completions for workers and architects, a persistent
 response cache, record/replay, and one OpenAI-compatible loopback server (:mod:`heldout.models.server`)
 with two backends: the deterministic test double (:mod:`heldout.models.testserver`) and a real GGUF
 model through llama.cpp (:mod:`heldout.models.backends.llama`, ``heldout serve-model``)."""

