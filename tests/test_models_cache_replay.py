@@ -24,7 +24,7 @@ from heldout.models import (
     ResponseCache,
     read_recording,
 )
-from heldout.models.client import ChatResponse
+from heldout.models.types import ChatResponse
 from heldout.models.testserver import TestServer, reply_for
 
 FAST = {"backoff_base": 0.001, "backoff_cap": 0.01}
@@ -84,7 +84,7 @@ def test_cache_is_safe_across_processes(tmp_path):
     script = textwrap.dedent("""
         import sys
         from heldout.models import ChatRequest, ResponseCache
-        from heldout.models.client import ChatResponse
+        from heldout.models.types import ChatResponse
         cache, who = ResponseCache(sys.argv[1]), sys.argv[2]
         def put(name):
             req = ChatRequest([{"role": "user", "content": name}], "m")

@@ -4,17 +4,8 @@ with two backends: the deterministic test double (:mod:`heldout.models.testserve
 model through llama.cpp (:mod:`heldout.models.backends.llama`, ``heldout serve-model``)."""
 
 from heldout.models.cache import CachedResponse, CacheError, ResponseCache
-from heldout.models.client import (
-    CHANNELS,
-    BatchError,
-    ChannelUsage,
-    ChatRequest,
-    ChatResponse,
-    ModelClient,
-    ModelError,
-    UsageMeter,
-    backoff_delay,
-)
+from heldout.models.client import ModelClient, backoff_delay
+from heldout.models.types import CHANNELS, BatchError, ChannelUsage, ChatRequest, ChatResponse, ModelError, UsageMeter
 from heldout.models.recording import Recorder, Replay, ReplayError, ReplayMiss, read_recording
 
 __all__ = [

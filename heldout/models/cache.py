@@ -11,12 +11,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from heldout.contracts import HeldoutError, canonical_json
 
-if TYPE_CHECKING:
-    from heldout.models.client import ChatRequest, ChatResponse
+from heldout.models.types import ChatRequest, ChatResponse
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -89,7 +87,7 @@ class ResponseCache:
                 (key,)).fetchone()
         return CachedResponse(*row) if row else None
 
-    def put(self, key: str, request: "ChatRequest", response: "ChatResponse") -> None:
+    def put(self, key: str, request: ChatRequest, response: ChatResponse) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT OR IGNORE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",

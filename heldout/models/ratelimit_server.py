@@ -12,7 +12,6 @@ until the next token (seconds, decimal), as a real rate-limited endpoint does.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass

@@ -13,13 +13,10 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from heldout.contracts import canonical_json
-from heldout.models.client import ChatRequest, ModelError
-
-if TYPE_CHECKING:
-    from heldout.models.client import ChatResponse
+from heldout.models.types import ChatRequest, ChatResponse, ModelError
 
 RECORD_VERSION = 1
 
@@ -81,7 +78,7 @@ class Recorder:
         self._lock = threading.Lock()
         self.lines = 0
 
-    def write(self, request: ChatRequest, response: "ChatResponse") -> None:
+    def write(self, request: ChatRequest, response: ChatResponse) -> None:
         line = canonical_json({
             "v": RECORD_VERSION, "key": response.request_key, "request": request.to_dict(),
             "response": {"text": response.text, "prompt_tokens": response.prompt_tokens,
