@@ -18,7 +18,8 @@ _HOME = {
     "heldout.benchmarks.registry": ("all_tasks", "get_benchmark"),
     "heldout.data_manifests": ("DriftError",),
     "heldout.evaluators.records": ("RunRecord",),
-    "heldout.evaluators.session": ("Budget", "Session", "TaskView", "VisibilityPolicy"),
+    "heldout.evaluators.policy": ("Budget", "VisibilityPolicy"),
+    "heldout.evaluators.session": ("Session", "TaskView"),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 

@@ -33,7 +33,8 @@ from heldout import __version__
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.outputs import read_outputs, score_outputs
-from heldout.evaluators.session import DEPLOYMENT, POLICIES, Scorer, Usage
+from heldout.evaluators.policy import POLICIES
+from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.server import ChatServer

@@ -19,7 +19,8 @@ from heldout.benchmarks.mmlu_pro import COT_5SHOT_SETTING
 from heldout.benchmarks.prompt_task import PromptSetting
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import RunContext
-from heldout.evaluators.session import DEPLOYMENT, Scorer, Session, Usage
+from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
+from heldout.evaluators.session import Session
 from heldout.models import ModelClient
 from heldout.models.backends.deterministic import DeterministicBackend
 from heldout.models.server import ChatServer, StopScanner, apply_stop

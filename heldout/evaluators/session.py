@@ -7,6 +7,9 @@
 * :class:`TaskView` is the only thing an optimizer gets: it wraps the service and filters
   verdicts through the visibility policy.
 
+What a session may spend and show is in :mod:`.policy` (Budget, VisibilityPolicy); how a
+candidate is scored, and metered, in :mod:`.scoring` (Scorer, Usage).
+
 A metric call is one worker call, or one program execution, on one example. Cache hits count
 as metric calls (so arms stay comparable) but cost no endpoint call. An evaluation that would
 exceed the budget is refused before anything runs: overshoot is impossible.
@@ -27,216 +30,24 @@ import json
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from heldout.benchmarks.loading import Task, load_task
-from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
 from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
-from heldout.contracts import (BudgetExceeded, Candidate, Completion, Example, HeldoutError, MalformedCandidate,
-                               Message, RunContext, RunLimits, Verdict, VisibilityError, candidate_id,
-                               check_candidate)
+from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, MalformedCandidate, RunLimits,
+                               Verdict, VisibilityError, candidate_id, check_candidate)
 from heldout.evaluators.ledger import Ledger
+from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, VERDICT_FIELDS, Budget, VisibilityPolicy
 from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_same_experiment, describe_experiment
-from heldout.models import ChatRequest, ModelError
+from heldout.evaluators.scoring import ARCHITECT, DEPLOYMENT, OPTIMISATION, Scorer, Usage
+from heldout.models import ChatRequest
 
-OPTIMISATION = "worker-optimisation"
-DEPLOYMENT = "worker-deployment"
-ARCHITECT = "architect"
 MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Limits of one session. ``metric_calls`` is the unit matched across methods by default;
-    a protocol may match ``architect_calls`` or ``architect_tokens`` instead (both enforced)."""
-
-    metric_calls: int
-    architect_tokens: int | None = None
-    wall_seconds: float | None = None
-    architect_calls: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.metric_calls, int) or self.metric_calls < 0:
-            raise ValueError(f"metric_calls must be a non-negative int, got {self.metric_calls!r}")
-
-
-VERDICT_FIELDS = ("score", "valid", "dimensions", "feedback", "error", "error_kind", "output", "target")
-
-
-@dataclass(frozen=True)
-class VisibilityPolicy:
-    """Which verdict fields the optimizer sees, per split. An empty set refuses the split.
-
-    ``standard``: train shows everything (score, feedback, dimensions, target); val shows the
-    score only; test is refused (scored once by the harness after the optimizer returns)."""
-
-    name: str = "standard"
-    train: frozenset[str] = frozenset(VERDICT_FIELDS)
-    val: frozenset[str] = frozenset({"score"})
-    test: frozenset[str] = frozenset()
-
-    def fields(self, split: str) -> frozenset[str]:
-        allowed = getattr(self, split, None) if split in ("train", "val", "test") else None
-        if not allowed:
-            raise VisibilityError(f"split {split!r} is not visible to the optimizer under the "
-                                  f"{self.name!r} policy")
-        return allowed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **{s: sorted(getattr(self, s)) for s in ("train", "val", "test")}}
-
-
-STANDARD_POLICY = VisibilityPolicy()
-# For leakage experiments only: val behaves like train. Reports state the policy.
-LEAKY_VAL_POLICY = VisibilityPolicy(name="leaky-val", val=frozenset(VERDICT_FIELDS))
-POLICIES = {p.name: p for p in (STANDARD_POLICY, LEAKY_VAL_POLICY)}
-
-
-@dataclass
-class Usage:
-    """Counts by channel: logical metric calls, endpoint calls, cache hits, tokens.
-
-    ``metric_calls`` is what the budget is enforced against, so it is read-only: it grows only
-    through :meth:`charge` (an in-process optimizer that assigns to it by accident gets an
-    ``AttributeError``, not more budget)."""
-
-    endpoint_calls: dict[str, int] = field(default_factory=dict)
-    cache_hits: int = 0
-    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
-    replayed: int = 0
-    _metric_calls: int = field(default=0, repr=False)
-
-    @property
-    def metric_calls(self) -> int:
-        return self._metric_calls
-
-    def charge(self, calls: int) -> None:
-        """Count ``calls`` (>= 0) more metric calls."""
-        if calls < 0:
-            raise ValueError(f"metric calls are only ever added, got {calls}")
-        self._metric_calls += int(calls)
-
-    def add_tokens(self, channel: str, prompt: int, completion: int, calls: int = 1) -> None:
-        tok = self.tokens.setdefault(channel, {"prompt": 0, "completion": 0})
-        tok["prompt"] += int(prompt)
-        tok["completion"] += int(completion)
-        self.endpoint_calls[channel] = self.endpoint_calls.get(channel, 0) + calls
 
 
 def _verdict_from_entry(data: Mapping[str, Any]) -> Verdict:
     return Verdict.from_dict(data["verdict"])
-
-
-class MeteredWorker:
-    """The worker as a task's ``RunContext`` offers it (e.g. Lockpicking's ``AI_COMPLETE``): each
-    call goes through the session's client, its tokens are counted on the session's channel and it
-    is appended to the ledger as a ``worker_call``. The metric call it belongs to was already
-    counted by the session when the evaluation was admitted."""
-
-    def __init__(self, client, usage: "Usage", channel: str, ledger: Ledger | None,
-                 decoding: Mapping[str, Any]) -> None:
-        self._client = client
-        self._usage = usage
-        self._channel = channel
-        self._ledger = ledger
-        self._decoding = decoding
-        self.model = client.model
-
-    def complete(self, messages: Sequence[Message]) -> Completion:
-        request = ChatRequest(messages=tuple({"role": m.role, "content": m.content} for m in messages),
-                              model=self._client.model, temperature=self._decoding.get("temperature", 0.0),
-                              max_tokens=self._decoding.get("max_tokens"), channel=self._channel)
-        response = self._client.complete_many([request])[0]
-        if response.cached:
-            self._usage.cache_hits += 1
-        else:
-            self._usage.add_tokens(self._channel, response.prompt_tokens, response.completion_tokens)
-        if self._ledger is not None:
-            self._ledger.append("worker_call", {"channel": self._channel, "request_key": response.request_key,
-                                                "prompt_tokens": response.prompt_tokens,
-                                                "completion_tokens": response.completion_tokens,
-                                                "cached": response.cached})
-        return Completion(text=response.text, prompt_tokens=response.prompt_tokens,
-                          completion_tokens=response.completion_tokens, seconds=response.seconds,
-                          cached=response.cached)
-
-
-class Scorer:
-    """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
-    execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
-    ``options`` are the task options of the experiment (canonical scoring); an evaluation may add
-    a verifier variant's options on top. Never raises for a bad candidate."""
-
-    def __init__(self, benchmark, worker=None, limits: RunLimits | None = None,
-                 options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None,
-                 judge=None) -> None:
-        self.benchmark = benchmark
-        self.worker = worker
-        self.judge = judge  # a separate judge model, metered on the ``judge-*`` channels
-        self.limits = limits or benchmark.default_limits
-        self.options = dict(options or {})
-        self.jobs = max(1, jobs)
-        self.ledger = ledger
-
-    def context(self, channel: str, usage: "Usage", extra: Mapping[str, Any] | None = None) -> RunContext:
-        worker = None if self.worker is None else MeteredWorker(self.worker, usage, channel, self.ledger, self.options)
-        judge = None if self.judge is None else MeteredWorker(
-            self.judge, usage, channel.replace("worker", "judge"), self.ledger,
-            {"temperature": self.options.get("judge_temperature", 0.0),
-             "max_tokens": self.options.get("judge_max_tokens")})
-        return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})}, judge=judge)
-
-    def score(self, candidate: Candidate, examples: Sequence[Example], channel: str,
-              usage: Usage, extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
-        if not examples:
-            return []
-        context = self.context(channel, usage, extra_options)
-        if self.benchmark.kind == "program":
-            def run_one(ex: Example) -> Verdict:
-                try:
-                    return self.benchmark.run(candidate, ex, context)
-                except Exception as exc:  # the benchmark's own rule is never to raise; belt and braces
-                    return Verdict.failure(ex.id, f"evaluator error: {type(exc).__name__}: {exc}", "evaluator_error")
-            with ThreadPoolExecutor(max_workers=min(self.jobs, len(examples))) as pool:
-                return list(pool.map(run_one, examples))
-        return self._score_prompt(candidate, examples, channel, usage, context, replicate)
-
-    def _score_prompt(self, candidate: Candidate, examples: Sequence[Example], channel: str,
-                      usage: Usage, context: RunContext, replicate: int) -> list[Verdict]:
-        if self.worker is None:
-            raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
-                               "(pass worker=ModelClient(...) or --worker-model/--base-url)")
-        # the prompt format's setting decides chat or completion, stop sequences and default decoding
-        # (published settings are sent as published); the run's own options win where they are set
-        setting = getattr(self.benchmark, "prompt_setting", None)
-        setting = setting(context.option("prompt_format") if context is not None else None) if setting else None
-        stop = (("stop", list(setting.stop)),) if setting is not None and setting.stop else ()
-        temperature = self.options.get("temperature", setting.temperature if setting is not None else 0.0)
-        max_tokens = self.options.get("max_tokens", setting.max_tokens if setting is not None else None)
-        sent = (setting or ZERO_SHOT_SETTING).request_fields  # a task that names no setting is sent as a chat
-        requests = [ChatRequest(**sent(self.benchmark.render(candidate, ex, context)),
-                                model=self.worker.model, temperature=temperature, max_tokens=max_tokens,
-                                channel=channel, replicate=replicate, extra=stop)
-                    for ex in examples]
-        responses = self.worker.complete_many(requests, return_exceptions=True)
-        verdicts = []
-        for ex, resp in zip(examples, responses):
-            if isinstance(resp, BaseException):
-                kind = "model_error" if isinstance(resp, ModelError) else "crash"
-                verdicts.append(Verdict.failure(ex.id, f"worker call failed: {resp}", kind))
-                continue
-            if resp.cached:
-                usage.cache_hits += 1
-            else:
-                usage.add_tokens(channel, resp.prompt_tokens, resp.completion_tokens)
-            verdict = self.benchmark.score_text(resp.text, ex, context)
-            verdict.usage = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
-                             "seconds": resp.seconds, "cached": float(resp.cached)}
-            verdicts.append(verdict)
-        return verdicts
 
 
 class EvaluationService:

@@ -50,7 +50,7 @@ from heldout.contracts import HeldoutError
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.session import DEPLOYMENT, Scorer, Usage
+from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import resolve_optimizer, split_spec
 from heldout.protocols import decide

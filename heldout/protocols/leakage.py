@@ -51,7 +51,7 @@ from heldout.benchmarks.loading import Task, load_task
 from heldout.contracts import Candidate, Example, HeldoutError, Verdict, candidate_id, check_candidate
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.session import DEPLOYMENT, Scorer, Usage
+from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.protocols.decide import RULES, Contrast, contrast, holm
 from heldout.protocols.splits import PROBE, SplitCheck, answer_text, check_profile, question_text, words
 from heldout.protocols.stats import mean_interval, two_level_bootstrap

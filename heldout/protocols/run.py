@@ -29,8 +29,8 @@ import json
 import multiprocessing
 import os
 import queue
-import re
 import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -41,11 +41,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from heldout.benchmarks.registry import expand_tasks
-from heldout.contracts import HeldoutError, canonical_json, write_text_atomically
+from heldout.contracts import HeldoutError, canonical_json, check_name, read_user_json, write_text_atomically
 from heldout.evaluators.isolated import run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
-from heldout.evaluators.session import POLICIES, Budget, Session
+from heldout.evaluators.policy import POLICIES, Budget
+from heldout.evaluators.session import Session
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import (ALIASES, REFERENCE_OPTIMIZERS, canonical_name, is_reference_optimizer,
                                 optimizer_code_sha256, optimizer_target, resolve_optimizer)
@@ -59,7 +60,28 @@ class StudyInterrupted(BaseException):
     so no optimizer's ``except Exception`` swallows it; the cell's ledger stays resumable."""
 
 
-METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-:?=&,@]{0,99}")
+def check_command(command: Any) -> list[str]:
+    """The words of an isolated optimizer's command line, checked before anything is written:
+    text without NUL or control characters, quoting that closes, at least one word, and a
+    program that exists as an executable file (a path, or a name on $PATH)."""
+    if not isinstance(command, str) or any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in command):
+        raise HeldoutError(f"optimizer command {command!r} must be one line of text (no NUL, newline or "
+                           "control character)")
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise HeldoutError(f"optimizer command {command!r} cannot be split into words: {exc}") from None
+    if not argv:
+        raise HeldoutError("the optimizer command is empty: give the program to run, e.g. "
+                           "--optimizer-cmd 'python my_optimizer.py'")
+    program = argv[0]
+    found = program if "/" in program else shutil.which(program)
+    if found is None or not os.path.isfile(found):
+        where = "no such file" if "/" in program else "not found on $PATH"
+        raise HeldoutError(f"optimizer command {command!r}: program {program!r} is {where}")
+    if not os.access(found, os.X_OK):
+        raise HeldoutError(f"optimizer command {command!r}: program {program!r} is not executable")
+    return argv
 
 
 @dataclass(frozen=True)
@@ -76,9 +98,9 @@ class Method:
     def __post_init__(self) -> None:
         # the name becomes a folder of every run dir: an allow-list, so no newline, NUL, slash,
         # "..", space or control character from a study file or a flag can reach the file system
-        if not isinstance(self.name, str) or not METHOD_NAME.fullmatch(self.name) or self.name in (".", ".."):
-            raise HeldoutError(f"method name {self.name!r} is not allowed: use 1-100 letters, digits and "
-                               "._+-:?=&,@ (it names a folder of every run dir)")
+        check_name(self.name, "method name")
+        if self.command is not None:
+            check_command(self.command)
 
     def describe(self) -> dict[str, Any]:
         """Name and a hash of the code that will run (the optimizer's source file, or the
@@ -389,10 +411,7 @@ def _settle_study(root: Path, cells: list[Cell], config: StudyConfig, resume: bo
         if write:
             write_text_atomically(path, json.dumps(wanted, indent=1))
         return path
-    try:
-        recorded = json.loads(path.read_text())
-    except ValueError as exc:
-        raise HeldoutError(f"{path} is unreadable: {exc}") from exc
+    recorded = read_user_json(path, "the study's record", error=ExperimentMismatch)
     differing = [f"{key}: {_short(recorded.get(key))} -> {_short(wanted.get(key))}"
                  for key in wanted if key != "cells" and canonical_json(recorded.get(key)) != canonical_json(wanted[key])]
     if differing:

@@ -53,9 +53,9 @@ import tomli_w
 
 from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import HeldoutError, read_user_text, write_text_atomically
+from heldout.contracts import HeldoutError, check_folder, check_name, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
-from heldout.evaluators.session import POLICIES
+from heldout.evaluators.policy import POLICIES
 from heldout.optimizers import is_reference_optimizer
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_budgets
@@ -208,7 +208,7 @@ def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
             raise StudyError(f"{origin}: missing key {key!r} ({_TOP[key][1]})")
         return data[key]
 
-    run_dir = need("run_dir")
+    run_dir = check_folder(need("run_dir"), f"{origin}: run_dir", error=StudyError)
     tasks = _task_list(need("tasks"), origin)
     profiles = _str_list(data.get("profiles", [DEFAULT_PROFILE]), "profiles", origin, unique=True)
     seeds = _int_list(data.get("seeds", [0]), "seeds", origin)
@@ -335,9 +335,7 @@ def _methods(value: list[Any], origin: str) -> list[Method]:
             raise StudyError(f"{origin}: {where} has both optimizer and command (one method is one or the other)")
         if "command" in entry and entry.get("options"):
             raise StudyError(f"{origin}: {where}.options: an isolated command takes its options on its command line")
-        name = entry["name"]
-        if not name or "/" in name or name.startswith("."):
-            raise StudyError(f"{origin}: {where}.name {name!r} must be a plain folder name")
+        name = check_name(entry["name"], f"{origin}: {where}.name", error=StudyError)
         methods.append(Method(name=name, target=None if "command" in entry else entry.get("optimizer", name),
                               command=entry.get("command"), options=dict(entry.get("options", {}))))
     names = [m.name for m in methods]
@@ -407,8 +405,8 @@ def read_resolved(run_dir: str | Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(read_user_text(path, "the resolved study", max_bytes=MAX_STUDY_BYTES, error=StudyError))
+    except tomllib.TOMLDecodeError as exc:
         raise StudyError(f"cannot read the resolved study {path}: {exc}") from None
 
 

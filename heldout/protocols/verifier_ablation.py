@@ -49,7 +49,7 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import Candidate, HeldoutError, candidate_id
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.session import OPTIMISATION, Scorer, Usage
+from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
 from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study

@@ -1,0 +1,163 @@
+"""Scoring a candidate on examples, and what it costs.
+
+:class:`Scorer` runs a candidate: a worker call + ``score_text`` for prompt tasks (sent as the
+task's prompt setting says), a sandboxed execution for program tasks. :class:`MeteredWorker` is
+the worker a task's ``RunContext`` offers; :class:`Usage` counts a session's metric calls and
+tokens by channel. The session (:mod:`.session`) decides *whether* to score; this module only
+scores."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
+from heldout.contracts import (Candidate, Completion, Example, HeldoutError, Message, RunContext, RunLimits,
+                               Verdict)
+from heldout.evaluators.ledger import Ledger
+from heldout.models import ChatRequest, ModelError
+
+OPTIMISATION = "worker-optimisation"
+DEPLOYMENT = "worker-deployment"
+ARCHITECT = "architect"
+
+
+@dataclass
+class Usage:
+    """Counts by channel: logical metric calls, endpoint calls, cache hits, tokens.
+
+    ``metric_calls`` is what the budget is enforced against, so it is read-only: it grows only
+    through :meth:`charge` (an in-process optimizer that assigns to it by accident gets an
+    ``AttributeError``, not more budget)."""
+
+    endpoint_calls: dict[str, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
+    replayed: int = 0
+    _metric_calls: int = field(default=0, repr=False)
+
+    @property
+    def metric_calls(self) -> int:
+        return self._metric_calls
+
+    def charge(self, calls: int) -> None:
+        """Count ``calls`` (>= 0) more metric calls."""
+        if calls < 0:
+            raise ValueError(f"metric calls are only ever added, got {calls}")
+        self._metric_calls += int(calls)
+
+    def add_tokens(self, channel: str, prompt: int, completion: int, calls: int = 1) -> None:
+        tok = self.tokens.setdefault(channel, {"prompt": 0, "completion": 0})
+        tok["prompt"] += int(prompt)
+        tok["completion"] += int(completion)
+        self.endpoint_calls[channel] = self.endpoint_calls.get(channel, 0) + calls
+
+
+class MeteredWorker:
+    """The worker as a task's ``RunContext`` offers it (e.g. Lockpicking's ``AI_COMPLETE``): each
+    call goes through the session's client, its tokens are counted on the session's channel and it
+    is appended to the ledger as a ``worker_call``. The metric call it belongs to was already
+    counted by the session when the evaluation was admitted."""
+
+    def __init__(self, client, usage: "Usage", channel: str, ledger: Ledger | None,
+                 decoding: Mapping[str, Any]) -> None:
+        self._client = client
+        self._usage = usage
+        self._channel = channel
+        self._ledger = ledger
+        self._decoding = decoding
+        self.model = client.model
+
+    def complete(self, messages: Sequence[Message]) -> Completion:
+        request = ChatRequest(messages=tuple({"role": m.role, "content": m.content} for m in messages),
+                              model=self._client.model, temperature=self._decoding.get("temperature", 0.0),
+                              max_tokens=self._decoding.get("max_tokens"), channel=self._channel)
+        response = self._client.complete_many([request])[0]
+        if response.cached:
+            self._usage.cache_hits += 1
+        else:
+            self._usage.add_tokens(self._channel, response.prompt_tokens, response.completion_tokens)
+        if self._ledger is not None:
+            self._ledger.append("worker_call", {"channel": self._channel, "request_key": response.request_key,
+                                                "prompt_tokens": response.prompt_tokens,
+                                                "completion_tokens": response.completion_tokens,
+                                                "cached": response.cached})
+        return Completion(text=response.text, prompt_tokens=response.prompt_tokens,
+                          completion_tokens=response.completion_tokens, seconds=response.seconds,
+                          cached=response.cached)
+
+
+class Scorer:
+    """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
+    execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
+    ``options`` are the task options of the experiment (canonical scoring); an evaluation may add
+    a verifier variant's options on top. Never raises for a bad candidate."""
+
+    def __init__(self, benchmark, worker=None, limits: RunLimits | None = None,
+                 options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None,
+                 judge=None) -> None:
+        self.benchmark = benchmark
+        self.worker = worker
+        self.judge = judge  # a separate judge model, metered on the ``judge-*`` channels
+        self.limits = limits or benchmark.default_limits
+        self.options = dict(options or {})
+        self.jobs = max(1, jobs)
+        self.ledger = ledger
+
+    def context(self, channel: str, usage: "Usage", extra: Mapping[str, Any] | None = None) -> RunContext:
+        worker = None if self.worker is None else MeteredWorker(self.worker, usage, channel, self.ledger, self.options)
+        judge = None if self.judge is None else MeteredWorker(
+            self.judge, usage, channel.replace("worker", "judge"), self.ledger,
+            {"temperature": self.options.get("judge_temperature", 0.0),
+             "max_tokens": self.options.get("judge_max_tokens")})
+        return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})}, judge=judge)
+
+    def score(self, candidate: Candidate, examples: Sequence[Example], channel: str,
+              usage: Usage, extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
+        if not examples:
+            return []
+        context = self.context(channel, usage, extra_options)
+        if self.benchmark.kind == "program":
+            def run_one(ex: Example) -> Verdict:
+                try:
+                    return self.benchmark.run(candidate, ex, context)
+                except Exception as exc:  # the benchmark's own rule is never to raise; belt and braces
+                    return Verdict.failure(ex.id, f"evaluator error: {type(exc).__name__}: {exc}", "evaluator_error")
+            with ThreadPoolExecutor(max_workers=min(self.jobs, len(examples))) as pool:
+                return list(pool.map(run_one, examples))
+        return self._score_prompt(candidate, examples, channel, usage, context, replicate)
+
+    def _score_prompt(self, candidate: Candidate, examples: Sequence[Example], channel: str,
+                      usage: Usage, context: RunContext, replicate: int) -> list[Verdict]:
+        if self.worker is None:
+            raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
+                               "(pass worker=ModelClient(...) or --worker-model/--base-url)")
+        # the prompt format's setting decides chat or completion, stop sequences and default decoding
+        # (published settings are sent as published); the run's own options win where they are set
+        setting = getattr(self.benchmark, "prompt_setting", None)
+        setting = setting(context.option("prompt_format") if context is not None else None) if setting else None
+        stop = (("stop", list(setting.stop)),) if setting is not None and setting.stop else ()
+        temperature = self.options.get("temperature", setting.temperature if setting is not None else 0.0)
+        max_tokens = self.options.get("max_tokens", setting.max_tokens if setting is not None else None)
+        sent = (setting or ZERO_SHOT_SETTING).request_fields  # a task that names no setting is sent as a chat
+        requests = [ChatRequest(**sent(self.benchmark.render(candidate, ex, context)),
+                                model=self.worker.model, temperature=temperature, max_tokens=max_tokens,
+                                channel=channel, replicate=replicate, extra=stop)
+                    for ex in examples]
+        responses = self.worker.complete_many(requests, return_exceptions=True)
+        verdicts = []
+        for ex, resp in zip(examples, responses):
+            if isinstance(resp, BaseException):
+                kind = "model_error" if isinstance(resp, ModelError) else "crash"
+                verdicts.append(Verdict.failure(ex.id, f"worker call failed: {resp}", kind))
+                continue
+            if resp.cached:
+                usage.cache_hits += 1
+            else:
+                usage.add_tokens(channel, resp.prompt_tokens, resp.completion_tokens)
+            verdict = self.benchmark.score_text(resp.text, ex, context)
+            verdict.usage = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                             "seconds": resp.seconds, "cached": float(resp.cached)}
+            verdicts.append(verdict)
+        return verdicts
