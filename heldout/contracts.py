@@ -17,6 +17,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import stat
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -52,22 +54,51 @@ class DataError(HeldoutError):
     """Data could not be loaded or does not match its manifest."""
 
 
-def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
-                   error: type[HeldoutError] = DataError) -> str:
-    """The text of a file a user handed heldout (a study file, outputs, a candidate). Rule: never
-    a traceback; a missing path, a directory, an unreadable or oversized file, bytes that are not
-    UTF-8, or a NUL character is one ``error`` naming ``what`` and the path, and nothing is read."""
+def read_user_bytes(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
+                    error: type[HeldoutError] = DataError) -> bytes:
+    """The bytes of a file heldout reads from a user or a run dir (a study file, outputs, a
+    candidate, a ledger, a run record). The one rule for every such file: a missing path, a
+    directory, anything that is not a regular file (a FIFO, a device such as ``/dev/zero``, a
+    socket: refused before a read could block or never end), an unreadable file or one over
+    ``max_bytes`` is one ``error`` naming ``what`` and the path; nothing else is read."""
     p = os.fspath(path)
     try:
-        if os.path.isdir(p):
-            raise error(f"{what} {p} is a directory, not a file")
-        size = os.path.getsize(p)
-        if size > max_bytes:
-            raise error(f"{what} {p} is {size:,} bytes, over the limit of {max_bytes:,}")
-        with open(p, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below refuses it
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{what} {p} does not exist") from None
     except OSError as exc:
         raise error(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{what} {p} is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{what} {p} is not a regular file (a device, FIFO or socket): refused")
+        if info.st_size > max_bytes:
+            raise error(f"{what} {p} is {info.st_size:,} bytes, over the limit of {max_bytes:,}")
+        chunks, size = [], 0
+        while size <= max_bytes:  # files that report size 0 (/proc) are capped as they are read
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise error(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise error(f"{what} {p} is over the limit of {max_bytes:,} bytes")
+    return b"".join(chunks)
+
+
+def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
+                   error: type[HeldoutError] = DataError) -> str:
+    """:func:`read_user_bytes` as text: bytes that are not UTF-8, or a NUL character, are one
+    ``error`` too (never a traceback)."""
+    p = os.fspath(path)
+    data = read_user_bytes(path, what, max_bytes=max_bytes, error=error)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -75,6 +106,48 @@ def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int 
     if "\x00" in text:
         raise error(f"{what} {p} holds a NUL character at offset {text.index(chr(0))}: not a text file")
     return text
+
+
+def read_user_json(path: "str | os.PathLike[str]", what: str, *, expect: type = dict,
+                   max_bytes: int = 64 * 1024 * 1024, error: type[HeldoutError] = DataError) -> Any:
+    """:func:`read_user_text` parsed as one JSON value of type ``expect`` (an object by default):
+    truncated JSON or a value of another type is one ``error``."""
+    text = read_user_text(path, what, max_bytes=max_bytes, error=error)
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise error(f"{what} {os.fspath(path)} is not valid JSON: {exc}") from None
+    if not isinstance(value, expect):
+        names = {dict: "an object", list: "an array"}
+        raise error(f"{what} {os.fspath(path)} holds JSON {type(value).__name__}, expected "
+                    f"{names.get(expect, expect.__name__)}")
+    return value
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-:?=&,@]{0,99}")
+"""What a name heldout turns into a file or folder (a method, a split profile) may hold."""
+
+
+def check_name(name: Any, what: str, *, error: type[HeldoutError] = HeldoutError) -> str:
+    """``name`` when it is a plain name by :data:`NAME` (an allow-list: no newline, NUL, slash,
+    "..", space, leading "-" or control character can reach the file system), else ``error``."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or name in (".", ".."):
+        raise error(f"{what} {name!r} is not allowed: use 1-100 letters, digits and ._+-:?=&,@, starting "
+                    "with a letter or digit (it names a file or folder)")
+    return name
+
+
+def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[HeldoutError] = HeldoutError) -> str:
+    """A folder heldout will create or write into (a run dir, a report's --out): refused, before
+    anything is written, when its path holds a control character (a newline, NUL, ...) or names
+    something that exists and is not a folder."""
+    p = os.fspath(path)
+    if not isinstance(p, str) or not p or any(ord(c) < 32 or ord(c) == 127 for c in p):
+        raise error(f"{what} {p!r} holds a control character (newline, NUL, ...) or is empty: not a folder "
+                    "heldout will create")
+    if os.path.lexists(p) and not os.path.isdir(p):
+        raise error(f"{what} {p} exists and is not a folder")
+    return p
 
 
 def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: int = 0o644) -> None:
