@@ -492,6 +492,15 @@ def test_prompt_task_report_counts_deployment_tokens_and_refuses_a_split_seed_ra
     assert row["report_verdict"].startswith("cannot separate") is (not called)
     assert {f.key for f in report.figures} >= {"pareto_optimisation", "pareto_deployment"}
     assert "No deployment tokens" not in next(f.caption for f in report.figures if f.key == "pareto_deployment")
+    # the three extraction modes side by side, the headline marked and equal to the results table's mean
+    modes = {row["method"]: row for row in report.table("extraction").data}
+    results = {row["method"]: row["mean"] for row in report.table("results").data}
+    for method, row in modes.items():
+        records = [r.record for r in collect_runs([tmp_path / "runs" / method]).runs]
+        for mode in ("strict", "flexible", "published"):
+            by_seed = [sum(v["dimensions"][mode] for v in rec.test_verdicts) / len(rec.test_verdicts) for rec in records]
+            assert row["modes"][mode] == pytest.approx(sum(by_seed) / len(by_seed))
+        assert row["headline"] == "published" and row["modes"]["published"] == pytest.approx(results[method])
 
 
 def test_markdown_escapes_text_from_runs_and_states_settings_and_models_once(study, tmp_path):

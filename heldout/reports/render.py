@@ -27,6 +27,7 @@ from heldout.reports.tables import (
     answer_key_table,
     budget_table,
     cost_table,
+    extraction_modes_table,
     heldout_table,
     results_table,
     runs_table,
@@ -74,6 +75,9 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
         report.tables.append(heldout_table(runs, baseline, alpha=alpha, n_boot=n_boot))
     report.tables.append(cost_table(runs, baseline if has_baseline else None))
     report.tables.append(budget_table(runs, checkpoints))
+    modes = extraction_modes_table(runs)
+    if modes is not None:
+        report.tables.append(modes)
     report.tables.append(runs_table(runs))
     keys = answer_key_rows([r.record for r in runs.runs if _loadable(r.record.task, data_dir)],
                            data_dir=data_dir, prompt_only=True)

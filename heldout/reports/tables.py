@@ -23,6 +23,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from heldout.benchmarks.extraction import EXTRACTION_MODES, HEADLINE_MODE
 from heldout.protocols.stats import (
     correct_pvalues,
     macro_mean,
@@ -456,6 +457,53 @@ def budget_table(runs: RunSet, checkpoints: Sequence[int] | None = None) -> Tabl
     return Table("budget", "Budget-matched best-so-far by metric calls", columns, rows, notes, data)
 
 
+# -- answer-extraction modes side by side ----------------------------------------------------------
+def mode_scores(run: Run) -> dict[str, float] | None:
+    """The run's held-out score under each answer-extraction mode (mean over its test verdicts),
+    or None when its verdicts do not carry every mode (program tasks, MBPP+)."""
+    verdicts = run.record.test_verdicts
+    if not verdicts or not all(set(EXTRACTION_MODES) <= set((v.get("dimensions") or {})) for v in verdicts):
+        return None
+    return {mode: float(np.mean([v["dimensions"][mode] for v in verdicts])) for mode in EXTRACTION_MODES}
+
+
+def headline_mode(run: Run, scores: dict[str, float]) -> str:
+    """The mode the run's score is: the one whose per-example values are its verdicts' scores
+    (heldout's default, ``published``, when several modes agree on every example)."""
+    verdicts = run.record.test_verdicts
+    matching = [m for m in EXTRACTION_MODES
+                if all(math.isclose(v["dimensions"][m], float(v.get("score") or 0.0)) for v in verdicts)]
+    return HEADLINE_MODE if HEADLINE_MODE in matching or not matching else matching[0]
+
+
+def extraction_modes_table(runs: RunSet) -> Table | None:
+    """Per prompt task and method, the held-out score under each answer-extraction mode (strict,
+    flexible, published: named filters reported side by side, as lm-eval does), the headline mode
+    marked. None when no run carries the modes."""
+    rows, data = [], []
+    for (task, method), cell in runs.cells().items():
+        per_run = {seed: mode_scores(run) for seed, run in cell.items()}
+        if any(v is None for v in per_run.values()):
+            continue
+        headlines = {headline_mode(cell[seed], scores) for seed, scores in per_run.items()}
+        headline = headlines.pop() if len(headlines) == 1 else None
+        means = {m: float(np.mean([scores[m] for scores in per_run.values()])) for m in EXTRACTION_MODES}
+        digits = decimals(list(means.values()))
+        rows.append([Cell(task), Cell(method)]
+                    + [Cell(fmt(means[m], digits) + (" (headline)" if m == headline else ""), strong=m == headline)
+                       for m in EXTRACTION_MODES] + [Cell(headline or "MIXED")])
+        data.append({"task": task, "method": method, "seeds": sorted(cell), "modes": means, "headline": headline})
+    if not rows:
+        return None
+    notes = [settings_note(runs),
+             "Held-out score, mean over seeds, with the answer read by each extraction mode: strict (the format's "
+             "own cue only), flexible (strict, then fallbacks), published (the reference rule a published number "
+             "used). Bold: the headline mode, the one every other table reports; a gap between modes is a "
+             "formatting effect, not a reasoning one. MIXED: runs of one cell used different headlines."]
+    return Table("extraction", "Held-out score by answer-extraction mode", ["task", "method", *EXTRACTION_MODES,
+                                                                           "headline"], rows, notes, data)
+
+
 def runs_table(runs: RunSet) -> Table:
     """Every run used, failed or excluded, with its path: the report's audit trail."""
     rows, data = [], []
@@ -507,4 +555,4 @@ def answer_key_table(runs: RunSet, rows: Sequence[dict[str, Any]]) -> Table:
 __all__ = ["Cell", "Table", "results_table", "heldout_table", "cost_table", "budget_table", "runs_table",
            "answer_key_table",
            "settings_note", "example_means", "seed_scores", "tokens", "candidate_length", "best_so_far",
-           "default_checkpoints", "task_checkpoints"]
+           "default_checkpoints", "task_checkpoints", "extraction_modes_table"]
