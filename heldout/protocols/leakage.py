@@ -676,15 +676,17 @@ that row's seed-paired contrast after Holm ("0" when undecided or empty)."""
 @dataclass(frozen=True)
 class ReadingRule:
     """One reading: the signs it applies to (per axis, the set of signs allowed) and its words.
-    ``with_key`` replaces ``text`` when the candidate holds an answer key; ``unproven`` replaces
-    it when the profile is not proven topic-disjoint (a held-out gain then cannot tell a rule
-    from a topic-level key)."""
+    ``with_key`` replaces ``text`` when the candidate holds an answer key, ``without_key`` when it
+    holds none (a gain on training questions without a key is no memorisation of one);
+    ``unproven`` replaces it when the profile is not proven topic-disjoint (a held-out gain then
+    cannot tell a rule from a topic-level key)."""
 
     name: str
     pattern: tuple[str, str, str, str]
     text: str
     with_key: str | None = None
     unproven: str | None = None
+    without_key: str | None = None
 
     def matches(self, signs: Sequence[str]) -> bool:
         return all(s in allowed for s, allowed in zip(signs, self.pattern))
@@ -700,7 +702,9 @@ READINGS: tuple[ReadingRule, ...] = (
                 "Held-out topics gain while other subsets lose: neither a clean rule nor a key."),
     ReadingRule("key-displaces-rule", ("+", "+-0", "+-0", "-"),
                 "Memorisation pays on the exact training questions while held-out topics lose: "
-                "the key displaced what generalised."),
+                "the key displaced what generalised.",
+                without_key="The training questions gain while held-out topics lose, with no answer key in the "
+                            "candidate: a training-split gain that did not generalise, not a key."),
     ReadingRule("worse", ("-0", "+-0", "+-0", "-"),
                 "The final candidate is worse than the baseline on held-out topics."),
     ReadingRule("topic-level-key", ("+0", "+", "0", "0"),
@@ -710,7 +714,9 @@ READINGS: tuple[ReadingRule, ...] = (
                 "Fresh questions of trained families gain, held-out topics do not: the gain stays "
                 "within the training topics (topic-level), it is not a rule that reaches new topics."),
     ReadingRule("exact-only", ("+", "0", "0", "0"),
-                "Memorisation pays on the exact training questions only."),
+                "Memorisation pays on the exact training questions only.",
+                without_key="Only the training questions gain, and the candidate holds no answer key: a "
+                            "training-split gain, not memorisation of a key."),
     ReadingRule("nothing", ("0", "0", "0", "0"),
                 "No subset separates from the baseline."),
     ReadingRule("mixed", ("+-0", "+-0", "+-0", "0"),
@@ -735,6 +741,8 @@ def headline(signs: Sequence[str], *, has_key: bool, topic_disjoint: bool) -> st
     text = rule.text
     if has_key and rule.with_key:
         text = rule.with_key
+    elif not has_key and rule.without_key:
+        text = rule.without_key
     if not topic_disjoint and rule.unproven:
         text = rule.unproven
     higher = [a for a, s in zip(READING_AXES, signs) if s == "+"]

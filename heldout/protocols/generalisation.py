@@ -1,0 +1,566 @@
+"""The generalisation-first protocol: one study that asks whether the validation-minus-held-out
+gap of an optimizer is memorisation, selection noise or transfer.
+
+It chains the parts heldout already has, in this order, and re-implements none of them:
+
+1. **Split proof** (:func:`heldout.protocols.splits.check_profile`, read by
+   :func:`heldout.protocols.leakage.split_verdict`). A profile not proven topic-disjoint is
+   refused (:class:`GeneralisationError`, one line) unless ``allow_topic_shared``; that choice is
+   recorded in ``RUN_DIR/generalisation.json``, the protocol ledger ``RUN_DIR/protocol/`` and
+   the report, and every reading then starts NOT PROVEN.
+2. **The multi-seed study** (:func:`heldout.protocols.run.open_study` / :func:`run_study`):
+   methods ``seed`` (the task's seed candidate) and the optimizer, every seed, budget B, under
+   ``RUN_DIR/runs``. Re-running the command continues it: finished cells are skipped,
+   interrupted ones resume from their ledgers (``open_study(resume=None)``).
+3. **Held-out comparison** (:func:`compare_heldout`): per seed, validation gain = val score of
+   the optimizer's final candidate minus the seed candidate's (both scored by the harness after
+   the optimizer returned), held-out gain = the same on test. Three verdicts of rule
+   ``seed-paired-contrast`` (:mod:`heldout.protocols.decide`), Holm-adjusted together: held-out
+   gain, validation gain, and the gap (validation gain against held-out gain, paired by seed).
+4. **Topic-shared ablation** (:func:`heldout.protocols.leakage.ablate` on ``RUN_DIR/runs``):
+   exact training questions, fresh questions of memorised / other trained families, held-out
+   topics; its verdicts and its reading (:data:`heldout.protocols.leakage.READINGS`) are used
+   as they are.
+5. **Verifier ablation** for the named variants
+   (:func:`heldout.protocols.verifier_ablation.run_ablation` under ``RUN_DIR/verifiers``);
+   skipped when none are named.
+6. **Prompt autopsy** (:func:`autopsy`): for every accepted candidate of each seed's run (each
+   candidate that became the best-so-far in the run record's ``trajectory``, then the final
+   candidate), its answer-key share (:func:`heldout.protocols.leakage.scan_candidate`) beside its
+   validation reward (the record's ``lineage`` mean on val, i.e. what the optimizer's own
+   evaluations saw; the harness's val score for the final candidate when the optimizer never
+   evaluated it on val) and, for the final candidate only, its held-out score. Held-out scores of
+   intermediate candidates are not in the records and are not scored here: scoring them would
+   spend test evaluations on candidates the optimizer chose. The Spearman correlation of share
+   with validation reward across the accepted candidates is description, not a verdict: along
+   one lineage both tend to rise together, so the candidates are not independent.
+
+The **reading** (:func:`read_protocol`) is a list of sentences, each with the number or verdict
+it comes from; the one sentence that answers the study's question comes from
+:data:`GAP_READINGS`, a first-match table over decided signs, and never says "memorisation"
+unless the final candidates hold an answer key and the ablation's exact-training-question contrast
+separated upward on the questions it encodes, nor "transfer"
+unless the held-out contrast separated upward on a proven topic-disjoint profile."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from scipy import stats as scipy_stats
+
+from heldout.benchmarks.loading import Task, load_task
+from heldout.contracts import HeldoutError, write_text_atomically
+from heldout.evaluators.ledger import LEDGER_FILE, Ledger, read_entries
+from heldout.evaluators.records import RunRecord
+from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
+from heldout.protocols.leakage import (SUBSETS, Ablation, MethodAblation, ablate, find_records, reading_signs,
+                                       scan_candidate, split_verdict)
+from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
+    open_study, run_study
+from heldout.protocols.splits import PROBE, check_profile
+from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
+
+SEED_METHOD = "seed"
+RUNS_DIR = "runs"
+VERIFIERS_DIR = "verifiers"
+PROTOCOL_DIR = "protocol"
+SPEC_FILE = "generalisation.json"
+CAVEAT = ("along one lineage each accepted candidate extends its parent, so answer-key share and validation reward "
+          "tend to rise together and the candidates are not independent: the correlation is description, not a "
+          "verdict")
+
+
+class GeneralisationError(HeldoutError):
+    """The protocol cannot run as asked (the message says why, in one line)."""
+
+
+# -- the design ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GeneralisationSpec:
+    """What one generalisation study is: one task and profile, one optimizer against the seed
+    candidate, these seeds, B metric calls per session, and the verifier variants to ablate."""
+
+    task: str
+    profile: str
+    optimizer: Method
+    seeds: tuple[int, ...]
+    budget: int
+    variants: tuple[str, ...] = ()
+    allow_topic_shared: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "optimizer": self.optimizer.describe(), "seeds": list(self.seeds),
+                "variants": list(self.variants)}
+
+
+@dataclass(frozen=True)
+class SplitProof:
+    """The split check's outcome: proven topic-disjoint or not, its verdict line, the pools'
+    sizes and group counts, and whether a not-proven profile was allowed (``--allow-topic-shared``)."""
+
+    task: str
+    profile: str
+    proven: bool
+    verdict: str
+    allowed_topic_shared: bool
+    pools: dict[str, dict[str, int]]
+    near_duplicates: int
+    text: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prove_split(task: Task, allow_topic_shared: bool) -> SplitProof:
+    """Run ``split check`` on the loaded profile. Refuses (one line) a profile that is not proven
+    topic-disjoint unless ``allow_topic_shared``."""
+    check = check_profile(task)
+    proven, verdict = split_verdict(check)
+    if not proven and not allow_topic_shared:
+        raise GeneralisationError(f"{task.name} profile {task.profile!r} is not proven topic-disjoint ({verdict}); "
+                                  "choose a topic-disjoint profile (heldout split build) or pass "
+                                  "--allow-topic-shared, which the report then states")
+    return SplitProof(task=task.name, profile=task.profile, proven=proven, verdict=verdict,
+                      allowed_topic_shared=not proven and allow_topic_shared, pools=check.pools,
+                      near_duplicates=len(check.near_duplicates), text=check.describe())
+
+
+@dataclass(frozen=True)
+class GeneralisationPlan:
+    """Every session the protocol runs, before anything is spent."""
+
+    spec: GeneralisationSpec
+    split: SplitProof
+    sizes: dict[str, int]
+    cells: tuple[Cell, ...]
+    verifier_plan: AblationPlan | None
+
+    def ablation_scorings(self) -> int:
+        """Example scorings of the topic-shared ablation (outside any optimiser budget): test,
+        train and probe for the seed candidate and one final candidate per seed, plus the seed's val."""
+        pools = sum(self.sizes.get(p, 0) for p in ("test", "train", PROBE))
+        return pools * (1 + len(self.spec.seeds)) + self.sizes.get("val", 0)
+
+    def optimisation_budget(self) -> int:
+        """Metric calls the optimizer may spend in the study (the seed method spends none)."""
+        return sum(c.budget for c in self.cells if c.method.name != SEED_METHOD)
+
+    def detectable(self, alpha: float = DEFAULT_ALPHA) -> list[str]:
+        """What the design can detect (:func:`heldout.protocols.decide.describe_detectable`), per
+        verdict family the protocol prints."""
+        n = len(self.spec.seeds)
+        n_val, n_test = self.sizes.get("val", 0), self.sizes.get("test", 0)
+        selection = n_val or self.sizes.get("train", 0)
+        lines = [f"held-out comparison (3 verdicts, Holm): "
+                 + describe_detectable(n, family=3, n_examples=max(1, min(selection, n_test)), alpha=alpha),
+                 f"topic-shared ablation (up to {len(SUBSETS)} rows, Holm): "
+                 + describe_detectable(n, family=len(SUBSETS), n_examples=max(1, n_test), alpha=alpha)]
+        if self.verifier_plan is not None:
+            lines.append("verifier ablation: " + self.verifier_plan.detectable(alpha).removeprefix("what it can detect: "))
+        return lines
+
+    def describe(self, run_dir: str | Path) -> str:
+        root = Path(run_dir)
+        split = self.split
+        lines = [f"generalisation-first protocol: {self.spec.optimizer.name} against the seed candidate on "
+                 f"{self.spec.task} [{self.spec.profile}], seeds {list(self.spec.seeds)}, budget "
+                 f"{self.spec.budget} metric calls per session",
+                 f"split check: {split.verdict}" + (" (allowed by --allow-topic-shared; every reading says NOT PROVEN)"
+                                                     if split.allowed_topic_shared else ""),
+                 f"study sessions ({len(self.cells)}) under {root / RUNS_DIR}:",
+                 f"  {'task':<28} {'method':<20} {'seed':>4} {'budget':>7}  run dir"]
+        for c in self.cells:
+            spend = 0 if c.method.name == SEED_METHOD else c.budget
+            lines.append(f"  {c.task:<28} {c.method.name:<20} {c.seed:>4} {spend:>7}  {c.run_dir(root / RUNS_DIR)}")
+        harness = len(self.cells) * (self.sizes.get("test", 0) + self.sizes.get("val", 0))
+        verifier_calls = 0
+        if self.verifier_plan is None:
+            lines.append("verifier ablation: skipped (no --variants)")
+        else:
+            lines.append("verifier ablation sessions:")
+            lines += ["  " + line for line in self.verifier_plan.describe(root / VERIFIERS_DIR).splitlines()]
+            verifier_calls = sum(0 if c.method.name == SEED_METHOD else c.budget for c in self.verifier_plan.cells)
+        total = self.optimisation_budget() + verifier_calls
+        lines.append(f"total: {total} optimisation metric calls (study {self.optimisation_budget()}, verifier "
+                     f"ablation {verifier_calls}); harness scoring outside the budgets: about {harness} held-out/val "
+                     f"scorings in the study and {self.ablation_scorings()} in the topic-shared ablation; the prompt "
+                     "autopsy scores nothing")
+        lines += ["what it can detect: " + line for line in self.detectable()]
+        return "\n".join(lines)
+
+
+def plan_generalisation(spec: GeneralisationSpec, *, data_dir: str | None = None,
+                        allow_drift: bool = False) -> GeneralisationPlan:
+    """Check the design (a real optimizer, >= 1 seed, budget >= 1), prove the split, and lay out
+    the sessions. Writes nothing."""
+    if spec.optimizer.name == SEED_METHOD:
+        raise GeneralisationError("the seed candidate is the protocol's baseline; name the optimizer to study")
+    if not spec.seeds:
+        raise GeneralisationError("name at least one seed (>= 3 for a verdict)")
+    if spec.budget < 1:
+        raise GeneralisationError(f"--budget must be >= 1 metric call, got {spec.budget}")
+    task = load_task(spec.task, spec.profile, data_dir, allow_drift)
+    if task.kind != "prompt" or not task.splits.get("train"):
+        raise GeneralisationError(f"{task.name} is not a prompt task with training data: the protocol reads "
+                                  "answer keys in prompts")
+    split = prove_split(task, spec.allow_topic_shared)
+    methods = [Method(SEED_METHOD, SEED_METHOD), spec.optimizer]
+    cells = tuple(build_cells([task.name], methods, list(spec.seeds), {task.name: spec.budget}, spec.profile,
+                              dict(spec.options)))
+    verifier_plan = (plan_ablation(task.name, spec.optimizer, spec.variants, spec.seeds, spec.budget,
+                                   profile=spec.profile, options=dict(spec.options), data_dir=data_dir,
+                                   allow_drift=allow_drift) if spec.variants else None)
+    return GeneralisationPlan(spec=spec, split=split, sizes=task.sizes(), cells=cells, verifier_plan=verifier_plan)
+
+
+# -- step 3: the held-out comparison ---------------------------------------------------------------
+@dataclass(frozen=True)
+class SeedGain:
+    seed: int
+    seed_val: float
+    final_val: float
+    seed_test: float
+    final_test: float
+
+    @property
+    def val_gain(self) -> float:
+        return self.final_val - self.seed_val
+
+    @property
+    def heldout_gain(self) -> float:
+        return self.final_test - self.seed_test
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "val_gain": self.val_gain, "heldout_gain": self.heldout_gain,
+                "gap": self.val_gain - self.heldout_gain}
+
+
+@dataclass
+class HeldoutComparison:
+    """Validation gain against held-out gain, per seed and pooled, with the three verdicts."""
+
+    per_seed: list[SeedGain]
+    heldout: Contrast
+    validation: Contrast
+    gap: Contrast
+
+    def pooled(self, key: str) -> float:
+        values = [getattr(g, key) for g in self.per_seed]
+        return float(sum(values) / len(values))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"per_seed": [g.as_dict() for g in self.per_seed],
+                "pooled": {"val_gain": self.pooled("val_gain"), "heldout_gain": self.pooled("heldout_gain")},
+                "heldout": self.heldout.as_dict(), "validation": self.validation.as_dict(),
+                "gap": self.gap.as_dict()}
+
+
+def compare_heldout(records: Sequence[RunRecord], optimizer: str, sizes: dict[str, int],
+                    alpha: float = DEFAULT_ALPHA) -> HeldoutComparison:
+    """Per seed, the optimizer's final candidate against the seed candidate of the same seed (see
+    the module docstring, step 3); the verdicts are one Holm family of three."""
+    by = {(r.method, r.seed): r for r in records}
+    seeds = sorted(s for m, s in by if m == optimizer and (SEED_METHOD, s) in by)
+    if not seeds:
+        raise GeneralisationError(f"no seed with finished runs of both {optimizer!r} and {SEED_METHOD!r}")
+    gains = []
+    for s in seeds:
+        final, base = by[(optimizer, s)], by[(SEED_METHOD, s)]
+        values = (base.val_score, final.val_score, base.test_score, final.test_score)
+        if any(v is None for v in values):
+            raise GeneralisationError(f"seed {s}: a run record lacks its val or held-out score (the profile needs "
+                                      "val and test examples)")
+        gains.append(SeedGain(s, *(float(v) for v in values)))  # type: ignore[arg-type]
+    n_val, n_test = max(1, sizes.get("val", 1)), max(1, sizes.get("test", 1))
+    held = contrast({g.seed: g.seed_test for g in gains}, {g.seed: g.final_test for g in gains}, n_examples=n_test,
+                    alpha=alpha, labels=(SEED_METHOD, optimizer), label="held-out gain")
+    val = contrast({g.seed: g.seed_val for g in gains}, {g.seed: g.final_val for g in gains}, n_examples=n_val,
+                   alpha=alpha, labels=(SEED_METHOD, optimizer), label="validation gain")
+    gap = contrast({g.seed: g.heldout_gain for g in gains}, {g.seed: g.val_gain for g in gains},
+                   n_examples=min(n_val, n_test), alpha=alpha, labels=("held-out gain", "validation gain"),
+                   label="validation-minus-held-out gap")
+    held, val, gap = holm([held, val, gap], alpha)
+    return HeldoutComparison(per_seed=gains, heldout=held, validation=val, gap=gap)
+
+
+# -- step 6: the prompt autopsy --------------------------------------------------------------------
+@dataclass(frozen=True)
+class AutopsyRow:
+    """One accepted candidate of one seed's run. ``val_reward`` is the mean val score the
+    optimizer's own evaluations gave it (``val_source`` "optimizer"), or for a final candidate it
+    never evaluated on val, the harness's val score ("harness"); None when neither exists.
+    ``heldout`` is set for the final candidate only."""
+
+    seed: int
+    step: int
+    candidate_id: str
+    parent: str | None
+    first_metric_call: int | None
+    final: bool
+    share: float
+    key_words: int
+    words: int
+    encoded: int
+    families: int
+    val_reward: float | None
+    val_source: str
+    heldout: float | None
+
+
+@dataclass
+class Autopsy:
+    rows: list[AutopsyRow]
+    spearman_rho: float | None
+    spearman_p: float | None
+    n_candidates: int
+    correlation_note: str
+    notes: list[str] = field(default_factory=list)
+
+    def final_shares(self) -> list[float]:
+        return [r.share for r in self.rows if r.final]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rows": [asdict(r) for r in self.rows], "spearman_rho": self.spearman_rho,
+                "spearman_p": self.spearman_p, "n_candidates": self.n_candidates,
+                "correlation_note": self.correlation_note, "caveat": CAVEAT, "notes": self.notes}
+
+
+def _components(run_dir: Path) -> dict[str, dict[str, str]]:
+    """candidate id -> components, from the session ledger's ``candidate`` / ``final_candidate`` entries."""
+    entries, _ = read_entries(run_dir / LEDGER_FILE)
+    return {e["data"]["candidate_id"]: dict(e["data"]["components"]) for e in entries
+            if e.get("kind") in ("candidate", "final_candidate") and isinstance(e.get("data"), dict)}
+
+
+def accepted_candidates(record: RunRecord) -> list[str]:
+    """The candidates the run accepted, in order: each one that became the best-so-far (the
+    record's ``trajectory``), then the final candidate if it is not among them."""
+    order = list(dict.fromkeys(t["candidate_id"] for t in record.trajectory if t.get("candidate_id")))
+    if record.final_candidate_id and record.final_candidate_id not in order:
+        order.append(record.final_candidate_id)
+    return order
+
+
+def autopsy(records: Sequence[RunRecord], run_dirs: dict[int, Path], task: Task) -> Autopsy:
+    """The prompt autopsy of the optimizer's runs (see the module docstring, step 6)."""
+    rows: list[AutopsyRow] = []
+    missing = 0
+    for rec in sorted(records, key=lambda r: r.seed):
+        lineage = {entry["candidate_id"]: entry for entry in rec.lineage}
+        texts = _components(run_dirs[rec.seed])
+        if rec.final_candidate and rec.final_candidate_id:
+            texts[rec.final_candidate_id] = dict(rec.final_candidate)
+        for step, cid in enumerate(accepted_candidates(rec)):
+            if cid not in texts:
+                missing += 1
+                continue
+            scan = scan_candidate(texts[cid], task)
+            info = lineage.get(cid, {})
+            final = cid == rec.final_candidate_id
+            val = info.get("means", {}).get("val")
+            source = "optimizer"
+            if val is None and final and rec.val_score is not None:
+                val, source = float(rec.val_score), "harness"
+            rows.append(AutopsyRow(seed=rec.seed, step=step, candidate_id=cid, parent=info.get("parent"),
+                                   first_metric_call=info.get("first_metric_call"), final=final, share=scan.share,
+                                   key_words=scan.key_words, words=scan.words, encoded=len(scan.encoded),
+                                   families=len(scan.memorised_families),
+                                   val_reward=None if val is None else float(val),
+                                   val_source=source if val is not None else "none",
+                                   heldout=float(rec.test_score) if final and rec.test_score is not None else None))
+    paired = [(r.share, r.val_reward) for r in rows if r.val_reward is not None]
+    rho = p = None
+    if len(paired) < 3:
+        note = f"Spearman correlation not computed: {len(paired)} accepted candidate(s) with a validation reward (>= 3 needed)"
+    elif len({s for s, _ in paired}) < 2 or len({v for _, v in paired}) < 2:
+        constant = "answer-key share" if len({s for s, _ in paired}) < 2 else "validation reward"
+        note = f"Spearman correlation undefined: the {constant} is the same for all {len(paired)} accepted candidates"
+    else:
+        result = scipy_stats.spearmanr([s for s, _ in paired], [v for _, v in paired])
+        rho, p = float(result.statistic), float(result.pvalue)
+        note = (f"Spearman rho of answer-key share with validation reward over {len(paired)} accepted candidates: "
+                f"{rho:+.2f} (p {p:.3g}, description only)")
+    notes = ["Held-out reward of intermediate candidates: not in the run records (the harness scores only the "
+             "final candidate on test), and not scored here, which would spend test scoring on candidates the "
+             "optimizer chose; the held-out column holds final candidates only."]
+    if missing:
+        notes.append(f"{missing} accepted candidate(s) have no components in their session ledger and are left out")
+    return Autopsy(rows=rows, spearman_rho=rho, spearman_p=p, n_candidates=len(paired), correlation_note=note,
+                   notes=notes)
+
+
+# -- the reading -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence of the reading and the number or verdict it comes from."""
+
+    text: str
+    source: str
+
+
+@dataclass(frozen=True)
+class GapReading:
+    """One answer to the study's question, for the decided signs it applies to. ``key_pays``:
+    the final candidates hold an answer key and the ablation's exact-training-question contrast
+    (on the questions the key encodes) separated upward; ``heldout`` is the held-out gain's sign,
+    ``gap`` the validation-minus-held-out gap's; None matches either value."""
+
+    name: str
+    key_pays: bool | None
+    heldout: str
+    gap: str
+    proven: bool | None
+    text: str
+
+    def matches(self, key_pays: bool, heldout: str, gap: str, proven: bool) -> bool:
+        return ((self.key_pays is None or self.key_pays == key_pays) and heldout in self.heldout
+                and gap in self.gap and (self.proven is None or self.proven == proven))
+
+
+GAP_READINGS: tuple[GapReading, ...] = (
+    GapReading("memorisation", True, "0-", "+-0", None,
+               "Memorisation: the answer key pays on the training questions it encodes (decided) while held-out "
+               "topics do not gain."),
+    GapReading("transfer", None, "+", "+-0", True,
+               "Transfer: the held-out gain is decided on a proven topic-disjoint split."),
+    GapReading("heldout-gain-not-proven", None, "+", "+-0", False,
+               "The held-out gain is decided, but the split is not proven topic-disjoint: it cannot be told from "
+               "a topic-level key, so it is not called transfer."),
+    GapReading("selection", False, "0-", "+", None,
+               "The validation gain overstates the held-out gain (the gap is decided) and no answer key earns a "
+               "decided gain: selection on validation, not a key this protocol measures."),
+    GapReading("undecided", False, "0", "0", None,
+               "Undecided: no answer key earns a decided gain and neither the held-out gain nor the gap separates, "
+               "so at these seeds memorisation, selection noise and transfer cannot be told apart."),
+    GapReading("no-answer", None, "+-0", "+-0", None,
+               "No single answer: the verdicts that separate (listed above) fit neither memorisation, selection on "
+               "validation nor transfer."),
+)
+"""First match wins; the last rule admits every pattern (``tests/test_generalisation_protocol.py``
+enumerates all of them and checks no sentence claims what its signs do not support)."""
+
+
+def gap_reading(key_pays: bool, heldout: str, gap: str, proven: bool) -> GapReading:
+    return next(r for r in GAP_READINGS if r.matches(key_pays, heldout, gap, proven))
+
+
+@dataclass
+class GeneralisationResult:
+    spec: GeneralisationSpec
+    split: SplitProof
+    comparison: HeldoutComparison
+    ablation: Ablation
+    autopsy: Autopsy
+    verifier: VerifierAblation | None
+    reading: list[Sentence] = field(default_factory=list)
+    answer: str = ""
+    study_results: list[dict[str, Any]] = field(default_factory=list)
+
+    def method_ablation(self) -> MethodAblation:
+        return next(m for m in self.ablation.methods if m.method == self.spec.optimizer.name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"spec": self.spec.as_dict(), "split": self.split.as_dict(), "comparison": self.comparison.as_dict(),
+                "ablation": self.ablation.to_dict(), "autopsy": self.autopsy.as_dict(),
+                "verifier": None if self.verifier is None else self.verifier.to_dict(),
+                "reading": [asdict(s) for s in self.reading], "answer": self.answer}
+
+
+def read_protocol(result: GeneralisationResult) -> tuple[list[Sentence], str]:
+    """The reading: one sentence per part, each naming its source, then the answer from
+    :data:`GAP_READINGS`. The ablation's and the verifier ablation's sentences are theirs
+    (:func:`heldout.protocols.leakage.reading`, :func:`heldout.protocols.verifier_ablation.reading`)."""
+    split, comp, auto = result.split, result.comparison, result.autopsy
+    out = []
+    if split.proven:
+        out.append(Sentence(f"The profile is proven topic-disjoint ({split.verdict}).", "split check"))
+    else:
+        out.append(Sentence(f"NOT PROVEN topic-disjoint ({split.verdict}); run with --allow-topic-shared, so no "
+                            "held-out gain below is called a rule or transfer.", "split check"))
+    out.append(Sentence(f"Pooled over {len(comp.per_seed)} seed(s), the validation gain is "
+                        f"{comp.pooled('val_gain'):+.3f} and the held-out gain {comp.pooled('heldout_gain'):+.3f}.",
+                        "table: validation gain vs held-out gain, pooled row"))
+    for c in (comp.heldout, comp.validation, comp.gap):
+        out.append(Sentence(c.sentence + ".", f"verdict {c.rule}: {c.label}"))
+    m = result.method_ablation()
+    out.append(Sentence(m.reading, f"topic-shared ablation reading rule {m.reading_rule!r}"))
+    finals = auto.final_shares()
+    if finals and max(finals) > 0:
+        out.append(Sentence(f"The final candidates hold an answer key: share {min(finals):.1%} to {max(finals):.1%} "
+                            f"of their words.", "autopsy table, final rows"))
+    else:
+        out.append(Sentence("No final candidate holds an answer key (share 0).", "autopsy table, final rows"))
+    out.append(Sentence(auto.correlation_note + "; " + CAVEAT + ".", "autopsy: Spearman correlation"))
+    if result.verifier is not None:
+        for row in result.verifier.rows:
+            out.append(Sentence(f"Verifier {row.variant}: {row.reading}", f"verdict seed-paired-contrast: "
+                                                                           f"{row.variant} gaming gap"))
+    signs, has_key = reading_signs(m)
+    key_pays = has_key and signs[0] == "+"
+    rule = gap_reading(key_pays, comp.heldout.sign, comp.gap.sign, split.proven)
+    out.append(Sentence(rule.text, f"answer rule {rule.name!r} over: key in the final candidates {has_key}, "
+                                   f"exact-training-question sign {signs[0]!r}, held-out gain sign "
+                                   f"{comp.heldout.sign!r}, gap sign {comp.gap.sign!r}, topic-disjoint {split.proven}"))
+    return out, rule.name
+
+
+# -- running it ------------------------------------------------------------------------------------
+def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: StudyConfig, *,
+                       executor: Executor | None = None, jobs: int = 2, progress: bool = True,
+                       resume_hint: str | None = None) -> GeneralisationResult:
+    """Run (or continue) every step of the plan under ``run_dir`` (layout in the module docstring)
+    and return the result; ``config`` gives models, data and policy (its ``run_root`` is set here)."""
+    root = Path(run_dir)
+    spec = plan.spec
+    saved = root / SPEC_FILE
+    wanted = {"spec": spec.as_dict(), "split": plan.split.as_dict()}
+    if saved.is_file():
+        previous = json.loads(saved.read_text())
+        if previous.get("spec") != json.loads(json.dumps(wanted["spec"], default=str)):
+            raise GeneralisationError(f"{root} holds another generalisation study ({saved}); use a new --run-dir")
+    elif root.exists() and any(root.iterdir()):
+        raise GeneralisationError(f"{root} is not empty and holds no {SPEC_FILE}; use a new --run-dir")
+    study_config = StudyConfig(**{**asdict(config), "run_root": str(root / RUNS_DIR)})
+    open_study(list(plan.cells), study_config, resume=None)  # checks before anything is written to runs/
+    write_text_atomically(saved, json.dumps(wanted, indent=1, default=str))
+    ledger = Ledger.open(root / PROTOCOL_DIR)
+    try:
+        ledger.append("generalisation_start", {**wanted, "config": config.experiment()})
+        results = run_study(list(plan.cells), study_config, executor or LocalExecutor(1), progress=progress,
+                            resume_hint=resume_hint)
+        failed = [r for r in results if r["status"] != "ok"]
+        if failed:
+            first = failed[0]
+            raise GeneralisationError(f"{len(failed)} session(s) did not finish; first: {first['method']} seed "
+                                      f"{first['seed']} ({first['run_dir']}): {first['status']} {first.get('error') or ''}"
+                                      .rstrip())
+        records = [r for r in find_records(root / RUNS_DIR) if r.status == "ok"]
+        comparison = compare_heldout(records, spec.optimizer.name, plan.sizes)
+        ablation = ablate(root / RUNS_DIR, baseline=SEED_METHOD, worker=_client(config.worker_model, study_config),
+                          data_dir=config.data_dir, jobs=jobs)
+        task = load_task(spec.task, spec.profile, config.data_dir, config.allow_drift)
+        mine = {c.seed: c.run_dir(root / RUNS_DIR) for c in plan.cells if c.method.name == spec.optimizer.name}
+        post = autopsy([r for r in records if r.method == spec.optimizer.name], mine, task)
+        verifier = None
+        if plan.verifier_plan is not None:
+            verifier_config = StudyConfig(**{**asdict(config), "run_root": str(root / VERIFIERS_DIR)})
+            verifier = run_ablation(plan.verifier_plan, verifier_config, executor, progress=progress)
+        result = GeneralisationResult(spec=spec, split=plan.split, comparison=comparison, ablation=ablation,
+                                      autopsy=post, verifier=verifier, study_results=results)
+        result.reading, result.answer = read_protocol(result)
+        ledger.append("generalisation_end", {"answer": result.answer,
+                                             "reading": [asdict(s) for s in result.reading]})
+    finally:
+        ledger.close()
+    return result
+
+
+__all__ = ["CAVEAT", "GAP_READINGS", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE", "VERIFIERS_DIR",
+           "Autopsy", "AutopsyRow", "GapReading", "GeneralisationError", "GeneralisationPlan", "GeneralisationResult",
+           "GeneralisationSpec", "HeldoutComparison", "SeedGain", "Sentence", "SplitProof", "accepted_candidates",
+           "autopsy", "compare_heldout", "gap_reading", "plan_generalisation", "prove_split", "read_protocol",
+           "run_generalisation"]

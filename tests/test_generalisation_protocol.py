@@ -1,0 +1,196 @@
+"""The generalisation-first protocol, end to end through `heldout protocol generalisation`.
+
+The adversary is an optimizer that pastes training questions with their answers verbatim into
+its prompt: the loopback model honours such a key (`Q: <question> A: <answer>` lines in the
+system message), so the key pays on exactly those training questions and nowhere else. On the
+real HotpotQA topic-disjoint profile the one command must prove the split, run the seeds, decide
+the held-out comparison, ablate, and show the key in the prompt autopsy, and its reading must not
+call the key transfer. A real-rule optimizer (a generic instruction, no key) must show share 0.
+`--plan` spends and writes nothing; a profile that is not topic-disjoint is refused in one line
+unless `--allow-topic-shared`, which the report then states."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from heldout import cli
+from heldout.evaluators.records import RunRecord
+from heldout.models.testserver import TestServer
+from heldout.protocols.generalisation import GAP_READINGS, accepted_candidates, gap_reading
+
+TASK = "hotpotqa/distractor"
+PROFILE = "topic-disjoint"
+VAL_LOOK = 20  # val examples the planted optimizers evaluate each candidate on
+BUDGET = 3 * VAL_LOOK
+KEYED = 12  # training examples the verbatim key holds per seed
+
+
+def verbatim_key(view, seed):
+    """Evaluates the seed, then two candidates holding a growing verbatim key of training
+    questions and answers (which ones depends on the seed), each on the same few val examples."""
+    ids = [ex["id"] for ex in view.val][:VAL_LOOK]
+    base = view.seed_candidate
+    view.evaluate(base, "val", ids)
+    start = (seed * 7) % max(1, len(view.train) - KEYED)
+    keyed = view.train[start:start + KEYED]
+    lines = [f"Q: {ex['input']['question']} A: {ex['target']['answer']}" for ex in keyed]
+    half = {"instruction": base["instruction"] + "\n\nKnown answers:\n" + "\n".join(lines[:KEYED // 2])}
+    view.evaluate(half, "val", ids, parent=None)
+    full = {"instruction": base["instruction"] + "\n\nKnown answers:\n" + "\n".join(lines)}
+    view.evaluate(full, "val", ids)
+    return full
+
+
+def generic_rule(view, seed):
+    """A generic instruction change that holds no training data."""
+    ids = [ex["id"] for ex in view.val][:VAL_LOOK]
+    base = view.seed_candidate
+    view.evaluate(base, "val", ids)
+    ruled = {"instruction": base["instruction"] + "\nRead both paragraphs that share an entity with the "
+             "question, then answer with the shortest span that answers it."}
+    view.evaluate(ruled, "val", ids)
+    return ruled
+
+
+@pytest.fixture(scope="module")
+def server():
+    with TestServer(seed=0) as srv:
+        yield srv
+
+
+def protocol(run_dir: Path, server, data_dir, optimizer: str, *extra: str) -> int:
+    return cli.main(["-q", "protocol", "generalisation", "--task", TASK, "--optimizer",
+                     f"{optimizer}=test_generalisation_protocol:{optimizer}", "--trusted-optimizer",
+                     "--seeds", "0,1,2", "--budget", str(BUDGET), "--run-dir", str(run_dir),
+                     "--worker-model", "test-model", "--base-url", server.base_url, "--data-dir", str(data_dir),
+                     *extra])
+
+
+def saved(run_dir: Path) -> dict:
+    return json.loads((run_dir / "report" / "generalisation.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def keyed_study(server, data_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("keyed") / "study"
+    assert protocol(run_dir, server, data_dir, "verbatim_key", "--profile", PROFILE) == 0
+    return run_dir
+
+
+def test_a_verbatim_key_shows_in_the_autopsy_and_is_never_read_as_transfer(keyed_study, capsys):
+    result = saved(keyed_study)
+    assert result["split"]["proven"] and not result["split"]["allowed_topic_shared"]
+    finals = [r for r in result["autopsy"]["rows"] if r["final"]]
+    assert [r["seed"] for r in finals] == [0, 1, 2]
+    assert all(r["share"] > 0.3 and r["encoded"] == KEYED for r in finals)
+    assert all(r["heldout"] is not None for r in finals)
+    assert all(r["heldout"] is None for r in result["autopsy"]["rows"] if not r["final"])
+    # the key pays on the questions it encodes, decided at the seed level
+    rows = {r["subset"]: r for r in result["ablation"]["methods"][0]["rows"]}
+    assert rows["train_encoded"]["gain"] > 0.5 and rows["train_encoded"]["sign"] == "+"
+    assert result["answer"] != "transfer"
+    text = " ".join(s["text"] for s in result["reading"])
+    assert "Transfer:" not in text and "a rule, not a key" not in text
+    assert "The final candidates hold an answer key" in text and "not independent" in text
+    assert all(s["source"] for s in result["reading"])
+    md = (keyed_study / "report" / "report.md").read_text()
+    titles = ("## 1. Split proof", "## 2. Validation gain vs held-out gain", "## 3. Topic-shared ablation",
+              "## 4. Prompt autopsy", "## Reading (generated from the decision rules)")
+    order = [md.index(title) for title in titles]
+    assert order == sorted(order)
+    assert "not scored here" in md  # intermediate held-out rewards: said, not spent
+    assert (keyed_study / "report" / "report.html").is_file()
+    assert (keyed_study / "report" / "paper" / "autopsy.tex").is_file()
+
+
+def test_every_ledger_of_the_protocol_verifies(keyed_study, capsys):
+    assert cli.main(["ledger", "verify", str(keyed_study)]) == 0
+    out = capsys.readouterr().out
+    assert "runs/ablation" in out and "protocol" in out and "all verify" in out
+
+
+def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(server, data_dir, tmp_path, capsys):
+    run_dir = tmp_path / "rule"
+    assert protocol(run_dir, server, data_dir, "generic_rule") == 0
+    result = saved(run_dir)
+    assert result["autopsy"]["rows"] and all(r["share"] == 0.0 for r in result["autopsy"]["rows"])
+    assert "Spearman correlation undefined: the answer-key share is the same" in result["autopsy"]["correlation_note"]
+    assert "No final candidate holds an answer key" in " ".join(s["text"] for s in result["reading"])
+    assert result["answer"] != "memorisation" and "Memorisation" not in " ".join(s["text"] for s in result["reading"])
+    records = sorted(run_dir.glob("runs/*/generic_rule/seed-*/run_record.json"))
+    before = [p.read_text() for p in records]
+    capsys.readouterr()
+    assert protocol(run_dir, server, data_dir, "generic_rule", "--json") == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [p.read_text() for p in records] == before  # finished cells are skipped, not rerun
+    assert again["comparison"] == result["comparison"]
+
+
+def test_the_plan_prints_every_session_and_what_it_can_detect_and_writes_nothing(data_dir, tmp_path, capsys):
+    run_dir = tmp_path / "planned"
+    assert cli.main(["protocol", "generalisation", "--task", TASK, "--optimizer", "reflective", "--seeds", "0,1,2",
+                     "--budget", "30", "--variants", "decomposed,scalar", "--run-dir", str(run_dir),
+                     "--data-dir", str(data_dir), "--plan"]) == 0
+    out = capsys.readouterr().out
+    assert "topic-disjoint: PROVEN" in out and "study sessions (6)" in out
+    assert sum(line.split()[:2] == [TASK, "reflective"] for line in out.splitlines()) == 3
+    assert "total: 270 optimisation metric calls (study 90, verifier ablation 180)" in out
+    for part in ("held-out comparison (3 verdicts, Holm)", "topic-shared ablation (up to 5 rows, Holm)",
+                 "verifier ablation: paired t over 3 seeds"):
+        assert f"what it can detect: {part}" in out
+    assert not run_dir.exists()
+
+
+def test_a_profile_not_proven_topic_disjoint_is_refused_in_one_line(data_dir, tmp_path, capsys):
+    run_dir = tmp_path / "shared"
+    code = cli.main(["protocol", "generalisation", "--task", TASK, "--profile", "default", "--optimizer", "reflective",
+                     "--budget", "10", "--run-dir", str(run_dir), "--data-dir", str(data_dir)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "not proven topic-disjoint" in err and "--allow-topic-shared" in err
+    assert not run_dir.exists()
+
+
+def test_allow_topic_shared_runs_and_the_report_says_so(server, data_dir, tmp_path):
+    run_dir = tmp_path / "allowed"
+    assert protocol(run_dir, server, data_dir, "generic_rule", "--profile", "default", "--allow-topic-shared") == 0
+    result = saved(run_dir)
+    assert result["split"]["allowed_topic_shared"] and not result["split"]["proven"]
+    assert result["reading"][0]["text"].startswith("NOT PROVEN topic-disjoint")
+    assert result["answer"] != "transfer"
+    md = (run_dir / "report" / "report.md").read_text()
+    assert "NOT PROVEN topic-disjoint; allowed by --allow-topic-shared (recorded)" in md
+    start = json.loads((run_dir / "protocol" / "ledger.jsonl").read_text().splitlines()[0])
+    assert start["data"]["split"]["allowed_topic_shared"] is True
+
+
+# -- the answer table -------------------------------------------------------------------------------
+def test_every_sign_pattern_has_one_answer_and_none_claims_what_its_signs_do_not_support():
+    used = set()
+    for key_pays, heldout, gap, proven in itertools.product((True, False), "+-0", "+-0", (True, False)):
+        rule = gap_reading(key_pays, heldout, gap, proven)
+        used.add(rule.name)
+        text = rule.text.lower()
+        if "memorisation:" in text:
+            assert key_pays and heldout != "+"
+        if text.startswith("transfer"):
+            assert heldout == "+" and proven
+        if "overstates" in text:
+            assert gap == "+"
+        if "neither" in text and "separates" in text:
+            assert (key_pays, heldout, gap) == (False, "0", "0")
+        if "no answer key earns" in text:
+            assert not key_pays
+    assert used == {r.name for r in GAP_READINGS}
+
+
+def test_accepted_candidates_are_the_best_so_far_steps_then_the_final():
+    record = RunRecord(task=TASK, profile=PROFILE, seed=0, method="m", status="ok", budget={}, policy={}, limits={},
+                       options={}, drift=None, final_candidate={"instruction": "c"}, final_candidate_id="c",
+                       test_verdicts=[], val_verdicts=[], test_score=None, val_score=None, usage={},
+                       trajectory=[{"candidate_id": "a"}, {"candidate_id": "b"}, {"candidate_id": "a"}], lineage=[])
+    assert accepted_candidates(record) == ["a", "b", "c"]
