@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import sys
 import time
@@ -28,7 +29,7 @@ from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
 from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
 from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
 from heldout.benchmarks.verifiers import CANONICAL, describe_variants
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, check_folder, read_user_json
 from heldout import __version__
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
@@ -320,6 +321,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_compare_arms(args: argparse.Namespace) -> int:
     from heldout.protocols.arms import ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
+    check_folder(args.run_dir, "--run-dir")
     spec = ArmsSpec(task=args.task, optimizer=args.optimizer, budget=args.budget, width=args.width,
                     seeds=tuple(parse_seeds(args.seeds)), fixed=args.fixed, profile=args.profile,
                     metric_cap=args.metric_cap, drift_tolerance=args.drift_tolerance,
@@ -355,6 +357,7 @@ def cmd_runs_query(args: argparse.Namespace) -> int:
 
 def cmd_runs_export(args: argparse.Namespace) -> int:
     from heldout.reports.store import ResultsStore
+    check_folder(args.parquet, "--parquet")
     store = ResultsStore.open([args.run_dir])
     for path in store.export_parquet(args.parquet):
         print(f"{path}  ({store.count(path.stem)} rows)")
@@ -364,6 +367,7 @@ def cmd_runs_export(args: argparse.Namespace) -> int:
 # -- export ------------------------------------------------------------------------------------
 def cmd_export_inspect(args: argparse.Namespace) -> int:
     from heldout.reports.inspect_export import export_inspect
+    check_folder(args.out, "--out")
     result = export_inspect(args.run_dir, args.out, with_optimisation=args.with_optimisation, data_dir=args.data_dir)
     for note in result.notes if args.verbosity >= 0 else []:
         print(f"heldout export: note: {note}", file=sys.stderr)
@@ -378,14 +382,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     from heldout.reports import build_report, write_report
     from heldout.reports.paper import write_paper
     checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
+    check_folder(args.out, "--out")
     report = build_report(args.run_dirs, baseline=args.baseline_method, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
+    runs = report.runs
+    if runs.excluded and not runs.runs and not runs.failed and not runs.protocols:
+        first = runs.excluded[0]
+        more = f" (and {len(runs.excluded) - 1} more)" if len(runs.excluded) > 1 else ""
+        raise HeldoutError(f"no run under {', '.join(args.run_dirs)} verifies, nothing to report: EXCLUDED "
+                           f"{first.path}: {first.reason}{more}")
     for warning in report.warnings:
         print(f"heldout report: WARNING: {warning}", file=sys.stderr)
     paths = write_report(report, args.out)
     if args.format:
         paths.update(write_paper(report, args.out, args.format))
-    runs = report.runs
     print(f"{len(runs.runs)} run(s) used, {len(runs.failed)} failed, {len(runs.excluded)} excluded")
     for kind, path in paths.items():
         print(f"wrote {path}")
@@ -475,7 +485,9 @@ def cmd_leak_scan(args: argparse.Namespace) -> int:
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
     from heldout.protocols.leakage import ablate
     study = Path(args.run_dir) / "study.json"
-    config = json.loads(study.read_text()).get("config", {}) if study.is_file() else {}
+    config = read_user_json(study, "the study's record").get("config", {}) if os.path.lexists(study) else {}
+    if not isinstance(config, dict):
+        raise HeldoutError(f"the study's record {study}: config must be an object, got {type(config).__name__}")
     model = args.worker_model or config.get("worker_model")
     cache_dir = args.cache_dir or config.get("cache_dir")
     worker = (ModelClient(model, base_url=args.base_url or config.get("base_url"),
@@ -492,6 +504,7 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
 # -- compare -------------------------------------------------------------------------------------
 def cmd_compare_verifiers(args: argparse.Namespace) -> int:
     from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
+    check_folder(args.run_dir, "--run-dir")
     (method,) = parse_methods([args.optimizer], [])
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
     plan = plan_ablation(args.task, method, args.variants.split(","), parse_seeds(args.seeds), args.budget,
@@ -541,8 +554,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from heldout.reports import build_report, write_report
     started = time.monotonic()
     hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
-    run_dir = args.run_dir or ("runs/demo-real-model" if args.real_model else "runs/demo")
-    out = args.out or ("runs/demo-real-model-report" if args.real_model else "runs/demo-report")
+    run_dir = check_folder(args.run_dir or ("runs/demo-real-model" if args.real_model else "runs/demo"), "--run-dir")
+    out = check_folder(args.out or ("runs/demo-real-model-report" if args.real_model else "runs/demo-report"), "--out")
     if args.real_model:
         backend = _local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS)
         cells = build_cells(list(REAL_MODEL_DEMO_TASKS), parse_methods(REAL_MODEL_DEMO_METHODS, []),

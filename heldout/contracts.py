@@ -118,9 +118,9 @@ def read_user_json(path: "str | os.PathLike[str]", what: str, *, expect: type = 
     except ValueError as exc:
         raise error(f"{what} {os.fspath(path)} is not valid JSON: {exc}") from None
     if not isinstance(value, expect):
-        names = {dict: "an object", list: "an array"}
-        raise error(f"{what} {os.fspath(path)} holds JSON {type(value).__name__}, expected "
-                    f"{names.get(expect, expect.__name__)}")
+        names = {dict: "a JSON object", list: "a JSON list"}
+        raise error(f"{what} {os.fspath(path)} holds {names.get(type(value), f'JSON {type(value).__name__}')}, "
+                    f"expected {names.get(expect, expect.__name__)}")
     return value
 
 

@@ -25,13 +25,21 @@ def read_candidate(path: str | Path, default_component: str) -> Candidate:
             data = json.loads(text)
         except ValueError as exc:
             raise MalformedCandidate(f"{p}: not valid JSON: {exc}") from exc
-        if isinstance(data, dict) and data and all(isinstance(v, str) for v in data.values()):
-            check_candidate(data)
-            return data
+        if not (isinstance(data, dict) and data and all(isinstance(v, str) for v in data.values())):
+            raise MalformedCandidate(f"{p}: a .json candidate is an object of component name -> text, e.g. "
+                                     f'{{"{default_component}": "..."}}; got {_json_kind(data)}')
+        return check_candidate(data)
     return {default_component: text}
 
 
+def _json_kind(data: object) -> str:
+    if isinstance(data, dict):
+        return "an empty object" if not data else "an object with a value that is not text"
+    return f"JSON {type(data).__name__}"
+
+
 def _read_text(p: Path) -> str:
-    if not p.exists():
-        raise MalformedCandidate(f"candidate file {p} does not exist")
-    return read_user_text(p, "candidate file", max_bytes=MAX_CANDIDATE_BYTES, error=MalformedCandidate)
+    text = read_user_text(p, "candidate file", max_bytes=MAX_CANDIDATE_BYTES, error=MalformedCandidate)
+    if not text.strip():
+        raise MalformedCandidate(f"candidate file {p} is empty")
+    return text

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from heldout.contracts import DataError, Example, HeldoutError, Source
+from heldout.contracts import DataError, Example, HeldoutError, Source, check_name
 from heldout.benchmarks.loading import resolve_data_dir
 from heldout.benchmarks.registry import all_tasks, get_benchmark
 from heldout.benchmarks.user_jsonl import ANSWER_FORMATS, read_user_examples
@@ -59,7 +59,9 @@ def freeze_profile(task: str, profile_name: str, *, out: str | None = None, json
     Existing hashes are never rewritten: data that drifted from an existing manifest is refused.
     With ``jsonl`` the file is copied next to the manifest and becomes a :class:`UserJsonlTask`
     (``out`` is then required: user manifests never go into heldout's own folder)."""
+    check_name(profile_name, "profile name", error=DataError)  # it is a key of a file other runs read
     root = Path(out) if out else MANIFEST_DIR
+    data_file = None
     if jsonl:
         if not out:
             raise DataError("freezing your own JSONL needs --out DIR (then put DIR on $HELDOUT_MANIFEST_PATH)")
@@ -67,10 +69,8 @@ def freeze_profile(task: str, profile_name: str, *, out: str | None = None, json
             raise DataError(f"--answer-format must be one of {', '.join(ANSWER_FORMATS)}, got {answer_format!r}")
         examples = read_user_examples(jsonl)
         data_file = Manifest.path_for(task, root).with_suffix(".jsonl")
-        data_file.parent.mkdir(parents=True, exist_ok=True)
         if data_file.exists() and data_file.read_bytes() != Path(jsonl).read_bytes():
             raise DataError(f"{data_file} already holds other data for {task!r}; refusing to overwrite it")
-        shutil.copyfile(jsonl, data_file)
         source: Source | dict = {"kind": "jsonl", "file": data_file.name, "answer_format": answer_format,
                                  "user_file": Path(jsonl).name}
         version = "user"
@@ -101,5 +101,8 @@ def freeze_profile(task: str, profile_name: str, *, out: str | None = None, json
         manifest.notes[profile_name] = note
     else:
         manifest = freeze(task, version, source, examples, {profile_name: profile}, {profile_name: note})
+    if data_file is not None:  # the data is copied only once the profile is known to be good
+        data_file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(jsonl, data_file)
     saved = manifest.save(root)
     return saved, {k: len(v) for k, v in profile.items()}

@@ -20,7 +20,9 @@ from pathlib import Path
 from heldout.benchmarks import extraction
 from heldout.benchmarks.judge import DEFAULT_RUBRIC, SCORER_OPTION, ModelJudge
 from heldout.benchmarks.prompt_task import PromptBenchmark, modes_scored, prompt_verdict
-from heldout.contracts import DataError, Example, RunContext, Source, Verdict
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict, read_user_text
+
+MAX_USER_JSONL_BYTES = 1 << 30
 
 ANSWER_FORMATS = ("number", "span", "judge")
 _FORMAT_LINE = {"number": "Finish with: So the answer is <number>.",
@@ -31,17 +33,17 @@ _FORMAT_LINE = {"number": "Finish with: So the answer is <number>.",
 def read_user_examples(path: str | Path) -> list[Example]:
     """The examples of a user JSONL file; a clear error names the line of a malformed row."""
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                out.append(Example(id=str(row["id"]), input=row["input"] if isinstance(row["input"], dict)
-                                   else {"question": str(row["input"])}, target=row.get("target"),
-                                   group=row.get("group"), meta=row.get("meta") or {}))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise DataError(f"{path} line {lineno}: need a JSON object with id, input, target: {exc}") from exc
+    text = read_user_text(path, "examples file", max_bytes=MAX_USER_JSONL_BYTES)
+    for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines: JSON strings may hold U+2028
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            out.append(Example(id=str(row["id"]), input=row["input"] if isinstance(row["input"], dict)
+                               else {"question": str(row["input"])}, target=row.get("target"),
+                               group=row.get("group"), meta=row.get("meta") or {}))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"{path} line {lineno}: need a JSON object with id, input, target: {exc}") from None
     if not out:
         raise DataError(f"{path} holds no examples")
     return out

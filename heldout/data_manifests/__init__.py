@@ -22,11 +22,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from heldout.contracts import (DataError, Example, HeldoutError, Source, canonical_json, sha256_text,
-                               write_text_atomically)
+from heldout.contracts import (NAME, DataError, Example, HeldoutError, Source, canonical_json, read_user_json,
+                               sha256_text, write_text_atomically)
 
 MANIFEST_DIR = Path(__file__).resolve().parent
 MANIFEST_FORMAT = 1
+MAX_MANIFEST_BYTES = 256 << 20
 SPLITS = ("train", "val", "test")
 
 
@@ -127,8 +128,11 @@ class Manifest:
     # -- io ---------------------------------------------------------------------------------
     @staticmethod
     def path_for(task: str, root: Path = MANIFEST_DIR) -> Path:
-        if ".." in task.split("/") or task.startswith("/"):
-            raise DataError(f"bad task name {task!r}")
+        # a task name becomes a file path: each part is a plain name (an allow-list), so no "..",
+        # absolute path, newline, NUL or leading "-" reaches the file system
+        if not isinstance(task, str) or not all(NAME.fullmatch(part) and part not in (".", "..")
+                                                for part in task.split("/")):
+            raise DataError(f"bad task name {task!r}: use parts of letters, digits and ._+-:?=&,@ separated by /")
         return root / f"{task}.json"
 
     @classmethod
@@ -147,8 +151,8 @@ class Manifest:
         if path is None or not path.exists():
             where = path or ", ".join(str(r) for r in manifest_roots())
             raise DataError(f"no manifest for task {task!r} (looked in {where}); freeze one with `heldout data freeze`")
+        data = read_user_json(path, "manifest", max_bytes=MAX_MANIFEST_BYTES)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
             manifest = cls(**data)
         except (ValueError, TypeError) as exc:
             raise DataError(f"manifest {path} is unreadable: {exc}") from exc

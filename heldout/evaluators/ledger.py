@@ -35,13 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from heldout.contracts import HeldoutError, canonical_json, sha256_text, write_text_atomically
+from heldout.contracts import (HeldoutError, canonical_json, read_user_bytes, read_user_json, sha256_text,
+                               write_text_atomically)
 
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
 HEAD_FILE = "ledger.head"
 RECORD_FILE = "run_record.json"
 LOCK_FILE = "ledger.lock"
+# what a reader takes from a run dir before refusing it (the files are the harness's, but a run
+# dir may be a copy from anyone): far above a real session's, far below a machine's memory
+MAX_LEDGER_BYTES = 1 << 30
+MAX_RECORD_BYTES = 256 << 20
+MAX_HEAD_BYTES = 1 << 16
 KEY_ENV = "HELDOUT_LEDGER_KEY"
 
 
@@ -125,7 +131,7 @@ class LedgerReport:
 
 def read_entries(path: Path) -> tuple[list[dict[str, Any]], bytes]:
     """All complete entries, plus the bytes of a torn (unterminated) last line, if any."""
-    raw = path.read_bytes() if path.exists() else b""
+    raw = read_user_bytes(path, "ledger", max_bytes=MAX_LEDGER_BYTES, error=LedgerError) if os.path.lexists(path) else b""
     torn = b""
     if raw and not raw.endswith(b"\n"):
         cut = raw.rfind(b"\n") + 1
@@ -148,7 +154,7 @@ def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> Led
     run_dir = Path(run_dir)
     path = run_dir / LEDGER_FILE
     report = LedgerReport(path=str(path))
-    if not path.exists():
+    if not os.path.lexists(path):
         report.problems.append("no ledger file")
         return report
     try:
@@ -176,9 +182,9 @@ def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> Led
     report.entries = len(entries)
     report.head = prev
     head_path = run_dir / HEAD_FILE
-    if head_path.exists():
+    if os.path.lexists(head_path):
         try:
-            head = json.loads(head_path.read_text())
+            head = read_user_json(head_path, "ledger head file", max_bytes=MAX_HEAD_BYTES, error=LedgerError)
             if head.get("count") != len(entries) or head.get("hash") != prev:
                 report.problems.append(f"head file says {head.get('count')} entries ending "
                                        f"{str(head.get('hash'))[:16]}, ledger has {len(entries)} ending "
@@ -191,15 +197,17 @@ def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> Led
                                            "the ledger: the head was rewritten or the ledger truncated")
                 else:
                     report.anchored = "key"
-        except (ValueError, AttributeError):
-            report.problems.append("head file is not JSON")
+        except LedgerError as exc:
+            report.problems.append(str(exc))
     elif entries:
         report.problems.append("head file is missing")
     record_path = run_dir / RECORD_FILE
-    if record_path.exists():
+    if os.path.lexists(record_path):
         try:
-            anchor = json.loads(record_path.read_text()).get("ledger_head")
-        except (OSError, ValueError, AttributeError):
+            anchor = read_user_json(record_path, "run record", max_bytes=MAX_RECORD_BYTES,
+                                    error=LedgerError).get("ledger_head")
+        except LedgerError as exc:  # its ledger head cannot be checked: say so, never pass quietly
+            report.problems.append(str(exc))
             anchor = None
         if anchor and anchor not in {e.get("hash") for e in entries if isinstance(e, dict)}:
             report.problems.append(f"the run record's ledger head {str(anchor)[:16]} is not in the ledger "
@@ -335,8 +343,8 @@ def _lock_run_dir(run_dir: Path) -> int:
 
 def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
     try:
-        head = json.loads((run_dir / HEAD_FILE).read_text())
-    except (OSError, ValueError):
+        head = read_user_json(run_dir / HEAD_FILE, "ledger head file", max_bytes=MAX_HEAD_BYTES, error=LedgerError)
+    except LedgerError:
         return False
     previous = entries[-2]["hash"] if len(entries) >= 2 else GENESIS
     if not (entries and head.get("count") == len(entries) - 1 and head.get("hash") == previous):

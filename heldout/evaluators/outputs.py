@@ -32,6 +32,8 @@ def read_outputs(path: str | Path) -> dict[str, str]:
         outputs[str(ex_id)] = output
         if len(outputs) > MAX_ROWS:
             raise DataError(f"{path}: more than {MAX_ROWS} rows")
+    if not outputs:
+        raise DataError(f"outputs file {path} holds no rows (want one {{\"id\": ..., \"output\": ...}} per line)")
     return outputs
 
 

@@ -23,16 +23,24 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import (Candidate, HeldoutError, Verdict, candidate_id, canonical_json, sha256_text,
-                               write_text_atomically)
+from heldout.contracts import (Candidate, HeldoutError, Verdict, candidate_id, canonical_json, read_user_json,
+                               sha256_text, write_text_atomically)
+from heldout.evaluators.ledger import MAX_RECORD_BYTES
 
 RECORD_FILE = "run_record.json"
 FORMAT_VERSION = 2
+# the fields every reader relies on, by type (bool is refused where a number is meant)
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "task": (str,), "profile": (str,), "method": (str,), "status": (str,), "seed": (int,),
+    "budget": (dict,), "policy": (dict,), "limits": (dict,), "options": (dict,), "final_candidate": (dict, type(None)),
+    "test_verdicts": (list,), "val_verdicts": (list,), "test_score": (int, float, type(None)),
+    "val_score": (int, float, type(None)), "usage": (dict,), "trajectory": (list,), "lineage": (list,),
+    "experiment": (dict,), "extra": (dict,), "ledger_head": (str,), "ledger_entries": (int,)}
 KEY_PACKAGES = ("numpy", "scipy", "statsmodels", "datasets", "duckdb", "sqlglot", "httpx", "matplotlib",
                 "numba", "evalplus")
 # settings that describe *where and when* a run happened, not *what* was run: a resumed session
@@ -265,12 +273,24 @@ class RunRecord:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "RunRecord":
+        """The record in ``run_dir``; a record that is not one (unreadable, truncated, not an
+        object, a field missing or of the wrong type, or written by a newer heldout) is one
+        :class:`HeldoutError` naming the path and what is wrong."""
         path = Path(run_dir) / RECORD_FILE
-        try:
-            data = json.loads(path.read_text())
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
-        except (OSError, ValueError, TypeError) as exc:
-            raise HeldoutError(f"cannot read run record {path}: {exc}") from exc
+        data = read_user_json(path, "run record", max_bytes=MAX_RECORD_BYTES, error=HeldoutError)
+        version = data.get("format_version", 1)
+        if type(version) is not int or version > FORMAT_VERSION:
+            raise HeldoutError(f"run record {path} has format version {version!r}: this heldout reads versions up "
+                               f"to {FORMAT_VERSION} (written by a newer heldout? upgrade to read it)")
+        missing = [k for k, f in cls.__dataclass_fields__.items()
+                   if k not in data and f.default is MISSING and f.default_factory is MISSING]
+        if missing:
+            raise HeldoutError(f"run record {path} lacks {', '.join(missing)}")
+        for key, types in _RECORD_TYPES.items():
+            if key in data and not (isinstance(data[key], types) and type(data[key]) is not bool):
+                raise HeldoutError(f"run record {path}: {key} must be {' or '.join(t.__name__ for t in types)}, "
+                                   f"got {data[key]!r:.60}")
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
     def verdict_scores(self, split: str = "test") -> dict[str, float]:
         verdicts = self.test_verdicts if split == "test" else self.val_verdicts

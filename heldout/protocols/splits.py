@@ -31,7 +31,7 @@ from scipy import sparse
 from heldout.benchmarks.extraction import normalize_answer
 from heldout.benchmarks.loading import Task, load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
-from heldout.contracts import DataError, Example, canonical_json
+from heldout.contracts import DataError, Example, canonical_json, check_name
 from heldout.data_manifests import MANIFEST_DIR, MANIFEST_PATH_ENV, Manifest, file_sha256, freeze, manifest_roots
 from heldout.data_manifests.profiles import hash_order
 
@@ -160,6 +160,7 @@ def build_split(task: str, name: str, sizes: SplitSizes, *, probe: int = 0, seed
     profile with a different assignment (splits are data: a new draw gets a new name). Pools the
     shipped profiles reserve (MMLU-Pro's ``fewshot`` demonstrations) stay out of the draw and are
     carried over unchanged."""
+    check_name(name, "profile name", error=DataError)
     root = user_manifest_root(out)
     if group_key_of(task) is None and task.split("/", 1)[0] in NO_GROUP_REASONS:
         raise DataError(f"{task}: no topic groups ({NO_GROUP_REASONS[task.split('/', 1)[0]]})")

@@ -56,7 +56,7 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError, check_folder, check_name, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
-from heldout.optimizers import is_reference_optimizer
+from heldout.optimizers import is_reference_optimizer, resolve_optimizer
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_budgets
 
@@ -341,6 +341,9 @@ def _methods(value: list[Any], origin: str) -> list[Method]:
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
         raise StudyError(f"{origin}: method names must be unique, got {names}")
+    for m in methods:
+        if m.command is None:
+            resolve_optimizer(m.target or m.name)  # a mistyped name fails before anything is written
     return methods
 
 

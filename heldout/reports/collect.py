@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from heldout.contracts import HeldoutError
-from heldout.evaluators.ledger import LEDGER_FILE, LedgerError, read_entries, verify_ledger
+from heldout.contracts import HeldoutError, read_user_json
+from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
 from heldout.protocols.leakage import ABLATION_DIR as LEAK_ABLATION_DIR, RESULT_FILE as LEAK_RESULT_FILE
 from heldout.protocols.verifier_ablation import ABLATION_DIR as VERIFIER_ABLATION_DIR
@@ -97,11 +97,11 @@ def protocol_folder(run_dir: Path) -> ProtocolFolder | None:
     result = run_dir / LEAK_RESULT_FILE
     if run_dir.name == LEAK_ABLATION_DIR and result.is_file():
         try:
-            data = json.loads(result.read_text())
+            data = read_user_json(result, LEAK_RESULT_FILE, max_bytes=MAX_RECORD_BYTES, error=ReportError)
             for m in data.get("methods", []):
                 folder.summary.append(f"{m['task']} [{m['profile']}] {m['method']}: reading {m.get('reading_rule')!r}"
                                       + ("" if m.get("topic_disjoint", True) else ", NOT PROVEN topic-disjoint"))
-        except (ValueError, KeyError, TypeError):
+        except (ReportError, ValueError, KeyError, TypeError):
             folder.summary.append(f"{LEAK_RESULT_FILE} unreadable")
     return folder
 
@@ -184,13 +184,13 @@ def check_run(run_dir: Path) -> tuple[RunRecord | None, str | None]:
     """``(record, None)`` when the run verifies, else ``(None, reason)``."""
     if not (run_dir / RECORD_FILE).exists():
         return None, "no run record (the session was interrupted before it finished; resume it)"
-    ledger = verify_ledger(run_dir)
-    if not ledger.ok:
-        return None, "ledger does not verify: " + "; ".join(ledger.problems[:3])
     try:
         record = RunRecord.load(run_dir)
     except (HeldoutError, TypeError) as exc:
         return None, f"run record unreadable: {exc}"
+    ledger = verify_ledger(run_dir)
+    if not ledger.ok:
+        return None, "ledger does not verify: " + "; ".join(ledger.problems[:3])
     entries, _ = read_entries(run_dir / LEDGER_FILE)
     problem = anchor_problem(record, entries, ledger.head, run_dir / RECORD_FILE)
     mismatch = problem or _header_mismatch(run_dir, record) or _test_scores_mismatch(run_dir, record)

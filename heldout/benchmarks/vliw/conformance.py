@@ -9,10 +9,10 @@ of the final words packed as little-endian uint32 and ``error`` null or the faul
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from heldout.contracts import read_user_json
 from heldout.benchmarks.vliw.machine import DEFAULT_CYCLE_CAP, InvalidInput, simulate, words_sha256
 
 CASE_KEYS = {"name", "program", "mem", "scratch_init", "enable_pause", "runs"}
@@ -39,13 +39,4 @@ def run_case(case: Any, *, engine: str = "fast", cycle_cap: int = DEFAULT_CYCLE_
 
 
 def load_cases(path: str | Path) -> list[Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInput(f"cases file {p} does not exist")
-    try:
-        cases = json.loads(p.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"{p}: not valid JSON: {exc}") from None
-    if not isinstance(cases, list):
-        raise InvalidInput(f"{p}: expected a JSON list of cases, got {type(cases).__name__}")
-    return cases
+    return read_user_json(path, "cases file", expect=list, error=InvalidInput)
