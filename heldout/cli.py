@@ -523,6 +523,38 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- protocol ------------------------------------------------------------------------------------
+def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
+    from heldout.protocols.generalisation import GeneralisationSpec, plan_generalisation, run_generalisation
+    from heldout.reports.generalisation import write_generalisation_report
+    check_folder(args.run_dir, "--run-dir")
+    (method,) = parse_methods([args.optimizer], [])
+    variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
+    spec = GeneralisationSpec(task=args.task, profile=args.profile, optimizer=method,
+                              seeds=tuple(parse_seeds(args.seeds)), budget=args.budget, variants=variants,
+                              allow_topic_shared=args.allow_topic_shared,
+                              options={"tolerance": args.tolerance} if args.tolerance is not None else {})
+    plan = plan_generalisation(spec, data_dir=args.data_dir, allow_drift=args.allow_drift)
+    if args.plan:
+        print(plan.describe(args.run_dir))
+        return 0
+    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
+                         policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
+                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
+    hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+    result = run_generalisation(plan, args.run_dir, config, executor=LocalExecutor(args.jobs),
+                                progress=args.verbosity >= 0, resume_hint=hint)
+    written = write_generalisation_report(result, args.run_dir)
+    if args.json:
+        _print_json(result.as_dict())
+    else:
+        for sentence in result.reading:
+            print(f"- {sentence.text}  [{sentence.source}]")
+        for kind in ("md", "html", "json", "generalisation.json"):
+            print(f"{kind}: {written[kind]}")
+    return 0
+
+
 # -- vliw ----------------------------------------------------------------------------------------
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     from heldout.benchmarks.vliw.conformance import load_cases, run_case
@@ -939,6 +971,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_session_environment(p, tolerance=False, drift=False)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_compare_arms)
+
+    protocol = sub.add_parser("protocol", help="whole evaluation protocols as one command and one report"
+                              ).add_subparsers(dest="action", required=True)
+    p = protocol.add_parser("generalisation", help="split proof, multi-seed study, held-out comparison, topic-shared "
+                            "ablation, verifier ablation and prompt autopsy, in one report")
+    p.add_argument("--task", required=True, help="one prompt task")
+    p.add_argument("--profile", default="topic-disjoint", help="split profile (default: topic-disjoint)")
+    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function (isolated unless "
+                   "--trusted-optimizer)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
+    p.add_argument("--budget", type=_number(int, 1, "--budget"), required=True, help="metric calls per session")
+    p.add_argument("--variants", default=None,
+                   help=f"verifier variants to ablate, comma-separated (default: none): {describe_variants()}")
+    p.add_argument("--allow-topic-shared", action="store_true",
+                   help="run on a profile not proven topic-disjoint (recorded; every reading then says NOT PROVEN)")
+    p.add_argument("--run-dir", required=True, help="the protocol's folder (resumable: re-run the command to continue)")
+    p.add_argument("--plan", action="store_true", help="print every session, the metric calls and what the design "
+                   "can detect; spend and write nothing")
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
+    _add_session_environment(p)
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_protocol_generalisation)
 
     vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
     p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
