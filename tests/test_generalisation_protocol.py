@@ -2,10 +2,10 @@
 
 The adversary is an optimizer that pastes training questions with their answers verbatim into
 its prompt: the loopback model honours such a key (`Q: <question> A: <answer>` lines in the
-system message), so the key pays on exactly those training questions and nowhere else. On the
-real HotpotQA topic-disjoint profile the one command must prove the split, run the seeds, decide
-the held-out comparison, ablate, and show the key in the prompt autopsy, and its reading must not
-call the key transfer. A real-rule optimizer (a generic instruction, no key) must show share 0.
+system message), so the key pays on exactly those training questions and nowhere else. On a
+small topic-disjoint profile of the real HotpotQA data the one command must prove the split, run
+the seeds, decide the held-out comparison, ablate, and show the key in the prompt autopsy, and its
+reading must not call the key transfer. A real-rule optimizer (a generic instruction, no key) must show share 0.
 `--plan` spends and writes nothing; a profile that is not topic-disjoint is refused in one line
 unless `--allow-topic-shared`, which the report then states."""
 
@@ -18,15 +18,18 @@ from pathlib import Path
 import pytest
 
 from heldout import cli
+from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest
 from heldout.evaluators.records import RunRecord
 from heldout.models.testserver import TestServer
 from heldout.protocols.generalisation import GAP_READINGS, accepted_candidates, gap_reading
+from heldout.protocols.splits import SplitSizes, build_split, check_split
 
 TASK = "hotpotqa/distractor"
-PROFILE = "topic-disjoint"
-VAL_LOOK = 20  # val examples the planted optimizers evaluate each candidate on
+PROFILE = "gen-tiny"  # a small topic-disjoint draw of the real data (split build), proven by split check
+SHARED = "gen-shared"  # a small profile of the shipped default one: one topic in train and test
+VAL_LOOK = 10  # val examples the planted optimizers evaluate each candidate on
 BUDGET = 3 * VAL_LOOK
-KEYED = 12  # training examples the verbatim key holds per seed
+KEYED = 6  # training examples the verbatim key holds per seed
 
 
 def verbatim_key(view, seed):
@@ -56,6 +59,27 @@ def generic_rule(view, seed):
     return ruled
 
 
+@pytest.fixture(scope="module", autouse=True)
+def manifests(data_dir, tmp_path_factory):
+    """A user manifest root on the search path holding both small profiles of the real task."""
+    root = tmp_path_factory.mktemp("manifests")
+    mp = pytest.MonkeyPatch()
+    mp.setenv(MANIFEST_PATH_ENV, str(root))
+    manifest = Manifest.load(TASK)
+    default = manifest.profiles["default"]
+    overlap = {"train": "5a80b3a9554299485f5986cc", "test": "95"}  # 'McLean, Virginia | Tysons Galleria'
+    manifest.profiles = {SHARED: {"train": [overlap["train"]] + [i for i in default["train"] if i != overlap["train"]][:15],
+                                  "val": default["val"][:12],
+                                  "test": [overlap["test"]] + [i for i in default["test"] if i != overlap["test"]][:23]}}
+    manifest.notes = {SHARED: "generalisation test: a topic-shared profile (one topic in train and test)"}
+    manifest.save(root)
+    build_split(TASK, PROFILE, SplitSizes(16, 12, 24), seed=0, data_dir=str(data_dir))
+    assert check_split(TASK, PROFILE, data_dir=str(data_dir)).ok and not check_split(TASK, SHARED,
+                                                                                     data_dir=str(data_dir)).ok
+    yield root
+    mp.undo()
+
+
 @pytest.fixture(scope="module")
 def server():
     with TestServer(seed=0) as srv:
@@ -63,6 +87,7 @@ def server():
 
 
 def protocol(run_dir: Path, server, data_dir, optimizer: str, *extra: str) -> int:
+    extra = extra if "--profile" in extra else ("--profile", PROFILE, *extra)
     return cli.main(["-q", "protocol", "generalisation", "--task", TASK, "--optimizer",
                      f"{optimizer}=test_generalisation_protocol:{optimizer}", "--trusted-optimizer",
                      "--seeds", "0,1,2", "--budget", str(BUDGET), "--run-dir", str(run_dir),
@@ -132,7 +157,8 @@ def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(server
 
 def test_the_plan_prints_every_session_and_what_it_can_detect_and_writes_nothing(data_dir, tmp_path, capsys):
     run_dir = tmp_path / "planned"
-    assert cli.main(["protocol", "generalisation", "--task", TASK, "--optimizer", "reflective", "--seeds", "0,1,2",
+    assert cli.main(["protocol", "generalisation", "--task", TASK, "--profile", PROFILE, "--optimizer", "reflective",
+                     "--seeds", "0,1,2",
                      "--budget", "30", "--variants", "decomposed,scalar", "--run-dir", str(run_dir),
                      "--data-dir", str(data_dir), "--plan"]) == 0
     out = capsys.readouterr().out
@@ -147,7 +173,7 @@ def test_the_plan_prints_every_session_and_what_it_can_detect_and_writes_nothing
 
 def test_a_profile_not_proven_topic_disjoint_is_refused_in_one_line(data_dir, tmp_path, capsys):
     run_dir = tmp_path / "shared"
-    code = cli.main(["protocol", "generalisation", "--task", TASK, "--profile", "default", "--optimizer", "reflective",
+    code = cli.main(["protocol", "generalisation", "--task", TASK, "--profile", SHARED, "--optimizer", "reflective",
                      "--budget", "10", "--run-dir", str(run_dir), "--data-dir", str(data_dir)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
@@ -157,7 +183,7 @@ def test_a_profile_not_proven_topic_disjoint_is_refused_in_one_line(data_dir, tm
 
 def test_allow_topic_shared_runs_and_the_report_says_so(server, data_dir, tmp_path):
     run_dir = tmp_path / "allowed"
-    assert protocol(run_dir, server, data_dir, "generic_rule", "--profile", "default", "--allow-topic-shared") == 0
+    assert protocol(run_dir, server, data_dir, "generic_rule", "--profile", SHARED, "--allow-topic-shared") == 0
     result = saved(run_dir)
     assert result["split"]["allowed_topic_shared"] and not result["split"]["proven"]
     assert result["reading"][0]["text"].startswith("NOT PROVEN topic-disjoint")
@@ -166,6 +192,17 @@ def test_allow_topic_shared_runs_and_the_report_says_so(server, data_dir, tmp_pa
     assert "NOT PROVEN topic-disjoint; allowed by --allow-topic-shared (recorded)" in md
     start = json.loads((run_dir / "protocol" / "ledger.jsonl").read_text().splitlines()[0])
     assert start["data"]["split"]["allowed_topic_shared"] is True
+
+
+def test_named_variants_add_the_verifier_table_and_its_readings(server, data_dir, tmp_path):
+    run_dir = tmp_path / "variants"
+    assert protocol(run_dir, server, data_dir, "generic_rule", "--variants", "decomposed,scalar") == 0
+    result = saved(run_dir)
+    assert [r["variant"] for r in result["verifier"]["rows"]] == ["decomposed", "scalar"]
+    sources = [s["source"] for s in result["reading"]]
+    assert "verdict seed-paired-contrast: scalar gaming gap" in sources
+    md = (run_dir / "report" / "report.md").read_text()
+    assert md.index("## 4. Prompt autopsy") < md.index("## 5. Verifier ablation") < md.index("## Reading")
 
 
 # -- the answer table -------------------------------------------------------------------------------

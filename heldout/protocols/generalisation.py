@@ -525,8 +525,9 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
     elif root.exists() and any(root.iterdir()):
         raise GeneralisationError(f"{root} is not empty and holds no {SPEC_FILE}; use a new --run-dir")
     study_config = StudyConfig(**{**asdict(config), "run_root": str(root / RUNS_DIR)})
-    open_study(list(plan.cells), study_config, resume=None)  # checks before anything is written to runs/
-    write_text_atomically(saved, json.dumps(wanted, indent=1, default=str))
+    root.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(saved, json.dumps(wanted, indent=1, default=str))  # first: a crash after it can rerun
+    open_study(list(plan.cells), study_config, resume=None)  # same cells and settings: continue, else refuse
     ledger = Ledger.open(root / PROTOCOL_DIR)
     try:
         ledger.append("generalisation_start", {**wanted, "config": config.experiment()})
