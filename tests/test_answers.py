@@ -446,7 +446,7 @@ def test_any_integer_written_any_usual_way_reads_back(value, template):
 @given(st.floats(min_value=-1e9, max_value=1e9, allow_nan=False).filter(lambda x: abs(x) > 1e-3 or x == 0))
 def test_any_float_written_in_full_or_rounded_to_cents_reads_back(value):
     for written in (repr(value), f"{value:.17e}"):
-        result = score_number(f"So the answer is {written}.", value)
-        assert result["strict"] == result["published"] == 1, (written, result)
+        assert score_number(f"So the answer is {written}.", value)["strict"] == 1, written
+        assert score_number(f"Thinking...\nThe answer is {written}", value)["published"] == 1, written  # PAL's form
     assert score_number(f"So the answer is {value:,.2f}.", value)["flexible"] == 1
     assert math.isfinite(extract_number(f"= {value!r}", "flexible"))

@@ -1,6 +1,8 @@
 """BBH: a table of tricky outputs with the expected reading in every mode. ``published`` must
 equal the BBH rule, re-implemented here independently from its statement (text after the last
-"the answer is", stripped, minus one trailing period, equals the target)."""
+"the answer is", stripped, minus one trailing period, equals the target; the answer starts on the
+cue's line after a space, as lm-evaluation-harness's bbh_cot_fewshot filter requires: this
+re-implementation once accepted an answer on the next line too, the same bug as heldout's)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ CAPITALS = ("Paris", "London", "Rome", "Berlin")  # options (A)..(D) of the choi
 def bbh_rule(text: str, target: str) -> int:
     if "the answer is" not in text:
         return 0
-    tail = text[text.rindex("the answer is") + len("the answer is"):].strip()
+    rest = text[text.rindex("the answer is") + len("the answer is"):]
+    if rest[:1] != " " or rest.partition("\n")[0].isspace():
+        return 0
+    tail = rest.strip()
     return int((tail[:-1] if tail.endswith(".") else tail) == target)
 
 
@@ -96,6 +101,13 @@ CORPUS = [
     # -- dyck
     ("So the answer is ] ) >.", "] ) >", "dyck", "] ) >", "] ) >", 1),
     ("So the answer is ])>.", "] ) >", "dyck", "] ) >", "] ) >", 0),
+    # -- the answer must start on the cue's line (lm-eval's bbh filter): a line break is no answer
+    ("So the answer is\n(A).", "(A)", "choice", "(A)", "(A)", 0),
+    ("So the answer is \n(A).", "(A)", "choice", "(A)", "(A)", 0),
+    ("So the answer is\n\nFalse.", "False", "true_false", "False", "False", 0),
+    ("So the answer is False.\n", "False", "true_false", "False", "False", 1),
+    ("So the answer is  False.", "False", "true_false", "False", "False", 1),
+    ("So the answer is(A).", "(A)", "choice", "(A)", "(A)", 0),
 ]
 
 

@@ -1,6 +1,8 @@
 """GSM-Hard: a table of tricky outputs with the expected reading in every mode. ``published`` is
-PAL's comparison (re-implemented here: ``abs(answer - target) < 1e-3``) of the number the final
-answer cue introduces; ``pal`` is the same comparison of the flexible reading."""
+PAL's text rule (reasoning-machines/pal ``scripts/gsm_zero_shot.py``), re-implemented here from
+its statement: the stripped output after its last "The answer is " (case-sensitive, with the
+space), stripped, equals the target's string or floats to within 1e-3 of it. ``pal`` is PAL's
+comparison ``abs(answer - target) < 1e-3`` of heldout's flexible reading."""
 
 from __future__ import annotations
 
@@ -11,6 +13,20 @@ from heldout.benchmarks.extraction import score_number
 
 def pal(answer: float | None, target: float) -> int:
     return int(answer is not None and abs(answer - target) < 1e-3)
+
+
+def pal_text_rule(text: str, target: float) -> tuple[float | None, int]:
+    """(the float PAL's text rule reads or None, its score)."""
+    body = text.strip()
+    at = body.rfind("The answer is ")
+    answer = (body[at + len("The answer is "):] if at >= 0 else body).strip()
+    try:
+        value = float(answer)
+    except ValueError:
+        return None, int(answer == str(target))
+    if value != value or value in (float("inf"), float("-inf")):
+        return None, 0
+    return value, int(answer == str(target) or abs(value - target) < 1e-3)
 
 
 BIG = 9284017268534.4  # the largest GSM-Hard target
@@ -75,6 +91,12 @@ CORPUS = [
     ("The answer is 1e999999.", 1.0, None, None, 0, 0),
     ("The answer is 0.", 0.0, 0.0, 0.0, 1, 1),
     ("The answer is -0.5.", -0.5, -0.5, -0.5, 1, 1),
+    # PAL's text rule: "The answer is " exactly, then what Python's float() accepts
+    ("Step 1 ... Step 3.\nThe answer is -9867630.0", -9867630.0, -9867630.0, -9867630.0, 1, 1),
+    ("So the answer is 72", 72.0, 72.0, 72.0, 1, 1),  # PAL: no "The answer is ": the whole output
+    ("The answer is 72.", 72.0, 72.0, 72.0, 1, 1),  # float("72.") is 72.0
+    ("The answer is 72.0.", 72.0, 72.0, 72.0, 1, 1),  # float("72.0.") fails: PAL reads nothing
+    ("The answer is  1_000 ", 1000.0, 1.0, 1.0, 0, 0),  # float("1_000") is 1000.0
 ]
 
 
@@ -83,9 +105,16 @@ def test_gsm_hard_corpus(text, target, strict, flexible, strict_score, flexible_
     result = score_number(text, target)
     assert (result["extracted_strict"], result["extracted_flexible"]) == (strict, flexible)
     assert (result["strict"], result["flexible"]) == (strict_score, flexible_score)
-    assert result["extracted_published"] == strict
-    assert result["published"] == pal(strict, target)
+    assert (result["extracted_published"], result["published"]) == pal_text_rule(text, target)
     assert result["pal"] == pal(flexible, target)
+
+
+def test_pal_text_rule_reads_only_the_last_the_answer_is_and_what_float_accepts():
+    assert score_number("The answer is 10. Wait, I forgot the tax. The answer is 12", 12.0)["published"] == 1
+    assert score_number("The answer is 12.\nQ: next\nThe answer is 3.", 12.0)["published"] == 0
+    assert score_number("The answer is $18", 18.0)["published"] == 0
+    assert score_number("The answer is 18.0004", 18.0)["published"] == 1
+    assert score_number("The answer is 18.001", 18.0)["published"] == 0  # strictly less than 1e-3
 
 
 def test_the_corpus_is_large_enough():

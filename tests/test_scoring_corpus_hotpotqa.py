@@ -1,6 +1,7 @@
 """HotpotQA: a table of tricky outputs with the expected reading in every mode. Scores use the
 official normalisation, re-implemented here from hotpot_evaluate_v1.py's description (lower-case,
-drop punctuation, drop a/an/the, collapse whitespace)."""
+drop punctuation, drop a/an/the, collapse whitespace). The ``published`` (headline) prediction is
+what strict reads, or the whole output when it has no answer cue."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ CORPUS = [
     ("Both paragraphs agree. So the answer is Paris.", "Paris", "Paris", "Paris", "Paris"),
     ("So the answer is Paris", "Paris", "Paris", "Paris", "Paris"),
     ("The answer is **Scott Derrickson**.", "Scott Derrickson", "Scott Derrickson", "Scott Derrickson",
-     "**Scott Derrickson**"),
+     "Scott Derrickson"),
     ("Answer: \"Read It and Weep\" (2006)", "\"Read It and Weep\" (2006)", "\"Read It and Weep\" (2006)",
-     "\"Read It and Weep\" (2006)", "Answer: \"Read It and Weep\" (2006)"),
+     "\"Read It and Weep\" (2006)", "\"Read It and Weep\" (2006)"),
     ("So the answer is yes.", "yes", "yes", "yes", "yes"),
     ("So the answer is no.", "yes", "no", "no", "no"),
     ("So the answer is the Cold War (1947\u201391).", "Cold War (1947\u201391)", "the Cold War (1947\u201391)",
@@ -40,46 +41,46 @@ CORPUS = [
     ("So the answer is Japan and Hong Kong.", "Japan and Hong Kong", "Japan and Hong Kong",
      "Japan and Hong Kong", "Japan and Hong Kong"),
     # anchored cues: later talk about "this answer" does not replace the answer
-    ("So the answer is Paris. I hope this answer is helpful.", "Paris", "Paris", "Paris", "helpful"),
+    ("So the answer is Paris. I hope this answer is helpful.", "Paris", "Paris", "Paris", "Paris"),
     ("So the answer is M. Night Shyamalan. He directed it.", "M. Night Shyamalan", "M. Night Shyamalan",
-     "M. Night Shyamalan", "M. Night Shyamalan. He directed it"),
+     "M. Night Shyamalan", "M. Night Shyamalan"),
     ("So the answer is St. Louis.", "St. Louis", "St. Louis", "St. Louis", "St. Louis"),
-    ("So the answer is Paris.\nI hope this answer is helpful.", "Paris", "Paris", "Paris", "helpful"),
-    ("So the answer is Paris.\nI am sure the answer is correct.", "Paris", "Paris", "Paris", "correct"),
-    ("So the answer is Paris.\n\nIn short, the answer is clear.", "Paris", "Paris", "Paris", "clear"),
-    ("So the answer is Paris.\nThis answer is based on paragraph 2.", "Paris", "Paris", "Paris",
-     "based on paragraph 2"),
+    ("So the answer is Paris.\nI hope this answer is helpful.", "Paris", "Paris", "Paris", "Paris"),
+    ("So the answer is Paris.\nI am sure the answer is correct.", "Paris", "Paris", "Paris", "Paris"),
+    ("So the answer is Paris.\n\nIn short, the answer is clear.", "Paris", "Paris", "Paris", "Paris"),
+    ("So the answer is Paris.\nThis answer is based on paragraph 2.", "Paris", "Paris", "Paris", "Paris"),
     ("An answer is hard. The first film was directed by Ed Wood.\nEd Wood", "Ed Wood", None, "Ed Wood",
-     "hard. The first film was directed by Ed Wood"),
+     "An answer is hard. The first film was directed by Ed Wood.\nEd Wood"),  # no cue: taken whole
     ("So the answer is London. On reflection, the answer is Paris.", "Paris", "Paris", "Paris", "Paris"),
     # negated cues
-    ("So the answer is not Paris.", "Paris", None, None, "not Paris"),
-    ("The answer is not London.\nParis", "Paris", None, None, "not London"),
+    ("So the answer is not Paris.", "Paris", None, None, None),
+    ("The answer is not London.\nParis", "Paris", None, None, None),
     # run-ons at the prompt's question marker
     ("So the answer is Paris.\n\nQuestion: Where is the Louvre?\nSo the answer is Lyon.", "Paris", "Paris", "Paris",
-     "Lyon"),
-    ("So the answer is Paris.\nQ: next?\nSo the answer is Lyon.", "Paris", "Paris", "Paris", "Lyon"),
+     "Paris"),
+    ("So the answer is Paris.\nQ: next?\nSo the answer is Lyon.", "Paris", "Paris", "Paris", "Paris"),
     # no cue: the last line
     ("Reasoning here.\n\nCharles Dickens", "Charles Dickens", None, "Charles Dickens",
      "Reasoning here.\n\nCharles Dickens"),
     ("Charles Dickens", "Charles Dickens", None, "Charles Dickens", "Charles Dickens"),
-    ("Charles Dickens.", "Charles Dickens", None, "Charles Dickens", "Charles Dickens"),
+    ("Charles Dickens.", "Charles Dickens", None, "Charles Dickens", "Charles Dickens."),
     ("  the Eiffel Tower  ", "Eiffel Tower", None, "the Eiffel Tower", "the Eiffel Tower"),
     ("", "Paris", None, None, None),
     ("   \n ", "Paris", None, None, None),
     # presentation
-    ("The answer is: *Bath, Maine*", "Bath, Maine", "Bath, Maine", "Bath, Maine", ": *Bath, Maine*"),
-    ("The answer is `1998`.", "1998", "1998", "1998", "`1998`"),
-    ("The answer is \"The Simpsons\".", "The Simpsons", "The Simpsons", "The Simpsons", "\"The Simpsons\""),
+    ("The answer is: *Bath, Maine*", "Bath, Maine", "Bath, Maine", "Bath, Maine", "Bath, Maine"),
+    ("The answer is `1998`.", "1998", "1998", "1998", "1998"),
+    ("The answer is \"The Simpsons\".", "The Simpsons", "The Simpsons", "The Simpsons", "The Simpsons"),
     ("So the answer is Hungarian Rhapsody No. 2.", "Hungarian Rhapsody No. 2", "Hungarian Rhapsody No. 2",
      "Hungarian Rhapsody No. 2", "Hungarian Rhapsody No. 2"),
     ("The answer is 'Gone with the Wind'", "Gone with the Wind", "Gone with the Wind", "Gone with the Wind",
-     "'Gone with the Wind'"),
-    ("Final answer: 3,677 seated", "3,677 seated", "3,677 seated", "3,677 seated", "Final answer: 3,677 seated"),
+     "Gone with the Wind"),
+    ("Final answer: 3,677 seated", "3,677 seated", "3,677 seated", "3,677 seated", "3,677 seated"),
     ("The final answer is Vivendi S.A.", "Vivendi SA", "Vivendi S.A", "Vivendi S.A", "Vivendi S.A"),
-    ("The answer is\n\nGreenwich Village", "Greenwich Village", "Greenwich Village", "Greenwich Village", None),
+    ("The answer is\n\nGreenwich Village", "Greenwich Village", "Greenwich Village", "Greenwich Village",
+     "Greenwich Village"),
     ("Answer:\nGreenwich Village", "Greenwich Village", "Greenwich Village", "Greenwich Village",
-     "Answer:\nGreenwich Village"),
+     "Greenwich Village"),
     ("The answer is YES.", "yes", "YES", "YES", "YES"),
     ("Both were American, so the answer is yes", "yes", "yes", "yes", "yes"),
     ("My answer is Chicago.", "Chicago", "Chicago", "Chicago", "Chicago"),
@@ -107,6 +108,18 @@ def test_hotpotqa_corpus(text, gold, strict, flexible, published):
         strict, flexible, published)
     for mode, reading in (("strict", strict), ("flexible", flexible), ("published", published)):
         assert result[mode] == em(reading, gold), mode
+    assert result["extracted_published"] == (strict if strict is not None or result["why_strict"] != "no_cue"
+                                             else text.strip() or None)
+
+
+@pytest.mark.parametrize("text", [
+    "Both paragraphs name him.\nAnswer: **Scott Derrickson**",
+    "Both paragraphs name him. So the answer is\nScott Derrickson",
+    "Both paragraphs name him.\nFinal answer: Scott Derrickson",
+])
+def test_the_three_shapes_the_old_headline_scored_zero_now_score_one(text):
+    result = score_span(text, "Scott Derrickson")
+    assert (result["strict"], result["published"], result["f1_published"]) == (1, 1, 1.0)
 
 
 def test_the_corpus_is_large_enough():

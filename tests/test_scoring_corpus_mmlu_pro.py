@@ -1,5 +1,7 @@
 """MMLU-Pro: a table of tricky outputs with the expected reading in every mode. ``published``
-must equal the official three-stage extractor, re-implemented here from its published regexes."""
+must equal the official three-stage extractor, re-implemented here from its published regexes
+(applied directly: quadratic, fine on these short texts), after deleting every ``**`` as
+``evaluate_from_api.py`` does before extracting."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ OPTIONS = ("mitosis", "meiosis", "osmosis", "diffusion", "photosynthesis",
 
 
 def official(text: str) -> str | None:
+    text = text.replace("**", "")
     for pattern in (r"answer is \(?([A-J])\)?", r".*[aA]nswer:\s*([A-J])"):
         m = re.search(pattern, text)
         if m:
@@ -81,6 +84,10 @@ CORPUS = [
     ("So, the answer is $\\boxed{\\text{(E)}}$", "E", "E", "E", "E"),
     ("Answer: (B) or maybe (C)", "B", None, None, "C"),
     ("", "A", None, None, None),
+    # "**" is deleted before the official stages read the text
+    ("Answer: **B**\nOption A was tempting.", "B", "B", "B", "B"),  # without the deletion: stage 3, "A"
+    ("The answer is **C**. (D) was close.", "C", "C", "C", "C"),  # without it: stage 3, "D"
+    ("So answer is *(E)* and not (F)", "E", None, "F", "F"),  # a single "*" stays: stage 1 misses
 ]
 
 

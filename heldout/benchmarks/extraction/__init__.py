@@ -4,7 +4,9 @@
 * :mod:`.pipeline`  :class:`Grammar`, the registered stages and the modes built from them;
 * :mod:`.formats`   one grammar per answer format (letters, numbers, words, word lists, brackets,
                     spans), registered in :data:`FORMATS`;
-* :mod:`.reference` the ``published`` mode: each family's reference rule, reproduced exactly;
+* :mod:`.reference` the ``published`` mode: each family's reference rule, reproduced exactly, in
+                    linear time (HotpotQA's, whose official script extracts nothing, is
+                    :func:`.scoring.hotpot_prediction`);
 * :mod:`.scoring`   the per-family scorers (``score_bbh``, ``score_choice``, ``score_number``,
                     ``score_span``) that report every mode side by side;
 * :mod:`.code`      MBPP+ code extraction (evalplus's sanitizer when installed, an equivalent

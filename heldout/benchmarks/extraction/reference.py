@@ -1,21 +1,32 @@
 """The ``published`` mode: each family's reference rule, reproduced exactly (no folding, no
-run-on cut, no hedge or negation rule: the reference has none).
+run-on cut, no hedge or negation rule: the references have none). Every rule runs in time linear
+in the output's length.
 
-* BBH (Suzgun et al. 2022; the rule used to score the code-davinci-002 outputs shipped with BBH):
-  the text after the last ``the answer is`` (case-sensitive), stripped, minus one trailing
-  period, equals the target string. No ``the answer is``: no answer.
-* MMLU-Pro (TIGER-Lab, ``evaluate_from_api.py`` / ``evaluate_from_local.py``): three stages, the
-  first that matches wins: ``answer is \\(?([A-J])\\)?`` (the *first* match, case-sensitive),
-  else ``.*[aA]nswer:\\s*([A-J])`` (the last "Answer:" on the first line that has one), else the
-  last standalone capital ``A``..``J`` anywhere. The official script then credits a *random*
-  guess when all three fail; heldout scores that 0 (deterministic), so on outputs with no letter
-  at all heldout's published accuracy is below the script's by (miss rate) / (option count).
-* GSM-Hard (PAL, ``scripts/gsm_eval.py``): ``abs(float(answer) - target) < 1e-3``. PAL executes a
-  program and compares its return value; for model text the answer is the number the final
-  answer cue introduces (PAL's chain-of-thought prompts end ``The answer is X.``).
-* HotpotQA (the official ``hotpot_evaluate_v1.py``): exact match and token F1 after its
-  ``normalize_answer``; the prediction is the rest of the line after the last ``answer is``
-  (minus one trailing period), or the whole output when it has none (a bare answer).
+* BBH (Suzgun et al. 2022; the rule that reproduces the published code-davinci-002 numbers from
+  the outputs shipped with BBH): the text after the last ``the answer is`` (case-sensitive),
+  stripped, minus one trailing period, equals the target string. The answer must start on the
+  cue's own line, after a space: lm-evaluation-harness's ``bbh_cot_fewshot`` filter
+  (``lm_eval/tasks/bbh/cot_fewshot/_cot_fewshot_template_yaml``, a look-behind on
+  ``the answer is`` plus a space, then a capture that does not cross a line break) finds no
+  answer in ``the answer is`` followed by a line break, so neither does heldout.
+* MMLU-Pro (TIGER-AI-Lab/MMLU-Pro ``evaluate_from_api.py`` at commit 2a7ec7e4, whose
+  ``single_request`` deletes every ``**`` from the response before extracting; the extractor
+  itself is the same in ``evaluate_from_local.py``, which does not delete ``**``): three stages,
+  the first that matches wins: the *first* ``answer is \\(?([A-J])\\)?`` (case-sensitive); else
+  the ``[aA]nswer:\\s*([A-J])`` that the script's ``.*[aA]nswer:\\s*([A-J])`` finds (the last one
+  that starts on the first line holding one); else the last standalone capital ``A``..``J``
+  anywhere (the script's ``\\b[A-J]\\b(?!.*\\b[A-J]\\b)`` under DOTALL). The script's own regexes
+  are quadratic on a long line (seconds per 10k-character output); :func:`mmlu_pro_answer` finds
+  the same matches in one pass each. The script then credits a *random* guess when all three
+  fail; heldout scores that 0 (deterministic), so on outputs with no letter at all heldout's
+  published accuracy is below the script's by (miss rate) / (option count).
+* GSM-Hard (reasoning-machines/pal ``scripts/gsm_zero_shot.py``, ``evaluate_text_prompt`` and
+  ``check_corr``: PAL's rule for text, not program, outputs): the stripped output is split at
+  ``The answer is `` (case-sensitive, with its space) and the last piece, stripped, is the
+  answer; it is right when it equals the target's string, or when Python's ``float`` of it is
+  within ``1e-3`` of the target (strictly less; ``float`` failing scores 0). PAL's program scorer
+  (``scripts/gsm_eval.py``) uses the same ``abs(answer - target) < 1e-3`` on the program's
+  return value: :func:`pal_match`.
 """
 
 from __future__ import annotations
@@ -23,48 +34,103 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_BBH_CUE = "the answer is"
-_MMLU_STAGE1 = re.compile(r"answer is \(?([A-J])\)?")
-_MMLU_STAGE2 = re.compile(r".*[aA]nswer:\s*([A-J])")
-_MMLU_STAGE3 = re.compile(r"\b[A-J]\b(?!.*\b[A-J]\b)", re.DOTALL)
 PAL_ABS_TOL = 1e-3
+
+# ---------------------------------------------------------------------------------------------
+# BBH
+# ---------------------------------------------------------------------------------------------
+
+_BBH_CUE = "the answer is"
 
 
 def bbh_answer(text: str) -> str | None:
-    """What the BBH rule compares with the target."""
+    """What the BBH rule compares with the target (see the module doc); None when there is no
+    ``the answer is``, or when the last one is not followed by a space and an answer on its line."""
     if _BBH_CUE not in text:
         return None
-    answer = text.rsplit(_BBH_CUE, 1)[1].strip()
+    tail = text.rsplit(_BBH_CUE, 1)[1]
+    if not tail.startswith(" ") or not tail.split("\n", 1)[0].strip():
+        return None
+    answer = tail.strip()
     return answer[:-1] if answer.endswith(".") else answer
 
 
+# ---------------------------------------------------------------------------------------------
+# MMLU-Pro
+# ---------------------------------------------------------------------------------------------
+
+_MMLU_ANSWER_IS = re.compile(r"answer is \(?([A-J])\)?")
+_MMLU_ANSWER_COLON = re.compile(r"(?=[aA]nswer:\s*([A-J]))")  # zero-width: every start, overlapping ones too
+_MMLU_LONE_LETTER = re.compile(r"\b[A-J]\b")
+
+
 def mmlu_pro_answer(text: str) -> str | None:
-    """The official three-stage MMLU-Pro extractor (without its random guess)."""
-    for pattern in (_MMLU_STAGE1, _MMLU_STAGE2):
-        m = pattern.search(text)
-        if m:
-            return m.group(1)
-    m = _MMLU_STAGE3.search(text)
-    return m.group(0) if m else None
+    """The official three-stage MMLU-Pro extractor, ``**`` deleted first as the API script does
+    (without its random guess; see the module doc). Linear time."""
+    text = text.replace("**", "")
+    first = _MMLU_ANSWER_IS.search(text)
+    if first:
+        return first.group(1)
+    return mmlu_pro_answer_colon(text) or mmlu_pro_last_letter(text)
+
+
+def mmlu_pro_answer_colon(text: str) -> str | None:
+    """Stage 2: the letter of the last ``[aA]nswer:\\s*[A-J]`` starting on the first line that has
+    one. That is what ``re.search(r".*[aA]nswer:\\s*([A-J])", text)`` returns: the search succeeds
+    at the first line holding a start (``.`` stops at ``\\n``) and the greedy ``.*`` backs off to
+    the last start on that line (``\\s*`` may run past the line's end to reach the letter)."""
+    letter, line_end = None, -1
+    for m in _MMLU_ANSWER_COLON.finditer(text):
+        if letter is None:
+            line_end = text.find("\n", m.start())
+        elif 0 <= line_end < m.start():
+            break
+        letter = m.group(1)
+    return letter
+
+
+def mmlu_pro_last_letter(text: str) -> str | None:
+    """Stage 3: the last standalone ``A``..``J`` (``\\b`` on both sides), which is what the
+    script's search for a letter with no standalone letter after it returns."""
+    last = None
+    for last in _MMLU_LONE_LETTER.finditer(text):
+        pass
+    return last.group(0) if last else None
+
+
+# ---------------------------------------------------------------------------------------------
+# GSM-Hard
+# ---------------------------------------------------------------------------------------------
+
+PAL_TEXT_CUE = "The answer is "
+
+
+def pal_text_answer(text: str) -> str:
+    """PAL's text answer: the last piece of the stripped output split at ``The answer is ``,
+    stripped (the whole stripped output when it has no cue)."""
+    return text.strip().split(PAL_TEXT_CUE)[-1].strip()
+
+
+def pal_text_value(answer: str) -> float | None:
+    """Python's ``float`` of PAL's text answer, or None where ``float`` refuses it."""
+    try:
+        return float(answer)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def pal_text_correct(answer: str, target: Any) -> bool:
+    """PAL's ``check_corr``: the answer equals the target's string, or its float is within
+    ``1e-3`` of the target's."""
+    if answer.strip() == str(target).strip():
+        return True
+    value, goal = pal_text_value(answer), pal_text_value(str(target))
+    return value is not None and goal is not None and abs(value - goal) < PAL_ABS_TOL
 
 
 def pal_match(answer: Any, target: float) -> bool:
-    """PAL's comparison: ``abs(float(answer) - target) < 1e-3`` (False when float() fails)."""
+    """PAL's program comparison: ``abs(float(answer) - target) < 1e-3`` (False when float() fails)."""
     try:
         return abs(float(answer) - float(target)) < PAL_ABS_TOL
     except (TypeError, ValueError, OverflowError):
         return False
-
-
-_SPAN_CUE = re.compile(r"answer is", re.IGNORECASE)
-
-
-def hotpot_answer(text: str) -> str | None:
-    """The prediction string the official HotpotQA metric is given (see module doc)."""
-    ends = [m.end() for m in _SPAN_CUE.finditer(text)]
-    if ends:
-        line = text[ends[-1]:].split("\n", 1)[0].strip()
-    else:
-        line = text.strip()
-    line = line[:-1] if line.endswith(".") else line
-    return line or None

@@ -243,10 +243,21 @@ def extract_number(text: Any, mode: str) -> float | None:
     ("1 234 567"; "1 234" only when it is the whole answer), currency before or after the sign
     ("$-5", "-$5", "€3"), units and "%" after the number (ignored), negative signs including the
     unicode minus, decimals, fractions ("3/4", ``\\frac{3}{4}``, "½", "2½") and scientific notation
-    ("1.5e6"). European decimal commas ("1.234,5") are not supported. ``published`` reads as
-    ``strict`` (the number the final cue introduces); only the comparison differs."""
+    ("1.5e6"). European decimal commas ("1.234,5") are not supported. ``published`` is PAL's text
+    rule (:func:`reference.pal_text_answer`): Python's ``float`` of what follows the last
+    ``The answer is ``, or None where ``float`` refuses it ("$5", "1,234", "5 apples")."""
     check_mode(mode)
-    return _finite(_read(text, number_grammar(), "strict" if mode == "published" else mode).answer)
+    if mode == "published":
+        clean = sanitize_text(text)
+        return _pal_text_reading(clean)[1] if clean is not None else None
+    return _finite(_read(text, number_grammar(), mode).answer)
+
+
+def _pal_text_reading(clean: str) -> tuple[str, float | None]:
+    """PAL's text answer and its float (None when float() refuses it or it is not finite)."""
+    answer = reference.pal_text_answer(clean)
+    value = reference.pal_text_value(answer)
+    return answer, value if value is not None and math.isfinite(value) else None
 
 
 def numbers_match(pred: float, target: float, *, rel_tol: float = REL_TOL, abs_tol: float = ABS_TOL,
@@ -280,7 +291,7 @@ def score_number(text: Any, target: float) -> dict[str, Any]:
     """GSM-Hard, every mode, plus ``pal``: PAL's comparison of the *flexible* reading (so
     ``flexible`` vs ``pal`` isolates the tolerance, ``published`` vs ``pal`` the extraction).
     strict: heldout tolerance; flexible: heldout tolerance plus written-precision rounding;
-    published: PAL's ``abs(answer - target) < 1e-3`` on the strict reading."""
+    published: PAL's text rule, its extraction and its check (:func:`reference.pal_text_correct`)."""
     try:
         t = float(target)
     except (TypeError, ValueError):
@@ -290,18 +301,30 @@ def score_number(text: Any, target: float) -> dict[str, Any]:
     grammar = number_grammar()
     raw = {mode: _read(text, grammar, mode) for mode in ("strict", "flexible")}
     value = {mode: _finite(raw[mode].answer) for mode in raw}
+    clean = sanitize_text(text)
+    pal_answer, pal_value = _pal_text_reading(clean) if clean is not None else ("", None)
     out: dict[str, Any] = {
         "strict": int(value["strict"] is not None and numbers_match(value["strict"], t)),
         "flexible": int(value["flexible"] is not None and numbers_match(
             value["flexible"], t, decimals=raw["flexible"].answer.decimals)),
-        "published": int(value["strict"] is not None and reference.pal_match(value["strict"], t)),
+        "published": int(clean is not None and reference.pal_text_correct(pal_answer, target)),
         "pal": int(value["flexible"] is not None and reference.pal_match(value["flexible"], t)),
     }
-    for mode, src in (("strict", "strict"), ("flexible", "flexible"), ("published", "strict")):
-        out[f"extracted_{mode}"] = value[src]
-        out[f"why_{mode}"] = raw[src].why if value[src] is None and raw[src].why else (
-            "too_large" if value[src] is None else None)
+    for mode in ("strict", "flexible"):
+        out[f"extracted_{mode}"] = value[mode]
+        out[f"why_{mode}"] = raw[mode].why if value[mode] is None and raw[mode].why else (
+            "too_large" if value[mode] is None else None)
+    out["extracted_published"] = pal_value
+    out["why_published"] = None if pal_value is not None else _pal_why(clean, pal_answer)
     return out
+
+
+def _pal_why(clean: str | None, answer: str) -> str:
+    if clean is None:
+        return "no_output"
+    if not answer:
+        return "empty"
+    return "unreadable" if reference.PAL_TEXT_CUE in clean else "no_cue"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,20 +387,36 @@ def token_f1(prediction: str | None, gold: str) -> float:
 
 def extract_span(text: Any, mode: str) -> str | None:
     """HotpotQA: the answer span. Strict: the rest of the line after the final answer cue
-    (markdown, quotes and one trailing period removed). Flexible: that, else the last non-empty
-    line of the text. Published: :func:`reference.hotpot_answer`."""
+    (markdown, quotes and one trailing period removed), or the next paragraph when the cue ends
+    its line. Flexible: that, else the last non-empty line of the text. Published:
+    :func:`hotpot_prediction`."""
     check_mode(mode)
     if mode == "published":
-        clean = sanitize_text(text)
-        return reference.hotpot_answer(clean) if clean is not None else None
+        return hotpot_prediction(text).answer
     return _read(text, span_grammar(), mode).answer
+
+
+def hotpot_prediction(text: Any) -> Reading:
+    """The prediction the ``published`` (headline) HotpotQA score gives the official metric.
+
+    The official script (``hotpot_evaluate_v1.py``: ``normalize_answer``, exact match, token F1)
+    scores a prediction string and extracts nothing, so heldout supplies the string by a rule
+    consistent with strict: the answer the final anchored cue introduces, read exactly as strict
+    reads it (``Answer: **X**``, ``So the answer is\nX``, ``Final answer: X`` all give X; a negated
+    or empty final cue gives no prediction); an output with no answer cue at all is taken whole, as
+    a bare answer. The official normalisation then compares it with the gold."""
+    strict = _read(text, span_grammar(), "strict")
+    if strict.why != "no_cue":
+        return strict
+    whole = (sanitize_text(text) or "").strip()
+    return Reading(whole) if whole else Reading(None, "empty")
 
 
 def score_span(text: Any, gold: str) -> dict[str, Any]:
     """Every mode: exact match (0/1) as ``<mode>``, plus ``f1_<mode>``, ``precision_<mode>``,
     ``recall_<mode>`` (floats), ``extracted_<mode>`` and ``why_<mode>``."""
     readings = {mode: _read(text, span_grammar(), mode) for mode in ("strict", "flexible")}
-    readings["published"] = _published(extract_span(text, "published"))
+    readings["published"] = hotpot_prediction(text)
     out = _result(readings, lambda got: exact_match(got, gold) == 1)
     for mode in EXTRACTION_MODES:
         overlap = token_scores(readings[mode].answer, gold)
@@ -389,4 +428,5 @@ def score_span(text: Any, gold: str) -> dict[str, Any]:
 
 __all__ = ["BBH_FORMATS", "BBH_TASK_FORMATS", "bbh_format_of", "extract_bbh", "score_bbh", "extract_choice_letter",
            "score_choice", "extract_number", "numbers_match", "score_number", "normalize_answer", "exact_match",
-           "TokenScores", "token_scores", "token_f1", "extract_span", "score_span", "canonical_integer"]
+           "TokenScores", "token_scores", "token_f1", "extract_span", "hotpot_prediction", "score_span",
+           "canonical_integer"]
