@@ -39,12 +39,13 @@ def shared_dir(data_dir: Path) -> Path:
 os.environ["HELDOUT_LEDGER_KEY"] = os.path.join(tempfile.mkdtemp(prefix="heldout-test-config-"), "ledger.key")
 
 
-# `slow`: the measured list in slow_tests.txt (a test id, or a module whose shared fixture is the cost)
+# `slow`: the measured list in slow_tests.txt (a test id, a test function with all its parameter sets, or
+# a module whose shared fixture is the cost)
 _SLOW = {line.strip() for line in (Path(__file__).parent / "slow_tests.txt").read_text().splitlines()
          if line.strip() and not line.startswith("#")}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.nodeid in _SLOW or item.nodeid.split("::")[0] in _SLOW:
+        if {item.nodeid, item.nodeid.split("[")[0], item.nodeid.split("::")[0]} & _SLOW:
             item.add_marker(pytest.mark.slow)
