@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the sibling scripts
 
 import cli_start  # noqa: E402
+import local_model_throughput  # noqa: E402
 import lockpicking_exhaustive  # noqa: E402
 import mbpp_plus_run  # noqa: E402
 import model_throughput  # noqa: E402
@@ -41,7 +42,9 @@ import ray_grid  # noqa: E402
 import report_scaling  # noqa: E402
 import sandbox_throughput  # noqa: E402
 import store_build  # noqa: E402
+import test_suite  # noqa: E402
 import vliw_candidate  # noqa: E402
+from machine import fixed_loop_seconds  # noqa: E402
 
 
 def median_rows(repeats: list[list[dict]]) -> list[dict]:
@@ -63,21 +66,15 @@ def median_rows(repeats: list[list[dict]]) -> list[dict]:
     return out
 
 
-def fixed_loop_seconds() -> float:
-    """The time of one fixed pure-Python loop: printed beside the load, so a reader can tell a
-    slow phase of the machine from a slow heldout."""
-    start = time.perf_counter()
-    total = 0
-    for i in range(3_000_000):
-        total += i & 7
-    return time.perf_counter() - start
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.environ.get("HELDOUT_DATA_DIR", str(HERE.parent.parent / "shared" / "data")))
     parser.add_argument("--mbpp-full", action="store_true", help="also the full 378-problem MBPP+ run")
     parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--suite", action="store_true",
+                        help="also time the test suite (fast loop and whole suite: about 12 min on 2 idle cores)")
+    parser.add_argument("--no-local-model", action="store_true",
+                        help="skip the local-model rows (they need the [local-model] extra and its weights)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run every section N times (interleaved); each row is the repeat of median ratio, "
                              "with the spread of the ratio over the N")
@@ -93,6 +90,10 @@ def main() -> int:
                 ("results store", 18, store_build.figures),
                 ("reports", 38, report_scaling.figures),
                 ("cli start", 38, cli_start.figures)]
+    if not args.no_local_model:
+        sections.append(("local model", 38, local_model_throughput.figures))
+    if args.suite:
+        sections.append(("test suite", 38, lambda: test_suite.figures(args.data_dir)))
     if args.mbpp_full:
         sections.append(("mbpp+ full", 19, lambda: mbpp_plus_run.figures(args.data_dir, limit=None)))
     repeats: list[list[dict]] = []
@@ -121,7 +122,8 @@ def main() -> int:
           f"total {time.perf_counter() - started:.0f} s. Ratios: VLIW = the original harness's stand-in "
           "(same run) / ours; reference machine = ours / original's 0.5 s; lockpicking = ours / 0.35 s; "
           "model = ideal / ours and achieved / allowed rate; sandbox = forked execution / 10 ms; MBPP+ = ours / evalplus; "
-          "ray grid = serial / Ray with 2 workers; results store = scaling exponent of build time (1 = linear).")
+          "ray grid = serial / Ray with 2 workers; results store = scaling exponent of build time (1 = linear); "
+          "local model = server / llama-cpp-python direct and 2 slots / 1 slot; test suite = wall / target.")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     own = [r for r in rows if r["issue"] != 18]

