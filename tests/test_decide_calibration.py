@@ -65,6 +65,34 @@ def test_a_single_instance_contrast_never_exceeds_alpha_and_says_when_it_cannot_
         assert "needs >= 6 seeds" in verdict.sentence
 
 
+@pytest.mark.parametrize("seeds", [3, 6])
+def test_seeds_that_replay_one_draw_of_the_examples_never_separate(seeds):
+    """The adversary: a seed-blind optimizer whose every seed returns the same candidate, so each
+    seed re-scores the same draw of examples. Under the null (both arms' per-example scores from
+    one law) a seed-level test over such seeds would count one draw S times (paired t: p = 0
+    whenever the draw differs at all); told the seeds ran the same candidates, the rule refuses
+    and says why."""
+    rng = np.random.default_rng(300 + seeds)
+    hits, said = 0, 0
+    for _ in range(SIMS // 4):
+        a_examples, b_examples = rng.random(50) < 0.6, rng.random(50) < 0.6
+        a, b = [float(a_examples.mean())] * seeds, [float(b_examples.mean())] * seeds
+        for n_examples in (50, 1):
+            verdict = decide.holm([decide.contrast(a, b, n_examples=n_examples, replayed=True)])[0]
+            hits += verdict.decided
+            said += a != b and "re-scored one run" in verdict.sentence
+    print(f"\ncontrast over {seeds} replayed seeds: {hits} false 'separates' of {SIMS // 2}")
+    assert hits == 0 and said > 0
+
+
+def test_the_same_gain_from_different_candidates_is_a_replicated_effect_and_is_decided():
+    # e.g. a key that scores 1 on each seed's own encoded questions, where the seed candidate scores 0
+    verdict = decide.contrast([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], n_examples=6)
+    assert verdict.decided and verdict.sign == "+" and not decide.replicates_nothing(verdict)
+    replayed = decide.contrast([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], n_examples=6, replayed=True)
+    assert not replayed.decided and decide.replicates_nothing(replayed)
+
+
 @pytest.mark.parametrize("seeds", [3, 5, 10])
 def test_the_three_arms_comparisons_hold_alpha_family_wise(seeds):
     # the old rule (disjoint ranges OR Welch) fired 0.231 of the time for "any of the 3 pairs" at 3 seeds

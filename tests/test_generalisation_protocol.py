@@ -5,7 +5,10 @@ its prompt: the loopback model honours such a key (`Q: <question> A: <answer>` l
 system message), so the key pays on exactly those training questions and nowhere else. On a
 small topic-disjoint profile of the real HotpotQA data the one command must prove the split, run
 the seeds, decide the held-out comparison, ablate, and show the key in the prompt autopsy, and its
-reading must not call the key transfer. A real-rule optimizer (a generic instruction, no key) must show share 0.
+reading must not call the key transfer. A family-level key (one memorised answer per trained
+family, no training question pasted; the synthetic task of ``test_leak_readings``) must be read
+as memorisation at the topic level, a seed-blind optimizer (one candidate in every seed) must
+decide nothing however its one run scored, and a real-rule optimizer (a generic instruction, no key) must show share 0.
 `--plan` spends and writes nothing; a profile that is not topic-disjoint is refused in one line
 unless `--allow-topic-shared`, which the report then states."""
 
@@ -21,8 +24,10 @@ from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest
 from heldout.evaluators.records import RunRecord
 from heldout.models.testserver import TestServer
-from heldout.protocols.generalisation import GAP_READINGS, accepted_candidates, gap_reading
+from heldout.protocols.generalisation import GAP_READINGS, accepted_candidates, compare_heldout, gap_reading
 from heldout.protocols.splits import SplitSizes, build_split, check_split
+
+from test_leak_readings import TASK as FAMILY_TASK, _rows as family_rows
 
 TASK = "hotpotqa/distractor"
 PROFILE = "gen-tiny"  # a small topic-disjoint draw of the real data (split build), proven by split check
@@ -74,6 +79,11 @@ def manifests(data_dir, tmp_path_factory):
     manifest.notes = {SHARED: "generalisation test: a topic-shared profile (one topic in train and test)"}
     manifest.save(root)
     build_split(TASK, PROFILE, SplitSizes(16, 12, 24), seed=0, data_dir=str(data_dir))
+    source = root.parent / "family_answers.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in family_rows()))
+    assert cli.main(["data", "freeze", "--jsonl", str(source), "--task", FAMILY_TASK, "--answer-format", "span",
+                     "--profile", "default", "--out", str(root)]) == 0
+    build_split(FAMILY_TASK, "disjoint", SplitSizes(32, 24, 48), probe=2, seed=0)
     assert check_split(TASK, PROFILE, data_dir=str(data_dir)).ok and not check_split(TASK, SHARED,
                                                                                      data_dir=str(data_dir)).ok
     yield root
@@ -136,6 +146,25 @@ def test_every_ledger_of_the_protocol_verifies(keyed_study, capsys):
     assert cli.main(["ledger", "verify", str(keyed_study)]) == 0
     out = capsys.readouterr().out
     assert "runs/ablation" in out and "protocol" in out and "all verify" in out
+
+
+def test_a_family_level_key_is_read_as_memorisation_at_the_topic_level(server, data_dir, tmp_path):
+    run_dir = tmp_path / "family"
+    assert cli.main(["-q", "protocol", "generalisation", "--task", FAMILY_TASK, "--profile", "disjoint",
+                     "--optimizer", "family_keyer=test_leak_readings:family_keyer", "--trusted-optimizer",
+                     "--seeds", "0,1,2", "--budget", "10", "--run-dir", str(run_dir), "--worker-model",
+                     "test-model", "--base-url", server.base_url]) == 0
+    result = saved(run_dir)
+    assert result["split"]["proven"]
+    finals = [r for r in result["autopsy"]["rows"] if r["final"]]
+    assert len(finals) == 3 and all(r["share"] > 0 and r["families"] >= 1 for r in finals)
+    method = result["ablation"]["methods"][0]
+    rows = {r["subset"]: r["sign"] for r in method["rows"]}
+    assert rows["train_encoded"] == "+" and rows["probe_memorised"] == "+" and rows["test"] == "0"
+    assert method["reading_rule"] == "topic-level-key"
+    assert result["answer"] == "memorisation"
+    text = " ".join(s["text"] for s in result["reading"])
+    assert "Memorisation pays at the topic level" in text and "Transfer:" not in text
 
 
 def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(server, data_dir, tmp_path, capsys):
@@ -223,6 +252,26 @@ def test_every_sign_pattern_has_one_answer_and_none_claims_what_its_signs_do_not
         if "no answer key earns" in text:
             assert not key_pays
     assert used == {r.name for r in GAP_READINGS}
+
+
+def _record(method: str, seed: int, candidate: str, val: float, test: float) -> RunRecord:
+    return RunRecord(task=TASK, profile=PROFILE, seed=seed, method=method, status="ok", budget={}, policy={},
+                     limits={}, options={}, drift=None, final_candidate={"instruction": candidate},
+                     final_candidate_id=candidate, test_verdicts=[], val_verdicts=[], test_score=test, val_score=val,
+                     usage={}, trajectory=[], lineage=[])
+
+
+def test_a_seed_blind_optimizer_decides_nothing_however_its_one_run_scored():
+    """One candidate in every seed, so every seed re-scores one run: the same +0.2 held-out and
+    +0.3 validation gain three times is one draw, not three (a paired t would say p = 0)."""
+    records = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0.4, 0.5), _record("blind", s, "same", 0.7, 0.7))]
+    comparison = compare_heldout(records, "blind", {"val": 12, "test": 24})
+    for verdict in (comparison.heldout, comparison.validation, comparison.gap):
+        assert verdict.replayed and not verdict.decided and verdict.sign == "0"
+        assert "re-scored one run" in verdict.sentence
+    # the same gains from a different candidate per seed replicate the run and are decided
+    varied = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0.4, 0.5), _record("opt", s, f"c{s}", 0.7, 0.7))]
+    assert compare_heldout(varied, "opt", {"val": 12, "test": 24}).heldout.decided
 
 
 def test_accepted_candidates_are_the_best_so_far_steps_then_the_final():

@@ -15,6 +15,9 @@ Rules that hold for every verdict:
 * **Holm across every comparison a command prints** (:func:`holm`): the chance that any printed
   verdict of one command is a false "separates" is at most alpha.
 * **No verdict from ranges alone**, and none from example-level tests.
+* **No verdict from seeds that replicate nothing**: when every seed ran the same candidates (a
+  seed-blind optimizer) and every pair differs by exactly the same amount, the seeds re-scored
+  one run, and a seed-level test would count it S times (:func:`replicates_nothing`).
 
 Each verdict is a :class:`Contrast`: the rule's name, its inputs (per-seed values), the estimate
 and interval, raw and Holm-adjusted p, the family size and the nominal error rate, and one
@@ -64,7 +67,8 @@ class Rule:
 RULES: dict[str, Rule] = {rule.name: rule for rule in (
     Rule("seed-paired-contrast", "seed (paired by seed id)",
          "paired t over per-seed differences (>= 2 examples per seed), else exact sign-flip over seeds; "
-         "two-sided; Holm across the command's comparisons",
+         "two-sided; Holm across the command's comparisons; seeds with zero variance (every pair differs by "
+         "the same amount) that ran the same candidates decide nothing",
          "family-wise type-I <= alpha across every comparison printed"),
     Rule("gate-margin", "seed (paired by id, or independent runs)",
          "one-sided t / exact randomisation against a per-task margin; regression Holm over tasks, "
@@ -108,6 +112,8 @@ class Contrast:
     decided: bool
     sign: str
     sentence: str
+    replayed: bool = False
+    """Every seed of each side ran the same candidate (set by callers that know candidate ids)."""
 
     @property
     def nominal_error(self) -> float:
@@ -127,10 +133,11 @@ def _values(side: Mapping[int, float] | Sequence[float]) -> dict[int, float]:
 
 def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | Sequence[float], *,
              n_examples: int, paired: bool = True, alpha: float = DEFAULT_ALPHA,
-             labels: tuple[str, str] = ("a", "b"), label: str | None = None) -> Contrast:
+             labels: tuple[str, str] = ("a", "b"), label: str | None = None, replayed: bool = False) -> Contrast:
     """``b`` against ``a``, one value per seed (a mapping seed -> value, or a sequence whose
     position is the seed). Paired designs use the seeds both sides have; a seed on one side only
-    is left out and the sentence names how many pairs remain. A family of one: call
+    is left out and the sentence names how many pairs remain. ``replayed``: every seed of each
+    side ran the same candidate (see :func:`replicates_nothing`). A family of one: call
     :func:`holm` on every contrast a command prints."""
     a_vals, b_vals = _values(a), _values(b)
     if paired:
@@ -148,7 +155,7 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
     floor = max(MIN_SEEDS, min_seeds_sign_flip(alpha / 2) if test == "exact sign-flip" else 2)
     base = dict(rule="seed-paired-contrast", label=name, a_label=a_name, b_label=b_name, seeds=seeds,
                 a=tuple(map(float, av)), b=tuple(map(float, bv)), paired=paired, test=test,
-                n_examples=int(n_examples), family=1, alpha=alpha, min_seeds=floor)
+                n_examples=int(n_examples), family=1, alpha=alpha, min_seeds=floor, replayed=replayed)
     if n < MIN_SEEDS:
         est = float(bv.mean() - av.mean()) if n else math.nan
         return Contrast(**base, estimate=est, low=-math.inf, high=math.inf, p=1.0, p_holm=1.0, decided=False,
@@ -160,10 +167,27 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
                             decided=False, sign="0", sentence=""))
 
 
+def replicates_nothing(c: Contrast) -> bool:
+    """Every seed ran the same candidates (the caller said so: ``contrast(..., replayed=True)``)
+    and the seeds show zero variance: every paired difference is the same number (paired), or
+    each side is one number repeated (unpaired). Then the seeds re-scored one run instead of
+    replicating it, and a seed-level test would read that one draw as S independent ones (paired
+    t: p = 0). Identical differences from different candidates (a key that scores 1 on every
+    seed's own subset) are a replicated effect and stay decidable."""
+    n = len(c.seeds) if c.paired else min(len(c.a), len(c.b))
+    if not c.replayed or n < 2:
+        return False
+    if c.paired:
+        return float(np.ptp(np.subtract(c.b, c.a))) <= 1e-12
+    return float(np.ptp(c.a)) <= 1e-12 and float(np.ptp(c.b)) <= 1e-12
+
+
 def _finish(c: Contrast) -> Contrast:
-    """Decide ``c`` from its adjusted p and interval and write its sentence."""
+    """Decide ``c`` from its adjusted p and interval and write its sentence. Seeds that replicate
+    nothing (:func:`replicates_nothing`) decide nothing, whatever p says."""
     excludes = c.low > 0.0 or c.high < 0.0
-    decided = bool(c.p_holm < c.alpha and excludes)
+    constant = replicates_nothing(c)
+    decided = bool(c.p_holm < c.alpha and excludes and not constant)
     sign = ("+" if c.estimate > 0 else "-") if decided else "0"
     level = f"{1 - c.alpha:.0%}"
     unit = f"{len(c.seeds)} seed pairs" if c.paired else f"{len(c.a)} / {len(c.b)} seeds"
@@ -176,6 +200,11 @@ def _finish(c: Contrast) -> Contrast:
         n = len(c.seeds) if c.paired else min(len(c.a), len(c.b))
         if n < MIN_SEEDS:
             why = f"{n} seed{'s' if n != 1 else ''} {'paired' if c.paired else 'per side'}; a verdict needs >= {MIN_SEEDS}"
+        elif constant and c.estimate != 0.0:
+            what = "pair differs by the same amount" if c.paired else "side repeats one value"
+            why = (f"every seed ran the same candidates and every {what} (zero variance): the seeds "
+                   "re-scored one run instead of replicating it, so a seed-level test has no error to measure; "
+                   "make the seed drive the run (the optimizer's own randomness, its data order)")
         elif n < c.min_seeds:
             why = f"{c.test} needs >= {c.min_seeds} seeds to reach alpha = {c.alpha:g} two-sided, got {n}"
         elif excludes:
