@@ -55,7 +55,9 @@ def inert_memoriser(view, seed):
 
 
 def rule_follower(view, seed):
-    return {"instruction": view.seed_candidate["instruction"] + "\n" + synthetic.RULE}
+    """The real rule, found in each seed's run in its own words (a seed-blind candidate would
+    re-score one run three times, which decides nothing)."""
+    return {"instruction": view.seed_candidate["instruction"] + f"\nRun {seed} found this.\n" + synthetic.RULE}
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +193,13 @@ def _row(subset: str, per_seed_gains, n: int = 20) -> SubsetGain:
     return subset_gain(subset, cells, n_boot=200)
 
 
+def test_a_seed_blind_candidate_re_scores_one_run_and_decides_nothing():
+    cells = [{f"test-{k}": (0.4, 0.6) for k in range(20)} for _ in range(3)]
+    blind = subset_gain("test", cells, n_boot=200, replayed=True)
+    assert not blind.separable and "re-scored one run" in blind.seed_contrast.sentence
+    assert subset_gain("test", cells, n_boot=200).separable  # three different candidates, each +0.2
+
+
 def test_reading_of_the_studys_numbers():
     """Validation +0.202 against held-out +0.079: the gap is read from the decided signs, and a
     key whose exact-question gain is undecided earns nothing that can be claimed."""
@@ -228,7 +237,7 @@ def test_ablation_scoring_is_counted_and_ledgered_and_always_fresh(ablation, stu
     result, calls = ablation
     task = heldout.load_task(TASK, PROFILE)
     pools = sum(len(task.split(p)) for p in ("test", "train", PROBE))
-    unique_finals = 3 + 3 + 1  # two methods with a key per seed; the rule candidate is the same for every seed
+    unique_finals = 3 + 3 + 3  # one final candidate per method and seed
     expected = pools * (1 + unique_finals) + len(task.split("val"))  # the seed is scored on val too
     assert result.metric_calls == expected == calls
     ledger_dir = study / ABLATION_DIR

@@ -261,4 +261,4 @@ def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, flo
 
 
 __all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "MarginError",
-           "RULES", "Rule", "Sign", "contrast", "describe_detectable", "family", "holm"]
+           "RULES", "Rule", "Sign", "contrast", "describe_detectable", "family", "holm", "replicates_nothing"]

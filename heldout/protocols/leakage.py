@@ -357,10 +357,13 @@ class SubsetGain:
 
 
 def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]], *, n_boot: int = 4000,
-                ci: float = 0.95, seed: int = 0, seeds: Sequence[int] | None = None) -> SubsetGain:
+                ci: float = 0.95, seed: int = 0, seeds: Sequence[int] | None = None,
+                replayed: bool = False) -> SubsetGain:
     """``cells[s]`` maps example id -> (baseline score, final score) for seed ``seeds[s]``
     (default: the position). The verdict is the seed-paired contrast of the per-seed means (a
-    family of one here: :func:`ablate` Holm-adjusts every row it prints together)."""
+    family of one here: :func:`ablate` Holm-adjusts every row it prints together); ``replayed``:
+    every seed's baseline and final candidates are the same ones (see
+    :func:`heldout.protocols.decide.replicates_nothing`)."""
     seed_ids = list(range(len(cells))) if seeds is None else [int(s) for s in seeds]
     if len(seed_ids) != len(cells):
         raise HeldoutError(f"subset_gain: {len(cells)} cells for {len(seed_ids)} seeds")
@@ -370,7 +373,7 @@ def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]],
         base_means = {sid: float(np.mean([v[0] for v in c.values()])) for sid, c in kept}
         final_means = {sid: float(np.mean([v[1] for v in c.values()])) for sid, c in kept}
         contrast_ = contrast(base_means, final_means, n_examples=min(len(c) for c in cells),
-                             labels=("baseline", "final"), label=subset, alpha=1 - ci)
+                             labels=("baseline", "final"), label=subset, alpha=1 - ci, replayed=replayed)
     else:
         contrast_ = None
     ids = sorted({i for c in cells for i in c})
@@ -601,10 +604,12 @@ def _ablate_method(task: Task, method: str, runs: Sequence[RunRecord], group_rec
                    baseline: str, scoring: _AblationScorer, n_boot: int) -> MethodAblation:
     by_subset: dict[str, list[dict[str, tuple[float, float]]]] = {s: [] for s in SUBSETS}
     val_gains, shares, families, flags = [], [], [], []
+    candidates: set[tuple[str, str]] = set()  # (baseline, final) ids over seeds
     probe_groups = {ex.id: ex.group for ex in task.splits.get(PROBE, [])}
     for rec in runs:
         base_cand, base_rec = _baseline_for(task, rec, group_records, baseline)
         final = dict(rec.final_candidate)
+        candidates.add((candidate_id(base_cand), candidate_id(final)))
         scan = scan_candidate(final, task)
         shares.append(scan.share)
         families.append(len(scan.memorised_families))
@@ -630,7 +635,7 @@ def _ablate_method(task: Task, method: str, runs: Sequence[RunRecord], group_rec
         if common:
             val_gains.append(float(np.mean([final_val[i] - base_val[i] for i in common])))
     seeds = [r.seed for r in runs]
-    rows = [subset_gain(s, by_subset[s], n_boot=n_boot, seeds=seeds) for s in SUBSETS]
+    rows = [subset_gain(s, by_subset[s], n_boot=n_boot, seeds=seeds, replayed=len(candidates) == 1) for s in SUBSETS]
     return MethodAblation(task=task.name, profile=task.profile, method=method, seeds=seeds,
                           rows=rows, val_gain=float(np.mean(val_gains)) if val_gains else None,
                           key_share=shares, families_memorised=families, red_flags=flags)
