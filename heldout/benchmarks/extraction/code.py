@@ -11,12 +11,19 @@ definition to keep and the first definition of a name wins.
 
 heldout's own backend looks at fenced blocks first (the last block that defines the entry point)
 and parses at most :data:`MAX_SEARCH_LINES` lines with the quadratic longest-block search, so a
-long output cannot cost minutes; evalplus's search is cubic and is only used below that size."""
+long output cannot cost minutes; evalplus's search is cubic and is only used below that size. It
+also reads three shapes evalplus's sanitizer does not: CRLF or CR line endings (read as ``\n``),
+a fenced block indented as a whole (inside a list item: dedented), and a definition that starts
+on a prose line after an answer cue (``So the answer is def f(a):``: when nothing else defines the
+entry point, the line is split before ``def``). Where the two differ by design, evalplus takes the
+longest parsable block and heldout the last fenced block that defines the entry point (a model's
+corrected version after a draft)."""
 
 from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from typing import Callable
 
 MAX_SEARCH_LINES = 200
@@ -34,19 +41,20 @@ def _parses(source: str) -> bool:
 
 
 def fenced_blocks(text: str) -> list[str]:
-    """The contents of every ``` block, whatever its tag; an unclosed last block runs to the end."""
+    """The contents of every ``` block, whatever its tag, dedented as a whole (a block inside a
+    list item is indented with its fence); an unclosed last block runs to the end."""
     blocks, current = [], None
     for line in text.split("\n"):
         if current is None:
             if _FENCE_OPEN.match(line):
                 current = []
         elif _FENCE_CLOSE.match(line):
-            blocks.append("\n".join(current))
+            blocks.append(textwrap.dedent("\n".join(current)))
             current = None
         else:
             current.append(line)
     if current is not None:
-        blocks.append("\n".join(current))
+        blocks.append(textwrap.dedent("\n".join(current)))
     return blocks
 
 
@@ -116,8 +124,25 @@ def _defined_name(node: ast.AST) -> str:
     return node.name  # type: ignore[attr-defined]
 
 
+# Prose then ``def`` on one line ("So the answer is def f(a):"). The prose holds no quote, "#",
+# bracket or "=": in Python code, ``def`` only opens a statement, so such a line is never code.
+_DEF_AFTER_PROSE = re.compile(
+    r"^([ \t]*[A-Za-z][^\n\"#`=()\[\]{}]*?)(?<!\basync)[ \t]+(?=(?:async[ \t]+)?def[ \t]+\w+[ \t]*\()", re.MULTILINE)
+
+
 def sanitize_heldout(text: str, entry_point: str | None) -> str:
-    """heldout's own equivalent of evalplus's sanitizer (see the module doc)."""
+    """heldout's own equivalent of evalplus's sanitizer, plus the shapes it reads beyond it (see
+    the module doc)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    code = _sanitize_lines(text, entry_point)
+    if entry_point and not defines(code, entry_point):
+        split = _DEF_AFTER_PROSE.sub(lambda m: m.group(1) + "\n", text)
+        if split != text:
+            code = _sanitize_lines(split, entry_point)
+    return code
+
+
+def _sanitize_lines(text: str, entry_point: str | None) -> str:
     blocks = fenced_blocks(text)
     if entry_point:
         defining = [b for b in blocks if re.search(rf"\bdef\s+{re.escape(entry_point)}\s*\(", b)]
