@@ -138,6 +138,12 @@ def test_a_verbatim_key_shows_in_the_autopsy_and_is_never_read_as_transfer(keyed
     order = [md.index(title) for title in titles]
     assert order == sorted(order)
     assert "not scored here" in md  # intermediate held-out rewards: said, not spent
+    # the autopsy figure sits right below its table, before the reading
+    assert md.index("## 4. Prompt autopsy") < md.index("![Prompt autopsy (figure)](figures/autopsy.png)") \
+        < md.index("## Reading")
+    assert (keyed_study / "report" / "figures" / "autopsy.png").stat().st_size > 5000
+    html = (keyed_study / "report" / "report.html").read_text()
+    assert html.index('id="table-autopsy"') < html.index('id="figure-autopsy"') < html.index('id="table-reading"')
     assert (keyed_study / "report" / "report.html").is_file()
     assert (keyed_study / "report" / "paper" / "autopsy.tex").is_file()
 

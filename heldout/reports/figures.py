@@ -5,7 +5,9 @@
 * :func:`best_so_far_plot`  - best-so-far vs metric calls, mean line and min-max band over seeds;
 * :func:`pareto_plot`       - held-out score vs optimisation (or deployment) tokens, Pareto front
                               (None when no run recorded such tokens: an empty axis says nothing);
-* :func:`paired_scatter`    - per example (or per group) baseline vs method, seed-averaged.
+* :func:`paired_scatter`    - per example (or per group) baseline vs method, seed-averaged;
+* :func:`autopsy_plot`      - the generalisation protocol's prompt autopsy: answer-key share vs
+                              validation reward of each accepted candidate, one path per seed.
 
 Layout rule: every figure uses matplotlib's constrained layout, so the figure title, panel titles,
 tick labels and axis labels never overlap; long task names wrap.
@@ -23,7 +25,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on CI machines; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
 from heldout.protocols.stats import avg_at_k_interval  # noqa: E402
 from heldout.reports.collect import RunSet  # noqa: E402
@@ -267,3 +269,32 @@ def paired_scatter(runs: RunSet, baseline: str,
     return Figure("scatter", f"Per-{unit} scatter vs {baseline}", f"Each point is one held-out {unit}, its score "
                   f"averaged over seeds; above the dotted diagonal the method beats {baseline}. Points are "
                   "jittered slightly so ties stay visible." + shown_note, _png(fig), fig)
+
+
+def autopsy_plot(rows: Sequence[Any], caveat: str) -> Figure | None:
+    """``rows``: the autopsy's accepted candidates (``seed``, ``step``, ``share``, ``val_reward``,
+    ``final``; :class:`heldout.protocols.generalisation.AutopsyRow`). One panel: x the answer-key
+    share, y the validation reward, each seed's candidates joined in lineage order, the final one
+    drawn as a star. None when no candidate has a validation reward (nothing to draw)."""
+    drawn = [r for r in rows if r.val_reward is not None]
+    if not drawn:
+        return None
+    seeds = sorted({r.seed for r in drawn})
+    colors = _colors([str(s) for s in seeds])
+    fig, (ax,) = _grid(1, width=6.4, height=4.4)
+    for seed in seeds:
+        path = sorted((r for r in drawn if r.seed == seed), key=lambda r: r.step)
+        xs, ys = [r.share for r in path], [r.val_reward for r in path]
+        ax.plot(xs, ys, "-o", color=colors[str(seed)], markersize=5, linewidth=1, label=f"seed {seed}")
+        for r in path:
+            if r.final:
+                ax.scatter([r.share], [r.val_reward], marker="*", s=160, color=colors[str(seed)], zorder=3,
+                           edgecolors="black", linewidths=0.6)
+    ax.xaxis.set_major_formatter(PercentFormatter(xmax=1.0))
+    ax.set_xlabel("answer-key share of the candidate's words")
+    ax.set_ylabel("validation reward")
+    ax.legend(fontsize=8, loc="best")
+    _title(ax, "Prompt autopsy: answer-key share vs validation reward", 10)
+    caption = (f"Each accepted candidate of each seed's run ({len(drawn)} with a validation reward), joined in "
+               "lineage order; the star is the final candidate. Caveat: " + caveat + ".")
+    return Figure("autopsy", "Prompt autopsy (figure)", caption, _png(fig), fig)

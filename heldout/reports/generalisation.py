@@ -1,8 +1,8 @@
 """The report of the generalisation-first protocol (:mod:`heldout.protocols.generalisation`).
 
 Tables, in this order: the split proof; validation gain vs held-out gain per seed and pooled
-(with the three seed-paired verdicts); the topic-shared ablation; the prompt autopsy; the
-verifier ablation (when variants were named); the reading, one sentence per row with the number
+(with the three seed-paired verdicts); the topic-shared ablation; the prompt autopsy (table,
+then its figure: :func:`heldout.reports.figures.autopsy_plot`); the verifier ablation (when variants were named); the reading, one sentence per row with the number
 or verdict it comes from. Written to ``RUN_DIR/report/`` as ``report.md``, ``report.html`` and
 ``results.json`` by the ordinary renderers (:func:`heldout.reports.render.write_report`, with the
 study's runs for provenance and the drill-down), ``generalisation.json`` (the whole protocol
@@ -17,8 +17,9 @@ from heldout.contracts import write_text_atomically
 from heldout.protocols.decide import Contrast
 from heldout.protocols.generalisation import CAVEAT, RUNS_DIR, GeneralisationResult
 from heldout.reports.collect import collect_runs
+from heldout.reports.figures import autopsy_plot
 from heldout.reports.paper import latex_table
-from heldout.reports.render import Report, _json_safe, write_report
+from heldout.reports.render import Report, json_safe, write_report
 from heldout.reports.tables import Cell, Table
 
 REPORT_DIR = "report"
@@ -109,7 +110,7 @@ def autopsy_table(result: GeneralisationResult) -> Table:
     return Table(key="autopsy", title="4. Prompt autopsy",
                  columns=["seed", "step", "candidate", "role", "answer-key share", "encoded", "families",
                           "validation reward", "held-out"],
-                 rows=rows, notes=notes, data=[auto.as_dict()])
+                 rows=rows, notes=notes, data=[auto.as_dict()], figure="autopsy")
 
 
 def verifier_table(result: GeneralisationResult) -> Table | None:
@@ -144,6 +145,9 @@ def generalisation_report(result: GeneralisationResult, run_dir: str | Path) -> 
     if not result.split.proven:
         report.warnings.append(f"NOT PROVEN topic-disjoint: {result.split.verdict}; run with --allow-topic-shared")
     report.tables += [split_table(result), gains_table(result), ablation_table(result), autopsy_table(result)]
+    figure = autopsy_plot(result.autopsy.rows, CAVEAT)
+    if figure is not None:
+        report.figures.append(figure)
     verifier = verifier_table(result)
     if verifier is not None:
         report.tables.append(verifier)
@@ -159,7 +163,7 @@ def write_generalisation_report(result: GeneralisationResult, run_dir: str | Pat
     report = generalisation_report(result, run_dir)
     written = dict(write_report(report, out))
     written["generalisation.json"] = out / RESULT_FILE
-    write_text_atomically(out / RESULT_FILE, json.dumps(_json_safe(result.as_dict()), indent=1, default=str))
+    write_text_atomically(out / RESULT_FILE, json.dumps(json_safe(result.as_dict()), indent=1, default=str))
     (out / "paper").mkdir(parents=True, exist_ok=True)
     for table in report.tables:
         path = out / "paper" / f"{table.key}.tex"

@@ -147,7 +147,7 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "results.json"}
     write_text_atomically(paths["md"], render_markdown(report))
     write_text_atomically(paths["html"], render_html(report))
-    write_text_atomically(paths["json"], json.dumps(_json_safe(results(report)), indent=1, sort_keys=False))
+    write_text_atomically(paths["json"], json.dumps(json_safe(results(report)), indent=1, sort_keys=False))
     return paths
 
 
@@ -169,7 +169,7 @@ def results(report: Report) -> dict[str, Any]:
     }
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Strict JSON: NaN becomes null and infinities the strings "inf"/"-inf"."""
     if isinstance(value, float):
         if math.isnan(value):
@@ -178,9 +178,9 @@ def _json_safe(value: Any) -> Any:
             return "inf" if value > 0 else "-inf"
         return value
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -226,6 +226,19 @@ def _title(report: Report) -> str:
             f"{len(runs.runs)} run(s)")
 
 
+def md_figure(fig: Figure) -> list[str]:
+    esc = _md_escape
+    return [f"## {esc(fig.title)}", "", f"![{esc(fig.title)}](figures/{fig.key}.png)", "", esc(fig.caption), ""]
+
+
+def html_figure(fig: Figure) -> str:
+    esc = html.escape
+    data = base64.b64encode(fig.png).decode("ascii")
+    return (f'<figure id="figure-{esc(fig.key)}"><h2>{esc(fig.title)}</h2>'
+            f'<img alt="{esc(fig.title)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{esc(fig.caption)}</figcaption></figure>")
+
+
 def render_markdown(report: Report) -> str:
     """Every text taken from runs is escaped (an optimizer's output or error may hold HTML or
     Markdown); the settings line is printed once, at the top, and in a table only when it differs."""
@@ -247,8 +260,9 @@ def render_markdown(report: Report) -> str:
         lines.append("")
         lines += [esc(note) for note in table.notes if note != settings]
         lines.append("")
-    for fig in report.figures:
-        lines += [f"## {esc(fig.title)}", "", f"![{esc(fig.title)}](figures/{fig.key}.png)", "", esc(fig.caption), ""]
+        lines += [line for fig in report.figures if fig.key == table.figure for line in md_figure(fig)]
+    placed = {table.figure for table in report.tables}
+    lines += [line for fig in report.figures if fig.key not in placed for line in md_figure(fig)]
     lines += [esc(note) for note in report.notes]
     return "\n".join(lines)
 
@@ -296,12 +310,10 @@ def render_html(report: Report) -> str:
             parts.append(f"<tr>{cells}</tr>")
         parts.append("</tbody></table>")
         parts += [f'<p class="note">{esc(note)}</p>' for note in table.notes if note != settings]
+        parts += [html_figure(fig) for fig in report.figures if fig.key == table.figure]
     parts.append(drilldown_html(report.runs, report.baseline))
-    for fig in report.figures:
-        data = base64.b64encode(fig.png).decode("ascii")
-        parts.append(f'<figure id="figure-{esc(fig.key)}"><h2>{esc(fig.title)}</h2>'
-                     f'<img alt="{esc(fig.title)}" src="data:image/png;base64,{data}">'
-                     f"<figcaption>{esc(fig.caption)}</figcaption></figure>")
+    placed = {table.figure for table in report.tables}
+    parts += [html_figure(fig) for fig in report.figures if fig.key not in placed]
     parts += [f'<p class="note">{esc(note)}</p>' for note in report.notes]
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -59,10 +59,13 @@ class Table:
     rows: list[list[Cell]]
     notes: list[str] = field(default_factory=list)
     data: list[dict[str, Any]] = field(default_factory=list)
+    figure: str | None = None
+    """The key of a report figure drawn right below this table (other figures close the report)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.key, "title": self.title, "columns": self.columns,
-                "rows": [[c.text for c in row] for row in self.rows], "notes": self.notes, "data": self.data}
+                "rows": [[c.text for c in row] for row in self.rows], "notes": self.notes, "data": self.data,
+                "figure": self.figure}
 
 
 # -- helpers -----------------------------------------------------------------------------------------
