@@ -78,6 +78,15 @@ CORPUS = [
     ("The answer is either 12 or 13.", 13.0, None, None, 0, 0),
     ("The answer is not 12. It is 13.", 13.0, None, None, 0, 0),
     ("The answer is not 12.", 12.0, None, None, 0, 0),
+    # negation shapes (text.py's negated-cue rule): a denial cancels no other affirmed answer
+    ("The answer is 12. The answer is not 13.", 12.0, 12.0, 12.0, 1, 1),
+    ("#### 12\nThe answer is not 13.", 12.0, 12.0, 12.0, 1, 1),
+    ("The answer is 12, and the answer is never 13.", 12.0, 12.0, 12.0, 1, 1),
+    ("The answer is not 13. The answer is 12.", 12.0, 12.0, 12.0, 1, 1),
+    ("The answer is not 13 but 12.", 12.0, 12.0, 12.0, 1, 1),
+    ("The answer is 12. No, the answer is not 12.", 12.0, None, None, 0, 0),  # retracted
+    ("The answer is definitely not 13.", 13.0, None, None, 0, 0),
+    ("The answer is not only 12 but also 13.", 12.0, None, None, 0, 0),  # two answers: a hedge
     # run-ons
     ("The answer is 8.\n\nQ: Tom has 3 apples...\nA: The answer is 3.", 8.0, 8.0, 8.0, 1, 1),
     ("The answer is 8.\nQuestion: Next one?\nThe answer is 3.", 8.0, 8.0, 8.0, 1, 1),

@@ -55,6 +55,14 @@ CORPUS = [
     # negated cues
     ("So the answer is not Paris.", "Paris", None, None, None),
     ("The answer is not London.\nParis", "Paris", None, None, None),
+    ("Answer: Paris. The answer is not Lyon.", "Paris", "Paris", "Paris", "Paris"),
+    ("So the answer is Paris. The answer isn't Lyon.", "Paris", "Paris", "Paris", "Paris"),
+    ("So the answer is not Lyon. So the answer is Paris.", "Paris", "Paris", "Paris", "Paris"),
+    ("So the answer is not Lyon but Paris.", "Paris", "Paris", "Paris", "Paris"),
+    ("So the answer is Paris. Wait, the answer is not Paris.", "Paris", None, None, None),  # retracted
+    ("The answer is definitely not Lyon.", "Paris", None, None, None),
+    ("So the answer is not only Paris but also Lyon.", "Paris", None, None, None),  # two answers: a hedge
+    ("So the answer is Paris. The answer is not only right but obvious.", "Paris", "Paris", "Paris", "Paris"),
     # run-ons at the prompt's question marker
     ("So the answer is Paris.\n\nQuestion: Where is the Louvre?\nSo the answer is Lyon.", "Paris", "Paris", "Paris",
      "Paris"),

@@ -58,6 +58,18 @@ CORPUS = [
     ("The answer is not (A). It is (B).", "B", None, None, "B"),
     ("The answer is not (A).", "B", None, None, "A"),
     ("The answer is (B), not (A).", "B", "B", "B", "B"),
+    # negation shapes (text.py's negated-cue rule): a denial cancels no other affirmed answer
+    ("Answer: B. The answer is not C.", "B", "B", "B", "B"),
+    ("The answer is (B). The answer is not (C).", "B", "B", "B", "B"),
+    ("Answer: (B)\nThe answer is neither (A) nor (C).", "B", "B", "B", "C"),
+    ("The answer is meiosis. The answer is not osmosis.", "B", "B", "B", None),
+    ("The answer isn't (D). The answer is (B).", "B", "B", "B", "B"),
+    ("The answer is not (A) but (B).", "B", "B", "B", "B"),
+    ("The answer is (B). No wait, the answer is not (B).", "B", None, None, "B"),  # retracted
+    ("The answer is definitely not (A).", "A", None, None, "A"),
+    ("The answer is not osmosis.", "C", None, None, None),
+    ("The answer is not only (A) but also (B).", "B", None, None, "B"),  # two answers: a hedge
+    ("The answer is (B). The answer is not only correct but also well supported.", "B", "B", "B", "B"),
     # echoes, run-ons, letters beyond the options
     ("(A) mitosis (B) meiosis (C) osmosis (D) diffusion (E) photosynthesis (F) respiration "
      "(G) fermentation (H) transcription (I) translation (J) replication", "J", None, None, "J"),

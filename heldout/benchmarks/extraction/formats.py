@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 from heldout.benchmarks.extraction.pipeline import Grammar
-from heldout.benchmarks.extraction.text import clean, clean_numbers, first_sentence
+from heldout.benchmarks.extraction.text import clean, clean_numbers, first_sentence, is_negated
 
 FORMATS: dict[str, Callable[..., Grammar]] = {}
 """Format name -> grammar factory (some take parameters: the letters, the option texts)."""
@@ -368,7 +368,6 @@ def dyck_grammar() -> Grammar:
 # Free text (HotpotQA spans; the three BBH targets that are option text)
 # ---------------------------------------------------------------------------------------------
 
-_NEGATED = re.compile(r"(?:not|never|neither)\b", re.IGNORECASE)
 _BARE_CUE = re.compile(r"(?:so,?\s+)?(?:the\s+)?(?:final\s+|correct\s+)?answer(?:\s+is)?\s*:?", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z\"'(])")
 _ABBREVIATION = re.compile(r"(?:(?:^|[\s(])[A-Z]|\b(?:St|Mt|Dr|Mr|Mrs|Ms|Jr|Sr|Ft|No|Co|Inc|Ltd|Corp|vs|Vol|Op))$")
@@ -392,7 +391,7 @@ def span_grammar() -> Grammar:
     HotpotQA gold answers contain "and" ("Love and Theft"), one contains "or"."""
     def from_segment(segment: str) -> str | None:
         line = clean(_first_span_sentence(segment.split("\n", 1)[0].strip()))
-        return line if line and not _NEGATED.match(line) else None
+        return line if line and not is_negated(line) else None
 
     def last(text: str) -> str | None:
         lines = [clean(line) for line in text.strip().split("\n") if clean(line) and not _BARE_CUE.fullmatch(clean(line))]

@@ -16,7 +16,7 @@ stage sequence: it is each family's reference rule, reproduced exactly (:mod:`.r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from heldout.benchmarks.extraction.text import (
@@ -89,7 +89,7 @@ def stage(name: str) -> Callable[[Stage], Stage]:
 def _final_cue_strict(ctx: Context) -> Reading | None:
     if ctx.final is None:
         return None
-    if ctx.grammar.hedged(ctx.final.text):
+    if ctx.final.both or ctx.grammar.hedged(ctx.final.text):
         return Reading(None, "hedged")
     found = ctx.grammar.strict(ctx.final.text)
     if found is not None:
@@ -133,12 +133,28 @@ def check_mode(mode: str) -> None:
         raise ValueError(f"unknown extraction mode {mode!r}; expected one of {EXTRACTION_MODES}")
 
 
-def final_cue(text: str) -> CueSegment | None:
-    """The cue that introduces the final answer: the last cue whose text is not commentary."""
+def final_cue(text: str, grammar: Grammar) -> CueSegment | None:
+    """The cue that introduces the final answer. Cues are read last first; commentary is skipped.
+    A *denial* (a negated cue the grammar reads no answer in: "not valid" is an answer, "not (C)"
+    is not) is skipped too, and the answers it names (the first and the last) are denied. The
+    final cue is the latest cue that is neither, unless the answer it affirms is denied by a later
+    cue (a retraction): then the latest denial is final and the output has no answer; it is also
+    final when no cue affirms anything. ``not X but Y`` affirms Y when the grammar reads Y."""
+    denial, denied = None, set()
     for segment in segments_after_cues(text):
-        if not segment.commentary:
-            return segment
-    return None
+        if segment.commentary:
+            continue
+        if segment.negated and grammar.strict(segment.text) is None:
+            if segment.correction is None or grammar.strict(segment.correction) is None:
+                denial = denial or segment
+                denied.update(a for a in (grammar.loose(segment.denied), grammar.last(segment.denied)) if a is not None)
+                continue
+            segment = replace(segment, text=segment.correction, negated=False)
+        affirmed = grammar.strict(segment.text)
+        if denial is not None and (affirmed if affirmed is not None else grammar.loose(segment.text)) in denied:
+            return denial
+        return segment
+    return denial
 
 
 def read(text: str | None, grammar: Grammar, mode: str,
@@ -152,7 +168,7 @@ def read(text: str | None, grammar: Grammar, mode: str,
     body = cut_run_on(fold(text) if grammar.fold else text, markers)
     if not body.strip():
         return Reading(None, "empty")
-    ctx = Context(body, grammar, final_cue(body))
+    ctx = Context(body, grammar, final_cue(body, grammar))
     for name in MODES[mode]:
         got = STAGES[name](ctx)
         if got is not None:

@@ -16,8 +16,13 @@ Rules (each one named, each one tested):
   which "answer" is the subject of a comment (``I hope this answer is helpful``, ``an answer is
   required``) is not a cue, and a cue followed by text that comments on an answer (``the answer is
   correct``) is skipped, so neither can replace the final answer.
-* **negated cue** - ``the answer is not (A)`` introduces no answer; when it is the final cue the
-  output has no answer (whatever follows: the model's own last word is not an answer).
+* **negated cue** - ``the answer is not (A)`` (also ``isn't``, ``never``, ``neither``, ``none of``,
+  ``definitely not``) introduces no answer and *denies* the answers it names. It does not cancel an
+  earlier cue that affirms another answer (``Answer: B. The answer is not C.`` is B); it retracts
+  one that affirms a denied answer (``Answer: B. No, the answer is not B.`` has no answer); with no
+  earlier affirmed answer the output has none (whatever follows: the model's own last word is not
+  an answer). ``not X but Y`` affirms Y; ``not only X but (also) Y`` is no negation: it names two
+  answers, a hedge. The rule that picks the final cue is :func:`.pipeline.final_cue`.
 * **run-on cut** - after the first cue, a new line that starts with one of the task prompt's
   question markers (``Q:``, ``Question:``) begins an invented next example; it is cut off.
 """
@@ -69,7 +74,11 @@ _CUE = re.compile(
     r"|####",
     re.IGNORECASE,
 )
-_NEGATION = re.compile(r"[\s*_`:]*(?:not\b|n't\b|never\b|neither\b|none of\b)", re.IGNORECASE)
+_NEGATION = re.compile(
+    r"[\s*_`:]*(?:(?:definitely|certainly|clearly|surely|obviously|actually|probably|really)\s+)?"
+    r"(?:not\b|n't\b|never\b|neither\b|none of\b)", re.IGNORECASE)
+_NOT_ONLY = re.compile(r"[\s*_`:]*(?:not|n't)\s+(?:only|just|merely)\b", re.IGNORECASE)
+_BUT = re.compile(r"\s*[,;]?\s+but\s+(?:rather\s+|instead\s+|it\s+is\s+|it's\s+)?", re.IGNORECASE)
 _COMMENTARY = re.compile(
     r"(?:(?:100%|definitely|clearly|certainly|surely|very|quite|most likely|likely|probably|indeed)\s+)*"
     r"(?:correct|right|wrong|incorrect|helpful|clear|obvious|accurate|true to|as follows|as above|above|below|"
@@ -77,6 +86,11 @@ _COMMENTARY = re.compile(
     r"(?:\s*(?:[.,:;!]|$)|\s+(?:because|since|given|as|and|but|based|for|in|to|here|now|then)\b)",
     re.IGNORECASE,
 )
+
+
+def is_negated(segment: str) -> bool:
+    """Whether a cue's text opens with a negation (``not``, ``definitely not``, ``never`` ...)."""
+    return bool(_NEGATION.match(segment)) and not _NOT_ONLY.match(segment)
 
 
 def cue_ends(text: str) -> list[int]:
@@ -129,12 +143,17 @@ def boxed(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class CueSegment:
-    """The cleaned text one cue introduces. ``negated``: the cue says what the answer is *not*;
+    """The cleaned text one cue introduces. ``negated``: the cue says what the answer is *not*
+    (``denied``: the cleaned text after the negation; ``correction``: what follows ``but`` in
+    ``not X but Y``, else None); ``both``: ``not only X but (also) Y`` names two answers;
     ``commentary``: the text comments on an answer instead of giving one."""
 
     text: str
     negated: bool
     commentary: bool
+    denied: str = ""
+    correction: str | None = None
+    both: bool = False
 
 
 _NEXT_PARAGRAPH = re.compile(r"\s*(.*?)(?:\n[ \t]*\n|\Z)", re.DOTALL)
@@ -151,8 +170,24 @@ def segments_after_cues(text: str) -> Iterator[CueSegment]:
         if not segment and line_end >= 0:
             paragraph = _NEXT_PARAGRAPH.match(text, line_end)
             segment = clean(paragraph.group(1)) if paragraph else ""
-        yield CueSegment(segment, negated=bool(_NEGATION.match(line)),
-                         commentary=bool(_COMMENTARY.match(segment)))
+        not_only, negation = _NOT_ONLY.match(line), _NEGATION.match(line)
+        if not_only:  # "not only correct but elegant" comments; "not only (A) but (B)" names two
+            yield CueSegment(segment, negated=False, both=True,
+                             commentary=bool(_COMMENTARY.match(clean(line[not_only.end():]))))
+        elif negation:
+            denied, corrected = _split_correction(line[negation.end():])
+            yield CueSegment(segment, negated=True, commentary=bool(_COMMENTARY.match(segment)),
+                             denied=denied, correction=corrected)
+        else:
+            yield CueSegment(segment, negated=False, commentary=bool(_COMMENTARY.match(segment)))
+
+
+def _split_correction(rest: str) -> tuple[str, str | None]:
+    """``X but Y`` -> (X, Y) cleaned; ``X`` -> (X, None)."""
+    but = _BUT.search(rest)
+    if but is None:
+        return clean(rest), None
+    return clean(rest[:but.start()]), clean(rest[but.end():])
 
 
 def first_sentence(segment: str) -> str:
