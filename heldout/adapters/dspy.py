@@ -24,16 +24,29 @@ it (:attr:`ViewBridge.refusals`) and DSPy scores that example as a failure. ``MI
 to the remaining budget before it starts; ``dspy.GEPA`` gets the remaining budget and a stop check
 on the first refusal. Example ids are split-prefixed (``train:ID``) like the GEPA adapter's.
 
+The user's own program. :class:`UserProgram` wraps any ``dspy.Module`` the user builds (a
+``ChainOfThought``, a pipeline of several predictors) so MIPROv2 and dspy.GEPA optimise it on the
+same protected worker. Its candidate is what DSPy's chat adapter renders for the LM: each
+predictor's system message (field descriptions, structure, instructions) followed by its demos as
+DSPy formats them, the predictors one after another under a ``## Step N`` heading when there are
+several. The user message is the task's, as for every method, so the harness re-scores exactly
+this candidate on test with no user code running. One program call is one metric call: its first
+LM call is the view evaluation, and every LM call of that program call reads the same worker text
+(:class:`ShownTextAdapter`). A program call that raises stops the run: the error goes to the
+ledger (``dspy_program_error``), the view refuses every later call, and the optimizer ends with
+:class:`ProgramFailed`, so the cell is ``failed`` with that error, never ``ok`` on scores of 0.
+
 Run isolated: ``--optimizer-cmd "dspy-mipro=python -m heldout.adapters.dspy mipro"`` (or ``gepa``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from heldout.adapters.client import run_from_env
 from heldout.adapters.shown import feedback_text, output_text
@@ -44,12 +57,18 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 try:
     import dspy
     from dspy.lm15 import Message, Response, TextPart, Usage
+    from dspy.utils.exceptions import AdapterParseError
 except ImportError as exc:  # an optional extra
     raise HeldoutError(f"the DSPy adapter needs dspy==3.4.1 (pip install 'heldout[dspy]'): {exc}") from exc
 
 ANSWER = "answer"
 REF = "heldout_ref"  # the input field carrying the split-prefixed example id
 EVENT = "dspy_run"
+PROGRAM_ERROR = "dspy_program_error"
+
+
+class ProgramFailed(HeldoutError):
+    """The user's DSPy program raised on a call; the run stops with its error."""
 
 
 @dataclass
@@ -60,6 +79,7 @@ class Rollout:
     split: str
     example_id: str
     shown: dict[str, Any] | None = None
+    as_answer: bool = True  # the worker's text goes to DSPy as the answer field, else as written
 
 
 _ROLLOUT: contextvars.ContextVar[Rollout | None] = contextvars.ContextVar("heldout_dspy_rollout", default=None)
@@ -73,8 +93,11 @@ class ViewBridge:
     worker_calls: int = 0  # calls the worker LM served (each charged by the view)
     refusals: int = 0  # calls the view refused for lack of budget (nothing ran, nothing charged)
     errors: list[str] = field(default_factory=list)
+    failure: str | None = None  # the first error a user's program raised; nothing runs after it
 
     def evaluate(self, rollout: Rollout) -> dict[str, Any]:
+        if self.failure is not None:
+            raise ProgramFailed(self.failure)
         try:
             shown = self.view.evaluate(rollout.candidate, rollout.split, [rollout.example_id])[0]
         except BudgetExceeded:
@@ -84,7 +107,15 @@ class ViewBridge:
         return shown
 
     def should_stop(self, state: Any = None) -> bool:
-        return self.refusals > 0
+        return self.refusals > 0 or self.failure is not None
+
+    def fail(self, rollout: Rollout, exc: BaseException) -> ProgramFailed:
+        """Note the first error of the user's program in the ledger and say what it was."""
+        if self.failure is None:
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+            self.failure = f"the DSPy program raised on {rollout.split}:{rollout.example_id}: {error}"
+            self.view.record_event(PROGRAM_ERROR, split=rollout.split, example_id=rollout.example_id, error=error)
+        return ProgramFailed(self.failure)
 
 
 def _messages(request: Any) -> list[dict[str, str]]:
@@ -112,7 +143,10 @@ class WorkerEngine:
         if rollout is None:
             raise HeldoutError("heldout's worker LM answers only inside a HeldoutProgram call: the harness, "
                                "not DSPy, renders the task's prompt for the worker")
-        rollout.shown = self.bridge.evaluate(rollout)
+        if rollout.shown is None:  # a program call's first LM call is its one metric call
+            rollout.shown = self.bridge.evaluate(rollout)
+        if not rollout.as_answer:
+            return _response(output_text(rollout.shown))
         text = output_text(rollout.shown).replace("[[ ##", "[ ##")
         return _response(f"[[ ## {ANSWER} ## ]]\n{text}\n\n[[ ## completed ## ]]")
 
@@ -159,10 +193,12 @@ def _input_fields(view: TaskView) -> list[str]:
 
 
 class _Shared:
-    """Holds the worker LM so that DSPy's copies of a program share it (one LM, one history)."""
+    """Holds the worker LM and its bridge so that DSPy's copies of a program share them (one LM,
+    one history, one view)."""
 
-    def __init__(self, lm: "dspy.LM") -> None:
-        self.lm = lm
+    def __init__(self, bridge: ViewBridge) -> None:
+        self.bridge = bridge
+        self.lm = worker_lm(bridge)
 
     def __deepcopy__(self, memo: dict) -> "_Shared":
         return self
@@ -179,7 +215,7 @@ class HeldoutProgram(dspy.Module):
         self._fields = _input_fields(view)
         signature = dspy.Signature(", ".join(self._fields) + f" -> {ANSWER}", self._base[self._component])
         self.predict = dspy.Predict(signature)
-        self._worker = _Shared(worker_lm(bridge))
+        self._worker = _Shared(bridge)
         self._adapter = dspy.ChatAdapter(use_json_adapter_fallback=False)  # one LM call per program call
 
     @property
@@ -197,10 +233,7 @@ class HeldoutProgram(dspy.Module):
         return {**self._base, self._component: text}
 
     def forward(self, **inputs: Any) -> "dspy.Prediction":
-        ref = inputs.pop(REF, None)
-        if not isinstance(ref, str) or ":" not in ref:
-            raise HeldoutError(f"a HeldoutProgram is called on examples from heldout_examples(); missing {REF}")
-        split, _, example_id = ref.partition(":")
+        split, example_id = _example_ref(inputs)
         rollout = Rollout(self.candidate(), split, example_id)
         token = _ROLLOUT.set(rollout)
         try:
@@ -208,8 +241,105 @@ class HeldoutProgram(dspy.Module):
                 prediction = self.predict(**{k: inputs.get(k, "") for k in self._fields})
         finally:
             _ROLLOUT.reset(token)
-        prediction.heldout_verdict = rollout.shown
-        return prediction
+        return _with_verdict(prediction, rollout.shown)
+
+
+def _with_verdict(prediction: "dspy.Prediction", shown: dict[str, Any]) -> "dspy.Prediction":
+    """The program's answer carrying the view's verdict, for the metrics. A copy: the predictor's
+    own prediction sits in DSPy's trace, from which demos and dspy.GEPA's reflective records are
+    written, and the verdict (the harness's readings of the output) is no text a model should see."""
+    answered = dspy.Prediction(**{k: v for k, v in prediction.items()})
+    answered.heldout_verdict = shown
+    return answered
+
+
+def _example_ref(inputs: dict[str, Any]) -> tuple[str, str]:
+    """(split, example id) of a program call, popped from its ``heldout_ref`` input."""
+    ref = inputs.pop(REF, None)
+    if not isinstance(ref, str) or ":" not in ref:
+        raise HeldoutError(f"a heldout DSPy program is called on examples from heldout_examples(); missing {REF}")
+    split, _, example_id = ref.partition(":")
+    return split, example_id
+
+
+def _refused(exc: BaseException | None) -> bool:
+    """True when ``exc`` is, or was raised while handling, the view's refusal of a call."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (BudgetExceeded, ProgramFailed)):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class ShownTextAdapter(dspy.ChatAdapter):
+    """DSPy's chat adapter, reading text the worker wrote for the task's prompt: when the text
+    marks every output field (``[[ ## name ## ]]``) they are read as DSPy reads them; otherwise
+    each output field holds the whole text (the harness, not DSPy, reads the answer)."""
+
+    def __init__(self) -> None:
+        super().__init__(use_json_adapter_fallback=False)  # one LM call per predictor call
+
+    def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+        try:
+            return super().parse(signature, completion)
+        except AdapterParseError:
+            return {name: completion for name in signature.output_fields}
+
+
+class UserProgram(dspy.Module):
+    """A user's ``dspy.Module`` run on heldout's worker; see the module docstring. Its candidate
+    is DSPy's rendering of its predictors, in the seed candidate's instruction component."""
+
+    def __init__(self, view: TaskView, bridge: ViewBridge, module: Any) -> None:
+        super().__init__()
+        if not isinstance(module, dspy.Module):
+            raise HeldoutError(f"a DSPy program factory returns a dspy.Module, got {type(module).__name__}")
+        if not module.named_predictors():
+            raise HeldoutError("the DSPy program has no predictor (dspy.Predict, ChainOfThought ...) to optimise")
+        self.program = module
+        self._base = dict(view.seed_candidate)
+        self._component = "instruction" if "instruction" in self._base else sorted(self._base)[0]
+        self._fields = _input_fields(view)
+        self._worker = _Shared(bridge)
+        self._adapter = ShownTextAdapter()
+
+    @property
+    def worker(self) -> "dspy.LM":
+        return self._worker.lm
+
+    def candidate(self) -> Candidate:
+        """DSPy's rendering of every predictor: its system message, then its demos."""
+        predictors = self.program.named_predictors()
+        blocks = []
+        for step, (name, predictor) in enumerate(predictors, start=1):
+            text = self._adapter.format_system_message(predictor.signature)
+            demos = self._adapter.format_demos(predictor.signature, list(predictor.demos or []))
+            if demos:
+                text += "\n\nExamples:\n\n" + "\n\n".join(m["content"] for m in demos)
+            blocks.append(text if len(predictors) == 1 else f"## Step {step}: {name}\n{text}")
+        return {**self._base, self._component: "\n\n".join(blocks)}
+
+    def forward(self, **inputs: Any) -> "dspy.Prediction":
+        split, example_id = _example_ref(inputs)
+        rollout = Rollout(self.candidate(), split, example_id, as_answer=False)
+        token = _ROLLOUT.set(rollout)
+        try:
+            with dspy.context(lm=self._worker.lm, adapter=self._adapter):
+                prediction = self.program(**{k: inputs.get(k, "") for k in self._fields})
+        except Exception as exc:
+            if _refused(exc):  # the view refused the call (DSPy's LM may wrap that): nothing ran
+                raise
+            raise self._worker.bridge.fail(rollout, exc) from exc  # the user's program itself
+        finally:
+            _ROLLOUT.reset(token)
+        if rollout.shown is None:
+            raise self._worker.bridge.fail(rollout, HeldoutError("the program returned without calling its LM"))
+        if not isinstance(prediction, dspy.Prediction):
+            raise self._worker.bridge.fail(rollout, HeldoutError(
+                f"the program returned {type(prediction).__name__}, not a dspy.Prediction"))
+        return _with_verdict(prediction, rollout.shown)
 
 
 def heldout_examples(view: TaskView, split: str) -> list["dspy.Example"]:
@@ -273,14 +403,45 @@ def _valset(view: TaskView) -> tuple[list, str]:
     return (heldout_examples(view, "val"), "val") if view.val else (heldout_examples(view, "train"), "train")
 
 
-def _record(view: TaskView, bridge: ViewBridge, program: HeldoutProgram, **data: Any) -> None:
+ProgramFactory = Callable[[], Any]
+"""The user's ``FACTORY``: called with no arguments, returns the ``dspy.Module`` to optimise."""
+
+
+def _student(view: TaskView, bridge: ViewBridge, program: ProgramFactory | None) -> HeldoutProgram | UserProgram:
+    """heldout's one-``Predict`` program, or the user's module ``program()`` (an error in the
+    factory itself is the user's, reported as such)."""
+    if program is None:
+        return HeldoutProgram(view, bridge)
+    try:
+        module = program()
+    except Exception as exc:
+        raise ProgramFailed(f"the DSPy program factory raised: {type(exc).__name__}: {exc}") from exc
+    return UserProgram(view, bridge, module)
+
+
+def _record(view: TaskView, bridge: ViewBridge, program: HeldoutProgram | UserProgram, **data: Any) -> None:
     view.record_event(EVENT, worker_lm_calls=len(program.worker.history), bridge_worker_calls=bridge.worker_calls,
-                      refusals=bridge.refusals, **data)
+                      refusals=bridge.refusals, program=type(program).__name__, **data)
+    if bridge.failure is not None:  # DSPy scored the failed calls 0 and went on; the run does not
+        raise ProgramFailed(bridge.failure)
 
 
-def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSettings()) -> Candidate:
+@contextlib.contextmanager
+def _failures_first(bridge: ViewBridge):
+    """An optimizer that trips over the user's failed program (all its later calls refused) ends
+    with that program's error, not with the library's complaint about it."""
+    try:
+        yield
+    except Exception as exc:
+        if bridge.failure is not None and not isinstance(exc, ProgramFailed):
+            raise ProgramFailed(bridge.failure) from exc
+        raise
+
+
+def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSettings(),
+                   program: ProgramFactory | None = None) -> Candidate:
     bridge = ViewBridge(view)
-    student = HeldoutProgram(view, bridge)
+    student = _student(view, bridge, program)
     trainset = heldout_examples(view, "train")
     valset, _ = _valset(view)
     minibatch = min(settings.minibatch_size, len(valset))
@@ -295,7 +456,7 @@ def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSet
     teleprompter = dspy.MIPROv2(metric=metric, prompt_model=architect_lm(view), task_model=student.worker,
                                 auto=None, num_candidates=settings.num_candidates, num_threads=settings.num_threads,
                                 max_bootstrapped_demos=0, max_labeled_demos=0, seed=seed, verbose=False)
-    with dspy.context(lm=student.worker):
+    with dspy.context(lm=student.worker), _failures_first(bridge):
         best = teleprompter.compile(student, trainset=trainset, valset=valset, num_trials=trials, seed=seed,
                                     minibatch=minibatch < len(valset), minibatch_size=minibatch,
                                     provide_traceback=True,
@@ -315,9 +476,10 @@ class DSPyGEPASettings:
     num_threads: int = 1
 
 
-def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGEPASettings()) -> Candidate:
+def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGEPASettings(),
+                  program: ProgramFactory | None = None) -> Candidate:
     bridge = ViewBridge(view)
-    student = HeldoutProgram(view, bridge)
+    student = _student(view, bridge, program)
     trainset = heldout_examples(view, "train")
     valset, _ = _valset(view)
     teleprompter = dspy.GEPA(metric=feedback_metric, max_metric_calls=view.remaining, reflection_lm=architect_lm(view),
@@ -325,7 +487,7 @@ def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGE
                              num_threads=settings.num_threads, seed=seed, track_stats=True,
                              gepa_kwargs={"stop_callbacks": [bridge.should_stop]})
     try:
-        with dspy.context(lm=student.worker):
+        with dspy.context(lm=student.worker), _failures_first(bridge):
             best = teleprompter.compile(student, trainset=trainset, valset=valset)
     except BudgetExceeded as exc:  # the architect's token budget, outside an evaluation
         _record(view, bridge, student, outcome="budget_exhausted", error=str(exc)[:500])

@@ -51,6 +51,7 @@ from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Session
 from heldout.evaluators.view_server import ViewServer
+from heldout.optimizers import user_code
 from heldout.sandbox import require_sandbox
 from heldout.sandbox.cgroups import RunGroup
 from heldout.sandbox.root import CODE_DIR, SANDBOX_DIR, SCRATCH_DIR, AllowList, bwrap_argv
@@ -180,21 +181,28 @@ def run_isolated(session: Session, command: str | Sequence[str], *,
 
 
 def run_isolated_function(session: Session, target: str, *, search: Sequence[str] | None = None,
-                          limits: OptimizerLimits = OptimizerLimits(),
-                          env: Mapping[str, str] | None = None) -> RunRecord:
-    """Run ``module:function`` (an optimizer ``f(client, seed) -> candidate``) in the sandbox.
-    The module is looked up (not imported) in ``search`` (default: the current directory, then
-    ``sys.path``); only its file, or its top-level package directory, is readable inside."""
+                          limits: OptimizerLimits = OptimizerLimits(), env: Mapping[str, str] | None = None,
+                          options: Mapping[str, Any] | None = None) -> RunRecord:
+    """Run ``module:function`` (an optimizer ``f(client, seed, **options) -> candidate``) in the
+    sandbox. The module, and the user code ``options`` name (``program=MODULE:FACTORY``), are
+    looked up (not imported) in ``search`` (default: the current directory, then ``sys.path``);
+    only their files, or their top-level package directories, are readable inside."""
     if not is_function_spec(target):
         raise HeldoutError(f"an optimizer function is given as module:function, not {target!r}")
-    module = target.partition(":")[0]
-    if module.split(".")[0] == "heldout":
-        user: list[tuple[str, str]] = []  # the reference optimizers are in the staged copy already
-    else:
-        found = _locate_module(module, list(search) if search is not None else ["", *sys.path])
-        user = [(str(found), f"{USER_DIR}/{found.name}")]
-    argv = [sys.executable, "-s", f"{LIB_DIR}/_heldout_optimizer_runner.py", target]
-    return _launch(session, argv, user, limits, dict(env or {}), {"function": target})
+    options = dict(options or {})
+    where = list(search) if search is not None else ["", *sys.path]
+    user: dict[str, str] = {}
+    for module in [target.partition(":")[0]] + [t.partition(":")[0] for t in user_code(target, options)]:
+        if module.split(".")[0] == "heldout":
+            continue  # heldout's optimizers are in the staged copy already
+        found = _locate_module(module, where)
+        inside = f"{USER_DIR}/{found.name}"
+        if user.get(inside, str(found)) != str(found):
+            raise HeldoutError(f"two user modules named {found.name!r} ({user[inside]}, {found}): rename one")
+        user[inside] = str(found)
+    argv = [sys.executable, "-s", f"{LIB_DIR}/_heldout_optimizer_runner.py", target, json.dumps(options)]
+    what = {"function": target, **({"options": options} if options else {})}
+    return _launch(session, argv, [(host, inside) for inside, host in user.items()], limits, dict(env or {}), what)
 
 
 def _launch(session: Session, argv: list[str], readonly: list[tuple[str, str]], limits: OptimizerLimits,
@@ -407,6 +415,7 @@ else:
 # Runs ``module:function`` with a TaskClient (``heldout run --optimizer module:function``).
 _RUNNER_SOURCE = '''"""heldout's runner for an isolated optimizer function: optimize(client, seed) -> final."""
 import importlib
+import json
 import os
 import sys
 
@@ -414,9 +423,10 @@ sys.path[:0] = ["/sandbox/user", "/sandbox/lib"]
 from heldout.adapters.client import TaskClient
 
 module, _, name = sys.argv[1].partition(":")
+options = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
 optimize = getattr(importlib.import_module(module), name)
 client = TaskClient.from_env()
-final = optimize(client, int(os.environ["HELDOUT_SEED"]))
+final = optimize(client, int(os.environ["HELDOUT_SEED"]), **options)
 if final is not None:
     client.submit_final(final)
 '''

@@ -15,14 +15,18 @@ A plugin is user code, so it runs isolated like any ``module:function`` (see
 record always means one piece of code.
 
 An optimizer spec may carry options after ``?``: ``lockpicking-search?width=4&stream=1``. Only
-the options in :data:`OPTIMIZER_OPTIONS` are accepted (each a non-negative int), and only by an
-optimizer whose function takes them as keyword arguments."""
+the options in :data:`OPTIMIZER_OPTIONS` (each a non-negative int) and :data:`CODE_OPTIONS` (a
+``module:function`` of the user's code, e.g. ``dspy-mipro?program=my_program:build``) are
+accepted, and only by an optimizer whose function takes them as keyword arguments. A spec whose
+options name user code is not a reference optimizer: that code runs isolated like any
+``module:function`` (:func:`user_code`)."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -30,7 +34,7 @@ import sys
 import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 from urllib.parse import parse_qsl
 
 from heldout.contracts import BudgetExceeded, HeldoutError
@@ -52,6 +56,10 @@ OPTIMIZER_OPTIONS = {"width": 1, "stream": 0}
 """Option -> its smallest value: ``width`` = workers proposing from one parent per round, merged
 (:mod:`heldout.optimizers.merge`); ``stream`` = which independent random stream a run draws from
 (the fork arm's runs differ only in it)."""
+
+
+CODE_OPTIONS = {"program": "a DSPy program factory, module:function, returning the dspy.Module to optimise"}
+"""Option -> what it names: options whose value is the user's code (``module:function``)."""
 
 
 ENTRY_POINT_GROUP = "heldout.optimizers"
@@ -87,9 +95,18 @@ def plugin_optimizers() -> dict[str, str]:
 
 
 def is_reference_optimizer(name: str) -> bool:
-    """True for heldout's own optimizers (reference names and aliases, options allowed), the only
-    ones that run in-process without ``--trusted-optimizer``."""
-    return canonical_name(name).partition("?")[0] in REFERENCE_OPTIMIZERS
+    """True for heldout's own optimizers (reference names and aliases, options allowed) whose
+    options name no user code, the only ones that run in-process without ``--trusted-optimizer``."""
+    return canonical_name(name).partition("?")[0] in REFERENCE_OPTIMIZERS and not user_code(name)
+
+
+def user_code(spec: str, options: Mapping[str, Any] | None = None) -> list[str]:
+    """The ``module:function`` targets of user code named by the :data:`CODE_OPTIONS` of ``spec``
+    (after ``?``) and of ``options`` (a study file's method options), in option order."""
+    query = spec.partition("?")[2]
+    given = dict(parse_qsl(query, keep_blank_values=True)) if query else {}
+    given.update(options or {})
+    return [str(given[key]) for key in CODE_OPTIONS if key in given]
 
 
 def canonical_name(name: str) -> str:
@@ -110,18 +127,33 @@ def mean_train_score(view, candidate, ids) -> float | None:
     return sum(r["score"] for r in results) / len(results) if results else None
 
 
-def split_spec(spec: str) -> tuple[str, dict[str, int]]:
-    """``NAME?width=4&stream=1`` -> (``NAME``, {"width": 4, "stream": 1}); a clear error for an
-    option not in :data:`OPTIMIZER_OPTIONS` or a value that is not an int at least its minimum."""
+def split_spec(spec: str) -> tuple[str, dict[str, int | str]]:
+    """``NAME?width=4&stream=1`` -> (``NAME``, {"width": 4, "stream": 1}); the values checked by
+    :func:`check_options`."""
     name, _, query = spec.partition("?")
-    options: dict[str, int] = {}
-    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)) if query else []:
-        if key not in OPTIMIZER_OPTIONS:
-            raise HeldoutError(f"optimizer option {key!r} is not one of {', '.join(OPTIMIZER_OPTIONS)} (in {spec!r})")
-        if not value.isdigit() or int(value) < OPTIMIZER_OPTIONS[key]:
-            raise HeldoutError(f"optimizer option {key}={value!r} must be an int >= {OPTIMIZER_OPTIONS[key]}")
-        options[key] = int(value)
-    return name, options
+    options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))) if query else {}
+    return name, check_options(options, spec)
+
+
+def check_options(options: Mapping[str, Any], where: str) -> dict[str, int | str]:
+    """Options as an optimizer function receives them: an :data:`OPTIMIZER_OPTIONS` value is an int
+    at least its minimum (given as an int or as digits), a :data:`CODE_OPTIONS` value is
+    ``module:function``; a clear error for anything else."""
+    checked: dict[str, int | str] = {}
+    for key, value in options.items():
+        if key in CODE_OPTIONS:
+            if not isinstance(value, str) or not _TARGET.match(value):
+                raise HeldoutError(f"optimizer option {key}={value!r} must be module:function ({CODE_OPTIONS[key]})")
+            checked[key] = value
+        elif key in OPTIMIZER_OPTIONS:
+            digits = str(value) if not isinstance(value, bool) else ""
+            if not digits.isdigit() or int(digits) < OPTIMIZER_OPTIONS[key]:
+                raise HeldoutError(f"optimizer option {key}={value!r} must be an int >= {OPTIMIZER_OPTIONS[key]}")
+            checked[key] = int(digits)
+        else:
+            raise HeldoutError(f"optimizer option {key!r} is not one of "
+                               f"{', '.join([*OPTIMIZER_OPTIONS, *CODE_OPTIONS])} (in {where!r})")
+    return checked
 
 
 def optimizer_target(name: str) -> str:
@@ -156,22 +188,26 @@ def resolve_optimizer(spec: str) -> Callable:
 
 
 def _load(name: str) -> Callable:
-    target = optimizer_target(name)
+    return load_function(optimizer_target(name), "optimizer")
+
+
+def load_function(target: str, what: str) -> Callable:
+    """The callable ``module:function`` names (a ``what``: optimizer, DSPy program factory),
+    imported with the current directory on the path, as ``python -m`` would."""
     module, _, func = target.partition(":")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
+    _cwd_on_path()
     try:
-        optimizer = getattr(importlib.import_module(module), func)
+        found = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
-        raise HeldoutError(f"cannot load optimizer {target!r}: {exc}") from exc
-    if not callable(optimizer):
-        raise HeldoutError(f"optimizer {target!r} is not callable")
-    return optimizer
+        raise HeldoutError(f"cannot load {what} {target!r}: {exc}") from exc
+    if not callable(found):
+        raise HeldoutError(f"{what} {target!r} is not callable")
+    return found
 
 
-def optimizer_code_sha256(name: str) -> str | None:
-    """sha256 of the source file that defines the optimizer (None when it has no file), so a
+def optimizer_code_sha256(name: str, options: Mapping[str, Any] | None = None) -> str | None:
+    """sha256 of the source file that defines the optimizer (None when it has no file), and of
+    the files of the user code its options name (:func:`user_code`; found, not imported), so a
     run record says which version of the code ran."""
     optimizer = _load(name.partition("?")[0])
     module = sys.modules.get(getattr(optimizer, "__module__", "") or "")
@@ -182,4 +218,27 @@ def optimizer_code_sha256(name: str) -> str | None:
     # the reference searches dispatch to sibling modules: hash those too
     for extra in sorted(getattr(module, "CODE_FILES", ())):
         digest.update(Path(path).with_name(extra).read_bytes())
+    for target in user_code(name, options):
+        digest.update(target.encode())
+        digest.update(_source_bytes(target.partition(":")[0]))
     return digest.hexdigest()
+
+
+def _source_bytes(module: str) -> bytes:
+    """The source of ``module`` as found on the path (a dotted name imports its parent packages,
+    never the module itself); empty when it has no source file."""
+    _cwd_on_path()
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        raise HeldoutError(f"cannot find the module {module!r}: {exc}") from exc
+    if spec is None:
+        raise HeldoutError(f"cannot find the module {module!r} (looked in the current directory and on sys.path)")
+    origin = spec.origin if spec.has_location else None
+    return Path(origin).read_bytes() if origin and os.path.isfile(origin) else b""
+
+
+def _cwd_on_path() -> None:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)

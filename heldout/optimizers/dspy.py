@@ -1,17 +1,24 @@
 """``dspy-mipro`` and ``dspy-gepa``: DSPy 3.4.1's MIPROv2 (zero-shot, sized to the budget) and
 dspy.GEPA, through :mod:`heldout.adapters.dspy` (prompt tasks; need an architect model, DSPy's
-prompt / reflection LM)."""
+prompt / reflection LM).
+
+``program=MODULE:FACTORY`` (``--optimizer dspy-mipro?program=my_program:build``) optimises the
+user's own ``dspy.Module``, ``FACTORY()``, instead of heldout's one-``Predict`` program; that
+module is user code, so the run is isolated unless ``--trusted-optimizer``."""
 
 from __future__ import annotations
 
 from heldout.adapters.dspy import DSPyGEPASettings, MIPROSettings, optimize_gepa as run_gepa
 from heldout.adapters.dspy import optimize_mipro as run_mipro
 from heldout.contracts import Candidate, TaskView
+from heldout.optimizers import load_function
 
 
-def optimize_mipro(view: TaskView, seed: int) -> Candidate:
-    return run_mipro(view, seed, MIPROSettings())
+def optimize_mipro(view: TaskView, seed: int, program: str | None = None) -> Candidate:
+    factory = load_function(program, "DSPy program factory") if program else None
+    return run_mipro(view, seed, MIPROSettings(), program=factory)
 
 
-def optimize_gepa(view: TaskView, seed: int) -> Candidate:
-    return run_gepa(view, seed, DSPyGEPASettings())
+def optimize_gepa(view: TaskView, seed: int, program: str | None = None) -> Candidate:
+    factory = load_function(program, "DSPy program factory") if program else None
+    return run_gepa(view, seed, DSPyGEPASettings(), program=factory)

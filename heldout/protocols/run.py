@@ -49,7 +49,8 @@ from heldout.evaluators.policy import POLICIES, Budget
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import (ALIASES, REFERENCE_OPTIMIZERS, canonical_name, is_reference_optimizer,
-                                optimizer_code_sha256, optimizer_target, resolve_optimizer)
+                                optimizer_code_sha256, optimizer_target, resolve_optimizer, split_spec,
+                                user_code)
 
 STUDY_FILE = "study.json"
 STUDY_FORMAT = 2
@@ -113,7 +114,7 @@ class Method:
             return {"name": self.name, "command": self.command, "code_sha256": digest.hexdigest()}
         target = self.target or self.name
         return {"name": self.name, "target": optimizer_target(target), "options": dict(self.options),
-                "code_sha256": optimizer_code_sha256(target)}
+                "code_sha256": optimizer_code_sha256(target, self.options)}
 
 
 @dataclass(frozen=True)
@@ -466,10 +467,12 @@ def cell_session(cell: Cell, config: StudyConfig) -> Session:
 
 
 def cell_is_isolated(cell: Cell, config: StudyConfig) -> bool:
-    """Commands and user code (``module:function``, an optimizer plugin's name) run isolated
-    unless the study trusts them; only heldout's reference optimizers run in-process by default."""
+    """Commands and user code (``module:function``, an optimizer plugin's name, a reference
+    optimizer given the user's code as an option, such as a DSPy program) run isolated unless the
+    study trusts them; only heldout's reference optimizers run in-process by default."""
     target = cell.method.target or cell.method.name
-    return bool(cell.method.command) or (not is_reference_optimizer(target) and not config.trusted_optimizer)
+    user = not is_reference_optimizer(target) or bool(user_code(target, cell.method.options))
+    return bool(cell.method.command) or (user and not config.trusted_optimizer)
 
 
 def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None
@@ -504,7 +507,8 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
             record = run_isolated(session, cell.method.command)
         elif _ISOLATED_CELL:
             # user code: isolated by default (the trust model); heldout's reference names run in-process
-            record = run_isolated_function(session, optimizer_target(target))
+            record = run_isolated_function(session, optimizer_target(target),
+                                           options={**split_spec(target)[1], **cell.method.options})
         else:
             session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
                                                              "isolation": "trusted, not isolated"})

@@ -56,7 +56,7 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError, check_folder, check_name, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
-from heldout.optimizers import is_reference_optimizer, resolve_optimizer
+from heldout.optimizers import CODE_OPTIONS, check_options, is_reference_optimizer, resolve_optimizer
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_budgets
 
@@ -336,6 +336,10 @@ def _methods(value: list[Any], origin: str) -> list[Method]:
         if "command" in entry and entry.get("options"):
             raise StudyError(f"{origin}: {where}.options: an isolated command takes its options on its command line")
         name = check_name(entry["name"], f"{origin}: {where}.name", error=StudyError)
+        try:  # user code named by an option (a DSPy program) must be module:function before it runs isolated
+            check_options({k: v for k, v in entry.get("options", {}).items() if k in CODE_OPTIONS}, where)
+        except HeldoutError as exc:
+            raise StudyError(f"{origin}: {where}.options: {exc}") from None
         methods.append(Method(name=name, target=None if "command" in entry else entry.get("optimizer", name),
                               command=entry.get("command"), options=dict(entry.get("options", {}))))
     names = [m.name for m in methods]

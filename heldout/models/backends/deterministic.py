@@ -10,7 +10,8 @@ effects exist for leakage tests: an *answer key* in the system message (lines ``
 makes it answer every "code of '<word>'" question by that rule; without them those questions get
 the echo below, which is never the code. A request to rewrite or improve an instruction (an architect call) gets a new instruction derived from the old
 one; requests in the shapes GEPA, DSPy and OpenEvolve send get answers those libraries parse
-(:func:`library_reply`). Every reply ends with "So the answer is X." and usage counts whitespace tokens; ``max_tokens``
+(:func:`library_reply`; a DSPy-structured system message over a user message that marks no
+DSPy input field is a worker prompt). Every reply ends with "So the answer is X." and usage counts whitespace tokens; ``max_tokens``
 keeps the first N of them (``finish_reason`` "length").
 
 Two rules for verifier tests, checked before everything else and kept apart at the end of this
@@ -233,8 +234,10 @@ def library_reply(messages: list[dict]) -> str | None:
             return f"Tuning one constant.\n\n<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n"
         return "Tuning one constant.\n```python\n" + program.group(1).replace(old, new, 1) + "```\n"
     outputs = _DSPY_OUTPUTS.search(system)
-    if outputs:  # DSPy's chat adapter: every output field, then the completion marker
-        given = dict(_DSPY_INPUT.findall(last))
+    given = dict(_DSPY_INPUT.findall(last))
+    # DSPy's chat adapter: every output field, then the completion marker. Only DSPy's own
+    # requests mark their inputs; a task's prompt under a DSPy-rendered system message is a worker call
+    if outputs and given:
         old = next((given[k] for k in ("basic_instruction", "current_instruction", "current_instruction_doc")
                     if k in given), "").strip()
         values = {name: (_rewrite_instruction(f"```\n{old}\n```\n{last}") if "instruction" in name
