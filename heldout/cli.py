@@ -1,8 +1,9 @@
 # PYTHON_ARGCOMPLETE_OK  (tab completion: `heldout completion bash`)
 """The ``heldout`` command: a thin layer over the API.
 
-Each sub-command is a small function ``cmd_<name>(args) -> int`` plus its argparse wiring in
-:func:`build_parser`. Errors heldout raises on purpose are printed as one clear line (exit 2)."""
+Each sub-command is a function ``cmd_<name>(args) -> int`` with its argument wiring
+``<name>_arguments(parser)`` beside it, both named once in :data:`COMMANDS`.
+Errors heldout raises on purpose are printed as one clear line (exit 2)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import shlex
 import sys
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -74,7 +75,98 @@ def _print_json(obj: Any) -> None:
     print(json.dumps(obj, indent=None, default=str))
 
 
+# -- argument wiring shared by several commands --------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``heldout run: error: ...``), like every other heldout error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if "--task" in args:
+            action.completer = complete_task_names  # what argcomplete offers: task names, not file names
+        return action
+
+
+def complete_task_names(prefix: str, **_: Any) -> list[str]:
+    """Task names and groups starting with ``prefix`` (the shell's completion of ``--task``)."""
+    names = sorted({bench.name for bench in all_tasks()} | set(task_groups()))
+    return [name for name in names if name.startswith(prefix)]
+
+
+def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool = False, high: float | None = None):
+    """An argparse type: a ``kind`` number >= ``low`` (> with ``strict``), < ``high`` when given."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        ok = value is not None and math.isfinite(value) and (value > low if strict else value >= low) \
+            and (high is None or value < high)
+        if not ok:
+            bound = f"{'>' if strict else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"{what} must be a {'whole ' if kind is int else ''}number {bound}, "
+                                             f"got {text!r}")
+        return value
+    return parse
+
+
+DATA_DIR_HELP = "local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)"
+
+
+def _add_data_dir(p: argparse.ArgumentParser, help: str = DATA_DIR_HELP) -> None:
+    p.add_argument("--data-dir", default=None, help=help)
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _add_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="default", help="split profile (default: default)")
+
+
+def _add_allow_drift(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-drift", action="store_true",
+                   help="load even if the data drifted from its manifest (stated in the record)")
+
+
+def _add_optimizer_by_name(p: argparse.ArgumentParser) -> None:
+    """The one optimizer of a protocol command, and whether it may run in the harness's process."""
+    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function (isolated unless "
+                   "--trusted-optimizer)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
+
+
+def _add_session_environment(p: argparse.ArgumentParser, *, tolerance: bool = True, drift: bool = True) -> None:
+    """The options every command that runs sessions shares: models, endpoint, cache and data."""
+    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
+    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    p.add_argument("--cache-dir", default=None, help="response cache directory")
+    if tolerance:
+        p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    _add_data_dir(p)
+    if drift:
+        _add_allow_drift(p)
+
+
+def _local_model_arguments(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", default=None, help="a bundled model (default: smollm2-135m-instruct)")
+    which.add_argument("--gguf", default=None, help="any GGUF chat model file instead")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads for the model")
+    p.add_argument("--ctx", type=int, default=2048, help="context length in tokens")
+
+
 # -- tasks ---------------------------------------------------------------------------------------
+def tasks_list_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--groups", action="store_true", help="with --json: print the task groups instead")
+    _add_json(p)
+
+
 def cmd_tasks_list(args: argparse.Namespace) -> int:
     rows = []
     for bench in all_tasks():
@@ -102,6 +194,12 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
 
 
 # -- data ----------------------------------------------------------------------------------------
+def data_verify_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tasks", nargs="*", help="task names or family prefixes (default: all)")
+    _add_data_dir(p)
+    _add_json(p)
+
+
 def cmd_data_verify(args: argparse.Namespace) -> int:
     rows = verify_tasks(args.tasks, data_dir=args.data_dir)
     if args.json:
@@ -117,6 +215,19 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
     return 0 if all(r["ok"] for r in rows) else 1
 
 
+def data_freeze_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="task name (registered, or new with --jsonl)")
+    p.add_argument("--jsonl", default=None, help="your own examples: JSON lines with id, input, target[, group]")
+    p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="span",
+                   help="how answers to your JSONL questions are scored (with --jsonl)")
+    p.add_argument("--profile", required=True, help="name of the split profile to write")
+    p.add_argument("--sizes", default=None, help="train/val/test sizes, e.g. 100/50/200 (seeded shuffle)")
+    p.add_argument("--seed", type=int, default=0, help="salt of the hash order the profile is drawn in")
+    p.add_argument("--by-group", action="store_true", help="topic-disjoint: no group spans two splits")
+    _add_data_dir(p)
+    p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
+
+
 def cmd_data_freeze(args: argparse.Namespace) -> int:
     saved, sizes = freeze_profile(args.task, args.profile, out=args.out, jsonl=args.jsonl,
                                   data_dir=args.data_dir, sizes=args.sizes, by_group=args.by_group,
@@ -126,6 +237,24 @@ def cmd_data_freeze(args: argparse.Namespace) -> int:
 
 
 # -- eval ----------------------------------------------------------------------------------------
+def eval_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="task name (see `heldout tasks list`)")
+    p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
+    _add_profile(p)
+    p.add_argument("--split", default=None, choices=("train", "val", "test"),
+                   help="split to evaluate (default val, or train when the profile has none; test only when asked, "
+                        "its targets only with --show-targets)")
+    p.add_argument("--show-targets", action="store_true", help="with --split test: print feedback and targets")
+    p.add_argument("--worker-model", default=None, help="prompt tasks: model id of the worker")
+    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
+    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
+    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+                   help="wall seconds per sandboxed execution")
+    _add_data_dir(p)
+    _add_allow_drift(p)
+    _add_json(p)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     """Score one candidate on one split, outside any session (nothing is ledgered). The default
     split is ``val``; the test split only when asked, and its targets only with --show-targets."""
@@ -184,6 +313,16 @@ def _without_targets(value: Any) -> Any:
     return value
 
 
+def score_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="prompt task name")
+    p.add_argument("--outputs", required=True, help="JSONL file, one {\"id\": ..., \"output\": ...} per line")
+    p.add_argument("--split", default="val", choices=("train", "val", "test"), help="split the ids belong to")
+    _add_profile(p)
+    _add_data_dir(p)
+    _add_allow_drift(p)
+    _add_json(p)
+
+
 def cmd_score(args: argparse.Namespace) -> int:
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     verdicts, summary = score_outputs(task, read_outputs(args.outputs), args.split)
@@ -199,6 +338,14 @@ def cmd_score(args: argparse.Namespace) -> int:
 # -- ledger / run --------------------------------------------------------------------------------
 LEDGER_UNANCHORED_EXIT = 3
 """``ledger verify``: the chain is intact but its authenticity could not be checked."""
+
+
+def ledger_verify_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
+    p.add_argument("--head", default=None, metavar="HASH",
+                   help="the run's ledger head as its writer published it (the record's ledger_head): checks "
+                        "authenticity without the writer's key")
+    _add_json(p)
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
@@ -276,6 +423,48 @@ def study_from_flags(args: argparse.Namespace) -> Study:
     return parse_study(data, origin="heldout run")
 
 
+def run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", nargs="?", default=None,
+                   help="STUDY.toml: the whole study in one file (see docs); or give the flags below")
+    p.add_argument("--dry-run", action="store_true", help="print every cell and the total budget, run nothing")
+    p.add_argument("--task", action="append", default=None,
+                   help="task, family (bbh), group (bbh/sepo, program), or glob ('mmlu_pro/*'); repeatable")
+    p.add_argument("--profile", default=None, help="split profile (default: default)")
+    p.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2 (default 0)")
+    p.add_argument("--budget", action="append", default=None,
+                   help="metric calls per session: N, or TASK=N per task (repeatable)")
+    p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None,
+                   help="architect token budget per session")
+    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+                   help="wall-time budget per session, seconds (an isolated optimizer is stopped at it plus 10 s of "
+                        "grace; without it, at the default of 6 hours, recorded in the ledger)")
+    p.add_argument("--optimizer", action="append", default=None,
+                   help="optimizer function module:function (runs isolated in the sandbox unless "
+                        "--trusted-optimizer) or a reference name (repeatable)")
+    p.add_argument("--trusted-optimizer", action="store_true",
+                   help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
+    p.add_argument("--optimizer-cmd", action="append", default=None,
+                   help="isolated optimizer command (repeatable); served the task view over HTTP")
+    p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the study in the run dir (only with exactly the settings it was started with)")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=None, help="sessions in parallel (process pool; default 1)")
+    p.add_argument("--executor", default=None, choices=EXECUTORS,
+                   help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
+    p.add_argument("--cell-cpus", type=float, default=None, help="--executor ray: CPUs each cell asks for (default 1)")
+    p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
+    p.add_argument("--policy", default=None, choices=sorted(POLICIES),
+                   help="visibility policy: what the optimizer sees per split")
+    p.add_argument("--prompt-format", default=None,
+                   help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
+    p.add_argument("--verifier", default=None,
+                   help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
+    _add_session_environment(p)
+    _add_json(p)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.study:
         given = [f"--{f.replace('_', '-')}" for f in STUDY_FLAGS if getattr(args, f) not in (None, [], False)]
@@ -320,6 +509,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
+def compare_arms_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="one task name")
+    p.add_argument("--optimizer", required=True, help="reference name or module:function taking width/stream")
+    p.add_argument("--budget", type=int, required=True, help="budget B per seed and arm, in the --fixed unit")
+    p.add_argument("--width", type=int, required=True, help="N: forks in the fork arm, workers in the merge arm")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 to separate arms; default 0,1,2)")
+    p.add_argument("--fixed", choices=FIXED_UNITS, default="metric_calls",
+                   help="the unit held equal and enforced; the others are measured as confounds")
+    p.add_argument("--metric-cap", type=int, default=None,
+                   help="with --fixed architect_calls/tokens: metric calls per run of budget B")
+    p.add_argument("--drift-tolerance", type=float, default=0.10,
+                   help="an arm spending this fraction less of the fixed unit marks the comparison broken")
+    p.add_argument("--min-headroom", type=float, default=0.10,
+                   help="warn when the seed's val score is within this fraction of the ceiling")
+    p.add_argument("--plan", action="store_true", help="print every run, its budget and the total; spend nothing")
+    _add_profile(p)
+    p.add_argument("--run-dir", required=True, help="the experiment's folder (one level per arm; resumable)")
+    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    _add_session_environment(p, tolerance=False, drift=False)
+    _add_json(p)
+
+
 def cmd_compare_arms(args: argparse.Namespace) -> int:
     from heldout.protocols.arms import ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
     check_folder(args.run_dir, "--run-dir")
@@ -345,6 +556,12 @@ def cmd_compare_arms(args: argparse.Namespace) -> int:
 
 
 # -- runs (the results store) --------------------------------------------------------------------
+def runs_query_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a study's run dir (verified now) or a Parquet export dir")
+    p.add_argument("sql", help='e.g. "SELECT task, method, avg(test_score) FROM runs GROUP BY ALL"')
+    p.add_argument("--json", action="store_true", help="one JSON object per row")
+
+
 def cmd_runs_query(args: argparse.Namespace) -> int:
     from heldout.reports.store import ResultsStore
     result = ResultsStore.open([args.run_dir]).query(args.sql)
@@ -354,6 +571,11 @@ def cmd_runs_query(args: argparse.Namespace) -> int:
     else:
         print(result.format())
     return 0
+
+
+def runs_export_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a study's run dir")
+    p.add_argument("--parquet", required=True, metavar="OUT", help="directory for runs.parquet, verdicts.parquet, ...")
 
 
 def cmd_runs_export(args: argparse.Namespace) -> int:
@@ -366,6 +588,13 @@ def cmd_runs_export(args: argparse.Namespace) -> int:
 
 
 # -- export ------------------------------------------------------------------------------------
+def export_inspect_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a study's or a session's run dir (searched recursively for ledgers)")
+    p.add_argument("--out", required=True, help="log dir to write the .eval files into")
+    p.add_argument("--with-optimisation", action="store_true", help="also every evaluation the optimizer paid for")
+    _add_data_dir(p, "to render prompts and show targets of dataset tasks")
+
+
 def cmd_export_inspect(args: argparse.Namespace) -> int:
     from heldout.reports.inspect_export import export_inspect
     check_folder(args.out, "--out")
@@ -379,6 +608,18 @@ def cmd_export_inspect(args: argparse.Namespace) -> int:
 
 
 # -- report / check ------------------------------------------------------------------------------
+def report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--baseline-method", default="seed", help="method every paired table compares against")
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+                   help="significance level")
+    p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
+    _add_data_dir(p, "for per-topic grouping of dataset tasks")
+    p.add_argument("--format", action="append", choices=PAPER_FORMATS, default=None,
+                   help="also Table 1 and the paired table as booktabs LaTeX / CSV in OUT/paper, figures as PDF+SVG (repeatable)")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from heldout.reports import build_report, write_report
     from heldout.reports.paper import write_paper
@@ -422,6 +663,24 @@ def _parse_checkpoints(text: str) -> list[int]:
     return sorted(set(points))
 
 
+def check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
+    p.add_argument("--current", nargs="+", required=True, help="current run dirs")
+    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+                   help="significance level of each one-sided test")
+    p.add_argument("--min-effect", type=_margin, default=DEFAULT_MARGIN,
+                   help="largest drop you accept, per task on its own scale: 0.01 (score units), 5%% (of the "
+                        "baseline's score; the default), 10%% headroom (of its distance to the ceiling) or 0.5sd "
+                        "(baseline run-to-run SDs); with 0 only a significant improvement passes")
+    p.add_argument("--method", default=None, help="compare this method when a run set holds several")
+    p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
+                   help="pair seeds by id (default) or compare independent runs (fresh seeds; 'rank' = independent)")
+    p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD", choices=DESIGN_FIELDS,
+                   help="compare runs that differ in FIELD (" + ", ".join(DESIGN_FIELDS) + "); stated in the "
+                        "output (repeatable)")
+    _add_json(p)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from heldout.reports import check_runs
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
@@ -431,6 +690,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         print(result.evidence())
     return result.exit_code
+
+
+def plan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="task name")
+    p.add_argument("--profile", default="default", help="split profile (its test split is the design's examples)")
+    p.add_argument("--seeds", type=int, required=True, help="runs per arm")
+    p.add_argument("--pilot", default=None, help="pilot run dir: baseline score, run-to-run SD, seed headroom")
+    p.add_argument("--p-base", type=float, default=None, help="baseline score (overrides the pilot's)")
+    p.add_argument("--run-sd", type=float, default=None, help="SD of a run's mean score (overrides the pilot's)")
+    p.add_argument("--effect", type=float, default=None, help="target effect: seeds/examples needed to detect it")
+    p.add_argument("--pair-seeds", choices=("id", "independent"), default="id",
+                   help="as the gate will pair them (id: assumes no correlation within a pair, conservative)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
+    p.add_argument("--power", type=float, default=0.8, help="target power")
+    p.add_argument("--min-effect", type=_margin, default=DEFAULT_MARGIN, help="the gate's margin, as for `heldout check` "
+                   f"(default {DEFAULT_MARGIN}%)")
+    p.add_argument("--tasks", type=int, default=1, help="tasks the gate will hold together (Holm over tasks for "
+                   "a regression, every task for a pass; default 1)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -447,6 +725,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 # -- split / leak --------------------------------------------------------------------------------
+def split_build_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="the task whose examples are split")
+    p.add_argument("--by", choices=("group",), default="group", help="the unit kept whole (topic groups)")
+    p.add_argument("--sizes", required=True, help="target examples TRAIN/VAL/TEST, e.g. 60/40/120")
+    p.add_argument("--probe", type=int, default=0, help="fresh items per train group for shared_topic_probe")
+    p.add_argument("--seed", type=int, default=0, help="seed of the group shuffle (the split is a function of it)")
+    p.add_argument("--name", required=True, help="the new profile's name")
+    p.add_argument("--out", default=None, help="user manifest root (default: first dir of $HELDOUT_MANIFEST_PATH)")
+    _add_data_dir(p)
+    _add_json(p)
+
+
 def cmd_split_build(args: argparse.Namespace) -> int:
     from heldout.protocols.splits import SplitSizes, build_split
     built = build_split(args.task, args.name, SplitSizes.parse(args.sizes), probe=args.probe, seed=args.seed,
@@ -461,6 +751,16 @@ def cmd_split_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def split_check_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="the task whose profile is checked")
+    p.add_argument("--profile", required=True, help="the split profile to check")
+    p.add_argument("--threshold", type=float, default=0.5, help="near-duplicate Jaccard threshold")
+    p.add_argument("--ngram", type=int, default=2, help="word n-gram size of the near-duplicate scan")
+    p.add_argument("--min-answer-words", type=int, default=3, help="answers shorter than this many words are not scanned (too common to mean a leak)")
+    _add_data_dir(p)
+    _add_json(p)
+
+
 def cmd_split_check(args: argparse.Namespace) -> int:
     from heldout.protocols.splits import check_split
     check = check_split(args.task, args.profile, data_dir=args.data_dir,
@@ -472,6 +772,14 @@ def cmd_split_check(args: argparse.Namespace) -> int:
     return 0 if check.ok else 1
 
 
+def leak_scan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("candidate", help="candidate file or folder (a .json dict of components, or text)")
+    p.add_argument("--task", required=True, help="the task whose training split is searched for")
+    p.add_argument("--profile", required=True, help="the split profile whose training examples are looked for")
+    _add_data_dir(p)
+    _add_json(p)
+
+
 def cmd_leak_scan(args: argparse.Namespace) -> int:
     from heldout.protocols.leakage import scan_candidate
     task = load_task(args.task, args.profile, args.data_dir)
@@ -481,6 +789,18 @@ def cmd_leak_scan(args: argparse.Namespace) -> int:
     else:
         print(scan.describe())
     return 1 if scan.red_flags else 0  # a red flag is data the optimizer never saw: fail the command
+
+
+def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a study's run dir (searched recursively for run records)")
+    # --baseline-method, as in `report`: `--baseline` names run dirs (in `check`), never a method
+    p.add_argument("--baseline-method", default="seed", help="'seed' (the task's seed candidate) or a method name")
+    p.add_argument("--worker-model", default=None, help="default: the study's (study.json)")
+    p.add_argument("--base-url", default=None, help="the worker model's OpenAI-compatible endpoint (default: the study's)")
+    p.add_argument("--cache-dir", default=None, help="response cache folder (default: the study's)")
+    p.add_argument("--jobs", type=int, default=2, help="examples scored at once")
+    _add_data_dir(p)
+    _add_json(p)
 
 
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
@@ -503,6 +823,21 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
 
 
 # -- compare -------------------------------------------------------------------------------------
+def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="one task")
+    _add_optimizer_by_name(p)
+    p.add_argument("--variants", default="decomposed,scalar,coarse:3", help=f"comma-separated: {describe_variants()}")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
+    p.add_argument("--budget", type=int, required=True, help="metric calls per session")
+    p.add_argument("--run-dir", required=True, help="ablation folder (resumable)")
+    p.add_argument("--plan", action="store_true", help="print the sessions and budgets and exit")
+    _add_profile(p)
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
+    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
+    _add_session_environment(p)
+    _add_json(p)
+
+
 def cmd_compare_verifiers(args: argparse.Namespace) -> int:
     from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
     check_folder(args.run_dir, "--run-dir")
@@ -525,6 +860,25 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
 
 
 # -- protocol ------------------------------------------------------------------------------------
+def protocol_generalisation_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="one prompt task")
+    p.add_argument("--profile", default="topic-disjoint", help="split profile (default: topic-disjoint)")
+    _add_optimizer_by_name(p)
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
+    p.add_argument("--budget", type=_number(int, 1, "--budget"), required=True, help="metric calls per session")
+    p.add_argument("--variants", default=None,
+                   help=f"verifier variants to ablate, comma-separated (default: none): {describe_variants()}")
+    p.add_argument("--allow-topic-shared", action="store_true",
+                   help="run on a profile not proven topic-disjoint (recorded; every reading then says NOT PROVEN)")
+    p.add_argument("--run-dir", required=True, help="the protocol's folder (resumable: re-run the command to continue)")
+    p.add_argument("--plan", action="store_true", help="print every session, the metric calls and what the design "
+                   "can detect; spend and write nothing")
+    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
+    _add_session_environment(p)
+    _add_json(p)
+
+
 def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
     from heldout.protocols.generalisation import GeneralisationSpec, plan_generalisation, run_generalisation
     from heldout.reports.generalisation import write_generalisation_report
@@ -557,6 +911,12 @@ def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
 
 
 # -- vliw ----------------------------------------------------------------------------------------
+def vliw_simulate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cases", help="CASES.json: a list of {name, program, mem[, scratch_init, enable_pause, runs]}")
+    p.add_argument("--engine", choices=("fast", "reference"), default="fast", help="simulator engine")
+    p.add_argument("--cycle-cap", type=int, default=10_000_000, help="stop a program after this many cycles")
+
+
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     from heldout.benchmarks.vliw.conformance import load_cases, run_case
     for case in load_cases(args.cases):
@@ -568,6 +928,16 @@ def cmd_vliw_simulate(args: argparse.Namespace) -> int:
 def _local_backend(args: argparse.Namespace, max_tokens_cap: int) -> LlamaBackend:
     return LlamaBackend(resolve_model(args.model, args.gguf), threads=args.threads, n_ctx=args.ctx,
                         max_tokens_cap=max_tokens_cap)
+
+
+def serve_model_arguments(p: argparse.ArgumentParser) -> None:
+    _local_model_arguments(p)
+    p.add_argument("--port", type=int, default=8000, help="0: let the OS choose (printed)")
+    p.add_argument("--max-tokens", type=int, default=512, help="the most tokens one answer may have")
+    p.add_argument("--api-key", default=None, help="require this bearer token")
+    p.add_argument("--slots", type=_number(int, 1, "--slots"), default=1,
+                   help="requests answered at once, each by its own model copy (SmolLM2-135M measured: VmRSS 219 MB "
+                        "with 1 slot, 356 MB with 2); give each slot a core: slots x threads <= cores")
 
 
 def cmd_serve_model(args: argparse.Namespace) -> int:
@@ -585,6 +955,18 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
     per_slot = ", ".join(str(n) for n in pool.answered)
     print(f"served {stats.ok} of {stats.calls} calls (per slot: {per_slot})", file=sys.stderr, flush=True)
     return 0
+
+
+def demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--real-model", action="store_true",
+                   help="seed vs reflective on two prompt tasks with a real local model (the [local-model] extra)")
+    p.add_argument("--run-dir", default=None,
+                   help="study folder (default runs/demo, runs/demo-real-model with --real-model)")
+    p.add_argument("--out", default=None,
+                   help="report folder (default runs/demo-report, runs/demo-real-model-report with --real-model)")
+    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2, help="sessions in parallel (the real-model demo runs one)")
+    _add_data_dir(p, "dataset mirror for --real-model (default $HELDOUT_DATA_DIR)")
+    _local_model_arguments(p)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -633,57 +1015,99 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``heldout run: error: ...``), like every other heldout error."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
-        action = super().add_argument(*args, **kwargs)
-        if "--task" in args:
-            action.completer = complete_task_names  # what argcomplete offers: task names, not file names
-        return action
+# -- completion ----------------------------------------------------------------------------------
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
 
 
-def complete_task_names(prefix: str, **_: Any) -> list[str]:
-    """Task names and groups starting with ``prefix`` (the shell's completion of ``--task``)."""
-    names = sorted({bench.name for bench in all_tasks()} | set(task_groups()))
-    return [name for name in names if name.startswith(prefix)]
+def completion_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="e.g. `eval \"$(heldout completion bash)\"` in ~/.bashrc")
 
 
-def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool = False, high: float | None = None):
-    """An argparse type: a ``kind`` number >= ``low`` (> with ``strict``), < ``high`` when given."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        ok = value is not None and math.isfinite(value) and (value > low if strict else value >= low) \
-            and (high is None or value < high)
-        if not ok:
-            bound = f"{'>' if strict else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
-            raise argparse.ArgumentTypeError(f"{what} must be a {'whole ' if kind is int else ''}number {bound}, "
-                                             f"got {text!r}")
-        return value
-    return parse
+def cmd_completion(args: argparse.Namespace) -> int:
+    if argcomplete is None:
+        raise HeldoutError("shell completion needs argcomplete: pip install 'heldout[completion]'")
+    print(argcomplete.shellcode(["heldout"], shell=args.shell))
+    return 0
 
 
-def _add_session_environment(p: argparse.ArgumentParser, *, tolerance: bool = True, drift: bool = True) -> None:
-    """The options every command that runs sessions shares: models, endpoint, cache and data."""
-    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
-    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--cache-dir", default=None, help="response cache directory")
-    if tolerance:
-        p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    if drift:
-        p.add_argument("--allow-drift", action="store_true",
-                       help="load even if the data drifted from its manifest (stated in the record)")
+# -- the parser: one entry per command -----------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: the words that name it (``("ledger", "verify")``; a first word shared by
+    several commands is a group, whose help is in :data:`GROUPS`), its help line, the function that
+    adds its arguments and the one that runs it. A new command is a new entry here and nothing else."""
+
+    words: tuple[str, ...]
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+GROUPS = {
+    "tasks": "list the registered tasks",
+    "data": "verify or freeze data manifests",
+    "ledger": "check ledgers",
+    "runs": "the results store: SQL over verified runs, Parquet exports",
+    "export": "sessions in other tools' formats",
+    "split": "build and prove topic-disjoint split profiles",
+    "leak": "answer keys in candidates; the topic-shared leakage ablation",
+    "compare": "protocols that compare one optimizer under several conditions",
+    "protocol": "whole evaluation protocols as one command and one report",
+    "vliw": "the VLIW kernel simulator",
+}
+
+# in the order `heldout --help` lists them
+COMMANDS = (
+    Command(("completion",), "print a shell completion script (needs argcomplete: heldout[completion])",
+            completion_arguments, cmd_completion),
+    Command(("tasks", "list"), "every task with kind, metric, split profiles and sizes",
+            tasks_list_arguments, cmd_tasks_list),
+    Command(("data", "verify"), "check manifests against the data", data_verify_arguments, cmd_data_verify),
+    Command(("data", "freeze"), "build a manifest (hashes + a profile) for data you hold",
+            data_freeze_arguments, cmd_data_freeze),
+    Command(("eval",), "evaluate one candidate on a task split (outside any session)", eval_arguments, cmd_eval),
+    Command(("score",), "score a JSONL of {id, output} rows with a prompt task's canonical verifier",
+            score_arguments, cmd_score),
+    Command(("ledger", "verify"), "detect any edited, dropped, inserted or reordered entry",
+            ledger_verify_arguments, cmd_ledger_verify),
+    Command(("run",), "run optimizers on tasks in protected sessions", run_arguments, cmd_run),
+    Command(("runs", "query"), f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)",
+            runs_query_arguments, cmd_runs_query),
+    Command(("runs", "export"), "write one Parquet file per table", runs_export_arguments, cmd_runs_export),
+    Command(("export", "inspect"),
+            "Inspect eval logs (held-out scoring, optionally optimisation) for `inspect view`",
+            export_inspect_arguments, cmd_export_inspect),
+    Command(("demo",), "run the small study of the README and write its report", demo_arguments, cmd_demo),
+    Command(("serve-model",), "an OpenAI-compatible endpoint on 127.0.0.1 for a local GGUF model",
+            serve_model_arguments, cmd_serve_model),
+    Command(("report",), "tables, figures, report.md/.html and results.json from run dirs",
+            report_arguments, cmd_report),
+    Command(("check",), "CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input",
+            check_arguments, cmd_check),
+    Command(("plan",), "what a K-seed study can detect under the gate's own test and margin",
+            plan_arguments, cmd_plan),
+    Command(("split", "build"), "whole groups to test, then val, then train (+ a shared-topic probe pool)",
+            split_build_arguments, cmd_split_build),
+    Command(("split", "check"), "prove zero group overlap (exit 1 otherwise) and scan for near-duplicates",
+            split_check_arguments, cmd_split_check),
+    Command(("leak", "scan"), "training questions/answers found in a candidate's text",
+            leak_scan_arguments, cmd_leak_scan),
+    Command(("leak", "ablate"), "score seed and final candidates on test / exact train / shared-topic probe",
+            leak_ablate_arguments, cmd_leak_ablate),
+    Command(("compare", "verifiers"), "optimise under each verifier variant, re-score with the canonical one",
+            compare_verifiers_arguments, cmd_compare_verifiers),
+    Command(("compare", "arms"), "serial vs best-of-N fork vs merge-of-N at an equal budget",
+            compare_arms_arguments, cmd_compare_arms),
+    Command(("protocol", "generalisation"), "split proof, multi-seed study, held-out comparison, topic-shared "
+            "ablation, verifier ablation and prompt autopsy, in one report",
+            protocol_generalisation_arguments, cmd_protocol_generalisation),
+    Command(("vliw", "simulate"), "run conformance cases; one JSON line per case",
+            vliw_simulate_arguments, cmd_vliw_simulate),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The global options, then one sub-parser per :data:`COMMANDS` entry (grouped by first word)."""
     parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
@@ -695,341 +1119,19 @@ def build_parser() -> argparse.ArgumentParser:
     talk.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
                       help="more on stderr: the resolved study before a run, a traceback with an error")
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("completion", help="print a shell completion script (needs argcomplete: heldout[completion])")
-    p.add_argument("shell", choices=COMPLETION_SHELLS, help="e.g. `eval \"$(heldout completion bash)\"` in ~/.bashrc")
-    p.set_defaults(func=cmd_completion)
-
-    tasks = sub.add_parser("tasks", help="list the registered tasks").add_subparsers(dest="action", required=True)
-    p = tasks.add_parser("list", help="every task with kind, metric, split profiles and sizes")
-    p.add_argument("--groups", action="store_true", help="with --json: print the task groups instead")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_tasks_list)
-
-    data = sub.add_parser("data", help="verify or freeze data manifests").add_subparsers(dest="action", required=True)
-    p = data.add_parser("verify", help="check manifests against the data")
-    p.add_argument("tasks", nargs="*", help="task names or family prefixes (default: all)")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_data_verify)
-    p = data.add_parser("freeze", help="build a manifest (hashes + a profile) for data you hold")
-    p.add_argument("--task", required=True, help="task name (registered, or new with --jsonl)")
-    p.add_argument("--jsonl", default=None, help="your own examples: JSON lines with id, input, target[, group]")
-    p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="span",
-                   help="how answers to your JSONL questions are scored (with --jsonl)")
-    p.add_argument("--profile", required=True, help="name of the split profile to write")
-    p.add_argument("--sizes", default=None, help="train/val/test sizes, e.g. 100/50/200 (seeded shuffle)")
-    p.add_argument("--seed", type=int, default=0, help="salt of the hash order the profile is drawn in")
-    p.add_argument("--by-group", action="store_true", help="topic-disjoint: no group spans two splits")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
-    p.set_defaults(func=cmd_data_freeze)
-
-    p = sub.add_parser("eval", help="evaluate one candidate on a task split (outside any session)")
-    p.add_argument("--task", required=True, help="task name (see `heldout tasks list`)")
-    p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--split", default=None, choices=("train", "val", "test"),
-                   help="split to evaluate (default val, or train when the profile has none; test only when asked, "
-                        "its targets only with --show-targets)")
-    p.add_argument("--show-targets", action="store_true", help="with --split test: print feedback and targets")
-    p.add_argument("--worker-model", default=None, help="prompt tasks: model id of the worker")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
-    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
-                   help="wall seconds per sandboxed execution")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_eval)
-
-    p = sub.add_parser("score", help="score a JSONL of {id, output} rows with a prompt task's canonical verifier")
-    p.add_argument("--task", required=True, help="prompt task name")
-    p.add_argument("--outputs", required=True, help="JSONL file, one {\"id\": ..., \"output\": ...} per line")
-    p.add_argument("--split", default="val", choices=("train", "val", "test"), help="split the ids belong to")
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--allow-drift", action="store_true", help="load even if the data drifted from its manifest (stated in the record)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_score)
-
-    ledger = sub.add_parser("ledger", help="check ledgers").add_subparsers(dest="action", required=True)
-    p = ledger.add_parser("verify", help="detect any edited, dropped, inserted or reordered entry")
-    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
-    p.add_argument("--head", default=None, metavar="HASH",
-                   help="the run's ledger head as its writer published it (the record's ledger_head): checks "
-                        "authenticity without the writer's key")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_ledger_verify)
-
-    p = sub.add_parser("run", help="run optimizers on tasks in protected sessions")
-    p.add_argument("study", nargs="?", default=None,
-                   help="STUDY.toml: the whole study in one file (see docs); or give the flags below")
-    p.add_argument("--dry-run", action="store_true", help="print every cell and the total budget, run nothing")
-    p.add_argument("--task", action="append", default=None,
-                   help="task, family (bbh), group (bbh/sepo, program), or glob ('mmlu_pro/*'); repeatable")
-    p.add_argument("--profile", default=None, help="split profile (default: default)")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2 (default 0)")
-    p.add_argument("--budget", action="append", default=None,
-                   help="metric calls per session: N, or TASK=N per task (repeatable)")
-    p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None,
-                   help="architect token budget per session")
-    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
-                   help="wall-time budget per session, seconds (an isolated optimizer is stopped at it plus 10 s of "
-                        "grace; without it, at the default of 6 hours, recorded in the ledger)")
-    p.add_argument("--optimizer", action="append", default=None,
-                   help="optimizer function module:function (runs isolated in the sandbox unless "
-                        "--trusted-optimizer) or a reference name (repeatable)")
-    p.add_argument("--trusted-optimizer", action="store_true",
-                   help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
-    p.add_argument("--optimizer-cmd", action="append", default=None,
-                   help="isolated optimizer command (repeatable); served the task view over HTTP")
-    p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the study in the run dir (only with exactly the settings it was started with)")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=None, help="sessions in parallel (process pool; default 1)")
-    p.add_argument("--executor", default=None, choices=EXECUTORS,
-                   help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
-    p.add_argument("--ray-address", default=None,
-                   help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
-    p.add_argument("--cell-cpus", type=float, default=None, help="--executor ray: CPUs each cell asks for (default 1)")
-    p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
-    p.add_argument("--policy", default=None, choices=sorted(POLICIES),
-                   help="visibility policy: what the optimizer sees per split")
-    p.add_argument("--prompt-format", default=None,
-                   help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
-    p.add_argument("--verifier", default=None,
-                   help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
-    _add_session_environment(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_run)
-
-    runs = sub.add_parser("runs", help="the results store: SQL over verified runs, Parquet exports").add_subparsers(
-        dest="action", required=True)
-    p = runs.add_parser("query", help=f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)")
-    p.add_argument("run_dir", help="a study's run dir (verified now) or a Parquet export dir")
-    p.add_argument("sql", help='e.g. "SELECT task, method, avg(test_score) FROM runs GROUP BY ALL"')
-    p.add_argument("--json", action="store_true", help="one JSON object per row")
-    p.set_defaults(func=cmd_runs_query)
-    p = runs.add_parser("export", help="write one Parquet file per table")
-    p.add_argument("run_dir", help="a study's run dir")
-    p.add_argument("--parquet", required=True, metavar="OUT", help="directory for runs.parquet, verdicts.parquet, ...")
-    p.set_defaults(func=cmd_runs_export)
-
-    export = sub.add_parser("export", help="sessions in other tools' formats").add_subparsers(dest="action", required=True)
-    p = export.add_parser("inspect", help="Inspect eval logs (held-out scoring, optionally optimisation) for `inspect view`")
-    p.add_argument("run_dir", help="a study's or a session's run dir (searched recursively for ledgers)")
-    p.add_argument("--out", required=True, help="log dir to write the .eval files into")
-    p.add_argument("--with-optimisation", action="store_true", help="also every evaluation the optimizer paid for")
-    p.add_argument("--data-dir", default=None, help="to render prompts and show targets of dataset tasks")
-    p.set_defaults(func=cmd_export_inspect)
-
-    p = sub.add_parser("demo", help="run the small study of the README and write its report")
-    p.add_argument("--real-model", action="store_true",
-                   help="seed vs reflective on two prompt tasks with a real local model (the [local-model] extra)")
-    p.add_argument("--run-dir", default=None,
-                   help="study folder (default runs/demo, runs/demo-real-model with --real-model)")
-    p.add_argument("--out", default=None,
-                   help="report folder (default runs/demo-report, runs/demo-real-model-report with --real-model)")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2, help="sessions in parallel (the real-model demo runs one)")
-    p.add_argument("--data-dir", default=None, help="dataset mirror for --real-model (default $HELDOUT_DATA_DIR)")
-    _local_model_arguments(p)
-    p.set_defaults(func=cmd_demo)
-
-    p = sub.add_parser("serve-model", help="an OpenAI-compatible endpoint on 127.0.0.1 for a local GGUF model")
-    _local_model_arguments(p)
-    p.add_argument("--port", type=int, default=8000, help="0: let the OS choose (printed)")
-    p.add_argument("--max-tokens", type=int, default=512, help="the most tokens one answer may have")
-    p.add_argument("--api-key", default=None, help="require this bearer token")
-    p.add_argument("--slots", type=_number(int, 1, "--slots"), default=1,
-                   help="requests answered at once, each by its own model copy (SmolLM2-135M measured: VmRSS 219 MB "
-                        "with 1 slot, 356 MB with 2); give each slot a core: slots x threads <= cores")
-    p.set_defaults(func=cmd_serve_model)
-
-    p = sub.add_parser("report", help="tables, figures, report.md/.html and results.json from run dirs")
-    p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--baseline-method", default="seed", help="method every paired table compares against")
-    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
-                   help="significance level")
-    p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
-    p.add_argument("--data-dir", default=None, help="for per-topic grouping of dataset tasks")
-    p.add_argument("--format", action="append", choices=PAPER_FORMATS, default=None,
-                   help="also Table 1 and the paired table as booktabs LaTeX / CSV in OUT/paper, figures as PDF+SVG (repeatable)")
-    p.set_defaults(func=cmd_report)
-
-    p = sub.add_parser("check", help="CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input")
-    p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
-    p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
-                   help="significance level of each one-sided test")
-    p.add_argument("--min-effect", type=_margin, default=DEFAULT_MARGIN,
-                   help="largest drop you accept, per task on its own scale: 0.01 (score units), 5%% (of the "
-                        "baseline's score; the default), 10%% headroom (of its distance to the ceiling) or 0.5sd "
-                        "(baseline run-to-run SDs); with 0 only a significant improvement passes")
-    p.add_argument("--method", default=None, help="compare this method when a run set holds several")
-    p.add_argument("--pair-seeds", choices=("id", "independent", "rank"), default="id",
-                   help="pair seeds by id (default) or compare independent runs (fresh seeds; 'rank' = independent)")
-    p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD", choices=DESIGN_FIELDS,
-                   help="compare runs that differ in FIELD (" + ", ".join(DESIGN_FIELDS) + "); stated in the "
-                        "output (repeatable)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_check)
-
-    p = sub.add_parser("plan", help="what a K-seed study can detect under the gate's own test and margin")
-    p.add_argument("--task", required=True, help="task name")
-    p.add_argument("--profile", default="default", help="split profile (its test split is the design's examples)")
-    p.add_argument("--seeds", type=int, required=True, help="runs per arm")
-    p.add_argument("--pilot", default=None, help="pilot run dir: baseline score, run-to-run SD, seed headroom")
-    p.add_argument("--p-base", type=float, default=None, help="baseline score (overrides the pilot's)")
-    p.add_argument("--run-sd", type=float, default=None, help="SD of a run's mean score (overrides the pilot's)")
-    p.add_argument("--effect", type=float, default=None, help="target effect: seeds/examples needed to detect it")
-    p.add_argument("--pair-seeds", choices=("id", "independent"), default="id",
-                   help="as the gate will pair them (id: assumes no correlation within a pair, conservative)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the one-sided test")
-    p.add_argument("--power", type=float, default=0.8, help="target power")
-    p.add_argument("--min-effect", type=_margin, default=DEFAULT_MARGIN, help="the gate's margin, as for `heldout check` "
-                   f"(default {DEFAULT_MARGIN}%)")
-    p.add_argument("--tasks", type=int, default=1, help="tasks the gate will hold together (Holm over tasks for "
-                   "a regression, every task for a pass; default 1)")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
-    p.set_defaults(func=cmd_plan)
-
-    split = sub.add_parser("split", help="build and prove topic-disjoint split profiles").add_subparsers(
-        dest="action", required=True)
-    p = split.add_parser("build", help="whole groups to test, then val, then train (+ a shared-topic probe pool)")
-    p.add_argument("--task", required=True, help="the task whose examples are split")
-    p.add_argument("--by", choices=("group",), default="group", help="the unit kept whole (topic groups)")
-    p.add_argument("--sizes", required=True, help="target examples TRAIN/VAL/TEST, e.g. 60/40/120")
-    p.add_argument("--probe", type=int, default=0, help="fresh items per train group for shared_topic_probe")
-    p.add_argument("--seed", type=int, default=0, help="seed of the group shuffle (the split is a function of it)")
-    p.add_argument("--name", required=True, help="the new profile's name")
-    p.add_argument("--out", default=None, help="user manifest root (default: first dir of $HELDOUT_MANIFEST_PATH)")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_split_build)
-    p = split.add_parser("check", help="prove zero group overlap (exit 1 otherwise) and scan for near-duplicates")
-    p.add_argument("--task", required=True, help="the task whose profile is checked")
-    p.add_argument("--profile", required=True, help="the split profile to check")
-    p.add_argument("--threshold", type=float, default=0.5, help="near-duplicate Jaccard threshold")
-    p.add_argument("--ngram", type=int, default=2, help="word n-gram size of the near-duplicate scan")
-    p.add_argument("--min-answer-words", type=int, default=3, help="answers shorter than this many words are not scanned (too common to mean a leak)")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_split_check)
-
-    leak = sub.add_parser("leak", help="answer keys in candidates; the topic-shared leakage ablation").add_subparsers(
-        dest="action", required=True)
-    p = leak.add_parser("scan", help="training questions/answers found in a candidate's text")
-    p.add_argument("candidate", help="candidate file or folder (a .json dict of components, or text)")
-    p.add_argument("--task", required=True, help="the task whose training split is searched for")
-    p.add_argument("--profile", required=True, help="the split profile whose training examples are looked for")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_leak_scan)
-    p = leak.add_parser("ablate", help="score seed and final candidates on test / exact train / shared-topic probe")
-    p.add_argument("run_dir", help="a study's run dir (searched recursively for run records)")
-    # --baseline-method, as in `report`: `--baseline` names run dirs (in `check`), never a method
-    p.add_argument("--baseline-method", default="seed", help="'seed' (the task's seed candidate) or a method name")
-    p.add_argument("--worker-model", default=None, help="default: the study's (study.json)")
-    p.add_argument("--base-url", default=None, help="the worker model's OpenAI-compatible endpoint (default: the study's)")
-    p.add_argument("--cache-dir", default=None, help="response cache folder (default: the study's)")
-    p.add_argument("--jobs", type=int, default=2, help="examples scored at once")
-    p.add_argument("--data-dir", default=None, help="local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_leak_ablate)
-
-    compare = sub.add_parser("compare", help="protocols that compare one optimizer under several conditions"
-                             ).add_subparsers(dest="action", required=True)
-    p = compare.add_parser("verifiers", help="optimise under each verifier variant, re-score with the canonical one")
-    p.add_argument("--task", required=True, help="one task")
-    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function (isolated unless "
-                   "--trusted-optimizer)")
-    p.add_argument("--trusted-optimizer", action="store_true",
-                   help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
-    p.add_argument("--variants", default="decomposed,scalar,coarse:3", help=f"comma-separated: {describe_variants()}")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
-    p.add_argument("--budget", type=int, required=True, help="metric calls per session")
-    p.add_argument("--run-dir", required=True, help="ablation folder (resumable)")
-    p.add_argument("--plan", action="store_true", help="print the sessions and budgets and exit")
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
-    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    _add_session_environment(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_compare_verifiers)
-    p = compare.add_parser("arms", help="serial vs best-of-N fork vs merge-of-N at an equal budget")
-    p.add_argument("--task", required=True, help="one task name")
-    p.add_argument("--optimizer", required=True, help="reference name or module:function taking width/stream")
-    p.add_argument("--budget", type=int, required=True, help="budget B per seed and arm, in the --fixed unit")
-    p.add_argument("--width", type=int, required=True, help="N: forks in the fork arm, workers in the merge arm")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 to separate arms; default 0,1,2)")
-    p.add_argument("--fixed", choices=FIXED_UNITS, default="metric_calls",
-                   help="the unit held equal and enforced; the others are measured as confounds")
-    p.add_argument("--metric-cap", type=int, default=None,
-                   help="with --fixed architect_calls/tokens: metric calls per run of budget B")
-    p.add_argument("--drift-tolerance", type=float, default=0.10,
-                   help="an arm spending this fraction less of the fixed unit marks the comparison broken")
-    p.add_argument("--min-headroom", type=float, default=0.10,
-                   help="warn when the seed's val score is within this fraction of the ceiling")
-    p.add_argument("--plan", action="store_true", help="print every run, its budget and the total; spend nothing")
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-    p.add_argument("--run-dir", required=True, help="the experiment's folder (one level per arm; resumable)")
-    p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    _add_session_environment(p, tolerance=False, drift=False)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_compare_arms)
-
-    protocol = sub.add_parser("protocol", help="whole evaluation protocols as one command and one report"
-                              ).add_subparsers(dest="action", required=True)
-    p = protocol.add_parser("generalisation", help="split proof, multi-seed study, held-out comparison, topic-shared "
-                            "ablation, verifier ablation and prompt autopsy, in one report")
-    p.add_argument("--task", required=True, help="one prompt task")
-    p.add_argument("--profile", default="topic-disjoint", help="split profile (default: topic-disjoint)")
-    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function (isolated unless "
-                   "--trusted-optimizer)")
-    p.add_argument("--trusted-optimizer", action="store_true",
-                   help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
-    p.add_argument("--budget", type=_number(int, 1, "--budget"), required=True, help="metric calls per session")
-    p.add_argument("--variants", default=None,
-                   help=f"verifier variants to ablate, comma-separated (default: none): {describe_variants()}")
-    p.add_argument("--allow-topic-shared", action="store_true",
-                   help="run on a profile not proven topic-disjoint (recorded; every reading then says NOT PROVEN)")
-    p.add_argument("--run-dir", required=True, help="the protocol's folder (resumable: re-run the command to continue)")
-    p.add_argument("--plan", action="store_true", help="print every session, the metric calls and what the design "
-                   "can detect; spend and write nothing")
-    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
-    _add_session_environment(p)
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=cmd_protocol_generalisation)
-
-    vliw = sub.add_parser("vliw", help="the VLIW kernel simulator").add_subparsers(dest="action", required=True)
-    p = vliw.add_parser("simulate", help="run conformance cases; one JSON line per case")
-    p.add_argument("cases", help="CASES.json: a list of {name, program, mem[, scratch_init, enable_pause, runs]}")
-    p.add_argument("--engine", choices=("fast", "reference"), default="fast", help="simulator engine")
-    p.add_argument("--cycle-cap", type=int, default=10_000_000, help="stop a program after this many cycles")
-    p.set_defaults(func=cmd_vliw_simulate)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for command in COMMANDS:
+        *group, name = command.words
+        where = sub
+        if group:
+            (word,) = group
+            if word not in groups:
+                groups[word] = sub.add_parser(word, help=GROUPS[word]).add_subparsers(dest="action", required=True)
+            where = groups[word]
+        p = where.add_parser(name, help=command.help)
+        command.add_arguments(p)
+        p.set_defaults(func=command.run)
     return parser
-
-
-def _local_model_arguments(p: argparse.ArgumentParser) -> None:
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--model", default=None, help="a bundled model (default: smollm2-135m-instruct)")
-    which.add_argument("--gguf", default=None, help="any GGUF chat model file instead")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for the model")
-    p.add_argument("--ctx", type=int, default=2048, help="context length in tokens")
-
-
-COMPLETION_SHELLS = ("bash", "zsh", "fish")
-
-
-def cmd_completion(args: argparse.Namespace) -> int:
-    if argcomplete is None:
-        raise HeldoutError("shell completion needs argcomplete: pip install 'heldout[completion]'")
-    print(argcomplete.shellcode(["heldout"], shell=args.shell))
-    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
