@@ -24,7 +24,8 @@ from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger  # noqa: E402
 from heldout.evaluators.records import RunRecord  # noqa: E402
 from heldout.evaluators.session import Budget, Session  # noqa: E402
 from heldout.models import ModelClient  # noqa: E402
-from heldout.models.testserver import TestServer  # noqa: E402
+from heldout.models.server import ChatServer  # noqa: E402
+from heldout.models.testserver import RecordingBackend, TestServer  # noqa: E402
 from heldout.optimizers import is_reference_optimizer, resolve_optimizer, user_code  # noqa: E402
 from heldout.protocols.run import Cell, Method, StudyConfig, cell_is_isolated, parse_methods, run_cell  # noqa: E402
 from heldout.protocols.study import StudyError, load_study  # noqa: E402
@@ -158,3 +159,51 @@ def test_a_module_that_raises_fails_the_cell_with_its_error(readable_dir):
     assert error["error"] == "ValueError: the user's module is broken"
     # the failing call's one evaluation was charged; nothing ran after the failure
     assert sum(1 for e in entries if e["kind"] == "evaluation") == record.usage["metric_calls"] == 1
+
+
+REPR_MARKS = ("{'", "'extracted_", "'why'", "heldout_verdict")
+
+
+def test_no_python_repr_reaches_the_proposer_or_reflection_prompts(readable_dir):
+    # every request the model server received, architect and worker: demos, reflective records
+    # and proposer prompts are text a model would read, never a dict repr of a verdict
+    for spec, budget in (("dspy-gepa", 80), ("dspy-mipro", 240), ("gepa", 70)):
+        backend = RecordingBackend()
+        with ChatServer(backend) as srv:
+            run_dir = run_program(srv, readable_dir / spec, spec, budget, trusted=True)
+        assert RunRecord.load(run_dir).status == "ok"
+        # DSPy's proposer marks its inputs [[ ## x ## ]]; GEPA's reflection quotes the instruction in ```
+        architect = [c for c in backend.calls if any(m in str(c.messages[-1].get("content")) for m in ("[[ ## ", "```"))]
+        assert len(architect) >= 1, spec
+        for call in backend.calls:
+            text = "\n".join(str(m.get("content", "")) for m in call.messages)
+            assert not any(mark in text for mark in REPR_MARKS), (spec, text[:2000])
+
+
+@pytest.mark.parametrize("verifier", ["scalar", "coarse:3", "noisy:0.1", "repeated:2"])
+@pytest.mark.parametrize("library", ["gepa", "dspy-gepa"])
+def test_the_librarys_count_and_the_ledgers_differ_only_by_what_the_event_names(library, verifier, readable_dir):
+    with TestServer() as srv:
+        cell = Cell(TASK, Method(library), seed=0, budget=120, verifier=verifier)
+        config = StudyConfig(run_root=str(readable_dir), worker_model="test", architect_model="test",
+                             base_url=srv.base_url, wall_seconds=600)
+        run_cell(cell, config)
+    run_dir = cell.run_dir(readable_dir)
+    record, entries = RunRecord.load(run_dir), ledger(run_dir)
+    assert record.status == "ok", record.error
+    charged = sum(e["data"]["cost"] for e in entries if e["kind"] == "evaluation")
+    assert charged == record.usage["metric_calls"] <= 120
+    k = int(verifier.partition(":")[2]) if verifier.startswith("repeated") else 1
+    if library == "gepa":
+        event = events(entries, "gepa_run")[0]
+        # GEPA counts a validation example as one call whatever it costs
+        assert event["gepa_total_metric_calls"] + event["val_calls_gepa_did_not_count"] == charged
+        val_examples = sum(1 for e in entries if e["kind"] == "evaluation" and e["data"]["split"] == "val")
+        assert event["val_calls_gepa_did_not_count"] == (k - 1) * val_examples
+    else:
+        event = events(entries, "dspy_run")[0]
+        # dspy.GEPA counts one call per rollout, refused ones too; the view charges K per scored one
+        assert event["metric_calls_charged"] == charged
+        assert event["bridge_worker_calls"] + event["charged_beyond_dspy_count"] == charged
+        assert event["charged_beyond_dspy_count"] == (k - 1) * event["bridge_worker_calls"]
+        assert event["gepa_total_metric_calls"] == event["bridge_worker_calls"] + event["refusals"]

@@ -23,6 +23,8 @@ Budget. A call the budget cannot pay for is refused by the view (nothing runs); 
 it (:attr:`ViewBridge.refusals`) and DSPy scores that example as a failure. ``MIPROv2`` is sized
 to the remaining budget before it starts; ``dspy.GEPA`` gets the remaining budget and a stop check
 on the first refusal. Example ids are split-prefixed (``train:ID``) like the GEPA adapter's.
+DSPy counts one metric call per program call; under ``--verifier repeated:K`` the view charges K,
+and the ``dspy_run`` event names the difference (``charged_beyond_dspy_count``, (K - 1) per call).
 
 The user's own program. :class:`UserProgram` wraps any ``dspy.Module`` the user builds (a
 ``ChainOfThought``, a pipeline of several predictors) so MIPROv2 and dspy.GEPA optimise it on the
@@ -94,16 +96,19 @@ class ViewBridge:
     refusals: int = 0  # calls the view refused for lack of budget (nothing ran, nothing charged)
     errors: list[str] = field(default_factory=list)
     failure: str | None = None  # the first error a user's program raised; nothing runs after it
+    metric_calls: int = 0  # what the view charged for those calls (K per call under repeated:K)
 
     def evaluate(self, rollout: Rollout) -> dict[str, Any]:
         if self.failure is not None:
             raise ProgramFailed(self.failure)
+        before = self.view.remaining
         try:
             shown = self.view.evaluate(rollout.candidate, rollout.split, [rollout.example_id])[0]
         except BudgetExceeded:
             self.refusals += 1
             raise
         self.worker_calls += 1
+        self.metric_calls += before - self.view.remaining
         return shown
 
     def should_stop(self, state: Any = None) -> bool:
@@ -420,8 +425,10 @@ def _student(view: TaskView, bridge: ViewBridge, program: ProgramFactory | None)
 
 
 def _record(view: TaskView, bridge: ViewBridge, program: HeldoutProgram | UserProgram, **data: Any) -> None:
+    # DSPy counts a program call as one metric call; the view charges what the verifier costs
     view.record_event(EVENT, worker_lm_calls=len(program.worker.history), bridge_worker_calls=bridge.worker_calls,
-                      refusals=bridge.refusals, program=type(program).__name__, **data)
+                      refusals=bridge.refusals, program=type(program).__name__, metric_calls_charged=bridge.metric_calls,
+                      charged_beyond_dspy_count=bridge.metric_calls - bridge.worker_calls, **data)
     if bridge.failure is not None:  # DSPy scored the failed calls 0 and went on; the run does not
         raise ProgramFailed(bridge.failure)
 
