@@ -19,6 +19,7 @@ from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.contracts import DataError, Example
 from heldout.data_manifests import Manifest
+from heldout.data_manifests.profiles import group_sample_profile
 from heldout.protocols.splits import (PROBE, SplitSizes, build_split, check_profile, check_split, group_split,
                                       near_duplicates)
 
@@ -224,6 +225,24 @@ def test_shipped_topic_disjoint_profiles_are_proven_disjoint(task, data_dir, cap
     assert cli.main(["split", "check", "--task", task, "--profile", "topic-disjoint",
                      "--data-dir", str(data_dir)]) == 0
     assert "PROVEN (zero group overlap" in capsys.readouterr().out
+
+
+def test_the_cpu_demo_profile_of_mmlu_pro_business_is_a_reproducible_topic_disjoint_draw(data_dir):
+    """One source group per pool (MMLU-Pro's groups are too large for whole-group splits of 16
+    questions); test_manifest_profiles checks the shipped file is what the build script draws."""
+    task = heldout.load_task("mmlu_pro/business", "cpu-demo", data_dir=str(data_dir))
+    check = check_split("mmlu_pro/business", "cpu-demo", data_dir=str(data_dir))
+    assert check.ok
+    assert task.sizes() == {"train": 16, "val": 12, "test": 24, PROBE: 8, "fewshot": 5}
+    pools = {pool: {ex.group for ex in task.split(pool)} for pool in ("train", "val", "test", PROBE)}
+    assert all(len(groups) == 1 for groups in pools.values()) and pools[PROBE] == pools["train"]
+    assert len(pools["train"] | pools["val"] | pools["test"]) == 3
+
+
+def test_a_group_sample_profile_refuses_when_no_group_is_large_enough():
+    examples = [Example(id=f"e{i}", input={"question": "q"}, target="a", group=f"g{i % 4}") for i in range(12)]
+    with pytest.raises(DataError, match="no free group holds the 5 items test needs"):
+        group_sample_profile("t", examples, 1, 1, 5)
 
 
 def test_shipped_law_profile_is_proven_disjoint(data_dir):

@@ -11,6 +11,9 @@ Profiles (all drawn in hash order, see :mod:`heldout.data_manifests.profiles`):
   train 100 / test 200.
 * ``topic-disjoint`` (HotpotQA, MMLU-Pro): no group (gold-title pair / source subject) spans
   two splits; 20/20/60 by examples.
+* ``cpu-demo`` (MMLU-Pro business, for ``heldout demo --protocol``): train 16 / val 12 / test
+  24 plus 8 probe questions, one source group per pool (``group_sample_profile``: whole groups are
+  too large for a split this small), topic-disjoint.
 * MMLU-Pro profiles also carry a ``fewshot`` pool: the category's validation rows.
 
 Re-running on unchanged data reproduces the shipped files byte for byte."""
@@ -25,7 +28,7 @@ from heldout.contracts import Example
 from heldout.benchmarks.loading import resolve_data_dir
 from heldout.benchmarks.registry import all_tasks
 from heldout.data_manifests import Manifest, file_sha256, freeze
-from heldout.data_manifests.profiles import default_profile, group_disjoint_profile, sized_profile
+from heldout.data_manifests.profiles import default_profile, group_disjoint_profile, group_sample_profile, sized_profile
 
 SEPO_SIZES: dict[str, tuple[int, int, int | None]] = {
     "mmlu_pro/computer_science": (100, 0, 200),
@@ -36,6 +39,7 @@ SEPO_SIZES: dict[str, tuple[int, int, int | None]] = {
     "hotpotqa/distractor": (100, 0, 200),
 }
 BBH_SEPO = (50, 0, 200)
+CPU_DEMO_SIZES: dict[str, tuple[int, int, int, int]] = {"mmlu_pro/business": (16, 12, 24, 8)}  # + probe
 
 
 def profiles_for(task: str, examples: list[Example]) -> tuple[dict, dict]:
@@ -51,6 +55,12 @@ def profiles_for(task: str, examples: list[Example]) -> tuple[dict, dict]:
     if task.startswith(("hotpotqa/", "mmlu_pro/")):
         profiles["topic-disjoint"] = group_disjoint_profile(task, pool)
         notes["topic-disjoint"] = "whole groups per split, groups in hash order, 20/20/60 by examples"
+    if task in CPU_DEMO_SIZES:
+        train, val, test, probe = CPU_DEMO_SIZES[task]
+        profiles["cpu-demo"] = group_sample_profile(task, pool, train, val, test, probe, salt="cpu-demo|0")
+        notes["cpu-demo"] = (f"sizes {train}/{val}/{test} + {probe} probe: one source group per pool (test, then val, "
+                             "then train, each the first free group in hash order salted cpu-demo|0 with enough "
+                             "items), items in hash order")
     if fewshot:
         for prof in profiles.values():
             prof["fewshot"] = fewshot

@@ -11,6 +11,9 @@ from typing import Iterable, Sequence
 
 from heldout.contracts import DataError, Example
 
+PROBE_POOL = "shared_topic_probe"
+"""Fresh questions of training families, for the topic-shared leakage ablation."""
+
 
 def hash_order(task: str, ids: Iterable[str], salt: str = "") -> list[str]:
     return sorted(ids, key=lambda i: hashlib.sha256(f"{task}|{salt}|{i}".encode()).hexdigest())
@@ -78,3 +81,33 @@ def group_disjoint_profile(task: str, examples: Sequence[Example], fractions=(0.
         filled += len(groups[key])
     _refuse_empty(task, "topic-disjoint", splits, {name: name in wanted for name in names})
     return splits
+
+
+def group_sample_profile(task: str, examples: Sequence[Example], train: int, val: int, test: int, probe: int = 0,
+                         salt: str = "") -> dict[str, list[str]]:
+    """A small topic-disjoint draw from a task whose groups are large (MMLU-Pro's sources hold
+    37-560 questions each, so whole groups cannot make a 16-question split): one group per pool,
+    test, then val, then train, each the first free group in hash order with enough items, and of
+    it the first items in hash order (train: ``train + probe``, the first ``probe`` going to the
+    probe pool). No group is in two pools, so the draw is topic-disjoint; the rest of each group
+    stays out."""
+    if min(train, val, test, probe) < 0:
+        raise DataError(f"{task}: sizes must not be negative, got {train}/{val}/{test} probe {probe}")
+    groups: dict[str, list[str]] = {}
+    for ex in examples:
+        groups.setdefault(ex.group if ex.group is not None else f"__id__{ex.id}", []).append(ex.id)
+    free = hash_order(task, groups, salt)
+    out: dict[str, list[str]] = {}
+    for split, need in (("test", test), ("val", val), ("train", train + probe)):
+        if need == 0:
+            out[split] = []
+            continue
+        key = next((k for k in free if len(groups[k]) >= need), None)
+        if key is None:
+            raise DataError(f"{task}: no free group holds the {need} items {split} needs")
+        free.remove(key)
+        out[split] = hash_order(task, groups[key], f"{salt}|{split}")[:need]
+    profile = {"train": out["train"][probe:], "val": out["val"], "test": out["test"]}
+    if probe:
+        profile[PROBE_POOL] = out["train"][:probe]
+    return profile

@@ -33,9 +33,9 @@ from heldout.benchmarks.loading import Task, load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import DataError, Example, canonical_json, check_name
 from heldout.data_manifests import MANIFEST_DIR, MANIFEST_PATH_ENV, Manifest, file_sha256, freeze, manifest_roots
-from heldout.data_manifests.profiles import hash_order
+from heldout.data_manifests.profiles import PROBE_POOL, hash_order
 
-PROBE = "shared_topic_probe"
+PROBE = PROBE_POOL
 HELD_SPLITS = ("train", "val", "test")
 FILL_ORDER = ("test", "val", "train")
 
