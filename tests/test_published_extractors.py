@@ -1,10 +1,12 @@
 """The ``published`` extractors equal their reference rules on any output, and stay linear.
 
-MMLU-Pro's official extractor (TIGER-AI-Lab/MMLU-Pro ``evaluate_from_api.py``) is three regexes,
-two of them quadratic on a long line. heldout's :func:`reference.mmlu_pro_answer` finds the same
-matches in one pass each; here it is compared with those regexes applied directly, on random
-outputs built from answer-like fragments (short, so the direct regexes are fast), and run on
-100,000-character outputs built to make the direct regexes slow. The time itself is measured in
+Each family's published extractor is compared with its reference rule, stated independently in
+:mod:`reference_rules`, on random outputs built from answer-like fragments (short, so the direct
+regexes are fast): BBH's rule, MMLU-Pro's official regexes (two of them quadratic on a long line;
+heldout's :func:`reference.mmlu_pro_answer` finds the same matches in one pass each), PAL's text
+rule for GSM-Hard, and HotpotQA's headline (strict's reading, the whole output when it has no
+cue, scored by the official EM and F1). Each is then run on 100,000-character outputs built to
+make the direct regexes slow (:mod:`adversarial_outputs`). The time itself is measured in
 ``perf/extraction_speed.py`` (house rule: no timing assertions in unit tests)."""
 
 from __future__ import annotations
@@ -14,68 +16,96 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from heldout.benchmarks.extraction import reference, score_choice
+from adversarial_outputs import adversarial_outputs, published_reading
+from heldout.benchmarks.extraction import (extract_bbh, extract_span, reference, score_bbh, score_choice,
+                                           score_number, score_span)
+from reference_rules import bbh_reference, official_em, official_f1, official_mmlu_pro, pal_text_rule
 
 
-def official_mmlu_pro(text: str) -> str | None:
-    """The official rule stated directly: delete every ``**``, then the three regexes in order."""
-    text = text.replace("**", "")
-    for pattern in (r"answer is \(?([A-J])\)?", r".*[aA]nswer:\s*([A-J])"):
-        m = re.search(pattern, text)
-        if m:
-            return m.group(1)
-    m = re.search(r"\b[A-J]\b(?!.*\b[A-J]\b)", text, re.DOTALL)
-    return m.group(0) if m else None
+def outputs(fragments: list[str], max_size: int = 16) -> st.SearchStrategy[str]:
+    return st.lists(st.sampled_from(fragments), max_size=max_size).map("".join)
 
 
-FRAGMENTS = [
+# Whole cues and answers as fragments (fewer draws per output than single characters).
+MMLU_FRAGMENTS = [
     "answer is ", "answer is", "Answer is ", "the answer is (", "answer:", "Answer:", "ANSWER:", "nswer:",
-    "A", "B", "C", "J", "K", "a", "b", "(", ")", " ", "  ", "\n", "\n\n", "\t", "\r\n", "*", "**", "***",
-    ".", ",", ":", "x", "é", "_", "1", "Q", "option ", "So ", "Answer: ", "answer: (", "Answer:\n",
-    "\u00a0", "AB", "A1", "answer is (A", "answer is A)", "Answer:**", "**Answer:**",
+    "A", "B", "C", "J", "K", "a", "b", "(", ")", " ", "\n", "\n\n", "\t", "\r\n", "*", "**", "***",
+    ".", ":", "x", "é", "1", "Answer: ", "answer: (", "Answer:\n", "\u00a0", "AB", "A1",
+    "answer is (A", "answer is A)", "Answer:**", "**Answer:**", "The answer is (C).", "Answer: **D**", " J ",
 ]
-outputs = st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
+BBH_FRAGMENTS = [
+    "the answer is", "the answer is ", "So the answer is ", "The answer is ", "(A)", "(B)", "True", "False",
+    "yes", " ", "  ", "\n", "\n\n", ".", "..", "\t", "\r\n", "x", "\u00a0", "é", "Q: ", "So the answer is (A).",
+]
+PAL_FRAGMENTS = [
+    "The answer is ", "The answer is", "the answer is ", "12", "12.0", "12.0004", "12.001", "-3", "1e3", "1_2",
+    "inf", "nan", "\u0663", "$", ",", ".", " ", "\n", "\t", "x", "\u00a0", "0x1", "The answer is 12.",
+]
+SPAN_FRAGMENTS = [
+    "So the answer is ", "the answer is ", "Answer:", "Answer: ", "Final answer: ", "not ", "Paris", "paris",
+    "the Eiffel Tower", "Eiffel", "yes", "no", "**", "\n", "\n\n", ".", ". ", " ", "Q: ", "Question: ",
+    "I hope this answer is helpful", ",", "\"", "noanswer", "So the answer is Paris.",
+]
 
 
-@settings(max_examples=3000, deadline=None)
-@given(outputs)
+@settings(max_examples=600, deadline=None)
+@given(outputs(MMLU_FRAGMENTS, max_size=24))
 def test_the_linear_mmlu_pro_extractor_equals_the_official_regexes_on_any_output(text):
     assert reference.mmlu_pro_answer(text) == official_mmlu_pro(text), repr(text)
 
 
-@settings(max_examples=1000, deadline=None)
-@given(st.lists(outputs, min_size=1, max_size=6).map("\n".join))
+@settings(max_examples=300, deadline=None)
+@given(st.lists(outputs(MMLU_FRAGMENTS, max_size=8), min_size=1, max_size=6).map("\n".join))
 def test_the_answer_colon_stage_reads_the_last_cue_of_the_first_line_that_has_one(text):
     m = re.search(r".*[aA]nswer:\s*([A-J])", text)
     assert reference.mmlu_pro_answer_colon(text) == (m.group(1) if m else None), repr(text)
 
 
-def adversarial_outputs(length: int) -> dict[str, str]:
-    """Outputs the direct regexes take quadratic time on: one long line of standalone letters
-    (stage 3 looks ahead to the end from every letter), of "Answer:" cues without a letter
-    (stage 2's ``.*`` backs off from the line's end at every start), and both with the answer at
-    the very end."""
-    def fill(unit: str, tail: str) -> str:
-        return (unit * (length // len(unit) + 1))[: length - len(tail)] + tail
-    return {
-        "letters on one line": fill("A B C D E ", " F"),
-        "cues without letters on one line": fill("Answer: (x) then ", "Answer: G"),
-        "stars and cues": fill("**Answer:** x * ", "answer is **H**"),
-        "letters on many lines": fill("so B\nor C\n", "\nJ"),
-    }
+@settings(max_examples=300, deadline=None)
+@given(outputs(BBH_FRAGMENTS), st.sampled_from([("(A)", "choice"), ("True", "true_false"), ("yes", "yes_no")]))
+def test_the_bbh_published_extractor_equals_the_bbh_rule_on_any_output(text, target_and_format):
+    target, fmt = target_and_format
+    assert extract_bbh(text, fmt, "published") == bbh_reference(text), repr(text)
+    assert score_bbh(text, target, fmt)["published"] == int(bbh_reference(text) == target), repr(text)
 
 
-EXPECTED = {"letters on one line": "F", "cues without letters on one line": "G", "stars and cues": "H",
-            "letters on many lines": "J"}
+@settings(max_examples=400, deadline=None)
+@given(outputs(PAL_FRAGMENTS), st.sampled_from([12.0, -3.0, 1000.0, 3.0]))
+def test_the_gsm_hard_published_extractor_equals_pals_text_rule_on_any_output(text, target):
+    result = score_number(text, target)
+    assert (result["extracted_published"], result["published"]) == pal_text_rule(text, target), repr(text)
 
 
-def test_adversarial_outputs_give_the_official_answer_when_short_enough_to_check_directly():
-    for name, text in adversarial_outputs(3_000).items():
-        assert reference.mmlu_pro_answer(text) == official_mmlu_pro(text) == EXPECTED[name], name
+@settings(max_examples=300, deadline=None)
+@given(outputs(SPAN_FRAGMENTS), st.sampled_from(["Paris", "yes", "the Eiffel Tower"]))
+def test_the_hotpotqa_headline_scores_strict_reading_or_the_whole_cueless_output_by_the_official_metric(text, gold):
+    result = score_span(text, gold)
+    strict = extract_span(text, "strict")
+    prediction = strict if strict is not None or result["why_strict"] != "no_cue" else (text.strip() or None)
+    assert result["extracted_published"] == prediction, repr(text)
+    assert result["published"] == official_em(prediction, gold), repr(text)
+    assert result["f1_published"] == official_f1(prediction, gold), repr(text)
 
 
-def test_a_100k_character_adversarial_output_is_read_to_its_answer():
-    for name, text in adversarial_outputs(100_000).items():
-        assert len(text) == 100_000
-        assert reference.mmlu_pro_answer(text) == EXPECTED[name], name
-        assert score_choice(text, EXPECTED[name], 10)["published"] == 1, name
+def direct_reading(family: str, text: str) -> object:
+    """The family's reference rule applied directly (HotpotQA's headline is strict's reading)."""
+    if family == "bbh":
+        return bbh_reference(text)
+    if family == "mmlu_pro":
+        return official_mmlu_pro(text)
+    if family == "gsm_hard":
+        return pal_text_rule(text, 0.0)[0]
+    return extract_span(text, "strict")
+
+
+def test_adversarial_outputs_give_the_reference_answer_when_short_enough_to_check_directly():
+    for name, case in adversarial_outputs(3_000).items():
+        assert published_reading(case.family, case.text) == direct_reading(case.family, case.text) == case.answer, name
+
+
+def test_a_100k_character_adversarial_output_of_every_family_is_read_to_its_answer():
+    for name, case in adversarial_outputs(100_000).items():
+        assert len(case.text) == 100_000
+        assert published_reading(case.family, case.text) == case.answer, name
+        if case.family == "mmlu_pro":  # and scored through the family's scorer
+            assert score_choice(case.text, case.answer, 10)["published"] == 1, name

@@ -1,26 +1,18 @@
-"""BBH: a table of tricky outputs with the expected reading in every mode. ``published`` must
-equal the BBH rule, re-implemented here independently from its statement (text after the last
-"the answer is", stripped, minus one trailing period, equals the target; the answer starts on the
-cue's line after a space, as lm-evaluation-harness's bbh_cot_fewshot filter requires: this
-re-implementation once accepted an answer on the next line too, the same bug as heldout's)."""
+"""BBH: a table of tricky outputs with the expected reading in every mode. ``published`` must equal
+the BBH rule, re-implemented in :mod:`reference_rules` independently from its statement (text
+after the last "the answer is", stripped, minus one trailing period, equals the target; the
+answer starts on the cue's line after a space, as lm-evaluation-harness's bbh_cot_fewshot filter
+requires: this re-implementation once accepted an answer on the next line too, the same bug as
+heldout's)."""
 
 from __future__ import annotations
 
 import pytest
 
 from heldout.benchmarks.extraction import score_bbh
+from reference_rules import bbh_reference
 
 CAPITALS = ("Paris", "London", "Rome", "Berlin")  # options (A)..(D) of the choice rows
-
-
-def bbh_rule(text: str, target: str) -> int:
-    if "the answer is" not in text:
-        return 0
-    rest = text[text.rindex("the answer is") + len("the answer is"):]
-    if rest[:1] != " " or rest.partition("\n")[0].isspace():
-        return 0
-    tail = rest.strip()
-    return int((tail[:-1] if tail.endswith(".") else tail) == target)
 
 
 # (text, target, format, strict reading, flexible reading, published score)
@@ -142,7 +134,7 @@ def test_bbh_corpus(text, target, fmt, strict, flexible, published):
     options = CAPITALS if fmt == "choice" else ()
     result = score_bbh(text, target, fmt, options=options)
     assert (result["extracted_strict"], result["extracted_flexible"]) == (strict, flexible)
-    assert result["published"] == published == bbh_rule(text, target)
+    assert result["published"] == published == int(bbh_reference(text) == target)
     gold = target.lower() if fmt in ("yes_no", "true_false") else target
     for mode, reading in (("strict", strict), ("flexible", flexible)):
         norm = (reading or "").lower() if fmt in ("yes_no", "true_false") else reading

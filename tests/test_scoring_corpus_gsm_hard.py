@@ -1,32 +1,20 @@
 """GSM-Hard: a table of tricky outputs with the expected reading in every mode. ``published`` is
-PAL's text rule (reasoning-machines/pal ``scripts/gsm_zero_shot.py``), re-implemented here from
-its statement: the stripped output after its last "The answer is " (case-sensitive, with the
-space), stripped, equals the target's string or floats to within 1e-3 of it. ``pal`` is PAL's
-comparison ``abs(answer - target) < 1e-3`` of heldout's flexible reading."""
+PAL's text rule (reasoning-machines/pal ``scripts/gsm_zero_shot.py``), re-implemented in
+:mod:`reference_rules` from its statement: the stripped output after its last "The answer is "
+(case-sensitive, with the space), stripped, equals the target's string or floats to within 1e-3
+of it. ``pal`` is PAL's comparison ``abs(answer - target) < 1e-3`` of heldout's flexible
+reading."""
 
 from __future__ import annotations
 
 import pytest
 
 from heldout.benchmarks.extraction import score_number
+from reference_rules import pal_text_rule
 
 
 def pal(answer: float | None, target: float) -> int:
     return int(answer is not None and abs(answer - target) < 1e-3)
-
-
-def pal_text_rule(text: str, target: float) -> tuple[float | None, int]:
-    """(the float PAL's text rule reads or None, its score)."""
-    body = text.strip()
-    at = body.rfind("The answer is ")
-    answer = (body[at + len("The answer is "):] if at >= 0 else body).strip()
-    try:
-        value = float(answer)
-    except ValueError:
-        return None, int(answer == str(target))
-    if value != value or value in (float("inf"), float("-inf")):
-        return None, 0
-    return value, int(answer == str(target) or abs(value - target) < 1e-3)
 
 
 BIG = 9284017268534.4  # the largest GSM-Hard target

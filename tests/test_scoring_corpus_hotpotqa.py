@@ -1,25 +1,15 @@
 """HotpotQA: a table of tricky outputs with the expected reading in every mode. Scores use the
-official normalisation, re-implemented here from hotpot_evaluate_v1.py's description (lower-case,
-drop punctuation, drop a/an/the, collapse whitespace). The ``published`` (headline) prediction is
-what strict reads, or the whole output when it has no answer cue."""
+official normalisation, re-implemented in :mod:`reference_rules` from hotpot_evaluate_v1.py's
+description (lower-case, drop punctuation, drop a/an/the, collapse whitespace). The
+``published`` (headline) prediction is what strict reads, or the whole output when it has no
+answer cue."""
 
 from __future__ import annotations
-
-import re
-import string
 
 import pytest
 
 from heldout.benchmarks.extraction import score_span
-
-
-def official_normalize(s: str) -> str:
-    s = "".join(ch for ch in s.lower() if ch not in set(string.punctuation))
-    return " ".join(re.sub(r"\b(a|an|the)\b", " ", s).split())
-
-
-def em(prediction: str | None, gold: str) -> int:
-    return int(prediction is not None and official_normalize(prediction) == official_normalize(gold))
+from reference_rules import official_em as em
 
 
 # (text, gold, strict reading, flexible reading, published reading)

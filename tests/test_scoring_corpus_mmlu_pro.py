@@ -1,28 +1,17 @@
-"""MMLU-Pro: a table of tricky outputs with the expected reading in every mode. ``published``
-must equal the official three-stage extractor, re-implemented here from its published regexes
-(applied directly: quadratic, fine on these short texts), after deleting every ``**`` as
-``evaluate_from_api.py`` does before extracting."""
+"""MMLU-Pro: a table of tricky outputs with the expected reading in every mode. ``published`` must
+equal the official three-stage extractor, re-implemented in :mod:`reference_rules` from its
+published regexes (applied directly: quadratic, fine on these short texts), after deleting every
+``**`` as ``evaluate_from_api.py`` does before extracting."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 
 from heldout.benchmarks.extraction import score_choice
+from reference_rules import official_mmlu_pro as official
 
 OPTIONS = ("mitosis", "meiosis", "osmosis", "diffusion", "photosynthesis",
            "respiration", "fermentation", "transcription", "translation", "replication")
-
-
-def official(text: str) -> str | None:
-    text = text.replace("**", "")
-    for pattern in (r"answer is \(?([A-J])\)?", r".*[aA]nswer:\s*([A-J])"):
-        m = re.search(pattern, text)
-        if m:
-            return m.group(1)
-    m = re.search(r"\b[A-J]\b(?!.*\b[A-J]\b)", text, re.DOTALL)
-    return m.group(0) if m else None
 
 
 # (text, gold, strict reading, flexible reading, published reading)
