@@ -11,7 +11,8 @@ the model endpoint against bare httpx at the same concurrency and against a rate
 (perf/mbpp_plus_run.py); a grid on Ray against serial and against a local pool
 (perf/ray_grid.py, needs the [ray] extra); the results store's and ``heldout report``'s scaling
 as a study grows (perf/store_build.py, perf/report_scaling.py); the CLI's start against a bare
-interpreter (perf/cli_start.py); the local model's server against llama-cpp-python called
+interpreter (perf/cli_start.py); the published answer extractors on 100k-character adversarial
+outputs against the official MMLU-Pro regexes on the same text (perf/extraction_speed.py); the local model's server against llama-cpp-python called
 directly (perf/local_model_throughput.py, needs the [local-model] extra and is skipped with
 ``--no-local-model``); with ``--suite``, the test suite's wall time (perf/test_suite.py, ~12 min);
 with ``--mbpp-full``, the full 378-problem MBPP+ run.
@@ -37,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the sibling scripts
 
 import cli_start  # noqa: E402
+import extraction_speed  # noqa: E402
 import local_model_throughput  # noqa: E402
 import lockpicking_exhaustive  # noqa: E402
 import mbpp_plus_run  # noqa: E402
@@ -92,7 +94,8 @@ def main() -> int:
                 ("ray grid", ray_grid.figures),
                 ("results store", store_build.figures),
                 ("reports", report_scaling.figures),
-                ("cli start", cli_start.figures)]
+                ("cli start", cli_start.figures),
+                ("extraction", extraction_speed.figures)]
     if not args.no_local_model:
         sections.append(("local model", local_model_throughput.figures))
     if args.suite:

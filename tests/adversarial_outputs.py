@@ -2,9 +2,10 @@
 ``published`` rule reads in them, for tests/test_published_extractors.py and
 perf/extraction_speed.py.
 
-Each is one long line (the official MMLU-Pro regexes are quadratic on a line: stage 2's ``.*``
-backs off from the line's end at every start, stage 3 looks ahead to the end from every
-standalone letter) with the answer at its very end, so a reader that stops early reads wrong."""
+Each is one long line with the answer at its very end (a reader that stops early reads wrong),
+and none holds what the official MMLU-Pro regexes' first two stages look for (``answer is`` and a
+letter; ``answer:`` and a letter): stage 2's ``.*`` then backs off from the line's end at every
+start, quadratic in the line's length."""
 
 from __future__ import annotations
 
@@ -28,12 +29,12 @@ def adversarial_outputs(length: int) -> dict[str, Adversarial]:
     return {
         "mmlu_pro: letters on one line": Adversarial("mmlu_pro", fill("A B C D E ", " F", length), "F"),
         "mmlu_pro: cues without letters on one line": Adversarial(
-            "mmlu_pro", fill("Answer: (x) then ", "Answer: G", length), "G"),
-        "mmlu_pro: stars and cues": Adversarial("mmlu_pro", fill("**Answer:** x * ", "answer is **H**", length), "H"),
-        "mmlu_pro: letters on many lines": Adversarial("mmlu_pro", fill("so B\nor C\n", "\nJ", length), "J"),
+            "mmlu_pro", fill("Answer: (x) then ", " so the final choice is G", length), "G"),
+        "mmlu_pro: stars and cues": Adversarial("mmlu_pro", fill("**Answer:** x * ", " **H**", length), "H"),
         "bbh: cues with no answer on one line": Adversarial(
             "bbh", fill("so the answer is unclear, and ", " So the answer is True.", length), "True"),
-        "bbh: letters then the answer": Adversarial("bbh", fill("(A) B C ", " So the answer is (D).", length), "(D)"),
+        "bbh: options then the answer": Adversarial(
+            "bbh", fill("(A) (B) (C) ", " So the answer is True.", length), "True"),
         "gsm_hard: numbers and cues on one line": Adversarial(
             "gsm_hard", fill("The answer is maybe 7 or ", " The answer is 12", length), 12.0),
         "hotpotqa: denied cues on one line": Adversarial(
