@@ -42,9 +42,9 @@ from heldout.models.backends.llama import LlamaBackend, resolve_model
 from heldout.models.backends.pool import SlotPool
 from heldout.models.server import ChatServer
 from heldout.protocols.executors import EXECUTORS, make_executor
-from heldout.protocols.run import (LocalExecutor, StudyConfig, build_cells, open_study, parse_budgets, parse_methods,
-                                   parse_seeds, run_study)
-from heldout.protocols.study import Study, load_study, parse_study, save_resolved
+from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, open_study, run_study
+from heldout.protocols.study import (DEFAULT_PROFILE, Study, load_study, make_study, parse_budgets, parse_methods,
+                                     parse_seeds, save_resolved)
 
 
 # Each command imports its modules when it runs, so `heldout --help` and `--version` load no numba,
@@ -398,29 +398,26 @@ def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def study_from_flags(args: argparse.Namespace) -> Study:
-    """The flags as a study mapping, resolved by the same parser as a study file."""
+    """The study the ``heldout run`` flags say: each flag read in its own syntax, then made like a
+    study file's (:func:`make_study`), so the same settings give the same cells either way."""
     if not args.task or not args.budget or not args.run_dir:
         raise HeldoutError("heldout run needs a STUDY.toml, or --task, --budget and --run-dir")
     tasks = expand_tasks(args.task)
-    methods = parse_methods(args.optimizer or [], args.optimizer_cmd or [])
-    data: dict[str, Any] = {
-        "run_dir": args.run_dir, "tasks": tasks, "profiles": [args.profile or "default"],
-        "seeds": parse_seeds(args.seeds or "0"), "budget": parse_budgets(args.budget, tasks),
-        "methods": [{"name": m.name, **({"command": m.command} if m.command else {"optimizer": m.target})}
-                    for m in methods],
-        "verifiers": [args.verifier or CANONICAL], "policy": args.policy or "standard",
-        "allow_drift": bool(args.allow_drift), "trusted_optimizer": bool(args.trusted_optimizer),
-        "executor": {k: v for k, v in _executor_flags(args).items() if v is not None},
-        "options": {} if args.tolerance is None else {"tolerance": args.tolerance},
-        "limits": {k: v for k, v in (("architect_tokens", args.architect_tokens),
-                                     ("wall_seconds", args.wall_seconds)) if v is not None},
-        "models": {k: v for k, v in (("worker", args.worker_model), ("architect", args.architect_model),
-                                     ("base_url", args.base_url), ("cache_dir", args.cache_dir)) if v is not None}}
+    options = {} if args.tolerance is None else {"tolerance": args.tolerance}
     if args.prompt_format:
-        data["prompt_format"] = args.prompt_format
-    if args.data_dir:
-        data["data_dir"] = args.data_dir
-    return parse_study(data, origin="heldout run")
+        options["prompt_format"] = args.prompt_format
+    return make_study(
+        run_dir=args.run_dir, tasks=tasks, budgets=parse_budgets(args.budget, tasks),
+        methods=parse_methods(args.optimizer or [], args.optimizer_cmd or []),
+        profiles=[args.profile or DEFAULT_PROFILE], seeds=parse_seeds(args.seeds or "0"),
+        verifiers=[args.verifier or CANONICAL], policy=args.policy or "standard", options=options,
+        limits={k: v for k, v in (("architect_tokens", args.architect_tokens),
+                                  ("wall_seconds", args.wall_seconds)) if v is not None},
+        models={k: v for k, v in (("worker", args.worker_model), ("architect", args.architect_model),
+                                  ("base_url", args.base_url), ("cache_dir", args.cache_dir)) if v is not None},
+        executor={k: v for k, v in _executor_flags(args).items() if v is not None},
+        data_dir=args.data_dir or None, allow_drift=bool(args.allow_drift),
+        trusted_optimizer=bool(args.trusted_optimizer), origin="heldout run")
 
 
 def run_arguments(p: argparse.ArgumentParser) -> None:

@@ -25,7 +25,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent)]
 
 from heldout.protocols.executors import RayExecutor  # noqa: E402
-from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, parse_methods, run_study  # noqa: E402
+from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, run_study  # noqa: E402
+from heldout.protocols.study import parse_methods  # noqa: E402
 
 TASK = "circle_packing/square26"
 TARGET = 1.8

@@ -27,7 +27,8 @@ from heldout.models import ModelClient  # noqa: E402
 from heldout.models.server import ChatServer  # noqa: E402
 from heldout.models.testserver import RecordingBackend, TestServer  # noqa: E402
 from heldout.optimizers import is_reference_optimizer, resolve_optimizer, user_code  # noqa: E402
-from heldout.protocols.run import Cell, Method, StudyConfig, cell_is_isolated, parse_methods, run_cell  # noqa: E402
+from heldout.protocols.run import Cell, Method, StudyConfig, cell_is_isolated, run_cell  # noqa: E402
+from heldout.protocols.study import parse_methods  # noqa: E402
 from heldout.protocols.study import StudyError, load_study  # noqa: E402
 
 import dspy_programs  # noqa: E402  (tests/, on the path)

@@ -17,7 +17,8 @@ from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.protocols.executors import (CellResources, ExecutorError, LOCK_DIR, RayExecutor, cell_lock,
                                          lock_path, make_executor)
-from heldout.protocols.run import Cell, LocalExecutor, Method, StudyConfig, build_cells, parse_methods, run_study
+from heldout.protocols.run import Cell, LocalExecutor, Method, StudyConfig, build_cells, run_study
+from heldout.protocols.study import parse_methods
 from heldout.sandbox.process import isolation_level
 from ray_cell_optimizers import KILL_MARKERS, PROBE_TARGETS
 

@@ -26,11 +26,9 @@ from heldout.protocols.run import (
     build_cells,
     cell_session,
     open_study,
-    parse_budgets,
-    parse_methods,
-    parse_seeds,
     run_study,
 )
+from heldout.protocols.study import parse_budgets, parse_methods, parse_seeds
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}

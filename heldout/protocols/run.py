@@ -38,9 +38,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
-from heldout.benchmarks.registry import expand_tasks
 from heldout.contracts import HeldoutError, canonical_json, check_name, read_user_json, write_text_atomically
 from heldout.evaluators.isolated import run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
@@ -48,9 +47,8 @@ from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecor
 from heldout.evaluators.policy import POLICIES, Budget
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient, ResponseCache
-from heldout.optimizers import (ALIASES, REFERENCE_OPTIMIZERS, canonical_name, is_reference_optimizer,
-                                optimizer_code_sha256, optimizer_target, resolve_optimizer, split_spec,
-                                user_code)
+from heldout.optimizers import (is_reference_optimizer, optimizer_code_sha256, optimizer_target, resolve_optimizer,
+                                split_spec, user_code)
 
 STUDY_FILE = "study.json"
 STUDY_FORMAT = 2
@@ -616,73 +614,6 @@ def interrupt_summary(results: list[dict[str, Any]], signame: str, run_root: str
     lines += [f"  interrupted: {r['task']} {r['method']} seed {r['seed']}" for r in results if r["status"] == "interrupted"]
     lines.append(f"  resume with: {resume_hint or 'the same command plus --resume'}  (run dir {run_root})")
     return "\n".join(lines)
-
-
-# -- parsing -------------------------------------------------------------------------------------
-def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Method]:
-    """``NAME`` or ``NAME=module:function`` for in-process; ``NAME=CMD`` or ``CMD`` for commands.
-    Reference aliases are shown under their one name; every in-process target is loaded here,
-    so a mistyped name fails before any session starts."""
-    methods = []
-    for spec in optimizers:
-        # NAME=TARGET names a method; a bare spec (options after "?" may hold "=") names itself
-        explicit = "=" in spec.partition("?")[0]
-        name, _, target = spec.partition("=") if explicit else (canonical_name(spec), "", "")
-        target = target or name
-        if not name:
-            raise HeldoutError(f"--optimizer needs a name, got {spec!r}")
-        resolve_optimizer(target)
-        methods.append(Method(name=name, target=target))
-    for k, spec in enumerate(commands):
-        name, sep, command = spec.partition("=")
-        if not sep or " " in name:
-            name, command = f"cmd{k}", spec
-        methods.append(Method(name=name, command=command))
-    names = [m.name for m in methods]
-    if len(set(names)) != len(names):
-        aliased = [f"{a} is an alias of {c}" for a, c in ALIASES.items() if c in names]
-        raise HeldoutError(f"method names must be unique, got {names}" + (f" ({'; '.join(aliased)})" if aliased else ""))
-    if not methods:
-        raise HeldoutError("name at least one --optimizer or --optimizer-cmd "
-                           f"(reference optimizers: {', '.join(REFERENCE_OPTIMIZERS)})")
-    return methods
-
-
-def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
-    """``N`` for every task, or ``TASK=N`` per task (a later spec overrides an earlier one).
-    N must be a whole number >= 1."""
-    budgets: dict[str, int] = {}
-    strangers: list[str] = []
-    for spec in specs:
-        task, sep, value = spec.rpartition("=")
-        try:
-            n = int(value)
-        except ValueError:
-            n = None
-        if n is None or n < 1:
-            raise HeldoutError(f"--budget takes N or TASK=N with N a whole number >= 1 (metric calls), got {spec!r}")
-        named = expand_tasks([task]) if sep else tasks
-        if sep and not set(named) & set(tasks):
-            strangers.append(spec)
-        for t in named:
-            budgets[t] = n
-    missing = [t for t in tasks if t not in budgets]
-    if missing:
-        raise HeldoutError(f"no budget for {', '.join(missing)}")
-    if strangers:
-        raise HeldoutError(f"--budget {', '.join(map(repr, strangers))} names no task of this run ({', '.join(tasks)})")
-    return {t: budgets[t] for t in tasks}
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``0,1,2``: distinct whole numbers >= 0."""
-    try:
-        seeds = [int(part) for part in text.split(",")]
-    except ValueError:
-        seeds = None
-    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise HeldoutError(f"--seeds takes distinct whole numbers >= 0 separated by commas (e.g. 0,1,2), got {text!r}")
-    return seeds
 
 
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],

@@ -3,8 +3,9 @@
 A study file names the tasks (names, families, groups, globs), split profiles, methods with
 their options, seeds, budgets (per task), verifier variants, prompt format, visibility policy,
 models and executor. :func:`load_study` reads it with ``tomllib``; :func:`parse_study` validates a
-mapping (the same function the ``heldout run`` flags are turned into, so a file and the flags that
-say the same thing give the same cells). Rules:
+mapping; the ``heldout run`` flags are read by :func:`parse_methods`, :func:`parse_budgets` and
+:func:`parse_seeds`; both end in :func:`make_study`, the one way a study is made, so a file and the
+flags that say the same thing give the same cells. Rules:
 
 * unknown keys are refused, each error is one line naming the key (``methods[1].optimizer``);
 * everything is resolved before anything runs: groups and globs to task names, a budget for every
@@ -47,7 +48,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import tomli_w
 
@@ -56,9 +57,10 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError, check_folder, check_name, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
-from heldout.optimizers import CODE_OPTIONS, check_options, is_reference_optimizer, resolve_optimizer
+from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_options,
+                                is_reference_optimizer, resolve_optimizer)
 from heldout.protocols.executors import EXECUTORS
-from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, parse_budgets
+from heldout.protocols.run import Cell, Method, StudyConfig, build_cells
 
 STUDY_FILE = "study.toml"
 DEFAULT_PROFILE = "default"
@@ -197,7 +199,7 @@ def load_study(path: str | Path, *, run_dir: str | None = None) -> Study:
 
 
 def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
-    """Validate and resolve a study mapping (a parsed file, or the flags as a mapping)."""
+    """Validate a study file's mapping key by key, then make the study it says (:func:`make_study`)."""
     _check_keys(data, _TOP, "", origin)
     for key, (types, _) in _TOP.items():
         if key in data:
@@ -208,41 +210,122 @@ def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
             raise StudyError(f"{origin}: missing key {key!r} ({_TOP[key][1]})")
         return data[key]
 
-    run_dir = check_folder(need("run_dir"), f"{origin}: run_dir", error=StudyError)
+    run_dir = need("run_dir")
     tasks = _task_list(need("tasks"), origin)
     profiles = _str_list(data.get("profiles", [DEFAULT_PROFILE]), "profiles", origin, unique=True)
     seeds = _int_list(data.get("seeds", [0]), "seeds", origin)
     budgets = _budgets(need("budget"), tasks, origin)
     methods = _methods(need("methods"), origin)
     verifiers = _str_list(data.get("verifiers", [CANONICAL]), "verifiers", origin, unique=True)
-    policy = data.get("policy", "standard")
-    if policy not in POLICIES:
-        raise StudyError(f"{origin}: policy {policy!r} is not one of {', '.join(sorted(POLICIES))}")
     options = dict(_table(data.get("options", {}), _OPTIONS, "options", origin))
     if "prompt_format" in data:
         options["prompt_format"] = data["prompt_format"]
-    limits = _table(data.get("limits", {}), _LIMITS, "limits", origin)
-    models = _table(data.get("models", {}), _MODELS, "models", origin)
-    executor = _table(data.get("executor", {}), _EXECUTOR, "executor", origin)
+    return make_study(run_dir=run_dir, tasks=tasks, profiles=profiles, seeds=seeds, budgets=budgets,
+                      methods=methods, verifiers=verifiers, policy=data.get("policy", "standard"), options=options,
+                      limits=_table(data.get("limits", {}), _LIMITS, "limits", origin),
+                      models=_table(data.get("models", {}), _MODELS, "models", origin),
+                      executor=_table(data.get("executor", {}), _EXECUTOR, "executor", origin),
+                      data_dir=data.get("data_dir"), allow_drift=data.get("allow_drift", False),
+                      trusted_optimizer=data.get("trusted_optimizer", False), origin=origin)
+
+
+def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], methods: list[Method],
+               profiles: list[str], seeds: list[int], verifiers: list[str], policy: str,
+               options: dict[str, Any], limits: Mapping[str, Any], models: Mapping[str, Any],
+               executor: Mapping[str, Any], data_dir: str | None, allow_drift: bool, trusted_optimizer: bool,
+               origin: str) -> Study:
+    """The one way a :class:`Study` is made, from plain values each already in its own syntax (a
+    study file's through :func:`parse_study`, the ``heldout run`` flags' through
+    :func:`parse_methods`, :func:`parse_budgets`, :func:`parse_seeds`): the values are checked
+    against each other and against the tasks' manifests, and the executor's defaults filled in."""
+    run_dir = check_folder(run_dir, f"{origin}: run_dir", error=StudyError)
+    if policy not in POLICIES:
+        raise StudyError(f"{origin}: policy {policy!r} is not one of {', '.join(sorted(POLICIES))}")
     executor = {"kind": "local", "jobs": 1, "cell_cpus": 1.0, **executor}
     if executor["kind"] not in EXECUTORS:
         raise StudyError(f"{origin}: executor.kind {executor['kind']!r} is not one of {', '.join(EXECUTORS)}")
     if executor["jobs"] < 1:
         raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
-    trusted = data.get("trusted_optimizer", False)
     for k, m in enumerate(methods):
-        if m.options and not is_reference_optimizer(m.target or m.name) and not trusted:
+        if m.options and not is_reference_optimizer(m.target or m.name) and not trusted_optimizer:
             raise StudyError(f"{origin}: methods[{k}].options reach in-process optimizers only: user code "
                              "(module:function, a plugin) runs isolated unless trusted_optimizer = true")
     _check_against_tasks(tasks, profiles, verifiers, options, origin)
-    config = StudyConfig(run_root=run_dir, data_dir=data.get("data_dir"), allow_drift=data.get("allow_drift", False),
+    config = StudyConfig(run_root=run_dir, data_dir=data_dir, allow_drift=allow_drift,
                          policy=policy, architect_tokens=limits.get("architect_tokens"),
                          wall_seconds=limits.get("wall_seconds"), worker_model=models.get("worker"),
                          architect_model=models.get("architect"), base_url=models.get("base_url"),
-                         cache_dir=models.get("cache_dir"), trusted_optimizer=trusted,
+                         cache_dir=models.get("cache_dir"), trusted_optimizer=trusted_optimizer,
                          **({"model_concurrency": models["concurrency"]} if "concurrency" in models else {}))
     return Study(run_dir=run_dir, tasks=tasks, profiles=profiles, seeds=seeds, budgets=budgets, methods=methods,
                  verifiers=verifiers, options=options, config=config, executor=executor)
+
+
+# -- the flags' syntax: methods, budgets and seeds as typed on a command line ----------------------
+def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Method]:
+    """``NAME`` or ``NAME=module:function`` for in-process; ``NAME=CMD`` or ``CMD`` for commands.
+    Reference aliases are shown under their one name; every in-process target is loaded here,
+    so a mistyped name fails before any session starts."""
+    methods = []
+    for spec in optimizers:
+        # NAME=TARGET names a method; a bare spec (options after "?" may hold "=") names itself
+        explicit = "=" in spec.partition("?")[0]
+        name, _, target = spec.partition("=") if explicit else (canonical_name(spec), "", "")
+        target = target or name
+        if not name:
+            raise HeldoutError(f"--optimizer needs a name, got {spec!r}")
+        resolve_optimizer(target)
+        methods.append(Method(name=name, target=target))
+    for k, spec in enumerate(commands):
+        name, sep, command = spec.partition("=")
+        if not sep or " " in name:
+            name, command = f"cmd{k}", spec
+        methods.append(Method(name=name, command=command))
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names):
+        aliased = [f"{a} is an alias of {c}" for a, c in ALIASES.items() if c in names]
+        raise HeldoutError(f"method names must be unique, got {names}" + (f" ({'; '.join(aliased)})" if aliased else ""))
+    if not methods:
+        raise HeldoutError("name at least one --optimizer or --optimizer-cmd "
+                           f"(reference optimizers: {', '.join(REFERENCE_OPTIMIZERS)})")
+    return methods
+
+
+def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
+    """``N`` for every task, or ``TASK=N`` per task (a later spec overrides an earlier one).
+    N must be a whole number >= 1."""
+    budgets: dict[str, int] = {}
+    strangers: list[str] = []
+    for spec in specs:
+        task, sep, value = spec.rpartition("=")
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < 1:
+            raise HeldoutError(f"--budget takes N or TASK=N with N a whole number >= 1 (metric calls), got {spec!r}")
+        named = expand_tasks([task]) if sep else tasks
+        if sep and not set(named) & set(tasks):
+            strangers.append(spec)
+        for t in named:
+            budgets[t] = n
+    missing = [t for t in tasks if t not in budgets]
+    if missing:
+        raise HeldoutError(f"no budget for {', '.join(missing)}")
+    if strangers:
+        raise HeldoutError(f"--budget {', '.join(map(repr, strangers))} names no task of this run ({', '.join(tasks)})")
+    return {t: budgets[t] for t in tasks}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2``: distinct whole numbers >= 0."""
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        seeds = None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise HeldoutError(f"--seeds takes distinct whole numbers >= 0 separated by commas (e.g. 0,1,2), got {text!r}")
+    return seeds
 
 
 def _check_keys(table: Mapping[str, Any], allowed: Mapping[str, Any], where: str, origin: str) -> None:
