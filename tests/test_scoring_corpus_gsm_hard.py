@@ -73,6 +73,7 @@ CORPUS = [
     ("The answer is not 13. The answer is 12.", 12.0, 12.0, 12.0, 1, 1),
     ("The answer is not 13 but 12.", 12.0, 12.0, 12.0, 1, 1),
     ("The answer is 12. No, the answer is not 12.", 12.0, None, None, 0, 0),  # retracted
+    ("The answer is 12. No, the answer is not 12.0.", 12.0, None, None, 0, 0),  # the same number
     ("The answer is definitely not 13.", 13.0, None, None, 0, 0),
     ("The answer is not only 12 but also 13.", 12.0, None, None, 0, 0),  # two answers: a hedge
     # run-ons

@@ -56,6 +56,7 @@ CORPUS = [
     ("The answer is not (A) but (B).", "B", "B", "B", "B"),
     ("The answer is (B). No wait, the answer is not (B).", "B", None, None, "B"),  # retracted
     ("The answer is definitely not (A).", "A", None, None, "A"),
+    ("Answer: (B). Actually, the answer is none of the above.", "B", None, None, "B"),  # every answer denied
     ("The answer is not osmosis.", "C", None, None, None),
     ("The answer is not only (A) but also (B).", "B", None, None, "B"),  # two answers: a hedge
     ("The answer is (B). The answer is not only correct but also well supported.", "B", "B", "B", "B"),

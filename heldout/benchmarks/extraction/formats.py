@@ -6,7 +6,7 @@ rule (with the documented exceptions: yes/no case, numeric tolerance, SQuAD norm
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
@@ -165,8 +165,10 @@ _ONE_SPACE_GROUP = re.compile(rf"[{CURRENCY}]?[-+{MINUS_SIGNS}]?[{CURRENCY}]?\d{
 
 @dataclass(frozen=True)
 class Number:
+    """A number as written; two are the same answer when their values are equal ("12" is "12.0")."""
+
     value: Decimal
-    decimals: int | None  # digits written after the point; None for fractions / exponents
+    decimals: int | None = field(compare=False)  # digits written after the point; None for fractions / exponents
 
 
 def read_number(m: re.Match[str], *, fractions: bool = True, exponents: bool = True) -> Number | None:

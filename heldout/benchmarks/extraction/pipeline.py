@@ -139,12 +139,15 @@ def final_cue(text: str, grammar: Grammar) -> CueSegment | None:
     is not) is skipped too, and the answers it names (the first and the last) are denied. The
     final cue is the latest cue that is neither, unless the answer it affirms is denied by a later
     cue (a retraction): then the latest denial is final and the output has no answer; it is also
-    final when no cue affirms anything. ``not X but Y`` affirms Y when the grammar reads Y."""
+    final when no cue affirms anything, and when it says ``none of`` (every answer denied).
+    ``not X but Y`` affirms Y when the grammar reads Y."""
     denial, denied = None, set()
     for segment in segments_after_cues(text):
         if segment.commentary:
             continue
         if segment.negated and grammar.strict(segment.text) is None:
+            if segment.denies_all:
+                return denial or segment
             if segment.correction is None or grammar.strict(segment.correction) is None:
                 denial = denial or segment
                 denied.update(a for a in (grammar.loose(segment.denied), grammar.last(segment.denied)) if a is not None)

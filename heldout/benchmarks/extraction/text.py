@@ -21,7 +21,7 @@ Rules (each one named, each one tested):
   earlier cue that affirms another answer (``Answer: B. The answer is not C.`` is B); it retracts
   one that affirms a denied answer (``Answer: B. No, the answer is not B.`` has no answer); with no
   earlier affirmed answer the output has none (whatever follows: the model's own last word is not
-  an answer). ``not X but Y`` affirms Y; ``not only X but (also) Y`` is no negation: it names two
+  an answer); ``none of the above`` denies every answer. ``not X but Y`` affirms Y; ``not only X but (also) Y`` is no negation: it names two
   answers, a hedge. The rule that picks the final cue is :func:`.pipeline.final_cue`.
 * **run-on cut** - after the first cue, a new line that starts with one of the task prompt's
   question markers (``Q:``, ``Question:``) begins an invented next example; it is cut off.
@@ -154,6 +154,7 @@ class CueSegment:
     denied: str = ""
     correction: str | None = None
     both: bool = False
+    denies_all: bool = False  # "none of the above": every answer is denied
 
 
 _NEXT_PARAGRAPH = re.compile(r"\s*(.*?)(?:\n[ \t]*\n|\Z)", re.DOTALL)
@@ -177,7 +178,8 @@ def segments_after_cues(text: str) -> Iterator[CueSegment]:
         elif negation:
             denied, corrected = _split_correction(line[negation.end():])
             yield CueSegment(segment, negated=True, commentary=bool(_COMMENTARY.match(segment)),
-                             denied=denied, correction=corrected)
+                             denied=denied, correction=corrected,
+                             denies_all=negation.group(0).lower().endswith("none of"))
         else:
             yield CueSegment(segment, negated=False, commentary=bool(_COMMENTARY.match(segment)))
 
