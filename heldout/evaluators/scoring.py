@@ -2,40 +2,40 @@
 
 :class:`Scorer` runs a candidate: a worker call + ``score_text`` for prompt tasks (sent as the
 task's prompt setting says), a sandboxed execution for program tasks. :class:`MeteredWorker` is
-the worker a task's ``RunContext`` offers; :class:`Usage` counts a session's metric calls and
-tokens by channel. The session (:mod:`.session`) decides *whether* to score; this module only
-scores."""
+the worker a task's ``RunContext`` offers; :class:`Usage` is a session's meter (the models'
+:class:`~heldout.models.UsageMeter` plus metric calls). The session (:mod:`.session`) decides
+*whether* to score; this module only scores."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
 from heldout.contracts import (Candidate, Completion, Example, HeldoutError, Message, RunContext, RunLimits,
                                Verdict)
 from heldout.evaluators.ledger import Ledger
-from heldout.models import ChatRequest, ModelError
+from heldout.models import ChatRequest, ModelError, UsageMeter
 
 OPTIMISATION = "worker-optimisation"
 DEPLOYMENT = "worker-deployment"
 ARCHITECT = "architect"
 
 
-@dataclass
-class Usage:
-    """Counts by channel: logical metric calls, endpoint calls, cache hits, tokens.
+class Usage(UsageMeter):
+    """A session's meter: its worker and architect calls per channel, counted as every
+    :class:`UsageMeter` counts them, plus the metric calls the budget is enforced against and the
+    evaluations replayed from a resumed ledger. The run record's usage fields are views of the
+    channels: ``endpoint_calls`` and ``tokens`` of each channel that made an endpoint call, and
+    ``cache_hits``, the answers served without one (a response cache, a replay, the session's memo).
 
-    ``metric_calls`` is what the budget is enforced against, so it is read-only: it grows only
-    through :meth:`charge` (an in-process optimizer that assigns to it by accident gets an
-    ``AttributeError``, not more budget)."""
+    ``metric_calls`` is read-only: it grows only through :meth:`charge` (an in-process optimizer
+    that assigns to it by accident gets an ``AttributeError``, not more budget)."""
 
-    endpoint_calls: dict[str, int] = field(default_factory=dict)
-    cache_hits: int = 0
-    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
-    replayed: int = 0
-    _metric_calls: int = field(default=0, repr=False)
+    def __init__(self) -> None:
+        super().__init__()
+        self._metric_calls = 0
+        self.replayed = 0
 
     @property
     def metric_calls(self) -> int:
@@ -45,13 +45,26 @@ class Usage:
         """Count ``calls`` (>= 0) more metric calls."""
         if calls < 0:
             raise ValueError(f"metric calls are only ever added, got {calls}")
-        self._metric_calls += int(calls)
+        with self._lock:
+            self._metric_calls += int(calls)
 
-    def add_tokens(self, channel: str, prompt: int, completion: int, calls: int = 1) -> None:
-        tok = self.tokens.setdefault(channel, {"prompt": 0, "completion": 0})
-        tok["prompt"] += int(prompt)
-        tok["completion"] += int(completion)
-        self.endpoint_calls[channel] = self.endpoint_calls.get(channel, 0) + calls
+    def count_architect_call(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """An architect call counts its tokens and one call whether or not the endpoint answered it
+        (a cached reply costs the same), so the architect budget binds every method alike."""
+        self.add(ARCHITECT, endpoint_calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+
+    @property
+    def endpoint_calls(self) -> dict[str, int]:
+        return {name: u.endpoint_calls for name, u in self.channels().items() if u.endpoint_calls}
+
+    @property
+    def tokens(self) -> dict[str, dict[str, int]]:
+        return {name: {"prompt": u.prompt_tokens, "completion": u.completion_tokens}
+                for name, u in self.channels().items() if u.endpoint_calls}
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(u.cache_hits + u.replay_hits for u in self.channels().values())
 
 
 class MeteredWorker:
@@ -74,10 +87,7 @@ class MeteredWorker:
                               model=self._client.model, temperature=self._decoding.get("temperature", 0.0),
                               max_tokens=self._decoding.get("max_tokens"), channel=self._channel)
         response = self._client.complete_many([request])[0]
-        if response.cached:
-            self._usage.cache_hits += 1
-        else:
-            self._usage.add_tokens(self._channel, response.prompt_tokens, response.completion_tokens)
+        self._usage.record(self._channel, response)
         if self._ledger is not None:
             self._ledger.append("worker_call", {"channel": self._channel, "request_key": response.request_key,
                                                 "prompt_tokens": response.prompt_tokens,
@@ -152,10 +162,7 @@ class Scorer:
                 kind = "model_error" if isinstance(resp, ModelError) else "crash"
                 verdicts.append(Verdict.failure(ex.id, f"worker call failed: {resp}", kind))
                 continue
-            if resp.cached:
-                usage.cache_hits += 1
-            else:
-                usage.add_tokens(channel, resp.prompt_tokens, resp.completion_tokens)
+            usage.record(channel, resp)
             verdict = self.benchmark.score_text(resp.text, ex, context)
             verdict.usage = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
                              "seconds": resp.seconds, "cached": float(resp.cached)}

@@ -94,7 +94,7 @@ class EvaluationService:
             elif entry["kind"] == "candidate":
                 self._recorded_candidates.add(data["candidate_id"])
             elif entry["kind"] == "architect_call":
-                self.usage.add_tokens(ARCHITECT, data["prompt_tokens"], data["completion_tokens"])
+                self.usage.count_architect_call(data["prompt_tokens"], data["completion_tokens"])
                 if "text" in data:
                     self._architect_replay.setdefault(data["request_key"], []).append(data)
 
@@ -176,7 +176,7 @@ class EvaluationService:
                     for r in range(self.variant.repeats)]
         with self._lock:
             for ex_id in memo_hits:
-                self.usage.cache_hits += 1
+                self.usage.add(OPTIMISATION, cache_hits=1)  # the session's memo answered it
                 data = self._memo[(cid, split, ex_id)]
                 results[ex_id] = _verdict_from_entry(data)
                 self._record(cid, split, ex_id, results[ex_id], cached=True)
@@ -267,8 +267,7 @@ class MeteredArchitect:
 
     @property
     def tokens_used(self) -> int:
-        tok = self._service.usage.tokens.get(ARCHITECT, {})
-        return tok.get("prompt", 0) + tok.get("completion", 0)
+        return self._service.usage.channel(ARCHITECT).tokens
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
                  max_tokens: int | None = None, replicate: int = 0) -> str:
@@ -284,11 +283,11 @@ class MeteredArchitect:
         if limit is not None and self.tokens_used >= limit:
             raise BudgetExceeded(f"architect token budget of {limit} is used up")
         calls = self._service.budget.architect_calls
-        if calls is not None and self._service.usage.endpoint_calls.get(ARCHITECT, 0) >= calls:
+        if calls is not None and self._service.usage.channel(ARCHITECT).endpoint_calls >= calls:
             raise BudgetExceeded(f"architect call budget of {calls} is used up")
         self._service.check_wall_time()
         response = self._client.complete_many([request])[0]
-        self._service.usage.add_tokens(ARCHITECT, response.prompt_tokens, response.completion_tokens)
+        self._service.usage.count_architect_call(response.prompt_tokens, response.completion_tokens)
         self._service.record_event("architect_call", {"prompt_tokens": response.prompt_tokens,
                                                       "completion_tokens": response.completion_tokens,
                                                       "cached": response.cached,

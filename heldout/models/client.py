@@ -417,7 +417,7 @@ class ModelClient:
             try:
                 stored = self.replay.lookup(request)
             except ModelError:
-                self.usage._bump(request.channel, failures=1)
+                self.usage.add(request.channel, failures=1)
                 raise
             return self._served(request, key, stored.text, stored.prompt_tokens,
                                 stored.completion_tokens, "replay", started)
@@ -432,7 +432,7 @@ class ModelClient:
             try:
                 first = await asyncio.shield(leader)
             except ModelError:
-                self.usage._bump(request.channel, failures=1)
+                self.usage.add(request.channel, failures=1)
                 raise
             return self._served(request, key, first.text, first.prompt_tokens,
                                 first.completion_tokens, "cache", started)
@@ -458,10 +458,7 @@ class ModelClient:
                                 completion_tokens=completion_tokens, cached=True,
                                 seconds=time.perf_counter() - started, request_key=key,
                                 source=source)
-        self.usage._bump(request.channel, requests=1,
-                         **{"replay_hits" if source == "replay" else "cache_hits": 1},
-                         served_prompt_tokens=prompt_tokens,
-                         served_completion_tokens=completion_tokens)
+        self.usage.record(request.channel, response)
         if self.recorder is not None:
             self.recorder.write(request, response)
         return response
@@ -497,7 +494,7 @@ class ModelClient:
         async with (engine.gate if limit is None else contextlib.nullcontext()):
             while True:
                 attempt += 1
-                self.usage._bump(channel, http_attempts=1)
+                self.usage.add(channel, http_attempts=1)
                 retry_after = None
                 epoch = 0
                 try:
@@ -526,7 +523,7 @@ class ModelClient:
                             text, prompt_tokens, completion_tokens = _parse_completion(reply, request.is_completion)
                         except ModelError as exc:
                             exc.request_key, exc.attempts = key, attempt
-                            self.usage._bump(channel, failures=1)
+                            self.usage.add(channel, failures=1)
                             raise
                         break
                     problem = ModelError(
@@ -534,23 +531,22 @@ class ModelClient:
                         kind="http_status", request_key=key, status=reply.status_code,
                         attempts=attempt)
                     if not _retryable_status(reply.status_code):
-                        self.usage._bump(channel, failures=1)
+                        self.usage.add(channel, failures=1)
                         raise problem
                     retry_after = reply.headers.get("retry-after")
                 if attempt > self.max_retries:
-                    self.usage._bump(channel, failures=1)
+                    self.usage.add(channel, failures=1)
                     raise ModelError(f"model request failed after {attempt} attempts; last: {problem}",
                                      kind=problem.kind, request_key=key, status=problem.status,
                                      attempts=attempt)
-                self.usage._bump(channel, retries=1)
+                self.usage.add(channel, retries=1)
                 await asyncio.sleep(backoff_delay(attempt, retry_after, base=self.backoff_base,
                                                   cap=self.backoff_cap))
         seconds = time.perf_counter() - started
         response = ChatResponse(text=text, prompt_tokens=prompt_tokens,
                                 completion_tokens=completion_tokens, cached=False, seconds=seconds,
                                 request_key=key, source="endpoint", retries=attempt - 1)
-        self.usage._bump(channel, requests=1, endpoint_calls=1, prompt_tokens=prompt_tokens,
-                         completion_tokens=completion_tokens, seconds=seconds)
+        self.usage.record(channel, response)
         # Persist before returning, so a crash after this point loses no paid-for answer.
         if self.cache is not None:
             self.cache.put(key, request, response)

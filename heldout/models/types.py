@@ -228,17 +228,36 @@ class ChannelUsage:
 
 
 class UsageMeter:
-    """Tokens and calls per channel; safe to update from several threads."""
+    """Tokens and calls per channel; safe to update from several threads. The one counter of model
+    usage: a client meters every request it answers here, and a session meters its worker and
+    architect calls in one too (``heldout.evaluators.scoring.Usage``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._channels: dict[str, ChannelUsage] = {}
 
-    def _bump(self, channel: str, **deltas: float) -> None:
+    def add(self, channel: str, **deltas: float) -> None:
+        """Add ``deltas`` (ChannelUsage field -> amount) to one channel."""
         with self._lock:
             usage = self._channels.setdefault(channel, ChannelUsage())
             for name, delta in deltas.items():
                 setattr(usage, name, getattr(usage, name) + delta)
+
+    def record(self, channel: str, response: ChatResponse) -> None:
+        """Count one answered request by its source (the :class:`ChannelUsage` rule): an endpoint
+        call adds its tokens and seconds; a cache or replay hit adds to the ``served_*`` tokens."""
+        if response.cached:
+            self.add(channel, requests=1, **{"replay_hits" if response.source == "replay" else "cache_hits": 1},
+                     served_prompt_tokens=response.prompt_tokens,
+                     served_completion_tokens=response.completion_tokens)
+        else:
+            self.add(channel, requests=1, endpoint_calls=1, prompt_tokens=response.prompt_tokens,
+                     completion_tokens=response.completion_tokens, seconds=response.seconds)
+
+    def channels(self) -> dict[str, ChannelUsage]:
+        """A copy of every used channel's usage, in the order the channels were first used."""
+        with self._lock:
+            return {name: ChannelUsage(**asdict(usage)) for name, usage in self._channels.items()}
 
     def channel(self, name: str) -> ChannelUsage:
         """A copy of one channel's usage (zeros when it was never used)."""
