@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,21 @@ def verbatim_key(view, seed):
     full = {"instruction": base["instruction"] + "\n\nKnown answers:\n" + "\n".join(lines)}
     view.evaluate(full, "val", ids)
     return full
+
+
+INTERRUPTED_ONCE = "HELDOUT_TEST_INTERRUPTED_ONCE"  # a marker file: present after the first Ctrl-C
+
+
+def interrupted_once(view, seed):
+    """The generic rule, but the first session ever run presses Ctrl-C on its own process after
+    one evaluation (a user stopping the protocol mid-session)."""
+    ids = [ex["id"] for ex in view.val][:VAL_LOOK]
+    view.evaluate(view.seed_candidate, "val", ids)
+    marker = Path(os.environ[INTERRUPTED_ONCE])
+    if not marker.exists():
+        marker.write_text("stopped once")
+        os.kill(os.getpid(), signal.SIGINT)
+    return generic_rule(view, seed)
 
 
 def generic_rule(view, seed):
@@ -188,6 +205,18 @@ def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(server
     again = json.loads(capsys.readouterr().out)
     assert [p.read_text() for p in records] == before  # finished cells are skipped, not rerun
     assert again["comparison"] == result["comparison"]
+
+
+def test_an_interrupted_protocol_exits_130_and_the_same_command_continues_it(server, data_dir, tmp_path, capsys,
+                                                                           monkeypatch):
+    monkeypatch.setenv(INTERRUPTED_ONCE, str(tmp_path / "pressed"))
+    run_dir = tmp_path / "stopped"
+    assert protocol(run_dir, server, data_dir, "interrupted_once") == 130
+    err = capsys.readouterr().err
+    assert "re-run the same command to continue" in err and "Traceback" not in err
+    assert not (run_dir / "report").exists()
+    assert protocol(run_dir, server, data_dir, "interrupted_once") == 0
+    assert saved(run_dir)["answer"]
 
 
 def test_the_plan_prints_every_session_and_what_it_can_detect_and_writes_nothing(data_dir, tmp_path, capsys):

@@ -77,6 +77,11 @@ class GeneralisationError(HeldoutError):
     """The protocol cannot run as asked (the message says why, in one line)."""
 
 
+class GeneralisationInterrupted(GeneralisationError):
+    """A stop request (SIGINT/SIGTERM) ended the study before every session finished: nothing is
+    lost, and re-running the same command continues it (the CLI exits 130, as ``heldout run``)."""
+
+
 # -- the design ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GeneralisationSpec:
@@ -535,6 +540,11 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
         ledger.append("generalisation_start", {**wanted, "config": config.experiment()})
         results = run_study(list(plan.cells), study_config, executor or LocalExecutor(1), progress=progress,
                             resume_hint=resume_hint)
+        stopped = [r for r in results if r["status"] in ("interrupted", "not started")]
+        if stopped:
+            again = f": {resume_hint}" if resume_hint else ""
+            raise GeneralisationInterrupted(f"stopped before {len(stopped)} session(s) finished; every ledger is "
+                                            f"consistent, re-run the same command to continue{again}")
         failed = [r for r in results if r["status"] != "ok"]
         if failed:
             first = failed[0]
@@ -563,7 +573,8 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
 
 
 __all__ = ["CAVEAT", "GAP_READINGS", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE", "VERIFIERS_DIR",
-           "Autopsy", "AutopsyRow", "GapReading", "GeneralisationError", "GeneralisationPlan", "GeneralisationResult",
+           "Autopsy", "AutopsyRow", "GapReading", "GeneralisationError", "GeneralisationInterrupted",
+           "GeneralisationPlan", "GeneralisationResult",
            "GeneralisationSpec", "HeldoutComparison", "SeedGain", "Sentence", "SplitProof", "accepted_candidates",
            "autopsy", "compare_heldout", "gap_reading", "plan_generalisation", "prove_split", "read_protocol",
            "run_generalisation"]
