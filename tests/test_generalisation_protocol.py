@@ -26,7 +26,9 @@ from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest
 from heldout.evaluators.records import RunRecord
 from heldout.models.testserver import TestServer
-from heldout.protocols.generalisation import GAP_READINGS, accepted_candidates, compare_heldout, gap_reading
+from heldout.protocols.generalisation import (GAP_READINGS, GeneralisationError, GeneralisationSpec, accepted_candidates,
+                                             compare_heldout, gap_reading, load_generalisation_file)
+from heldout.protocols.study import parse_methods
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 
 from test_leak_readings import TASK as FAMILY_TASK, _rows as family_rows
@@ -315,3 +317,33 @@ def test_accepted_candidates_are_the_best_so_far_steps_then_the_final():
                        test_verdicts=[], val_verdicts=[], test_score=None, val_score=None, usage={},
                        trajectory=[{"candidate_id": "a"}, {"candidate_id": "b"}, {"candidate_id": "a"}], lineage=[])
     assert accepted_candidates(record) == ["a", "b", "c"]
+
+
+def test_a_protocol_file_says_what_the_flags_say(tmp_path):
+    path = tmp_path / "protocol.toml"
+    path.write_text('protocol = "generalisation"\nrun_dir = "runs/g"\ntask = "hotpotqa/distractor"\n'
+                    'optimizer = "reflective"\nseeds = [0, 1, 2]\nbudget = 30\nvariants = ["decomposed", "scalar"]\n'
+                    '[models]\nworker = "w"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    loaded = load_generalisation_file(path)
+    (method,) = parse_methods(["reflective"], [])
+    assert loaded.spec == GeneralisationSpec(task="hotpotqa/distractor", profile="topic-disjoint", optimizer=method,
+                                             seeds=(0, 1, 2), budget=30, variants=("decomposed", "scalar"))
+    assert loaded.run_dir == "runs/g"
+    assert loaded.settings == {"worker_model": "w", "base_url": "http://127.0.0.1:9/v1"}
+
+
+@pytest.mark.parametrize("text, says", [
+    ('run_dir = "r"\ntask = "t"\noptimizer = "reflective"\nbudget = 3\nbudgets = 4\n', "unknown key 'budgets'"),
+    ('run_dir = "r"\ntask = "t"\noptimizer = "reflective"\nbudget = true\n', "budget must be metric calls"),
+    ('run_dir = "r"\ntask = "t"\noptimizer = "reflective"\n', "missing key 'budget'"),
+    ('run_dir = "r"\ntask = "t"\noptimizer = "reflective"\nbudget = 3\nseeds = [1, 1]\n', "seeds must be distinct"),
+    ('run_dir = "r"\ntask = "t"\noptimizer = "reflective"\nbudget = 3\n[models]\nmodel = "m"\n', "models.model"),
+    ('protocol = "arms"\nrun_dir = "r"\ntask = "t"\noptimizer = "reflective"\nbudget = 3\n', "must be \"generalisation\""),
+    ('task = [', "not valid TOML"),
+])
+def test_a_protocol_file_that_does_not_fit_is_one_clear_error(text, says, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(GeneralisationError, match=says) as caught:
+        load_generalisation_file(path)
+    assert "\n" not in str(caught.value)

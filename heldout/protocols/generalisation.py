@@ -45,6 +45,7 @@ unless the held-out contrast separated upward on a proven topic-disjoint profile
 from __future__ import annotations
 
 import json
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -52,7 +53,7 @@ from typing import Any, Sequence
 from scipy import stats as scipy_stats
 
 from heldout.benchmarks.loading import Task, load_task
-from heldout.contracts import HeldoutError, write_text_atomically
+from heldout.contracts import HeldoutError, read_user_text, write_text_atomically
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, read_entries
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
@@ -61,6 +62,7 @@ from heldout.protocols.leakage import (SUBSETS, Ablation, MethodAblation, ablate
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
     open_study, run_study
 from heldout.protocols.splits import PROBE, check_profile
+from heldout.protocols.study import parse_methods
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
 
 SEED_METHOD = "seed"
@@ -100,6 +102,76 @@ class GeneralisationSpec:
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "optimizer": self.optimizer.describe(), "seeds": list(self.seeds),
                 "variants": list(self.variants)}
+
+
+@dataclass(frozen=True)
+class GeneralisationFile:
+    """A protocol study file: the spec, the folder and the session settings, as the flags of
+    ``heldout protocol generalisation`` give them (:func:`load_generalisation_file`)."""
+
+    spec: GeneralisationSpec
+    run_dir: str
+    settings: dict[str, Any]  # policy, worker_model, architect_model, base_url, cache_dir, data_dir, ...
+
+
+FILE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "protocol": ((str,), '"generalisation"'),
+    "run_dir": ((str,), "the protocol's folder"),
+    "task": ((str,), "one prompt task"),
+    "profile": ((str,), 'split profile (default "topic-disjoint")'),
+    "optimizer": ((str,), "a reference name or NAME=module:function"),
+    "seeds": ((list,), "seeds (default [0, 1, 2])"),
+    "budget": ((int,), "metric calls per session"),
+    "variants": ((list,), "verifier variants to ablate (default none)"),
+    "allow_topic_shared": ((bool,), "run on a profile not proven topic-disjoint"),
+    "options": ((dict,), "task options (tolerance, max_tokens)"),
+    "policy": ((str,), "visibility policy"),
+    "models": ((dict,), "worker, architect, base_url, cache_dir"),
+    "data_dir": ((str,), "dataset mirror"),
+    "allow_drift": ((bool,), "run on data that drifted from the manifest"),
+    "trusted_optimizer": ((bool,), "run a user optimizer in-process"),
+}
+MODEL_KEYS = {"worker": "worker_model", "architect": "architect_model", "base_url": "base_url", "cache_dir": "cache_dir"}
+
+
+def load_generalisation_file(path: str | Path) -> GeneralisationFile:
+    """Read a TOML protocol file whose keys are the command's flags (:data:`FILE_KEYS`; unknown
+    keys and wrong types are refused in one line naming the key); the optimizer string is read
+    as the ``--optimizer`` flag is (:func:`heldout.protocols.study.parse_methods`)."""
+    origin = str(path)
+    try:
+        data = tomllib.loads(read_user_text(path, "protocol file", max_bytes=1024 * 1024, error=GeneralisationError))
+    except tomllib.TOMLDecodeError as exc:
+        raise GeneralisationError(f"{origin} is not valid TOML: {exc}") from None
+    for key, value in data.items():
+        if key not in FILE_KEYS:
+            raise GeneralisationError(f"{origin}: unknown key {key!r} (allowed: {', '.join(FILE_KEYS)})")
+        types, what = FILE_KEYS[key]
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            raise GeneralisationError(f"{origin}: {key} must be {what}, got {value!r}")
+    if data.get("protocol", "generalisation") != "generalisation":
+        raise GeneralisationError(f"{origin}: protocol must be \"generalisation\", got {data['protocol']!r}")
+    for key in ("run_dir", "task", "optimizer", "budget"):
+        if key not in data:
+            raise GeneralisationError(f"{origin}: missing key {key!r} ({FILE_KEYS[key][1]})")
+    seeds, variants = data.get("seeds", [0, 1, 2]), data.get("variants", [])
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise GeneralisationError(f"{origin}: seeds must be distinct non-negative integers, got {seeds!r}")
+    if not all(isinstance(v, str) for v in variants):
+        raise GeneralisationError(f"{origin}: variants must be strings, got {variants!r}")
+    unknown = sorted(set(data.get("models", {})) - set(MODEL_KEYS))
+    if unknown:
+        raise GeneralisationError(f"{origin}: unknown key 'models.{unknown[0]}' (allowed: {', '.join(MODEL_KEYS)})")
+    if data["budget"] < 1:
+        raise GeneralisationError(f"{origin}: budget must be >= 1, got {data['budget']}")
+    (method,) = parse_methods([data["optimizer"]], [])
+    spec = GeneralisationSpec(task=data["task"], profile=data.get("profile", "topic-disjoint"), optimizer=method,
+                              seeds=tuple(seeds), budget=data["budget"], variants=tuple(variants),
+                              allow_topic_shared=data.get("allow_topic_shared", False),
+                              options=dict(data.get("options", {})))
+    settings = {MODEL_KEYS[k]: v for k, v in data.get("models", {}).items()}
+    settings.update({k: data[k] for k in ("policy", "data_dir", "allow_drift", "trusted_optimizer") if k in data})
+    return GeneralisationFile(spec=spec, run_dir=data["run_dir"], settings=settings)
 
 
 @dataclass(frozen=True)
@@ -573,7 +645,8 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
 
 
 __all__ = ["CAVEAT", "GAP_READINGS", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE", "VERIFIERS_DIR",
-           "Autopsy", "AutopsyRow", "GapReading", "GeneralisationError", "GeneralisationInterrupted",
+           "Autopsy", "AutopsyRow", "FILE_KEYS", "GapReading", "GeneralisationError", "GeneralisationFile",
+           "GeneralisationInterrupted", "load_generalisation_file",
            "GeneralisationPlan", "GeneralisationResult",
            "GeneralisationSpec", "HeldoutComparison", "SeedGain", "Sentence", "SplitProof", "accepted_candidates",
            "autopsy", "compare_heldout", "gap_reading", "plan_generalisation", "prove_split", "read_protocol",
