@@ -136,11 +136,11 @@ def check_mode(mode: str) -> None:
 def final_cue(text: str, grammar: Grammar) -> CueSegment | None:
     """The cue that introduces the final answer. Cues are read last first; commentary is skipped.
     A *denial* (a negated cue the grammar reads no answer in: "not valid" is an answer, "not (C)"
-    is not) is skipped too, and the answers it names (the first and the last) are denied. The
-    final cue is the latest cue that is neither, unless the answer it affirms is denied by a later
-    cue (a retraction): then the latest denial is final and the output has no answer; it is also
-    final when no cue affirms anything, and when it says ``none of`` (every answer denied).
-    ``not X but Y`` affirms Y when the grammar reads Y."""
+    is not) is skipped too, and the answers its first sentence names (the first and the last) are
+    denied. The final cue is the latest cue that is neither, unless the answer it affirms is
+    denied by a later cue (a retraction): then the latest denial is final and the output has no
+    answer; the latest denial is also final when no cue affirms anything, and when it says
+    ``none of`` (every answer denied). ``not X but Y`` affirms Y when the grammar reads Y."""
     denial, denied = None, set()
     for segment in segments_after_cues(text):
         if segment.commentary:

@@ -21,8 +21,9 @@ Rules (each one named, each one tested):
   earlier cue that affirms another answer (``Answer: B. The answer is not C.`` is B); it retracts
   one that affirms a denied answer (``Answer: B. No, the answer is not B.`` has no answer); with no
   earlier affirmed answer the output has none (whatever follows: the model's own last word is not
-  an answer); ``none of the above`` denies every answer. ``not X but Y`` affirms Y; ``not only X but (also) Y`` is no negation: it names two
-  answers, a hedge. The rule that picks the final cue is :func:`.pipeline.final_cue`.
+  an answer); ``none of the above`` denies every answer. ``not X but Y`` affirms Y; ``not only X
+  but (also) Y`` is no negation: it names two answers, a hedge. The rule that picks the final cue
+  is :func:`.pipeline.final_cue`.
 * **run-on cut** - after the first cue, a new line that starts with one of the task prompt's
   question markers (``Q:``, ``Question:``) begins an invented next example; it is cut off.
 """
@@ -144,7 +145,7 @@ def boxed(text: str) -> list[str]:
 @dataclass(frozen=True)
 class CueSegment:
     """The cleaned text one cue introduces. ``negated``: the cue says what the answer is *not*
-    (``denied``: the cleaned text after the negation; ``correction``: what follows ``but`` in
+    (``denied``: the cleaned first sentence after the negation; ``correction``: what follows ``but`` in
     ``not X but Y``, else None); ``both``: ``not only X but (also) Y`` names two answers;
     ``commentary``: the text comments on an answer instead of giving one."""
 
@@ -159,17 +160,20 @@ class CueSegment:
 
 _NEXT_PARAGRAPH = re.compile(r"\s*(.*?)(?:\n[ \t]*\n|\Z)", re.DOTALL)
 MAX_CUES = 64  # the last 64 cues are tried: bounded work on degenerate, repetitive output
+MAX_CUE_CHARS = 10_000  # what one cue introduces is read from this much: answers are short, and
+# a walk past denials may read MAX_CUES cues, so each must cost little on a 100k-character line
+MAX_DENIAL_CHARS = 200  # the answers a denial names are read from this much of its first sentence
 
 
 def segments_after_cues(text: str) -> Iterator[CueSegment]:
     """The text after each cue, last cue first: the rest of the cue's line, or when that is empty,
-    the next paragraph (a block of non-empty lines)."""
+    the next paragraph (a block of non-empty lines); at most :data:`MAX_CUE_CHARS` of either."""
     for start in reversed(cue_ends(text)[-MAX_CUES:]):
-        line_end = text.find("\n", start)
-        line = text[start:] if line_end < 0 else text[start:line_end]
+        line_end = text.find("\n", start, start + MAX_CUE_CHARS)
+        line = text[start:start + MAX_CUE_CHARS] if line_end < 0 else text[start:line_end]
         segment = clean(line)
         if not segment and line_end >= 0:
-            paragraph = _NEXT_PARAGRAPH.match(text, line_end)
+            paragraph = _NEXT_PARAGRAPH.match(text, line_end, line_end + MAX_CUE_CHARS)
             segment = clean(paragraph.group(1)) if paragraph else ""
         not_only, negation = _NOT_ONLY.match(line), _NEGATION.match(line)
         if not_only:  # "not only correct but elegant" comments; "not only (A) but (B)" names two
@@ -185,11 +189,11 @@ def segments_after_cues(text: str) -> Iterator[CueSegment]:
 
 
 def _split_correction(rest: str) -> tuple[str, str | None]:
-    """``X but Y`` -> (X, Y) cleaned; ``X`` -> (X, None)."""
-    but = _BUT.search(rest)
-    if but is None:
-        return clean(rest), None
-    return clean(rest[:but.start()]), clean(rest[but.end():])
+    """``X but Y`` -> (X, Y), ``X`` -> (X, None), cleaned; X is the first sentence of what is
+    denied, at most :data:`MAX_DENIAL_CHARS` of it."""
+    but = _BUT.search(rest, 0, MAX_DENIAL_CHARS)  # "but" right after a short X, not anywhere
+    denied = rest if but is None else rest[:but.start()]
+    return clean(first_sentence(denied[:MAX_DENIAL_CHARS])), None if but is None else clean(rest[but.end():])
 
 
 def first_sentence(segment: str) -> str:
