@@ -133,6 +133,10 @@ def _plugins() -> tuple:
 
 
 def _load_plugin(ep) -> None:
+    """Import a ``heldout.tasks`` plugin in this process, by design: a task is the harness's own
+    scoring rule (it holds the labels and judges every candidate), so a task plugin is trusted code
+    the user chose by installing it in their own environment, unlike an optimizer plugin, which is
+    user code under test and is never imported here (``heldout.optimizers``)."""
     if ep.name in _LOADED_PLUGINS:
         return
     _LOADED_PLUGINS.add(ep.name)

@@ -103,7 +103,7 @@ def _resolve_argv(command: str | Sequence[str]) -> list[str]:
     return out
 
 
-def _locate_module(module: str, search: Sequence[str]) -> Path:
+def locate_module(module: str, search: Sequence[str]) -> Path:
     """The file (plain module) or top-level package dir of ``module``, found without importing
     anything (importing would run the user's code in the harness)."""
     top = module.split(".")[0]
@@ -195,7 +195,7 @@ def run_isolated_function(session: Session, target: str, *, search: Sequence[str
     for module in [target.partition(":")[0]] + [t.partition(":")[0] for t in user_code(target, options)]:
         if module.split(".")[0] == "heldout":
             continue  # heldout's optimizers are in the staged copy already
-        found = _locate_module(module, where)
+        found = locate_module(module, where)
         inside = f"{USER_DIR}/{found.name}"
         if user.get(inside, str(found)) != str(found):
             raise HeldoutError(f"two user modules named {found.name!r} ({user[inside]}, {found}): rename one")
@@ -432,5 +432,5 @@ if final is not None:
 '''
 
 
-__all__ = ["OptimizerLimits", "run_isolated", "run_isolated_function", "is_function_spec", "LOG_FILE",
+__all__ = ["OptimizerLimits", "run_isolated", "run_isolated_function", "locate_module", "is_function_spec", "LOG_FILE",
            "DEFAULT_WALL_SECONDS", "OPTIMIZER_MODULES"]

@@ -19,22 +19,33 @@ the options in :data:`OPTIMIZER_OPTIONS` (each a non-negative int) and :data:`CO
 ``module:function`` of the user's code, e.g. ``dspy-mipro?program=my_program:build``) are
 accepted, and only by an optimizer whose function takes them as keyword arguments. A spec whose
 options name user code is not a reference optimizer: that code runs isolated like any
-``module:function`` (:func:`user_code`)."""
+``module:function`` (:func:`user_code`).
+
+**User code is found, never run, by the harness.** A user's module (an optimizer, a plugin's
+target, a DSPy program) is hostile until it is inside the sandbox: importing it in the harness,
+even ``importlib.util.find_spec`` of a dotted name (which runs the parent packages'
+``__init__.py``), would hand its module-level code the harness's privileges: the test labels, the
+ledger key, the run dirs, heldout itself. So :func:`find_module_source` finds its file by path alone,
+:func:`check_function` reads that file with :mod:`ast` for the function's name, and
+:func:`optimizer_code_sha256` hashes the file's bytes; the isolated runner imports it inside the
+sandbox. Only heldout's own modules are imported in-process, and user code only under
+``--trusted-optimizer`` (:func:`resolve_optimizer`, :func:`load_function`, when the run starts)."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import importlib
-import importlib.util
 import inspect
 import os
 import re
 import sys
 import warnings
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import parse_qsl
 
 from heldout.contracts import BudgetExceeded, HeldoutError
@@ -103,10 +114,16 @@ def is_reference_optimizer(name: str) -> bool:
 def user_code(spec: str, options: Mapping[str, Any] | None = None) -> list[str]:
     """The ``module:function`` targets of user code named by the :data:`CODE_OPTIONS` of ``spec``
     (after ``?``) and of ``options`` (a study file's method options), in option order."""
+    return list(code_options(spec, options).values())
+
+
+def code_options(spec: str, options: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Option -> ``module:function`` for the :data:`CODE_OPTIONS` of ``spec`` and ``options``
+    (those of ``options`` win), in option order."""
     query = spec.partition("?")[2]
     given = dict(parse_qsl(query, keep_blank_values=True)) if query else {}
     given.update(options or {})
-    return [str(given[key]) for key in CODE_OPTIONS if key in given]
+    return {key: str(given[key]) for key in CODE_OPTIONS if key in given}
 
 
 def canonical_name(name: str) -> str:
@@ -169,10 +186,36 @@ def optimizer_target(name: str) -> str:
     return target
 
 
+def check_optimizer(spec: str, options: Mapping[str, Any] | None = None) -> None:
+    """Check an optimizer spec, and a study file's method ``options``, before any session starts,
+    running no user code: heldout's own optimizers are imported (:func:`resolve_optimizer` checks
+    the options against their signatures); a ``module:function`` or a plugin's target, and the
+    user code the options name (:func:`code_options`), are read, not run (:func:`check_function`)."""
+    try:
+        name, spec_options = split_spec(spec)
+    except ValueError as exc:  # parse_qsl's own complaint about a malformed query
+        raise HeldoutError(f"bad optimizer options in {spec!r}: {exc}") from None
+    target = optimizer_target(name)
+    if is_heldout_code(target):
+        resolve_optimizer(spec)
+    else:
+        check_function(target, "optimizer", [*spec_options, *(options or {})])
+    for key, code in code_options(spec, options).items():
+        check_function(code, f"the {key} option's code")
+
+
+def is_heldout_code(target: str) -> bool:
+    """True when ``module:function`` names a module of heldout's own package, the only code the
+    harness imports without ``--trusted-optimizer`` (an import of ``heldout.x`` finds it in the
+    package already loaded, never on the user's path)."""
+    return target.partition(":")[0].split(".")[0] == "heldout"
+
+
 def resolve_optimizer(spec: str) -> Callable:
     """A reference name (or alias) or ``module:function``, optionally with ``?options`` (see the
-    module doc). A user's module is looked up with the current directory on the path, as
-    ``python -m`` would (no PYTHONPATH=. needed)."""
+    module doc), imported in this process: for heldout's own optimizers, for user code only when
+    it is trusted (``--trusted-optimizer``) or already inside the sandbox. A user's module is
+    looked up with the current directory on the path, as ``python -m`` would (no PYTHONPATH=.)."""
     try:
         name, options = split_spec(spec)
     except ValueError as exc:  # parse_qsl's own complaint about a malformed query
@@ -193,7 +236,8 @@ def _load(name: str) -> Callable:
 
 def load_function(target: str, what: str) -> Callable:
     """The callable ``module:function`` names (a ``what``: optimizer, DSPy program factory),
-    imported with the current directory on the path, as ``python -m`` would."""
+    imported with the current directory on the path, as ``python -m`` would. Importing runs the
+    module: trusted code only (see the module doc; :func:`check_function` checks without running)."""
     module, _, func = target.partition(":")
     _cwd_on_path()
     try:
@@ -206,36 +250,122 @@ def load_function(target: str, what: str) -> Callable:
 
 
 def optimizer_code_sha256(name: str, options: Mapping[str, Any] | None = None) -> str | None:
-    """sha256 of the source file that defines the optimizer (None when it has no file), and of
-    the files of the user code its options name (:func:`user_code`; found, not imported), so a
-    run record says which version of the code ran."""
-    optimizer = _load(name.partition("?")[0])
-    module = sys.modules.get(getattr(optimizer, "__module__", "") or "")
-    path = getattr(module, "__file__", None)
-    if not path or not os.path.exists(path):
-        return None
-    digest = hashlib.sha256(Path(path).read_bytes())
-    # the reference searches dispatch to sibling modules: hash those too
-    for extra in sorted(getattr(module, "CODE_FILES", ())):
-        digest.update(Path(path).with_name(extra).read_bytes())
-    for target in user_code(name, options):
-        digest.update(target.encode())
-        digest.update(_source_bytes(target.partition(":")[0]))
+    """sha256 of the source file that defines the optimizer, then of each user code target its
+    options name (:func:`user_code`) and that target's file, so a run record says which version of
+    the code ran. heldout's own optimizers are imported and add their sibling files (``CODE_FILES``:
+    the reference searches dispatch to them; None when there is no file); user code is found by
+    path, never imported (:func:`find_module_source`)."""
+    target = optimizer_target(name.partition("?")[0])
+    if is_heldout_code(target):
+        module = sys.modules.get(getattr(_load(target), "__module__", "") or "")
+        path = getattr(module, "__file__", None)
+        if not path or not os.path.exists(path):
+            return None
+        digest = hashlib.sha256(Path(path).read_bytes())
+        for extra in sorted(getattr(module, "CODE_FILES", ())):
+            digest.update(Path(path).with_name(extra).read_bytes())
+    else:
+        digest = hashlib.sha256(find_module_source(target.partition(":")[0]).file.read_bytes())
+    for code in user_code(name, options):
+        digest.update(code.encode())
+        digest.update(find_module_source(code.partition(":")[0]).file.read_bytes())
     return digest.hexdigest()
 
 
-def _source_bytes(module: str) -> bytes:
-    """The source of ``module`` as found on the path (a dotted name imports its parent packages,
-    never the module itself); empty when it has no source file."""
-    _cwd_on_path()
+@dataclass(frozen=True)
+class UserModule:
+    """A user's module as found on disk, nothing of it run: ``file`` is its source (``a/b/c.py``
+    or ``a/b/c/__init__.py``), ``top`` the file or top-level package dir (``a/``) an isolated run
+    makes readable in its sandbox, where the module is imported."""
+
+    name: str
+    file: Path
+    top: Path
+
+
+def search_path() -> list[str]:
+    """Where a user's module is looked for: the current directory first unless ``sys.path``
+    holds it (the rule :func:`load_function` applies to imports), then ``sys.path``."""
+    cwd = os.getcwd()
+    return ([] if cwd in sys.path or "" in sys.path else [cwd]) + list(sys.path)
+
+
+def find_module_source(module: str, search: Sequence[str] | None = None) -> UserModule:
+    """The source file of ``module``, found by path alone (never ``import`` nor
+    ``importlib.util.find_spec``, which runs the parent packages): in each entry of ``search``
+    (default :func:`search_path`; ``""`` is the current directory) in order, ``a/b/c/__init__.py``
+    then ``a/b/c.py``; an entry holding a regular package or module ``a`` ends the search, as it
+    ends an import. heldout's own modules are looked for in heldout's package only. Zip entries,
+    import hooks (an editable install's) and compiled modules are not followed: only a source
+    file can be checked and hashed before it runs (``--trusted-optimizer`` imports in-process)."""
+    parts = module.split(".")
+    if parts[0] == "heldout":
+        search = [str(Path(__file__).resolve().parents[2])]
+    for entry in search_path() if search is None else search:
+        base = Path(entry or os.getcwd())
+        folder = base.joinpath(*parts[:-1])
+        for file in (folder / parts[-1] / "__init__.py", folder / f"{parts[-1]}.py"):
+            if file.is_file():
+                top = base / parts[0] if len(parts) > 1 or file.name == "__init__.py" else file
+                return UserModule(module, file.resolve(), top.resolve())
+        if (base / parts[0] / "__init__.py").is_file() or (base / f"{parts[0]}.py").is_file():
+            break
+    path = "/".join(parts)
+    raise HeldoutError(f"no {path}.py or {path}/__init__.py in the current directory or on sys.path "
+                       "(user code is found by path; the harness never imports it)")
+
+
+def check_function(target: str, what: str, options: Iterable[str] = (),
+                   search: Sequence[str] | None = None) -> UserModule:
+    """Check user code ``module:function`` without running it: its module's file is found
+    (:func:`find_module_source`) and parses, it binds ``function`` at module level (a def, a class, an
+    assignment or an import; after ``from ... import *`` the import inside the sandbox decides),
+    and a top-level ``def`` of it takes each of ``options`` as a keyword. Else one clear error."""
+    if not _TARGET.match(target):
+        raise HeldoutError(f"{what} {target!r} must be module:function")
+    module, _, name = target.partition(":")
     try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError) as exc:
-        raise HeldoutError(f"cannot find the module {module!r}: {exc}") from exc
-    if spec is None:
-        raise HeldoutError(f"cannot find the module {module!r} (looked in the current directory and on sys.path)")
-    origin = spec.origin if spec.has_location else None
-    return Path(origin).read_bytes() if origin and os.path.isfile(origin) else b""
+        found = find_module_source(module, search)
+        tree = ast.parse(found.file.read_bytes(), filename=str(found.file))
+    except HeldoutError as exc:
+        raise HeldoutError(f"cannot load {what} {target!r}: {exc}") from None
+    except (OSError, SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the source
+        raise HeldoutError(f"cannot load {what} {target!r}: {type(exc).__name__}: {exc}") from None
+    bound, star = _module_level_names(tree)
+    if name not in bound and not star:
+        raise HeldoutError(f"cannot load {what} {target!r}: {found.file.name} of {module!r} defines no {name!r} "
+                           "at module level")
+    defs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    if defs and defs[-1].args.kwarg is None:
+        keywords = {a.arg for a in [*defs[-1].args.args, *defs[-1].args.kwonlyargs]}
+        refused = [k for k in options if k not in keywords]
+        if refused:
+            raise HeldoutError(f"{what} {target!r} takes no option {', '.join(refused)}")
+    return found
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+def _module_level_names(tree: ast.Module) -> tuple[set[str], bool]:
+    """The names a module binds in its own namespace, and whether it star-imports; a def or class
+    binds its name, and what is bound inside it is its own."""
+    names: set[str] = set()
+    star = False
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            star = star or any(a.name == "*" for a in node.names)
+            names.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        if not isinstance(node, _SCOPES):
+            todo.extend(ast.iter_child_nodes(node))
+    return names, star
 
 
 def _cwd_on_path() -> None:

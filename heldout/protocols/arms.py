@@ -52,7 +52,7 @@ from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
-from heldout.optimizers import resolve_optimizer, split_spec
+from heldout.optimizers import check_optimizer, is_reference_optimizer, resolve_optimizer, split_spec
 from heldout.protocols import decide
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, run_study
 
@@ -290,12 +290,15 @@ def run_arms(spec: ArmsSpec, run_dir: str | Path, config: StudyConfig, executor:
 def validate_arms(spec: ArmsSpec) -> list[str]:
     """What would make the experiment unable to conclude, found before any budget is spent: an
     unknown optimizer, one without a width mode (for this task), too few seeds. Raises
-    :class:`ArmsError` naming the first problem; returns notes on the design otherwise."""
+    :class:`ArmsError` naming the first problem; returns notes on the design otherwise. User code
+    is read, not run (:func:`~heldout.optimizers.check_optimizer`): only heldout's own optimizers
+    are asked whether they support this task's width."""
     try:
-        resolve_optimizer(f"{spec.optimizer}?width={spec.width}&stream=0")
+        check_optimizer(f"{spec.optimizer}?width={spec.width}&stream=0")
     except HeldoutError as exc:
         raise ArmsError(f"the arms need an optimizer with a width mode and random streams: {exc}") from None
-    supports = getattr(inspect.getmodule(resolve_optimizer(spec.optimizer)), "supports_width", None)
+    own = is_reference_optimizer(spec.optimizer)
+    supports = getattr(inspect.getmodule(resolve_optimizer(spec.optimizer)), "supports_width", None) if own else None
     if supports is not None and not supports(spec.task):
         raise ArmsError(f"{spec.optimizer} has no width mode for {spec.task}: the merge arm cannot run")
     if len(spec.seeds) < MIN_SEEDS:

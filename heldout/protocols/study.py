@@ -57,8 +57,8 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError, check_folder, check_name, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
-from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_options,
-                                is_reference_optimizer, resolve_optimizer)
+from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,
+                                check_options, is_reference_optimizer)
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells
 
@@ -264,8 +264,9 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
 # -- the flags' syntax: methods, budgets and seeds as typed on a command line ----------------------
 def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Method]:
     """``NAME`` or ``NAME=module:function`` for in-process; ``NAME=CMD`` or ``CMD`` for commands.
-    Reference aliases are shown under their one name; every in-process target is loaded here,
-    so a mistyped name fails before any session starts."""
+    Reference aliases are shown under their one name; every target is checked here (user code
+    read, not run: :func:`~heldout.optimizers.check_optimizer`), so a mistyped name fails before
+    any session starts."""
     methods = []
     for spec in optimizers:
         # NAME=TARGET names a method; a bare spec (options after "?" may hold "=") names itself
@@ -274,7 +275,7 @@ def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Me
         target = target or name
         if not name:
             raise HeldoutError(f"--optimizer needs a name, got {spec!r}")
-        resolve_optimizer(target)
+        check_optimizer(target)
         methods.append(Method(name=name, target=target))
     for k, spec in enumerate(commands):
         name, sep, command = spec.partition("=")
@@ -430,7 +431,7 @@ def _methods(value: list[Any], origin: str) -> list[Method]:
         raise StudyError(f"{origin}: method names must be unique, got {names}")
     for m in methods:
         if m.command is None:
-            resolve_optimizer(m.target or m.name)  # a mistyped name fails before anything is written
+            check_optimizer(m.target or m.name, m.options)  # a mistyped name fails before anything is written
     return methods
 
 
