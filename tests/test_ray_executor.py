@@ -68,11 +68,24 @@ def grid() -> list[Cell]:
     return build_cells(list(GRID_TASKS), parse_methods(["seed", "local-search"], []), [0, 1], GRID_TASKS, "default", {})
 
 
-def wall_limit_failures(root: Path) -> int:
-    """Evaluations under ``root`` that ended at a wall-clock limit or could not get a sandbox: the
-    one way two runs of the same cell may legitimately differ (a loaded machine, not the executor)."""
-    return sum(text.count(f'"error_kind": "{kind}"') for ledger in root.rglob(LEDGER_FILE)
-               for text in [ledger.read_text()] for kind in ("timeout", "sandbox_error"))
+def failed_evaluations(root: Path) -> set[tuple]:
+    """Every invalid verdict in the ledgers under ``root``: (cell dir, entry kind, example, error
+    kind), the cell dir relative to ``root``."""
+    found = set()
+    for ledger in root.rglob(LEDGER_FILE):
+        for entry in read_entries(ledger)[0]:
+            verdict = (entry.get("data") or {}).get("verdict") or {}
+            if verdict and not verdict.get("valid", True):
+                found.add((str(ledger.parent.relative_to(root)), entry["kind"], verdict.get("example_id"),
+                           verdict.get("error_kind")))
+    return found
+
+
+def diverging_failures(first: Path, second: Path) -> list[tuple]:
+    """Evaluations that failed in one of two runs of the same cells and not in the other: a wall
+    clock limit, a sandbox that could not start, a child killed on a loaded machine. The one way
+    two runs of the same deterministic cells may legitimately differ (the machine, not the executor)."""
+    return sorted(failed_evaluations(first) ^ failed_evaluations(second))
 
 
 def test_a_grid_on_ray_gives_the_local_executors_records_and_run_dirs(cluster, tmp_path):
@@ -82,11 +95,11 @@ def test_a_grid_on_ray_gives_the_local_executors_records_and_run_dirs(cluster, t
                             progress=False)
     assert len(distributed) == len(cells) and all(r["status"] == "ok" and r["attempts"] == 1 for r in distributed)
     scores = [{(r["task"], r["method"], r["seed"], r["test_score"]) for r in rs} for rs in (distributed, local)]
-    if scores[0] != scores[1] and wall_limit_failures(tmp_path):
-        pytest.xfail(f"{wall_limit_failures(tmp_path)} evaluations hit a wall-clock limit on this loaded "
-                     "machine, so the two runs' searches legitimately diverged")
-    assert {(r["task"], r["method"], r["seed"], r["test_score"]) for r in distributed} == \
-           {(r["task"], r["method"], r["seed"], r["test_score"]) for r in local}
+    if scores[0] != scores[1] and (diverged := diverging_failures(tmp_path / "ray", tmp_path / "local")):
+        pytest.xfail(f"{len(diverged)} evaluations failed in one run only on this loaded machine "
+                     f"(e.g. {diverged[0]}), so the two runs legitimately diverged")
+    assert scores[0] == scores[1], (f"failed on Ray: {sorted(failed_evaluations(tmp_path / 'ray'))}; "
+                                    f"locally: {sorted(failed_evaluations(tmp_path / 'local'))}")
     assert cell_files(tmp_path / "ray") == cell_files(tmp_path / "local")
     for cell in cells:
         ray_dir, local_dir = cell.run_dir(tmp_path / "ray"), cell.run_dir(tmp_path / "local")
