@@ -18,39 +18,23 @@ import time
 import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from heldout.sandbox import allow_unsafe_no_sandbox
-try:
-    import argcomplete
-except ImportError:  # the optional extra heldout[completion]
-    argcomplete = None
-
-from heldout.benchmarks.loading import load_task
-from heldout.benchmarks.manifest_tools import freeze_profile, verify_tasks
-from heldout.benchmarks.registry import all_tasks, expand_tasks, task_groups
-from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
-from heldout.benchmarks.verifiers import CANONICAL, describe_variants
-from heldout.contracts import HeldoutError, check_folder, read_user_json
 from heldout import __version__
-from heldout.data_manifests import Manifest
-from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
-from heldout.evaluators.outputs import read_outputs, score_outputs
-from heldout.evaluators.policy import POLICIES
-from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
-from heldout.models import ModelClient, ResponseCache
-from heldout.models.backends.llama import LlamaBackend, resolve_model
-from heldout.models.backends.pool import SlotPool
-from heldout.models.server import ChatServer
-from heldout.protocols.executors import EXECUTORS, make_executor
-from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, open_study, run_study
-from heldout.protocols.study import (DEFAULT_PROFILE, Study, load_study, make_study, parse_budgets, parse_methods,
-                                     parse_seeds, save_resolved)
+from heldout.contracts import HeldoutError, check_folder, read_user_json
+
+if TYPE_CHECKING:  # annotations only
+    from heldout.models.backends.llama import LlamaBackend
+    from heldout.protocols.stats.margin import Margin
+    from heldout.protocols.study import Study
 
 
-# Each command imports its modules when it runs, so `heldout --help` and `--version` load no numba,
-# scipy, statsmodels, matplotlib or duckdb (tests/test_extension.py checks). The parser's choices below
-# are copies of those modules' constants; the same test checks each equals its source.
+# Start-up time: only the standard library and the two light modules above load with this module.
+# Each command imports its modules when it runs, and its `_arguments` function imports what its
+# choices come from; main adds only the invoked command's arguments (see build_parser), so
+# `heldout --help` and `--version` import no command's modules at all (perf/cli_start.py), and even
+# the whole parser loads no numba, scipy, statsmodels, matplotlib or duckdb (tests/test_extension.py).
+# The choices below are copies of heavier modules' constants; that test checks each equals its source.
 FIXED_UNITS = ("metric_calls", "architect_calls", "tokens")  # heldout.protocols.arms
 DEFAULT_MARGIN = "5%"  # heldout.protocols.stats.margin
 PAPER_FORMATS = ("latex", "csv")  # heldout.reports.paper.FORMATS
@@ -99,6 +83,7 @@ class _Parser(argparse.ArgumentParser):
 
 def complete_task_names(prefix: str, **_: Any) -> list[str]:
     """Task names and groups starting with ``prefix`` (the shell's completion of ``--task``)."""
+    from heldout.benchmarks.registry import all_tasks, task_groups
     names = sorted({bench.name for bench in all_tasks()} | set(task_groups()))
     return [name for name in names if name.startswith(prefix)]
 
@@ -140,10 +125,10 @@ def _add_allow_drift(p: argparse.ArgumentParser) -> None:
                    help="load even if the data drifted from its manifest (stated in the record)")
 
 
-def _add_optimizer_by_name(p: argparse.ArgumentParser) -> None:
+def _add_optimizer_by_name(p: argparse.ArgumentParser, required: bool = True) -> None:
     """The one optimizer of a protocol command, and whether it may run in the harness's process."""
-    p.add_argument("--optimizer", required=True, help="reference name or NAME=module:function (isolated unless "
-                   "--trusted-optimizer)")
+    p.add_argument("--optimizer", required=required, help="reference name or NAME=module:function (isolated "
+                   "unless --trusted-optimizer)")
     p.add_argument("--trusted-optimizer", action="store_true",
                    help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
 
@@ -176,6 +161,8 @@ def tasks_list_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_tasks_list(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.registry import all_tasks, task_groups
+    from heldout.data_manifests import Manifest
     rows = []
     for bench in all_tasks():
         try:
@@ -209,6 +196,7 @@ def data_verify_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_data_verify(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.manifest_tools import verify_tasks
     rows = verify_tasks(args.tasks, data_dir=args.data_dir)
     if args.json:
         _print_json(rows)
@@ -224,6 +212,7 @@ def cmd_data_verify(args: argparse.Namespace) -> int:
 
 
 def data_freeze_arguments(p: argparse.ArgumentParser) -> None:
+    from heldout.benchmarks.user_jsonl import ANSWER_FORMATS
     p.add_argument("--task", required=True, help="task name (registered, or new with --jsonl)")
     p.add_argument("--jsonl", default=None, help="your own examples: JSON lines with id, input, target[, group]")
     p.add_argument("--answer-format", choices=ANSWER_FORMATS, default="span",
@@ -237,6 +226,7 @@ def data_freeze_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_data_freeze(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.manifest_tools import freeze_profile
     saved, sizes = freeze_profile(args.task, args.profile, out=args.out, jsonl=args.jsonl,
                                   data_dir=args.data_dir, sizes=args.sizes, by_group=args.by_group,
                                   seed=args.seed, answer_format=args.answer_format)
@@ -266,6 +256,9 @@ def eval_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Score one candidate on one split, outside any session (nothing is ledgered). The default
     split is ``val``; the test split only when asked, and its targets only with --show-targets."""
+    from heldout.benchmarks.loading import load_task
+    from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
+    from heldout.models import ModelClient
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     bench = task.benchmark
     worker = None
@@ -332,6 +325,8 @@ def score_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.loading import load_task
+    from heldout.evaluators.outputs import read_outputs, score_outputs
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     verdicts, summary = score_outputs(task, read_outputs(args.outputs), args.split)
     if args.json:
@@ -358,6 +353,7 @@ def ledger_verify_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
     """Every ledger in and below each DIR (a session dir or a whole study), one line each."""
+    from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
     dirs: list[Path] = []
     for root in map(Path, args.run_dirs):
         if not root.exists():
@@ -408,6 +404,9 @@ def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
 def study_from_flags(args: argparse.Namespace) -> Study:
     """The study the ``heldout run`` flags say: each flag read in its own syntax, then made like a
     study file's (:func:`make_study`), so the same settings give the same cells either way."""
+    from heldout.benchmarks.registry import expand_tasks
+    from heldout.benchmarks.verifiers import CANONICAL
+    from heldout.protocols.study import DEFAULT_PROFILE, make_study, parse_budgets, parse_methods, parse_seeds
     if not args.task or not args.budget or not args.run_dir:
         raise HeldoutError("heldout run needs a STUDY.toml, or --task, --budget and --run-dir")
     tasks = expand_tasks(args.task)
@@ -429,6 +428,9 @@ def study_from_flags(args: argparse.Namespace) -> Study:
 
 
 def run_arguments(p: argparse.ArgumentParser) -> None:
+    from heldout.benchmarks.verifiers import describe_variants
+    from heldout.evaluators.policy import POLICIES
+    from heldout.protocols.executors import EXECUTORS
     p.add_argument("study", nargs="?", default=None,
                    help="STUDY.toml: the whole study in one file (see docs); or give the flags below")
     p.add_argument("--dry-run", action="store_true", help="print every cell and the total budget, run nothing")
@@ -458,7 +460,7 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
                    help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
     p.add_argument("--ray-address", default=None,
                    help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
-    p.add_argument("--cell-cpus", type=float, default=None, help="--executor ray: CPUs each cell asks for (default 1)")
+    p.add_argument("--cell-cpus", type=float, default=None, help="--executor ray: CPUs each cell asks for (default: what a cell uses, 1.4 for a program task, 0.25 for a prompt task)")
     p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
     p.add_argument("--policy", default=None, choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")
@@ -471,6 +473,9 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from heldout.protocols.executors import make_executor
+    from heldout.protocols.run import open_study, run_study
+    from heldout.protocols.study import load_study, save_resolved
     if args.study:
         given = [f"--{f.replace('_', '-')}" for f in STUDY_FLAGS if getattr(args, f) not in (None, [], False)]
         if given:
@@ -538,6 +543,8 @@ def compare_arms_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_compare_arms(args: argparse.Namespace) -> int:
     from heldout.protocols.arms import ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
+    from heldout.protocols.run import LocalExecutor, StudyConfig
+    from heldout.protocols.study import parse_seeds
     check_folder(args.run_dir, "--run-dir")
     spec = ArmsSpec(task=args.task, optimizer=args.optimizer, budget=args.budget, width=args.width,
                     seeds=tuple(parse_seeds(args.seeds)), fixed=args.fixed, profile=args.profile,
@@ -786,6 +793,7 @@ def leak_scan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_leak_scan(args: argparse.Namespace) -> int:
+    from heldout.benchmarks.loading import load_task
     from heldout.protocols.leakage import scan_candidate
     task = load_task(args.task, args.profile, args.data_dir)
     scan = scan_candidate(task.benchmark.candidate_from_path(args.candidate), task)
@@ -809,6 +817,7 @@ def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
+    from heldout.models import ModelClient, ResponseCache
     from heldout.protocols.leakage import ablate
     study = Path(args.run_dir) / "study.json"
     config = read_user_json(study, "the study's record").get("config", {}) if os.path.lexists(study) else {}
@@ -829,6 +838,8 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
 
 # -- compare -------------------------------------------------------------------------------------
 def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
+    from heldout.benchmarks.verifiers import describe_variants
+    from heldout.evaluators.policy import POLICIES
     p.add_argument("--task", required=True, help="one task")
     _add_optimizer_by_name(p)
     p.add_argument("--variants", default="decomposed,scalar,coarse:3", help=f"comma-separated: {describe_variants()}")
@@ -844,6 +855,8 @@ def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_compare_verifiers(args: argparse.Namespace) -> int:
+    from heldout.protocols.run import LocalExecutor, StudyConfig
+    from heldout.protocols.study import parse_methods, parse_seeds
     from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
     check_folder(args.run_dir, "--run-dir")
     (method,) = parse_methods([args.optimizer], [])
@@ -865,36 +878,77 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
 
 
 # -- protocol ------------------------------------------------------------------------------------
+# The protocol's own flags: with --study they come from the file (a key per flag), never both.
+GENERALISATION_DEFAULTS = {"profile": "topic-disjoint", "seeds": "0,1,2", "policy": "standard"}
+GENERALISATION_FLAGS = ("task", "profile", "optimizer", "seeds", "budget", "variants", "allow_topic_shared",
+                        "run_dir", "policy", "trusted_optimizer", "worker_model", "architect_model", "base_url",
+                        "cache_dir", "tolerance", "data_dir", "allow_drift")
+
+
 def protocol_generalisation_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", required=True, help="one prompt task")
-    p.add_argument("--profile", default="topic-disjoint", help="split profile (default: topic-disjoint)")
-    _add_optimizer_by_name(p)
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
-    p.add_argument("--budget", type=_number(int, 1, "--budget"), required=True, help="metric calls per session")
+    from heldout.benchmarks.verifiers import describe_variants
+    from heldout.evaluators.policy import POLICIES
+    p.add_argument("--study", default=None, metavar="PROTOCOL.toml",
+                   help="the whole protocol in one file, a key per flag below (task, optimizer, seeds, budget, "
+                   "variants, run_dir, [models], ...); then give none of those flags")
+    p.add_argument("--task", default=None, help="one prompt task (required without --study)")
+    p.add_argument("--profile", default=None, help="split profile (default: topic-disjoint)")
+    _add_optimizer_by_name(p, required=False)
+    p.add_argument("--seeds", default=None, help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
+    p.add_argument("--budget", type=_number(int, 1, "--budget"), default=None,
+                   help="metric calls per session (required without --study)")
     p.add_argument("--variants", default=None,
                    help=f"verifier variants to ablate, comma-separated (default: none): {describe_variants()}")
     p.add_argument("--allow-topic-shared", action="store_true",
                    help="run on a profile not proven topic-disjoint (recorded; every reading then says NOT PROVEN)")
-    p.add_argument("--run-dir", required=True, help="the protocol's folder (resumable: re-run the command to continue)")
+    p.add_argument("--run-dir", default=None, help="the protocol's folder (resumable: re-run the command to "
+                   "continue; required without --study)")
     p.add_argument("--plan", action="store_true", help="print every session, the metric calls and what the design "
                    "can detect; spend and write nothing")
-    p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
+    p.add_argument("--policy", default=None, choices=sorted(POLICIES), help="visibility policy (default: standard)")
     p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
     _add_session_environment(p)
     _add_json(p)
 
 
-def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
-    from heldout.protocols.generalisation import (GeneralisationInterrupted, GeneralisationSpec, plan_generalisation,
-                                                  run_generalisation)
-    from heldout.reports.generalisation import write_generalisation_report
-    check_folder(args.run_dir, "--run-dir")
+def generalisation_from_args(args: argparse.Namespace):
+    """The protocol's spec and folder from ``--study`` or from the flags (one or the other), with
+    ``args``' session settings (models, policy, data dir, ...) filled in from the file."""
+    from heldout.protocols.generalisation import GeneralisationSpec, load_generalisation_file
+    from heldout.protocols.study import parse_methods, parse_seeds
+    if args.study:
+        given = [f"--{f.replace('_', '-')}" for f in GENERALISATION_FLAGS if getattr(args, f) not in (None, False)]
+        if given:
+            raise HeldoutError(f"--study {args.study} holds the whole protocol; drop {', '.join(given)} "
+                               "(or put them in the file)")
+        loaded = load_generalisation_file(args.study)
+        for key, value in loaded.settings.items():
+            setattr(args, key, value)
+        args.run_dir = loaded.run_dir
+        for key, value in GENERALISATION_DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, value)
+        return loaded.spec
+    missing = [f"--{f.replace('_', '-')}" for f in ("task", "optimizer", "budget", "run_dir") if getattr(args, f) is None]
+    if missing:
+        raise HeldoutError(f"heldout protocol generalisation needs --study PROTOCOL.toml, or {', '.join(missing)}")
+    for key, value in GENERALISATION_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     (method,) = parse_methods([args.optimizer], [])
     variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
-    spec = GeneralisationSpec(task=args.task, profile=args.profile, optimizer=method,
+    return GeneralisationSpec(task=args.task, profile=args.profile, optimizer=method,
                               seeds=tuple(parse_seeds(args.seeds)), budget=args.budget, variants=variants,
                               allow_topic_shared=args.allow_topic_shared,
                               options={"tolerance": args.tolerance} if args.tolerance is not None else {})
+
+
+def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
+    from heldout.protocols.generalisation import GeneralisationInterrupted, plan_generalisation, run_generalisation
+    from heldout.protocols.run import LocalExecutor, StudyConfig
+    from heldout.reports.generalisation import write_generalisation_report
+    spec = generalisation_from_args(args)
+    check_folder(args.run_dir, "run_dir" if args.study else "--run-dir")
     plan = plan_generalisation(spec, data_dir=args.data_dir, allow_drift=args.allow_drift)
     if args.plan:
         print(plan.describe(args.run_dir))
@@ -936,6 +990,7 @@ def cmd_vliw_simulate(args: argparse.Namespace) -> int:
 
 # -- local model ---------------------------------------------------------------------------------
 def _local_backend(args: argparse.Namespace, max_tokens_cap: int) -> LlamaBackend:
+    from heldout.models.backends.llama import LlamaBackend, resolve_model
     return LlamaBackend(resolve_model(args.model, args.gguf), threads=args.threads, n_ctx=args.ctx,
                         max_tokens_cap=max_tokens_cap)
 
@@ -953,6 +1008,8 @@ def serve_model_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_serve_model(args: argparse.Namespace) -> int:
     # Each slot is its own llama.cpp context over the same memory-mapped weights: N slots answer N
     # requests at once, and which slot answers never changes the text (see SlotPool).
+    from heldout.models.backends.pool import SlotPool
+    from heldout.models.server import ChatServer
     pool = SlotPool([_local_backend(args, args.max_tokens) for _ in range(args.slots)])
     first = pool.copies[0]
     server = ChatServer(pool, api_key=args.api_key, port=args.port, name="local-model")
@@ -986,6 +1043,9 @@ def demo_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from heldout.models.server import ChatServer
+    from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, open_study, run_study
+    from heldout.protocols.study import parse_methods
     from heldout.reports import build_report, write_report
     started = time.monotonic()
     hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
@@ -1040,6 +1100,10 @@ def _demo_protocol(args: argparse.Namespace, started: float, hint: str) -> int:
     the bundled model in-process (PROTOCOL_DEMO_SLOTS copies) unless --base-url names an endpoint."""
     from heldout.protocols.generalisation import (GeneralisationInterrupted, GeneralisationSpec, plan_generalisation,
                                                   run_generalisation)
+    from heldout.models.backends.pool import SlotPool
+    from heldout.models.server import ChatServer
+    from heldout.protocols.run import StudyConfig
+    from heldout.protocols.study import parse_methods
     from heldout.reports.generalisation import write_generalisation_report
     if args.real_model:
         raise HeldoutError("--protocol and --real-model are two demos; choose one")
@@ -1094,8 +1158,10 @@ def completion_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    if argcomplete is None:
-        raise HeldoutError("shell completion needs argcomplete: pip install 'heldout[completion]'")
+    try:
+        import argcomplete
+    except ImportError:  # the optional extra heldout[completion]
+        raise HeldoutError("shell completion needs argcomplete: pip install 'heldout[completion]'") from None
     print(argcomplete.shellcode(["heldout"], shell=args.shell))
     return 0
 
@@ -1176,8 +1242,12 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The global options, then one sub-parser per :data:`COMMANDS` entry (grouped by first word)."""
+def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The global options, then one sub-parser per :data:`COMMANDS` entry (grouped by first word).
+
+    Every command is listed with its help line; its arguments are added for every command when
+    ``only`` is None (tests, docs, shell completion), else only for the command whose words ``only``
+    starts with (main passes the leading words of argv): some commands' choices import modules."""
     parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
@@ -1199,18 +1269,40 @@ def build_parser() -> argparse.ArgumentParser:
                 groups[word] = sub.add_parser(word, help=GROUPS[word]).add_subparsers(dest="action", required=True)
             where = groups[word]
         p = where.add_parser(name, help=command.help)
-        command.add_arguments(p)
+        if only is None or tuple(only[:len(command.words)]) == command.words:
+            command.add_arguments(p)
         p.set_defaults(func=command.run)
     return parser
 
 
+def _command_words(argv: Sequence[str]) -> tuple[str, ...]:
+    """The words that may name the invoked command: argv's first two arguments after the global
+    options (none of which takes a value), e.g. ``("ledger", "verify")`` or ``("run", "study.toml")``."""
+    words: list[str] = []
+    for arg in argv:
+        if arg == "--" or len(words) == 2 or (words and arg.startswith("-")):
+            break
+        if not arg.startswith("-"):
+            words.append(arg)
+    return tuple(words)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    if argcomplete is not None:
-        argcomplete.autocomplete(parser)  # answers the shell's completion request (and exits) if it is one
+    given = list(argv) if argv is not None else sys.argv[1:]
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions, which need every command's arguments
+        parser = build_parser()
+        try:
+            import argcomplete
+        except ImportError:  # the optional extra heldout[completion]: parse as if no shell asked
+            pass
+        else:
+            argcomplete.autocomplete(parser)  # answers the shell's completion request and exits
+    else:
+        parser = build_parser(_command_words(given))
     args = parser.parse_args(argv)
-    args.argv = list(argv) if argv is not None else sys.argv[1:]
+    args.argv = given
     if args.unsafe_no_sandbox:
+        from heldout.sandbox import allow_unsafe_no_sandbox
         allow_unsafe_no_sandbox()
     try:
         return int(args.func(args) or 0)

@@ -332,6 +332,45 @@ def test_a_protocol_file_says_what_the_flags_say(tmp_path):
     assert loaded.settings == {"worker_model": "w", "base_url": "http://127.0.0.1:9/v1"}
 
 
+def protocol_file(path: Path, run_dir: Path, server, data_dir, optimizer: str) -> Path:
+    """The study-file form of :func:`protocol` (same spec, same settings)."""
+    path.write_text(f'protocol = "generalisation"\nrun_dir = "{run_dir}"\ntask = "{TASK}"\nprofile = "{PROFILE}"\n'
+                    f'optimizer = "{optimizer}=test_generalisation_protocol:{optimizer}"\ntrusted_optimizer = true\n'
+                    f'seeds = [0, 1, 2]\nbudget = {BUDGET}\ndata_dir = "{data_dir}"\n'
+                    f'[models]\nworker = "test-model"\nbase_url = "{server.base_url}"\n')
+    return path
+
+
+def without_paths(value, *roots: Path):
+    """``value`` with each of ``roots`` written as ROOT (two run dirs' reports compared)."""
+    text = json.dumps(value, sort_keys=True)
+    for root in roots:
+        text = text.replace(str(root), "ROOT")
+    return json.loads(text)
+
+
+def test_the_study_file_form_runs_the_same_protocol_as_the_flags(keyed_study, server, data_dir, tmp_path, capsys):
+    run_dir = tmp_path / "from-file"
+    study = protocol_file(tmp_path / "protocol.toml", run_dir, server, data_dir, "verbatim_key")
+    assert cli.main(["-q", "protocol", "generalisation", "--study", str(study)]) == 0
+    from_file, from_flags = saved(run_dir), saved(keyed_study)
+    assert from_file["answer"] == from_flags["answer"] == "memorisation"
+    for part in ("split", "comparison", "ablation", "autopsy", "reading"):
+        assert without_paths(from_file[part], run_dir) == without_paths(from_flags[part], keyed_study), part
+    assert cli.main(["ledger", "verify", str(run_dir)]) == 0
+
+
+def test_the_study_file_and_the_flags_are_one_or_the_other(server, data_dir, tmp_path, capsys):
+    study = protocol_file(tmp_path / "protocol.toml", tmp_path / "never", server, data_dir, "generic_rule")
+    code = cli.main(["protocol", "generalisation", "--study", str(study), "--budget", "9", "--seeds", "0,1,2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "drop --seeds, --budget" in err
+    code = cli.main(["protocol", "generalisation", "--task", TASK, "--optimizer", "reflective"])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs --study PROTOCOL.toml, or --budget, --run-dir" in err
+    assert not (tmp_path / "never").exists()
+
+
 @pytest.mark.parametrize("text, says", [
     ('run_dir = "r"\ntask = "t"\noptimizer = "reflective"\nbudget = 3\nbudgets = 4\n', "unknown key 'budgets'"),
     ('run_dir = "r"\ntask = "t"\noptimizer = "reflective"\nbudget = true\n', "budget must be metric calls"),
