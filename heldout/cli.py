@@ -391,7 +391,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 
 
 # `heldout run` flags that say what the cells are; a study file says all of them itself
-STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "profile", "seeds", "verifier", "policy",
+STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "method_option", "profile", "seeds", "verifier", "policy",
                "prompt_format", "architect_tokens", "wall_seconds", "worker_model", "architect_model",
                "base_url", "cache_dir", "tolerance", "data_dir", "allow_drift", "trusted_optimizer")
 
@@ -406,7 +406,8 @@ def study_from_flags(args: argparse.Namespace) -> Study:
     study file's (:func:`make_study`), so the same settings give the same cells either way."""
     from heldout.benchmarks.registry import expand_tasks
     from heldout.benchmarks.verifiers import CANONICAL
-    from heldout.protocols.study import DEFAULT_PROFILE, make_study, parse_budgets, parse_methods, parse_seeds
+    from heldout.protocols.study import (DEFAULT_PROFILE, make_study, parse_budgets, parse_method_options,
+                                         parse_methods, parse_seeds)
     if not args.task or not args.budget or not args.run_dir:
         raise HeldoutError("heldout run needs a STUDY.toml, or --task, --budget and --run-dir")
     tasks = expand_tasks(args.task)
@@ -415,7 +416,8 @@ def study_from_flags(args: argparse.Namespace) -> Study:
         options["prompt_format"] = args.prompt_format
     return make_study(
         run_dir=args.run_dir, tasks=tasks, budgets=parse_budgets(args.budget, tasks),
-        methods=parse_methods(args.optimizer or [], args.optimizer_cmd or []),
+        methods=parse_method_options(parse_methods(args.optimizer or [], args.optimizer_cmd or []),
+                                     args.method_option or []),
         profiles=[args.profile or DEFAULT_PROFILE], seeds=parse_seeds(args.seeds or "0"),
         verifiers=[args.verifier or CANONICAL], policy=args.policy or "standard", options=options,
         limits={k: v for k, v in (("architect_tokens", args.architect_tokens),
@@ -452,6 +454,10 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
                    help="run module:function optimizers in the harness's process (recorded as 'trusted, not isolated')")
     p.add_argument("--optimizer-cmd", action="append", default=None,
                    help="isolated optimizer command (repeatable); served the task view over HTTP")
+    p.add_argument("--method-option", action="append", default=None, metavar="NAME.KEY=VALUE",
+                   help="an option of method NAME (repeatable), e.g. gepa.use_merge=true, dspy-mipro.auto=light, "
+                   "openevolve.num_islands=2: a field of the library adapter's settings (checked before anything "
+                   "runs; recorded in each run record)")
     p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
     p.add_argument("--resume", action="store_true",
                    help="continue the study in the run dir (only with exactly the settings it was started with)")

@@ -85,7 +85,7 @@ def test_flags_and_a_study_file_give_the_same_cells(tmp_path):
     file.write_text(f'run_dir = "{tmp_path / "runs"}"\n' + SAME_AS_FILE)
     from_file, from_flags = load_study(file), _flags_study(tmp_path / "runs")
     assert _cells(from_file) == _cells(from_flags)
-    assert asdict(from_file.config) == asdict(from_flags.config) and from_file.executor == from_flags.executor == {"kind": "local", "jobs": 2, "cell_cpus": 1.0}
+    assert asdict(from_file.config) == asdict(from_flags.config) and from_file.executor == from_flags.executor == {"kind": "local", "jobs": 2, "cell_cpus": None}
     # 9 tasks x 3 methods x 3 seeds, the SEPO eight at 40 calls and navigate at 60
     assert len(from_file.cells()) == 81
     assert from_file.budgets == {**{f"bbh/{t}": 40 for t in SEPO_TASKS}, "bbh/navigate": 60}
@@ -173,18 +173,23 @@ def test_dry_run_prints_every_cell_and_the_total_and_spends_nothing(tmp_path):
 def test_a_study_runs_saves_its_resolved_file_and_refuses_another_study(tmp_path):
     runs = tmp_path / "runs"
     file = tmp_path / "study.toml"
-    file.write_text(f'run_dir = "{runs}"\ntasks = ["lockpicking/six"]\nbudget = 3\n'
-                    '[[methods]]\nname = "seed"\n'
-                    # method options are the optimizer's keyword arguments: a wrong one fails the session
-                    '[[methods]]\nname = "odd"\noptimizer = "seed"\noptions = { bogus = 1 }\n')
+    study = (f'run_dir = "{runs}"\ntasks = ["lockpicking/six"]\nbudget = 3\n'
+             '[[methods]]\nname = "seed"\n'
+             # method options are the optimizer's keyword arguments, checked before anything runs
+             '[[methods]]\nname = "wide"\noptimizer = "local-search"\noptions = {{ {options} }}\n')
+    file.write_text(study.format(options="bogus = 1"))
     done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(file), "--json"],
                           capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert done.returncode == 1, done.stderr  # the "odd" cell failed, the other ran
+    assert done.returncode == 2 and "option 'bogus' is not one of" in done.stderr and not runs.exists(), done.stderr
+    file.write_text(study.format(options="width = 2"))
+    done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(file), "--json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr
     results = {r["method"]: r for r in json.loads(done.stdout)}
-    assert results["seed"]["status"] == "ok" and results["odd"]["status"] == "failed"
-    assert "bogus" in RunRecord.load(results["odd"]["run_dir"]).error
+    assert results["seed"]["status"] == "ok" and results["wide"]["status"] == "ok"
+    assert RunRecord.load(results["wide"]["run_dir"]).experiment["optimizer"]["options"] == {"width": 2}
     saved = read_resolved(runs)
-    assert saved["methods"][1] == {"name": "odd", "optimizer": "seed", "options": {"bogus": 1}}
+    assert saved["methods"][1] == {"name": "wide", "optimizer": "local-search", "options": {"width": 2}}
     assert find_resolved_studies([runs / "lockpicking__six"]) == [((runs / "study.toml").resolve(), saved)]
     other = load_study(file)
     other.seeds = [7]

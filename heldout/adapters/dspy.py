@@ -44,13 +44,15 @@ Run isolated: ``--optimizer-cmd "dspy-mipro=python -m heldout.adapters.dspy mipr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import contextvars
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from heldout.adapters.client import run_from_env
+from heldout.adapters.settings import DSPyGEPASettings, MIPROSettings
 from heldout.adapters.shown import feedback_text, output_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -381,17 +383,6 @@ def feedback_metric(gold: Any, pred: Any, trace: Any = None, pred_name: str | No
 
 
 # -- the named methods ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MIPROSettings:
-    """A small zero-shot MIPROv2 run (instructions only) sized to the remaining budget."""
-
-    num_candidates: int = 3
-    max_trials: int = 6
-    minibatch_size: int = 5
-    minibatch_full_eval_steps: int = 3
-    num_threads: int = 1
-
-
 def mipro_cost(val_size: int, trials: int, settings: MIPROSettings) -> int:
     """A bound on the metric calls of a MIPROv2 run, used to size it to the budget: the default
     program on the full val set, a minibatch per trial, a full val pass every
@@ -424,9 +415,11 @@ def _student(view: TaskView, bridge: ViewBridge, program: ProgramFactory | None)
     return UserProgram(view, bridge, module)
 
 
-def _record(view: TaskView, bridge: ViewBridge, program: HeldoutProgram | UserProgram, **data: Any) -> None:
+def _record(view: TaskView, bridge: ViewBridge, program: HeldoutProgram | UserProgram, settings: Any,
+            **data: Any) -> None:
     # DSPy counts a program call as one metric call; the view charges what the verifier costs
     view.record_event(EVENT, worker_lm_calls=len(program.worker.history), bridge_worker_calls=bridge.worker_calls,
+                      settings=asdict(settings),
                       refusals=bridge.refusals, program=type(program).__name__, metric_calls_charged=bridge.metric_calls,
                       charged_beyond_dspy_count=bridge.metric_calls - bridge.worker_calls, **data)
     if bridge.failure is not None:  # DSPy scored the failed calls 0 and went on; the run does not
@@ -452,16 +445,20 @@ def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSet
     trainset = heldout_examples(view, "train")
     valset, _ = _valset(view)
     minibatch = min(settings.minibatch_size, len(valset))
-    sized = MIPROSettings(settings.num_candidates, settings.max_trials, minibatch, settings.minibatch_full_eval_steps,
-                          settings.num_threads)
-    trials = settings.max_trials
-    while trials > 0 and mipro_cost(len(valset), trials, sized) > view.remaining:
-        trials -= 1
-    if trials == 0:
-        _record(view, bridge, student, outcome="budget_too_small", trials=0)
-        return student.candidate()
+    if settings.auto is not None:  # MIPROv2 sizes the run; the view's refusals hold the budget
+        trials, planned = None, None
+    else:
+        sized = dataclasses.replace(settings, minibatch_size=minibatch)
+        trials = settings.max_trials
+        while trials > 0 and mipro_cost(len(valset), trials, sized) > view.remaining:
+            trials -= 1
+        if trials == 0:
+            _record(view, bridge, student, settings, outcome="budget_too_small", trials=0)
+            return student.candidate()
+        planned = mipro_cost(len(valset), trials, sized)
     teleprompter = dspy.MIPROv2(metric=metric, prompt_model=architect_lm(view), task_model=student.worker,
-                                auto=None, num_candidates=settings.num_candidates, num_threads=settings.num_threads,
+                                auto=settings.auto, num_threads=settings.num_threads,
+                                num_candidates=None if settings.auto else settings.num_candidates,
                                 max_bootstrapped_demos=0, max_labeled_demos=0, seed=seed, verbose=False)
     with dspy.context(lm=student.worker), _failures_first(bridge):
         best = teleprompter.compile(student, trainset=trainset, valset=valset, num_trials=trials, seed=seed,
@@ -471,16 +468,10 @@ def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSet
                                     program_aware_proposer=False, data_aware_proposer=False)
     logs = getattr(best, "trial_logs", None) or {}
     believed = max((log.get("total_eval_calls_so_far", 0) for log in logs.values()), default=None)
-    _record(view, bridge, student, outcome="done", trials=trials, mipro_total_eval_calls=believed,
-            planned_metric_calls=mipro_cost(len(valset), trials, sized))
+    _record(view, bridge, student, settings, outcome="refused" if bridge.refusals else "done", trials=trials,
+            mipro_total_eval_calls=believed, planned_metric_calls=planned,
+            sized_by="MIPROv2 auto=" + settings.auto if settings.auto else "heldout (mipro_cost within the budget)")
     return best.candidate()
-
-
-@dataclass(frozen=True)
-class DSPyGEPASettings:
-    reflection_minibatch_size: int = 3
-    use_merge: bool = False
-    num_threads: int = 1
 
 
 def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGEPASettings(),
@@ -497,10 +488,10 @@ def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGE
         with dspy.context(lm=student.worker), _failures_first(bridge):
             best = teleprompter.compile(student, trainset=trainset, valset=valset)
     except BudgetExceeded as exc:  # the architect's token budget, outside an evaluation
-        _record(view, bridge, student, outcome="budget_exhausted", error=str(exc)[:500])
+        _record(view, bridge, student, settings, outcome="budget_exhausted", error=str(exc)[:500])
         return student.candidate()
     results = getattr(best, "detailed_results", None)
-    _record(view, bridge, student, outcome="refused" if bridge.refusals else "done",
+    _record(view, bridge, student, settings, outcome="refused" if bridge.refusals else "done",
             gepa_total_metric_calls=getattr(results, "total_metric_calls", None))
     return best.candidate()
 

@@ -33,10 +33,11 @@ Run isolated: ``heldout run ... --optimizer-cmd "gepa=python -m heldout.adapters
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 from heldout.adapters.client import run_from_env
+from heldout.adapters.settings import GEPASettings
 from heldout.adapters.shown import feedback_text, output_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -161,18 +162,6 @@ class ViewGEPAAdapter:
             raise
 
 
-@dataclass(frozen=True)
-class GEPASettings:
-    """What ``heldout run --optimizer gepa`` passes to ``gepa.optimize`` (GEPA's own defaults
-    otherwise). ``max_metric_calls`` None means the view's remaining budget."""
-
-    reflection_minibatch_size: int = 3
-    candidate_selection_strategy: str = "pareto"
-    use_merge: bool = False
-    max_metric_calls: int | None = None
-    perfect_score: float = 1.0
-
-
 def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings()) -> Candidate:
     """Run GEPA on the view's task and return its best candidate (the seed candidate when not even
     the seed's first validation pass fits the budget)."""
@@ -191,10 +180,10 @@ def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings())
             max_metric_calls=budget, stop_callbacks=[adapter.should_stop], seed=seed,
             raise_on_exception=False, run_dir=None, display_progress_bar=False)
     except BudgetExceeded as exc:  # before GEPA's loop: the seed's validation pass did not fit
-        view.record_event(EVENT, outcome="budget_exhausted_before_loop", error=str(exc)[:500],
+        view.record_event(EVENT, outcome="budget_exhausted_before_loop", error=str(exc)[:500], settings=asdict(settings),
                           adapter_metric_calls=adapter.metric_calls)
         return seed_candidate
-    view.record_event(EVENT, outcome="refused" if adapter.exhausted else "stopped",
+    view.record_event(EVENT, outcome="refused" if adapter.exhausted else "stopped", settings=asdict(settings),
                       gepa_total_metric_calls=result.total_metric_calls,
                       adapter_metric_calls=adapter.metric_calls, refusals=adapter.refusals,
                       val_calls_gepa_did_not_count=adapter.val_metric_calls - adapter.val_examples,

@@ -38,13 +38,14 @@ import shutil
 import socket
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 from typing import Any, Sequence
 
 from heldout.adapters.client import run_from_env
+from heldout.adapters.settings import OpenEvolveSettings
 from heldout.adapters.shown import feedback_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -299,16 +300,11 @@ def write_evaluator_file(directory: str) -> str:
 
 
 # -- the named method -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class OpenEvolveSettings:
-    """A small single-island, single-worker OpenEvolve run, sized to the budget."""
-
-    max_iterations: int = 6
-    diff_based_evolution: bool = True
-    cascade_threshold: float = 0.0
-    timeout_seconds: int = 300
-
-
+# What a fixed seed does and does not fix in OpenEvolve 0.4.0 (stated in every run's event): its
+# program ids are uuid4 values and its sampling depends on them and on timings, so two runs with
+# one seed may try different children at the same spend.
+SEEDED = ("config.random_seed", "config.database.random_seed")
+NOT_REPRODUCIBLE = "OpenEvolve 0.4.0 draws program ids from uuid4 and its sampling depends on them and on timings"
 def evaluation_cost(view: TaskView) -> int:
     """Metric calls of one full evaluation (both cascade stages)."""
     return len(view.train) + len(view.val)
@@ -319,7 +315,7 @@ def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolv
     cost = max(1, evaluation_cost(view))
     iterations = min(settings.max_iterations, view.remaining // cost - 1)
     if iterations < 1:
-        view.record_event(EVENT, outcome="budget_too_small", iterations=0)
+        view.record_event(EVENT, outcome="budget_too_small", iterations=0, settings=asdict(settings))
         return seed_candidate
     bridge = ViewBridge(view).start()
     work = tempfile.mkdtemp(prefix="heldout-oe-run-")
@@ -334,7 +330,7 @@ def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolv
         config.log_level = "INFO"  # its log's "Evaluated program" lines are its own count of evaluations
         config.llm.models = [LLMModelConfig(name="heldout-architect", init_client=architect_client, weight=1.0)]
         config.llm.evaluator_models = list(config.llm.models)
-        config.database.num_islands = 1
+        config.database.num_islands = settings.num_islands
         config.database.population_size = 50
         config.database.random_seed = seed
         config.evaluator.cascade_evaluation = True
@@ -349,6 +345,7 @@ def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolv
         logs = sorted(Path(work, "out", "logs").glob("*.log"))
         believed = sum(log.read_text(encoding="utf-8", errors="replace").count("Evaluated program") for log in logs)
         view.record_event(EVENT, outcome="done", iterations=iterations, evaluations=bridge.evaluations,
+                          settings=asdict(settings), seeded=SEEDED, not_reproducible=NOT_REPRODUCIBLE,
                           openevolve_evaluations=believed,
                           bridge_metric_calls=bridge.metric_calls, refusals=bridge.refusals,
                           best_score=float(result.best_score))

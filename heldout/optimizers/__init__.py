@@ -34,6 +34,7 @@ sandbox. Only heldout's own modules are imported in-process, and user code only 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import parse_qsl
 
+from heldout.adapters.settings import METHOD_SETTINGS, setting_value
 from heldout.contracts import BudgetExceeded, HeldoutError
 
 REFERENCE_OPTIMIZERS: dict[str, str] = {
@@ -144,21 +146,32 @@ def mean_train_score(view, candidate, ids) -> float | None:
     return sum(r["score"] for r in results) / len(results) if results else None
 
 
-def split_spec(spec: str) -> tuple[str, dict[str, int | str]]:
+def split_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """``NAME?width=4&stream=1`` -> (``NAME``, {"width": 4, "stream": 1}); the values checked by
     :func:`check_options`."""
     name, _, query = spec.partition("?")
     options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))) if query else {}
-    return name, check_options(options, spec)
+    return name, check_options(options, spec, settings_type(name))
 
 
-def check_options(options: Mapping[str, Any], where: str) -> dict[str, int | str]:
+def settings_type(name: str) -> type | None:
+    """The settings dataclass (:mod:`heldout.adapters.settings`) whose fields are further options
+    of the reference optimizer ``name`` (a library adapter's settings), or None."""
+    return METHOD_SETTINGS.get(canonical_name(name).partition("?")[0])
+
+
+def check_options(options: Mapping[str, Any], where: str, settings: type | None = None) -> dict[str, Any]:
     """Options as an optimizer function receives them: an :data:`OPTIMIZER_OPTIONS` value is an int
     at least its minimum (given as an int or as digits), a :data:`CODE_OPTIONS` value is
-    ``module:function``; a clear error for anything else."""
-    checked: dict[str, int | str] = {}
+    ``module:function``, a field of ``settings`` (a library adapter's settings dataclass) is of
+    that field's type (:func:`~heldout.adapters.settings.setting_value`); a clear error for
+    anything else."""
+    checked: dict[str, Any] = {}
+    fields = [f.name for f in dataclasses.fields(settings)] if settings else []
     for key, value in options.items():
-        if key in CODE_OPTIONS:
+        if key in fields:
+            checked[key] = setting_value(settings, key, value)
+        elif key in CODE_OPTIONS:
             if not isinstance(value, str) or not _TARGET.match(value):
                 raise HeldoutError(f"optimizer option {key}={value!r} must be module:function ({CODE_OPTIONS[key]})")
             checked[key] = value
@@ -169,7 +182,7 @@ def check_options(options: Mapping[str, Any], where: str) -> dict[str, int | str
             checked[key] = int(digits)
         else:
             raise HeldoutError(f"optimizer option {key!r} is not one of "
-                               f"{', '.join([*OPTIMIZER_OPTIONS, *CODE_OPTIONS])} (in {where!r})")
+                               f"{', '.join([*OPTIMIZER_OPTIONS, *CODE_OPTIONS, *fields])} (in {where!r})")
     return checked
 
 
@@ -197,7 +210,7 @@ def check_optimizer(spec: str, options: Mapping[str, Any] | None = None) -> None
         raise HeldoutError(f"bad optimizer options in {spec!r}: {exc}") from None
     target = optimizer_target(name)
     if is_heldout_code(target):
-        resolve_optimizer(spec)
+        resolve_optimizer(spec, options)
     else:
         check_function(target, "optimizer", [*spec_options, *(options or {})])
     for key, code in code_options(spec, options).items():
@@ -211,23 +224,29 @@ def is_heldout_code(target: str) -> bool:
     return target.partition(":")[0].split(".")[0] == "heldout"
 
 
-def resolve_optimizer(spec: str) -> Callable:
+def resolve_optimizer(spec: str, options: Mapping[str, Any] | None = None) -> Callable:
     """A reference name (or alias) or ``module:function``, optionally with ``?options`` (see the
-    module doc), imported in this process: for heldout's own optimizers, for user code only when
-    it is trusted (``--trusted-optimizer``) or already inside the sandbox. A user's module is
-    looked up with the current directory on the path, as ``python -m`` would (no PYTHONPATH=.)."""
+    module doc) and further ``options`` (a study file's or ``--method-option``'s; they win),
+    imported in this process: for heldout's own optimizers, for user code only when it is trusted
+    (``--trusted-optimizer``) or already inside the sandbox. A user's module is looked up with the
+    current directory on the path, as ``python -m`` would (no PYTHONPATH=.)."""
     try:
-        name, options = split_spec(spec)
+        name, given = split_spec(spec)
     except ValueError as exc:  # parse_qsl's own complaint about a malformed query
         raise HeldoutError(f"bad optimizer options in {spec!r}: {exc}") from None
+    settings = settings_type(name)
+    given.update(check_options(options or {}, spec, settings))
     optimizer = _load(name)
-    if not options:
+    if not given:
         return optimizer
-    accepted = inspect.signature(optimizer).parameters
-    refused = [k for k in options if k not in accepted]
+    parameters = inspect.signature(optimizer).parameters
+    takes_any = settings is None and any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    accepted = {n for n, p in parameters.items() if p.kind is not p.VAR_KEYWORD}
+    accepted |= {f.name for f in dataclasses.fields(settings)} if settings else set()
+    refused = [k for k in given if k not in accepted and not takes_any]
     if refused:
         raise HeldoutError(f"optimizer {name!r} takes no option {', '.join(refused)}")
-    return functools.partial(optimizer, **options)
+    return functools.partial(optimizer, **given)
 
 
 def _load(name: str) -> Callable:

@@ -1,12 +1,15 @@
 """``gepa``: GEPA 0.1.4 itself, through :mod:`heldout.adapters.gepa` (prompt tasks; needs an
-architect model, which GEPA uses as its reflection LM)."""
+architect model, which GEPA uses as its reflection LM). Its options are the fields of
+:class:`~heldout.adapters.settings.GEPASettings` (``--method-option gepa.use_merge=true``)."""
 
 from __future__ import annotations
 
-from heldout.adapters.gepa import GEPASettings
+from typing import Any
+
 from heldout.adapters.gepa import optimize as run_gepa
+from heldout.adapters.settings import GEPASettings, make_settings
 from heldout.contracts import Candidate, TaskView
 
 
-def optimize(view: TaskView, seed: int) -> Candidate:
-    return run_gepa(view, seed, GEPASettings())
+def optimize(view: TaskView, seed: int, **settings: Any) -> Candidate:
+    return run_gepa(view, seed, make_settings(GEPASettings, settings))

@@ -1,12 +1,15 @@
 """``openevolve``: OpenEvolve 0.4.0 itself, through :mod:`heldout.adapters.openevolve` (program
-tasks; needs an architect model, OpenEvolve's LLM)."""
+tasks; needs an architect model, OpenEvolve's LLM). Its options are the fields of
+:class:`~heldout.adapters.settings.OpenEvolveSettings` (``--method-option openevolve.num_islands=2``)."""
 
 from __future__ import annotations
 
-from heldout.adapters.openevolve import OpenEvolveSettings
+from typing import Any
+
 from heldout.adapters.openevolve import optimize as run_openevolve
+from heldout.adapters.settings import OpenEvolveSettings, make_settings
 from heldout.contracts import Candidate, TaskView
 
 
-def optimize(view: TaskView, seed: int) -> Candidate:
-    return run_openevolve(view, seed, OpenEvolveSettings())
+def optimize(view: TaskView, seed: int, **settings: Any) -> Candidate:
+    return run_openevolve(view, seed, make_settings(OpenEvolveSettings, settings))

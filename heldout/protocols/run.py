@@ -23,7 +23,6 @@ A distributed engine plugs in by implementing the same interface."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import multiprocessing
@@ -111,7 +110,8 @@ class Method:
                     digest.update(Path(part).read_bytes())
             return {"name": self.name, "command": self.command, "code_sha256": digest.hexdigest()}
         target = self.target or self.name
-        return {"name": self.name, "target": optimizer_target(target), "options": dict(self.options),
+        return {"name": self.name, "target": optimizer_target(target),
+                "options": {**split_spec(target)[1], **self.options},  # the spec's own "?k=v" and the method's
                 "code_sha256": optimizer_code_sha256(target, self.options)}
 
 
@@ -510,9 +510,7 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
         else:
             session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
                                                              "isolation": "trusted, not isolated"})
-            optimizer = resolve_optimizer(target)
-            record = session.run(functools.partial(optimizer, **cell.method.options) if cell.method.options
-                                 else optimizer)
+            record = session.run(resolve_optimizer(target, cell.method.options))
     except StudyInterrupted:
         _ISOLATED_CELL = False
         session.ledger.close()

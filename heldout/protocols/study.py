@@ -45,6 +45,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,7 +59,7 @@ from heldout.contracts import HeldoutError, check_folder, check_name, read_user_
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
 from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,
-                                check_options, is_reference_optimizer)
+                                check_options, is_reference_optimizer, settings_type)
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells
 
@@ -241,7 +242,7 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
     run_dir = check_folder(run_dir, f"{origin}: run_dir", error=StudyError)
     if policy not in POLICIES:
         raise StudyError(f"{origin}: policy {policy!r} is not one of {', '.join(sorted(POLICIES))}")
-    executor = {"kind": "local", "jobs": 1, "cell_cpus": 1.0, **executor}
+    executor = {"kind": "local", "jobs": 1, "cell_cpus": None, **executor}  # None: what a cell uses
     if executor["kind"] not in EXECUTORS:
         raise StudyError(f"{origin}: executor.kind {executor['kind']!r} is not one of {', '.join(EXECUTORS)}")
     if executor["jobs"] < 1:
@@ -290,6 +291,35 @@ def parse_methods(optimizers: Iterable[str], commands: Iterable[str]) -> list[Me
         raise HeldoutError("name at least one --optimizer or --optimizer-cmd "
                            f"(reference optimizers: {', '.join(REFERENCE_OPTIMIZERS)})")
     return methods
+
+
+def parse_method_options(methods: list[Method], specs: Iterable[str]) -> list[Method]:
+    """``--method-option NAME.KEY=VALUE`` (repeatable): option ``KEY`` of method ``NAME``, read as
+    a study file's ``options`` are (a field of a library adapter's settings, ``width``,
+    ``stream``, ``program``: :func:`~heldout.optimizers.check_options`) and checked against the
+    optimizer before any session starts; the methods with their options set, in order."""
+    by_name = {m.name: m for m in methods}
+    given: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        left, sep, value = spec.partition("=")
+        name, dot, key = left.rpartition(".")
+        if not sep or not dot or not name or not key:
+            raise HeldoutError(f"--method-option takes NAME.KEY=VALUE, got {spec!r}")
+        if name not in by_name:
+            raise HeldoutError(f"--method-option {spec!r}: no method named {name!r} (methods: {', '.join(by_name)})")
+        if by_name[name].command is not None:
+            raise HeldoutError(f"--method-option {spec!r}: {name} is a command; give its options on its command line")
+        given.setdefault(name, {})[key] = value
+    out = []
+    for method in methods:
+        if method.name in given:
+            target = method.target or method.name
+            options = {**method.options, **check_options(given[method.name], f"--method-option {method.name}",
+                                                         settings_type(target))}
+            check_optimizer(target, options)
+            method = dataclasses.replace(method, options=options)
+        out.append(method)
+    return out
 
 
 def parse_budgets(specs: Iterable[str], tasks: list[str]) -> dict[str, int]:
