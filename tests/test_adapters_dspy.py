@@ -134,8 +134,26 @@ def test_mipro_run_is_counted_by_the_ledger_within_the_budget(word_sorting, read
     assert verify_ledger(run_dir).ok
 
 
+@pytest.mark.parametrize("budget, used", [(40, 17), (7, 0)])
+def test_dspy_gepa_validates_on_as_many_val_examples_as_a_small_budget_can_pay_for(budget, used, word_sorting,
+                                                                                   readable_dir):
+    # 50 val examples: a budget of 40 would go to a partial val pass of the seed; instead GEPA
+    # validates on the first 17, so the seed, one minibatch round (2 x 3) and one child fit
+    with TestServer() as srv:
+        record = session(word_sorting, srv, readable_dir / "run", budget, "dspy-gepa").run(resolve_optimizer("dspy-gepa"))
+    assert record.status == "ok", record.error
+    rows, event = evaluations(readable_dir / "run"), dspy_event(readable_dir / "run")
+    if used == 0:  # not even one val example for the seed and a child: nothing spent, and it says so
+        assert event["outcome"] == "budget_too_small" and event["minimum_metric_calls"] == 8 and rows == []
+        return
+    assert (event["val_examples"], event["val_examples_used"]) == (50, used)
+    seed_val = [r for r in rows if r["split"] == "val" and r["candidate_id"] == rows[0]["candidate_id"]]
+    assert len({r["example_id"] for r in seed_val}) == used  # the seed's val pass is whole
+    assert record.usage["metric_calls"] <= budget
+
+
 def test_dspy_gepa_counts_refused_rollouts_as_the_only_difference(word_sorting, readable_dir):
-    budget = 80
+    budget = 120  # the seed's val pass, one accepted child and its val pass, then a pass that does not fit
     with TestServer() as srv:
         record = session(word_sorting, srv, readable_dir / "run", budget, "dspy-gepa").run(resolve_optimizer("dspy-gepa"))
     assert record.status == "ok", record.error

@@ -474,12 +474,34 @@ def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSet
     return best.candidate()
 
 
+def gepa_minimum_cost(val_size: int, minibatch: int) -> int:
+    """The fewest metric calls in which dspy.GEPA can accept a candidate: the seed on the val set,
+    the parent and one proposed child on a reflection minibatch, and the child on the val set."""
+    return 2 * val_size + 2 * minibatch
+
+
+def val_size_for_budget(val_size: int, minibatch: int, budget: int) -> int:
+    """How many val examples (the first ones) dspy.GEPA validates on so that ``budget`` can pay
+    for accepting one candidate (:func:`gepa_minimum_cost`): all of them when it can, else as many
+    as fit (0: none). With the whole val set on a small budget, the budget would go to the
+    seed's partial val pass and the run could only return the seed."""
+    return max(0, min(val_size, (budget - 2 * minibatch) // 2))
+
+
 def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGEPASettings(),
                   program: ProgramFactory | None = None) -> Candidate:
     bridge = ViewBridge(view)
     student = _student(view, bridge, program)
     trainset = heldout_examples(view, "train")
     valset, _ = _valset(view)
+    minibatch = min(settings.reflection_minibatch_size, len(trainset))
+    fits = val_size_for_budget(len(valset), minibatch, view.remaining)
+    if fits == 0:  # not even one val example for the seed and one child: spend nothing, say so
+        _record(view, bridge, student, settings, outcome="budget_too_small",
+                minimum_metric_calls=gepa_minimum_cost(1, minibatch))
+        return student.candidate()
+    sized = {"val_examples": len(valset), "val_examples_used": fits}
+    valset = valset[:fits]
     teleprompter = dspy.GEPA(metric=feedback_metric, max_metric_calls=view.remaining, reflection_lm=architect_lm(view),
                              reflection_minibatch_size=settings.reflection_minibatch_size, use_merge=settings.use_merge,
                              num_threads=settings.num_threads, seed=seed, track_stats=True,
@@ -488,11 +510,11 @@ def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGE
         with dspy.context(lm=student.worker), _failures_first(bridge):
             best = teleprompter.compile(student, trainset=trainset, valset=valset)
     except BudgetExceeded as exc:  # the architect's token budget, outside an evaluation
-        _record(view, bridge, student, settings, outcome="budget_exhausted", error=str(exc)[:500])
+        _record(view, bridge, student, settings, outcome="budget_exhausted", error=str(exc)[:500], **sized)
         return student.candidate()
     results = getattr(best, "detailed_results", None)
     _record(view, bridge, student, settings, outcome="refused" if bridge.refusals else "done",
-            gepa_total_metric_calls=getattr(results, "total_metric_calls", None))
+            gepa_total_metric_calls=getattr(results, "total_metric_calls", None), **sized)
     return best.candidate()
 
 
