@@ -17,7 +17,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -165,6 +167,53 @@ def test_a_verbatim_key_shows_in_the_autopsy_and_is_never_read_as_transfer(keyed
     assert html.index('id="table-autopsy"') < html.index('id="figure-autopsy"') < html.index('id="table-reading"')
     assert (keyed_study / "report" / "report.html").is_file()
     assert (keyed_study / "report" / "paper" / "autopsy.tex").is_file()
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+LAYOUT_PROBE = """<script>
+window.addEventListener('load', function () {
+  var shown = function (el) { var r = el.getBoundingClientRect(); return r.width > 0 && r.height > 0; };
+  var blocks = Array.from(document.querySelectorAll('h1,h2,h3,p,table,img,figure,pre,ul,ol')).filter(shown);
+  var overlaps = [];
+  for (var i = 0; i < blocks.length; i++) {
+    for (var j = i + 1; j < blocks.length; j++) {
+      var a = blocks[i], b = blocks[j];
+      if (a.contains(b) || b.contains(a)) continue;
+      var r = a.getBoundingClientRect(), q = b.getBoundingClientRect();
+      var w = Math.min(r.right, q.right) - Math.max(r.left, q.left);
+      var h = Math.min(r.bottom, q.bottom) - Math.max(r.top, q.top);
+      if (w > 1 && h > 1) overlaps.push(a.tagName + '/' + b.tagName + ' ' + (a.textContent || '').slice(0, 30));
+    }
+  }
+  var imgs = Array.from(document.images);
+  var out = document.createElement('pre');
+  out.id = 'layout-check';
+  out.textContent = 'tables=' + Array.from(document.querySelectorAll('table')).filter(shown).length
+    + ' images=' + imgs.length + ' decoded=' + imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length
+    + ' wider_than_page=' + (document.documentElement.scrollWidth > window.innerWidth)
+    + ' overlaps=' + overlaps.length + ' ' + overlaps.slice(0, 3).join(' | ');
+  document.body.appendChild(out);
+});
+</script></body>"""
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed (/usr/bin/chromium absent)")
+def test_the_report_renders_in_headless_chromium_with_nothing_overlapping(keyed_study, tmp_path):
+    # a copy of the self-contained report gets a probe that measures the laid-out page
+    page = tmp_path / "probe.html"
+    page.write_text((keyed_study / "report" / "report.html").read_text().replace("</body>", LAYOUT_PROBE))
+    done = subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1280,900",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'id="layout-check">([^<]*)<', done.stdout)
+    assert found, done.stdout[-2000:]
+    check = found.group(1)
+    tables, images, decoded = (int(re.search(rf"{k}=(\d+)", check).group(1)) for k in ("tables", "images", "decoded"))
+    assert tables >= 5 and images >= 1 and decoded == images, check
+    assert "wider_than_page=false" in check and "overlaps=0 " in check, check
 
 
 def test_every_ledger_of_the_protocol_verifies(keyed_study, capsys):
