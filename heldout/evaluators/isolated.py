@@ -51,7 +51,7 @@ from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Session
 from heldout.evaluators.view_server import ViewServer
-from heldout.optimizers import user_code
+from heldout.optimizers import find_module_source, user_code
 from heldout.sandbox import require_sandbox
 from heldout.sandbox.cgroups import RunGroup
 from heldout.sandbox.root import CODE_DIR, SANDBOX_DIR, SCRATCH_DIR, AllowList, bwrap_argv
@@ -101,20 +101,6 @@ def _resolve_argv(command: str | Sequence[str]) -> list[str]:
             arg = os.path.abspath(arg)
         out.append(arg)
     return out
-
-
-def locate_module(module: str, search: Sequence[str]) -> Path:
-    """The file (plain module) or top-level package dir of ``module``, found without importing
-    anything (importing would run the user's code in the harness)."""
-    top = module.split(".")[0]
-    for entry in search:
-        base = Path(entry or os.getcwd())
-        if (base / top).is_dir():
-            return (base / top).resolve()
-        if "." not in module and (base / f"{top}.py").is_file():
-            return (base / f"{top}.py").resolve()
-    raise HeldoutError(f"cannot find the optimizer module {module!r} (looked in the current directory "
-                       f"and on sys.path); pass --trusted-optimizer to run an installed one in-process")
 
 
 def _stage_lib(lib: Path) -> None:
@@ -195,7 +181,7 @@ def run_isolated_function(session: Session, target: str, *, search: Sequence[str
     for module in [target.partition(":")[0]] + [t.partition(":")[0] for t in user_code(target, options)]:
         if module.split(".")[0] == "heldout":
             continue  # heldout's optimizers are in the staged copy already
-        found = locate_module(module, where)
+        found = find_module_source(module, where).top  # found by path, never imported
         inside = f"{USER_DIR}/{found.name}"
         if user.get(inside, str(found)) != str(found):
             raise HeldoutError(f"two user modules named {found.name!r} ({user[inside]}, {found}): rename one")
@@ -432,5 +418,5 @@ if final is not None:
 '''
 
 
-__all__ = ["OptimizerLimits", "run_isolated", "run_isolated_function", "locate_module", "is_function_spec", "LOG_FILE",
+__all__ = ["OptimizerLimits", "run_isolated", "run_isolated_function", "is_function_spec", "LOG_FILE",
            "DEFAULT_WALL_SECONDS", "OPTIMIZER_MODULES"]

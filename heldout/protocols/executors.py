@@ -52,9 +52,8 @@ from typing import Any, Callable, Iterator
 from heldout.contracts import HeldoutError
 from heldout.benchmarks.loading import DATA_DIR_ENV
 from heldout.benchmarks.registry import get_benchmark
-from heldout.evaluators.isolated import locate_module
 from heldout.evaluators.ledger import LedgerError, ledger_key, ledger_key_path
-from heldout.optimizers import is_reference_optimizer, optimizer_target, user_code
+from heldout.optimizers import find_module_source, is_reference_optimizer, optimizer_target, user_code
 from heldout.protocols.run import Cell, LocalExecutor
 from heldout.sandbox.process import HIDE_ENV, ISOLATION_ENV, UNSAFE_ENV, isolation_level
 
@@ -183,7 +182,7 @@ def shipped_modules(cells: list[Cell]) -> list[str]:
             targets.insert(0, optimizer_target(spec))
         for module in (t.partition(":")[0] for t in targets):
             if module.split(".")[0] != "heldout":
-                found[str(locate_module(module, search))] = None
+                found[str(find_module_source(module, search).top)] = None
     return list(found)
 
 
