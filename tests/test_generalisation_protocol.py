@@ -145,6 +145,12 @@ def test_a_verbatim_key_shows_in_the_autopsy_and_is_never_read_as_transfer(keyed
     assert all(r["share"] > 0.3 and r["encoded"] == KEYED for r in finals)
     assert all(r["heldout"] is not None for r in finals)
     assert all(r["heldout"] is None for r in result["autopsy"]["rows"] if not r["final"])
+    # the role column says both things a row can be: a best-so-far of the run, the candidate it returned
+    md = (keyed_study / "report" / "report.md").read_text()
+    autopsy_lines = md[md.index("## 4. Prompt autopsy"):].split("\n\n")[1].splitlines()[2:]
+    roles = [line.split("|")[4].strip() for line in autopsy_lines]
+    assert roles == [", ".join(n for n, on in (("accepted", r["accepted"]), ("final", r["final"])) if on)
+                     for r in result["autopsy"]["rows"]]
     # the key pays on the questions it encodes, decided at the seed level
     rows = {r["subset"]: r for r in result["ablation"]["methods"][0]["rows"]}
     assert rows["train_encoded"]["gain"] > 0.5 and rows["train_encoded"]["sign"] == "+"

@@ -232,7 +232,7 @@ class GeneralisationPlan:
         n = len(self.spec.seeds)
         n_val, n_test = self.sizes.get("val", 0), self.sizes.get("test", 0)
         selection = n_val or self.sizes.get("train", 0)
-        lines = [f"held-out comparison (3 verdicts, Holm): "
+        lines = ["held-out comparison (3 verdicts, Holm): "
                  + describe_detectable(n, family=3, n_examples=max(1, min(selection, n_test)), alpha=alpha),
                  f"topic-shared ablation (up to {len(SUBSETS)} rows, Holm): "
                  + describe_detectable(n, family=len(SUBSETS), n_examples=max(1, n_test), alpha=alpha)]
@@ -372,7 +372,8 @@ class AutopsyRow:
     """One accepted candidate of one seed's run. ``val_reward`` is the mean val score the
     optimizer's own evaluations gave it (``val_source`` "optimizer"), or for a final candidate it
     never evaluated on val, the harness's val score ("harness"); None when neither exists.
-    ``heldout`` is set for the final candidate only."""
+    ``heldout`` is set for the final candidate only. ``accepted``: it became the best-so-far
+    during the run (a final candidate the run returned without that is ``final`` only)."""
 
     seed: int
     step: int
@@ -388,6 +389,7 @@ class AutopsyRow:
     val_reward: float | None
     val_source: str
     heldout: float | None
+    accepted: bool = True
 
 
 @dataclass
@@ -433,6 +435,7 @@ def autopsy(records: Sequence[RunRecord], run_dirs: dict[int, Path], task: Task)
         texts = _components(run_dirs[rec.seed])
         if rec.final_candidate and rec.final_candidate_id:
             texts[rec.final_candidate_id] = dict(rec.final_candidate)
+        best_so_far = {t["candidate_id"] for t in rec.trajectory if t.get("candidate_id")}
         for step, cid in enumerate(accepted_candidates(rec)):
             if cid not in texts:
                 missing += 1
@@ -450,7 +453,8 @@ def autopsy(records: Sequence[RunRecord], run_dirs: dict[int, Path], task: Task)
                                    families=len(scan.memorised_families),
                                    val_reward=None if val is None else float(val),
                                    val_source=source if val is not None else "none",
-                                   heldout=float(rec.test_score) if final and rec.test_score is not None else None))
+                                   heldout=float(rec.test_score) if final and rec.test_score is not None else None,
+                                   accepted=cid in best_so_far))
     paired = [(r.share, r.val_reward) for r in rows if r.val_reward is not None]
     rho = p = None
     if len(paired) < 3:

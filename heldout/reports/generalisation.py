@@ -99,7 +99,7 @@ def ablation_table(result: GeneralisationResult) -> Table:
 
 def autopsy_table(result: GeneralisationResult) -> Table:
     auto = result.autopsy
-    rows = [[Cell(str(r.seed)), Cell(str(r.step)), Cell(r.candidate_id[:12]), Cell("final" if r.final else "accepted"),
+    rows = [[Cell(str(r.seed)), Cell(str(r.step)), Cell(r.candidate_id[:12]), Cell(", ".join(role for role, on in (("accepted", r.accepted), ("final", r.final)) if on)),
              Cell(f"{r.share:.1%}"), Cell(str(r.encoded)), Cell(str(r.families)),
              Cell("-" if r.val_reward is None else f"{r.val_reward:.3f} ({r.val_source})"),
              Cell("-" if r.heldout is None else f"{r.heldout:.3f}")] for r in auto.rows]
