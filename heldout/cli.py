@@ -466,7 +466,9 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
                    help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
     p.add_argument("--ray-address", default=None,
                    help="Ray cluster address (default: $RAY_ADDRESS, else a new local instance); the run dir must be shared")
-    p.add_argument("--cell-cpus", type=float, default=None, help="--executor ray: CPUs each cell asks for (default: what a cell uses, 1.4 for a program task, 0.25 for a prompt task)")
+    p.add_argument("--cell-cpus", type=float, default=None,
+                   help="--executor ray: CPUs each cell asks for (default: what a cell uses, 1.4 for a program task, "
+                   "0.25 for a prompt task)")
     p.add_argument("--cell-memory-mb", type=int, default=None, help="--executor ray: memory each cell asks for, MB")
     p.add_argument("--policy", default=None, choices=sorted(POLICIES),
                    help="visibility policy: what the optimizer sees per split")

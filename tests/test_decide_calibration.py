@@ -85,12 +85,48 @@ def test_seeds_that_replay_one_draw_of_the_examples_never_separate(seeds):
     assert hits == 0 and said > 0
 
 
-def test_the_same_gain_from_different_candidates_is_a_replicated_effect_and_is_decided():
-    # e.g. a key that scores 1 on each seed's own encoded questions, where the seed candidate scores 0
-    verdict = decide.contrast([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], n_examples=6)
+def test_the_same_gain_from_different_candidates_is_decided_on_the_examples_that_changed():
+    # a key that scores 1 on each seed's own 6 encoded questions (13 distinct ones over 3 seeds),
+    # where the seed candidate scores 0: zero variance over seeds, 13 examples up, none down
+    starts = [0, 7, 4]
+    examples = {s: {f"q{i}": (0.0, 1.0 if start <= i < start + 6 else 0.0) for i in range(16)}
+                for s, start in enumerate(starts)}
+    verdict = decide.contrast([0.0] * 3, [6 / 16] * 3, n_examples=16, examples=examples)
+    assert verdict.zero_variance and verdict.changed == (13, 0)
     assert verdict.decided and verdict.sign == "+" and not decide.replicates_nothing(verdict)
-    replayed = decide.contrast([0.0, 0.0, 0.0], [1.0, 1.0, 1.0], n_examples=6, replayed=True)
+    # without the per-example scores only the seeds can speak: 3 seeds of one sign are p = 0.25
+    blind = decide.contrast([0.0] * 3, [6 / 16] * 3, n_examples=16)
+    assert not blind.decided and blind.p == 0.25 and "zero variance" in blind.sentence
+    replayed = decide.contrast([0.0] * 3, [1.0] * 3, n_examples=6, replayed=True, examples=examples)
     assert not replayed.decided and decide.replicates_nothing(replayed)
+
+
+@pytest.mark.parametrize("seeds", [3, 5])
+def test_a_zero_spread_over_seeds_is_never_read_as_certainty(seeds):
+    """The case a real-model demo met: three prompts that each gain the same one question of 24.
+    Under the null, each seed's candidate changes a few questions relative to the seed candidate,
+    the same questions in the same direction in every seed (a systematic wording effect that helps
+    as often as it hurts), so every seed pair differs by the same amount. The paired t reads that
+    zero spread as p = 0 and separates whenever the changes do not cancel; the rule decides on the
+    changed examples, each once, and holds alpha."""
+    rng = np.random.default_rng(500 + seeds)
+    hits, t_hits, zero = 0, 0, 0
+    for _ in range(SIMS):
+        base = (rng.random(24) < 0.3).astype(float)
+        changed = rng.choice(24, size=int(rng.integers(1, 9)), replace=False)
+        final = base.copy()
+        final[changed] = rng.random(len(changed)) < 0.5  # each changed question right or wrong at random
+        examples = {s: {f"q{i}": (base[i], final[i]) for i in range(24)} for s in range(seeds)}
+        a, b = [float(base.mean())] * seeds, [float(final.mean())] * seeds
+        verdict = decide.contrast(a, b, n_examples=24, examples=examples)
+        hits += verdict.decided
+        zero += verdict.zero_variance
+        t_hits += a != b  # what a paired t over a zero spread would have said: p = 0 whenever they differ
+    rate = hits / SIMS
+    _, high = bounds()
+    print(f"\nzero spread over {seeds} seeds: type-I {rate:.4f} (upper bound {high:.4f}); a paired t would "
+          f"separate {t_hits / SIMS:.2f}")
+    assert zero > SIMS // 2 and rate <= high and t_hits / SIMS > 0.5
 
 
 @pytest.mark.parametrize("seeds", [3, 5, 10])

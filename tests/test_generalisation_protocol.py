@@ -346,11 +346,18 @@ def test_every_sign_pattern_has_one_answer_and_none_claims_what_its_signs_do_not
     assert used == {r.name for r in GAP_READINGS}
 
 
-def _record(method: str, seed: int, candidate: str, val: float, test: float) -> RunRecord:
+def _record(method: str, seed: int, candidate: str, val: float, test: float,
+            right: tuple[set[int], set[int]] | None = None) -> RunRecord:
+    """A finished run; ``right``: the val and test example indices it answered (12 val, 24 test),
+    else no per-example verdicts."""
+    verdicts = [[{"example_id": f"{split}-{i}", "score": float(i in hits)} for i in range(n)]
+                for split, n, hits in (("val", 12, right[0]), ("test", 24, right[1]))] if right else [[], []]
+    if right:
+        val, test = len(right[0]) / 12, len(right[1]) / 24
     return RunRecord(task=TASK, profile=PROFILE, seed=seed, method=method, status="ok", budget={}, policy={},
                      limits={}, options={}, drift=None, final_candidate={"instruction": candidate},
-                     final_candidate_id=candidate, test_verdicts=[], val_verdicts=[], test_score=test, val_score=val,
-                     usage={}, trajectory=[], lineage=[])
+                     final_candidate_id=candidate, test_verdicts=verdicts[1], val_verdicts=verdicts[0], test_score=test,
+                     val_score=val, usage={}, trajectory=[], lineage=[])
 
 
 def test_a_seed_blind_optimizer_decides_nothing_however_its_one_run_scored():
@@ -361,9 +368,20 @@ def test_a_seed_blind_optimizer_decides_nothing_however_its_one_run_scored():
     for verdict in (comparison.heldout, comparison.validation, comparison.gap):
         assert verdict.replayed and not verdict.decided and verdict.sign == "0"
         assert "re-scored one run" in verdict.sentence
-    # the same gains from a different candidate per seed replicate the run and are decided
-    varied = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0.4, 0.5), _record("opt", s, f"c{s}", 0.7, 0.7))]
-    assert compare_heldout(varied, "opt", {"val": 12, "test": 24}).heldout.decided
+    # the same gain from a different candidate per seed, each answering 4 more held-out questions
+    # (12 distinct ones over the seeds): zero variance, decided on the questions that changed
+    base = (set(range(6)), set(range(12)))
+    varied = [r for s in (0, 1, 2)
+              for r in (_record("seed", s, "base", 0, 0, base),
+                        _record("opt", s, f"c{s}", 0, 0, (base[0], base[1] | set(range(12 + 4 * s, 16 + 4 * s)))))]
+    held = compare_heldout(varied, "opt", {"val": 12, "test": 24}).heldout
+    assert held.zero_variance and held.changed == (12, 0) and held.decided and held.sign == "+"
+    # the case a real-model demo met: three prompts that each gain the same one question of 24
+    one = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0, 0, base),
+                                          _record("opt", s, f"c{s}", 0, 0, (base[0], base[1] | {20})))]
+    held = compare_heldout(one, "opt", {"val": 12, "test": 24}).heldout
+    assert held.zero_variance and held.changed == (1, 0) and not held.decided and held.sign == "0"
+    assert "zero variance" in held.sentence and "the 1 example whose score changed (1 up, 0 down" in held.sentence
 
 
 def test_accepted_candidates_are_the_best_so_far_steps_then_the_final():

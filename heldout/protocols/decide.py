@@ -18,6 +18,13 @@ Rules that hold for every verdict:
 * **No verdict from seeds that replicate nothing**: when every seed ran the same candidates (a
   seed-blind optimizer) and every pair differs by exactly the same amount, the seeds re-scored
   one run, and a seed-level test would count it S times (:func:`replicates_nothing`).
+* **Zero variance is not certainty.** When every seed pair differs by the same non-zero amount
+  from different candidates (three prompts that each gain the same one question of 24), the
+  paired t is undefined (its interval is a point, its p is 0) and would separate on one question.
+  Such a contrast is decided by an exact test that the zero spread cannot fool: the sign test over
+  the examples whose score changed, each example once with its change summed over the seeds
+  (:func:`changed_examples`; the same question flipping in every seed is one piece of evidence,
+  not S), when the caller passes the per-example scores; else the exact sign-flip over seeds.
 
 Each verdict is a :class:`Contrast`: the rule's name, its inputs (per-seed values), the estimate
 and interval, raw and Holm-adjusted p, the family size and the nominal error rate, and one
@@ -38,6 +45,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from heldout.contracts import HeldoutError
 from heldout.protocols.stats import holm_adjust
@@ -68,7 +76,8 @@ RULES: dict[str, Rule] = {rule.name: rule for rule in (
     Rule("seed-paired-contrast", "seed (paired by seed id)",
          "paired t over per-seed differences (>= 2 examples per seed), else exact sign-flip over seeds; "
          "two-sided; Holm across the command's comparisons; seeds with zero variance (every pair differs by "
-         "the same amount) that ran the same candidates decide nothing",
+         "the same amount) that ran the same candidates decide nothing; from different candidates, an exact "
+         "sign test over the changed examples (each once, net over seeds), else a sign-flip over seeds",
          "family-wise type-I <= alpha across every comparison printed"),
     Rule("gate-margin", "seed (paired by id, or independent runs)",
          "one-sided t / exact randomisation against a per-task margin; regression Holm over tasks, "
@@ -114,6 +123,11 @@ class Contrast:
     sentence: str
     replayed: bool = False
     """Every seed of each side ran the same candidate (set by callers that know candidate ids)."""
+    zero_variance: bool = False
+    """Every seed pair differs by the same non-zero amount: ``test`` is then the exact fallback
+    (:func:`changed_examples` when per-example scores were given) and the interval is a point."""
+    changed: tuple[int, int] | None = None
+    """With the example-level fallback: examples whose net score over the seeds went up, down."""
 
     @property
     def nominal_error(self) -> float:
@@ -131,14 +145,33 @@ def _values(side: Mapping[int, float] | Sequence[float]) -> dict[int, float]:
     return {i: float(v) for i, v in enumerate(side)}
 
 
+def changed_examples(examples: Mapping[int, Mapping[str, tuple[float, float]]],
+                     seeds: Sequence[int]) -> tuple[float, int, int]:
+    """The exact two-sided sign test over examples: each example once, its change ``b - a``
+    summed over the ``seeds`` it appears in (``examples[seed][id] = (a score, b score)``);
+    returns (p, examples up, examples down). Under no effect an example's net change is as likely
+    up as down, whatever the seeds share, so the test is exact given the changed count."""
+    net: dict[str, float] = {}
+    for seed in seeds:
+        for ex, (a_score, b_score) in examples.get(seed, {}).items():
+            net[ex] = net.get(ex, 0.0) + float(b_score) - float(a_score)
+    up = sum(1 for d in net.values() if d > 1e-12)
+    down = sum(1 for d in net.values() if d < -1e-12)
+    p = float(scipy_stats.binomtest(up, up + down, 0.5).pvalue) if up + down else 1.0
+    return p, up, down
+
+
 def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | Sequence[float], *,
              n_examples: int, paired: bool = True, alpha: float = DEFAULT_ALPHA,
-             labels: tuple[str, str] = ("a", "b"), label: str | None = None, replayed: bool = False) -> Contrast:
+             labels: tuple[str, str] = ("a", "b"), label: str | None = None, replayed: bool = False,
+             examples: Mapping[int, Mapping[str, tuple[float, float]]] | None = None) -> Contrast:
     """``b`` against ``a``, one value per seed (a mapping seed -> value, or a sequence whose
     position is the seed). Paired designs use the seeds both sides have; a seed on one side only
     is left out and the sentence names how many pairs remain. ``replayed``: every seed of each
-    side ran the same candidate (see :func:`replicates_nothing`). A family of one: call
-    :func:`holm` on every contrast a command prints."""
+    side ran the same candidate (see :func:`replicates_nothing`). ``examples``: per seed, example
+    id -> (a score, b score), the per-example scores the seed values average; used only when the
+    seeds show zero variance (see the module doc). A family of one: call :func:`holm` on every
+    contrast a command prints."""
     a_vals, b_vals = _values(a), _values(b)
     if paired:
         seeds = tuple(sorted(set(a_vals) & set(b_vals)))
@@ -163,6 +196,17 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
                                            f"{'paired' if paired else 'per side'}; a verdict needs >= {MIN_SEEDS}")
     comp = compare_runs(av, bv, paired=paired, n_examples=int(n_examples), alpha=alpha, two_sided=True)
     p = min(1.0, 2.0 * min(comp.p_value(av, bv, 0.0, "less"), comp.p_value(av, bv, 0.0, "greater")))
+    differences = bv - av if paired else None
+    if differences is not None and not replayed and float(np.ptp(differences)) <= 1e-12 \
+            and abs(float(differences.mean())) > 1e-12:
+        # the paired t reads a zero spread as certainty: decide by an exact test instead
+        base.update(zero_variance=True, min_seeds=MIN_SEEDS)
+        if examples is not None:
+            p, up, down = changed_examples(examples, seeds)
+            base.update(test="exact sign test", changed=(up, down))
+        else:
+            p = min(1.0, 2.0 / 2 ** n)  # every difference has one sign: the most extreme of 2**n patterns
+            base.update(test="exact sign-flip")
     return _finish(Contrast(**base, estimate=comp.change, low=comp.low, high=comp.high, p=p, p_holm=p,
                             decided=False, sign="0", sentence=""))
 
@@ -191,6 +235,10 @@ def _finish(c: Contrast) -> Contrast:
     sign = ("+" if c.estimate > 0 else "-") if decided else "0"
     level = f"{1 - c.alpha:.0%}"
     unit = f"{len(c.seeds)} seed pairs" if c.paired else f"{len(c.a)} / {len(c.b)} seeds"
+    if c.changed is not None:
+        changed = sum(c.changed)
+        unit = (f"the {changed} example{'s' if changed != 1 else ''} whose score changed ({c.changed[0]} up, "
+                f"{c.changed[1]} down, each once over {len(c.seeds)} seed pairs)")
     p = f"p = {c.p:.3g}" + (f", Holm p = {c.p_holm:.3g} over {c.family} comparisons" if c.family > 1 else "")
     facts = f"mean difference {c.estimate:+.4g}, {level} CI [{c.low:+.4g}, {c.high:+.4g}], {c.test} over {unit}, {p}"
     if decided:
@@ -205,6 +253,10 @@ def _finish(c: Contrast) -> Contrast:
             why = (f"every seed ran the same candidates and every {what} (zero variance): the seeds "
                    "re-scored one run instead of replicating it, so a seed-level test has no error to measure; "
                    "make the seed drive the run (the optimizer's own randomness, its data order)")
+        elif c.zero_variance:
+            why = ("every seed pair differs by the same amount (zero variance), so the seed-level interval is a "
+                   f"point and says nothing; the exact test's p is not below {c.alpha:g}"
+                   + (" after Holm" if c.family > 1 else ""))
         elif n < c.min_seeds:
             why = f"{c.test} needs >= {c.min_seeds} seeds to reach alpha = {c.alpha:g} two-sided, got {n}"
         elif excludes:
@@ -261,4 +313,4 @@ def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, flo
 
 
 __all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "MarginError",
-           "RULES", "Rule", "Sign", "contrast", "describe_detectable", "family", "holm", "replicates_nothing"]
+           "RULES", "Rule", "Sign", "changed_examples", "contrast", "describe_detectable", "family", "holm", "replicates_nothing"]

@@ -355,10 +355,20 @@ def compare_heldout(records: Sequence[RunRecord], optimizer: str, sizes: dict[st
     n_val, n_test = max(1, sizes.get("val", 1)), max(1, sizes.get("test", 1))
     # A seed-blind optimizer returns one candidate in every seed: its seeds re-score one run.
     replayed = all(len({by[(m, s)].final_candidate_id for s in seeds}) == 1 for m in (optimizer, SEED_METHOD))
+    def per_example(split: str) -> dict[int, dict[str, tuple[float, float]]]:
+        """Per seed, example id -> (seed candidate's score, final candidate's score) on ``split``."""
+        out = {}
+        for s in seeds:
+            base, final = by[(SEED_METHOD, s)].verdict_scores(split), by[(optimizer, s)].verdict_scores(split)
+            out[s] = {ex: (base[ex], final[ex]) for ex in base if ex in final}
+        return out
+
     held = contrast({g.seed: g.seed_test for g in gains}, {g.seed: g.final_test for g in gains}, n_examples=n_test,
-                    alpha=alpha, labels=(SEED_METHOD, optimizer), label="held-out gain", replayed=replayed)
+                    alpha=alpha, labels=(SEED_METHOD, optimizer), label="held-out gain", replayed=replayed,
+                    examples=per_example("test"))
     val = contrast({g.seed: g.seed_val for g in gains}, {g.seed: g.final_val for g in gains}, n_examples=n_val,
-                   alpha=alpha, labels=(SEED_METHOD, optimizer), label="validation gain", replayed=replayed)
+                   alpha=alpha, labels=(SEED_METHOD, optimizer), label="validation gain", replayed=replayed,
+                   examples=per_example("val"))
     gap = contrast({g.seed: g.heldout_gain for g in gains}, {g.seed: g.val_gain for g in gains},
                    n_examples=min(n_val, n_test), alpha=alpha, labels=("held-out gain", "validation gain"),
                    label="validation-minus-held-out gap", replayed=replayed)

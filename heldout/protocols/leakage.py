@@ -48,7 +48,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from heldout.benchmarks.loading import Task, load_task
-from heldout.contracts import Candidate, Example, HeldoutError, Verdict, candidate_id, check_candidate
+from heldout.contracts import Candidate, Example, HeldoutError, candidate_id, check_candidate
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
@@ -373,7 +373,8 @@ def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]],
         base_means = {sid: float(np.mean([v[0] for v in c.values()])) for sid, c in kept}
         final_means = {sid: float(np.mean([v[1] for v in c.values()])) for sid, c in kept}
         contrast_ = contrast(base_means, final_means, n_examples=min(len(c) for c in cells),
-                             labels=("baseline", "final"), label=subset, alpha=1 - ci, replayed=replayed)
+                             labels=("baseline", "final"), label=subset, alpha=1 - ci, replayed=replayed,
+                             examples={sid: dict(c) for sid, c in kept})
     else:
         contrast_ = None
     ids = sorted({i for c in cells for i in c})
