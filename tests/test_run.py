@@ -108,6 +108,17 @@ def test_study_runs_every_cell_and_resuming_skips_finished_ones(tmp_path):
     assert all(r["skipped"] for r in again)
 
 
+def test_a_study_continues_when_its_model_endpoint_comes_back_on_another_address(tmp_path):
+    # the demos serve the bundled model in-process on a new port each start: an interrupted demo
+    # must continue, while another model name is another experiment
+    cells = build_cells(["lockpicking/six"], parse_methods(["seed"], []), [0], {"lockpicking/six": 10}, "paper", {})
+    first = StudyConfig(run_root=str(tmp_path), worker_model="m", base_url="http://127.0.0.1:41001/v1")
+    open_study(cells, first)
+    open_study(cells, StudyConfig(**{**first.__dict__, "base_url": "http://127.0.0.1:41002/v1"}), resume=True)
+    with pytest.raises(ExperimentMismatch, match="worker_model"):
+        open_study(cells, StudyConfig(**{**first.__dict__, "worker_model": "other"}), resume=True)
+
+
 def test_reopening_a_study_with_another_budget_names_the_setting_and_changes_nothing(tmp_path):
     run_dir = tmp_path / "study"
     assert cli("run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "local-search",

@@ -342,8 +342,12 @@ class StudyConfig:
             raise HeldoutError(f"unknown visibility policy {self.policy!r}; accepted: {', '.join(POLICIES)}")
 
     def experiment(self) -> dict[str, Any]:
-        """The settings that define the experiment (where data and caches live does not)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("run_root", "data_dir", "cache_dir", "model_concurrency")}
+        """The settings that define the experiment. Where data, caches and the model endpoint live
+        does not: the models are named by ``worker_model``/``architect_model`` (and each record
+        names them), so a study continues when its endpoint comes back on another address, as the
+        demos' in-process server does on every start."""
+        return {k: v for k, v in asdict(self).items()
+                if k not in ("run_root", "data_dir", "cache_dir", "model_concurrency", "base_url")}
 
 
 def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:

@@ -514,9 +514,11 @@ def save_resolved(study: Study) -> Path:
 
 
 def _comparable(resolved: Mapping[str, Any]) -> dict[str, Any]:
-    # how many jobs run in parallel and where the cache lives change no result
+    # how many jobs run in parallel, where the cache lives and at which address the models answer
+    # change no result (the models are named; StudyConfig.experiment says the same)
     data = {k: v for k, v in resolved.items() if k != "executor"}
-    data["models"] = {k: v for k, v in resolved.get("models", {}).items() if k not in ("cache_dir", "concurrency")}
+    data["models"] = {k: v for k, v in resolved.get("models", {}).items()
+                      if k not in ("cache_dir", "concurrency", "base_url")}
     return data
 
 
