@@ -5,8 +5,16 @@ a session whose ledger does not verify is not exported."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,6 +33,8 @@ from heldout.reports.inspect_export import export_inspect  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TASK, PROFILE = "bbh/causal_judgement", "sepo"
+CHROMIUM = Path("/usr/bin/chromium")
+INSPECT = shutil.which("inspect", path=str(Path(sys.executable).parent)) or shutil.which("inspect")
 
 
 def _probe_then_seed(view, seed):
@@ -110,3 +120,96 @@ def test_a_session_whose_ledger_does_not_verify_is_not_exported(study, tmp_path)
                            str(tmp_path / "logs")], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 1 and "SKIPPED" in done.stderr and "ledger does not verify" in done.stderr
     assert not list((tmp_path / "logs").glob("*.eval"))
+
+
+# -- the real `inspect view` serves the logs and its viewer renders them in headless Chromium ------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never an http_proxy from the environment
+
+
+def _get_json(url: str):
+    with _LOOPBACK.open(url, timeout=30) as response:
+        return json.load(response)
+
+
+@pytest.mark.skipif(INSPECT is None, reason="the `inspect` command (inspect-ai) is not on PATH or beside this Python")
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed (/usr/bin/chromium absent)")
+def test_inspect_view_serves_the_logs_and_its_viewer_renders_one(study, data_dir, tmp_path):
+    logs = tmp_path / "logs"
+    result = export_inspect(study, logs, with_optimisation=True, data_dir=str(data_dir))
+    assert not result.skipped and len(result.written) == 3
+    heldout = "bbh__causal_judgement__probe__seed-0__heldout.eval"
+    test_score = RunRecord.load(study / "bbh__causal_judgement" / "probe" / "seed-0").test_score
+    # `inspect view` keeps state under the user data dir: a pid file per port (which a later view on that port
+    # SIGTERMs; SIGTERM leaves it behind) and a trace log; it also reads a .env up from its cwd. All go in tmp_path.
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INSPECT_")}  # e.g. no authorization token
+    env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"), XDG_CACHE_HOME=str(home / "cache"),
+               XDG_CONFIG_HOME=str(home / "config"))
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "view.out", "w") as out, open(tmp_path / "view.err", "w") as err:
+        server = subprocess.Popen([INSPECT, "view", "start", "--host", "127.0.0.1", "--port", str(port), "--log-dir",
+                                   str(logs)], cwd=tmp_path, env=env, stdout=out, stderr=err)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if server.poll() is not None:
+                pytest.fail(f"inspect view exited {server.returncode}: {(tmp_path / 'view.err').read_text()[-2000:]}")
+            try:
+                with _LOOPBACK.open(base + "/", timeout=5) as response:
+                    assert response.status == 200
+                break
+            except urllib.error.HTTPError:
+                raise  # it answered, and refused
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert time.monotonic() < deadline, "inspect view did not answer HTTP within 60 s"
+                time.sleep(0.25)
+
+        # its own API: /api/logs lists the log dir (names are file:// URIs); /api/logs/<name>?header-only=0 returns
+        # the log's header alone
+        listing = _get_json(base + "/api/logs")
+        assert listing["log_dir"] == logs.resolve().as_uri()
+        tasks = {Path(urllib.parse.urlparse(f["name"]).path).name: f["task"] for f in listing["files"]}
+        assert tasks == {heldout: f"heldout/{TASK}", "bbh__causal_judgement__probe__seed-0__optimisation.eval":
+                         f"heldout/{TASK}", "lockpicking__six__seed__seed-0__heldout.eval": "heldout/lockpicking/six"}
+        assert sorted(tasks) == sorted(p.name for p in result.written)
+        name = next(f["name"] for f in listing["files"] if f["name"].endswith("/" + heldout))
+        header = _get_json(f"{base}/api/logs/{urllib.parse.quote(name, safe='')}?header-only=0")
+        assert header["eval"]["task"] == f"heldout/{TASK}" and header["status"] == "success"
+        assert header["results"]["total_samples"] == 137 and not header.get("samples")
+        metrics = header["results"]["scores"][0]["metrics"]
+        assert metrics["task_metric"]["value"] == pytest.approx(test_score)
+
+        # the viewer is a hash-routed SPA: #/logs/<file> opens one log. It reads the .eval zip in ranges through
+        # /api/log-bytes and decompresses it in a web worker, which virtual time does not wait for: with a 10 s
+        # budget the DOM is dumped at "Loading log…" (so is it at 1e6). Its 1 s intervals make virtual time tick
+        # by, slowly while the page is busy, fast once it is idle: 2e6 was enough here, 1e8 leaves a wide margin
+        # and its idle remainder passes in about half a second of real time.
+        done = subprocess.run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-proxy-server",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=100000000", "--dump-dom",
+             f"{base}/#/logs/{heldout}"],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": str(home)})
+        assert done.returncode == 0, done.stderr[-2000:]
+        dom = done.stdout
+        assert "Loading log" not in dom, dom[-3000:]
+        # the log's header rendered: the task title and its metrics, task_metric the ledger's held-out score
+        assert re.search(rf'id="task-title"[^>]*>heldout/{re.escape(TASK)}<', dom)
+        shown = re.search(r'>task_metric</div><div[^>]*>([0-9.]+)</div>', dom)
+        assert shown and float(shown.group(1)) == pytest.approx(test_score, abs=5e-4)
+        # ...and its samples: the grid counts the 137 held-out samples it read from the zip
+        assert 'role="status" aria-live="polite">137 rows<' in dom
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
