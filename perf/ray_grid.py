@@ -37,9 +37,11 @@ else the row fails.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -239,9 +241,23 @@ def rows(prompt: dict, program: dict) -> list[dict]:
     ]
 
 
-def figures(prompt_seeds: int = 8, program_seeds: int = 4, budget: int = 120) -> list[dict]:
-    """Rows for perf/run_all.py."""
+def measured_rows(prompt_seeds: int = 8, program_seeds: int = 4, budget: int = 120) -> list[dict]:
+    """Both rows, measured in this process."""
     return rows(measure_prompt(prompt_seeds), measure_program(program_seeds, budget))
+
+
+def figures(prompt_seeds: int = 8, program_seeds: int = 4, budget: int = 120) -> list[dict]:
+    """Rows for perf/run_all.py, measured in a fresh interpreter: the local pool forks its workers,
+    and a process that has run Ray before (an earlier repeat of run_all) forks workers that die
+    (BrokenProcessPool, seen in 2 of 3 repeats when measured in run_all's own process)."""
+    with tempfile.TemporaryDirectory(prefix="heldout-perf-ray-rows-") as folder:
+        out = Path(folder) / "rows.json"
+        done = subprocess.run([sys.executable, __file__, "--prompt-seeds", str(prompt_seeds), "--program-seeds",
+                               str(program_seeds), "--budget", str(budget), "--rows-json", str(out)],
+                              capture_output=True, text=True)
+        if done.returncode != 0 or not out.exists():
+            raise RuntimeError(f"perf/ray_grid.py exited {done.returncode}: {done.stderr.strip()[-500:]}")
+        return json.loads(out.read_text())
 
 
 if __name__ == "__main__":
@@ -249,10 +265,14 @@ if __name__ == "__main__":
     parser.add_argument("--prompt-seeds", type=int, default=8)
     parser.add_argument("--program-seeds", type=int, default=4)
     parser.add_argument("--budget", type=int, default=120, help="metric calls of a program cell")
+    parser.add_argument("--rows-json", default=None, help="write the rows here (what run_all reads)")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    for row in figures(args.prompt_seeds, args.program_seeds, args.budget):
+    measured = measured_rows(args.prompt_seeds, args.program_seeds, args.budget)
+    if args.rows_json:
+        Path(args.rows_json).write_text(json.dumps(measured))
+    for row in measured:
         print(f"{row['name']}: {row['value']:.2f} {row['unit']}, ratio {row['ratio']:.2f} (target {row['target']}) "
               f"{'PASS' if row['passed'] else 'FAIL'}\n    {row['note']}")
     print(f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores; "
