@@ -162,11 +162,13 @@ def figures(repeat: int = 3) -> list[dict]:
                      "note": f"ceiling {ceiling_s:.3f} s = the candidate's own build in a bare interpreter + "
                              f"{N_INSTANCES} instances on the fast simulator, same run"})
         json_s = per_candidate(plain, source, repeat)
-        ratio = original_s / fast_s
+        ratio, reachable = original_s / fast_s, original_s / ceiling_s  # reachable: with zero harness overhead
+        above = (f"the target is above the ceiling: zero harness overhead would give {reachable:.2f}x; "
+                 if reachable < TARGET_RATIO[name] else f"ceiling {reachable:.2f}x; ")
         rows.append({"name": f"vliw per-candidate, {name} (build + decode + 8 instances)",
                      "value": fast_s, "unit": "s", "ratio": ratio,
                      "target": f">= {TARGET_RATIO[name]:g}x original harness", "passed": ratio >= TARGET_RATIO[name],
-                     "note": f"original harness (stand-in, same run) {original_s:.3f} s; against the issue's "
+                     "note": above + f"original harness (stand-in, same run) {original_s:.3f} s; against the issue's "
                              f"{ISSUE_ORIGINAL_SECONDS[name]} s: {ISSUE_ORIGINAL_SECONDS[name] / fast_s:.1f}x; "
                              f"JSON path {json_s:.3f} s ({json_s / fast_s:.1f}x slower)"})
     program = compact.build({"perf_takehome.py": (PACKAGE_DIR / "kernels" / "baseline.py").read_text()}, SHAPE)
