@@ -15,7 +15,6 @@ import os
 import shlex
 import sys
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -1316,6 +1315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except HeldoutError as exc:
         if args.verbosity > 0:
+            import traceback  # only here: 3 ms of every start otherwise
             traceback.print_exc(file=sys.stderr)
         print(f"heldout: error: {exc}", file=sys.stderr)
         return 2
