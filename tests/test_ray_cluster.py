@@ -25,7 +25,8 @@ from heldout.evaluators.ledger import KEY_ENV, LEDGER_FILE, ledger_key, read_ent
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.models.cache import ResponseCache
 from heldout.models.testserver import TestServer
-from heldout.protocols.executors import NODE_CACHE_ENV, ExecutorError, RayExecutor
+from heldout.protocols.executors import (NODE_CACHE_ENV, ExecutorError, RayExecutor, node_containment,
+                                         run_locked_cell)
 from heldout.protocols.run import Cell, LocalExecutor, Method, StudyConfig, build_cells, run_study
 from heldout.protocols.study import parse_methods
 from heldout.sandbox.process import ISOLATION_ENV, isolation_level
@@ -176,6 +177,24 @@ def test_a_node_with_weaker_containment_is_refused_before_any_cell_runs(cluster,
     assert "\n" not in message and weak.node_id[:12] in message and weaker in message
     assert message.count("node ") == 1  # the two healthy nodes are not named
     assert not (tmp_path / "runs").exists()  # refused before any cell: nothing written
+
+
+def test_a_cell_on_a_node_weaker_than_the_driver_is_refused_before_anything_of_it_runs(tmp_path):
+    # the start-up check sees the nodes alive when the study starts; a node that joins later (an
+    # autoscaled worker) is checked by each cell on its own node: here, a driver whose ledger key
+    # this node does not hold, and one that names a data dir missing here
+    ledger_key(create=True)
+    here = node_containment(None)
+    ran: list[Cell] = []
+    cell = Cell("lockpicking/six", Method("seed"), seed=0, budget=8)
+    for driver, weaker in (({**here, "ledger_key_id": "0" * 16}, "a ledger key that is not the driver's"),
+                           (None, None)):
+        summary = run_locked_cell(lambda c: ran.append(c) or {"status": "ok"}, cell, str(tmp_path / "runs"), driver)
+        if weaker:
+            assert summary["status"] == "refused" and weaker in summary["error"] and ran == []
+            assert not (tmp_path / "runs").exists()  # no lock, no run dir: nothing of the cell ran
+        else:
+            assert ran == [cell]  # without a driver report (or on an equal node) the cell runs
 
 
 def test_a_ray_cells_response_cache_is_on_its_node_not_under_the_run_root(cluster, tmp_path, data_dir):

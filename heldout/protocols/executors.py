@@ -23,6 +23,8 @@ Ray instance or an existing cluster (``--executor ray --ray-address ADDR``). The
   containment a cell would get there (:func:`node_containment`: sandbox isolation level, the data
   dir, the ledger key); a node weaker than the driver in any of them stops the study with one
   line naming the node and what is weaker (:func:`weaker_containment`), before any cell runs.
+  Each cell checks its own node again before it starts (a node that joined later, an autoscaled
+  worker, is checked too): on a weaker node the cell is ``refused``, nothing of it run or written.
 * **The user's code travels.** The files (or top-level package dirs) of the user's optimizer
   and of the code its options name are found on the driver's path without importing them and
   shipped with each cell's Ray runtime environment (``py_modules``), so a node that lacks them
@@ -133,9 +135,20 @@ def cell_lock(path: Path, poll_seconds: float = 0.2) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def run_locked_cell(fn: Callable[[Cell], dict[str, Any]], cell: Cell, run_root: str) -> dict[str, Any]:
+def run_locked_cell(fn: Callable[[Cell], dict[str, Any]], cell: Cell, run_root: str,
+                    driver: dict[str, Any] | None = None) -> dict[str, Any]:
     """The body of one Ray task: run ``fn(cell)`` while holding the cell's writer lock, with the
-    study's response cache kept on this node (:func:`node_cache_dir`)."""
+    study's response cache kept on this node (:func:`node_cache_dir`). With ``driver`` (the
+    driver's :func:`node_containment`), a node weaker than the driver refuses the cell before
+    anything of it runs or is written: the start-up check sees the nodes alive when the study
+    starts, this one also a node that joined later (an autoscaled worker)."""
+    if driver is not None:
+        config = getattr(fn, "config", None)
+        weaker = weaker_containment(driver, node_containment(getattr(config, "data_dir", None)))
+        if weaker:
+            return {"status": "refused", "skipped": False, "test_score": None, "node": os.uname().nodename,
+                    "run_dir": str(cell.run_dir(run_root)),
+                    "error": f"node {os.uname().nodename} is weaker than the driver: {'; '.join(weaker)}"}
     fn = with_node_local_cache(fn, run_root)
     with cell_lock(lock_path(cell, run_root)):
         summary = fn(cell)
@@ -330,7 +343,9 @@ class RayExecutor:
     # -- the Executor interface -------------------------------------------------------------------
     def map(self, fn: Callable[[Cell], dict[str, Any]], cells: list[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
         ray = self.connect(shipped_modules(cells))
-        self.check_nodes(getattr(getattr(fn, "config", None), "data_dir", None))
+        data_dir = getattr(getattr(fn, "config", None), "data_dir", None)
+        self.check_nodes(data_dir)
+        driver = node_containment(data_dir)  # each cell checks its own node against it, too
         kinds = {task: get_benchmark(task).kind for task in {cell.task for cell in cells}}
         # max_retries=0: a lost worker is resubmitted here, bounded, logged, from the cell's ledger
         remote = ray.remote(max_retries=0)(run_locked_cell)
@@ -338,7 +353,8 @@ class RayExecutor:
 
         def submit(cell: Cell, attempt: int) -> None:
             options = self.resources.ray_options(kinds[cell.task], self._largest_node)
-            ref = remote.options(name=f"heldout cell {_label(cell)}", **options).remote(fn_ref, cell, self.run_root)
+            ref = remote.options(name=f"heldout cell {_label(cell)}", **options).remote(fn_ref, cell, self.run_root,
+                                                                                         driver)
             self._running[ref] = (cell, attempt)
 
         for cell in cells:
