@@ -929,19 +929,18 @@ def generalisation_from_args(args: argparse.Namespace):
             raise HeldoutError(f"--study {args.study} holds the whole protocol; drop {', '.join(given)} "
                                "(or put them in the file)")
         loaded = load_generalisation_file(args.study)
-        for key, value in loaded.settings.items():
+        for key, value in {**loaded.settings, "run_dir": loaded.run_dir}.items():
             setattr(args, key, value)
-        args.run_dir = loaded.run_dir
-        for key, value in GENERALISATION_DEFAULTS.items():
-            if getattr(args, key) is None:
-                setattr(args, key, value)
-        return loaded.spec
-    missing = [f"--{f.replace('_', '-')}" for f in ("task", "optimizer", "budget", "run_dir") if getattr(args, f) is None]
-    if missing:
-        raise HeldoutError(f"heldout protocol generalisation needs --study PROTOCOL.toml, or {', '.join(missing)}")
+    else:
+        missing = [f"--{f.replace('_', '-')}" for f in ("task", "optimizer", "budget", "run_dir")
+                   if getattr(args, f) is None]
+        if missing:
+            raise HeldoutError(f"heldout protocol generalisation needs --study PROTOCOL.toml, or {', '.join(missing)}")
     for key, value in GENERALISATION_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.study:
+        return loaded.spec
     (method,) = parse_methods([args.optimizer], [])
     variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
     return GeneralisationSpec(task=args.task, profile=args.profile, optimizer=method,

@@ -51,7 +51,7 @@ from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Session
 from heldout.evaluators.view_server import ViewServer
-from heldout.optimizers import find_module_source, user_code
+from heldout.optimizers import find_module_source, is_heldout_code, user_code
 from heldout.sandbox import require_sandbox
 from heldout.sandbox.cgroups import RunGroup
 from heldout.sandbox.root import CODE_DIR, SANDBOX_DIR, SCRATCH_DIR, AllowList, bwrap_argv
@@ -171,17 +171,17 @@ def run_isolated_function(session: Session, target: str, *, search: Sequence[str
                           options: Mapping[str, Any] | None = None) -> RunRecord:
     """Run ``module:function`` (an optimizer ``f(client, seed, **options) -> candidate``) in the
     sandbox. The module, and the user code ``options`` name (``program=MODULE:FACTORY``), are
-    looked up (not imported) in ``search`` (default: the current directory, then ``sys.path``);
-    only their files, or their top-level package directories, are readable inside."""
+    looked up (not imported) in ``search`` (default :func:`~heldout.optimizers.search_path`, the
+    rule a trusted import follows); only their files, or their top-level package directories, are
+    readable inside."""
     if not is_function_spec(target):
         raise HeldoutError(f"an optimizer function is given as module:function, not {target!r}")
     options = dict(options or {})
-    where = list(search) if search is not None else ["", *sys.path]
     user: dict[str, str] = {}
     for module in [target.partition(":")[0]] + [t.partition(":")[0] for t in user_code(target, options)]:
-        if module.split(".")[0] == "heldout":
+        if is_heldout_code(module):
             continue  # heldout's optimizers are in the staged copy already
-        found = find_module_source(module, where).top  # found by path, never imported
+        found = find_module_source(module, search).top  # found by path, never imported
         inside = f"{USER_DIR}/{found.name}"
         if user.get(inside, str(found)) != str(found):
             raise HeldoutError(f"two user modules named {found.name!r} ({user[inside]}, {found}): rename one")

@@ -218,7 +218,7 @@ def check_optimizer(spec: str, options: Mapping[str, Any] | None = None) -> None
 
 
 def is_heldout_code(target: str) -> bool:
-    """True when ``module:function`` names a module of heldout's own package, the only code the
+    """True when ``module:function`` (or a module name) is of heldout's own package, the only code the
     harness imports without ``--trusted-optimizer`` (an import of ``heldout.x`` finds it in the
     package already loaded, never on the user's path)."""
     return target.partition(":")[0].split(".")[0] == "heldout"
@@ -318,7 +318,7 @@ def find_module_source(module: str, search: Sequence[str] | None = None) -> User
     import hooks (an editable install's) and compiled modules are not followed: only a source
     file can be checked and hashed before it runs (``--trusted-optimizer`` imports in-process)."""
     parts = module.split(".")
-    if parts[0] == "heldout":
+    if is_heldout_code(module):
         search = [str(Path(__file__).resolve().parents[2])]
     for entry in search_path() if search is None else search:
         base = Path(entry or os.getcwd())

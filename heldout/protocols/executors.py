@@ -55,7 +55,8 @@ from heldout.contracts import HeldoutError
 from heldout.benchmarks.loading import DATA_DIR_ENV
 from heldout.benchmarks.registry import get_benchmark
 from heldout.evaluators.ledger import LedgerError, ledger_key, ledger_key_path
-from heldout.optimizers import find_module_source, is_reference_optimizer, optimizer_target, user_code
+from heldout.optimizers import (find_module_source, is_heldout_code, is_reference_optimizer, optimizer_target,
+                                user_code)
 from heldout.protocols.run import Cell, LocalExecutor
 from heldout.sandbox.process import HIDE_ENV, ISOLATION_ENV, UNSAFE_ENV, isolation_level
 
@@ -184,7 +185,6 @@ def shipped_modules(cells: list[Cell]) -> list[str]:
     """The files (plain modules) or top-level package dirs of the user code the cells name (an
     optimizer's ``module:function``, a plugin's target, code options such as a DSPy program),
     found on the driver's path without importing them; heldout's own modules are not included."""
-    search = ["", *sys.path]
     found: dict[str, None] = {}
     for method in {cell.method.name: cell.method for cell in cells}.values():
         if method.command:
@@ -194,8 +194,8 @@ def shipped_modules(cells: list[Cell]) -> list[str]:
         if not is_reference_optimizer(spec.partition("?")[0]):
             targets.insert(0, optimizer_target(spec))
         for module in (t.partition(":")[0] for t in targets):
-            if module.split(".")[0] != "heldout":
-                found[str(find_module_source(module, search).top)] = None
+            if not is_heldout_code(module):
+                found[str(find_module_source(module).top)] = None
     return list(found)
 
 
@@ -300,15 +300,14 @@ class RayExecutor:
         self.jobs = max(2, int(cpus // self.resources.cpus_for("prompt", self._largest_node)))
         return ray
 
-    def check_nodes(self, data_dir: str | None) -> dict[str, dict[str, Any]]:
+    def check_nodes(self, data_dir: str | None, driver: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Run :func:`node_containment` once on every alive node with CPUs (pinned there) and
         raise :class:`ExecutorError`, one line naming each weaker node and what is weaker, when
-        any is weaker than this driver (:func:`weaker_containment`). Nodes checked before are
-        not asked again. Returns the reports by node id."""
+        any is weaker than this driver's ``driver`` report (:func:`weaker_containment`). Nodes
+        checked before are not asked again. Returns the reports by node id."""
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        driver = node_containment(data_dir)
         probe = ray.remote(num_cpus=0, max_retries=0)(node_containment)
         nodes = {n["NodeID"]: n for n in ray.nodes()
                  if n["Alive"] and n["Resources"].get("CPU", 0) > 0 and n["NodeID"] not in self.checked_nodes}
@@ -344,8 +343,8 @@ class RayExecutor:
     def map(self, fn: Callable[[Cell], dict[str, Any]], cells: list[Cell]) -> Iterator[tuple[Cell, dict[str, Any]]]:
         ray = self.connect(shipped_modules(cells))
         data_dir = getattr(getattr(fn, "config", None), "data_dir", None)
-        self.check_nodes(data_dir)
-        driver = node_containment(data_dir)  # each cell checks its own node against it, too
+        driver = node_containment(data_dir)  # every node is checked against it, and each cell's node again
+        self.check_nodes(data_dir, driver)
         kinds = {task: get_benchmark(task).kind for task in {cell.task for cell in cells}}
         # max_retries=0: a lost worker is resubmitted here, bounded, logged, from the cell's ledger
         remote = ray.remote(max_retries=0)(run_locked_cell)

@@ -374,7 +374,7 @@ def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]],
         final_means = {sid: float(np.mean([v[1] for v in c.values()])) for sid, c in kept}
         contrast_ = contrast(base_means, final_means, n_examples=min(len(c) for c in cells),
                              labels=("baseline", "final"), label=subset, alpha=1 - ci, replayed=replayed,
-                             examples={sid: dict(c) for sid, c in kept})
+                             examples=dict(kept))
     else:
         contrast_ = None
     ids = sorted({i for c in cells for i in c})
