@@ -23,6 +23,8 @@ from typing import Callable
 
 import pytest
 
+from warm_cli import WarmCli
+
 SESSION = "lockpicking__six/seed/seed-0"  # the one session of the finished run below
 STUDY = """tasks = ["lockpicking/six"]
 seeds = [0]
@@ -35,17 +37,21 @@ name = {name}
 HUGE = 20 * 1024 * 1024  # a 20 MB line: over every text limit but the examples file's
 
 
-def heldout(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)
+@pytest.fixture(scope="module")
+def cli() -> WarmCli:
+    """The real command, each call a process of its own (forked from one that imported heldout once)."""
+    warm = WarmCli()
+    yield warm
+    warm.close()
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     """A real finished study: one seed of the seed optimizer on lockpicking/six."""
     root = tmp_path_factory.mktemp("finished")
-    done = heldout("run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0", "--budget", "4",
-                   "--run-dir", str(root / "study"), cwd=root)
+    done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", "--task", "lockpicking/six", "--optimizer",
+                           "seed", "--seeds", "0", "--budget", "4", "--run-dir", str(root / "study")],
+                          capture_output=True, text=True, cwd=root, timeout=300)
     assert done.returncode == 0, done.stderr[-1500:]
     return root / "study"
 
@@ -295,14 +301,13 @@ def _snapshot(root: Path) -> list[tuple[str, bool]]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_hostile_input_is_one_clear_line_and_exit_2_and_nothing_written(case, tmp_path, data_dir, finished_run):
+def test_a_hostile_input_is_one_clear_line_and_exit_2_and_nothing_written(case, tmp_path, data_dir, finished_run, cli):
     work = Work(tmp_path / "work", finished_run)
     work.root.mkdir()
     args = CASES[case](work)
     before = _snapshot(tmp_path)
     env = {**os.environ, "HELDOUT_DATA_DIR": str(data_dir)}
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300, env=env)
+    done = cli.run(*args, cwd=tmp_path, env=env)
     assert done.returncode == 2, (case, done.stdout[-500:], done.stderr[-1500:])
     assert "Traceback" not in done.stderr, done.stderr[-1500:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -318,12 +323,12 @@ VERDICTS: dict[str, Callable[[Work], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(VERDICTS))
-def test_ledger_verify_calls_a_broken_ledger_invalid_in_one_line_with_exit_1(case, tmp_path, finished_run):
+def test_ledger_verify_calls_a_broken_ledger_invalid_in_one_line_with_exit_1(case, tmp_path, finished_run, cli):
     work = Work(tmp_path / "work", finished_run)
     work.root.mkdir()
     run = VERDICTS[case](work)
     before = _snapshot(tmp_path)
-    done = heldout("ledger", "verify", run, cwd=tmp_path)
+    done = cli.run("ledger", "verify", run, cwd=tmp_path)
     assert done.returncode == 1, (case, done.stdout[-500:], done.stderr[-1500:])
     assert "Traceback" not in done.stderr and not done.stderr.strip(), done.stderr[-1500:]
     lines = done.stdout.splitlines()
