@@ -27,9 +27,6 @@ from heldout.protocols.arms import ArmsError, ArmsSpec, arms_table, check_headro
 from heldout.protocols.decide import contrast
 from heldout.protocols.run import StudyConfig
 
-# one worker builds the arm runs (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("arms")
-
 TARGETS = (12, -9, 15, 8)
 SCALE = 20.0
 _VALUE = re.compile(r"=\s*(-?\d+)")

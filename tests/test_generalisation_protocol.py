@@ -35,9 +35,6 @@ from heldout.protocols.splits import SplitSizes, build_split, check_split
 
 from test_leak_readings import TASK as FAMILY_TASK, _rows as family_rows
 
-# one worker builds the protocol runs (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("generalisation_protocol")
-
 TASK = "hotpotqa/distractor"
 PROFILE = "gen-tiny"  # a small topic-disjoint draw of the real data (split build), proven by split check
 SHARED = "gen-shared"  # a small profile of the shipped default one: one topic in train and test

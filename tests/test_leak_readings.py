@@ -30,9 +30,6 @@ from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.reports.collect import collect_runs
 from heldout.reports.render import build_report, render_markdown
 
-# one worker builds the leak-ablation runs (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("leak_readings")
-
 PATTERNS = list(itertools.product("+-0", repeat=4))
 
 

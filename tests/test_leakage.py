@@ -29,9 +29,6 @@ from heldout.protocols.splits import PROBE, SplitSizes, build_split
 
 import synthetic_code_words as synthetic
 
-# one worker builds the ablation runs (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("leakage")
-
 TASK = "user/code_words_leak"
 PROFILE = "leak-probe"
 SEEDS = (0, 1, 2)

@@ -20,9 +20,6 @@ from heldout.reports.drilldown import drilldown_html, example_changes
 from heldout.reports.paper import PAPER_COLUMNS, csv_table, flatten, latex_escape, latex_table, write_paper
 from heldout.reports.render import render_html
 
-# one worker builds the report (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("paper_and_drilldown")
-
 REPO = Path(__file__).resolve().parents[1]
 CHAMPION = {"scorer.sql": (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()}
 METHOD = "tuned_50%&more"  # a legal folder name full of LaTeX specials

@@ -33,9 +33,6 @@ from heldout.sandbox.process import ISOLATION_ENV, isolation_level
 from ray_cell_optimizers import HOLD_MARKERS, HOLD_SECONDS
 from test_ray_executor import cell_files, diverging_failures, without_timings
 
-# one worker builds the Ray cluster (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("ray_cluster")
-
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
 HELD = Cell("lockpicking/six", Method("holds", target="ray_cell_optimizers:holds_on_its_node"), seed=3, budget=120)
 DRIVER_ONLY_MODULE = "heldout_test_driver_only_optimizer"

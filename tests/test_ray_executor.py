@@ -22,9 +22,6 @@ from heldout.protocols.study import parse_methods
 from heldout.sandbox.process import isolation_level
 from ray_cell_optimizers import KILL_MARKERS, PROBE_TARGETS
 
-# one worker builds the Ray runs (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("ray_executor")
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROBE_CELL = Cell("circle_packing/square26", Method("probe", target="ray_cell_optimizers:probes_the_run_dir"),
                   seed=0, budget=3)

@@ -31,9 +31,6 @@ from heldout.reports.check import GateInputError
 from heldout.reports.tables import budget_table
 from synthetic_study import write_run
 
-# one worker builds the finished studies (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("reports")
-
 TASK, PROFILE, BUDGET = "lockpicking/six", "paper", 60
 CHAMPION = (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text()
 SEED_SQL = (CANDIDATES_DIR / "seed.sql").read_text()

@@ -18,9 +18,6 @@ from heldout.evaluators.records import RECORD_FILE
 from heldout.reports.store import TABLES, ResultsStore, StoreError
 from synthetic_study import write_run, write_study
 
-# one worker builds the 10,000-cell study (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("results_store")
-
 N_TASKS, N_METHODS, N_SEEDS = 25, 8, 50  # 10,000 cells
 FAILED_EVERY = 97
 

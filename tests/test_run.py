@@ -260,7 +260,8 @@ def optimize(view, seed):
     ids = [ex["id"] for ex in view.train][:5]
     while view.remaining >= len(ids):
         view.evaluate({"scorer.sql": "CAST(LENGTH(PROGRAM) + %d AS VARCHAR)" % view.remaining}, "train", ids)
-        time.sleep(0.2)
+        if seed < 2:  # the two cells that run first are slow, so the signal finds them mid-way
+            time.sleep(0.2)
     return dict(view.seed_candidate)
 """
 

@@ -21,9 +21,6 @@ from heldout.optimizers import resolve_optimizer
 from heldout.reports import check_runs
 from heldout.reports.check import GateInputError
 
-# one worker builds the gate's run sets (module fixtures) once, not once per pytest-xdist worker
-pytestmark = pytest.mark.xdist_group("stats_check")
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEILBRONN, LOCKS = "heilbronn/triangle11", "lockpicking/six"
 
