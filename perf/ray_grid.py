@@ -197,7 +197,7 @@ def measure_program(seeds: int = 4, budget: int = 120) -> dict:
             return _timed(cells, StudyConfig(run_root=str(root / name)), LocalExecutor(PARALLELISM))
 
         first, first_s = pool("pool")
-        ray.init(num_cpus=PARALLELISM, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=PARALLELISM, include_dashboard=False, log_to_driver=False,
                  object_store_memory=80 * 2**20, runtime_env=_worker_env())
         try:
             one_cpu = CellResources(cpus=1)

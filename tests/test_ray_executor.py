@@ -32,7 +32,8 @@ TIMING_KEYS = {"time", "hash", "prev", "ledger_head", "node", "attempts", "start
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """One local Ray instance with 2 CPUs for the module. Environment the test optimizers read is
+    """One local Ray instance with 2 CPUs for the module (a new one: not the cluster another
+    module's fixture may be running on another worker). Environment the test optimizers read is
     set before start, so every Ray worker inherits it (and the worktree's heldout: cwd is on sys.path)."""
     shared = tmp_path_factory.mktemp("ray-shared")
     (shared / "markers").mkdir()
@@ -44,7 +45,7 @@ def cluster(tmp_path_factory):
     study.mkdir()
     (study / "secret.txt").write_text("held-out answer key\n")
     os.chdir(REPO_ROOT)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 * 2**20,
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 * 2**20,
              runtime_env={"env_vars": {"PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{REPO_ROOT / 'tests'}"}})
     yield shared
     ray.shutdown()

@@ -283,8 +283,11 @@ class RayExecutor:
         else:
             env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
             runtime_env = {**({"env_vars": env} if env else {}), **({"py_modules": py_modules} if py_modules else {})}
+            # no address and no $RAY_ADDRESS: a new local instance, as documented ("local"; Ray's
+            # own default would join whichever cluster this machine started last)
+            address = self.address or os.environ.get("RAY_ADDRESS") or "local"
             try:
-                ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
                          runtime_env=runtime_env or None)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ExecutorError(f"cannot reach the Ray cluster at {self.address or 'a new local instance'}: "
