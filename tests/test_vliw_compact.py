@@ -124,6 +124,17 @@ def test_compact_decoding_equals_the_plain_decoding_on_random_programs():
         assert words in kinds, words
 
 
+@pytest.mark.parametrize("debug_groups", [1, 3, 64, 65, 300])
+def test_debug_groups_are_dropped_alike_whether_few_or_many(debug_groups):
+    # up to FEW_DEBUG_GROUPS they are cut out in place, above it the stream is rebuilt
+    rng = random.Random(debug_groups)
+    program = [{"alu": [("+", 1, 2, 3)]} for _ in range(400)]
+    for index in rng.sample(range(400), debug_groups):
+        program[index] = dict(rng.sample([("debug", [("comment", index)]), ("alu", [("+", 1, 2, 3)]),
+                                          ("load", [("const", 4, index)])], 3))
+    assert_same_decoding(via_compact(program), via_json(program))
+
+
 @pytest.mark.parametrize("program", [
     [{"alu": [("+", 0, True, 1)]}],          # a bool operand (equal to 1 as a dict key)
     [{"alu": [("+", 0, 1.0, 1)]}],           # a float operand

@@ -23,11 +23,13 @@ import json
 import numbers
 import sys
 from array import array
-from itertools import chain
+from bisect import bisect_right
+from itertools import accumulate, chain
 from typing import Any
 
 COMPACT_FORMAT = "heldout-vliw-compact/1"
 OPERAND_BOUND = 1 << 62  # int64 arithmetic on operands (load_offset sums, relative jumps) stays exact
+FEW_DEBUG_GROUPS = 64  # up to this many debug groups are cut out in place; more: the stream is rebuilt without them
 FULL_COLLECTION_EVERY = 100  # middle-generation collections per full one while building (default 10)
 
 
@@ -143,10 +145,22 @@ def compact(program: list | tuple) -> dict[str, Any] | None:
     engines = list(chain.from_iterable(program))
     if not set(map(type, engines)) <= {str}:
         return None
-    if "debug" in engines:
+    groups = list(chain.from_iterable(map(dict.values, program)))  # aligned with engines
+    n_groups = list(map(len, program))
+    n_debug = engines.count("debug")
+    if n_debug > FEW_DEBUG_GROUPS:
         program = [_without_debug(b) if "debug" in b else b for b in program]
         engines = list(chain.from_iterable(program))
-    groups = list(chain.from_iterable(map(dict.values, program)))
+        groups = list(chain.from_iterable(map(dict.values, program)))
+        n_groups = list(map(len, program))
+    elif n_debug:  # a few: removed where they are, without another pass over the stream
+        ends = list(accumulate(n_groups))  # group positions of bundle b: ends[b-1] <= at < ends[b]
+        found = [-1]
+        for _ in range(n_debug):
+            found.append(engines.index("debug", found[-1] + 1))
+        for at in reversed(found[1:]):
+            n_groups[bisect_right(ends, at)] -= 1
+            del engines[at], groups[at]
     if not set(map(type, groups)) <= {list, tuple}:
         return None
     every_slot = list(chain.from_iterable(groups))
@@ -164,7 +178,7 @@ def compact(program: list | tuple) -> dict[str, Any] | None:
     except _Inexpressible:
         return None
     return {"format": COMPACT_FORMAT, "strings": list(strings),
-            "n_groups": _packed(list(map(len, program)), False),
+            "n_groups": _packed(n_groups, False),
             "group_engine": _packed(g_engine, False, below=len(strings)),
             "group_slots": _packed(list(map(len, groups)), False),
             "slot_ids": _packed(slot_ids, False, below=len(table.op)),
