@@ -146,6 +146,18 @@ def test_the_users_optimizer_module_reaches_nodes_that_do_not_have_it(cluster, t
     assert shipped.experiment["optimizer"]["code_sha256"] == here.experiment["optimizer"]["code_sha256"]
 
 
+def test_with_no_address_a_study_starts_its_own_ray_not_the_cluster_running_here(cluster, tmp_path, monkeypatch):
+    # Ray's own default joins the cluster this machine started last (this module's is running)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    executor = RayExecutor(tmp_path / "ray")
+    try:
+        ray_module = executor.connect()
+        joined = {node["NodeID"] for node in ray_module.nodes()}
+    finally:
+        executor.close()
+    assert joined and not joined & {node.node_id for node in [cluster.head_node, *cluster.worker_nodes]}
+
+
 def weak_node_cases(tmp_path: Path) -> dict[str, tuple[dict[str, str], str]]:
     other_key = tmp_path / "other-ledger.key"
     other_key.write_text(os.urandom(32).hex())

@@ -290,8 +290,8 @@ class RayExecutor:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
                          runtime_env=runtime_env or None)
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise ExecutorError(f"cannot reach the Ray cluster at {self.address or 'a new local instance'}: "
-                                    f"{exc}") from None
+                where = "a new local instance" if address == "local" else address
+                raise ExecutorError(f"cannot reach the Ray cluster at {where}: {exc}") from None
             self._started_ray = True
         self._ray = ray
         cpus = ray.cluster_resources().get("CPU", 1)
