@@ -53,12 +53,15 @@ def pytest_collection_modifyitems(config, items):
 
 # Modules whose module-scoped fixtures are costly (a 10,000-cell study, finished studies, Ray
 # clusters, the gate's run sets) run whole on one pytest-xdist worker, so each fixture is built once
-# rather than once per worker; every other test is scheduled on its own. pytest-xdist's own
-# `xdist_group` mark does this by renaming node ids, which pytest 9.2 no longer lets a plugin do
-# (the mark was silently ignored), so the scheduler groups by module name here.
-ONE_WORKER_MODULES = frozenset(f"tests/test_{name}.py" for name in (
-    "arms", "generalisation_protocol", "hostile_inputs", "leak_readings", "leakage", "paper_and_drilldown",
-    "ray_cluster", "ray_executor", "reports", "results_store", "stats_check"))
+# rather than once per worker; every other test is scheduled on its own. The two Ray modules are one
+# unit: two Ray clusters at once on a 2-core machine starve each other (a cell's Ray worker died with
+# OwnerDiedError). pytest-xdist's own `xdist_group` mark does this by renaming node ids, which
+# pytest 9.2 no longer lets a plugin do (the mark was silently ignored), so the scheduler groups here.
+ONE_WORKER_UNITS = {f"tests/test_{name}.py": unit for name, unit in (
+    ("arms", "arms"), ("generalisation_protocol", "generalisation_protocol"), ("hostile_inputs", "hostile_inputs"),
+    ("leak_readings", "leak_readings"), ("leakage", "leakage"), ("paper_and_drilldown", "paper_and_drilldown"),
+    ("ray_cluster", "ray"), ("ray_executor", "ray"), ("reports", "reports"), ("results_store", "results_store"),
+    ("stats_check", "stats_check"))}
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -66,12 +69,11 @@ def pytest_xdist_make_scheduler(config, log):
         return None  # another --dist mode asked for: xdist's own scheduler
     from xdist.scheduler import LoadScopeScheduling  # only under xdist, which calls this hook
 
-    class ModuleOrTestScheduling(LoadScopeScheduling):
-        """A listed module is one unit of work, any other test its own; units with more tests go
-        first (xdist's default order for scopes), so the large modules do not end the run."""
+    class UnitOrTestScheduling(LoadScopeScheduling):
+        """A listed module is (part of) one unit of work, any other test its own; units with more
+        tests go first (xdist's default order for scopes), so the large ones do not end the run."""
 
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if module in ONE_WORKER_MODULES else nodeid
+            return ONE_WORKER_UNITS.get(nodeid.split("::", 1)[0], nodeid)
 
-    return ModuleOrTestScheduling(config, log)
+    return UnitOrTestScheduling(config, log)

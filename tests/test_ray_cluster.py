@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -31,7 +33,7 @@ from heldout.protocols.run import Cell, LocalExecutor, Method, StudyConfig, buil
 from heldout.protocols.study import parse_methods
 from heldout.sandbox.process import ISOLATION_ENV, isolation_level
 from ray_cell_optimizers import HOLD_MARKERS, HOLD_SECONDS
-from test_ray_executor import cell_files, diverging_failures, without_timings
+from test_ray_executor import REPO_ROOT, cell_files, diverging_failures, without_timings
 
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
 HELD = Cell("lockpicking/six", Method("holds", target="ray_cell_optimizers:holds_on_its_node"), seed=3, budget=120)
@@ -146,15 +148,25 @@ def test_the_users_optimizer_module_reaches_nodes_that_do_not_have_it(cluster, t
     assert shipped.experiment["optimizer"]["code_sha256"] == here.experiment["optimizer"]["code_sha256"]
 
 
-def test_with_no_address_a_study_starts_its_own_ray_not_the_cluster_running_here(cluster, tmp_path, monkeypatch):
-    # Ray's own default joins the cluster this machine started last (this module's is running)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    executor = RayExecutor(tmp_path / "ray")
-    try:
-        ray_module = executor.connect()
-        joined = {node["NodeID"] for node in ray_module.nodes()}
-    finally:
-        executor.close()
+NEW_RAY = """
+import json, sys
+from heldout.protocols.executors import RayExecutor
+executor = RayExecutor(sys.argv[1])
+try:
+    print(json.dumps([node["NodeID"] for node in executor.connect().nodes()]))
+finally:
+    executor.close()
+"""
+
+
+def test_with_no_address_a_study_starts_its_own_ray_not_the_cluster_running_here(cluster, tmp_path):
+    # Ray's own default joins the cluster this machine started last (this module's is running); a
+    # driver process of its own, as a user's `heldout run --executor ray` is
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run([sys.executable, "-c", NEW_RAY, str(tmp_path / "ray")], capture_output=True, text=True,
+                          env=env, cwd=REPO_ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    joined = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert joined and not joined & {node.node_id for node in [cluster.head_node, *cluster.worker_nodes]}
 
 
