@@ -5,9 +5,9 @@ command as ``python -m heldout.cli`` would in ``cwd`` with ``env`` (``sys.path[0
 stdin empty, output to files), and ends the way an interpreter ends (non-daemon threads joined,
 atexit hooks run, output flushed; an escaping exception prints its traceback and exits 1), except
 that it skips tearing down the modules the server preloaded (most of a second, which a cold
-command that imports only its own modules does not pay). The server only
-imports and forks (one thread, no sandbox of its own), so every child starts as clean as a fresh
-``python -m heldout.cli`` that has imported the same modules.
+command that imports only its own modules does not pay). The server only imports and forks (one
+thread, no sandbox of its own), so every child starts as clean as a fresh ``python -m heldout.cli``
+that has imported the same modules.
 
 What it cannot show: a failure at import time, or a module reading the environment when it is
 imported (the server's environment is the tests' own). The suites that use it are about what the
@@ -69,12 +69,16 @@ from heldout.cli import main
 try:
     sys.exit(main(call["args"]))
 except SystemExit as exc:  # what the interpreter makes of sys.exit's argument
-    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else (print(exc.code, file=sys.stderr), 1)[1])
+    if exc.code is None or isinstance(exc.code, int):
+        code = exc.code or 0
+    else:
+        print(exc.code, file=sys.stderr)
+        code = 1
 except BaseException:
     traceback.print_exc()
     code = 1
-# an interpreter's exit without its teardown of every preloaded module (seconds, for a heap no cold
-# run has): non-daemon threads joined, atexit hooks run, output flushed
+# an interpreter's exit without its teardown of every preloaded module (most of a second, for a heap
+# no cold run has): non-daemon threads joined, atexit hooks run, output flushed
 threading._shutdown()
 atexit._run_exitfuncs()
 sys.stdout.flush()
