@@ -18,7 +18,9 @@ day), the plain JSON form, and the reference machine on one baseline instance (t
 
 Issue 38's rows: heldout's time per distinct candidate over its **ceiling** measured in the same
 run (target <= 1.15x): the candidate's own build in a bare interpreter (timed inside it) plus the
-8 instances on heldout's fastest simulator, the program decoded once.
+8 instances on heldout's fastest simulator, the program decoded once. The row's note adds what that
+ceiling leaves out and no sandboxed build avoids: the stream leaving the candidate's process (the
+compact form's pass there and its decoding here), beside a pickle round trip of the same stream.
 
     python perf/vliw_candidate.py [--repeat 3]
 """
