@@ -110,52 +110,45 @@ CEILING_TARGET = 1.15  # issue 38: harness overhead <= 15% of the work no harnes
 
 
 BARE_BUILD = """
-import importlib, sys, time
-height, batch, rounds = map(int, sys.argv[1:4])
+import importlib, json, pickle, sys, time
+height, batch, rounds, transfer = *map(int, sys.argv[1:4]), sys.argv[4] == "transfer"
 start = time.perf_counter()
 builder = importlib.import_module("perf_takehome").KernelBuilder()
 builder.build_kernel(height, 2 ** (height + 1) - 1, batch, rounds)
-print(time.perf_counter() - start)
+got = {"build": time.perf_counter() - start}
+if transfer:
+    from _heldout_vliw_build import compact
+    start = time.perf_counter()
+    got["payload"] = compact(builder.instrs)
+    got["compact"] = time.perf_counter() - start
+    start = time.perf_counter()
+    pickle.loads(pickle.dumps(builder.instrs, protocol=5))
+    got["pickle"] = time.perf_counter() - start
+print(json.dumps(got))
 """
+
+
+def _bare(folder: Path, what: str) -> dict:
+    args = [str(SHAPE["forest_height"]), str(SHAPE["batch_size"]), str(SHAPE["rounds"]), what]
+    out = subprocess.run([sys.executable, "-c", BARE_BUILD, *args], cwd=folder, capture_output=True, text=True,
+                         timeout=600)
+    if out.returncode != 0:
+        raise SystemExit(f"the bare build failed: {out.stderr[-500:]}")
+    return json.loads(out.stdout)
 
 
 def bare_build_seconds(folder: Path) -> float:
     """The candidate's own build, bare: a lean interpreter in ``folder`` (beside the ``problem``
     helper) imports it and calls ``build_kernel`` once, timed inside (no interpreter start). Not
     in this process: its large heap makes the build's allocations slower (GC), so it is no floor."""
-    args = [str(SHAPE["forest_height"]), str(SHAPE["batch_size"]), str(SHAPE["rounds"])]
-    out = subprocess.run([sys.executable, "-c", BARE_BUILD, *args], cwd=folder, capture_output=True, text=True,
-                         timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"the bare build failed: {out.stderr[-500:]}")
-    return float(out.stdout)
-
-
-TRANSFER = """
-import importlib, json, pickle, sys, time
-height, batch, rounds = map(int, sys.argv[1:4])
-builder = importlib.import_module("perf_takehome").KernelBuilder()
-builder.build_kernel(height, 2 ** (height + 1) - 1, batch, rounds)
-from _heldout_vliw_build import compact
-start = time.perf_counter()
-payload = compact(builder.instrs)
-packed = time.perf_counter() - start
-start = time.perf_counter()
-pickle.loads(pickle.dumps(builder.instrs, protocol=5))
-print(json.dumps({"compact": packed, "pickle": time.perf_counter() - start, "payload": payload}))
-"""
+    return _bare(folder, "build")["build"]
 
 
 def transfer_seconds(folder: Path) -> dict[str, float]:
     """What getting the stream out of the candidate's process costs, the part of heldout's path
     that the ceiling leaves out: the compact form's pass in the builder's process, its decoding
     here, and (the reference) a pickle round trip of the same stream in the builder's process."""
-    args = [str(SHAPE["forest_height"]), str(SHAPE["batch_size"]), str(SHAPE["rounds"])]
-    out = subprocess.run([sys.executable, "-c", TRANSFER, *args], cwd=folder, capture_output=True, text=True,
-                         timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"the transfer measure failed: {out.stderr[-500:]}")
-    got = json.loads(out.stdout)
+    got = _bare(folder, "transfer")
     start = time.perf_counter()
     decode_compact(got["payload"], MAX_BUNDLES)
     return {"compact": got["compact"], "decode": time.perf_counter() - start, "pickle": got["pickle"]}

@@ -23,13 +23,12 @@ import json
 import numbers
 import sys
 from array import array
-from bisect import bisect_right
-from itertools import accumulate, chain
+from itertools import chain, compress, repeat
+from operator import sub
 from typing import Any
 
 COMPACT_FORMAT = "heldout-vliw-compact/1"
 OPERAND_BOUND = 1 << 62  # int64 arithmetic on operands (load_offset sums, relative jumps) stays exact
-FEW_DEBUG_GROUPS = 64  # up to this many debug groups are cut out in place; more: the stream is rebuilt without them
 FULL_COLLECTION_EVERY = 100  # middle-generation collections per full one while building (default 10)
 
 
@@ -128,10 +127,6 @@ class _SlotTable(dict):
         return number
 
 
-def _without_debug(bundle: dict) -> dict:
-    return {engine: slots for engine, slots in bundle.items() if engine != "debug"}
-
-
 def compact(program: list | tuple) -> dict[str, Any] | None:
     """The compact form of ``program``, or None when it holds anything the form cannot express
     exactly (the caller then sends JSON). ``debug`` keys are dropped: they are inert and never
@@ -147,20 +142,10 @@ def compact(program: list | tuple) -> dict[str, Any] | None:
         return None
     groups = list(chain.from_iterable(map(dict.values, program)))  # aligned with engines
     n_groups = list(map(len, program))
-    n_debug = engines.count("debug")
-    if n_debug > FEW_DEBUG_GROUPS:
-        program = [_without_debug(b) if "debug" in b else b for b in program]
-        engines = list(chain.from_iterable(program))
-        groups = list(chain.from_iterable(map(dict.values, program)))
-        n_groups = list(map(len, program))
-    elif n_debug:  # a few: removed where they are, without another pass over the stream
-        ends = list(accumulate(n_groups))  # group positions of bundle b: ends[b-1] <= at < ends[b]
-        found = [-1]
-        for _ in range(n_debug):
-            found.append(engines.index("debug", found[-1] + 1))
-        for at in reversed(found[1:]):
-            n_groups[bisect_right(ends, at)] -= 1
-            del engines[at], groups[at]
+    if "debug" in engines:  # dropped where they are: a mask over the groups, each bundle's count less one
+        keep = list(map("debug".__ne__, engines))
+        engines, groups = list(compress(engines, keep)), list(compress(groups, keep))
+        n_groups = list(map(sub, n_groups, map(dict.__contains__, program, repeat("debug"))))
     if not set(map(type, groups)) <= {list, tuple}:
         return None
     every_slot = list(chain.from_iterable(groups))
