@@ -23,7 +23,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import MISSING, asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -166,6 +166,11 @@ def experiment_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) 
     return out
 
 
+def _json_value(obj: Any) -> Any:
+    """What json writes for a value it has no rule for: a dataclass as its fields, else its str."""
+    return asdict(obj) if is_dataclass(obj) and not isinstance(obj, type) else str(obj)
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = canonical_json(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -255,7 +260,7 @@ class RunRecord:
     def content(self) -> dict[str, Any]:
         """The record as plain JSON data, without the ledger anchor fields (which are set after
         the digest is written to the ledger)."""
-        data = json.loads(json.dumps(asdict(self), default=str))
+        data = json.loads(json.dumps(self._fields(), default=_json_value))
         for key in ("ledger_head", "ledger_entries"):
             data.pop(key, None)
         return data
@@ -268,8 +273,14 @@ class RunRecord:
     def save(self, run_dir: str | Path) -> Path:
         path = Path(run_dir) / RECORD_FILE
         # owner-only, like the ledger
-        write_text_atomically(path, json.dumps(asdict(self), indent=1, default=str), mode=0o600)
+        write_text_atomically(path, json.dumps(self._fields(), indent=1, default=_json_value), mode=0o600)
         return path
+
+    def _fields(self) -> dict[str, Any]:
+        """The fields as they are (json writes them as ``asdict`` would have: a record's fields
+        are plain data, and :func:`_json_value` turns a nested dataclass into a dict), without
+        ``asdict``'s deep copy, which was half of writing a record."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def load(cls, run_dir: str | Path) -> "RunRecord":
