@@ -262,6 +262,22 @@ def test_run_calls_pays_imports_once_and_reports_each_call():
     assert [c["call"] for c in r.calls] == list(range(5))
 
 
+def test_trusted_calls_sent_up_front_give_the_same_outcomes_and_untrusted_timing_cannot_use_it():
+    # the child sees every input at once: what a reference solution may have, never a program
+    # whose calls are timed one by one or stopped at the first failure
+    src = "def f(x):\n    if x == 3:\n        raise ValueError('three')\n    return {'x': x, 'sq': (x * x,)}\n"
+    calls = [([i], {}) for i in range(6)]
+    one_by_one = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, encoding="typed")
+    up_front = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, encoding="typed", inputs_up_front=True)
+    # (a line's length and a crash's traceback carry its timing and line numbers)
+    strip = lambda r: [{k: v for k, v in c.items() if k not in ("seconds", "error", "bytes")} for c in r.calls]  # noqa: E731
+    assert strip(up_front) == strip(one_by_one) and len(up_front.calls) == 6
+    assert up_front.calls[4]["value"] == {"x": 4, "sq": (16,)} and up_front.calls[3]["error_kind"] == "crash"
+    for timed in ({"per_call_seconds": [1.0] * 6}, {"stop_on_error": True}):
+        with pytest.raises(SandboxError, match="inputs_up_front"):
+            run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, inputs_up_front=True, **timed)
+
+
 def test_run_calls_per_call_timeout_and_stop_on_error():
     src = "import time\ndef f(x):\n    if x == 1:\n        time.sleep(30)\n    return x\n"
     calls = [([0], {}), ([1], {}), ([2], {})]

@@ -174,8 +174,9 @@ def _truth_batch(parts: Sequence[tuple[dict[str, Any], Sequence[Any]]], limits: 
     if not calls:
         return [[] for _ in parts]
     trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
+    # the canonical solutions are trusted: their inputs go in at once and run back to back
     result = run_calls(files, HELPER_NAME, "call_in_batch", calls, limits=trusted, encoding="typed",
-                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PRELOAD)
+                       setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PRELOAD, inputs_up_front=True)
     if not result.ok:
         failed = next((c for c in result.calls if not c.get("ok")), None)
         names = parts[owner[failed["call"]]][0]["task_id"] if failed else ", ".join(p["task_id"] for p, _ in parts)
