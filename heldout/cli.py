@@ -639,7 +639,15 @@ def report_arguments(p: argparse.ArgumentParser) -> None:
                    help="also Table 1 and the paired table as booktabs LaTeX / CSV in OUT/paper, figures as PDF+SVG (repeatable)")
 
 
+def require_run_dirs(paths: Sequence[str]) -> None:
+    """A mistyped run dir is answered before the reports and their statistics are imported (~2 s)."""
+    for path in paths:
+        if not Path(path).exists():
+            raise HeldoutError(f"run dir {path} does not exist")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    require_run_dirs(args.run_dirs)
     from heldout.reports import build_report, write_report
     from heldout.reports.paper import write_paper
     checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
@@ -701,6 +709,7 @@ def check_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    require_run_dirs([*args.baseline, *args.current])
     from heldout.reports import check_runs
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
                         method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)

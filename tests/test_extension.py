@@ -26,6 +26,16 @@ def test_building_the_parser_for_help_loads_no_heavy_module():
     assert _loaded_after("import heldout.cli as c\nc.build_parser().format_help()") == []
 
 
+def test_a_mistyped_run_dir_is_answered_before_the_statistics_load(tmp_path):
+    # (`heldout check` answers it before the reports load, but its --min-effect parser loads the
+    # statistics package already)
+    argv = ["report", "runs/mistyped", "--out", "out"]
+    code = ("import sys\nfrom heldout.cli import main\ncode = main(sys.argv[1:])\n"
+            f"print(code, ','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.stdout.split() == ["2"] and "run dir runs/mistyped does not exist" in done.stderr, done
+
+
 @pytest.mark.parametrize("name,module,attr", [
     ("FIXED_UNITS", "heldout.protocols.arms", "FIXED_UNITS"),
     ("DEFAULT_MARGIN", "heldout.protocols.stats.margin", "DEFAULT_MARGIN"),
