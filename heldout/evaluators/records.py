@@ -279,7 +279,7 @@ class RunRecord:
     def _fields(self) -> dict[str, Any]:
         """The fields as they are (json writes them as ``asdict`` would have: a record's fields
         are plain data, and :func:`_json_value` turns a nested dataclass into a dict), without
-        ``asdict``'s deep copy, which was half of writing a record."""
+        ``asdict``'s deep copy (a sixth of writing a whole synthetic run, ledger included)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod

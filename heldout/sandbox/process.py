@@ -216,8 +216,8 @@ def run_calls(files: dict[str, str], module: str, function: str,
     ``preload``/``fork_server``: as for :func:`run_function`.
 
     ``inputs_up_front``: every call's input is written at once instead of each when its clock
-    starts, so the calls run back to back without a round trip to the parent each (~0.25 ms a
-    call here, the whole cost of a small call). Only for trusted code (a task's reference
+    starts, so the calls run back to back without a round trip to the parent each (2,170 inputs of
+    20 MBPP+ reference solutions: 0.59 -> 0.47 s here). Only for trusted code (a task's reference
     solution): an untrusted program could read later inputs early and work on them on an earlier
     call's clock. Refused with ``per_call_seconds`` or ``stop_on_error``, which need the parent
     to start each call."""
