@@ -1,7 +1,9 @@
 """Helpers for tests that kill a study midway and run it again (resume, concurrent writers).
 
 The pause (PACE seconds after each evaluation) only gives a test time to kill the run; it changes
-nothing the optimizer decides."""
+nothing the optimizer decides. It reaches an optimizer run in-process (``--trusted-optimizer``)
+only: an isolated one sees the sandbox's environment, where PACE is not set, so a test of an
+isolated study must not count on it to keep the study running (stop the process instead)."""
 
 from __future__ import annotations
 

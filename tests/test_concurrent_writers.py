@@ -45,7 +45,7 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
 def test_a_second_runner_of_a_running_study_is_refused_in_one_line_and_writes_nothing(tmp_path):
     (tmp_path / "paced.py").write_text(textwrap.dedent(PACED_SEARCH))
     run_dir = killed_study(tmp_path, "study")
-    holder = start(tmp_path, run_dir, "--resume", pace=0.5)  # slow: still running when the second comes
+    holder = start(tmp_path, run_dir, "--resume")
     try:
         give_up = time.monotonic() + 120
         # the killed study left its own pid in study.lock; wait for the holder's, or the second
@@ -53,6 +53,10 @@ def test_a_second_runner_of_a_running_study_is_refused_in_one_line_and_writes_no
         while (run_dir / "study.lock").read_bytes() != f"pid {holder.pid}".encode():
             assert holder.poll() is None and time.monotonic() < give_up, holder.communicate()
             time.sleep(0.01)
+        # stopped while it holds the lock, so it is still running (not finished) when the second
+        # comes, however loaded the machine: PACE cannot slow it, its optimizer runs isolated and
+        # sees only the sandbox's environment (a loaded run once finished first)
+        os.killpg(holder.pid, signal.SIGSTOP)
         before = snapshot(run_dir)
         before.pop("study.lock")
         second = subprocess.run([sys.executable, "-m", "heldout.cli", *ARGS, "--run-dir", str(run_dir), "--resume"],
