@@ -695,7 +695,8 @@ def check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
     p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
                    help="significance level of each one-sided test")
-    p.add_argument("--min-effect", type=_margin, default=DEFAULT_MARGIN,
+    # read in cmd_check: parsing a margin loads the statistics, which a mistyped run dir should not wait for
+    p.add_argument("--min-effect", default=DEFAULT_MARGIN,
                    help="largest drop you accept, per task on its own scale: 0.01 (score units), 5%% (of the "
                         "baseline's score; the default), 10%% headroom (of its distance to the ceiling) or 0.5sd "
                         "(baseline run-to-run SDs); with 0 only a significant improvement passes")
@@ -710,8 +711,12 @@ def check_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     require_run_dirs([*args.baseline, *args.current])
+    try:
+        margin = _margin(args.min_effect)
+    except argparse.ArgumentTypeError as exc:
+        raise HeldoutError(str(exc)) from None  # it names the option
     from heldout.reports import check_runs
-    result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=args.min_effect,
+    result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=margin,
                         method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)
     if args.json:
         _print_json(result.as_dict())

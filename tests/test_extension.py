@@ -26,10 +26,10 @@ def test_building_the_parser_for_help_loads_no_heavy_module():
     assert _loaded_after("import heldout.cli as c\nc.build_parser().format_help()") == []
 
 
-def test_a_mistyped_run_dir_is_answered_before_the_statistics_load(tmp_path):
-    # (`heldout check` answers it before the reports load, but its --min-effect parser loads the
-    # statistics package already)
-    argv = ["report", "runs/mistyped", "--out", "out"]
+@pytest.mark.parametrize("argv", [["report", "runs/mistyped", "--out", "out"],
+                                  ["check", "--baseline", "runs/main", "--current", "runs/mistyped"]])
+def test_a_mistyped_run_dir_is_answered_before_the_statistics_load(argv, tmp_path):
+    (tmp_path / "runs" / "main").mkdir(parents=True)
     code = ("import sys\nfrom heldout.cli import main\ncode = main(sys.argv[1:])\n"
             f"print(code, ','.join(m for m in {HEAVY!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=120)
