@@ -315,7 +315,31 @@ def decode_compact(payload: Any, max_bundles: int) -> DecodedProgram:
     slot_ids = _wire_array(payload, "slot_ids", n_s, 0, len(u_op) - 1)
     u_operands = _wire_array(payload, "unique_operands", int(u_n.sum()) if len(u_n) else 0,
                              -COMPACT_OPERAND_BOUND + 1, COMPACT_OPERAND_BOUND - 1)
-    n_g = len(g_engine)
+    return decode_wire(strings, n_groups, g_engine, g_slots, slot_ids, u_op, u_n, u_operands, max_bundles)
+
+
+def decode_wire(strings: list[str], n_groups: np.ndarray, g_engine: np.ndarray, g_slots: np.ndarray,
+                slot_ids: np.ndarray, u_op: np.ndarray, u_n: np.ndarray, u_operands: np.ndarray,
+                max_bundles: int) -> DecodedProgram:
+    """The stream given as the compact form's arrays (int64; ``strings`` names engines and
+    operations by number) -> what :func:`decode` gives for the stream itself. Both wire forms end
+    here (the compact arrays and the marshal bytes, ``marshal_form``); the arrays' sizes and
+    ranges are checked again, since they describe a hostile builder's stream.
+    Raises :class:`CompactFormError`."""
+    if len(strings) > MAX_COMPACT_STRINGS or len(set(strings)) != len(strings):
+        raise CompactFormError("strings must be distinct and at most 2**20")
+    n_str, n_b, n_g, n_u = len(strings), len(n_groups), len(g_engine), len(u_op)
+    if n_b > max_bundles:
+        raise CompactFormError(f"the program has {n_b} bundles; the cap is {max_bundles}")
+    n_s = int(g_slots.sum()) if n_g else 0
+    consistent = (int(n_groups.sum()) == n_g and len(g_slots) == n_g and len(slot_ids) == n_s and len(u_n) == n_u
+                  and (int(u_n.sum()) if n_u else 0) == len(u_operands))
+    in_range = all(not len(a) or (a.min() >= lo and a.max() <= hi) for a, lo, hi in (
+        (n_groups, 0, n_str), (g_engine, 0, n_str - 1), (g_slots, 0, MAX_COMPACT_COUNT),
+        (u_op, 0, n_str - 1), (u_n, 0, MAX_COMPACT_COUNT), (slot_ids, 0, n_u - 1),
+        (u_operands, -COMPACT_OPERAND_BOUND + 1, COMPACT_OPERAND_BOUND - 1)))
+    if not (consistent and in_range):
+        raise CompactFormError("the stream's arrays do not fit together")
 
     # per string: the engine's slot limit (-1: not an engine), its counts column; debug is never sent
     limit_of = np.array([SLOT_LIMITS.get(t, -1) if t != "debug" else -2 for t in strings] or [0], np.int64)

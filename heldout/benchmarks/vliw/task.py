@@ -6,9 +6,10 @@ How a candidate is evaluated (spec section 8):
 1. **Build, isolated.** A program candidate (one or more ``.py`` files; the entry file defines
    ``KernelBuilder``) runs in the sandbox with only the four shape parameters, before any test
    data exists, under a build-time limit and a program-size cap, next to a ``problem`` module with
-   the take-home's names. It returns the instruction stream in a compact binary form (integer
-   arrays; each distinct slot once) that the parent decodes and checks itself, or as JSON text
-   (bundle key order kept) when the stream holds anything the compact form cannot express.
+   the take-home's names. It returns the instruction stream as its ``marshal`` bytes, which
+   heldout parses itself (``marshal_form``; never ``marshal.loads``), as integer arrays for a
+   stream too large for that, or as JSON text (bundle key order kept) when the stream holds
+   anything those forms cannot express (a declined marshal stream is built once more as JSON).
    A candidate may instead hold a pre-built stream (component ``program.json``).
 2. **Decode once, run per instance.** The trusted simulator (fast path) runs the stream on each
    instance: a memory image generated from the instance's seed, never seen by the builder.
@@ -36,6 +37,7 @@ from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, n_nodes_for
 from heldout.benchmarks.vliw.instances import make_instance
 from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode, decode_compact
+from heldout.benchmarks.vliw.marshal_form import MARSHAL_FORMAT, decode_marshal
 from heldout.benchmarks.vliw.machine import InvalidInput, load_program_json, simulate, utilisation
 from heldout.benchmarks.vliw.reference import CHECKED_ENGINES
 from heldout.benchmarks.candidates import _read_text
@@ -118,7 +120,7 @@ class VliwTakehome(Benchmark):
         if build_form not in ("compact", "json"):
             raise ValueError(f"build_form must be 'compact' or 'json', got {build_form!r}")
         self.cycle_cap = cycle_cap
-        self.build_form = build_form  # "json": the plain path, kept to check the compact one against
+        self.build_form = build_form  # "compact": marshal bytes (arrays when huge); "json": the plain path, kept to check them against
         self._builds: OrderedDict[tuple, BuildOutcome] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -208,26 +210,40 @@ class VliwTakehome(Benchmark):
 
             module = entry[:-3].replace("/", ".")
             files = {n: t for n, t in candidate.items()}
-            args = [module, shape["forest_height"], n_nodes_for(shape["forest_height"]), shape["batch_size"],
-                    shape["rounds"], MAX_BUNDLES, self.build_form]
-            try:
-                res = run_function(files, "_heldout_vliw_build", "build", args, limits=limits,
-                                   setup_files=self.helper_files(), preload=self.preload)
-            except SandboxError as exc:
-                return BuildOutcome(None, f"build error: {exc}", "malformed_candidate",
-                                    time.perf_counter() - start)
-            stdout_tail = res.stdout_tail
-            if not res.ok:
-                return BuildOutcome(None, f"build error ({res.error_kind}): {res.error}", res.error_kind,
-                                    time.perf_counter() - start, stdout_tail=stdout_tail)
-            if isinstance(res.value, dict):  # the compact form: decoded and checked here
+            # The marshal form is read by heldout's own parser; a stream holding anything outside
+            # its vocabulary (a bool operand, a code object...) is built once more as JSON, whose
+            # decoder is the reference for odd programs.
+            for form in (self.build_form, "json"):
+                args = [module, shape["forest_height"], n_nodes_for(shape["forest_height"]), shape["batch_size"],
+                        shape["rounds"], MAX_BUNDLES, form]
+                try:
+                    res = run_function(files, "_heldout_vliw_build", "build", args, limits=limits,
+                                       setup_files=self.helper_files(), preload=self.preload)
+                except SandboxError as exc:
+                    return BuildOutcome(None, f"build error: {exc}", "malformed_candidate",
+                                        time.perf_counter() - start)
+                stdout_tail = res.stdout_tail
+                if not res.ok:
+                    return BuildOutcome(None, f"build error ({res.error_kind}): {res.error}", res.error_kind,
+                                        time.perf_counter() - start, stdout_tail=stdout_tail)
+                if not (isinstance(res.value, dict) and res.value.get("format") == MARSHAL_FORMAT):
+                    break
+                try:
+                    decoded = decode_marshal(res.value, MAX_BUNDLES)
+                except CompactFormError as exc:
+                    return BuildOutcome(None, f"bad instruction stream: {exc}", "bad_output",
+                                        time.perf_counter() - start, stdout_tail=stdout_tail)
+                if decoded is not None:
+                    return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=decoded.n_bundles,
+                                        stdout_tail=stdout_tail, extra={"form": "marshal"})
+            if isinstance(res.value, dict):  # the compact arrays: decoded and checked here
                 try:
                     decoded = decode_compact(res.value, MAX_BUNDLES)
                 except CompactFormError as exc:
                     return BuildOutcome(None, f"bad instruction stream: {exc}", "bad_output",
                                         time.perf_counter() - start, stdout_tail=stdout_tail)
                 return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=decoded.n_bundles,
-                                    stdout_tail=stdout_tail)
+                                    stdout_tail=stdout_tail, extra={"form": "compact"})
             text = res.value
             if not isinstance(text, str):
                 return BuildOutcome(None, "build error: the builder did not return a stream", "bad_output",
@@ -241,7 +257,7 @@ class VliwTakehome(Benchmark):
             return BuildOutcome(None, f"bad instruction stream: {exc}", "bad_output",
                                 time.perf_counter() - start, stdout_tail=stdout_tail)
         return BuildOutcome(decoded, seconds=time.perf_counter() - start, n_bundles=decoded.n_bundles,
-                            stdout_tail=stdout_tail)
+                            stdout_tail=stdout_tail, extra={"form": "json"})
 
     # -- running --------------------------------------------------------------------------------
     def aggregate(self, verdicts: list[Verdict]) -> float:
