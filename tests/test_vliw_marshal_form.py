@@ -18,7 +18,7 @@ import pytest
 from heldout.benchmarks.vliw import build_runner
 from heldout.benchmarks.vliw.build_runner import MARSHAL_FORMAT, marshalled
 from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram
-from heldout.benchmarks.vliw.marshal_form import decode_marshal, parse
+from heldout.benchmarks.vliw.marshal_form import REASONS, decode_marshal, parse
 from heldout.benchmarks.vliw.task import VliwTakehome
 from heldout.contracts import Example
 from vliw_programs import CONFORMANCE, SHAPE, assert_same_decoding, kernel, random_program, via_json
@@ -73,14 +73,14 @@ def test_the_debug_group_is_dropped_whatever_plain_data_it_holds(debug_value):
 
 
 def test_expansion_beyond_the_first_workspace_grows_it_and_parses_again():
-    # one bundle object of 40 slots appended 20,000 times: 800,000 slot positions from ~100 kB,
+    # one bundle object of 20 slots appended 8,000 times: 160,000 slot positions from ~40 kB,
     # far past the workspace's first guess from the byte count
     bundle = {"alu": [("+", i, 1, 2) for i in range(12)], "valu": [("*", 8 * i, 8, 16) for i in range(6)],
               "load": [("const", 100, 7), ("load", 101, 100)]}
-    program = [bundle] * 20_000
+    program = [bundle] * 8_000
     raw = marshal.dumps(program, 4)
     status, _, arrays = parse(raw, 2_000_000)
-    assert status == 0 and len(arrays[3]) == 20 * 20_000 and len(raw) < 20 * 20_000
+    assert status == 0 and len(arrays[3]) == 20 * 8_000 and len(raw) // 4 < 20 * 8_000
     assert_same_decoding(via_marshal(program), via_json(program))
 
 
@@ -181,6 +181,15 @@ def test_mutated_bytes_give_a_program_or_a_decline_and_nothing_else():
 ])
 def test_forged_frames_are_declined(blob):
     assert outcome(payload_of(blob)) == "declined"
+
+
+def test_an_expansion_bomb_stops_at_the_cap():
+    # 200 kB of references to one bundle of 1,000 slots: 40 million slot positions, past the cap
+    bundle = {"alu": [("+", i % 7, 1, 2) for i in range(1000)]}
+    raw = marshal.dumps([bundle] * 40_000, 4)
+    assert len(raw) < 250_000
+    status, _, arrays = parse(raw, 2_000_000)
+    assert arrays is None and REASONS[status] == "too large"
 
 
 def test_a_compression_bomb_stops_at_the_cap():

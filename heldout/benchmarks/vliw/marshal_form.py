@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit
 
 from heldout.benchmarks.vliw.build_runner import MARSHAL_FORMAT, MAX_MARSHAL_BYTES
-from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode_wire
+from heldout.benchmarks.vliw.fast import MAX_COMPACT_STRINGS, CompactFormError, DecodedProgram, decode_wire
 
 MAX_EXPANDED_ITEMS = 1 << 25  # groups or slot positions after references are expanded
 
@@ -162,13 +162,80 @@ def _string(blob, pos, n, t, s_start, s_len, s_table, n_str, debug_id):
             if same:
                 return 0, c, pos + length, n_str, debug_id
         probe = (probe + np.uint64(1)) & mask
-    if 2 * (n_str + 1) > len(s_table):
+    if n_str == len(s_start) or 2 * (n_str + 1) > len(s_table):
         return _FULL + 4, 0, pos, n_str, debug_id
     s_start[n_str], s_len[n_str], s_table[probe] = pos, length, n_str
     if length == 5 and blob[pos] == 100 and blob[pos + 1] == 101 and blob[pos + 2] == 98 \
             and blob[pos + 3] == 117 and blob[pos + 4] == 103:  # b"debug"
         debug_id = n_str
     return 0, n_str, pos + length, n_str + 1, debug_id
+
+
+@njit(cache=True)
+def _skip(blob, pos, n, refs, n_r, s_start, s_len, s_table, n_str, debug_id):
+    """Read past one object of plain data (the debug group's value), whatever it holds; what it
+    defines is still numbered, since later back-references may use it. Returns (status, new pos,
+    references so far, strings so far, the number of "debug")."""
+    stack_left, stack_dict = np.empty(_SKIP_DEPTH, np.int64), np.empty(_SKIP_DEPTH, np.bool_)
+    stack_left[0], stack_dict[0], depth = 1, False, 0
+    while depth >= 0:
+        if not stack_dict[depth] and stack_left[depth] == 0:
+            depth -= 1
+            continue
+        status, t, flagged, pos = _header(blob, pos, n)
+        if status != 0:
+            return status, pos, n_r, n_str, debug_id
+        if stack_dict[depth] and t == _NULL:
+            depth -= 1
+            continue
+        if not stack_dict[depth]:
+            stack_left[depth] -= 1
+        kind, value, count, opens_dict = _K_OTHER, np.int64(0), np.int64(-1), False
+        if t == _NONE or t == _TRUE or t == _FALSE:
+            pass
+        elif t == _INT:
+            if pos + 4 > n:
+                return _TRUNCATED, pos, n_r, n_str, debug_id
+            kind, value = _K_INT, _i32(blob, pos)
+            pos += 4
+        elif t == _LONG:
+            status, value, pos = _long(blob, pos, n)
+            if status == _TRUNCATED:
+                return status, pos, n_r, n_str, debug_id
+            kind = _K_INT if status == 0 else _K_OTHER
+        elif t == _BINARY_FLOAT:
+            if pos + 8 > n:
+                return _TRUNCATED, pos, n_r, n_str, debug_id
+            pos += 8
+        elif _is_string(t):
+            status, value, pos, n_str, debug_id = _string(blob, pos, n, t, s_start, s_len, s_table, n_str, debug_id)
+            if status != 0:
+                return status, pos, n_r, n_str, debug_id
+            kind = _K_STR
+        elif t == _REF:
+            status, r, pos = _reference(blob, pos, n, n_r)
+            if status != 0:
+                return status, pos, n_r, n_str, debug_id
+            continue  # nothing new to number
+        elif t == _TUPLE or t == _SMALL_TUPLE or t == _LIST or t == _SET or t == _FROZENSET:
+            status, count, pos = _count(blob, pos, n, t)
+            if status != 0:
+                return status, pos, n_r, n_str, debug_id
+        elif t == _DICT:
+            opens_dict = True
+        else:
+            return _UNEXPECTED, pos - 1, n_r, n_str, debug_id
+        if flagged:
+            if n_r == len(refs):
+                return _FULL + 5, pos, n_r, n_str, debug_id
+            refs[n_r, 0], refs[n_r, 1] = kind, value
+            n_r += 1
+        if count >= 0 or opens_dict:
+            depth += 1
+            if depth >= _SKIP_DEPTH:
+                return _TOO_DEEP, pos, n_r, n_str, debug_id
+            stack_left[depth], stack_dict[depth] = max(count, np.int64(0)), opens_dict
+    return 0, pos, n_r, n_str, debug_id
 
 
 @njit(cache=True)
@@ -183,7 +250,6 @@ def _parse(blob, max_bundles, max_items, n_groups, g_engine, g_slots, slot_ids, 
     n = len(blob)
     n_g = n_s = n_u = n_operands = n_str = n_r = 0
     debug_id = -1
-    stack_left, stack_dict = np.empty(_SKIP_DEPTH, np.int64), np.empty(_SKIP_DEPTH, np.bool_)
 
     status, t, flagged, pos = _header(blob, 0, n)
     if status != 0:
@@ -254,68 +320,11 @@ def _parse(blob, max_bundles, max_items, n_groups, g_engine, g_slots, slot_ids, 
             else:
                 return _stop(_UNEXPECTED, pos - 1)
 
-            if engine == debug_id:
-                # -- the debug group: inert, dropped (it never counts as a group) whatever plain data
-                # it holds; what it defines is still numbered, since later references may use it
-                stack_left[0], stack_dict[0], depth = 1, False, 0
-                while depth >= 0:
-                    if not stack_dict[depth] and stack_left[depth] == 0:
-                        depth -= 1
-                        continue
-                    status, t, flagged, pos = _header(blob, pos, n)
-                    if status != 0:
-                        return _stop(status, pos)
-                    if stack_dict[depth] and t == _NULL:
-                        depth -= 1
-                        continue
-                    if not stack_dict[depth]:
-                        stack_left[depth] -= 1
-                    kind, value, count, opens_dict = _K_OTHER, np.int64(0), np.int64(-1), False
-                    if t == _NONE or t == _TRUE or t == _FALSE:
-                        pass
-                    elif t == _INT:
-                        if pos + 4 > n:
-                            return _stop(_TRUNCATED, pos)
-                        kind, value = _K_INT, _i32(blob, pos)
-                        pos += 4
-                    elif t == _LONG:
-                        status, value, pos = _long(blob, pos, n)
-                        if status == _TRUNCATED:
-                            return _stop(status, pos)
-                        kind = _K_INT if status == 0 else _K_OTHER
-                    elif t == _BINARY_FLOAT:
-                        if pos + 8 > n:
-                            return _stop(_TRUNCATED, pos)
-                        pos += 8
-                    elif _is_string(t):
-                        status, value, pos, n_str, debug_id = _string(blob, pos, n, t, s_start, s_len, s_table,
-                                                                      n_str, debug_id)
-                        if status != 0:
-                            return _stop(status, pos)
-                        kind = _K_STR
-                    elif t == _REF:
-                        status, r, pos = _reference(blob, pos, n, n_r)
-                        if status != 0:
-                            return _stop(status, pos)
-                        continue  # nothing new to number
-                    elif t == _TUPLE or t == _SMALL_TUPLE or t == _LIST or t == _SET or t == _FROZENSET:
-                        status, count, pos = _count(blob, pos, n, t)
-                        if status != 0:
-                            return _stop(status, pos)
-                    elif t == _DICT:
-                        opens_dict = True
-                    else:
-                        return _stop(_UNEXPECTED, pos - 1)
-                    if flagged:
-                        if n_r == len(refs):
-                            return _stop(_FULL + 5, pos)
-                        refs[n_r, 0], refs[n_r, 1] = kind, value
-                        n_r += 1
-                    if count >= 0 or opens_dict:
-                        depth += 1
-                        if depth >= _SKIP_DEPTH:
-                            return _stop(_TOO_DEEP, pos)
-                        stack_left[depth], stack_dict[depth] = max(count, np.int64(0)), opens_dict
+            if engine == debug_id:  # the debug group: inert, dropped (it never counts as a group)
+                status, pos, n_r, n_str, debug_id = _skip(blob, pos, n, refs, n_r, s_start, s_len, s_table, n_str,
+                                                          debug_id)
+                if status != 0:
+                    return _stop(status, pos)
                 continue
 
             # -- a group: a list or tuple of slots, or a reference to one read before
@@ -483,18 +492,28 @@ def _power_of_two(at_least: int) -> int:
 
 class Workspace:
     """The parser's arrays, sized from the blob (each item takes a few bytes of it) and grown 4x
-    when one fills, after which the parse starts again: expansion by references (one bundle
-    object appended 10,000 times) is the only way past the first guess."""
+    when one fills, after which the parse starts again (expansion by references, one bundle
+    object appended 10,000 times, is the usual way past the first guess). Each array has a cap,
+    so forged bytes cannot make the parent allocate more than ~2 GB; past a cap the stream is
+    declined (and built as JSON, under the builder's output limit)."""
 
     ARRAYS = ("groups", "slot positions", "distinct slots", "operands", "strings", "references", "operands of one slot")
+    CAPS = {"groups": MAX_EXPANDED_ITEMS, "slot positions": MAX_EXPANDED_ITEMS, "distinct slots": 1 << 23,
+            "operands": 1 << 25, "strings": MAX_COMPACT_STRINGS, "references": 1 << 22,
+            "operands of one slot": 1 << 16}
 
     def __init__(self, n_bytes: int) -> None:
-        self.size = {"groups": n_bytes // 4 + 64, "slot positions": n_bytes // 4 + 64,
-                     "distinct slots": max(1024, n_bytes // 32), "operands": n_bytes // 5 + 64, "strings": 1024,
-                     "references": n_bytes // 8 + 64, "operands of one slot": 64}
+        first = {"groups": n_bytes // 4 + 64, "slot positions": n_bytes // 4 + 64,
+                 "distinct slots": max(1024, n_bytes // 32), "operands": n_bytes // 5 + 64, "strings": 1024,
+                 "references": n_bytes // 8 + 64, "operands of one slot": 64}
+        self.size = {name: min(size, self.CAPS[name]) for name, size in first.items()}
 
-    def grow(self, which: str) -> None:
-        self.size[which] *= 4
+    def grow(self, which: str) -> bool:
+        """Four times the room for ``which``, up to its cap; False when it is at the cap."""
+        if self.size[which] >= self.CAPS[which]:
+            return False
+        self.size[which] = min(4 * self.size[which], self.CAPS[which])
+        return True
 
     def arrays(self) -> tuple:
         z = self.size
@@ -516,9 +535,8 @@ def parse(raw: bytes, max_bundles: int) -> tuple[int, int, tuple | None]:
         n_groups = np.zeros(len(raw), np.int64)  # a bundle takes a byte at least; calloc'd, touched as used
         status, position, n_b, n_g, n_s, n_u, n_operands, n_str = _parse(blob, max_bundles, MAX_EXPANDED_ITEMS,
                                                                          n_groups, *ws)
-        if status < _FULL:
+        if status < _FULL or not space.grow(Workspace.ARRAYS[status - _FULL]):
             break
-        space.grow(Workspace.ARRAYS[status - _FULL])
     if status != 0:
         return status, position, None
     g_engine, g_slots, slot_ids, u_op, u_n, _, u_operands, _, s_start, s_len, _, _, _ = ws
@@ -546,7 +564,7 @@ def decode_marshal(payload: Any, max_bundles: int) -> DecodedProgram | None:
         return None
     if len(raw) > MAX_MARSHAL_BYTES or not inflate.eof or inflate.unused_data:
         return None
-    status, _, arrays = parse(raw, max_bundles)
+    _, _, arrays = parse(raw, max_bundles)
     if arrays is None:
         return None
     n_groups, g_engine, g_slots, slot_ids, u_op, u_n, u_operands, s_start, s_len = arrays
