@@ -20,7 +20,10 @@ could connect to). Per execution (in advance: see ``SPARES``) it makes three pro
   and mounts a fresh, capped tmpfs on ``/dev/shm`` (as a fresh sandbox has them), mounts a ``/proc`` of its PID namespace
   (hidepid=2: the child sees no process but its own; with bwrap's read-only covers), makes its memory holder, joins the execution's own cgroup (an
   empty group the harness made in advance and sent with its ``cgroup.procs`` fds; the harness
-  sets its limits when it sends the request) and waits for its request;
+  sets its limits when it sends the request), says it is ready (the zygote reports the spare's
+  group to the harness only then, and hands a request that brings its own group to a ready spare
+  first: a request sent to a spare still in its setup waited up to ~20 ms) and waits for its
+  request;
 * the child's **memory holder** (PID 3): a ``clone`` that shares the child's memory and waits in
   ``pause()`` as the reaper does, outside the execution's cgroup, so that the child's exit does
   not tear down its page tables (see :func:`_hold_memory`).
@@ -64,10 +67,18 @@ RESULT_FD = 3
 SETUP_FAILED = 125
 _own_fds = []  # the control socket, the wakeup pipe and its own PID namespace: no execution keeps them
 _own_pid_ns = [-1]
-SPARES = 2  # executions prepared in advance (as many as run concurrently, commonly)
+# Executions prepared in advance. A spare's setup waits ~10-20 ms on the kernel (its cgroup join
+# waits for an RCU grace period) while an execution takes ~6 ms: four keep one ready for
+# back-to-back executions (with two, a request waited for a spare still in its setup: p95 2.5x p50)
+SPARES = 4
 SCRATCH = "/sandbox/scratch"
 SHM, SHM_BYTES = "/dev/shm", 64 << 20  # the cap of a fresh sandbox's /dev/shm (root.SHM_MB; a test checks)
 _spares = collections.deque()  # (child pid, request socket, group id or None), oldest first
+_waiting = set()  # pids of the spares that said they wait for a request (their setup is done)
+# child pid -> the zygote's end of its request socket, kept open until the child is reaped: closed
+# with the spare's "ready" unread in it, the child's read of its request fails (ECONNRESET)
+_handed = {}
+_sel = [None]  # the zygote's selector: the control socket, the wakeup pipe, spares not yet waiting
 _reaper_of = {}  # child pid -> its reaper's pid, until the child is reaped
 # child pid -> (execution id, the write end of its exit report's pipe: the harness reads it)
 _running = {}
@@ -247,6 +258,10 @@ def _wait_for_request():
     importlib.invalidate_caches()
     sys.path_importer_cache.clear()  # noqa: F821
     sock = socket.socket(fileno=_spare_end[0])
+    try:
+        sock.send(b"ready")  # the zygote routes requests to spares that said so (see _pick_spare)
+    except OSError:
+        os._exit(SETUP_FAILED)  # noqa: F821 - the zygote is gone
     msg, fds = _recv(sock)
     if not msg:
         os._exit(SETUP_FAILED)  # noqa: F821 - the zygote is gone
@@ -324,9 +339,36 @@ def _prepare_spare():
     finally:
         for fd in group_fds:
             os.close(fd)  # noqa: F821 - the reaper has its copies
-    if gid is not None:
-        _report({"spare": gid})
+    _sel[0].register(ours, selectors.EVENT_READ, ("spare", pid))  # until it says it is ready
     return pid, ours, gid
+
+
+def _spare_ready(sock, pid):
+    """A spare said it waits for a request (or died first). Its group, if it has one, is
+    reported then, not when it was forked: the harness names only groups whose spare is ready."""
+    spare = next((x for x in _spares if x[0] == pid), None)
+    if spare is None:
+        return  # handed to a request earlier in the same wake-up: this event is stale
+    try:
+        said = sock.recv(16)
+    except OSError:
+        said = b""
+    _sel[0].unregister(sock)
+    if said != b"ready":
+        return  # it died before it was ready: reaped (and its group reported gone) in the wait loop
+    _waiting.add(pid)
+    if spare[2] is not None:
+        _report({"spare": spare[2]})
+
+
+def _forget_spare(spare):
+    """``spare`` leaves the pool (handed to a request, or dead); the caller closes its socket."""
+    _spares.remove(spare)
+    _waiting.discard(spare[0])
+    try:
+        _sel[0].unregister(spare[1])
+    except (KeyError, ValueError):
+        pass  # it had said it was ready
 
 
 def _fork_spare(group_fds):
@@ -361,6 +403,8 @@ def _fork_spare(group_fds):
             os.close(fd)  # noqa: F821
         for spare in _spares:
             spare[1].close()
+        for handed in _handed.values():
+            handed.close()
         for _, fd in _running.values():
             os.close(fd)  # noqa: F821 - running executions' reports
         for _, fds in _groups:
@@ -414,11 +458,14 @@ def _finished(child, code, killed):
     """The execution (or the spare) of ``child`` is over: the child is reaped (its reaper is
     killed next). Its exit is reported, or the spare is dropped."""
     killed.discard(child)
+    handed = _handed.pop(child, None)
+    if handed is not None:
+        handed.close()
     execution = _running.pop(child, None)
     if execution is not None:
         _report_exit(execution[1], {"code": -9 if code is None else code})
     for spare in [x for x in _spares if x[0] == child]:
-        _spares.remove(spare)  # a spare that died unused
+        _forget_spare(spare)  # a spare that died unused
         spare[1].close()
         if spare[2] is not None:
             _report({"group_gone": spare[2]})
@@ -444,12 +491,15 @@ def _recv(ctl):
 
 
 def _pick_spare(want):
-    """The spare for a request: the one in the request's group ``want``; for a request that
-    brings its own group (``want`` None), one in no group, else the oldest (its child moves
-    itself and its reaper to the request's group, and its old group is reported gone)."""
+    """The spare for a request: the one in the request's group ``want`` (the harness names only
+    groups whose spare is ready); for a request that brings its own group (``want`` None), one in
+    no group, a ready one first (one still in its setup keeps the request waiting), else the
+    oldest (its child moves itself and its reaper to the request's group, and its old group is
+    reported gone; a spare in a group is taken last, since the harness may be naming it)."""
     if want is not None:
         return next((x for x in _spares if x[2] == want), None)
-    return next((x for x in _spares if x[2] is None), _spares[0] if _spares else None)
+    free = [x for x in _spares if x[2] is None]
+    return next((x for x in free if x[0] in _waiting), free[0] if free else (_spares[0] if _spares else None))
 
 
 def _dispatch(msg, fds, want):
@@ -459,14 +509,17 @@ def _dispatch(msg, fds, want):
         spare = _pick_spare(want)
         if spare is None:
             return None
-        _spares.remove(spare)
+        _forget_spare(spare)
         pid, sock, gid = spare
         try:
             sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
             taken = True
         except OSError:
             taken = False  # that spare died
-        sock.close()
+        if taken:
+            _handed[pid] = sock
+        else:
+            sock.close()
         if gid is not None and (gid != want or not taken):
             _report({"group_gone": gid})  # its spare died, or its child moves to the request's group
         if taken:
@@ -518,7 +571,7 @@ def serve():
     signal.set_wakeup_fd(wake_w)  # noqa: F821
     signal.signal(signal.SIGCHLD, lambda *_: None)  # noqa: F821
     _own_fds.extend([ctl.fileno(), wake_r, wake_w])
-    sel = selectors.DefaultSelector()
+    sel = _sel[0] = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     sel.register(wake_r, selectors.EVENT_READ, "wake")
     killed = set()  # children whose execution the harness had killed before they were reaped
@@ -527,6 +580,9 @@ def serve():
         for key, _ in sel.select(timeout=1.0):
             if key.data == "wake":
                 os.read(wake_r, 4096)  # noqa: F821
+                continue
+            if key.data != "ctl":
+                _spare_ready(key.fileobj, key.data[1])
                 continue
             msg, fds = _recv(ctl)
             if not msg:

@@ -62,9 +62,9 @@ START_SECONDS = 30.0  # to import the preload set under load
 EXIT_REPORT_SECONDS = 5.0  # after its processes were killed, an execution's exit is reported at once
 RETRY_SECONDS = 60.0
 MAX_SERVERS = 4
-# execution groups made in advance, for the zygote's spares to join before a request comes: two
-# spares' groups and two queued, so that a refill right after a request still finds one
-STOCKED_GROUPS = 4
+# execution groups made in advance, for the zygote's spares to join before a request comes: the
+# four spares' groups and two queued, so that a refill right after a request still finds one
+STOCKED_GROUPS = 6
 # the zygote's own group holds every execution's group; each execution has its own limits
 OUTER_MEMORY_MB = 1 << 20
 OUTER_PROCESSES = 1 << 14
@@ -243,6 +243,12 @@ class ForkServer:
                 if group is not None:
                     return gid, group
         return None, None
+
+    def spares_in_groups(self) -> int:
+        """How many of the zygote's spares wait, ready, in a group of their own (the rest, made
+        before a group was there for them, wait in the zygote's group)."""
+        with self._mutex:
+            return len(self._ready)
 
     def alive(self) -> bool:
         return self._down is None and self.proc.poll() is None
