@@ -172,6 +172,27 @@ def _string(blob, pos, n, t, s_start, s_len, s_table, n_str, debug_id):
 
 
 @njit(cache=True)
+def _name(blob, pos, n, t, flagged, refs, n_r, s_start, s_len, s_table, n_str, debug_id):
+    """An engine's or operation's name of type ``t`` (after its type byte): a string, numbered
+    (and numbered as a back-reference too when flagged), or a reference to one. Returns (status,
+    number, new pos, references so far, strings so far, the number of "debug")."""
+    if t == _REF:
+        status, r, pos = _reference(blob, pos, n, n_r)
+        if status != 0 or refs[r, 0] != _K_STR:
+            return _BAD_REF, 0, pos, n_r, n_str, debug_id
+        return 0, refs[r, 1], pos, n_r, n_str, debug_id
+    if not _is_string(t):
+        return _UNEXPECTED, 0, pos - 1, n_r, n_str, debug_id
+    status, number, pos, n_str, debug_id = _string(blob, pos, n, t, s_start, s_len, s_table, n_str, debug_id)
+    if status != 0 or not flagged:
+        return status, number, pos, n_r, n_str, debug_id
+    if n_r == len(refs):
+        return _FULL + 5, 0, pos, n_r, n_str, debug_id
+    refs[n_r, 0], refs[n_r, 1] = _K_STR, number
+    return 0, number, pos, n_r + 1, n_str, debug_id
+
+
+@njit(cache=True)
 def _skip(blob, pos, n, refs, n_r, s_start, s_len, s_table, n_str, debug_id):
     """Read past one object of plain data (the debug group's value), whatever it holds; what it
     defines is still numbered, since later back-references may use it. Returns (status, new pos,
@@ -302,23 +323,10 @@ def _parse(blob, max_bundles, max_items, n_groups, g_engine, g_slots, slot_ids, 
                 return _stop(status, pos)
             if t == _NULL:
                 break
-            if t == _REF:
-                status, r, pos = _reference(blob, pos, n, n_r)
-                if status != 0 or refs[r, 0] != _K_STR:
-                    return _stop(_BAD_REF, pos)
-                engine = refs[r, 1]
-            elif _is_string(t):
-                status, engine, pos, n_str, debug_id = _string(blob, pos, n, t, s_start, s_len, s_table, n_str,
-                                                               debug_id)
-                if status != 0:
-                    return _stop(status, pos)
-                if flagged:
-                    if n_r == len(refs):
-                        return _stop(_FULL + 5, pos)
-                    refs[n_r, 0], refs[n_r, 1] = _K_STR, engine
-                    n_r += 1
-            else:
-                return _stop(_UNEXPECTED, pos - 1)
+            status, engine, pos, n_r, n_str, debug_id = _name(blob, pos, n, t, flagged, refs, n_r, s_start, s_len,
+                                                              s_table, n_str, debug_id)
+            if status != 0:
+                return _stop(status, pos)
 
             if engine == debug_id:  # the debug group: inert, dropped (it never counts as a group)
                 status, pos, n_r, n_str, debug_id = _skip(blob, pos, n, refs, n_r, s_start, s_len, s_table, n_str,
@@ -388,23 +396,10 @@ def _parse(blob, max_bundles, max_items, n_groups, g_engine, g_slots, slot_ids, 
                     status, t, flagged, pos = _header(blob, pos, n)
                     if status != 0:
                         return _stop(status, pos)
-                    if t == _REF:
-                        status, r, pos = _reference(blob, pos, n, n_r)
-                        if status != 0 or refs[r, 0] != _K_STR:
-                            return _stop(_BAD_REF, pos)
-                        op = refs[r, 1]
-                    elif _is_string(t):
-                        status, op, pos, n_str, debug_id = _string(blob, pos, n, t, s_start, s_len, s_table, n_str,
-                                                                   debug_id)
-                        if status != 0:
-                            return _stop(status, pos)
-                        if flagged:
-                            if n_r == len(refs):
-                                return _stop(_FULL + 5, pos)
-                            refs[n_r, 0], refs[n_r, 1] = _K_STR, op
-                            n_r += 1
-                    else:
-                        return _stop(_UNEXPECTED, pos - 1)
+                    status, op, pos, n_r, n_str, debug_id = _name(blob, pos, n, t, flagged, refs, n_r, s_start, s_len,
+                                                                  s_table, n_str, debug_id)
+                    if status != 0:
+                        return _stop(status, pos)
                     # the operands: integers in (-2**62, 2**62)
                     m = width - 1
                     for k in range(m):
