@@ -14,3 +14,9 @@ def fixed_loop_seconds() -> float:
     for i in range(3_000_000):
         total += i & 7
     return time.perf_counter() - start
+
+
+def verdict(passed: bool | None) -> str:
+    """A row's result column: PASS or FAIL against its target, or INFO for a figure reported
+    beside a target row (``passed`` None), which counts for neither."""
+    return "INFO" if passed is None else "PASS" if passed else "FAIL"

@@ -21,7 +21,9 @@ with ``--mbpp-full``, the full 378-problem MBPP+ run.
 
 ``--repeat 3`` runs every section three times, interleaved, and prints each row's median repeat
 with the spread of its ratio; the footer gives a fixed loop's time beside the load average, so a
-slow phase of the machine shows as one. The exit code is 0 when every row passes.
+slow phase of the machine shows as one. The exit code is 0 when every row with a target passes;
+rows marked INFO (a figure beside a target row, e.g. the VLIW speed-up over the original harness,
+whose fixed target issue 38 replaced by the ceiling row) count for neither.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ import sandbox_throughput  # noqa: E402
 import store_build  # noqa: E402
 import test_suite  # noqa: E402
 import vliw_candidate  # noqa: E402
-from machine import fixed_loop_seconds  # noqa: E402
+from machine import fixed_loop_seconds, verdict  # noqa: E402
 
 
 def median_rows(repeats: list[list[dict]]) -> list[dict]:
@@ -121,7 +123,7 @@ def main() -> int:
     for r in rows:
         value = f"{r['value']:.3f} {r['unit']}"
         print(f"{r['name']:<{width}}  {value:>10}  {r['ratio']:>7.2f}  {r['target']:<38} "
-              f"{'PASS' if r['passed'] else 'FAIL':<6} {r['note']}")
+              f"{verdict(r['passed']):<6} {r['note']}")
     load_after = os.getloadavg()
     print(f"\nfixed loop {fixed_loop_seconds():.3f} s (a pure-Python loop: this machine's speed phase now); "
           f"load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f}; {os.cpu_count()} cores; "
@@ -130,8 +132,10 @@ def main() -> int:
           "target says.")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print(f"{sum(r['passed'] for r in rows)} of {len(rows)} rows pass")
-    return 0 if all(r["passed"] for r in rows) else 1
+    judged = [r for r in rows if r["passed"] is not None]
+    print(f"{sum(r['passed'] for r in judged)} of {len(judged)} rows pass "
+          f"({len(rows) - len(judged)} more reported beside them, INFO)")
+    return 0 if all(r["passed"] for r in judged) else 1
 
 
 if __name__ == "__main__":

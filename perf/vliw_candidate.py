@@ -11,7 +11,8 @@ Side by side with the original simulator (measured ad hoc on 2026-12-02 in a cal
 phase of the machine, the original not shipped), the original took 1.01-1.08x the stand-in's
 time on the baseline and 1.03-1.05x on the dense kernel: a ratio against the stand-in is a ratio
 against the original (slightly understated), measured under the same load.
-Targets: >= 10x on the baseline, >= 5x on the dense kernel. Also printed: the ratio against the
+Issue 19's targets, >= 10x on the baseline and >= 5x on the dense kernel, are reported (INFO)
+beside issue 38's ceiling rows below, which replaced them. Also printed: the ratio against the
 issue's fixed figures for the original (~4.3 s and ~0.8 s per candidate, an idle machine of the
 day), the plain JSON form, and the reference machine on one baseline instance (target: within
 2x of the original's 0.5 s).
@@ -41,6 +42,7 @@ from heldout.benchmarks.vliw.marshal_form import decode_marshal
 from heldout.benchmarks.vliw.benchmark import make_instance
 from heldout.benchmarks.vliw.task import MAX_BUNDLES, PACKAGE_DIR, VliwTakehome
 from heldout.contracts import Example
+from machine import verdict
 
 ISSUE_ORIGINAL_SECONDS = {"baseline": 4.3, "packed": 0.8}  # the issue's figures (an idle machine of the day)
 TARGET_RATIO = {"baseline": 10.0, "packed": 5.0}
@@ -198,12 +200,16 @@ def figures(repeat: int = 3) -> list[dict]:
                              f"{ceiling_s + shipped:.3f} s: {fast_s / (ceiling_s + shipped):.2f}x"})
         json_s = per_candidate(plain, source, repeat)
         ratio, reachable = original_s / fast_s, original_s / ceiling_s  # reachable: with zero harness overhead
-        above = (f"the target is above the ceiling: zero harness overhead would give {reachable:.2f}x; "
-                 if reachable < TARGET_RATIO[name] else f"ceiling {reachable:.2f}x; ")
+        reached = "reached" if ratio >= TARGET_RATIO[name] else "not reached"
+        above = (f" (above the ceiling: zero harness overhead would give {reachable:.2f}x)"
+                 if reachable < TARGET_RATIO[name] else f" (ceiling {reachable:.2f}x)")
+        # issue 38 replaced issue 19's fixed speed-ups by the ceiling row above: the speed-up over
+        # the original is reported beside it, the retired target named, and passes or fails nothing
         rows.append({"name": f"vliw per-candidate, {name} (build + decode + 8 instances)",
                      "value": fast_s, "unit": "s", "ratio": ratio,
-                     "target": f">= {TARGET_RATIO[name]:g}x original harness", "passed": ratio >= TARGET_RATIO[name],
-                     "note": above + f"original harness (stand-in, same run) {original_s:.3f} s; against the issue's "
+                     "target": "speed-up over the original harness", "passed": None,
+                     "note": f"issue 19's >= {TARGET_RATIO[name]:g}x {reached}{above}; "
+                             f"original harness (stand-in, same run) {original_s:.3f} s; against the issue's "
                              f"{ISSUE_ORIGINAL_SECONDS[name]} s: {ISSUE_ORIGINAL_SECONDS[name] / fast_s:.1f}x; "
                              f"JSON path {json_s:.3f} s ({json_s / fast_s:.1f}x slower)"})
     program = compact.build({"perf_takehome.py": (PACKAGE_DIR / "kernels" / "baseline.py").read_text()}, SHAPE)
@@ -242,7 +248,7 @@ def main() -> None:
     args = parser.parse_args()
     for row in figures(args.repeat):
         print(f"{row['name']:<62} {row['value']:8.3f} {row['unit']}  ratio {row['ratio']:6.2f}  "
-              f"target {row['target']:<22} {'PASS' if row['passed'] else 'FAIL'}  {row['note']}")
+              f"target {row['target']:<22} {verdict(row['passed'])}  {row['note']}")
 
 
 if __name__ == "__main__":
