@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE)]
 
-from machine import fixed_loop_seconds  # noqa: E402
+from machine import fixed_loop_seconds, verdict  # noqa: E402
 
 TARGET_SECONDS = 40 * 60
 COMMAND = "import sys; from heldout.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -53,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     for row in figures(args.data_dir, args.run_dir):
         print(f"{row['name']}: {row['value']:.0f} s ({row['value'] / 60:.1f} min), {row['ratio']:.2f}x the target "
-              f"({row['target']}): {'PASS' if row['passed'] else 'FAIL'}; {row['note']}")
+              f"({row['target']}): {verdict(row['passed'])}; {row['note']}")
 
 
 if __name__ == "__main__":

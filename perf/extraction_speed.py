@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]
 
 from adversarial_outputs import adversarial_outputs, published_reading  # noqa: E402
+from machine import verdict  # noqa: E402
 from reference_rules import official_mmlu_pro  # noqa: E402
 
 LENGTH = 100_000
@@ -74,7 +75,7 @@ def main() -> None:
     width = max(len(r["name"]) for r in rows)
     for r in rows:
         print(f"{r['name']:<{width}}  {r['value']:7.2f} ms  speed-up {r['ratio']:,.0f}x  "
-              f"{'PASS' if r['passed'] else 'FAIL'}  {r['note']}")
+              f"{verdict(r['passed'])}  {r['note']}")
 
 
 if __name__ == "__main__":

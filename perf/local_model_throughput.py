@@ -34,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent)]  # this checkout's heldout
 
 from heldout.models.backends.llama import resolve_model  # noqa: E402
+from machine import verdict  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 REPEAT_PENALTY = 1.1  # LlamaBackend's default, so both sides decode alike
@@ -157,7 +158,7 @@ def main() -> None:
     args = parser.parse_args()
     for row in figures(args.prompts, args.max_tokens):
         print(f"{row['name']:<44} {row['value']:6.2f} {row['unit']}  {row['ratio']:5.2f}x  "
-              f"{'PASS' if row['passed'] else 'FAIL'}  ({row['target']}; {row['note']})")
+              f"{verdict(row['passed'])}  ({row['target']}; {row['note']})")
 
 
 if __name__ == "__main__":

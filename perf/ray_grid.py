@@ -54,6 +54,7 @@ from heldout.models.testserver import TestServer  # noqa: E402
 from heldout.protocols.executors import FORWARDED_ENV, CellResources, RayExecutor  # noqa: E402
 from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, run_study  # noqa: E402
 from heldout.protocols.study import parse_methods  # noqa: E402
+from machine import verdict  # noqa: E402
 
 PROMPT_TASK, PROMPT_PROFILE, PROMPT_METHOD, PROMPT_BUDGET = "bbh/boolean_expressions", "cpu-demo", "seed", 8
 LATENCY = 0.1
@@ -274,6 +275,6 @@ if __name__ == "__main__":
         Path(args.rows_json).write_text(json.dumps(measured))
     for row in measured:
         print(f"{row['name']}: {row['value']:.2f} {row['unit']}, ratio {row['ratio']:.2f} (target {row['target']}) "
-              f"{'PASS' if row['passed'] else 'FAIL'}\n    {row['note']}")
+              f"{verdict(row['passed'])}\n    {row['note']}")
     print(f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}; {os.cpu_count()} cores; "
           f"{time.perf_counter() - started:.0f} s")

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE)]
 
-from machine import fixed_loop_seconds  # noqa: E402
+from machine import fixed_loop_seconds, verdict  # noqa: E402
 
 TARGETS = {"fast loop (-m 'not slow')": 180.0, "whole suite": 480.0}  # seconds on 2 idle cores
 
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--fast-only", action="store_true", help="only the fast loop")
     args = parser.parse_args()
     for row in figures(args.data_dir, args.fast_only):
-        print(f"{row['name']:<40} {row['value']:7.0f} s  {'PASS' if row['passed'] else 'FAIL'}  "
+        print(f"{row['name']:<40} {row['value']:7.0f} s  {verdict(row['passed'])}  "
               f"({row['target']}; {row['note']})")
 
 
