@@ -18,6 +18,19 @@ all 378 problems, faster than evalplus on a subset). Every sample is a canonical
 every verdict should be a pass; evalplus fails its own on Mbpp/255 (even run alone) and on a slow
 problem or two under load, and those are the only differences a passing row allows.
 
+The subset's row also prints why it fails, in numbers measured in the same run (issue 38). Each input of an untrusted solution is sent when the parent starts its
+clock and answered before the next is sent, so a check pays a round trip per input that evalplus,
+which runs a problem's inputs in one unsandboxed process, does not. heldout's **floor** is what it
+would take if the programs cost nothing more than they must: (1) the **zero-work floor**,
+``check_many`` itself, cold, on the same problems and inputs with a canonical solution and a
+candidate that return at once (every execution, round trip, comparison and the schedule, but no
+program work), plus (2) the **programs' own work**: the canonical solutions on every input,
+called in a bare interpreter, once for the expected outputs and once as the candidate, spread
+perfectly over the workers. Beside it, the same number of round trips over bare pipes between two
+processes. This floor is heldout's, not a physical ceiling: where the bare round trips are a small
+part of evalplus's time and the zero-work floor is above it, the row fails on heldout's harness
+per input, and the sentence says so.
+
     python perf/mbpp_plus_run.py [--data-dir ../shared/data] [--workers 2] [--limit N]
 """
 
@@ -30,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +63,42 @@ seconds = time.perf_counter() - start
 status = {r.task_id: [r.base_pass, r.plus_pass] for r in results}
 print(json.dumps({"seconds": seconds, "base": sum(b for b, _ in status.values()),
                   "plus": sum(p for _, p in status.values()), "n": len(results), "status": status}))
+"""
+# the zero-work floor: the same problems and inputs, every program returning at once (an empty
+# tuple: equal to itself, and a set for the set-compared tasks), cold, through check_many itself
+FLOOR_RUNNER = r"""
+import json, sys, time
+from heldout.contracts import RunLimits
+from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
+path, workers, limit = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+items = []
+for p in load_problems(path)[:limit]:
+    nothing = f"def {p['entry_point']}(*args, **kwargs):\n    return ()\n"
+    items.append(({**p, "prompt": "", "canonical_solution": nothing}, nothing))
+start = time.perf_counter()
+results = check_many(items, workers=workers, limits=RunLimits(wall_seconds=120, cpu_seconds=120, memory_mb=4096))
+seconds = time.perf_counter() - start
+ran = sum(r.base.passed + (r.plus.passed if r.plus else 0) for r in results)
+print(json.dumps({"seconds": seconds, "inputs_run": ran}))
+"""
+# the programs' own work: each canonical solution called on every input in a bare interpreter
+# (a fresh copy of the input per call, as the sandbox's helper passes it; the copy is not timed)
+OWN_WORK_RUNNER = r"""
+import copy, json, sys, time
+from heldout.benchmarks.mbpp_plus.execution import load_problems
+path, limit = sys.argv[1], json.loads(sys.argv[2])
+seconds = inputs = 0
+for p in load_problems(path)[:limit]:
+    space = {"__name__": "canonical"}
+    exec(compile(p["prompt"] + p["canonical_solution"], p["task_id"], "exec"), space)
+    fn = space[p["entry_point"]]
+    for inp in list(p["base_input"]) + list(p["plus_input"]):
+        args = copy.deepcopy(inp)
+        start = time.perf_counter()
+        fn(*args)
+        seconds += time.perf_counter() - start
+        inputs += 1
+print(json.dumps({"seconds": seconds, "inputs": inputs}))
 """
 EVALPLUS_RUNNER = r"""
 import json, os, sys, time
@@ -73,8 +123,50 @@ def _last_json_line(cmd: list[str], env: dict[str, str] | None = None) -> dict:
 
 
 def run_heldout(jsonl: Path, workers: int, limit: int | None) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return _last_json_line([sys.executable, "-c", HELDOUT_RUNNER, str(jsonl), str(workers), json.dumps(limit)], env)
+    return _last_json_line([sys.executable, "-c", HELDOUT_RUNNER, str(jsonl), str(workers), json.dumps(limit)],
+                           _heldout_env())
+
+
+def _heldout_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def pipe_round_trip_seconds(trips: int = 2000) -> float:
+    """One bare round trip between two processes over a pair of pipes (a byte each way), the
+    best of three passes: what a per-input exchange costs before any harness."""
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the echo: answers each byte until the pipe closes
+        os.close(down_w), os.close(up_r)
+        while os.read(down_r, 1):
+            os.write(up_w, b".")
+        os._exit(0)
+    os.close(down_r), os.close(up_w)
+    best = float("inf")
+    try:
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(trips):
+                os.write(down_w, b".")
+                os.read(up_r, 1)
+            best = min(best, (time.perf_counter() - start) / trips)
+    finally:
+        os.close(down_w), os.close(up_r)
+        os.waitpid(pid, 0)
+    return best
+
+
+def harness_floor(jsonl: Path, workers: int, limit: int | None) -> dict:
+    """heldout's floor on these problems (see the module docstring): the zero-work floor plus
+    the programs' own work twice (expected outputs, candidate) over ``workers``; beside it, what
+    the floor's round trips would cost as bare pipe round trips."""
+    floor = _last_json_line([sys.executable, "-c", FLOOR_RUNNER, str(jsonl), str(workers), json.dumps(limit)],
+                            _heldout_env())
+    own = _last_json_line([sys.executable, "-c", OWN_WORK_RUNNER, str(jsonl), json.dumps(limit)], _heldout_env())
+    spread = 2 * own["seconds"] / workers
+    return {"floor": floor["seconds"], "floor_inputs": floor["inputs_run"], "own": own["seconds"],
+            "inputs": own["inputs"], "seconds": floor["seconds"] + spread, "pipe": pipe_round_trip_seconds()}
 
 
 def run_evalplus(problems: list[dict], workers: int) -> dict | None:
@@ -113,24 +205,45 @@ def differences(mine: dict, theirs: dict) -> tuple[list[str], bool]:
     return out, right
 
 
-def measure(data_dir: str, workers: int = 2, limit: int | None = 30) -> dict:
-    """heldout, evalplus, heldout again, on the first ``limit`` problems (None: all 378)."""
+def measure(data_dir: str, workers: int = 2, limit: int | None = 30, with_floor: bool = False) -> dict:
+    """heldout, evalplus, heldout again, on the first ``limit`` problems (None: all 378), and with
+    ``with_floor`` heldout's floor (the zero-work floor between the two heldout runs, the
+    programs' own work after them)."""
     from heldout.benchmarks.mbpp_plus.execution import load_problems
 
     jsonl = Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl"
     problems = load_problems(jsonl)[:limit]
     first = run_heldout(jsonl, workers, limit)
     theirs = run_evalplus(problems, workers)
+    bound = harness_floor(jsonl, workers, limit) if with_floor else None
     second = run_heldout(jsonl, workers, limit) if theirs is not None else None
     runs = [first] + ([second] if second else [])
     mine = {**first, "seconds": sum(r["seconds"] for r in runs) / len(runs), "runs": [r["seconds"] for r in runs]}
     if second is not None and second["status"] != first["status"]:
         mine["status"] = {t: [a and b for a, b in zip(v, second["status"][t])] for t, v in first["status"].items()}
-    got = {"problems": len(problems), "workers": workers, "heldout": mine, "evalplus": theirs}
+    got = {"problems": len(problems), "workers": workers, "heldout": mine, "evalplus": theirs, "floor": bound}
     if theirs is not None:
         got["differ"], got["right"] = differences(mine, theirs)
         got["ratio"] = mine["seconds"] / theirs["seconds"]
     return got
+
+
+def floor_text(got: dict) -> str:
+    """The floor's sentence: its parts in seconds, its ratio to evalplus's time, and what the
+    same round trips cost bare. It names heldout's harness as the gap only when the numbers do:
+    the floor alone is above evalplus's whole run while the bare round trips are far below it."""
+    c, workers = got["floor"], got["workers"]
+    bare = c["pipe"] * c["floor_inputs"] / workers
+    text = (f"heldout's floor {c['seconds']:.2f} s = zero-work floor {c['floor']:.2f} s ({c['floor_inputs']} inputs, a "
+            f"round trip each) + programs' own work 2 x {c['own']:.2f} s / {workers} workers")
+    if got.get("evalplus"):
+        reference = got["evalplus"]["seconds"]
+        text += f" = {c['seconds'] / reference:.2f}x evalplus"
+        text += (f"; the same round trips over bare pipes ({c['pipe'] * 1e6:.0f} us each) would take {bare:.2f} s"
+                 f" = {bare / reference:.2f}x")
+        if c["floor"] > reference and bare < 0.5 * reference:
+            text += ": the gap is heldout's harness per input, not the programs nor the pipe"
+    return text
 
 
 def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dict]:
@@ -140,7 +253,7 @@ def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dic
     if not (Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl").is_file():
         return [{"name": "MBPP+", "value": float("nan"), "unit": "s", "ratio": float("nan"),
                  "target": "n/a", "passed": False, "note": f"no MBPP+ data under {data_dir}"}]
-    got = measure(data_dir, workers, limit)
+    got = measure(data_dir, workers, limit, with_floor=limit is not None)
     mine, theirs = got["heldout"], got["evalplus"]
     target = 0.5 if limit is None else 1.0
     name = f"MBPP+ canonical run, {got['problems']} problems, {workers} workers (heldout / evalplus)"
@@ -154,7 +267,8 @@ def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dic
              "target": f"<= {target:g}x evalplus", "passed": got["ratio"] <= target and got["right"],
              "note": f"heldout {runs} s before and after evalplus's {theirs['seconds']:.1f} s; verdicts {verdicts} "
                      f"(heldout base {mine['base']}, plus {mine['plus']}"
-                     f"{'' if got['right'] else ': NOT every canonical solution passes'})"}]
+                     f"{'' if got['right'] else ': NOT every canonical solution passes'})"
+                     + (f"; {floor_text(got)}" if got["floor"] else "")}]
 
 
 def main() -> None:
@@ -163,7 +277,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N problems")
     args = ap.parse_args()
-    got = measure(args.data_dir, args.workers, args.limit)
+    got = measure(args.data_dir, args.workers, args.limit, with_floor=args.limit is not None)
     mine, theirs, n = got["heldout"], got["evalplus"], got["problems"]
     print(f"problems: {n}, workers: {args.workers}")
     print(f"heldout  (sandboxed): {mine['seconds']:8.1f} s   base {mine['base']}/{n}  plus {mine['plus']}/{n}"
@@ -177,6 +291,8 @@ def main() -> None:
           + ("" if got["right"] else " (NOT every canonical solution passes in heldout)"))
     goal = "<= 0.5x" if args.limit is None else "faster than evalplus"
     print(f"ratio heldout / evalplus = {got['ratio']:.2f}x (goal {goal})")
+    if got["floor"]:
+        print(floor_text(got))
 
 
 if __name__ == "__main__":
