@@ -184,6 +184,19 @@ def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_p
     assert mbpp_execution._deal(list(range(10)), 3) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
 
 
+def test_expected_output_runs_hold_at_most_the_batch_size_and_split_evenly_over_the_workers(monkeypatch):
+    monkeypatch.setattr(mbpp_execution, "TRUTH_BATCH_PROBLEMS", 20)
+    bounds = mbpp_execution._batch_bounds
+    assert bounds(30, 2) == [(0, 15), (15, 30)]  # not 20 + 10: both workers finish together
+    assert bounds(5, 2) == [(0, 3), (3, 5)]
+    assert bounds(1, 4) == [(0, 1)] and bounds(0, 2) == []
+    full = bounds(378, 2)
+    assert len(full) == 19 and max(b - a for a, b in full) == 20 and min(b - a for a, b in full) == 19
+    for n, workers in ((378, 2), (41, 3), (7, 8)):
+        covered = [i for a, b in bounds(n, workers) for i in range(a, b)]
+        assert covered == list(range(n))  # every problem once, in order
+
+
 def test_the_schedule_runs_the_lowest_ranked_ready_job_first_and_a_job_may_add_jobs():
     order = []
     schedule = mbpp_execution._Schedule(1)

@@ -278,6 +278,20 @@ def test_trusted_calls_sent_up_front_give_the_same_outcomes_and_untrusted_timing
             run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, inputs_up_front=True, **timed)
 
 
+def test_trusted_calls_up_front_hand_back_every_outcome_in_order_and_those_before_a_fatal_end():
+    # their outcomes come a few writes at a time, not a line per call
+    src = ("def f(x):\n    if x == 'burn':\n        while True:\n            pass\n"
+           "    return [x] * 40\n")
+    many = [([i], {}) for i in range(3000)]  # ~0.5 MB of outcomes: several held writes
+    r = run_calls({"prog.py": src}, "prog", "f", many, limits=LIMITS, encoding="typed", inputs_up_front=True)
+    assert r.ok and [c["call"] for c in r.calls] == list(range(3000)) and r.value[2999] == [2999] * 40
+    burning = [([i], {}) for i in range(50)] + [(["burn"], {})] + [([i], {}) for i in range(50)]
+    r = run_calls({"prog.py": src}, "prog", "f", burning, limits=LIMITS.replace(cpu_seconds=1), encoding="typed",
+                  inputs_up_front=True)
+    assert not r.ok and r.error_kind == "timeout"
+    assert [c["call"] for c in r.calls] == list(range(50))  # held outcomes went out before the fatal line
+
+
 def test_run_calls_per_call_timeout_and_stop_on_error():
     src = "import time\ndef f(x):\n    if x == 1:\n        time.sleep(30)\n    return x\n"
     calls = [([0], {}), ([1], {}), ([2], {})]

@@ -69,7 +69,7 @@ DEFAULT_LIMITS = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=4096)
 # numpy; it pays the import in its own execution, before any test's timer starts.
 PRELOAD = STDLIB_PRELOAD
 
-# check_many computes expected outputs for this many problems per sandboxed run (one module per
+# check_many computes expected outputs for up to this many problems per sandboxed run (one module per
 # canonical solution); a problem whose calls take TRUTH_BUDGET_SECONDS there has the rest of its
 # inputs dealt round-robin over the workers. In MBPP+ 363 of 378 problems take under 0.2 s for
 # all their inputs together (the median 2.4 ms), while each run costs ~15 ms of machine time, and
@@ -259,8 +259,8 @@ class _Schedule:
 
 def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits: RunLimits,
                  on_truth: Callable[[int, GroundTruth], None]) -> None:
-    """Add to ``schedule`` the runs that compute the expected outputs of ``problems``:
-    :data:`TRUTH_BATCH_PROBLEMS` problems per run (first, rank 0), then the inputs a slow problem
+    """Add to ``schedule`` the runs that compute the expected outputs of ``problems``: up to
+    :data:`TRUTH_BATCH_PROBLEMS` problems per run (first, rank 0; see :func:`_batch_bounds`), then the inputs a slow problem
     left there dealt over the schedule's workers (rank 1, slowest problem first). ``on_truth(k,
     truth)`` is called as problem ``k``'s outputs are complete. The canonical solutions are
     trusted code that computes each output from its input alone (evalplus runs them all in its
@@ -292,9 +292,25 @@ def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits
         if complete:
             on_truth(k, _assemble_truth(problems[k], calls))
 
-    step = TRUTH_BATCH_PROBLEMS
-    for first in range(0, len(problems), step):
-        schedule.add((0, first), functools.partial(batch, first, problems[first:first + step]))
+    for first, last in _batch_bounds(len(problems), schedule.workers):
+        schedule.add((0, first), functools.partial(batch, first, problems[first:last]))
+
+
+def _batch_bounds(n: int, workers: int) -> list[tuple[int, int]]:
+    """``(first, last)`` of each run of expected outputs for ``n`` problems: at most
+    :data:`TRUTH_BATCH_PROBLEMS` each, at least one per worker while there are problems, and of
+    near-equal sizes (30 problems on 2 workers: 15 and 15, not 20 and 10, whose larger run both
+    workers would otherwise wait for before the last checks)."""
+    if n <= 0:
+        return []
+    runs = max(math.ceil(n / TRUTH_BATCH_PROBLEMS), min(n, max(1, workers)))
+    size, extra = divmod(n, runs)
+    bounds, first = [], 0
+    for k in range(runs):
+        last = first + size + (1 if k < extra else 0)
+        bounds.append((first, last))
+        first = last
+    return bounds
 
 
 def _cached_truth(key: str) -> GroundTruth | None:
