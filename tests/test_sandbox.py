@@ -292,6 +292,33 @@ def test_trusted_calls_up_front_hand_back_every_outcome_in_order_and_those_befor
     assert [c["call"] for c in r.calls] == list(range(50))  # held outcomes went out before the fatal line
 
 
+def test_inputs_larger_than_the_pipe_arrive_whole_and_in_order():
+    # the pipe takes part of such a frame; the rest, and every frame after it, go through the
+    # writer thread, in order, and the stream ends after the last of them
+    src = "def f(text, k):\n    return [k, len(text), text[-3:]]\n"
+    calls = [(["ab" * (400_000 + k) + str(k) * 3, k], {}) for k in range(5)]
+    want = [[k, 800_000 + 2 * k + 3, str(k) * 3] for k in range(5)]
+    timed = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, per_call_seconds=[5.0] * 5)
+    up_front = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, inputs_up_front=True)
+    assert timed.ok and timed.value == want and up_front.ok and up_front.value == want
+
+
+def test_a_program_that_stops_its_input_being_read_cannot_stall_the_parent():
+    # call 0 swaps the child's call stream for an empty pipe and keeps the real one open unread:
+    # call 1's large input fills the pipe, and the parent must still time call 1 out
+    src = ("import os, stat\nkept = []\n"
+           "def f(x):\n    if x == 0:\n        for fd in range(4, 64):\n            try:\n"
+           "                if not stat.S_ISFIFO(os.fstat(fd).st_mode):\n                    continue\n"
+           "            except OSError:\n                continue\n"
+           "            r, w = os.pipe()\n            kept.extend([os.dup(fd), w])\n            os.dup2(r, fd)\n"
+           "            break\n    return 0 if x == 0 else len(x)\n")
+    calls = [([0], {}), (["x" * 4_000_000], {}), ([2], {})]
+    r = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS.replace(wall_seconds=60),
+                  per_call_seconds=[2.0, 2.0, 2.0])
+    assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error, (r.error_kind, r.error)
+    assert r.calls[0]["ok"] and r.calls[0]["value"] == 0
+
+
 def test_run_calls_per_call_timeout_and_stop_on_error():
     src = "import time\ndef f(x):\n    if x == 1:\n        time.sleep(30)\n    return x\n"
     calls = [([0], {}), ([1], {}), ([2], {})]
