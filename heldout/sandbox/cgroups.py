@@ -169,18 +169,18 @@ class RunGroup:
         if self.level == "cgroup-v2":
             d = self.dirs["unified"]
             if memory_mb is not None:
-                (d / "memory.max").write_text(str(int(memory_mb) * 1024 * 1024))
+                _write(d / "memory.max", str(int(memory_mb) * 1024 * 1024))
                 _try_write(d / "memory.swap.max", "0")
             if max_processes is not None:
-                (d / "pids.max").write_text(str(int(max_processes) + EXTRA_TASKS))
+                _write(d / "pids.max", str(int(max_processes) + EXTRA_TASKS))
             return
         if memory_mb is not None:
             memory = str(int(memory_mb) * 1024 * 1024)
             mem = self.dirs["memory"]
-            (mem / "memory.limit_in_bytes").write_text(memory)
+            _write(mem / "memory.limit_in_bytes", memory)
             _try_write(mem / "memory.memsw.limit_in_bytes", memory)  # no escape into swap
         if max_processes is not None:
-            (self.dirs["pids"] / "pids.max").write_text(str(int(max_processes) + EXTRA_TASKS))
+            _write(self.dirs["pids"] / "pids.max", str(int(max_processes) + EXTRA_TASKS))
 
     def procs_files(self) -> list[str]:
         """The ``cgroup.procs`` files the run's first process must write its pid to."""
@@ -316,7 +316,7 @@ class RunGroup:
 
 def _try_write(path: Path, value: str) -> None:
     try:
-        path.write_text(value)
+        _write(path, value)
     except OSError:
         pass
 
@@ -339,13 +339,31 @@ def _nested(group: Path) -> list[Path]:
         return []
 
 
-def _read(path: Path) -> str:
-    # plain open(): these small reads are on every execution's path, and pathlib's costs add up
+def _read(path: Path | str) -> str:
+    # os.open/os.read: these small reads are on every execution's path, and a text file object
+    # costs twice the syscalls' time (~21 vs ~10 us here)
     try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks).decode("ascii", errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _write(path: Path, value: str) -> None:
+    """Write ``value`` to a control file in one write (raises OSError if the kernel refuses it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode("ascii"))
+    finally:
+        os.close(fd)
 
 
 def _read_int(path: Path) -> int:
