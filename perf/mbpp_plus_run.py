@@ -4,13 +4,14 @@ Both evaluate the same samples (every problem's prompt + canonical solution) fro
 cold (expected outputs computed in the run, as on a first evaluation), with the same number of
 workers, each in an interpreter of its own, in the same run. heldout: ``check_many`` (sandboxed
 executions forked by the fork server, at most ``--workers`` at a time, in one schedule: expected
-outputs first, 20 canonical solutions per run and the rest of a slow problem's inputs dealt over
-the workers, and each problem's check as soon as its outputs are complete, largest reference time
-first; the sandbox probe and the fork server's start are included). evalplus (optional, ``pip
-install heldout[evalplus]``): ``evalplus.evaluate.evaluate`` with ``MBPP_OVERRIDE_PATH`` pointing at
-the local file and its ground-truth cache cleared first. heldout runs before and after evalplus and
-its figure is the mean of the two, so that a change of the machine's speed during the run (ours
-swings by up to 2x within minutes) does not favour either side.
+outputs first, up to 20 canonical solutions per run (at least one run per worker) and the rest of a
+slow problem's inputs dealt over the workers, and each problem's check as soon as its outputs are
+complete, largest reference time first; the sandbox probe and the fork server's start are
+included). evalplus (optional, ``pip install heldout[evalplus]``): ``evalplus.evaluate.evaluate``
+with ``MBPP_OVERRIDE_PATH`` pointing at the local file and its ground-truth cache cleared first.
+heldout runs before and after evalplus and its figure is the mean of the two, so that a change of
+the machine's speed during the run (ours swings by up to 2x within minutes) does not favour either
+side.
 
 Printed: seconds of each, pass counts (base, plus), the problems whose verdicts differ (with
 evalplus's own status for them), and the ratio heldout / evalplus (issue 19's goal: <= 0.5x on
@@ -18,9 +19,10 @@ all 378 problems, faster than evalplus on a subset). Every sample is a canonical
 every verdict should be a pass; evalplus fails its own on Mbpp/255 (even run alone) and on a slow
 problem or two under load, and those are the only differences a passing row allows.
 
-The subset's row also prints why it fails, in numbers measured in the same run (issue 38). Each input of an untrusted solution is sent when the parent starts its
-clock and answered before the next is sent, so a check pays a round trip per input that evalplus,
-which runs a problem's inputs in one unsandboxed process, does not. heldout's **floor** is what it
+The subset's row also prints heldout's floor, measured in the same run (issue 38: a row that fails
+says why in numbers). Each input of an untrusted solution is sent when the parent starts its clock
+and answered before the next is sent, so a check pays a round trip per input that evalplus, which
+runs a problem's inputs in one unsandboxed process, does not. heldout's **floor** is what it
 would take if the programs cost nothing more than they must: (1) the **zero-work floor**,
 ``check_many`` itself, cold, on the same problems and inputs with a canonical solution and a
 candidate that return at once (every execution, round trip, comparison and the schedule, but no

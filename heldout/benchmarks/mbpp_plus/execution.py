@@ -260,9 +260,9 @@ class _Schedule:
 def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits: RunLimits,
                  on_truth: Callable[[int, GroundTruth], None]) -> None:
     """Add to ``schedule`` the runs that compute the expected outputs of ``problems``: up to
-    :data:`TRUTH_BATCH_PROBLEMS` problems per run (first, rank 0; see :func:`_batch_bounds`), then the inputs a slow problem
-    left there dealt over the schedule's workers (rank 1, slowest problem first). ``on_truth(k,
-    truth)`` is called as problem ``k``'s outputs are complete. The canonical solutions are
+    :data:`TRUTH_BATCH_PROBLEMS` problems per run (first, rank 0; see :func:`_batch_bounds`),
+    then the inputs a slow problem left there dealt over the schedule's workers (rank 1, slowest
+    problem first). ``on_truth(k, truth)`` is called as problem ``k``'s outputs are complete. The canonical solutions are
     trusted code that computes each output from its input alone (evalplus runs them all in its
     own process, one after another), so where an input ran changes no output; the full-data test
     checks it: every canonical solution, checked in a process of its own, matches them."""
