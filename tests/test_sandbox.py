@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -301,6 +302,26 @@ def test_inputs_larger_than_the_pipe_arrive_whole_and_in_order():
     timed = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, per_call_seconds=[5.0] * 5)
     up_front = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, inputs_up_front=True)
     assert timed.ok and timed.value == want and up_front.ok and up_front.value == want
+
+
+def test_a_large_input_reaches_a_child_whose_pipe_is_numbered_above_1024():
+    # the writer thread waits for the pipe with poll(): select() refuses a descriptor past 1023
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1400:
+        pytest.skip(f"the open-file limit ({hard}) is too low to push descriptors past 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1400), hard))
+    held = []
+    try:
+        while len(held) < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        src = "def f(text):\n    return len(text)\n"
+        r = run_calls({"prog.py": src}, "prog", "f", [(["z" * 3_000_000], {})] * 2, limits=LIMITS,
+                      per_call_seconds=[10.0, 10.0])
+        assert r.ok and r.value == [3_000_000, 3_000_000], (r.error_kind, r.error)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_program_that_stops_its_input_being_read_cannot_stall_the_parent():

@@ -56,7 +56,7 @@ from typing import Any, Callable, Sequence
 from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import RunGroup, limits_level
 from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, Preload, after_run, discard,
-                                    fork_server_enabled, server_for, start_early)
+                                    fork_server_enabled, server_for, start_early, wait_readable)
 from heldout.sandbox.root import (CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env,
                                   probe_bwrap, python_path)
 
@@ -753,7 +753,7 @@ def _ready_bytes(fd: int, limit: int) -> bytes:
     """What can be read from ``fd`` without waiting, up to ``limit`` bytes (a program that keeps
     writing cannot hold the parent here: it stops at the limit)."""
     got = bytearray()
-    while len(got) < limit and select.select([fd], [], [], 0)[0]:
+    while len(got) < limit and wait_readable(fd, 0):
         chunk = os.read(fd, min(65536, limit - len(got)))
         if not chunk:
             break
@@ -817,15 +817,15 @@ class _CallFeeder:
             if self._ended:
                 return
             self._ended = frame is None
-            if self._queued == 0 or self._broken:
+            if self._broken and frame is not None:
+                return  # the child is gone: nothing more to tell it
+            if self._queued == 0:
                 # nothing before it (the writer thread, if any, is idle): the pipe is this thread's
                 if frame is None:
                     self._close_fd()
                     if self._thread is not None:
                         self._queue.put(self._STOP)
                     return
-                if self._broken:
-                    return  # the child is gone: nothing more to tell it
                 try:
                     written = os.write(self._fd, frame)
                 except BlockingIOError:
@@ -851,6 +851,11 @@ class _CallFeeder:
                 pass
 
     def _write(self) -> None:
+        # only this thread touches the fd while it has items; it closes it at the end of the
+        # stream if that came after them (a close from another thread could let the number be
+        # reused under a write here)
+        writable = select.poll()  # not select(): the fd may be numbered above FD_SETSIZE
+        writable.register(self._fd, select.POLLOUT)
         while (frame := self._queue.get()) is not self._STOP:
             if frame is None:
                 with self._lock:
@@ -862,7 +867,7 @@ class _CallFeeder:
                 try:
                     view = view[os.write(self._fd, view):]
                 except BlockingIOError:
-                    select.select([], [self._fd], [], 1.0)  # until the child reads (or is gone)
+                    writable.poll(1000)  # until the child reads (or is gone)
                 except OSError:
                     with self._lock:
                         self._broken = True  # the child is gone: what follows is dropped

@@ -123,6 +123,15 @@ class Execution:
     group: RunGroup
 
 
+def wait_readable(fd: int, seconds: float) -> bool:
+    """True when ``fd`` has data to read, or its writer closed it, within ``seconds`` (0: now).
+    poll(), not select(): the harness may hold more than 1024 descriptors, and select() refuses
+    any numbered past 1023."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, seconds) * 1000))
+
+
 class ForkServer:
     """One zygote (see the module docstring). Thread-safe: executions may run concurrently."""
 
@@ -355,7 +364,7 @@ class ForkServer:
         try:
             while True:
                 left = deadline - time.monotonic()
-                if select.select([execution.exit], [], [], max(0.0, min(left, 0.1)))[0]:
+                if wait_readable(execution.exit, min(left, 0.1)):
                     chunk = os.read(execution.exit, 4096)
                     report += chunk
                     if not chunk or report.endswith(b"\n"):
@@ -622,4 +631,4 @@ atexit.register(shutdown)
 
 __all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "Preload",
            "server_for", "start_early", "discard", "shutdown", "stats",
-           "fork_server_enabled", "supported", "FORK_SERVER_ENV"]
+           "fork_server_enabled", "supported", "wait_readable", "FORK_SERVER_ENV"]
