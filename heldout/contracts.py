@@ -20,6 +20,7 @@ import os
 import re
 import stat
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 Candidate = dict[str, str]
@@ -168,6 +169,33 @@ def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: in
         except FileNotFoundError:
             pass
         raise
+
+
+_TEMP_NAME = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def remove_stale_temp_files(root: "str | os.PathLike[str]") -> list[Path]:
+    """Remove the temp files :func:`write_text_atomically` left under ``root`` when its writer was
+    killed between creating and renaming one (kill -9 of a study); returns them. Only a file whose
+    writer's pid is no live process here is removed, so a live writer's is never touched."""
+    removed = []
+    for path in Path(root).rglob("*.tmp"):
+        match = _TEMP_NAME.search(path.name)
+        if not match or not path.is_file():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+            continue  # alive (or not ours to signal): its writer may still rename it
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):
+            continue
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
 
 
 class BudgetExceeded(HeldoutError):

@@ -19,7 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from heldout.contracts import write_text_atomically
+from heldout.contracts import remove_stale_temp_files, write_text_atomically
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RECORD_FILE
 from paced_studies import PACED_SEARCH, env, kill_after, start_cli
@@ -109,3 +109,19 @@ def test_writers_of_one_file_never_share_a_temp_name_and_a_reader_sees_a_whole_t
         assert w.exitcode == 0  # the old shared "shared.tmp" made one writer's rename fail
     assert seen <= set(texts) and target.read_text() in texts
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shared.json"]
+
+
+def test_a_resume_removes_temp_files_of_dead_writers_and_never_a_live_ones(tmp_path):
+    # kill -9 between a temp file's creation and its rename leaves it behind; the process that
+    # claims the study next removes it, but not one whose writer still runs
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    nested = tmp_path / "cell" / "seed-0"
+    nested.mkdir(parents=True)
+    stale = nested / f"ledger.head.{gone.pid}.0a1b2c3d.tmp"
+    live = nested / f"record.json.{os.getpid()}.0a1b2c3d.tmp"
+    other = nested / "notes.tmp"  # not a temp name of write_text_atomically: left alone
+    for path in (stale, live, other):
+        path.write_text("x")
+    assert remove_stale_temp_files(tmp_path) == [stale]
+    assert not stale.exists() and live.exists() and other.exists()

@@ -39,7 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from heldout.contracts import HeldoutError, canonical_json, check_name, read_user_json, write_text_atomically
+from heldout.contracts import (HeldoutError, canonical_json, check_name, read_user_json, remove_stale_temp_files,
+                               write_text_atomically)
 from heldout.evaluators.isolated import run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
@@ -400,6 +401,9 @@ def open_study(cells: list[Cell], config: StudyConfig, *, resume: bool | None = 
     _settle_study(root, cells, config, resume, write=False)  # refuse before touching anything
     root.mkdir(parents=True, exist_ok=True)
     claim_study_dir(root)
+    # what a study killed mid-write left (a temp file never renamed into place) goes now, while
+    # this process holds the dir and nothing of it runs yet
+    remove_stale_temp_files(root)
     return _settle_study(root, cells, config, resume, write=True)  # again: the dir may have changed meanwhile
 
 
