@@ -174,6 +174,18 @@ def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: in
 _TEMP_NAME = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
 
 
+def pid_is_running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host. A process we may not signal counts as running,
+    and so does a number no pid can be: a caller that cleans up after the dead leaves it alone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def remove_stale_temp_files(root: "str | os.PathLike[str]") -> list[Path]:
     """Remove the temp files :func:`write_text_atomically` left under ``root`` when its writer was
     killed between creating and renaming one (kill -9 of a study); returns them. Only a file whose
@@ -181,15 +193,8 @@ def remove_stale_temp_files(root: "str | os.PathLike[str]") -> list[Path]:
     removed = []
     for path in Path(root).rglob("*.tmp"):
         match = _TEMP_NAME.search(path.name)
-        if not match or not path.is_file():
-            continue
-        try:
-            os.kill(int(match.group(1)), 0)
-            continue  # alive (or not ours to signal): its writer may still rename it
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):
-            continue
+        if not match or not path.is_file() or pid_is_running(int(match.group(1))):
+            continue  # its writer may still rename it
         try:
             path.unlink()
             removed.append(path)

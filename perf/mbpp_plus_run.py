@@ -89,7 +89,7 @@ OWN_WORK_RUNNER = r"""
 import copy, json, sys, time
 from heldout.benchmarks.mbpp_plus.execution import load_problems
 path, limit = sys.argv[1], json.loads(sys.argv[2])
-seconds = inputs = 0
+seconds = 0.0
 for p in load_problems(path)[:limit]:
     space = {"__name__": "canonical"}
     exec(compile(p["prompt"] + p["canonical_solution"], p["task_id"], "exec"), space)
@@ -99,8 +99,7 @@ for p in load_problems(path)[:limit]:
         start = time.perf_counter()
         fn(*args)
         seconds += time.perf_counter() - start
-        inputs += 1
-print(json.dumps({"seconds": seconds, "inputs": inputs}))
+print(json.dumps({"seconds": seconds}))
 """
 EVALPLUS_RUNNER = r"""
 import json, os, sys, time
@@ -168,7 +167,7 @@ def harness_floor(jsonl: Path, workers: int, limit: int | None) -> dict:
     own = _last_json_line([sys.executable, "-c", OWN_WORK_RUNNER, str(jsonl), json.dumps(limit)], _heldout_env())
     spread = 2 * own["seconds"] / workers
     return {"floor": floor["seconds"], "floor_inputs": floor["inputs_run"], "own": own["seconds"],
-            "inputs": own["inputs"], "seconds": floor["seconds"] + spread, "pipe": pipe_round_trip_seconds()}
+            "seconds": floor["seconds"] + spread, "pipe": pipe_round_trip_seconds()}
 
 
 def run_evalplus(problems: list[dict], workers: int) -> dict | None:
@@ -209,8 +208,7 @@ def differences(mine: dict, theirs: dict) -> tuple[list[str], bool]:
 
 def measure(data_dir: str, workers: int = 2, limit: int | None = 30, with_floor: bool = False) -> dict:
     """heldout, evalplus, heldout again, on the first ``limit`` problems (None: all 378), and with
-    ``with_floor`` heldout's floor (the zero-work floor between the two heldout runs, the
-    programs' own work after them)."""
+    ``with_floor`` heldout's floor (measured between evalplus and the second heldout run)."""
     from heldout.benchmarks.mbpp_plus.execution import load_problems
 
     jsonl = Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl"

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from heldout.contracts import pid_is_running
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids", "cpuacct")
 GROUP_PREFIX = "heldout-run-"
@@ -100,13 +102,7 @@ def _harness_alive(group: Path) -> bool:
     pid = group.name[len(GROUP_PREFIX):].split("-", 1)[0]
     if not pid.isdigit():
         return True  # not named by this scheme: leave it
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_is_running(int(pid))
 
 
 def _sweep_stale(bases: dict[str, Path]) -> None:
