@@ -318,6 +318,20 @@ def decode_compact(payload: Any, max_bundles: int) -> DecodedProgram:
     return decode_wire(strings, n_groups, g_engine, g_slots, slot_ids, u_op, u_n, u_operands, max_bundles)
 
 
+def _unique_inverse(keys: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for keys in ``[0, bound)``: by a table when the
+    bound is small next to the keys (a stream's engine and distinct-slot numbers: O(n), where
+    sorting 150k keys took 4 ms), else by sorting."""
+    if bound > 4 * len(keys) + (1 << 16):
+        return np.unique(keys, return_inverse=True)
+    seen = np.zeros(bound, bool)
+    seen[keys] = True
+    unique = np.flatnonzero(seen)
+    number = np.empty(bound, np.int64)
+    number[unique] = np.arange(len(unique), dtype=np.int64)
+    return unique, number[keys]
+
+
 def decode_wire(strings: list[str], n_groups: np.ndarray, g_engine: np.ndarray, g_slots: np.ndarray,
                 slot_ids: np.ndarray, u_op: np.ndarray, u_n: np.ndarray, u_operands: np.ndarray,
                 max_bundles: int) -> DecodedProgram:
@@ -369,7 +383,7 @@ def decode_wire(strings: list[str], n_groups: np.ndarray, g_engine: np.ndarray, 
     s_pair = np.full(n_s, -1, np.int64)
     examined = np.flatnonzero(s_examined)
     keys = g_engine[s_group[examined]] * max(len(u_op), 1) + slot_ids[examined]
-    pair_keys, s_pair[examined] = np.unique(keys, return_inverse=True)
+    pair_keys, s_pair[examined] = _unique_inverse(keys, n_str * max(len(u_op), 1))
     offsets = np.concatenate(([0], np.cumsum(u_n))).tolist()
     operands = u_operands.tolist()
     u_op_l, u_n_l = u_op.tolist(), u_n.tolist()
@@ -413,7 +427,7 @@ def decode_wire(strings: list[str], n_groups: np.ndarray, g_engine: np.ndarray, 
     stop[f_bundle] = f_item
 
     emitted = np.flatnonzero(s_examined & (s_item < stop[s_bundle]))
-    rows = p_rows[s_pair[emitted]]
+    rows = np.take(p_rows, s_pair[emitted], axis=0)  # 4x faster than p_rows[...] for 150k rows
     rel = p_rel[s_pair[emitted]]
     if rel.any():
         at = np.flatnonzero(rel)
@@ -452,7 +466,8 @@ def decode_wire(strings: list[str], n_groups: np.ndarray, g_engine: np.ndarray, 
         code = rows
     counted = np.flatnonzero(~g_fault & (g_item < stop[g_bundle]))
     counts = np.zeros((n_b, len(CHECKED_ENGINES)), np.int64)
-    counts[g_bundle[counted], column_of[g_engine[counted]]] = g_slots[counted]
+    # one flat index: a (row, column) pair of index arrays took 3x as long for 150k groups
+    counts.reshape(-1)[g_bundle[counted] * len(CHECKED_ENGINES) + column_of[g_engine[counted]]] = g_slots[counted]
     return DecodedProgram(code=np.ascontiguousarray(code, dtype=np.int64).reshape(len(code), 5), start=start,
                           charged=(n_groups > 0).astype(np.uint8), counts=counts, messages=messages)
 
