@@ -15,7 +15,7 @@ import pytest
 from heldout.benchmarks.vliw import simulate
 from heldout.benchmarks.vliw.benchmark import make_instance
 from heldout.benchmarks.vliw.build_runner import compact
-from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode_compact
+from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, _unique_inverse, decode_compact
 from heldout.benchmarks.vliw.task import VliwTakehome
 from heldout.contracts import Example
 from vliw_programs import CONFORMANCE, SHAPE, assert_same_decoding, kernel, random_program, via_json
@@ -32,6 +32,14 @@ def via_compact(program) -> DecodedProgram:
 @pytest.mark.parametrize("name", sorted(CONFORMANCE))
 def test_compact_decoding_equals_the_plain_decoding_on_conformance_programs(name):
     assert_same_decoding(via_compact(CONFORMANCE[name]), via_json(CONFORMANCE[name]))
+
+
+@pytest.mark.parametrize("bound", [50, 1 << 40], ids=["by a table", "by sorting"])
+def test_distinct_slot_numbering_is_numpy_unique_whichever_way_it_is_computed(bound):
+    keys = np.random.default_rng(7).integers(0, min(bound, 1 << 40), 5_000)
+    unique, inverse = _unique_inverse(keys, bound)
+    expected_unique, expected_inverse = np.unique(keys, return_inverse=True)
+    assert unique.tolist() == expected_unique.tolist() and inverse.tolist() == expected_inverse.tolist()
 
 
 def test_compact_decoding_equals_the_plain_decoding_on_random_programs():
