@@ -23,7 +23,9 @@ memoises its builder: evaluating one candidate on 8 instances builds it once.
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -149,8 +151,6 @@ class VliwTakehome(Benchmark):
     def fresh_instances(self, n: int = N_TEST_INSTANCES, shape: dict[str, int] | None = None) -> list[Example]:
         """``n`` new instances with seeds drawn from OS entropy (like the original submission
         harness): for evaluations outside the frozen splits that nobody can have seen."""
-        import secrets
-
         seeds = [secrets.randbits(48) for _ in range(n)]
         return [self.make_example(f"seed-{s}", s, shape) for s in seeds]
 
@@ -162,9 +162,6 @@ class VliwTakehome(Benchmark):
         bundles, or ``{"program": [...]}``) becomes ``{"program.json": text}``."""
         p = Path(path)
         if p.is_file() and p.suffix == ".json":
-            import json
-
-
             text = _read_text(p)
             try:
                 data = json.loads(text)
