@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 
 import pytest
 
@@ -145,6 +146,27 @@ def test_a_large_output_crosses_as_a_digest_of_its_value_not_of_its_objects():
     cyclic: list = []
     cyclic.append(cyclic)
     assert _mbpp_child.shrink(cyclic) is cyclic  # unpicklable: left to the sandbox's encoder
+
+
+class Loud(int):
+    """An int subclass: it takes the pickle, whatever its size (a subclass may pickle to anything)."""
+
+
+def test_scalars_skip_the_pickle_only_where_the_pickle_would_have_kept_them():
+    limit = _mbpp_child.LARGE_OUTPUT_BYTES
+
+    def by_pickle(out):  # the rule itself: the pickle's size decides
+        return len(pickle.dumps(out, protocol=4)) <= limit
+
+    cases = [None, True, 2.5, float("nan"), 7, -(1 << 64), "", "ab" * 1000, "\U0001f600" * 1000,
+             1 << (8 * limit - 8 * 2048), 1 << (8 * limit), "x" * (limit // 4 - 300), "x" * (limit + 1),
+             "\U0001f600" * (limit // 4), Loud(3)]
+    for out in cases:
+        if _mbpp_child._surely_small(out):
+            assert by_pickle(out) and _mbpp_child.shrink(out) is out
+        assert (_mbpp_child.shrink(out) is out) == by_pickle(out)
+    assert not _mbpp_child._surely_small(Loud(3)) and _mbpp_child.shrink(Loud(3)) == 3
+    assert set(_mbpp_child.shrink(1 << (8 * limit))) == {_mbpp_child.DIGEST_KEY, "type", "bytes"}
 
 
 def test_large_outputs_pass_when_equal_and_fail_when_one_item_differs():

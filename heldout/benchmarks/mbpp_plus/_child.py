@@ -99,10 +99,29 @@ class _HashingSink:
         return len(data)
 
 
+# what a pickle of a str or an int adds to its payload (opcodes, length, frame), with room to spare
+_PICKLE_SLACK = 1024
+
+
+def _surely_small(out):
+    """Whether ``out``'s pickle is surely within LARGE_OUTPUT_BYTES without making it: None, bools,
+    floats, and ints and strs short enough (UTF-8 takes at most 4 bytes a character). Most outputs
+    are scalars, and pickling one into a hash cost ~5 us a call. Exact types only: a subclass may
+    pickle to anything, so it takes the pickle like every other value."""
+    kind = type(out)
+    if out is None or kind is bool or kind is float:
+        return True
+    if kind is int:
+        return out.bit_length() // 8 + _PICKLE_SLACK <= LARGE_OUTPUT_BYTES
+    return kind is str and 4 * len(out) + _PICKLE_SLACK <= LARGE_OUTPUT_BYTES
+
+
 def shrink(out):
     """``out`` itself, or a digest of it when its pickle is over :data:`LARGE_OUTPUT_BYTES`. An
     output that cannot be pickled (cyclic, too deep, a generator ...) is returned as it is: the
     sandbox's typed encoding then sends it or reports why it cannot."""
+    if _surely_small(out):
+        return out
     sink = _HashingSink()
     pickler = pickle.Pickler(sink, protocol=4)
     pickler.fast = True  # no memo: shared and unshared equal objects pickle the same
