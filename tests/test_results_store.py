@@ -15,6 +15,7 @@ import pytest
 from heldout.cli import main as cli_main
 from heldout.evaluators.ledger import LEDGER_FILE
 from heldout.evaluators.records import RECORD_FILE
+from heldout.reports.collect import collect_runs
 from heldout.reports.store import TABLES, ResultsStore, StoreError
 from synthetic_study import write_run, write_study
 
@@ -117,3 +118,17 @@ def test_a_missing_table_is_a_clear_error(tmp_path):
     write_run(tmp_path, "synthetic/a", "m", 0)
     with pytest.raises(StoreError, match="no table 'nope'"):
         ResultsStore.open([tmp_path]).count("nope")
+
+
+def test_the_ledger_table_holds_the_entries_verified_not_a_later_read(tmp_path):
+    """The adversary rewrites a ledger between verification and loading: the store keeps what
+    was verified (one read per run), so the rewrite never reaches a query."""
+    run = write_run(tmp_path, "synthetic/a", "m", 0)
+    runset = collect_runs([tmp_path], keep_ledgers=True)
+    ledger = run.run_dir / LEDGER_FILE
+    ledger.write_text(ledger.read_text().replace('"train-0", "score": 0.', '"train-0", "score": 1', 1))
+    assert not collect_runs([tmp_path]).runs  # the rewrite is caught by any later read ...
+    store = ResultsStore.from_runset(runset)  # ... and the store built from the verified read has none of it
+    (verified_score,) = store.query("SELECT score FROM ledger WHERE example_id = 'train-0'").rows[0]
+    assert verified_score < 1
+    assert store.count("ledger") == runset.runs[0].record.ledger_entries

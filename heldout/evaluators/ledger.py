@@ -118,6 +118,9 @@ class LedgerReport:
     problems: list[str] = field(default_factory=list)
     head: str = GENESIS
     anchored: str | None = None
+    checked: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    """The entries as read and checked: use these, not a second read of a file that may have
+    changed since."""
 
     @property
     def ok(self) -> bool:
@@ -181,6 +184,7 @@ def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> Led
         prev = entry["hash"]
     report.entries = len(entries)
     report.head = prev
+    report.checked = entries
     head_path = run_dir / HEAD_FILE
     if os.path.lexists(head_path):
         try:

@@ -42,6 +42,9 @@ class Run:
     path: Path
     record: RunRecord
     label: str = ""
+    ledger: list[dict[str, Any]] | None = field(default=None, repr=False)
+    """The ledger entries as verified, when :func:`collect_runs` was asked to keep them (the
+    results store loads these, not a later read of a file that may have changed since)."""
 
     def __post_init__(self) -> None:
         self.label = self.label or self.record.task
@@ -180,31 +183,30 @@ def find_run_dirs(paths: Iterable[str | Path]) -> Iterator[Path]:
                 yield run_dir
 
 
-def check_run(run_dir: Path) -> tuple[RunRecord | None, str | None]:
-    """``(record, None)`` when the run verifies, else ``(None, reason)``."""
+def check_run(run_dir: Path) -> tuple[RunRecord | None, list[dict[str, Any]], str | None]:
+    """``(record, ledger entries, None)`` when the run verifies, else ``(None, [], reason)``."""
     if not (run_dir / RECORD_FILE).exists():
-        return None, "no run record (the session was interrupted before it finished; resume it)"
+        return None, [], "no run record (the session was interrupted before it finished; resume it)"
     try:
         record = RunRecord.load(run_dir)
     except (HeldoutError, TypeError) as exc:
-        return None, f"run record unreadable: {exc}"
+        return None, [], f"run record unreadable: {exc}"
     ledger = verify_ledger(run_dir)
     if not ledger.ok:
-        return None, "ledger does not verify: " + "; ".join(ledger.problems[:3])
-    entries, _ = read_entries(run_dir / LEDGER_FILE)
+        return None, [], "ledger does not verify: " + "; ".join(ledger.problems[:3])
+    entries = ledger.checked  # one read: the entries verified are the entries compared
     problem = anchor_problem(record, entries, ledger.head, run_dir / RECORD_FILE)
-    mismatch = problem or _header_mismatch(run_dir, record) or _test_scores_mismatch(run_dir, record)
+    mismatch = problem or _header_mismatch(record, entries) or _test_scores_mismatch(record, entries)
     if mismatch:
-        return None, mismatch
+        return None, [], mismatch
     if record.status == "ok" and not record.test_verdicts:
-        return None, (f"{run_dir / RECORD_FILE}: no held-out example was scored (the profile's test split is "
-                      "empty), so it has no held-out score")
-    return record, None
+        return None, [], (f"{run_dir / RECORD_FILE}: no held-out example was scored (the profile's test split "
+                          "is empty), so it has no held-out score")
+    return record, entries, None
 
 
-def _header_mismatch(run_dir: Path, record: RunRecord) -> str | None:
+def _header_mismatch(record: RunRecord, entries: list[dict[str, Any]]) -> str | None:
     """Task, profile, seed, method and settings must be the ones the session started with."""
-    entries, _ = read_entries(run_dir / LEDGER_FILE)
     start = next((e["data"] for e in entries if e["kind"] == "session_start"), None)
     if start is None:
         return "ledger has no session_start entry"
@@ -216,12 +218,8 @@ def _header_mismatch(run_dir: Path, record: RunRecord) -> str | None:
     return None
 
 
-def _test_scores_mismatch(run_dir: Path, record: RunRecord) -> str | None:
+def _test_scores_mismatch(record: RunRecord, entries: list[dict[str, Any]]) -> str | None:
     """The held-out scores a report uses must be the ones the ledger holds."""
-    try:
-        entries, _ = read_entries(run_dir / LEDGER_FILE)
-    except LedgerError as exc:  # verify_ledger already passed; belt and braces
-        return f"ledger unreadable: {exc}"
     ledger_scores = {e["data"]["example_id"]: float(e["data"]["verdict"]["score"]) for e in entries
                      if e["kind"] == "test_scoring" and e["data"]["candidate_id"] == record.final_candidate_id}
     record_scores = record.verdict_scores("test")
@@ -233,9 +231,10 @@ def _test_scores_mismatch(run_dir: Path, record: RunRecord) -> str | None:
     return None
 
 
-def collect_runs(paths: Iterable[str | Path]) -> RunSet:
+def collect_runs(paths: Iterable[str | Path], keep_ledgers: bool = False) -> RunSet:
     """Load and verify every run under ``paths``. Raises :class:`ReportError` when no run dir
-    is found at all; excluded runs are returned, not raised (the report lists them)."""
+    is found at all; excluded runs are returned, not raised (the report lists them).
+    ``keep_ledgers``: keep each run's verified ledger entries on it (``Run.ledger``)."""
     result = RunSet()
     by_key: dict[tuple[str, str, str, int], Run] = {}
     any_found = False
@@ -245,11 +244,11 @@ def collect_runs(paths: Iterable[str | Path]) -> RunSet:
         if folder is not None:
             result.protocols.append(folder)
             continue
-        record, reason = check_run(run_dir)
+        record, entries, reason = check_run(run_dir)
         if record is None:
             result.excluded.append(Excluded(run_dir, reason or "unknown"))
             continue
-        run = Run(run_dir, record)
+        run = Run(run_dir, record, ledger=entries if keep_ledgers else None)
         key = (record.task, record.method, record.seed, json.dumps(record.pooling_key(), sort_keys=True))
         if key in by_key:
             result.excluded.append(Excluded(run_dir, f"duplicate of {by_key[key].path} (same task, settings, "
@@ -272,16 +271,23 @@ def _label_profiles(runs: RunSet) -> None:
     keys: dict[str, list[dict[str, str]]] = {}
     for run in runs.runs + runs.failed:
         keys.setdefault(run.record.task, []).append(run.record.pooling_key())
+    differing_by_task = {task: _differing_settings(seen) for task, seen in keys.items()}
     for run in runs.runs + runs.failed:
-        seen = keys[run.record.task]
-        differing = [s for s in POOLING_SETTINGS if len({k[s] for k in seen}) > 1]
-        if "profile" in differing and len({(k["profile"], k["examples"]) for k in seen}) == \
-                len({k["profile"] for k in seen}):
-            differing.remove("examples")  # other profiles hold other examples: the name says it
+        differing = differing_by_task[run.record.task]
         if differing:
             mine = run.record.pooling_key()
             run.label = f"{run.record.task} [" + "; ".join(
                 mine[s] if s == "profile" else f"{s}: {_compact(mine[s])}" for s in differing) + "]"
+
+
+def _differing_settings(keys: list[dict[str, str]]) -> list[str]:
+    """The pooling settings in which one task's runs differ (computed once per task: per run,
+    it made collecting a 10,000-run study quadratic)."""
+    differing = [s for s in POOLING_SETTINGS if len({k[s] for k in keys}) > 1]
+    if "profile" in differing and len({(k["profile"], k["examples"]) for k in keys}) == \
+            len({k["profile"] for k in keys}):
+        differing.remove("examples")  # other profiles hold other examples: the name says it
+    return differing
 
 
 def _compact(value: str) -> str:

@@ -92,11 +92,12 @@ class ResultsStore:
         paths = [Path(p) for p in paths]
         if len(paths) == 1 and all((paths[0] / f"{t}.parquet").exists() for t in TABLES):
             return cls.from_parquet(paths[0])
-        return cls.from_runset(collect_runs(paths))
+        return cls.from_runset(collect_runs(paths, keep_ledgers=True))
 
     @classmethod
     def from_runset(cls, runset: RunSet) -> "ResultsStore":
-        """The store of already verified runs (what a report collected)."""
+        """The store of already verified runs (what a report collected; their ledgers as
+        verified when it kept them, else read again)."""
         con = duckdb.connect(":memory:")
         runs, verdicts = [], []
         for run in runset.runs + runset.failed:
@@ -117,17 +118,19 @@ class ResultsStore:
                                    ("excluded", excluded, _EXCLUDED)):
             arrow = pa.Table.from_pylist(rows, schema=schema)  # noqa: F841 (read by DuckDB by name)
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow")
-        cls._load_ledgers(con, [(str(r.path), r.path / LEDGER_FILE, r.record.ledger_entries)
-                                for r in runset.runs + runset.failed])
+        cls._load_ledgers(con, [(str(r.path), r.ledger if r.ledger is not None else r.path / LEDGER_FILE,
+                                 r.record.ledger_entries) for r in runset.runs + runset.failed])
         return cls(con)
 
     @staticmethod
-    def _load_ledgers(con: duckdb.DuckDBPyConnection, ledgers: Sequence[tuple[str, Path, int]]) -> None:
-        """Every counted ledger's entries, cut at the entry count its record is anchored to.
-        (Parsed here rather than by DuckDB's JSON reader, which is slower on many small files.)"""
+    def _load_ledgers(con: duckdb.DuckDBPyConnection,
+                      ledgers: Sequence[tuple[str, Path | list[dict[str, Any]], int]]) -> None:
+        """Every counted ledger's entries (as verified, or read from the path), cut at the entry
+        count its record is anchored to. (Parsed here rather than by DuckDB's JSON reader, which
+        is slower on many small files.)"""
         columns: dict[str, list[Any]] = {name: [] for name in _LEDGER.names}
-        for run_id, path, anchored in ledgers:
-            entries, _ = read_entries(path)
+        for run_id, source, anchored in ledgers:
+            entries = source if isinstance(source, list) else read_entries(source)[0]
             for entry in entries[:anchored]:
                 data = entry["data"]
                 verdict = data.get("verdict") if isinstance(data, dict) else None
