@@ -56,16 +56,10 @@ class Direct:
                                    seed=0, verbose=False)
         self.llm.create_completion("warm-up", max_tokens=4, temperature=0.0)  # as the server's first request
 
-    def seconds(self, texts: list[str], max_tokens: int) -> tuple[float, int]:
-        """(wall seconds, tokens generated) for ``texts`` answered one by one."""
-        tokens = 0
-        start = time.perf_counter()
-        for text in texts:
-            self.llm.reset()
-            out = self.llm.create_completion(text, max_tokens=max_tokens, temperature=0.0,
-                                             repeat_penalty=REPEAT_PENALTY)
-            tokens += out["usage"]["completion_tokens"]
-        return time.perf_counter() - start, tokens
+    def ask(self, text: str, max_tokens: int) -> int:
+        self.llm.reset()
+        out = self.llm.create_completion(text, max_tokens=max_tokens, temperature=0.0, repeat_penalty=REPEAT_PENALTY)
+        return out["usage"]["completion_tokens"]
 
 
 class Server:
@@ -105,28 +99,41 @@ class Server:
         self.proc.communicate(timeout=60)
 
 
-ROUNDS = 3  # direct and the 1-slot server at concurrency 1 take turns, so a speed phase hits both
+ROUNDS = 3  # passes over the prompts at concurrency 1, each prompt asked of direct, then of the server
+
+
+def paired_seconds(direct: Direct, server: Server, texts: list[str], max_tokens: int) -> tuple[list, list, int, int]:
+    """Per-prompt wall seconds of direct and of the 1-slot server at concurrency 1, each prompt
+    asked of one right after the other: this machine's speed moves by up to 2x within seconds
+    (rounds of 16 prompts alternated whole took 5.8 to 11.4 s for the same work), so only
+    neighbours in time share a speed phase. Returns (direct, served, tokens of each)."""
+    direct_s, served_s, direct_tokens, served_tokens = [], [], 0, 0
+    with httpx.Client() as client:
+        server.ask(client, texts[0], 4)  # warm-up
+        for _ in range(ROUNDS):
+            for text in texts:
+                start = time.perf_counter()
+                direct_tokens += direct.ask(text, max_tokens)
+                direct_s.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                served_tokens += server.ask(client, text, max_tokens)
+                served_s.append(time.perf_counter() - start)
+    return direct_s, served_s, direct_tokens // ROUNDS, served_tokens // ROUNDS
 
 
 def figures(n_prompts: int = 16, max_tokens: int = 24) -> list[dict]:
     """Rows for perf/run_all.py (see the module doc). Direct and the single-slot server at
-    concurrency 1 are measured in alternating rounds (each figure the best round of ``ROUNDS``):
-    this machine's speed moves by up to 2x within minutes; measured one after the other, the ratio
-    spread 0.91-0.98 over three repeats."""
+    concurrency 1 are measured prompt by prompt in turn (:func:`paired_seconds`); the ratio is
+    their total seconds over ``ROUNDS`` passes."""
     texts = prompts(n_prompts)
     direct = Direct()
     rates, memory, tokens = {}, {}, {}
-    direct_rounds, served_rounds = [], []
     for slots, levels in ((1, (1, 4, 8)), (2, (4, 8))):
         server = Server(slots)
         try:
             if slots == 1:
-                for _ in range(ROUNDS):
-                    took, direct_tokens = direct.seconds(texts, max_tokens)
-                    direct_rounds.append(took)
-                    took, tokens[1, 1] = server.seconds(texts, max_tokens, 1)
-                    served_rounds.append(took)
-                rates[1, 1] = n_prompts / min(served_rounds)
+                direct_s, served_s, direct_tokens, tokens[1, 1] = paired_seconds(direct, server, texts, max_tokens)
+                rates[1, 1] = len(served_s) / sum(served_s)
             for concurrency in levels:
                 if (slots, concurrency) != (1, 1):
                     took, tokens[slots, concurrency] = server.seconds(texts, max_tokens, concurrency)
@@ -134,15 +141,18 @@ def figures(n_prompts: int = 16, max_tokens: int = 24) -> list[dict]:
             memory[slots] = server.resident_mb()
         finally:
             server.close()
-    direct_rate = n_prompts / min(direct_rounds)
-    pairs = ", ".join(f"{d:.2f}/{s:.2f}" for d, s in zip(direct_rounds, served_rounds))
+    direct_rate = len(direct_s) / sum(direct_s)
+    per_pass = [(sum(direct_s[k:k + n_prompts]), sum(served_s[k:k + n_prompts]))
+                for k in range(0, len(direct_s), n_prompts)]
+    passes = ", ".join(f"{d:.2f}/{s:.2f}" for d, s in per_pass)
     load = os.getloadavg()[0]
     note = (f"direct {direct_rate:.2f} req/s ({direct_tokens} tokens); RSS 1 slot {memory[1]:.0f} MB, "
             f"2 slots {memory[2]:.0f} MB; load {load:.1f}")
     rows = [{"name": "local model: 1 slot, concurrency 1 vs direct", "value": rates[1, 1], "unit": "req/s",
              "ratio": rates[1, 1] / direct_rate, "target": ">= 0.95x llama-cpp-python direct",
              "passed": rates[1, 1] / direct_rate >= 0.95,
-             "note": f"{tokens[1, 1]} tokens; best of {ROUNDS} alternating rounds, direct/server s: {pairs}; {note}"}]
+             "note": f"{tokens[1, 1]} tokens; {ROUNDS} passes, each prompt asked of direct then of the server, "
+                     f"direct/server s per pass: {passes}; {note}"}]
     for concurrency in (4, 8):
         ratio = rates[2, concurrency] / rates[1, concurrency]
         rows.append({"name": f"local model: 2 slots vs 1, concurrency {concurrency}", "value": rates[2, concurrency],
