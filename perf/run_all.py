@@ -89,7 +89,7 @@ def main() -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     sections = [("vliw", lambda: vliw_candidate.figures(repeat=3)),
-                ("lockpicking", lambda: lockpicking_exhaustive.figures(repeat=3)),
+                ("lockpicking", lambda: lockpicking_exhaustive.figures(repeat=5)),
                 ("model endpoint", model_throughput.figures),
                 ("sandbox", sandbox_throughput.figures),
                 ("mbpp+ subset", lambda: mbpp_plus_run.figures(args.data_dir, limit=30)),

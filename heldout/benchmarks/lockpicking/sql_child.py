@@ -11,6 +11,7 @@ process; no cooperation from DuckDB is needed) and a memory-hungry one at the ru
 DuckDB's own failures come back as ``{"error", "kind"}`` so the parent can name them."""
 
 import os
+import time
 
 import duckdb
 
@@ -79,12 +80,13 @@ def run_outputs(query, malformed, memory_mb, threads):
     """The exhaustive check: ``query`` yields ``(i, y)`` for the 10^6 six-digit strings (i = their
     value) and then ``malformed`` (i from 10^6). The answer, placed by i: ``{"values": base64 of
     the narrowest little-endian integer type of EXHAUSTIVE_DTYPES that holds them, "dtype",
-    "missing": base64 of one bit per row, numpy's packbits (1 = not an integer)}``, or
-    ``{"error", "kind"}``."""
+    "missing": base64 of one bit per row, numpy's packbits (1 = not an integer), "seconds": this
+    function's own wall time (perf/ sets the harness's share against it)}``, or ``{"error", "kind"}``."""
     import base64
 
     import numpy as np  # only here: its import maps address space the row queries do not need
 
+    started = time.perf_counter()
     con = connect(memory_mb, threads=threads, database=os.path.join(os.path.dirname(__file__), SIX_DIGIT_DB))
     try:
         load(con, malformed, all_six_digit=True)
@@ -103,4 +105,5 @@ def run_outputs(query, malformed, memory_mb, threads):
     low, high = int(values.min()), int(values.max())
     dtype = next(t for t in EXHAUSTIVE_DTYPES if np.iinfo(t).min <= low and high <= np.iinfo(t).max)
     return {"values": base64.b64encode(values.astype(dtype).tobytes()).decode(), "dtype": dtype,
-            "missing": base64.b64encode(np.packbits(missing).tobytes()).decode()}
+            "missing": base64.b64encode(np.packbits(missing).tobytes()).decode(),
+            "seconds": time.perf_counter() - started}
