@@ -132,3 +132,9 @@ def test_the_ledger_table_holds_the_entries_verified_not_a_later_read(tmp_path):
     (verified_score,) = store.query("SELECT score FROM ledger WHERE example_id = 'train-0'").rows[0]
     assert verified_score < 1
     assert store.count("ledger") == runset.runs[0].record.ledger_entries
+
+
+def test_a_runset_collected_without_its_ledgers_is_a_clear_error(tmp_path):
+    write_run(tmp_path, "synthetic/a", "m", 0)
+    with pytest.raises(StoreError, match=r"no verified ledger entries.*keep_ledgers=True"):
+        ResultsStore.from_runset(collect_runs([tmp_path]))

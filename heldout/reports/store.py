@@ -32,7 +32,6 @@ from typing import Any, Iterable, Sequence
 import duckdb
 import pyarrow as pa
 
-from heldout.evaluators.ledger import LEDGER_FILE, read_entries
 from heldout.reports.collect import ReportError, RunSet, collect_runs
 
 TABLES = ("runs", "verdicts", "ledger", "excluded")
@@ -96,8 +95,12 @@ class ResultsStore:
 
     @classmethod
     def from_runset(cls, runset: RunSet) -> "ResultsStore":
-        """The store of already verified runs (what a report collected; their ledgers as
-        verified when it kept them, else read again)."""
+        """The store of already verified runs, collected with ``keep_ledgers=True``: the ledger
+        table holds the entries as verified, never a later read of a file that may have changed."""
+        unkept = [r.path for r in runset.runs + runset.failed if r.ledger is None]
+        if unkept:
+            raise StoreError(f"run {unkept[0]} carries no verified ledger entries: collect the runs with "
+                             "collect_runs(paths, keep_ledgers=True)")
         con = duckdb.connect(":memory:")
         runs, verdicts = [], []
         for run in runset.runs + runset.failed:
@@ -118,19 +121,16 @@ class ResultsStore:
                                    ("excluded", excluded, _EXCLUDED)):
             arrow = pa.Table.from_pylist(rows, schema=schema)  # noqa: F841 (read by DuckDB by name)
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow")
-        cls._load_ledgers(con, [(str(r.path), r.ledger if r.ledger is not None else r.path / LEDGER_FILE,
-                                 r.record.ledger_entries) for r in runset.runs + runset.failed])
+        cls._load_ledgers(con, [(str(r.path), r.ledger, r.record.ledger_entries) for r in runset.runs + runset.failed])
         return cls(con)
 
     @staticmethod
     def _load_ledgers(con: duckdb.DuckDBPyConnection,
-                      ledgers: Sequence[tuple[str, Path | list[dict[str, Any]], int]]) -> None:
-        """Every counted ledger's entries (as verified, or read from the path), cut at the entry
-        count its record is anchored to. (Parsed here rather than by DuckDB's JSON reader, which
-        is slower on many small files.)"""
+                      ledgers: Sequence[tuple[str, list[dict[str, Any]], int]]) -> None:
+        """Every counted ledger's entries as verified, cut at the entry count its record is
+        anchored to."""
         columns: dict[str, list[Any]] = {name: [] for name in _LEDGER.names}
-        for run_id, source, anchored in ledgers:
-            entries = source if isinstance(source, list) else read_entries(source)[0]
+        for run_id, entries, anchored in ledgers:
             for entry in entries[:anchored]:
                 data = entry["data"]
                 verdict = data.get("verdict") if isinstance(data, dict) else None
