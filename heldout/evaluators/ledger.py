@@ -19,10 +19,19 @@ entries and rewriting the head is then detected by anyone holding the key; and t
 Ledger and head are written owner-only (0600) in an owner-only run dir (0700).
 
 A torn last line (the process was killed mid-write) is not tampering: :meth:`Ledger.open`
-truncates it and records a ``torn_tail_repaired`` entry, so nothing that was acknowledged is lost."""
+truncates it and records a ``torn_tail_repaired`` entry, so nothing that was acknowledged is lost.
+
+**A failed write** (a full disk, an I/O error) is not tampering either, and must not look like it.
+The file never runs ahead of what the head claims, nor the in-memory chain ahead of the file: an
+entry's bytes are written and synced first, then the head names it, then it joins the chain; if
+any step fails, the file is cut back to its last claimed entry (so no partial line and no
+unclaimed entry stays behind), the append raises :class:`LedgerWriteError` (one line naming the run
+dir and the way out: free space, ``--resume``) and that writer refuses every later append, so
+nothing is ever written after a hole. The ledger then verifies as it stood before the failed entry."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import hmac
@@ -99,6 +108,19 @@ def head_mac(key: bytes, first: str, count: int, last: str) -> str:
 
 class LedgerError(HeldoutError):
     pass
+
+
+class LedgerWriteError(LedgerError):
+    """An entry could not be written (disk full, I/O error): the ledger stays as it was before it,
+    and the writer that failed takes no further entries. The message is the one line a user sees."""
+
+    def __init__(self, run_dir: Path, cause: OSError) -> None:
+        reason = "no space left on device" if cause.errno in (errno.ENOSPC, errno.EDQUOT) \
+            else (cause.strerror or str(cause))
+        super().__init__(f"cannot write the ledger in {run_dir}: {reason}; every entry before this one is intact. "
+                         "Free space, then rerun the same command with --resume")
+        self.run_dir = run_dir
+        self.errno = cause.errno
 
 
 def entry_hash(entry: dict[str, Any]) -> str:
@@ -237,8 +259,12 @@ class Ledger:
         self._entries = entries
         self._lock = threading.Lock()
         self._key = ledger_key()
-        self._fh = os.fdopen(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab")
+        # a bare descriptor, not a buffered file: after a failed write no bytes linger in a buffer
+        # to reach the disk later, behind the head's back
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.chmod(self.path, 0o600)
+        self._size = os.fstat(self._fd).st_size  # the end of the last entry the head claims
+        self._failed: LedgerWriteError | None = None
 
     @classmethod
     def open(cls, run_dir: str | Path) -> "Ledger":
@@ -289,23 +315,47 @@ class Ledger:
         """Append one entry; with ``sync`` (the default) it is on disk when this returns. Only an
         entry whose content nobody acts on before a later synced entry may pass ``sync=False``."""
         with self._lock:
+            if self._failed is not None:
+                raise self._failed  # nothing is written after a hole
+            if self._fd is None:
+                raise LedgerError(f"the ledger in {self.run_dir} is closed")
             entry = {"seq": len(self._entries), "prev": self.head, "kind": kind,
                      "time": round(time.time(), 6), "data": encodable(data)}
             entry["hash"] = entry_hash(entry)
-            line = json.dumps(entry, sort_keys=True, ensure_ascii=False, default=_json_default) + "\n"
-            self._fh.write(line.encode("utf-8"))
-            self._fh.flush()
-            if sync:
-                os.fsync(self._fh.fileno())  # and every unsynced entry before it
-            self._entries.append(json.loads(line))
-            head = self.run_dir / HEAD_FILE
-            mac = head_mac(self._key, self._entries[0]["hash"], len(self._entries), entry["hash"])
-            write_text_atomically(head, json.dumps({"count": len(self._entries), "hash": entry["hash"], "mac": mac}),
-                                  mode=0o600)
+            line = (json.dumps(entry, sort_keys=True, ensure_ascii=False, default=_json_default) + "\n").encode("utf-8")
+            stored = json.loads(line)
+            first = (self._entries[0] if self._entries else stored)["hash"]
+            count = len(self._entries) + 1
+            try:
+                _write_all(self._fd, line)
+                if sync:
+                    os.fsync(self._fd)  # and every unsynced entry before it
+                # the head names the entry only once its bytes are written
+                write_text_atomically(self.run_dir / HEAD_FILE, json.dumps(
+                    {"count": count, "hash": entry["hash"], "mac": head_mac(self._key, first, count, entry["hash"])}),
+                    mode=0o600)
+            except OSError as exc:
+                self._take_back(exc)
+            self._size += len(line)
+            self._entries.append(stored)
             return entry
 
+    def _take_back(self, cause: OSError) -> None:
+        """After a failed write: cut the file back to the last entry the head claims (a partial
+        line, or a whole entry the head could not be made to name), refuse every later append, and
+        raise the one-line :class:`LedgerWriteError`. Should even the cut fail, what is left past
+        the head is a torn or unclaimed tail that :meth:`open` repairs on resume."""
+        self._failed = LedgerWriteError(self.run_dir, cause)
+        try:
+            os.ftruncate(self._fd, self._size)
+        except OSError:
+            pass
+        raise self._failed from cause
+
     def close(self) -> None:
-        self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self._lock_file is not None:
             self._lock_file.close()  # releases the run dir for the next writer
             self._lock_file = None
@@ -330,8 +380,11 @@ def hold_lock(path: Path) -> int:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
         os.close(fd)
         raise LockHeld(holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+    except OSError:  # a full disk: the lock is held all the same, only the holder's name is missing
+        pass
     return fd
 
 
@@ -359,6 +412,14 @@ def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
     # the lagging head must itself be genuine (anchored), not a rewritten one
     want = head_mac(key, entries[0]["hash"], len(entries) - 1, previous)
     return isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may take fewer bytes, e.g. near a full
+    disk, before the next one fails)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")

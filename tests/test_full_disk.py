@@ -1,0 +1,177 @@
+"""A full disk never invalidates finished work (issue 53): a ledger write that fails leaves the
+ledger as it was before that entry (verifiable, never "appended behind the writer's back"), the
+user gets one line naming the run dir and the way out, and ``--resume`` finishes the study once
+space is freed, with the records an uninterrupted run gives.
+
+The disk is real: a small tmpfs mounted for the test (root only, as in CI), filled by the study
+itself or by a filler file the test writes."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from heldout.contracts import HeldoutError
+from heldout.evaluators.ledger import HEAD_FILE, LEDGER_FILE, Ledger, LedgerError, LedgerWriteError, verify_ledger
+from heldout.evaluators.records import RECORD_FILE
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``where`` for the block; unmounted after it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def grow(disk: Path, size: str) -> None:
+    """Free space the way a user would: make the disk bigger."""
+    subprocess.run(["mount", "-o", f"remount,size={size}", str(disk)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a filler file until the disk is full; returns it (delete it to free the space)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as fh:
+        with pytest.raises(OSError) as full:
+            while True:
+                fh.write(b"x" * 512)
+    assert full.value.errno == errno.ENOSPC
+    return filler
+
+
+def entry_data(n: int) -> dict:
+    return {"n": n, "text": "y" * 3000}  # most of a page: a write near the end of the disk is cut short
+
+
+# -- the ledger itself ------------------------------------------------------------------------------------
+def test_a_write_that_fails_for_space_leaves_the_ledger_as_it_was_and_the_writer_stops(tmp_path):
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        run_dir = disk / "cell"
+        ledger = Ledger.open(run_dir)
+        for n in range(3):
+            ledger.append("event", entry_data(n))
+        filler = fill(disk)
+        before = (run_dir / LEDGER_FILE).read_bytes(), (run_dir / HEAD_FILE).read_bytes()
+
+        appended = 0
+        with pytest.raises(LedgerWriteError) as failed:
+            while True:  # the file's last page may still hold an entry or two; then the disk is full
+                ledger.append("event", entry_data(3 + appended))
+                appended += 1
+                before = (run_dir / LEDGER_FILE).read_bytes(), (run_dir / HEAD_FILE).read_bytes()
+        message = str(failed.value)
+        assert isinstance(failed.value, LedgerError) and isinstance(failed.value, HeldoutError)
+        assert "\n" not in message and str(run_dir) in message
+        assert "no space left on device" in message and "--resume" in message
+
+        # no partial line, no entry the head does not name: the files are exactly as before the failed entry
+        assert ((run_dir / LEDGER_FILE).read_bytes(), (run_dir / HEAD_FILE).read_bytes()) == before
+        report = verify_ledger(run_dir)
+        assert report.ok, report.describe()
+        assert report.entries == len(ledger) == 3 + appended
+
+        # nothing is written after a hole: this writer refuses even once there is space again
+        filler.unlink()
+        with pytest.raises(LedgerWriteError):
+            ledger.append("event", {"n": "after"})
+        assert (run_dir / LEDGER_FILE).read_bytes() == before[0]
+        ledger.close()
+
+        # a new writer (what --resume opens) continues the same chain
+        resumed = Ledger.open(run_dir)
+        resumed.append("event", {"n": "resumed"})
+        resumed.close()
+        report = verify_ledger(run_dir)
+        assert report.ok, report.describe()
+        assert [e["data"]["n"] for e in report.checked][-2:] == [2 + appended, "resumed"]
+
+
+def test_a_new_cell_on_a_full_disk_gets_the_one_line_error_and_an_empty_ledger_that_verifies(tmp_path):
+    with small_disk(tmp_path / "disk", "32k") as disk:
+        filler = fill(disk)
+        run_dir = disk / "cell"
+        ledger = Ledger.open(run_dir)  # the lock and the empty ledger need no data page
+        with pytest.raises(LedgerWriteError, match="no space left on device"):
+            ledger.append("session_start", {"task": "t"})
+        ledger.close()
+        assert (run_dir / LEDGER_FILE).read_bytes() == b"" and not (run_dir / HEAD_FILE).exists()
+        assert verify_ledger(run_dir).ok
+        filler.unlink()
+        again = Ledger.open(run_dir)
+        again.append("session_start", {"task": "t"})
+        again.close()
+        assert verify_ledger(run_dir).entries == 1
+
+
+# -- a whole study through the command line ------------------------------------------------------------------
+STUDY = ["--task", "lockpicking/six", "--profile", "paper", "--optimizer", "seed", "--optimizer", "local-search",
+         "--seeds", "0,1", "--budget", "60"]
+# A finished study of STUDY takes ~330 KB of run dir (4 cells); 200 KB runs out in its third cell.
+TOO_SMALL, ENOUGH = "200k", "4m"
+
+
+def heldout(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=ENV, timeout=600)
+
+
+def records(root: Path) -> dict[str, dict]:
+    out = {}
+    for path in sorted(root.rglob(RECORD_FILE)):
+        record = json.loads(path.read_text())
+        out[str(path.parent.relative_to(root))] = {"status": record["status"], "test_score": record["test_score"],
+                                                   "final_candidate": record["final_candidate"]}
+    return out
+
+
+def test_a_study_that_fills_the_disk_says_so_in_one_line_and_resumes_to_the_uninterrupted_records(tmp_path):
+    uninterrupted = tmp_path / "uninterrupted"
+    assert heldout("run", *STUDY, "--run-dir", str(uninterrupted)).returncode == 0
+    expected = records(uninterrupted)
+    assert len(expected) == 4
+
+    with small_disk(tmp_path / "disk", TOO_SMALL) as disk:
+        study = disk / "study"
+        full = heldout("run", *STUDY, "--run-dir", str(study))
+        output = full.stdout + full.stderr
+        assert full.returncode != 0, output
+        assert "Traceback" not in output and "Errno" not in output, output
+        said = [line for line in output.splitlines() if "no space left on device" in line]
+        assert said and all("--resume" in line and str(study) in line for line in said), output
+
+        # the cell the disk stopped is consistent (not INVALID), and so is every finished one
+        cells = sorted({p.parent for p in study.rglob(LEDGER_FILE)})
+        unfinished = [c for c in cells if not (c / RECORD_FILE).exists()]
+        assert unfinished, "the disk should have run out before the last cell finished"
+        for cell in cells:
+            assert verify_ledger(cell).ok, verify_ledger(cell).describe()
+        check = heldout("ledger", "verify", str(study))
+        assert "INVALID" not in check.stdout and check.returncode == 0, check.stdout + check.stderr
+
+        grow(disk, ENOUGH)
+        resumed = heldout("run", *STUDY, "--run-dir", str(study), "--resume")
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert records(study) == expected
+        check = heldout("ledger", "verify", str(study))
+        assert check.returncode == 0 and check.stdout.count("ok ") == 4, check.stdout + check.stderr
