@@ -11,8 +11,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _HOME = {
-    "heldout.contracts": ("BudgetExceeded", "Candidate", "DataError", "Example", "HeldoutError", "MalformedCandidate",
-                          "RunLimits", "Verdict", "VisibilityError", "candidate_id"),
+    "heldout.contracts": ("BudgetExceeded", "Candidate", "DataError", "Example", "HeldoutError", "InfrastructureFailure",
+                          "MalformedCandidate", "RunLimits", "Verdict", "VisibilityError", "candidate_id"),
     "heldout.benchmarks.base": ("Benchmark",),
     "heldout.benchmarks.loading": ("Task", "load_task"),
     "heldout.benchmarks.registry": ("all_tasks", "get_benchmark"),

@@ -278,7 +278,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise HeldoutError(f"{args.task} profile {task.profile!r} has an empty {args.split} split")
     scorer = Scorer(bench, worker, limits, options)
     usage = Usage()
-    verdicts = scorer.score(candidate, examples, DEPLOYMENT, usage)
+    verdicts = scorer.score_all(candidate, examples, DEPLOYMENT, usage, args.split)  # a failing endpoint is no score
     summary = bench.summarize(candidate, verdicts, scorer.context(DEPLOYMENT, usage))
     summary.setdefault("profile", task.profile)
     summary.setdefault("split", args.split)

@@ -306,6 +306,35 @@ class Verdict:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+# -- errors are not scores --------------------------------------------------------------------------
+#: **Who failed, stated once.** A verdict whose ``error_kind`` is in this set failed for a reason
+#: outside the candidate: the model endpoint could not be reached or gave no usable answer after
+#: the client's retries (``model_error``: connection refused or reset, client timeout, 408/429/5xx,
+#: 401/403/404, an unreadable reply, no endpoint configured), the sandbox could not be set up or
+#: died (``sandbox_error``, bubblewrap missing included), or the task's own scoring code raised
+#: (``evaluator_error``, ``scoring_error``: a harness bug). Such a verdict is never a score: the
+#: session retries the example, and if it still fails the cell ends ``incomplete`` and resumes
+#: from its ledger. Every other kind is the candidate's (its program crashed, ran past its limit,
+#: printed garbage; the endpoint refused its prompt as invalid, ``model_refused``, e.g. longer than
+#: the context; the judge could not read a reply to its output, ``judge_error``) and scores 0. An
+#: unknown kind (a plugin task's own) is the candidate's: a task names an infrastructure failure by
+#: using one of these kinds.
+INFRASTRUCTURE_ERROR_KINDS = frozenset({"model_error", "sandbox_error", "evaluator_error", "scoring_error"})
+
+
+def is_infrastructure_failure(verdict: "Verdict") -> bool:
+    """True when ``verdict`` records a failure of the harness or its infrastructure, not of the
+    candidate (see :data:`INFRASTRUCTURE_ERROR_KINDS`)."""
+    return not verdict.valid and verdict.error_kind in INFRASTRUCTURE_ERROR_KINDS
+
+
+class InfrastructureFailure(HeldoutError):
+    """The harness or its infrastructure (model endpoint, sandbox, disk) failed where a result was
+    needed. Never a score: the session stops, the cell ends ``incomplete`` and ``--resume``
+    finishes what is missing. Raised to an optimizer by ``evaluate``/``architect`` once the
+    session has stopped this way."""
+
+
 def mean_score(verdicts: Sequence[Verdict]) -> float:
     """The default ``aggregate``: the plain mean of the scores (0.0 for no verdicts)."""
     return sum(v.score for v in verdicts) / len(verdicts) if verdicts else 0.0
@@ -480,8 +509,8 @@ the optimizer returned one, so a careful optimizer catches it and returns its be
 
 __all__ = [
     "SPLITS", "BudgetExceeded", "Candidate", "Completion", "DataError", "Example",
-    "HeldoutError", "MalformedCandidate", "Message", "Optimizer", "ProgramTask", "PromptTask",
+    "HeldoutError", "INFRASTRUCTURE_ERROR_KINDS", "InfrastructureFailure", "MalformedCandidate", "Message", "Optimizer", "ProgramTask", "PromptTask",
     "RunContext", "RunLimits", "Source", "TaskKind", "TaskView", "Verdict", "Verifier",
-    "VisibilityError", "Worker", "candidate_id", "canonical_json", "check_candidate", "mean_score",
+    "VisibilityError", "Worker", "candidate_id", "canonical_json", "check_candidate", "is_infrastructure_failure", "mean_score",
     "sha256_text",
 ]

@@ -246,7 +246,9 @@ def _run(session: Session, argv: list[str], readonly: list[tuple[str, str]], lim
             **what, "isolation": f"bwrap+{group.level}", "trusted": False, "transport": "unix",
             "wall_seconds": wall, "limits": asdict(limits), "readable": [inside for _, inside in readonly]})
         try:
-            outcome = _execute(session, allow, job, group, wall, limits, privileged)
+            # only the view server's thread writes the ledger meanwhile: a stop may interrupt this wait
+            with session.service.interruptible():
+                outcome = _execute(session, allow, job, group, wall, limits, privileged)
         finally:
             group.close()
     finally:

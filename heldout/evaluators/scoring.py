@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
 from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
-from heldout.contracts import (Candidate, Completion, Example, HeldoutError, Message, RunContext, RunLimits,
-                               Verdict)
+from heldout.contracts import (Candidate, Completion, Example, HeldoutError, InfrastructureFailure, Message,
+                               RunContext, RunLimits, Verdict, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger
 from heldout.models import ChatRequest, ModelError, UsageMeter
 
@@ -98,6 +98,23 @@ class MeteredWorker:
                           cached=response.cached)
 
 
+#: statuses by which an endpoint refuses the request itself (a prompt longer than the context, a
+#: body too large): the candidate's prompt caused them, so they score 0 like any other bad output
+PROMPT_REFUSED_STATUSES = frozenset({400, 413, 422})
+
+
+def model_failure_kind(exc: BaseException) -> str:
+    """The verdict ``error_kind`` of a worker call that raised (see
+    :data:`heldout.contracts.INFRASTRUCTURE_ERROR_KINDS`): ``model_refused`` when the endpoint
+    refused the candidate's request as invalid, ``model_error`` when the endpoint failed (the
+    infrastructure's), ``evaluator_error`` for anything else (the harness's own bug)."""
+    if isinstance(exc, ModelError):
+        if exc.kind == "http_status" and exc.status in PROMPT_REFUSED_STATUSES:
+            return "model_refused"
+        return "model_error"
+    return "evaluator_error"
+
+
 class Scorer:
     """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
     execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
@@ -138,6 +155,30 @@ class Scorer:
                 return list(pool.map(run_one, examples))
         return self._score_prompt(candidate, examples, channel, usage, context, replicate)
 
+    def score_retrying(self, candidate: Candidate, examples: Sequence[Example], channel: str, usage: Usage,
+                       extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
+        """:meth:`score`, then every example whose verdict is an infrastructure failure scored once
+        more (a dropped connection, a restarted endpoint or a sandbox that failed to start often
+        succeeds the second time; the model client has already retried each request). What still
+        fails is returned as it is: the caller decides (see :func:`infrastructure_failures`)."""
+        verdicts = self.score(candidate, examples, channel, usage, extra_options, replicate)
+        again = [i for i, v in enumerate(verdicts) if is_infrastructure_failure(v)]
+        if again:
+            retried = self.score(candidate, [examples[i] for i in again], channel, usage, extra_options, replicate)
+            for i, verdict in zip(again, retried):
+                verdicts[i] = verdict
+        return verdicts
+
+    def score_all(self, candidate: Candidate, examples: Sequence[Example], channel: str, usage: Usage,
+                  what: str, extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
+        """Every example scored, or :class:`InfrastructureFailure` naming how many of ``what``
+        could not be (never a verdict that scores a failure of the infrastructure as 0)."""
+        verdicts = self.score_retrying(candidate, examples, channel, usage, extra_options, replicate)
+        problem = infrastructure_failures(what, verdicts)
+        if problem:
+            raise InfrastructureFailure(problem)
+        return verdicts
+
     def _score_prompt(self, candidate: Candidate, examples: Sequence[Example], channel: str,
                       usage: Usage, context: RunContext, replicate: int) -> list[Verdict]:
         if self.worker is None:
@@ -159,8 +200,7 @@ class Scorer:
         verdicts = []
         for ex, resp in zip(examples, responses):
             if isinstance(resp, BaseException):
-                kind = "model_error" if isinstance(resp, ModelError) else "crash"
-                verdicts.append(Verdict.failure(ex.id, f"worker call failed: {resp}", kind))
+                verdicts.append(Verdict.failure(ex.id, f"worker call failed: {resp}", model_failure_kind(resp)))
                 continue
             usage.record(channel, resp)
             verdict = self.benchmark.score_text(resp.text, ex, context)
@@ -168,3 +208,15 @@ class Scorer:
                              "seconds": resp.seconds, "cached": float(resp.cached)}
             verdicts.append(verdict)
         return verdicts
+
+
+def infrastructure_failures(what: str, verdicts: Sequence[Verdict]) -> str | None:
+    """One line naming how many of ``verdicts`` are infrastructure failures, of which kinds, with
+    the first error; None when there are none."""
+    failed = [v for v in verdicts if is_infrastructure_failure(v)]
+    if not failed:
+        return None
+    kinds = sorted({v.error_kind or "?" for v in failed})
+    first = " ".join(str(failed[0].error).split())[:300]
+    return (f"{what}: {len(failed)} of {len(verdicts)} example(s) not scored: the infrastructure failed, not the "
+            f"candidate ({', '.join(kinds)}; first: {first})")

@@ -22,26 +22,39 @@ While it replays, the view reports the budget as it was at that point of the ori
 same plan as in an uninterrupted run and ends with the same final candidate. Architect calls are
 replayed the same way (the recorded reply for the same request, in order, tokens not counted
 twice). A ledger started by a different experiment is refused (:class:`ExperimentMismatch`).
+
+Errors are not scores (:data:`heldout.contracts.INFRASTRUCTURE_ERROR_KINDS`): an example whose
+verdict is a failure of the infrastructure (endpoint, sandbox) is scored once more, and if it still
+fails the session stops. During optimisation the failed examples get no ledger entry (their metric
+calls are refunded: a resumed session does not count them, and re-runs them when asked), an
+``infrastructure_failure`` entry says which, and the optimizer gets :class:`InfrastructureFailure`.
+During held-out scoring the examples scored so far stay in the ledger. Either way the session ends
+with a ``session_incomplete`` entry, no ``session_end`` and no run record, so ``--resume`` replays
+the optimizer and scores exactly the held-out examples still missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Mapping, NoReturn, Sequence
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
-from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, MalformedCandidate, RunLimits,
-                               Verdict, VisibilityError, candidate_id, check_candidate)
-from heldout.evaluators.ledger import Ledger
+from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, InfrastructureFailure,
+                               MalformedCandidate, RunLimits, Verdict, VisibilityError, candidate_id, check_candidate,
+                               is_infrastructure_failure)
+from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, VERDICT_FIELDS, Budget, VisibilityPolicy
 from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_same_experiment, describe_experiment
-from heldout.evaluators.scoring import ARCHITECT, DEPLOYMENT, OPTIMISATION, Scorer, Usage
-from heldout.models import ChatRequest
+from heldout.evaluators.scoring import (ARCHITECT, DEPLOYMENT, OPTIMISATION, Scorer, Usage, infrastructure_failures,
+                                        model_failure_kind)
+from heldout.models import ChatRequest, ModelError
 
 MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
@@ -59,7 +72,8 @@ class EvaluationService:
     def __init__(self, examples: Mapping[str, Sequence[Example]], scorer: Scorer, ledger: Ledger,
                  budget: Budget, policy: VisibilityPolicy, started: float, variant: Variant | None = None,
                  seed: int = 0) -> None:
-        assert "test" not in examples
+        if "test" in examples:  # an invariant of the trust model, so a raise (asserts vanish under -O)
+            raise HeldoutError("the evaluation service never holds test examples")
         self._examples = {s: {ex.id: ex for ex in exs} for s, exs in examples.items()}
         self._scorer = scorer
         self._ledger = ledger
@@ -81,6 +95,10 @@ class EvaluationService:
         self._clock = 0
         self._architect_replay: dict[str, list[dict[str, Any]]] = {}
         self.progress: Callable[[int, int, float | None], None] | None = None  # (used, budget, best)
+        # around the scoring of an evaluation: the harness's thread only waits there and writes no
+        # ledger entry, so a stop request may interrupt it at once (see protocols.run)
+        self.interruptible: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+        self.stopped: str | None = None  # why the session stopped for an infrastructure failure
         self._load_recorded()
 
     # -- resume ---------------------------------------------------------------------------------
@@ -119,6 +137,21 @@ class EvaluationService:
     def replaying(self) -> bool:
         return any(self._replay.values())
 
+    def stop_for_infrastructure(self, problem: str, **data: Any) -> NoReturn:
+        """Stop the session: the infrastructure failed where a result was needed. Recorded once;
+        every later ``evaluate`` or architect call raises the same :class:`InfrastructureFailure`."""
+        if self.stopped is None:
+            self.stopped = problem
+            try:
+                self._ledger.append("infrastructure_failure", {"error": problem, **data})
+            except LedgerError:
+                pass  # the disk itself failed: the failure is still raised, and nothing is claimed
+        raise InfrastructureFailure(problem)
+
+    def check_running(self) -> None:
+        if self.stopped is not None:
+            raise InfrastructureFailure(f"the session has stopped: {self.stopped}")
+
     def check_wall_time(self) -> None:
         if self.budget.wall_seconds is not None and time.time() - self._started > self.budget.wall_seconds:
             raise BudgetExceeded(f"wall-time budget of {self.budget.wall_seconds} s is used up")
@@ -143,6 +176,7 @@ class EvaluationService:
         if unknown:
             raise VisibilityError(f"ids not in split {split!r}: {unknown[:5]}")
         with self._lock:
+            self.check_running()
             self.check_wall_time()
             replayed, fresh = [], []
             for ex_id in wanted:
@@ -172,8 +206,13 @@ class EvaluationService:
         memo_hits = [i for i in fresh if (cid, split, i) in self._memo]
         to_run = [i for i in fresh if (cid, split, i) not in self._memo]
         to_score = [pool[i] for i in to_run]
-        scorings = [self._scorer.score(candidate, to_score, OPTIMISATION, self.usage, self.variant.options, r)
-                    for r in range(self.variant.repeats)]
+        with self.interruptible():
+            scorings = [self._scorer.score_retrying(candidate, to_score, OPTIMISATION, self.usage,
+                                                    self.variant.options, r)
+                        for r in range(self.variant.repeats)]
+        # an example is missing when any of its repeats failed for the infrastructure
+        missing = [next((s[k] for s in scorings if is_infrastructure_failure(s[k])), None)
+                   for k in range(len(to_run))]
         with self._lock:
             for ex_id in memo_hits:
                 self.usage.add(OPTIMISATION, cache_hits=1)  # the session's memo answered it
@@ -181,10 +220,19 @@ class EvaluationService:
                 results[ex_id] = _verdict_from_entry(data)
                 self._record(cid, split, ex_id, results[ex_id], cached=True)
             for k, ex_id in enumerate(to_run):
+                if missing[k] is not None:
+                    continue  # no entry: not charged on resume, and re-run when asked again
                 raw = [scoring[k] for scoring in scorings]
                 shown = self.variant.show(raw, pool[ex_id], seed=self._seed, candidate_id=cid)
                 results[ex_id] = shown
                 self._record(cid, split, ex_id, shown, cached=False, raw=None if shown is raw[0] else raw)
+            failed = [ex_id for k, ex_id in enumerate(to_run) if missing[k] is not None]
+            if failed:
+                shown = [missing[k] or scorings[0][k] for k in range(len(to_run))]
+                self.stop_for_infrastructure(
+                    infrastructure_failures(f"{split} evaluation", shown) or "", phase="optimisation",
+                    split=split, candidate_id=cid, examples=failed,
+                    refunded=len(failed) * self.variant.repeats)
             self._update_trajectory(cid, split, [results[i] for i in wanted], stamp)
         if self.progress is not None:
             self.progress(min(self._clock, self.usage.metric_calls), self.budget.metric_calls,
@@ -273,6 +321,7 @@ class MeteredArchitect:
                  max_tokens: int | None = None, replicate: int = 0) -> str:
         if self._client is None:
             raise HeldoutError("this session has no architect model configured")
+        self._service.check_running()
         request = ChatRequest(messages=tuple(dict(m) for m in messages), model=self._client.model,
                               temperature=temperature, max_tokens=max_tokens, replicate=replicate,
                               channel=ARCHITECT)
@@ -286,7 +335,12 @@ class MeteredArchitect:
         if calls is not None and self._service.usage.channel(ARCHITECT).endpoint_calls >= calls:
             raise BudgetExceeded(f"architect call budget of {calls} is used up")
         self._service.check_wall_time()
-        response = self._client.complete_many([request])[0]
+        response = self._client.complete_many([request], return_exceptions=True)[0]
+        if isinstance(response, BaseException):
+            if model_failure_kind(response) != "model_refused":  # the endpoint's failure, not the request's
+                self._service.stop_for_infrastructure(f"architect call failed: {response}", phase="optimisation",
+                                                      channel=ARCHITECT)
+            raise response
         self._service.usage.count_architect_call(response.prompt_tokens, response.completion_tokens)
         self._service.record_event("architect_call", {"prompt_tokens": response.prompt_tokens,
                                                       "completion_tokens": response.completion_tokens,
@@ -413,6 +467,8 @@ class Session:
         self.view = TaskView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
                              MeteredArchitect(architect, self.service))
+        # (split, examples scored, of total, infrastructure failures so far) during held-out scoring
+        self.heldout_progress: Callable[[str, int, int, int], None] | None = None
 
     def header(self) -> dict[str, Any]:
         """The full description of this session's experiment (see :mod:`heldout.evaluators.records`)."""
@@ -434,17 +490,41 @@ class Session:
     # -- the harness ----------------------------------------------------------------------------
     def run(self, optimizer: Optimizer) -> RunRecord:
         """Call the optimizer, then score its final candidate once on test (and val), outside the
-        budget, and write the run record. A crashing optimizer gives a ``failed`` record."""
+        budget, and write the run record. A crashing optimizer gives a ``failed`` record; a
+        session stopped by its infrastructure raises :class:`InfrastructureFailure` (no record)."""
         try:
             final = check_candidate(optimizer(self.view, self.seed))
         except Exception as exc:
+            if self.service.stopped is not None or isinstance(exc, LedgerError):
+                self.end_incomplete("optimisation", self.service.stopped or str(exc))
             kind = "malformed_candidate" if isinstance(exc, MalformedCandidate) else type(exc).__name__
             self.ledger.append("optimizer_failed", {"error": f"{kind}: {exc}",
                                                     "traceback": traceback.format_exc()[-4000:]})
             return self.finish(None, status="failed", error=f"optimizer failed: {kind}: {exc}")
         return self.finish(final)
 
+    def end_incomplete(self, phase: str, problem: str) -> NoReturn:
+        """End the session without a record: the infrastructure failed in ``phase``. The ledger
+        says why (``session_incomplete``) and stays resumable (no ``session_end``)."""
+        try:
+            self.ledger.append("session_incomplete", {"phase": phase, "error": problem})
+        except LedgerError:
+            pass  # a disk that refused the entry: the ledger still holds everything before it
+        self.ledger.close()
+        raise InfrastructureFailure(f"incomplete ({phase}): {problem}")
+
     def finish(self, final: Candidate | None, status: str = "ok", error: str | None = None) -> RunRecord:
+        """Score ``final`` on val and test and write the run record; :class:`InfrastructureFailure`
+        (no record, the ledger resumable) when the session was stopped by its infrastructure or an
+        example could not be scored for the infrastructure's sake."""
+        if self.service.stopped is not None:  # whatever the optimizer made of it, the run is not complete
+            self.end_incomplete("optimisation", self.service.stopped)
+        try:
+            return self._finish(final, status, error)
+        except InfrastructureFailure as exc:
+            self.end_incomplete("held-out scoring", str(exc))
+
+    def _finish(self, final: Candidate | None, status: str, error: str | None) -> RunRecord:
         test_verdicts: list[Verdict] = []
         val_verdicts: list[Verdict] = []
         usage = self.service.usage
@@ -484,8 +564,10 @@ class Session:
         if self.variant.canonical or not examples:
             return None
         cid = candidate_id(final)
-        scorings = [self.scorer.score(final, examples, DEPLOYMENT, usage, self.variant.options, r)
-                    for r in range(self.variant.repeats)]
+        with self.service.interruptible():
+            scorings = [self.scorer.score_all(final, examples, DEPLOYMENT, usage, "val (own verifier)",
+                                              self.variant.options, r)
+                        for r in range(self.variant.repeats)]
         shown = [self.variant.show([s[k] for s in scorings], ex, seed=self.seed, candidate_id=cid)
                  for k, ex in enumerate(examples)]
         for ex, v in zip(examples, shown):
@@ -494,13 +576,47 @@ class Session:
         return self.task.benchmark.aggregate(shown)
 
     def _score_final(self, final: Candidate, split: str, usage: Usage) -> list[Verdict]:
-        """Scored by the harness with the canonical verifier, outside the optimizer's budget, and
-        always fresh: entries already in the ledger (e.g. before an interruption, or appended by
-        anyone else) are never read back as results."""
+        """Scored by the harness with the canonical verifier, outside the optimizer's budget. What
+        this session's ledger already holds for this final candidate (scored before an
+        interruption or an infrastructure failure; the harness's own entries of the same
+        experiment, in a chain :meth:`Ledger.open` checked) is kept; only the examples still
+        missing are scored, in chunks, with progress after each. An example that the
+        infrastructure failed to score raises :class:`InfrastructureFailure` (never a 0)."""
         examples = self.task.splits.get(split, [])
         cid = candidate_id(final)
-        verdicts = self.deploy_scorer.score(final, examples, DEPLOYMENT, usage)
-        for ex, v in zip(examples, verdicts):
-            self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": ex.id,
-                                                   "verifier": CANONICAL, "verdict": v.to_dict()})
-        return verdicts
+        recorded: dict[str, Verdict] = {}
+        for entry in self.ledger.entries(f"{split}_scoring"):
+            data = entry["data"]
+            if data["candidate_id"] == cid and data.get("verifier") == CANONICAL:
+                verdict = Verdict.from_dict(data["verdict"])
+                if not is_infrastructure_failure(verdict):  # a ledger written before this rule may hold some
+                    recorded[data["example_id"]] = verdict
+        todo = [ex for ex in examples if ex.id not in recorded]
+        done, failed = len(examples) - len(todo), []
+        step = _progress_chunk(len(todo), self.deploy_scorer)
+        for start in range(0, len(todo), step):
+            chunk = todo[start:start + step]
+            with self.service.interruptible():
+                verdicts = self.deploy_scorer.score_retrying(final, chunk, DEPLOYMENT, usage)
+            for ex, v in zip(chunk, verdicts):
+                if is_infrastructure_failure(v):
+                    failed.append(v)
+                    continue
+                self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": ex.id,
+                                                       "verifier": CANONICAL, "verdict": v.to_dict()})
+                recorded[ex.id] = v
+            done += len(chunk)
+            if self.heldout_progress is not None:
+                self.heldout_progress(split, done, len(examples), len(failed))
+        if failed:
+            raise InfrastructureFailure(infrastructure_failures(
+                split, failed + [recorded[ex.id] for ex in examples if ex.id in recorded]) or "")
+        return [recorded[ex.id] for ex in examples]
+
+
+def _progress_chunk(count: int, scorer: Scorer) -> int:
+    """How many held-out examples are scored between two progress reports: about 25 reports a
+    split, but never fewer in a chunk than twice the calls the worker keeps in flight (a chunk
+    waits for its slowest call, so a smaller one would leave the endpoint idle)."""
+    in_flight = max(1, int(getattr(scorer.worker, "concurrency", 0) or 0), scorer.jobs)
+    return max(1, 2 * in_flight, math.ceil(count / 25))

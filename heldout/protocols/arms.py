@@ -241,7 +241,8 @@ def check_headroom(spec: ArmsSpec, config: StudyConfig) -> Headroom:
     split = "val" if task.splits.get("val") else "train"
     bench = task.benchmark
     scorer = Scorer(bench, _client(config.worker_model, config), options=spec.options)
-    verdicts = scorer.score(bench.seed_candidate(), task.splits.get(split, []), DEPLOYMENT, Usage())
+    verdicts = scorer.score_all(bench.seed_candidate(), task.splits.get(split, []), DEPLOYMENT, Usage(),
+                                f"the seed's {split} headroom")
     return Headroom(split, bench.aggregate(verdicts) if verdicts else 0.0, bench.score_ceiling, spec.min_headroom)
 
 

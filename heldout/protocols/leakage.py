@@ -528,7 +528,8 @@ class _AblationScorer:
             self.ledger.append("candidate", {"candidate_id": cid, "components": dict(candidate)})
         examples = task.splits.get(pool, [])
         todo = [ex for ex in examples if (task.name, cid, ex.id) not in self.done]
-        verdicts = self.scorer_for[task.name].score(candidate, todo, DEPLOYMENT, self.usage) if todo else []
+        verdicts = self.scorer_for[task.name].score_all(candidate, todo, DEPLOYMENT, self.usage,
+                                                        f"leak ablation of {task.name} ({pool})") if todo else []
         self.usage.charge(len(todo))
         for ex, verdict in zip(todo, verdicts):
             self.ledger.append("ablation_scoring", {"task": task.name, "profile": task.profile, "pool": pool,

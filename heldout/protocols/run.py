@@ -16,13 +16,19 @@ One run dir = one experiment:
 
 Interrupts: SIGINT/SIGTERM stop the study promptly: no new cell starts, running sessions stop
 at a consistent ledger point (every acknowledged entry is durable; the cell is resumable), and a
-summary says what finished and how to resume.
+summary says what finished and how to resume. While a cell's thread only waits (on an isolated
+optimizer, or on the scoring of an evaluation or of the held-out splits) the stop is raised at once.
+
+Errors are not scores: a cell whose infrastructure failed (an endpoint that died, timed out or
+answered 5xx after retries, a sandbox that could not start, a full disk) ends ``incomplete``: no
+run record, a ledger that says why, and ``--resume`` finishes exactly what is missing.
 
 Cells run through an :class:`Executor`; :class:`LocalExecutor` is a process pool (``--jobs N``).
 A distributed engine plugs in by implementing the same interface."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -39,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from heldout.contracts import (HeldoutError, canonical_json, check_name, read_user_json, remove_stale_temp_files,
+from heldout.contracts import (HeldoutError, InfrastructureFailure, canonical_json, check_name, read_user_json, remove_stale_temp_files,
                                write_text_atomically)
 from heldout.evaluators.isolated import run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
@@ -191,6 +197,18 @@ class Progress:
                 print(f"  {label}: {used}/{budget} metric calls, best-so-far {best_text}, ETA {eta:.0f} s",
                       file=self.stream, flush=True)
 
+    def scoring(self, label: str, split: str, done: int, total: int, errors: int) -> None:
+        """Held-out scoring of a cell: examples scored of the split's total, and infrastructure
+        failures so far (each is retried; any left makes the cell incomplete)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            bar = self._bars.pop(label, None)
+            if bar is not None:  # the optimisation bar is done
+                bar.close()
+            failures = f", {errors} infrastructure failure(s)" if errors else ""
+            print(f"  {label}: held-out {split} {done}/{total} scored{failures}", file=self.stream, flush=True)
+
     def finished(self, cell: Cell, summary: dict[str, Any]) -> None:
         if not self.enabled:
             return
@@ -205,6 +223,8 @@ class Progress:
                 detail = " (already done)"
             if status == "ok":
                 detail += f", test {summary.get('test_score')}"
+            elif status == "incomplete":
+                detail += f": {summary.get('error')} (resume with --resume)"
             elif summary.get("error"):
                 detail += f": {summary['error']}"
             print(f"[{self.done}/{self.total}] {cell.label}: {status}{detail}", file=self.stream, flush=True)
@@ -216,14 +236,14 @@ _WORKER_EVENTS: Any = None  # the progress queue of a pool worker (set by _worke
 # could land between a ledger write and its fsync). An isolated optimizer's harness only waits
 # for its child (the view server's thread writes the ledger), so it is interrupted at once.
 _STOP = threading.Event()
-_ISOLATED_CELL = False  # this process's main thread is waiting for an isolated optimizer
+_WAITING = False        # this process's main thread only waits (isolated optimizer, scoring)
 _INTERRUPTED = False    # a StudyInterrupted was already raised in this process
 
 
 def _request_stop(signum) -> None:
     global _INTERRUPTED
     _STOP.set()
-    if _ISOLATED_CELL and not _INTERRUPTED:  # only once: a second signal must not break the cleanup
+    if _WAITING and not _INTERRUPTED:  # only once: a second signal must not break the cleanup
         _INTERRUPTED = True
         raise StudyInterrupted(signal.Signals(signum).name)
 
@@ -258,6 +278,7 @@ class LocalExecutor:
         self.stopping = False
         self._pool: ProcessPoolExecutor | None = None
         self.on_progress: Callable[[str, int, int, float | None], None] | None = None
+        self.on_scoring: Callable[[str, str, int, int, int], None] | None = None
 
     def stop(self) -> None:
         self.stopping = True
@@ -290,12 +311,15 @@ class LocalExecutor:
     def _drain(self, events, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                label, used, budget, best = events.get(timeout=0.2)
+                label, used, budget, best = events.get(timeout=0.2)  # see _CellRunner
             except queue.Empty:
                 continue
             except (EOFError, OSError, ValueError):
                 return
-            if self.on_progress is not None:
+            if used == HELDOUT_EVENT:  # (label, HELDOUT_EVENT, (split, done, total, errors), None)
+                if self.on_scoring is not None:
+                    self.on_scoring(label, *budget)
+            elif self.on_progress is not None:
                 self.on_progress(label, used, budget, best)
 
     def _map_pool(self, fn, cells, context, events):
@@ -481,9 +505,23 @@ def cell_is_isolated(cell: Cell, config: StudyConfig) -> bool:
     return bool(cell.method.command) or (user and not config.trusted_optimizer)
 
 
-def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None
-             ) -> dict[str, Any]:
-    """Run (or resume, or skip) one cell. Never raises for a failing optimizer: the record says.
+@contextlib.contextmanager
+def _waiting():
+    """The main thread only waits here (no ledger write of its own): a stop is raised at once."""
+    global _WAITING
+    outer, _WAITING = _WAITING, True
+    try:
+        if _STOP.is_set():
+            _checkpoint()
+        yield
+    finally:
+        _WAITING = outer
+
+
+def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None,
+             scoring: Callable[[str, int, int, int], None] | None = None) -> dict[str, Any]:
+    """Run (or resume, or skip) one cell. Never raises for a failing optimizer: the record says;
+    a failing infrastructure gives status ``incomplete`` (no record; ``--resume`` finishes it).
     Raises :class:`ExperimentMismatch` when the cell's dir holds another experiment."""
     run_dir = cell.run_dir(config.run_root)
     if (run_dir / RECORD_FILE).exists():
@@ -496,7 +534,7 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
                                      f"{'; '.join(differing)}. Use a new run dir")
         return {"status": record.status, "skipped": True, "test_score": record.test_score, "error": record.error,
                 "run_dir": str(run_dir)}
-    global _ISOLATED_CELL, _INTERRUPTED
+    global _WAITING, _INTERRUPTED
 
     def checkpoint(used: int, budget: int, best: float | None) -> None:
         if progress is not None:
@@ -506,12 +544,13 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
     _INTERRUPTED = False
     session = cell_session(cell, config)
     session.service.progress = checkpoint
+    session.service.interruptible = _waiting
+    session.heldout_progress = scoring
     target = cell.method.target or cell.method.name
-    _ISOLATED_CELL = cell_is_isolated(cell, config)
     try:
         if cell.method.command:
             record = run_isolated(session, cell.method.command)
-        elif _ISOLATED_CELL:
+        elif cell_is_isolated(cell, config):
             # user code: isolated by default (the trust model); heldout's reference names run in-process
             record = run_isolated_function(session, optimizer_target(target),
                                            options={**split_spec(target)[1], **cell.method.options})
@@ -520,15 +559,22 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
                                                              "isolation": "trusted, not isolated"})
             record = session.run(resolve_optimizer(target, cell.method.options))
     except StudyInterrupted:
-        _ISOLATED_CELL = False
         session.ledger.close()
         return {"status": "interrupted", "skipped": False, "test_score": None,
                 "error": "interrupted; its ledger is consistent and the cell resumes from it",
                 "run_dir": str(run_dir)}
+    except InfrastructureFailure as exc:
+        session.ledger.close()
+        return {"status": "incomplete", "skipped": False, "test_score": None, "error": str(exc),
+                "run_dir": str(run_dir)}
     finally:
-        _ISOLATED_CELL = False
+        _WAITING = False
     return {"status": record.status, "skipped": False, "test_score": record.test_score,
             "error": record.error, "run_dir": str(run_dir)}
+
+
+#: the second field of a progress event that reports held-out scoring, not metric calls
+HELDOUT_EVENT = -1
 
 
 class _CellRunner:
@@ -548,13 +594,19 @@ class _CellRunner:
 
             def hook(used, budget, best):
                 report.update(cell.label, used, budget, best)
+
+            def scoring(split, done, total, errors):
+                report.scoring(cell.label, split, done, total, errors)
         elif events is not None:
             def hook(used, budget, best):
                 events.put((cell.label, used, budget, best))
+
+            def scoring(split, done, total, errors):
+                events.put((cell.label, HELDOUT_EVENT, (split, done, total, errors), None))
         else:
-            hook = None
+            hook = scoring = None
         try:
-            return run_cell(cell, self.config, hook)
+            return run_cell(cell, self.config, hook, scoring)
         except ExperimentMismatch as exc:  # the cell's dir holds another experiment: say so, run the rest
             return {"status": "refused", "skipped": False, "test_score": None, "error": str(exc),
                     "run_dir": str(cell.run_dir(self.config.run_root))}
@@ -562,7 +614,7 @@ class _CellRunner:
 
 def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None = None,
               progress: bool = True, resume_hint: str | None = None) -> list[dict[str, Any]]:
-    """Run every cell; returns one summary per cell (``status`` ok / failed / refused /
+    """Run every cell; returns one summary per cell (``status`` ok / failed / incomplete / refused /
     interrupted / not started). On SIGINT/SIGTERM no further cell starts, running cells stop
     resumably, and a summary says what finished and how to resume."""
     executor = executor or LocalExecutor(1)
@@ -585,6 +637,8 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
             installed[sig] = signal.signal(sig, on_signal)
     if hasattr(executor, "on_progress"):
         executor.on_progress = report.update
+    if hasattr(executor, "on_scoring"):
+        executor.on_scoring = report.scoring
     try:
         runner = _CellRunner(config, report if in_process else None)
         for cell, summary in executor.map(runner, cells):
@@ -606,7 +660,21 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
                                 "skipped": False, "test_score": None, "error": None,
                                 "run_dir": str(cell.run_dir(config.run_root))})
         print(interrupt_summary(results, caught[0], config.run_root, resume_hint), file=sys.stderr, flush=True)
+    elif progress and any(r["status"] == "incomplete" for r in results):
+        print(incomplete_summary(results, config.run_root, resume_hint), file=sys.stderr, flush=True)
     return results
+
+
+def incomplete_summary(results: list[dict[str, Any]], run_root: str, resume_hint: str | None) -> str:
+    """What a study whose infrastructure failed tells its user: which cells have no score, and how
+    to finish them once the endpoint, sandbox or disk is back."""
+    lost = [r for r in results if r["status"] == "incomplete"]
+    lines = [f"heldout: {len(lost)} of {len(results)} cell(s) INCOMPLETE: the infrastructure failed, not the "
+             "candidate; they have no score (not 0) until resumed."]
+    lines += [f"  incomplete: {r['task']} {r['method']} seed {r['seed']}: {r.get('error')}" for r in lost]
+    lines.append(f"  resume with: {resume_hint or 'the same command plus --resume'}  (run dir {run_root}); only "
+                 "what is missing runs again")
+    return "\n".join(lines)
 
 
 def interrupt_summary(results: list[dict[str, Any]], signame: str, run_root: str, resume_hint: str | None) -> str:
@@ -616,8 +684,10 @@ def interrupt_summary(results: list[dict[str, Any]], signame: str, run_root: str
     done = counts.get("ok", 0) + counts.get("failed", 0)
     lines = [f"heldout: study interrupted by {signame}: {done} of {len(results)} cell(s) finished "
              f"({counts.get('ok', 0)} ok, {counts.get('failed', 0)} failed), {counts.get('interrupted', 0)} "
-             f"interrupted (ledgers consistent), {counts.get('not started', 0)} not started."]
-    lines += [f"  interrupted: {r['task']} {r['method']} seed {r['seed']}" for r in results if r["status"] == "interrupted"]
+             f"interrupted (ledgers consistent), {counts.get('incomplete', 0)} incomplete (infrastructure "
+             f"failed), {counts.get('not started', 0)} not started."]
+    lines += [f"  {r['status']}: {r['task']} {r['method']} seed {r['seed']}" for r in results
+              if r["status"] in ("interrupted", "incomplete")]
     lines.append(f"  resume with: {resume_hint or 'the same command plus --resume'}  (run dir {run_root})")
     return "\n".join(lines)
 

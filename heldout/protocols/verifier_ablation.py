@@ -332,7 +332,8 @@ class _SelectionScorer:
         scorer = Scorer(bench, worker, None, options, 2, self.ledger)
         examples = task.splits.get("train", [])
         cid = candidate_id(candidate)
-        scorings = [scorer.score(candidate, examples, OPTIMISATION, self.usage, parsed.options, r)
+        scorings = [scorer.score_all(candidate, examples, OPTIMISATION, self.usage, f"selection scoring ({variant})",
+                                     parsed.options, r)
                     for r in range(parsed.repeats)]
         shown = [parsed.show([s[k] for s in scorings], ex, seed=seed, candidate_id=cid)
                  for k, ex in enumerate(examples)]

@@ -92,8 +92,9 @@ def _refuse_incomplete(side: str, runs: RunSet) -> None:
     problems = [f"{side} run EXCLUDED {e.path}: {e.reason}" for e in runs.excluded]
     problems += [f"{side} run FAILED {r.path}: {r.record.error}" for r in runs.failed]
     if problems:
-        raise GateInputError("cannot gate an incomplete study (a crashed or missing run could hide a regression): "
-                             + "; ".join(problems))
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise GateInputError("cannot gate an incomplete study (a crashed, unscored or missing run could hide a "
+                             f"regression): {len(problems)} run(s): " + "; ".join(problems[:3]) + more)
 
 
 def _by_task(runs: RunSet, method: str | None, side: str) -> dict[str, dict[int, Run]]:

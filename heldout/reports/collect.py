@@ -59,6 +59,15 @@ class Excluded:
 
     path: Path
     reason: str
+    # the cell it belongs to, where its ledger names it (so the tables can mark the cell's row)
+    task: str | None = None
+    method: str | None = None
+    seed: int | None = None
+
+    @property
+    def incomplete(self) -> bool:
+        """Its infrastructure failed: the cell has no score yet, and --resume gives it one."""
+        return self.reason.startswith("INCOMPLETE")
 
 
 PROTOCOL_FOLDERS = {LEAK_ABLATION_DIR: "leak ablate (topic-shared leakage ablation)",
@@ -186,7 +195,7 @@ def find_run_dirs(paths: Iterable[str | Path]) -> Iterator[Path]:
 def check_run(run_dir: Path) -> tuple[RunRecord | None, list[dict[str, Any]], str | None]:
     """``(record, ledger entries, None)`` when the run verifies, else ``(None, [], reason)``."""
     if not (run_dir / RECORD_FILE).exists():
-        return None, [], "no run record (the session was interrupted before it finished; resume it)"
+        return None, [], _unfinished_reason(run_dir)
     try:
         record = RunRecord.load(run_dir)
     except (HeldoutError, TypeError) as exc:
@@ -203,6 +212,33 @@ def check_run(run_dir: Path) -> tuple[RunRecord | None, list[dict[str, Any]], st
         return None, [], (f"{run_dir / RECORD_FILE}: no held-out example was scored (the profile's test split "
                           "is empty), so it has no held-out score")
     return record, entries, None
+
+
+def _ledger_entries(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        return read_entries(run_dir / LEDGER_FILE)[0]
+    except LedgerError:
+        return []
+
+
+def _excluded(run_dir: Path, reason: str) -> Excluded:
+    """An excluded run, with its cell as its ledger's ``session_start`` names it (when it does)."""
+    start = next((e.get("data") or {} for e in _ledger_entries(run_dir) if e.get("kind") == "session_start"), {})
+    seed = start.get("seed")
+    return Excluded(run_dir, reason, start.get("task"), start.get("method"), seed if isinstance(seed, int) else None)
+
+
+def _unfinished_reason(run_dir: Path) -> str:
+    """Why a run dir has a ledger and no record: its infrastructure failed (the ledger's last
+    ``session_incomplete`` entry says where) or the session was interrupted."""
+    entries = _ledger_entries(run_dir)
+    last = next((e for e in reversed(entries) if e.get("kind") in ("session_incomplete", "session_start",
+                                                                    "session_resumed")), None)
+    if last is not None and last["kind"] == "session_incomplete":
+        data = last.get("data") or {}
+        return (f"INCOMPLETE, no score: the infrastructure failed during {data.get('phase', '?')} "
+                f"({str(data.get('error', ''))[:400]}); fix it and resume the study with --resume")
+    return "no run record (the session was interrupted before it finished; resume it)"
 
 
 def _header_mismatch(record: RunRecord, entries: list[dict[str, Any]]) -> str | None:
@@ -246,7 +282,7 @@ def collect_runs(paths: Iterable[str | Path], keep_ledgers: bool = False) -> Run
             continue
         record, entries, reason = check_run(run_dir)
         if record is None:
-            result.excluded.append(Excluded(run_dir, reason or "unknown"))
+            result.excluded.append(_excluded(run_dir, reason or "unknown"))
             continue
         run = Run(run_dir, record, ledger=entries if keep_ledgers else None)
         key = (record.task, record.method, record.seed, json.dumps(record.pooling_key(), sort_keys=True))

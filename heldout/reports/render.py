@@ -57,6 +57,11 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     """Collect and verify the runs under ``paths`` and compute every table and figure."""
     runs = collect_runs(list(paths))
     report = Report(runs=runs, baseline=baseline, alpha=alpha)
+    incomplete = [ex for ex in runs.excluded if ex.incomplete]
+    if incomplete:  # first: a study with unscored cells is not a finished study, whatever the tables show
+        report.warnings.append(f"INCOMPLETE STUDY: {len(incomplete)} run(s) have no score because the infrastructure "
+                               "failed (endpoint, sandbox or disk); their cells are marked ‡ and every number "
+                               "below is over the remaining seeds. Resume the study with --resume")
     for ex in runs.excluded:
         report.warnings.append(f"EXCLUDED {ex.path}: {ex.reason}")
     report.notes += [folder.describe() for folder in runs.protocols]  # a protocol's folder, not a run

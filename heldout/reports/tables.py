@@ -175,6 +175,12 @@ def _interval_text(agg, digits: int) -> str:
 
 
 # -- Table 1 -----------------------------------------------------------------------------------------
+def unscored_seeds(runs: RunSet, label: str, method: str) -> list[int | None]:
+    """Seeds of the cell (task label, method) whose run was excluded (no score in any table)."""
+    return [ex.seed for ex in runs.excluded if ex.method == method and ex.task is not None
+            and (label == ex.task or label.startswith(ex.task + " ["))]
+
+
 def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     cells = runs.cells()
     tasks, methods = runs.tasks(), runs.methods()
@@ -184,13 +190,15 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
         best, separated = _strong_best(scores, _examples_per_run(cells, task, methods))
         row = [Cell(task)]
         for method in methods:
+            lost = unscored_seeds(runs, task, method)
+            lost_text = f" ‡ {len(lost)} seed(s) without a score" if lost else ""
             if method not in scores:
-                row.append(Cell("-"))
+                row.append(Cell("-" + lost_text))
                 continue
             summary = summarize_seeds(scores[method])
             digits = decimals([float(np.mean(v)) for v in scores.values()])
             mark = "" if method != best or separated or len(scores) == 1 else " †"
-            row.append(Cell(f"{summary.format(digits)} (n={summary.k}){mark}", strong=method == best))
+            row.append(Cell(f"{summary.format(digits)} (n={summary.k}){mark}{lost_text}", strong=method == best))
             data.append({"task": task, "method": method, "seeds": sorted(cells[(task, method)]),
                          **summary.as_dict(), "best": method == best, "best_separated": method == best and separated})
         rows.append(row)
@@ -198,6 +206,9 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     notes = [settings_note(runs),
              "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
              "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated."]
+    if runs.excluded:
+        notes.append("‡ seeds of this cell that have no score (incomplete: the infrastructure failed; interrupted; or "
+                     "not verified): the mean is over the seeds that have one; see the warnings above.")
     if len(tasks) > 1 and complete:
         # a macro mean only over one scale: the same metric and ceiling, or each task's score
         # divided by its ceiling; never 2.54, 0.0028 and 0.5 averaged as they are
