@@ -351,6 +351,7 @@ def test_a_number_written_to_two_places_is_rounded_the_target_in_flexible_mode_o
     target = 14053029.666666666
     rounded = score_number("So the answer is 14,053,029.67.", target)
     assert (rounded["strict"], rounded["flexible"], rounded["published"], rounded["pal"]) == (0, 1, 0, 0)
+    assert rounded["pal_text"] == 0
     assert score_number("So the answer is 14,053,029.66.", target)["flexible"] == 0  # truncated
     assert score_number("So the answer is 14,053,030.", target)["flexible"] == 0  # not a rounding we honour
     assert numbers_match(2.67, 2.6666666, decimals=2)
@@ -447,6 +448,7 @@ def test_any_integer_written_any_usual_way_reads_back(value, template):
 def test_any_float_written_in_full_or_rounded_to_cents_reads_back(value):
     for written in (repr(value), f"{value:.17e}"):
         assert score_number(f"So the answer is {written}.", value)["strict"] == 1, written
-        assert score_number(f"Thinking...\nThe answer is {written}", value)["published"] == 1, written  # PAL's form
+        assert score_number(f"So the answer is {written}.", value)["published"] == 1, written
+        assert score_number(f"Thinking...\nThe answer is {written}", value)["pal_text"] == 1, written  # PAL's form
     assert score_number(f"So the answer is {value:,.2f}.", value)["flexible"] == 1
     assert math.isfinite(extract_number(f"= {value!r}", "flexible"))

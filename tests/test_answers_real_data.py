@@ -144,17 +144,18 @@ def test_every_gsm_hard_target_written_as_a_model_would_scores_one(gsm_targets):
     for t in gsm_targets:
         for written in (f"{t!r}", f"{t:.17g} dollars", f"{t:,.3f}"):
             result = score_number(f"Step by step... So the answer is {written}.", t)
-            assert (result["strict"], result["flexible"], result["pal"]) == (1, 1, 1), (t, written, result)
+            assert (result["strict"], result["flexible"], result["published"], result["pal"]) == (1, 1, 1, 1), (
+                t, written, result)
         for written in (f"{t!r}", f"{t:.17g}", f"{t:.3f}"):  # PAL's text rule: "The answer is " and a float
-            assert score_number(f"Step by step...\nThe answer is {written}", t)["published"] == 1, (t, written)
-            assert score_number(f"Step by step... So the answer is {written}", t)["published"] == 0, (t, written)
+            assert score_number(f"Step by step...\nThe answer is {written}", t)["pal_text"] == 1, (t, written)
+            assert score_number(f"Step by step... So the answer is {written}", t)["pal_text"] == 0, (t, written)
         for written in (f"{t:,.2f}", f"${t:,.2f}"):  # honoured as a rounding by flexible only
             result = score_number(f"Step by step... So the answer is {written}.", t)
-            assert result["flexible"] == 1 and result["strict"] == result["pal"], (t, result)
+            assert result["flexible"] == 1 and result["strict"] == result["pal"] == result["published"], (t, result)
         rounded_only += 1 - score_number(f"The answer is {t:.2f}", t)["published"]
         if t == int(t):
             assert right(score_number(f"The answer is {int(t):,}.", t)) == BOTH_RIGHT
-    assert rounded_only == 85  # non-integer targets written to 2 places that PAL's rule rejects
+    assert rounded_only == 85  # non-integer targets written to 2 places that PAL's comparison rejects
 
 
 def test_no_gsm_hard_target_accepts_an_off_by_one_answer(gsm_targets):

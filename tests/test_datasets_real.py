@@ -182,10 +182,10 @@ def gold_text(bench, ex) -> str:
         return f"Let me think. Option ({ex.target}) fits best. So the answer is ({ex.target})."
     if bench.family == "hotpotqa":
         return f"Both paragraphs point the same way. So the answer is {ex.target['answer']}."
-    if bench.family == "gsm_hard":  # PAL's text rule: "The answer is " and a number float() reads
+    if bench.family == "gsm_hard":
         value = ex.target
         shown = str(int(value)) if value == int(value) else repr(value)
-        return f"Working through the numbers step by step.\nThe answer is {shown}"
+        return f"Working through the numbers step by step. So the answer is {shown}."
     return f"Let's think step by step. So the answer is {ex.target}."
 
 

@@ -4,7 +4,7 @@ Each family's published extractor is compared with its reference rule, stated in
 :mod:`reference_rules`, on random outputs built from answer-like fragments (short, so the direct
 regexes are fast): BBH's rule, MMLU-Pro's official regexes (two of them quadratic on a long line;
 heldout's :func:`reference.mmlu_pro_answer` finds the same matches in one pass each), PAL's text
-rule for GSM-Hard, and HotpotQA's headline (strict's reading, the whole output when it has no
+rule for GSM-Hard's ``pal_text`` (and, on outputs in PAL's own form, its headline), and HotpotQA's headline (strict's reading, the whole output when it has no
 cue, scored by the official EM and F1). Each is then run on 100,000-character outputs built to
 make the direct regexes slow (:mod:`adversarial_outputs`). The time itself is measured in
 ``perf/extraction_speed.py`` (house rule: no timing assertions in unit tests)."""
@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adversarial_outputs import adversarial_outputs, published_reading
-from heldout.benchmarks.extraction import (extract_bbh, extract_span, reference, score_bbh, score_choice,
-                                           score_number, score_span)
+from heldout.benchmarks.extraction import (extract_bbh, extract_number, extract_span, pal_text_reading, reference,
+                                           score_bbh, score_choice, score_number, score_span)
 from reference_rules import bbh_reference, official_em, official_f1, official_mmlu_pro, pal_text_rule
 
 
@@ -71,7 +71,26 @@ def test_the_bbh_published_extractor_equals_the_bbh_rule_on_any_output(text, tar
 
 @settings(max_examples=400, deadline=None)
 @given(outputs(PAL_FRAGMENTS), st.sampled_from([12.0, -3.0, 1000.0, 3.0]))
-def test_the_gsm_hard_published_extractor_equals_pals_text_rule_on_any_output(text, target):
+def test_the_gsm_hard_pal_text_dimension_equals_pals_text_rule_on_any_output(text, target):
+    result = score_number(text, target)
+    assert (pal_text_reading(text), result["pal_text"]) == pal_text_rule(text, target), repr(text)
+
+
+REASONING = ["Step 1: 16 - 3 = 13.", " ", "\n", "She sells 13 eggs", " at $2 each", ", 4 * 5 = 20", "."]
+
+
+@settings(max_examples=400, deadline=None)
+@given(outputs(REASONING, max_size=8),
+       st.one_of(st.integers(min_value=-10**13, max_value=10**13),
+                 st.floats(min_value=-1e13, max_value=1e13, allow_nan=False)),
+       st.sampled_from(["", "\n", "."]), st.sampled_from([0.0, 0.0004, 0.001, 1.0]))
+def test_on_outputs_in_pals_own_form_the_gsm_hard_headline_is_pals_text_rule(reasoning, value, end, offset):
+    # PAL's form: a chain of thought whose last line is "The answer is N", N as Python writes it
+    # (a period after an integer only: PAL's float() refuses "2.5.", the headline reads 2.5)
+    written = repr(value)
+    end = end if end != "." or isinstance(value, int) else ""
+    text = f"{reasoning}\nThe answer is {written}{end}"
+    target = float(value) + offset
     result = score_number(text, target)
     assert (result["extracted_published"], result["published"]) == pal_text_rule(text, target), repr(text)
 
@@ -88,14 +107,13 @@ def test_the_hotpotqa_headline_scores_strict_reading_or_the_whole_cueless_output
 
 
 def direct_reading(family: str, text: str) -> object:
-    """The family's reference rule applied directly (HotpotQA's headline is strict's reading)."""
+    """The family's reference rule applied directly (HotpotQA's and GSM-Hard's headlines read what
+    strict reads)."""
     if family == "bbh":
         return bbh_reference(text)
     if family == "mmlu_pro":
         return official_mmlu_pro(text)
-    if family == "gsm_hard":
-        return pal_text_rule(text, 0.0)[0]
-    return extract_span(text, "strict")
+    return extract_span(text, "strict") if family == "hotpotqa" else extract_number(text, "strict")
 
 
 def test_adversarial_outputs_give_the_reference_answer_when_short_enough_to_check_directly():

@@ -6,12 +6,16 @@ published) = reasoning-machines/pal @ f81ca2a ``datasets/gsmhardv2.jsonl`` (mirr
 e.g. row 0's -9867630.0 eggs: labels come from running the PAL program on the changed numbers).
 The PAL ``code`` is kept in ``meta`` (it computes the answer, so it is never shown as input).
 
-Scoring: strict and flexible read the number the final answer cue introduces (commas, currency,
-units, negative signs and fractions handled by :func:`heldout.benchmarks.extraction.extract_number`)
-and compare with :func:`heldout.benchmarks.extraction.numbers_match`; ``published`` is PAL's own
-text rule (``scripts/gsm_zero_shot.py``: what follows the last "The answer is ", as Python's
-``float`` reads it, within ``1e-3``), so "So the answer is 72" and "The answer is $72" score 0
-there; ``pal`` is PAL's ``abs(answer - target) < 1e-3`` on the flexible reading."""
+Scoring: every mode reads the number the final answer cue introduces (commas, currency, units,
+negative signs and fractions handled by :func:`heldout.benchmarks.extraction.extract_number`).
+The headline, ``published``, compares it with the target by PAL's rule (``abs(answer - target) <
+1e-3``, ``scripts/gsm_eval.py``: how GSM-Hard's published numbers were scored), so "So the answer
+is 72", "The answer is $72" and "The answer is 72.0." all score 1; strict and flexible use
+:func:`heldout.benchmarks.extraction.numbers_match`; ``pal`` is PAL's comparison of the flexible
+reading; ``pal_text`` is PAL's text rule (``scripts/gsm_zero_shot.py``: what follows the last
+"The answer is ", capital T, as Python's ``float`` reads it), kept for numbers scored that way.
+The seed prompt and the answer-format line ask for one form, "So the answer is <number>.",
+which the headline reads (docs/scoring.md)."""
 
 from __future__ import annotations
 
@@ -27,14 +31,14 @@ from heldout.benchmarks.sources import iter_hub_rows, read_jsonl
 class GSMHardTask(PromptBenchmark):
     name = "gsm_hard"
     family = "gsm_hard"
-    metric = "numeric match (published: PAL's text rule, |answer - target| < 1e-3; strict, flexible, pal alongside)"
+    metric = ("numeric match (published: PAL's |answer - target| < 1e-3 on the final cue's number; "
+              "strict, flexible, pal, pal_text alongside)")
     version = "1"
     description = "GSM-Hard: grade-school math with large numbers; float targets"
     source = Source(hub_id="reasoning-machines/gsm-hard", config="default", split="train",
                     revision=None, mirror_files=("gsm_hard/gsmhardv2.jsonl",))
-    # PAL's text rule (the published score) reads "The answer is " and then what float() accepts
-    answer_format = ("Finish with: The answer is <number>. Write the number in digits only, without commas, "
-                     "units or currency.")
+    # the seed instruction's form, with the answer named: the headline reads the final cue's number
+    answer_format = "Finish with: So the answer is <number>."
 
     def read_mirror(self, data_dir: str) -> list[dict[str, Any]]:
         return read_jsonl(data_dir, "gsm_hard/gsmhardv2.jsonl")

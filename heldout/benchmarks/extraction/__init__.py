@@ -37,6 +37,7 @@ from heldout.benchmarks.extraction.scoring import (
     extract_span,
     normalize_answer,
     numbers_match,
+    pal_text_reading,
     score_bbh,
     score_choice,
     score_number,
@@ -50,6 +51,7 @@ __all__ = [
     "BBH_FORMATS", "BBH_TASK_FORMATS", "EXTRACTION_MODES", "FORMATS", "Grammar", "HEADLINE_MODE",
     "MAX_OUTPUT_CHARS", "MODES", "QUESTION_MARKERS", "Reading", "STAGES", "TokenScores", "bbh_format_of",
     "choice_options", "exact_match", "extract_bbh", "extract_choice_letter", "extract_number", "extract_span",
-    "normalize_answer", "normalize_word_list", "numbers_match", "read", "register_format", "sanitize_text",
+    "normalize_answer", "normalize_word_list", "numbers_match", "pal_text_reading", "read", "register_format",
+    "sanitize_text",
     "score_bbh", "score_choice", "score_number", "score_span", "stage", "token_f1", "token_scores",
 ]

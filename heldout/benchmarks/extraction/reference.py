@@ -20,13 +20,15 @@ in the output's length.
   the same matches in one pass each. The script then credits a *random* guess when all three
   fail; heldout scores that 0 (deterministic), so on outputs with no letter at all heldout's
   published accuracy is below the script's by (miss rate) / (option count).
-* GSM-Hard (reasoning-machines/pal ``scripts/gsm_zero_shot.py``, ``evaluate_text_prompt`` and
-  ``check_corr``: PAL's rule for text, not program, outputs): the stripped output is split at
-  ``The answer is `` (case-sensitive, with its space) and the last piece, stripped, is the
-  answer; it is right when it equals the target's string, or when Python's ``float`` of it is
-  within ``1e-3`` of the target (strictly less; ``float`` failing scores 0). PAL's program scorer
-  (``scripts/gsm_eval.py``) uses the same ``abs(answer - target) < 1e-3`` on the program's
-  return value: :func:`pal_match`.
+* GSM-Hard (reasoning-machines/pal): PAL's comparison, ``abs(answer - target) < 1e-3`` (strictly
+  less; ``scripts/gsm_eval.py`` on a program's return value, ``check_corr`` on a text answer):
+  :func:`pal_match`. The headline applies it to the number the final answer cue introduces
+  (:func:`heldout.benchmarks.extraction.score_number`). PAL's text rule is kept as its own
+  dimension (``pal_text``): ``scripts/gsm_zero_shot.py``'s ``evaluate_text_prompt`` splits the
+  stripped output at ``The answer is `` (case-sensitive, with its space) and takes the last
+  piece, stripped; it is right when it equals the target's string, or when Python's ``float`` of
+  it is within ``1e-3`` of the target (``float`` failing scores 0): ``So the answer is 72`` and
+  ``The answer is 1,234.`` score 0 there.
 """
 
 from __future__ import annotations

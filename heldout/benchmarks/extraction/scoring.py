@@ -243,14 +243,18 @@ def extract_number(text: Any, mode: str) -> float | None:
     ("1 234 567"; "1 234" only when it is the whole answer), currency before or after the sign
     ("$-5", "-$5", "€3"), units and "%" after the number (ignored), negative signs including the
     unicode minus, decimals, fractions ("3/4", ``\\frac{3}{4}``, "½", "2½") and scientific notation
-    ("1.5e6"). European decimal commas ("1.234,5") are not supported. ``published`` is PAL's text
-    rule (:func:`reference.pal_text_answer`): Python's ``float`` of what follows the last
-    ``The answer is ``, or None where ``float`` refuses it ("$5", "1,234", "5 apples")."""
+    ("1.5e6"). European decimal commas ("1.234,5") are not supported. ``published`` reads what
+    ``strict`` reads, the number the final answer cue introduces (:func:`score_number` then
+    compares it by PAL's rule); :func:`pal_text_reading` is PAL's text rule."""
     check_mode(mode)
-    if mode == "published":
-        clean = sanitize_text(text)
-        return _pal_text_reading(clean)[1] if clean is not None else None
-    return _finite(_read(text, number_grammar(), mode).answer)
+    return _finite(_read(text, number_grammar(), "strict" if mode == "published" else mode).answer)
+
+
+def pal_text_reading(text: Any) -> float | None:
+    """PAL's text rule (:func:`reference.pal_text_answer`): Python's ``float`` of what follows the
+    last ``The answer is ``, or None where ``float`` refuses it ("$5", "1,234", "5 apples")."""
+    clean = sanitize_text(text)
+    return _pal_text_reading(clean)[1] if clean is not None else None
 
 
 def _pal_text_reading(clean: str) -> tuple[str, float | None]:
@@ -288,10 +292,17 @@ def numbers_match(pred: float, target: float, *, rel_tol: float = REL_TOL, abs_t
 
 
 def score_number(text: Any, target: float) -> dict[str, Any]:
-    """GSM-Hard, every mode, plus ``pal``: PAL's comparison of the *flexible* reading (so
-    ``flexible`` vs ``pal`` isolates the tolerance, ``published`` vs ``pal`` the extraction).
-    strict: heldout tolerance; flexible: heldout tolerance plus written-precision rounding;
-    published: PAL's text rule, its extraction and its check (:func:`reference.pal_text_correct`)."""
+    """GSM-Hard, every mode, plus two more PAL comparisons.
+
+    strict: heldout's tolerance on the number the final answer cue introduces; flexible: heldout's
+    tolerance plus written-precision rounding on the flexible reading; published (the headline):
+    PAL's comparison ``abs(answer - target) < 1e-3`` (:func:`reference.pal_match`, the rule of
+    GSM-Hard's published numbers) of strict's reading, so ``So the answer is 1,234.`` and
+    ``The answer is 1234`` score alike; ``pal``: the same comparison of the flexible reading;
+    ``pal_text``: PAL's text rule (``scripts/gsm_zero_shot.py``) exactly, its extraction and its
+    check (:func:`reference.pal_text_correct`). So ``published`` vs ``strict`` isolates the
+    tolerance, ``pal`` vs ``published`` flexible's fallbacks, ``pal_text`` vs ``published`` PAL's
+    cue string and ``float``."""
     try:
         t = float(target)
     except (TypeError, ValueError):
@@ -302,29 +313,21 @@ def score_number(text: Any, target: float) -> dict[str, Any]:
     raw = {mode: _read(text, grammar, mode) for mode in ("strict", "flexible")}
     value = {mode: _finite(raw[mode].answer) for mode in raw}
     clean = sanitize_text(text)
-    pal_answer, pal_value = _pal_text_reading(clean) if clean is not None else ("", None)
+    pal_answer = _pal_text_reading(clean)[0] if clean is not None else ""
     out: dict[str, Any] = {
         "strict": int(value["strict"] is not None and numbers_match(value["strict"], t)),
         "flexible": int(value["flexible"] is not None and numbers_match(
             value["flexible"], t, decimals=raw["flexible"].answer.decimals)),
-        "published": int(clean is not None and reference.pal_text_correct(pal_answer, target)),
+        "published": int(value["strict"] is not None and reference.pal_match(value["strict"], t)),
         "pal": int(value["flexible"] is not None and reference.pal_match(value["flexible"], t)),
+        "pal_text": int(clean is not None and reference.pal_text_correct(pal_answer, target)),
     }
     for mode in ("strict", "flexible"):
         out[f"extracted_{mode}"] = value[mode]
         out[f"why_{mode}"] = raw[mode].why if value[mode] is None and raw[mode].why else (
             "too_large" if value[mode] is None else None)
-    out["extracted_published"] = pal_value
-    out["why_published"] = None if pal_value is not None else _pal_why(clean, pal_answer)
+    out["extracted_published"], out["why_published"] = value["strict"], out["why_strict"]
     return out
-
-
-def _pal_why(clean: str | None, answer: str) -> str:
-    if clean is None:
-        return "no_output"
-    if not answer:
-        return "empty"
-    return "unreadable" if reference.PAL_TEXT_CUE in clean else "no_cue"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,6 +430,6 @@ def score_span(text: Any, gold: str) -> dict[str, Any]:
 
 
 __all__ = ["BBH_FORMATS", "BBH_TASK_FORMATS", "bbh_format_of", "extract_bbh", "score_bbh", "extract_choice_letter",
-           "score_choice", "extract_number", "numbers_match", "score_number", "normalize_answer", "exact_match",
-           "TokenScores", "token_scores", "token_f1", "extract_span", "hotpot_prediction", "score_span",
+           "score_choice", "extract_number", "pal_text_reading", "numbers_match", "score_number", "normalize_answer",
+           "exact_match", "TokenScores", "token_scores", "token_f1", "extract_span", "hotpot_prediction", "score_span",
            "canonical_integer"]
