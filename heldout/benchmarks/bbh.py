@@ -10,10 +10,11 @@ movie_recommendation[163] ("Monsters, Inc"), ruin_names[99] and ruin_names[144] 
 is an option's text instead of a letter. Their ``meta["quirk"]`` says so.
 
 Prompt formats: ``zero_shot`` (default) and ``cot_3shot``, the published BBH chain-of-thought
-setting (Suzgun et al. 2022) as lm-evaluation-harness's ``bbh_cot_fewshot`` sends it: the task's
-``cot-prompts/<task>.txt`` after its canary header, byte for byte, then
-``\n\nQ: <input>\nA: Let's think step by step.\n`` (the harness's ``description`` +
-``doc_to_text``), sent as a completion; it needs a mirror data dir holding the prompt files."""
+setting (Suzgun et al. 2022) as lm-evaluation-harness's ``bbh_cot_fewshot`` sends it, byte for
+byte: the task's ``cot-prompts/<task>.txt`` after its canary header, each demonstration's answer on
+the line after "A: Let's think step by step." (:func:`lm_eval_demonstrations`), then
+``\n\nQ: <input>\nA: Let's think step by step.\n``, sent as a completion; it needs a mirror
+data dir holding the prompt files."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ COT_3SHOT = "cot_3shot"
 COT_3SHOT_SETTING = PromptSetting(
     COT_3SHOT, "Suzgun et al. (2022) 3-shot chain of thought as lm-evaluation-harness bbh_cot_fewshot sends it "
                "(output_type generate_until: a completion; greedy, max_gen_toks 1024, until </s>, Q, blank line)", 3,
-    "bbh/cot-prompts/<task>.txt after its canary header, then \\n\\nQ: <input>\\nA: Let's think step by step.\\n",
+    "bbh/cot-prompts/<task>.txt after its canary header, each answer on the line after its cue (lm-eval's YAML), "
+    "then \\n\\nQ: <input>\\nA: Let's think step by step.\\n",
     COMPLETION, stop=("</s>", "Q", "\n\n"), max_tokens=1024, temperature=0.0)
 """The harness's context is its ``description`` (the prompt file's task line and a blank line)
 followed by ``doc_to_text`` (the three demonstrations, then ``\n\nQ: {{input}}\nA: Let's think
@@ -69,6 +71,7 @@ them a model runs on into a question of its own, and the reference's answer rule
 COT_QUESTION = "\n\nQ: {question}\nA: Let's think step by step.\n"
 """What follows the demonstrations: the question, and the cue the model continues from."""
 COT_HEADER = "-----\n"
+COT_CUE = "A: Let's think step by step."
 
 
 def cot_prompt_path(subtask: str) -> str:
@@ -86,6 +89,15 @@ def read_cot_prompt(data_dir: str, subtask: str) -> str:
     if not sep or head.count("\n") != 1 or not head.endswith("\n"):
         raise DataError(f"bbh/{subtask}: {cot_prompt_path(subtask)} lacks its canary + '-----' header")
     return body
+
+
+def lm_eval_demonstrations(body: str) -> str:
+    """The demonstrations as lm-evaluation-harness renders them from its YAML: each is its
+    ``doc_to_text`` (ending "A: Let's think step by step." and a newline) followed by its target,
+    so an answer always starts on the cue's next line. The BBH repo's sports_understanding file
+    writes its three answers on the cue's own line, after a space (lm-eval 0.4.x: a newline, 3
+    bytes across the prompt); the other 26 files already have the newline and stay untouched."""
+    return body.replace(COT_CUE + " ", COT_CUE + "\n")
 
 
 class BBHTask(PromptBenchmark):
@@ -113,7 +125,7 @@ class BBHTask(PromptBenchmark):
     def load_raw(self, data_dir: str | None) -> list[Example]:
         examples = super().load_raw(data_dir)
         if data_dir and (Path(data_dir) / cot_prompt_path(self.subtask)).is_file():
-            demos = read_cot_prompt(data_dir, self.subtask)  # one shared string, not hashed
+            demos = lm_eval_demonstrations(read_cot_prompt(data_dir, self.subtask))  # one shared string, not hashed
             for ex in examples:
                 ex.meta["cot_prompt"] = demos
         return examples
