@@ -134,12 +134,14 @@ def test_lines_forged_at_import_for_the_last_call_do_not_switch_off_the_per_call
 
 
 def test_a_forged_outcome_of_the_running_call_starts_the_next_calls_clock():
-    """The program claims its own call's outcome at once and then stays in that call for 3 s
-    (say, computing the next answers ahead): the next call's clock runs from the claim, so the
-    time is not free. Were the claim to stop the clock until the child's next line, the 3 s would
-    be timed by nobody."""
-    source = (FORGE + SIGNAL_DODGER + "def f(x):\n    if x == 0:\n"
-              "        forge(b'{\"call\": 0, \"ok\": true, \"value\": 0}\\n')\n        wait(3)\n    return x\n")
+    """The program claims its own call's outcome at once and then stays in that call computing
+    for 3 s of CPU (say, the next answers ahead): the next call's clock runs from the claim, so
+    the work is not free. Were the claim to stop the clock until the child's next line, the 3 s
+    would be timed by nobody."""
+    source = (FORGE + SIGNAL_DODGER + "def work(seconds):\n    began = time.process_time()\n"
+              "    while time.process_time() - began < seconds:\n        pass\n"
+              "def f(x):\n    if x == 0:\n"
+              "        forge(b'{\"call\": 0, \"ok\": true, \"value\": 0}\\n')\n        work(3)\n    return x\n")
     r = run_calls({"prog.py": source}, "prog", "f", [([0], {}), ([1], {})], limits=RunLimits(wall_seconds=20),
                   per_call_seconds=[10.0, 0.5])
     assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error

@@ -86,11 +86,22 @@ def test_printing_instead_of_returning_fails(problems):
 
 
 def test_too_slow_fails_on_the_per_test_time_limit(problems):
-    code = "import time\ndef square_perimeter(a):\n    time.sleep(5)\n    return 4 * a\n"
+    # 5 s of CPU work per test: the limit counts the solution's CPU time, at least 1 s
+    code = ("import time\ndef square_perimeter(a):\n    t = time.process_time()\n"
+            "    while time.process_time() - t < 5:\n        pass\n    return 4 * a\n")
     r = check(problems["Mbpp/17"], code, which=("base",))
     fail = r.first_failure()
-    assert fail["reason"] == "timeout" and "per-call" in fail["message"]
-    assert r.base.seconds < 5  # stopped by the 1 s floor, not by the sleep
+    assert fail["reason"] == "timeout" and "cpu" in fail["message"] and "per-call" in fail["message"]
+    assert r.base.seconds < 5  # stopped by the 1 s floor, not by the end of its work
+
+
+def test_a_solution_that_sleeps_fails_at_the_wall_backstop_of_its_time_limit(problems):
+    # sleeping is no work: the CPU limit never comes, the wall backstop (4 x 1 s + 2 s) ends it
+    code = "import time\ndef square_perimeter(a):\n    time.sleep(30)\n    return 4 * a\n"
+    r = check(problems["Mbpp/17"], code, which=("base",))
+    fail = r.first_failure()
+    assert fail["reason"] == "timeout" and "wall" in fail["message"] and "per-call" in fail["message"]
+    assert r.base.seconds < 30
 
 
 def test_a_crash_and_a_syntax_error_fail_with_their_reason(problems):

@@ -271,7 +271,8 @@ def test_trusted_calls_sent_up_front_give_the_same_outcomes_and_untrusted_timing
     one_by_one = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, encoding="typed")
     up_front = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, encoding="typed", inputs_up_front=True)
     # (a line's length and a crash's traceback carry its timing and line numbers)
-    strip = lambda r: [{k: v for k, v in c.items() if k not in ("seconds", "error", "bytes")} for c in r.calls]  # noqa: E731
+    timing = ("seconds", "cpu_seconds", "error", "bytes")
+    strip = lambda r: [{k: v for k, v in c.items() if k not in timing} for c in r.calls]  # noqa: E731
     assert strip(up_front) == strip(one_by_one) and len(up_front.calls) == 6
     assert up_front.calls[4]["value"] == {"x": 4, "sq": (16,)} and up_front.calls[3]["error_kind"] == "crash"
     for timed in ({"per_call_seconds": [1.0] * 6}, {"stop_on_error": True}):

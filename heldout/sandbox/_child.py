@@ -43,8 +43,8 @@ def libc():
 
 
 class CallTimeout(BaseException):
-    """Raised by the per-call timer; a BaseException so `except Exception` in candidates does not
-    swallow it."""
+    """Raised by a per-call timer (its CPU limit, or its wall backstop); a BaseException so
+    `except Exception` in candidates does not swallow it."""
 
 
 class CpuLimit(BaseException):
@@ -313,7 +313,53 @@ def tail_of_traceback(exc):
 
 
 def on_alarm(signum, frame):
-    raise CallTimeout()
+    raise CallTimeout(signum)
+
+
+class _Sigevent(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("thread_id", ctypes.c_int), ("rest", ctypes.c_byte * 44)]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("interval", _Timespec), ("value", _Timespec)]
+
+
+CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID, SIGEV_THREAD_ID = 1, 2, 4
+# the per-call timers of this process by clock: timer ids, made at the first timed call (timers do
+# not survive a fork), or None where the kernel made none (the itimers then stand in)
+_timers = {}
+_FALLBACK = {CLOCK_PROCESS_CPUTIME_ID: (signal.ITIMER_PROF, signal.SIGPROF),
+             CLOCK_MONOTONIC: (signal.ITIMER_REAL, signal.SIGALRM)}
+
+
+def set_call_timer(clock, seconds):
+    """A signal to the calls' (main) thread after ``seconds`` of ``clock`` (0: disarm): of the
+    process's CPU time, all its threads together (SIGPROF), or of wall time (SIGALRM). POSIX
+    timers, because the CPU clock counts exactly (ITIMER_PROF samples by ticks: it fired at
+    0.87 s of a 1 s limit on a test VM) and a signal sent to the thread itself interrupts its
+    sleep or wait even while other threads compute (a signal to the process may land on one of
+    them, and Python runs its handler only once the main thread wakes)."""
+    if clock not in _timers:
+        timer = ctypes.c_void_p()
+        # to the main thread, where the calls run (its kernel id is the pid)
+        event = _Sigevent(None, _FALLBACK[clock][1], SIGEV_THREAD_ID, os.getpid())
+        try:
+            made = libc().timer_create(clock, ctypes.byref(event), ctypes.byref(timer)) == 0
+        except (AttributeError, OSError):
+            made = False
+        _timers[clock] = timer if made else None
+    timer = _timers[clock]
+    if timer is None:
+        signal.setitimer(_FALLBACK[clock][0], seconds)
+        return
+    whole = int(seconds)
+    spec = _Itimerspec(_Timespec(0, 0), _Timespec(whole, int((seconds - whole) * 1e9)))
+    libc().timer_settime(timer, 0, ctypes.byref(spec), None)
 
 
 def on_xcpu(signum, frame):
@@ -323,11 +369,17 @@ def on_xcpu(signum, frame):
 def run_call(index, fn, call, typed, cpu_limit, max_bytes):
     """``(ok, outcome line)`` of call ``index``: the line is encoded once, here (an output that
     cannot be encoded is the call's bad_output)."""
+    # the call's limit is CPU time (the process's, all its threads: SIGPROF), so it does not move
+    # with the machine's load; the wall timer is only the backstop for a call that sleeps or blocks.
+    # These give a clean error; the parent measures the run's CPU itself and enforces both anyway.
     seconds = call.get("seconds")
+    wall = call.get("wall")
     start = time.perf_counter()
+    cpu_start = time.process_time()
 
     def failed(kind, error):
-        out = {"call": index, "ok": False, "error_kind": kind, "error": error, "seconds": time.perf_counter() - start}
+        out = {"call": index, "ok": False, "error_kind": kind, "error": error, "seconds": time.perf_counter() - start,
+               "cpu_seconds": time.process_time() - cpu_start}
         try:
             return False, encode(out)
         except (ValueError, RecursionError, OverflowError) as exc:
@@ -336,14 +388,21 @@ def run_call(index, fn, call, typed, cpu_limit, max_bytes):
 
     try:
         if seconds:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
+            set_call_timer(CLOCK_PROCESS_CPUTIME_ID, seconds)
+        if wall:
+            set_call_timer(CLOCK_MONOTONIC, wall)
         try:
             value = fn(*call.get("args", []), **call.get("kwargs", {}))
         finally:
             if seconds:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-    except CallTimeout:
-        return failed("timeout", f"timeout after {seconds:.3g} s wall (per-call limit)")
+                set_call_timer(CLOCK_PROCESS_CPUTIME_ID, 0)
+            if wall:
+                set_call_timer(CLOCK_MONOTONIC, 0)
+    except CallTimeout as exc:
+        if exc.args and exc.args[0] == signal.SIGALRM:
+            return failed("timeout", f"timeout after {wall:.3g} s wall (the per-call backstop of its "
+                                     f"{seconds:.3g} s cpu limit: the program sleeps or waits)")
+        return failed("timeout", f"timeout: {seconds:.3g} s cpu used (per-call limit)")
     except CpuLimit:
         fatal("timeout", f"timeout: cpu time limit of {cpu_limit} s exceeded")
     except MemoryError as exc:
@@ -352,11 +411,11 @@ def run_call(index, fn, call, typed, cpu_limit, max_bytes):
         return failed("crash", f"the program called exit({exc.code!r})")
     except BaseException as exc:  # noqa: BLE001 - anything the candidate raises is its crash
         return failed("crash", tail_of_traceback(exc))
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     try:
         # fails here, not in write(), on e.g. a huge int
         return True, encode({"call": index, "ok": True, "value": to_plain(value, typed, 0, Budget(max_bytes)),
-                             "seconds": elapsed})
+                             "seconds": elapsed, "cpu_seconds": cpu})
     except OutputTooLarge:
         return failed("output_too_large", f"output too large: the result exceeds {max_bytes} bytes")
     except RecursionError:
@@ -400,6 +459,7 @@ def main():
     send({"ready": True})  # from here on, the candidate's code may write to this channel too
     signal.signal(signal.SIGXCPU, on_xcpu)
     signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGPROF, on_alarm)
     sys.path.insert(0, job["code"])
     install_audit_hook(job["hide"], job.get("allow_processes", False))
     typed = job["encoding"] == "typed"

@@ -228,6 +228,10 @@ class RunGroup:
         d = self.dirs.get("unified") or self.dirs.get("pids")
         return d is not None and _flat_value(_read(d / "pids.events"), "max") > 0
 
+    def counts_cpu(self) -> bool:
+        """Whether :meth:`cpu_seconds` can tell the run's CPU time."""
+        return self.level == "cgroup-v2" or "cpuacct" in self.dirs
+
     def cpu_seconds(self) -> float | None:
         """CPU time used by every process of the run so far (None without a CPU controller)."""
         if self.level == "cgroup-v2":

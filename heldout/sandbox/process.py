@@ -6,14 +6,23 @@ interpreter, its packages, the run's code dir (read-only) and a size-capped priv
 scratch; fresh PID/network/IPC/UTS namespaces; a throw-away uid with no capabilities and
 ``no_new_privs`` when the harness is root. Limits:
 
-* wall clock, enforced by the parent (the whole run is killed);
+* **time is CPU time**: a program's time limits count its own work, the CPU time of the run's
+  whole process tree (every process and thread: n busy threads use n seconds a second), read by
+  the **parent** from the run's cgroup (or, without one, from ``/proc`` of the run's processes),
+  never taken from the child. A verdict then does not depend on how busy the machine is: the same
+  program gets the same verdict idle and with every core taken by other work (issue 53). Wall
+  time is only a backstop, for a program that sleeps, blocks or waits: ``limits.wall_seconds``
+  for the whole run (a task sets it generously from its CPU limit: :func:`wall_backstop`), and
+  ``wall_backstop(limit)`` for each call;
 * **whole-run** memory, process count and CPU time through a cgroup
   (:mod:`heldout.sandbox.cgroups`), plus per-process rlimits (CPU, address space, file size, open
   files) that give the common cases a clear error (``MemoryError``) before the cgroup kills;
 * total scratch size (the tmpfs quota, not a per-file cap);
-* per-call wall limits (``per_call_seconds``): a timer in the child gives a clean error, and the
-  **parent** kills the run if a call outlives its limit anyway (a program that ignores or blocks
-  signals still times out); the remaining calls then run in a fresh sandbox.
+* per-call CPU limits (``per_call_seconds``): timers in the child (CPU, and the wall backstop) give
+  a clean error; the **parent** times each call's CPU itself, fails a call that used more than its
+  limit whatever the child says, and kills the run if a call outlives its CPU limit or its wall
+  backstop anyway (a program that ignores or blocks signals still times out); the remaining calls
+  then run in a fresh sandbox.
 
 **Isolation levels** (:func:`isolation_level`, recorded in every :class:`SandboxResult`):
 ``bwrap+cgroup-v1``/``bwrap+cgroup-v2``/``bwrap+rlimit`` (the allow-list sandbox; the suffix says
@@ -67,6 +76,12 @@ UNSAFE_ENV = "HELDOUT_UNSAFE_NO_SANDBOX"
 HIDE_ENV = "HELDOUT_SANDBOX_HIDE"
 STDOUT_TAIL_BYTES = 4096
 PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the parent's is the guarantee
+# The wall backstop of a CPU limit: a program that computes gets its CPU limit whatever the load
+# (its wall time is its CPU time stretched by the load: ~4.5x beside 8 other runs on 2 cores), and
+# one that sleeps or blocks ends here. Generous on purpose: at 4x + 2 s a call that uses its whole
+# limit survives a 4x stretch, and a correct MBPP+ solution (about a quarter of its limit) 16x.
+WALL_BACKSTOP_FACTOR = 4.0
+WALL_BACKSTOP_SECONDS = 2.0
 DEFAULT_SCRATCH_MB = 64
 _CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
 _RESERVED_PREFIX = "_heldout_"
@@ -79,6 +94,13 @@ STDLIB_PRELOAD = ("re", "math", "cmath", "collections", "itertools", "heapq", "f
 PROGRAM_PRELOAD = ("numpy", *STDLIB_PRELOAD)
 CPU_CHECK_SECONDS = 0.25  # how often the parent reads a running execution's CPU time
 UNSERVED_RETRIES = 8  # times an execution asks the fork server again when no spare took it
+
+
+def wall_backstop(cpu_seconds: float) -> float:
+    """The wall time after which a program with a CPU limit of ``cpu_seconds`` is stopped anyway
+    (it sleeps, blocks on I/O or waits): the whole run's ``wall_seconds`` a task sets, and each
+    call's backstop of ``per_call_seconds``."""
+    return WALL_BACKSTOP_FACTOR * cpu_seconds + WALL_BACKSTOP_SECONDS
 
 
 class SandboxError(HeldoutError):
@@ -206,11 +228,13 @@ def run_calls(files: dict[str, str], module: str, function: str,
               groups: Sequence[str] | None = None, preload: Sequence[str] = (),
               fork_server: bool = True, inputs_up_front: bool = False) -> SandboxResult:
     """Like :func:`run_function`, but call ``function`` once per ``(args, kwargs)`` in ``calls`` in
-    one sandboxed process (imports are paid once). ``per_call_seconds`` adds a wall limit per call
-    (see the module docstring; the overall ``limits.wall_seconds`` still bounds everything).
-    ``result.calls`` holds one outcome per call that ran: ``{"call", "ok", "value", "seconds",
-    "bytes"}`` or ``{"call", "ok": False, "error_kind", "error", "bytes"}`` (``bytes``: the length
-    of the outcome's line on the channel); ``result.value`` is the list of values
+    one sandboxed process (imports are paid once). ``per_call_seconds`` adds a CPU limit per call,
+    with a wall backstop of :func:`wall_backstop` of it (see the module docstring; the overall
+    ``limits`` still bound everything). ``result.calls`` holds one outcome per call that ran:
+    ``{"call", "ok", "value", "seconds", "cpu_seconds", "bytes"}`` or ``{"call", "ok": False,
+    "error_kind", "error", "bytes"}`` (``bytes``: the length of the outcome's line on the
+    channel; ``seconds``: the call's wall time; ``cpu_seconds``: its CPU time, measured by the
+    parent when the call had a limit, else the child's own report); ``result.value`` is the list of values
     when all succeeded. With ``stop_on_error`` the run stops at the first failing call, or, when
     ``groups`` names a group per call, skips only the rest of the failing call's group.
     ``preload``/``fork_server``: as for :func:`run_function`.
@@ -240,8 +264,10 @@ def run_calls(files: dict[str, str], module: str, function: str,
         # each call encoded once: checked before anything starts, and every job is made of these
         dumps = json.dumps
         seconds_text, group_text = _json_texts(per_call), _json_texts(group_of)
+        wall_text = _json_texts([wall_backstop(s) if s else None for s in per_call])
         encoded_calls = ['{"args": ' + dumps(list(a)) + ', "kwargs": ' + (dumps(dict(k)) if k else "{}") +
-                         ', "seconds": ' + seconds_text[i] + ', "group": ' + group_text[i] + "}"
+                         ', "seconds": ' + seconds_text[i] + ', "wall": ' + wall_text[i] +
+                         ', "group": ' + group_text[i] + "}"
                          for i, (a, k) in enumerate(calls)]
     except (TypeError, ValueError, RecursionError) as exc:
         raise SandboxError(f"sandbox arguments must be JSON data: {exc}") from exc
@@ -425,15 +451,22 @@ class _RunState:
     The parent keeps each call's clock itself: the first call's starts with the child's start
     line, every later call's as the outcome of the call before it arrives (the child runs them in
     order and, with ``stop_on_error``, skips the rest of a failed call's group, or stops when it
-    has none), and only the outcome of the call being timed counts. The candidate shares its
-    process with the channel and can write lines of its own; under these rules a forged line can
-    only take time from the candidate, never give it more. With ``typed``, a call's value is
-    decoded as its line is parsed (see :func:`decode_typed`)."""
+    has none), and only the outcome of the call being timed counts. A clock is the run's CPU time
+    (``cpu_clock``: every process and thread of the run, read from outside) and, as a backstop,
+    the wall time. A call whose CPU time went past its limit fails as a timeout whatever its
+    outcome line says. The candidate shares its process with the channel and can write lines of
+    its own; under these rules a forged line can only take time from the candidate, never give it
+    more. With ``typed``, a call's value is decoded as its line is parsed (see
+    :func:`decode_typed`)."""
 
     def __init__(self, per_call: list[float | None], groups: Sequence[str | None], stop_on_error: bool,
-                 typed: bool, on_call: Callable[[int | None], None] = lambda index: None) -> None:
+                 typed: bool, on_call: Callable[[int | None], None] = lambda index: None,
+                 cpu_clock: Callable[[], float | None] | None = None) -> None:
         self.on_call = on_call  # told each call as its clock starts (None: no call is left)
         self.per_call = per_call
+        # read only where a call has a limit: a run without any does not pay a read per call
+        self.cpu_clock = cpu_clock if any(per_call) else None
+        self.timed_out_by: str | None = None  # what the parent stopped the running call for: cpu or wall
         self.groups = list(groups)
         self.stop_on_error = stop_on_error
         self.failed_groups: set[str | None] = set()
@@ -444,7 +477,8 @@ class _RunState:
         self.fatal: dict[str, Any] | None = None
         self.calls: dict[int, dict[str, Any]] = {}
         self.started = False  # the first call's start line arrived
-        self.current: tuple[int, float] | None = None  # (call, monotonic start) of the call being timed
+        # (call, monotonic start, run's CPU seconds at its start) of the call being timed
+        self.current: tuple[int, float, float | None] | None = None
         self.bad: str | None = None
         self.buffer = bytearray()
 
@@ -482,7 +516,7 @@ class _RunState:
             # the child always begins at call 0
             if not self.started and msg["start"] == 0 and self.per_call:
                 self.started = True
-                self.current = (msg["start"], time.monotonic())
+                self.current = (msg["start"], time.monotonic(), self._cpu())
                 self.on_call(0)
         elif type(msg.get("call")) is int:
             self._outcome(msg, len(line))
@@ -496,10 +530,26 @@ class _RunState:
         # only the child's outcome keys are kept (a forged line may add others, e.g. parent_enforced)
         outcome = msg if msg.keys() <= _OUTCOME_KEYS else {k: msg[k] for k in _OUTCOME_KEYS if k in msg}
         outcome["bytes"] = size
+        # one reading ends this call's clock and starts the next one's: every CPU second of the
+        # run after the start line is some call's
+        reading = self._cpu()
+        limit, cpu_start = self.per_call[index], self.current[2]
+        if reading is not None and cpu_start is not None:
+            used = reading - cpu_start
+            outcome["cpu_seconds"] = used  # the parent's measure, not the child's word
+            if limit and used > limit + PARENT_SLACK_SECONDS and outcome.get("ok") is not False:
+                # the child said it finished in time (its timer was switched off, its signal
+                # blocked ...): the parent's measure decides
+                outcome = {"call": index, "ok": False, "error_kind": "timeout", "cpu_seconds": used, "bytes": size,
+                           "error": f"timeout: {used:.3g} s cpu used, over the per-call limit of {limit:.3g} s "
+                                    f"(measured by the parent)"}
         self.calls[index] = outcome
-        following = self._call_after(index, msg.get("ok") is True)
-        self.current = None if following is None else (following, time.monotonic())
+        following = self._call_after(index, outcome.get("ok") is True)
+        self.current = None if following is None else (following, time.monotonic(), reading)
         self.on_call(following)
+
+    def _cpu(self) -> float | None:
+        return self.cpu_clock() if self.cpu_clock is not None else None
 
     def _call_after(self, index: int, ok: bool) -> int | None:
         """The call the child runs after call ``index`` ended (``ok``), or None."""
@@ -512,13 +562,22 @@ class _RunState:
         return next((j for j in range(index + 1, len(self.per_call)) if self.groups[j] not in self.failed_groups), None)
 
     def call_deadline(self) -> float | None:
+        """When the running call's wall backstop runs out (the parent's, after the child's own)."""
         if self.current is None:
             return None
         seconds = self.per_call[self.current[0]]
-        return None if not seconds else self.current[1] + seconds + PARENT_SLACK_SECONDS
+        return None if not seconds else self.current[1] + wall_backstop(seconds) + PARENT_SLACK_SECONDS
+
+    def call_over_cpu(self, reading: float | None) -> bool:
+        """Whether the running call used more CPU than its limit allows (the child's timer should
+        have stopped it by now), given the run's CPU seconds ``reading``."""
+        if self.current is None or reading is None or self.current[2] is None:
+            return False
+        seconds = self.per_call[self.current[0]]
+        return bool(seconds) and reading - self.current[2] > seconds + PARENT_SLACK_SECONDS
 
 
-_OUTCOME_KEYS = frozenset(("call", "ok", "value", "error_kind", "error", "seconds"))
+_OUTCOME_KEYS = frozenset(("call", "ok", "value", "error_kind", "error", "seconds", "cpu_seconds"))
 _CONTROL_KEYS = frozenset(("fatal", "ready", "done", "start"))  # a line with one of these is no outcome first
 
 
@@ -544,6 +603,7 @@ class _Launched:
     level_name: str
     kill: Any  # () -> None: every process of the run
     reap: Any  # (need the exit code?) -> (exit code, CPU seconds)
+    cpu: Callable[[], float | None]  # the CPU seconds every process of the run used so far
     forked: Execution | None = None
 
 
@@ -589,7 +649,9 @@ def _launch_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits
     stdout_fd = os.dup(proc.stdout.fileno())
     proc.stdin.close()
     proc.stdout.close()
-    return _Launched(read_fd, stdout_fd, job_fd, group, level_name, kill, reap)
+    # without a CPU controller the run's processes are found under the one the harness started
+    cpu = group.cpu_seconds if group.counts_cpu() else (lambda: _tree_cpu_seconds(proc.pid))
+    return _Launched(read_fd, stdout_fd, job_fd, group, level_name, kill, reap, cpu)
 
 
 def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimits,
@@ -616,7 +678,8 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         server.finished(ex)
         return code, 0.0
 
-    return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap, ex)
+    return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap,
+                     ex.group.cpu_seconds, ex)
 
 
 def _json_texts(values: Sequence[Any]) -> list[str]:
@@ -656,7 +719,7 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
     # the job goes through stdin: its header now, each call when its clock starts (see _CallFeeder)
     feeder = _CallFeeder(started.job_fd, json.dumps(job).encode(), encoded_calls, inputs_up_front)
     state = _RunState(per_call, groups, job["stop_on_error"], typed=job["encoding"] == "typed",
-                      on_call=feeder.send)
+                      on_call=feeder.send, cpu_clock=started.cpu)
     deadline = time.monotonic() + limits.wall_seconds
     stdout_tail = bytearray()
     stdout_total = result_total = 0
@@ -675,12 +738,15 @@ def _execute(job: dict[str, Any], encoded_calls: list[str], code: Path, level: s
                 killed_for = "timeout"
                 break
             if call_deadline is not None and now >= call_deadline:
-                killed_for = "call_timeout"
+                killed_for, state.timed_out_by = "call_timeout", "wall"
                 break
             if now >= next_cpu_check:
-                used = group.cpu_seconds()
+                used = started.cpu()
                 if used is not None and used > limits.cpu_seconds + 0.5:
                     killed_for = "cpu"
+                    break
+                if state.call_over_cpu(used):
+                    killed_for, state.timed_out_by = "call_timeout", "cpu"
                     break
                 next_cpu_check = now + CPU_CHECK_SECONDS
             wait = min(deadline, call_deadline or deadline, next_cpu_check) - now
@@ -895,6 +961,36 @@ class _CallFeeder:
                 self._queued -= 1
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_seconds(root: int) -> float | None:
+    """CPU seconds used by process ``root`` and its descendants (alive, and reaped by one of them),
+    from ``/proc``: the run's clock where no cgroup counts its CPU. None once ``root`` is gone."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        # utime, stime, and cutime, cstime: the children it reaped
+        used[pid] = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    if root not in used:
+        return None
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / _CLOCK_TICKS
+
+
 def _reap(proc: subprocess.Popen) -> float:
     """Wait for ``proc``, record its exit code and return the CPU seconds it and its reaped
     descendants used."""
@@ -925,11 +1021,17 @@ def _interpret(state: _RunState, killed_for: str | None, returncode: int, cpu_us
             kind = "crash"
         return fail(kind, str(state.fatal.get("error"))[:8000] + note)
     if killed_for == "call_timeout":
-        index, _ = state.current  # type: ignore[misc]
+        index = state.current[0]  # type: ignore[index]
         seconds = state.per_call[index]
+        if state.timed_out_by == "cpu":
+            error = (f"timeout: over {seconds:.3g} s cpu (per-call limit, enforced by the parent: the program "
+                     f"did not stop when signalled)")
+        else:
+            error = (f"timeout after {wall_backstop(seconds):.3g} s wall (the per-call backstop of its {seconds:.3g} s "
+                     f"cpu limit, enforced by the parent: the program sleeps or waits, and did not stop when "
+                     f"signalled)")
         calls.append({"call": index, "ok": False, "error_kind": "timeout", "parent_enforced": True,
-                      "error": f"timeout after {seconds:.3g} s wall (per-call limit, enforced by the parent: "
-                               f"the program did not stop when signalled)", "bytes": 0})
+                      "error": error, "bytes": 0})
         return SandboxResult(False, None, calls[-1]["error"], "timeout", tail, 0.0, limits, level, calls)
     if killed_for == "timeout":
         return fail("timeout", f"timeout after {limits.wall_seconds:g} s wall (limit)")
@@ -999,6 +1101,6 @@ def decode_typed(value: Any) -> Any:
     return value
 
 
-__all__ = ["decode_typed", "SandboxResult", "SandboxError", "NoSandbox", "run_function", "run_calls",
+__all__ = ["decode_typed", "wall_backstop", "SandboxResult", "SandboxError", "NoSandbox", "run_function", "run_calls",
            "isolation_mode", "isolation_level", "require_sandbox", "allow_unsafe_no_sandbox", "unsafe_allowed",
            "child_env", "ERROR_KINDS", "CANDIDATE_KINDS", "PROGRAM_PRELOAD", "STDLIB_PRELOAD"]

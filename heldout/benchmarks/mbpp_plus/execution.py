@@ -3,7 +3,7 @@
 What is evalplus's (facts carried over; see evalplus 0.3.x ``evaluate.py`` / ``eval/__init__.py``):
 
 * expected outputs come from running the canonical solution (prompt + canonical_solution) on the
-  same inputs, which also gives each input's reference runtime ``t``;
+  same inputs, which also gives each input's reference time ``t``;
 * each test input has a time limit ``max(min_time_limit, factor * t)`` with evalplus's defaults
   ``min_time_limit = 1.0`` s and ``factor = 4.0``;
 * inputs are deserialised per task (tuples, sets, complex ...: :mod:`._child`);
@@ -28,7 +28,17 @@ Where heldout differs, and why:
 * it scores one problem at a time (:func:`check_solution`), which the harness needs per example;
   expected outputs are computed once per problem and cached in memory (evalplus pickles them
   per dataset);
-* the whole-suite wall limit is ``min(limits.wall_seconds, sum(time limits) + 2 s)``;
+* **time is CPU time** (issue 53): the reference time ``t`` is the canonical solution's CPU time
+  on the input, and each input's limit ``max(1.0, 4.0 * t)`` is a limit on the candidate's CPU
+  time on that input, measured by the sandbox's parent (every process and thread of the run), so
+  a verdict does not depend on the machine's load: evalplus measures both in wall time, and
+  beside 8 other sandboxed checks on 2 cores the canonical solution of Mbpp/599 failed its own
+  plus suite that way. On an idle machine a single-threaded solution's CPU time is its wall
+  time, so where a solution meets evalplus's limits the verdicts agree. Wall time is a backstop
+  (:func:`heldout.sandbox.wall_backstop`: 4x + 2 s of a CPU limit), for a solution that sleeps,
+  blocks or waits; it ends as a ``timeout`` there. The whole run's CPU limit is
+  ``min(limits.cpu_seconds, sum(time limits)) + 2 s`` (evalplus's per-task cap, 60 s by default,
+  in CPU time) and its wall backstop that of ``sum(time limits) + 2 s``;
 * an output whose pickle exceeds 4 MiB (a handful of MBPP+ plus inputs produce hundreds of MB)
   crosses as a sha256 of its memo-free pickle and is compared exactly (types included, as its
   ``repr`` would be; both processes run with ``PYTHONHASHSEED=0``, so set/dict orders agree);
@@ -53,7 +63,7 @@ import numpy as np
 
 from heldout.contracts import DataError, RunLimits
 from heldout.benchmarks.mbpp_plus._child import BATCH_PREFIX, DEFERRED_KEY, DIGEST_KEY, NDARRAY_KEY
-from heldout.sandbox import SandboxError, run_calls, STDLIB_PRELOAD
+from heldout.sandbox import SandboxError, run_calls, STDLIB_PRELOAD, wall_backstop
 
 MIN_TIME_LIMIT = 1.0
 TIME_LIMIT_FACTOR = 4.0
@@ -173,7 +183,11 @@ def _truth_batch(parts: Sequence[tuple[dict[str, Any], Sequence[Any]]], limits: 
         owner += [k] * len(inputs)
     if not calls:
         return [[] for _ in parts]
-    trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES))
+    # the CPU limit is the one that counts; the wall limit only stops a hung run, so it must not
+    # end one that a loaded machine merely slowed (Mbpp/599's shard: 11 s of CPU, over 120 s wall
+    # at a load of 12-25 on 2 cores)
+    trusted = limits.replace(max_output_bytes=max(limits.max_output_bytes, TRUTH_MAX_BYTES),
+                             wall_seconds=max(limits.wall_seconds, wall_backstop(limits.cpu_seconds)))
     # the canonical solutions are trusted: their inputs go in at once and run back to back
     result = run_calls(files, HELPER_NAME, "call_in_batch", calls, limits=trusted, encoding="typed",
                        setup_files={f"{HELPER_NAME}.py": HELPER_SOURCE}, preload=PRELOAD, inputs_up_front=True)
@@ -202,7 +216,8 @@ def _deal(indices: Sequence[int], shards: int) -> list[list[int]]:
 def _assemble_truth(problem: dict[str, Any], calls: Sequence[dict[str, Any]]) -> GroundTruth:
     """The expected outputs from the canonical solution's call results, in input order."""
     outs = [c["value"] for c in calls]
-    times = [float(c.get("seconds", 0.0)) for c in calls]
+    # CPU time (the child's own clock: the canonical solution is trusted), stable under load
+    times = [float(c.get("cpu_seconds", c.get("seconds", 0.0))) for c in calls]
     sizes = [int(c["bytes"]) for c in calls]
     nb = len(problem["base_input"])
     return GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
@@ -275,7 +290,7 @@ def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits
             if not left:
                 on_truth(k, _assemble_truth(problems[k], calls))
                 continue
-            spent = sum(c["seconds"] for c in calls if c is not None)
+            spent = sum(c.get("cpu_seconds", c["seconds"]) for c in calls if c is not None)
             runs = _deal(left, schedule.workers)
             with lock:
                 runs_left[k] = len(runs)
@@ -446,9 +461,10 @@ def run_suites(problem: dict[str, Any], code: str, truth: GroundTruth, which: Se
         per_call += [max(min_time_limit, factor * t) for t in ref]
         groups += [name] * len(inputs)
     expected_bytes = sum(getattr(truth, f"{name}_bytes") for name in which)
-    # the suites' time limits bound the whole run; a correct solution sends about as much as the canonical one
-    lim = limits.replace(wall_seconds=min(limits.wall_seconds, sum(per_call) + 2.0),
-                         cpu_seconds=max(limits.cpu_seconds, 1.0),
+    # the suites' CPU limits bound the whole run's CPU (up to evalplus's per-task cap); its wall
+    # limit is only their backstop; a correct solution sends about as much as the canonical one
+    lim = limits.replace(wall_seconds=wall_backstop(sum(per_call) + 2.0),
+                         cpu_seconds=min(limits.cpu_seconds, sum(per_call)) + 2.0,
                          max_output_bytes=max(limits.max_output_bytes, 2 * expected_bytes + (1 << 20)))
     out: dict[str, SuiteResult] = {}
     if not calls:
