@@ -521,7 +521,7 @@ class Session:
             self.end_incomplete("optimisation", self.service.stopped)
         try:
             return self._finish(final, status, error)
-        except InfrastructureFailure as exc:
+        except (InfrastructureFailure, LedgerError) as exc:  # an endpoint, a sandbox or the disk
             self.end_incomplete("held-out scoring", str(exc))
 
     def _finish(self, final: Candidate | None, status: str, error: str | None) -> RunRecord:

@@ -45,14 +45,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import (HeldoutError, InfrastructureFailure, canonical_json, check_name, read_user_json, remove_stale_temp_files,
                                write_text_atomically)
 from heldout.evaluators.isolated import run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
+from heldout.evaluators.scoring import model_failure_kind
 from heldout.evaluators.session import Session
-from heldout.models import ModelClient, ResponseCache
+from heldout.models import ModelClient, ModelError, ResponseCache
+from heldout.sandbox import SandboxError, require_sandbox
 from heldout.optimizers import (is_reference_optimizer, optimizer_code_sha256, optimizer_target, resolve_optimizer,
                                 split_spec, user_code)
 
@@ -423,12 +426,52 @@ def open_study(cells: list[Cell], config: StudyConfig, *, resume: bool | None = 
     study get one runner and one clear :class:`StudyInUse`, never a torn ``study.json``."""
     root = Path(config.run_root)
     _settle_study(root, cells, config, resume, write=False)  # refuse before touching anything
+    check_infrastructure(cells, config)
     root.mkdir(parents=True, exist_ok=True)
     claim_study_dir(root)
     # what a study killed mid-write left (a temp file never renamed into place) goes now, while
     # this process holds the dir and nothing of it runs yet
     remove_stale_temp_files(root)
     return _settle_study(root, cells, config, resume, write=True)  # again: the dir may have changed meanwhile
+
+
+#: seconds the one request of :func:`check_infrastructure` may take (a local CPU model answers one
+#: token in well under this; an endpoint that does not is no endpoint a study can run on)
+PREFLIGHT_TIMEOUT = 60.0
+
+
+def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
+    """Before any cell runs or any file is written: one short request to each model endpoint the
+    study names, and the sandbox where a cell runs untrusted code (a program task, an isolated
+    optimizer). A dead or mistyped URL, a wrong model name or a missing bubblewrap is one line
+    (:class:`InfrastructureFailure`) within seconds, not a study of zeros."""
+    for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
+        if not model or (role == "architect" and model == config.worker_model):
+            continue
+        where = config.base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
+        try:
+            client = ModelClient(model, base_url=config.base_url, concurrency=1, max_retries=1,
+                                 timeout=PREFLIGHT_TIMEOUT)
+        except ModelError as exc:
+            raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
+        try:
+            client.complete(client.request([{"role": "user", "content": "Reply with OK."}], max_tokens=1,
+                                           temperature=0.0, channel="worker-deployment" if role == "worker" else role))
+        except ModelError as exc:
+            if model_failure_kind(exc) == "model_error":
+                raise InfrastructureFailure(
+                    f"the {role} model {model!r} at {where} does not answer ({' '.join(str(exc).split())[:300]}); "
+                    "nothing was run or written: start the endpoint or fix --base-url / --worker-model") from None
+        finally:
+            client.close()
+    untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config)
+                 or get_benchmark(c.task).kind == "program"]
+    if untrusted:
+        try:
+            require_sandbox()
+        except SandboxError as exc:
+            raise InfrastructureFailure(f"{untrusted[0].label} runs untrusted code: {exc}; nothing was run or "
+                                        "written") from None
 
 
 def _settle_study(root: Path, cells: list[Cell], config: StudyConfig, resume: bool | None, *, write: bool) -> Path:
