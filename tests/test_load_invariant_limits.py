@@ -1,0 +1,153 @@
+"""Program time limits count the program's own work, so a verdict does not depend on the machine's
+load (issue 53).
+
+A limit is on CPU time: every process and thread of the run together, read by the parent from
+the run's cgroup, never taken from the child. Wall time is only a backstop (4x the CPU limit plus
+2 s), for a program that does no work while it waits. What a candidate could try against a CPU
+limit, and how each ends:
+
+* compute: its CPU time reaches the limit (the child's CPU timer, or the parent's reading);
+* sleep, or block on I/O: no CPU is used, the wall backstop ends it;
+* spread the work over threads or child processes: they are counted together (n busy threads
+  use n CPU seconds a second: the limit is on the total);
+* block every signal and keep computing, on many threads: the parent kills the run.
+
+Then the check that matters: the MBPP+ canonical solutions of the slowest problems, and a
+solution too slow for its limits, get the same verdicts idle and with both cores taken by other
+sandboxed executions and plain CPU-bound processes. With wall-clock limits, Mbpp/599's canonical
+solution failed its own plus suite beside 8 other sandboxed checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
+from heldout.contracts import RunLimits
+from heldout.sandbox import run_calls, run_function, wall_backstop
+
+LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=1024)
+PER_CALL = 1.0
+
+BUSY = "def work():\n    while True:\n        pass\n"
+ADVERSARIES = {
+    "computes": BUSY + "def f():\n    work()\n",
+    "sleeps": "import time\ndef f():\n    time.sleep(600)\n",
+    "blocks_on_a_pipe": "import os\ndef f():\n    r, w = os.pipe()\n    os.read(r, 1)\n",
+    "computes_on_threads_while_it_sleeps": BUSY + "import threading, time\ndef f():\n"
+    "    for _ in range(4):\n        threading.Thread(target=work, daemon=True).start()\n    time.sleep(600)\n",
+    "blocks_every_signal_and_computes_on_threads": BUSY + "import signal, threading\ndef f():\n"
+    "    signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals))\n"
+    "    for _ in range(3):\n        threading.Thread(target=work, daemon=True).start()\n    work()\n",
+    "computes_in_child_processes_while_it_waits": BUSY + "import os\ndef f():\n    kids = []\n    for _ in range(2):\n"
+    "        pid = os.fork()\n        if pid == 0:\n            work()\n        kids.append(pid)\n"
+    "    for pid in kids:\n        os.waitpid(pid, 0)\n",
+}
+# what stops each: its CPU time (the child's timer or the parent's reading) or the wall backstop
+STOPPED_BY = {"computes": "cpu", "sleeps": "wall", "blocks_on_a_pipe": "wall",
+              "computes_on_threads_while_it_sleeps": "cpu", "blocks_every_signal_and_computes_on_threads": "cpu",
+              "computes_in_child_processes_while_it_waits": "cpu"}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIES))
+def test_every_way_around_a_per_call_cpu_limit_ends_in_a_timeout(name):
+    r = run_calls({"prog.py": ADVERSARIES[name]}, "prog", "f", [([], {})], limits=LIMITS, per_call_seconds=[PER_CALL],
+                  allow_processes=name.endswith("child_processes_while_it_waits"))
+    assert not r.ok and r.error_kind == "timeout", (r.error_kind, r.error)
+    assert "per-call" in r.error and STOPPED_BY[name] in r.error, r.error
+    if STOPPED_BY[name] == "wall":
+        assert f"{wall_backstop(PER_CALL):g} s wall" in r.error
+
+
+def test_a_whole_run_without_per_call_limits_ends_at_its_cpu_limit_or_its_wall_backstop():
+    limits = RunLimits(wall_seconds=wall_backstop(1.0), cpu_seconds=1.0, memory_mb=1024)
+    busy = run_function({"prog.py": ADVERSARIES["computes_on_threads_while_it_sleeps"]}, "prog", "f", limits=limits)
+    assert busy.error_kind == "timeout" and "cpu time limit" in busy.error, busy.error
+    asleep = run_function({"prog.py": ADVERSARIES["sleeps"]}, "prog", "f", limits=limits)
+    assert asleep.error_kind == "timeout" and f"{wall_backstop(1.0):g} s wall" in asleep.error, asleep.error
+
+
+def test_the_parent_counts_a_calls_cpu_time_itself_and_a_call_within_its_limit_passes():
+    # 0.3 s of work on 3 threads is about 0.9 s of CPU: within a 2 s limit, and the parent saw it
+    src = ("import threading, time\ndef spin(seconds):\n    t = time.thread_time()\n"
+           "    while time.thread_time() - t < seconds:\n        pass\n"
+           "def f(seconds):\n    threads = [threading.Thread(target=spin, args=(seconds,)) for _ in range(3)]\n"
+           "    for t in threads:\n        t.start()\n    for t in threads:\n        t.join()\n    return 1\n")
+    r = run_calls({"prog.py": src}, "prog", "f", [([0.3], {})], limits=LIMITS, per_call_seconds=[2.0])
+    assert r.ok, r.error
+    assert r.calls[0]["cpu_seconds"] >= 0.9
+
+
+# -- the same verdicts idle and under load -----------------------------------------------------------
+# The slowest MBPP+ problems by their canonical solution's CPU time over all inputs (measured over
+# the 378: Mbpp/599 22.6 s, Mbpp/392 4.0 s, Mbpp/255 3.8 s, of which one input 3.4 s; the next is
+# under 3 s), and a Mbpp/599 solution doing its canonical work 8 times over: 8x its reference
+# time on every input against a limit of 4x, so it times out on the first large plus input.
+SLOWEST = ("Mbpp/599", "Mbpp/392", "Mbpp/255")
+TOO_SLOW_599 = ("def sum_average(number):\n    for _ in range(8):\n        total = sum(range(1, number + 1))\n"
+                "    return total, total / number\n")
+LOAD_SECONDS = 900  # a bound on each CPU-bound process the test starts (it stops them when done)
+SANDBOXED_LOAD = 3
+PLAIN_LOAD = 3
+
+
+def verdicts(problems: dict[str, dict]) -> list[tuple]:
+    items = [(problems[t], problems[t]["prompt"] + problems[t]["canonical_solution"]) for t in SLOWEST]
+    items.append((problems["Mbpp/599"], TOO_SLOW_599))
+    results = check_many(items, workers=2, limits=RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=4096))
+    out = []
+    for r in results:
+        failure = r.first_failure() or {}
+        out.append((r.task_id, r.base_pass, r.plus_pass, failure.get("suite"), failure.get("index"),
+                    failure.get("reason")))
+    return out
+
+
+class Load:
+    """Both cores taken: sandboxed executions computing back to back (each in its own cgroup, as
+    other checks are) and plain CPU-bound processes, until stopped (and never past LOAD_SECONDS)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.executions = 0
+        self.threads = [threading.Thread(target=self._sandboxed, daemon=True) for _ in range(SANDBOXED_LOAD)]
+        spin = f"import time\nend = time.monotonic() + {LOAD_SECONDS}\nwhile time.monotonic() < end:\n    pass\n"
+        self.plain = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(PLAIN_LOAD)]
+        for thread in self.threads:
+            thread.start()
+
+    def _sandboxed(self) -> None:
+        src = "import time\ndef f():\n    t = time.process_time()\n    while time.process_time() - t < 2:\n        pass\n"
+        limits = RunLimits(wall_seconds=wall_backstop(5.0), cpu_seconds=5.0, memory_mb=256)
+        while not self.stop.is_set():
+            run_function({"prog.py": src}, "prog", "f", limits=limits)
+            self.executions += 1
+
+    def running(self) -> bool:
+        return all(p.poll() is None for p in self.plain) and all(t.is_alive() for t in self.threads)
+
+    def close(self) -> None:
+        self.stop.set()
+        for proc in self.plain:
+            proc.kill()
+            proc.wait()
+        for thread in self.threads:
+            thread.join()
+
+
+def test_the_slowest_mbpp_problems_get_the_same_verdicts_idle_and_with_both_cores_saturated(data_dir):
+    problems = {p["task_id"]: p for p in load_problems(data_dir / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl")}
+    idle = verdicts(problems)  # (the expected outputs are computed here, idle, and kept)
+    assert [v[1:3] for v in idle] == [(True, True)] * len(SLOWEST) + [(True, False)], idle
+    assert idle[-1][3:] == ("plus", idle[-1][4], "timeout")
+    load = Load()
+    try:
+        loaded = verdicts(problems)
+        was_loaded = load.running()
+    finally:
+        load.close()
+    assert was_loaded and load.executions > 0  # the load lasted the whole check
+    assert loaded == idle
