@@ -392,7 +392,7 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 # `heldout run` flags that say what the cells are; a study file says all of them itself
 STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "method_option", "profile", "seeds", "verifier", "policy",
                "prompt_format", "architect_tokens", "wall_seconds", "worker_model", "architect_model",
-               "base_url", "cache_dir", "tolerance", "data_dir", "allow_drift", "trusted_optimizer")
+               "base_url", "cache_dir", "model_timeout", "tolerance", "data_dir", "allow_drift", "trusted_optimizer")
 
 
 def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -422,7 +422,8 @@ def study_from_flags(args: argparse.Namespace) -> Study:
         limits={k: v for k, v in (("architect_tokens", args.architect_tokens),
                                   ("wall_seconds", args.wall_seconds)) if v is not None},
         models={k: v for k, v in (("worker", args.worker_model), ("architect", args.architect_model),
-                                  ("base_url", args.base_url), ("cache_dir", args.cache_dir)) if v is not None},
+                                  ("base_url", args.base_url), ("cache_dir", args.cache_dir),
+                                  ("timeout", args.model_timeout)) if v is not None},
         executor={k: v for k, v in _executor_flags(args).items() if v is not None},
         data_dir=args.data_dir or None, allow_drift=bool(args.allow_drift),
         trusted_optimizer=bool(args.trusted_optimizer), origin="heldout run")
@@ -461,6 +462,9 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the study in the run dir (only with exactly the settings it was started with)")
     p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=None, help="sessions in parallel (process pool; default 1)")
+    p.add_argument("--model-timeout", type=_number(float, 0, "--model-timeout", strict=True), default=None,
+                   help="seconds one model call may take before it is retried (default 60; a busy local CPU model may "
+                        "need more); a call that still fails leaves its cell incomplete, never scored 0")
     p.add_argument("--executor", default=None, choices=EXECUTORS,
                    help="local: a process pool (--jobs); ray: one Ray task per cell (pip install 'heldout[ray]')")
     p.add_argument("--ray-address", default=None,

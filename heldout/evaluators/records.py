@@ -146,6 +146,11 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     return description
 
 
+#: where a model is served, not which model answers: a session whose endpoint died resumes against
+#: the same model on another address (the models are named; the record keeps each address it used)
+WHERE_NOT_WHAT = frozenset({"base_url"})
+
+
 def experiment_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The settings (``name: recorded -> now``) in which ``now`` differs from the experiment a
     ledger started. Circumstances (environment, start time) are not the experiment."""
@@ -160,7 +165,7 @@ def experiment_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) 
             continue
         if isinstance(a, dict) and isinstance(b, dict):  # name the sub-settings that differ
             out += [f"{key}.{sub}: {_short(a.get(sub))} -> {_short(b.get(sub))}" for sub in sorted(set(a) | set(b))
-                    if canonical_json(a.get(sub)) != canonical_json(b.get(sub))]
+                    if canonical_json(a.get(sub)) != canonical_json(b.get(sub)) and sub not in WHERE_NOT_WHAT]
         else:
             out.append(f"{key}: {_short(a)} -> {_short(b)}")
     return out

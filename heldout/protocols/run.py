@@ -364,6 +364,10 @@ class StudyConfig:
     model_concurrency: int = 16  # endpoint calls in flight per client (a local CPU model serves one at a time)
     architect_calls: int | None = None
     trusted_optimizer: bool = False  # run module:function optimizers in-process ("trusted, not isolated")
+    # how long one endpoint call may take, and how often a failed one is retried, before the
+    # example counts as an infrastructure failure (where the endpoint lives, not the experiment)
+    model_timeout: float = 60.0
+    model_retries: int = 6
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -375,7 +379,8 @@ class StudyConfig:
         names them), so a study continues when its endpoint comes back on another address, as the
         demos' in-process server does on every start."""
         return {k: v for k, v in asdict(self).items()
-                if k not in ("run_root", "data_dir", "cache_dir", "model_concurrency", "base_url")}
+                if k not in ("run_root", "data_dir", "cache_dir", "model_concurrency", "base_url", "model_timeout",
+                             "model_retries")}
 
 
 def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
@@ -451,7 +456,7 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
         where = config.base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
         try:
             client = ModelClient(model, base_url=config.base_url, concurrency=1, max_retries=1,
-                                 timeout=PREFLIGHT_TIMEOUT)
+                                 timeout=max(PREFLIGHT_TIMEOUT, config.model_timeout))
         except ModelError as exc:
             raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
         try:
@@ -506,7 +511,8 @@ def _client(model: str | None, config: StudyConfig):
     if not model:
         return None
     cache = ResponseCache(config.cache_dir) if config.cache_dir else None
-    return ModelClient(model, base_url=config.base_url, cache=cache, concurrency=config.model_concurrency)
+    return ModelClient(model, base_url=config.base_url, cache=cache, concurrency=config.model_concurrency,
+                       timeout=config.model_timeout, max_retries=config.model_retries)
 
 
 def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:

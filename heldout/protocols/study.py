@@ -89,14 +89,15 @@ _TOP = {
     "allow_drift": ((bool,), "load even if the data drifted from its manifest"),
     "options": ((dict,), "task options: tolerance, max_tokens, temperature"),
     "limits": ((dict,), "architect_tokens, wall_seconds per session"),
-    "models": ((dict,), "worker, architect, base_url, cache_dir, concurrency"),
+    "models": ((dict,), "worker, architect, base_url, cache_dir, concurrency, timeout"),
     "executor": ((dict,), "kind = \"local\" or \"ray\", jobs, ray_address, cell_cpus, cell_memory_mb"),
     "trusted_optimizer": ((bool,), "run module:function optimizers in-process (recorded as trusted, not isolated)"),
 }
 _METHOD = {"name": (str,), "optimizer": (str,), "command": (str,), "options": (dict,)}
 _OPTIONS = {"tolerance": (int, float), "max_tokens": (int,), "temperature": (int, float)}
 _LIMITS = {"architect_tokens": (int,), "wall_seconds": (int, float)}
-_MODELS = {"worker": (str,), "architect": (str,), "base_url": (str,), "cache_dir": (str,), "concurrency": (int,)}
+_MODELS = {"worker": (str,), "architect": (str,), "base_url": (str,), "cache_dir": (str,), "concurrency": (int,),
+           "timeout": (int, float)}
 _EXECUTOR = {"kind": (str,), "jobs": (int,), "ray_address": (str,), "cell_cpus": (int, float),
              "cell_memory_mb": (int,)}
 
@@ -171,7 +172,7 @@ class Study:
             "limits": {"architect_tokens": self.config.architect_tokens, "wall_seconds": self.config.wall_seconds},
             "models": {"worker": self.config.worker_model, "architect": self.config.architect_model,
                        "base_url": self.config.base_url, "cache_dir": self.config.cache_dir,
-                       "concurrency": self.config.model_concurrency},
+                       "concurrency": self.config.model_concurrency, "timeout": self.config.model_timeout},
             "trusted_optimizer": self.config.trusted_optimizer,
             "executor": dict(self.executor),
             "methods": methods,
@@ -257,7 +258,8 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
                          wall_seconds=limits.get("wall_seconds"), worker_model=models.get("worker"),
                          architect_model=models.get("architect"), base_url=models.get("base_url"),
                          cache_dir=models.get("cache_dir"), trusted_optimizer=trusted_optimizer,
-                         **({"model_concurrency": models["concurrency"]} if "concurrency" in models else {}))
+                         **({"model_concurrency": models["concurrency"]} if "concurrency" in models else {}),
+                         **({"model_timeout": float(models["timeout"])} if "timeout" in models else {}))
     return Study(run_dir=run_dir, tasks=tasks, profiles=profiles, seeds=seeds, budgets=budgets, methods=methods,
                  verifiers=verifiers, options=options, config=config, executor=executor)
 
@@ -518,7 +520,7 @@ def _comparable(resolved: Mapping[str, Any]) -> dict[str, Any]:
     # change no result (the models are named; StudyConfig.experiment says the same)
     data = {k: v for k, v in resolved.items() if k != "executor"}
     data["models"] = {k: v for k, v in resolved.get("models", {}).items()
-                      if k not in ("cache_dir", "concurrency", "base_url")}
+                      if k not in ("cache_dir", "concurrency", "base_url", "timeout")}
     return data
 
 
