@@ -294,3 +294,16 @@ def test_sigint_during_held_out_scoring_stops_promptly_with_the_resume_command(t
     assert "resume with: heldout run" in err and "--resume" in err
     assert not (CELL.run_dir(run_dir).parent.parent / "seed" / "seed-0" / RECORD_FILE).exists()
     assert verify_ledger(next(p.parent for p in run_dir.rglob(LEDGER_FILE))).ok
+
+
+def test_held_out_scoring_reports_its_progress_and_the_failures_it_retries(tmp_path, capsys):
+    cell = Cell(TASK, Method("seed"), 0, 24, PROFILE)
+    with TestServer() as server:
+        conf = config(tmp_path, server)
+        open_study([cell], conf)
+        break_after(server, 2, FaultPlan(error_rate=1.0))  # the start check and one held-out answer
+        (summary,) = run_study([cell], conf, progress=True)
+    err = capsys.readouterr().err
+    assert summary["status"] == "incomplete"
+    assert "held-out test 24/24 scored, 23 infrastructure failure(s)" in err
+    assert "INCOMPLETE" in err and "resume with: the same command plus --resume" in err

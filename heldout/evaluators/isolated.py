@@ -327,8 +327,8 @@ def _finish(session: Session, server: ViewServer, outcome: dict[str, Any], wall:
     sig = outcome.get("signal")
     if outcome["killed_for"] == "wall_time":
         error = f"optimizer killed at its wall-time limit ({wall:g} s)" + tail_note
-    elif outcome.get("setup_error"):
-        error = f"the optimizer's sandbox could not be set up: {outcome['setup_error']}"
+    elif outcome.get("setup_error"):  # the harness's sandbox failed, not the optimizer: no record, resumable
+        session.end_incomplete("optimisation", f"the optimizer's sandbox could not be set up: {outcome['setup_error']}")
     elif outcome["returncode"] is None and sig is None:
         error = outcome["tail"]
     elif sig is not None:
