@@ -211,6 +211,7 @@ def test_a_failing_endpoint_leaves_the_cell_incomplete_and_resume_equals_an_unin
         assert study(tmp_path, back, resume=True)["status"] == "ok"
     assert verify_ledger(run_dir).ok
     assert outcome(RunRecord.load(run_dir)) == outcome(record)
+    assert RunRecord.load(run_dir).experiment["infrastructure_failures_tolerated"] == 0  # the error budget, stated
     if phase == "held-out scoring":  # what was scored before the failure is kept, the rest scored once
         test_entries = [e for e in Ledger.open(run_dir).entries("test_scoring")]
         assert len(test_entries) == len(record.test_verdicts)

@@ -139,6 +139,9 @@ def describe_experiment(session: Any) -> dict[str, Any]:
         "prompt_setting": setting.as_dict() if setting else None,
         "optimizer": provenance.pop("optimizer", {"name": session.method, "code_sha256": None}),
         "isolation": provenance.pop("isolation", "in-process (trusted)"),
+        # the study's error budget: the share of examples an infrastructure failure may leave
+        # unscored. Zero, always: such an example stops the session (contracts.INFRASTRUCTURE_ERROR_KINDS)
+        "infrastructure_failures_tolerated": 0.0,
         "environment": environment(),
         "started_at": time.time(),
     }
