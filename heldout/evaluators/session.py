@@ -54,7 +54,7 @@ from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, VERDICT_FIELDS,
 from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_same_experiment, describe_experiment
 from heldout.evaluators.scoring import (ARCHITECT, DEPLOYMENT, OPTIMISATION, Scorer, Usage, infrastructure_failures,
                                         model_failure_kind)
-from heldout.models import ChatRequest, ModelError
+from heldout.models import ChatRequest
 
 MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
