@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -486,7 +487,7 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     from heldout.protocols.executors import make_executor
     from heldout.protocols.run import open_study, run_study
-    from heldout.protocols.study import load_study, save_resolved
+    from heldout.protocols.study import check_models, load_study, save_resolved
     if args.study:
         given = [f"--{f.replace('_', '-')}" for f in STUDY_FLAGS if getattr(args, f) not in (None, [], False)]
         if given:
@@ -500,19 +501,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n".join(study.plan()))
         return 0
     groups = study.groups()
-    for config, cells in groups:  # one run dir = one experiment: checked before anything runs
-        open_study(cells, config, resume=args.resume)
-    saved = save_resolved(study)
+    # everything that can refuse the study does so before any file of it exists: models, the
+    # executor's flags, the cluster's nodes (a refused command writes nothing)
+    for config, cells in groups:
+        check_models(cells, config)
+    executors = [make_executor(study.executor["kind"], config.run_root, jobs=study.executor["jobs"],
+                               ray_address=study.executor.get("ray_address"), cell_cpus=study.executor["cell_cpus"],
+                               cell_memory_mb=study.executor.get("cell_memory_mb")) for config, _ in groups]
+    try:
+        getattr(executors[0], "prepare", lambda *_: None)(study.cells(), study.config.data_dir)
+        for config, cells in groups:  # one run dir = one experiment: checked before anything runs
+            open_study(cells, config, resume=args.resume)
+        saved = save_resolved(study)
+    except BaseException:
+        getattr(executors[0], "close", lambda: None)()
+        raise
     if args.verbosity > 0:
         print(f"heldout run: study {saved}:\n{saved.read_text()}", file=sys.stderr)
     argv = list(args.argv or sys.argv[1:])
     hint = "heldout " + " ".join(shlex.quote(a) for a in argv) + ("" if "--resume" in argv else " --resume")
     results = []
-    for config, cells in groups:
-        executor = make_executor(study.executor["kind"], config.run_root, jobs=study.executor["jobs"],
-                                 ray_address=study.executor.get("ray_address"),
-                                 cell_cpus=study.executor["cell_cpus"],
-                                 cell_memory_mb=study.executor.get("cell_memory_mb"))
+    for (config, cells), executor in zip(groups, executors):
         try:
             results += run_study(cells, config, executor, progress=args.verbosity >= 0, resume_hint=hint)
         finally:
@@ -1338,6 +1347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a full disk outside the ledger (a run record, a study file): one line too
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"heldout: error: no space left on device writing {exc.filename or 'a file'}: free space, then rerun "
+              "the same command (with --resume once the study has started)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -329,6 +329,12 @@ class RayExecutor:
         self.checked_nodes.update(reports)
         return reports
 
+    def prepare(self, cells: list[Cell], data_dir: str | None) -> None:
+        """Connect and check every node now (what :meth:`map` does first), so a study whose
+        cluster is unreachable or refused is refused before any file of it is written."""
+        self.connect(shipped_modules(cells))
+        self.check_nodes(data_dir, node_containment(data_dir))
+
     def close(self) -> None:
         """Shut down the Ray instance this executor started (a connected cluster keeps running)."""
         if self._started_ray and self._ray is not None:

@@ -60,9 +60,9 @@ from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe
 from heldout.protocols.leakage import (SUBSETS, Ablation, MethodAblation, ablate, find_records, reading_signs,
                                        scan_candidate, split_verdict)
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
-    open_study, run_study
+    check_infrastructure, open_study, run_study
 from heldout.protocols.splits import PROBE, check_profile
-from heldout.protocols.study import parse_methods
+from heldout.protocols.study import check_models, parse_methods
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
 
 SEED_METHOD = "seed"
@@ -618,8 +618,13 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
     elif root.exists() and any(root.iterdir()):
         raise GeneralisationError(f"{root} is not empty and holds no {SPEC_FILE}; use a new --run-dir")
     study_config = StudyConfig(**{**asdict(config), "run_root": str(root / RUNS_DIR)})
-    root.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(saved, json.dumps(wanted, indent=1, default=str))  # first: a crash after it can rerun
+    # a refused protocol writes nothing: what open_study checks before its first file is checked
+    # here before ours (an unchanged spec file is not rewritten)
+    check_models(plan.cells, study_config)
+    if not saved.is_file():
+        check_infrastructure(list(plan.cells), study_config)
+        root.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(saved, json.dumps(wanted, indent=1, default=str))  # first: a crash after it can rerun
     open_study(list(plan.cells), study_config, resume=None)  # same cells and settings: continue, else refuse
     ledger = Ledger.open(root / PROTOCOL_DIR)
     try:
