@@ -81,6 +81,16 @@ def test_the_parent_counts_a_calls_cpu_time_itself_and_a_call_within_its_limit_p
     assert r.calls[0]["cpu_seconds"] >= 0.9
 
 
+def test_without_a_cgroup_the_parent_reads_the_runs_cpu_time_from_proc(monkeypatch):
+    # the unsafe fallback has no cgroup: the parent sums the CPU time of the run's processes
+    monkeypatch.setenv("HELDOUT_SANDBOX_ISOLATION", "none")
+    monkeypatch.setenv("HELDOUT_UNSAFE_NO_SANDBOX", "1")
+    name = "blocks_every_signal_and_computes_on_threads"
+    r = run_calls({"prog.py": ADVERSARIES[name]}, "prog", "f", [([], {})], limits=LIMITS, per_call_seconds=[PER_CALL])
+    assert r.isolation == "none"
+    assert r.error_kind == "timeout" and "cpu" in r.error and "enforced by the parent" in r.error, r.error
+
+
 # -- the same verdicts idle and under load -----------------------------------------------------------
 # The slowest MBPP+ problems by their canonical solution's CPU time over all inputs (measured over
 # the 378: Mbpp/599 22.6 s, Mbpp/392 4.0 s, Mbpp/255 3.8 s, of which one input 3.4 s; the next is
