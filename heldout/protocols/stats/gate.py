@@ -15,7 +15,9 @@ baseline score, of its headroom, or run-to-run SDs; applied on each task's own s
 Outcome: regression (exit 1) if any task's regression test rejects; pass (exit 0) if every task
 is non-inferior; otherwise inconclusive (exit 2): the data cannot tell, and the evidence says how
 many seeds would. With ``min_effect = 0`` a pass needs a significant improvement: set the
-margin to the largest drop you would accept. Runs that reproduce exactly (every paired
+margin to the largest drop you would accept. No margin tolerates losing more than half the
+baseline's score (:data:`~.margin.MAX_DROP_SHARE`): a wider one is capped there, so a collapse to 0
+never passes. Runs that reproduce exactly (every paired
 difference, or every run of both arms, equal within the tie tolerance) pass as "identical".
 """
 
@@ -28,7 +30,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 
 from ._checks import StatsInputError, as_scores, check_alpha
-from .margin import Margin
+from .margin import MAX_DROP_SHARE, Margin, sd_margin_p
 from .runs import (
     RunComparison,
     choose_test,
@@ -88,6 +90,7 @@ class TaskDecision:
     identical: bool
     reason: str
     margin: float = 0.0  # the tolerated drop in score units at the observed baseline mean
+    capped: str = ""  # the margin as given, when it would have tolerated a collapse and was capped
 
     def as_dict(self) -> dict[str, Any]:
         return {**{k: v for k, v in asdict(self).items() if k != "comparison"}, "comparison": self.comparison.as_dict()}
@@ -196,12 +199,18 @@ def task_decision(name: str, runs: TaskRuns, *, alpha: float, min_effect: "float
     margin shifts the null (``change = -m``); the other forms test the current runs against the
     baseline's per-run line moved by the margin (:meth:`Margin.lower_line`), which is exact for
     the relative and headroom forms."""
-    margin = Margin.parse(min_effect)
+    asked = Margin.parse(min_effect)
     base_means, cur_means = runs.base.mean(axis=1), runs.cur.mean(axis=1)
     comp = compare_runs(base_means, cur_means, paired=runs.paired, n_examples=runs.n_examples, alpha=alpha,
                         two_sided=False)
     identical = _identical(runs)
-    m = margin.resolve(base_means, ceiling)
+    # no form may tolerate losing more than MAX_DROP_SHARE of the baseline (a collapse never passes)
+    margin = asked.capped(base_means, ceiling) if asked.kind != "sd" else asked
+    m = margin.resolve_runs(base_means, cur_means, ceiling)
+    if margin.kind == "sd" and m > MAX_DROP_SHARE * float(np.mean(base_means)) > 0:
+        margin = Margin("relative", MAX_DROP_SHARE)
+        m = margin.resolve(base_means, ceiling)
+    capped = str(asked) if margin != asked else ""
     if identical:
         p_reg, p_non, p_eq = 1.0, 0.0, 0.0
     elif margin.kind == "absolute":
@@ -210,12 +219,16 @@ def task_decision(name: str, runs: TaskRuns, *, alpha: float, min_effect: "float
 
         p_reg, p_non = p(-m, "less"), p(-m, "greater")
         p_eq = max(p_non, p(m, "less")) if m > 0 else 1.0
+    elif margin.kind == "sd":
+        k = margin.value
+        p_reg, p_non = sd_margin_p(base_means, cur_means, k, "less"), sd_margin_p(base_means, cur_means, k, "greater")
+        p_eq = max(p_non, sd_margin_p(base_means, cur_means, -k, "less")) if m > 0 else 1.0
     else:
         low, high = margin.lower_line(base_means, ceiling), margin.upper_line(base_means, ceiling)
         p_reg = shift_p(comp.test, low, cur_means, 0.0, "less")
         p_non = shift_p(comp.test, low, cur_means, 0.0, "greater")
         p_eq = max(p_non, shift_p(comp.test, high, cur_means, 0.0, "less")) if m > 0 else 1.0
-    return TaskDecision(name, "", comp, p_reg, p_reg, p_non, p_eq, identical, "", m)
+    return TaskDecision(name, "", comp, p_reg, p_reg, p_non, p_eq, identical, "", m, capped)
 
 
 def regression_check(
@@ -245,6 +258,8 @@ def regression_check(
         comp = d.comparison
         m = d.margin
         of = "" if margin.kind == "absolute" else f" ({margin.describe()})"
+        if d.capped:
+            of = f" (capped from {d.capped}: at most {MAX_DROP_SHARE:.0%} of the baseline's score)"
         if adj <= alpha:
             kind, reason = "regression", (f"the drop {-comp.change:.4g} exceeds min-effect {m:.4g}{of} "
                                           f"(Holm p={adj:.3g} <= {alpha:g})")
@@ -257,7 +272,7 @@ def regression_check(
         else:
             kind, reason = "inconclusive", _why_inconclusive(comp, m, alpha)
         decided.append(TaskDecision(d.task, kind, comp, d.p_regression, float(adj), d.p_noninferior, d.p_equivalent,
-                                    d.identical, reason, m))
+                                    d.identical, reason, m, d.capped))
     result = GateResult(outcome, alpha, str(margin), decided)
     object.__setattr__(result, "evidence", describe(result))
     return result
@@ -278,6 +293,9 @@ def describe(result: GateResult) -> str:
         sd = f"run-to-run SD {c.run_sd_diff:.3g} (paired diff)" if c.paired else (
             f"run-to-run SD {c.run_sd_base:.3g} baseline / {c.run_sd_cur:.3g} current")
         lines.append(f"  {t.task}: {t.outcome.upper()}: {t.reason}")
+        if t.capped:
+            lines.append(f"    margin capped: --min-effect {t.capped} would tolerate losing more than "
+                         f"{MAX_DROP_SHARE:.0%} of the baseline's score (a collapse would pass); held to {MAX_DROP_SHARE:.0%}")
         lines.append(f"    margin {t.margin:.4g} in score units ({t.margin / abs(c.mean_base):.1%} of the baseline's "
                      f"{c.mean_base:.4g})" if c.mean_base else f"    margin {t.margin:.4g} in score units")
         lines.append(f"    {c.test} over {unit} x {c.n_examples} example(s): baseline {c.mean_base:.4g} -> current "

@@ -16,7 +16,7 @@ from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.tools.sm_exceptions import ConvergenceWarning
 
 from ._checks import StatsInputError, check_alpha
-from .margin import DEFAULT_MARGIN, Margin
+from .margin import DEFAULT_MARGIN, MAX_DROP_SHARE, Margin
 from .runs import min_seeds_permutation, min_seeds_sign_flip
 
 Alternative = Literal["two-sided", "one-sided"]
@@ -172,6 +172,10 @@ class GatePlan:
                  (f"regression: a true drop of margin + {self.mde:.4g} = {self.margin_units + self.mde:.4g} is called "
                   f"with probability {self.power:.0%}; smaller drops beyond the margin may be missed"
                   if math.isfinite(self.mde) else "regression: no drop can be called at this design (see the notes)")]
+        if self.p_base > 0 and math.isfinite(self.mde) and self.margin_units + self.mde >= self.p_base:
+            lines.append(f"WARNING: the smallest drop this design calls a regression ({self.margin_units + self.mde:.4g}) "
+                         f"is {(self.margin_units + self.mde) / self.p_base:.3g}x the baseline score {self.p_base:.4g} "
+                         f"itself: even a collapse to 0 may go uncalled; add seeds (or examples)")
         if self.margin_units >= self.mde_pass:
             lines.append(f"pass: an unchanged method passes this task with probability >= "
                          f"{self.power ** (1 / self.tasks):.0%} (the margin is >= {self.mde_pass:.4g})")
@@ -238,16 +242,19 @@ def _mde(seeds: int, sd: float, alpha: float, power: float, paired: bool) -> flo
 
 
 def margin_in_units(margin: Margin, p_base: float, run_sd: float, ceiling: float | None) -> float:
-    """The gate's margin in score units at an expected baseline ``p_base``."""
+    """The gate's margin in score units at an expected baseline ``p_base``, capped as the gate
+    caps it (at most ``MAX_DROP_SHARE`` of a positive baseline score)."""
     if margin.kind == "absolute":
-        return margin.value
-    if margin.kind == "relative":
-        return margin.value * abs(p_base)
-    if margin.kind == "headroom":
+        units = margin.value
+    elif margin.kind == "relative":
+        units = margin.value * abs(p_base)
+    elif margin.kind == "headroom":
         if ceiling is None or not math.isfinite(ceiling):
             raise StatsInputError("a headroom margin needs the task's score ceiling")
-        return margin.value * (ceiling - p_base)
-    return margin.value * run_sd
+        units = margin.value * (ceiling - p_base)
+    else:
+        units = margin.value * run_sd
+    return min(units, MAX_DROP_SHARE * p_base) if p_base > 0 else units
 
 
 def plan_gate(
