@@ -107,7 +107,7 @@ def test_a_write_that_fails_for_space_leaves_the_ledger_as_it_was_and_the_writer
         assert [e["data"]["n"] for e in report.checked][-2:] == [2 + appended, "resumed"]
 
 
-def test_a_new_cell_on_a_full_disk_gets_the_one_line_error_and_an_empty_ledger_that_verifies(tmp_path):
+def test_a_new_cell_on_a_full_disk_gets_the_one_line_error_and_no_ledger_file(tmp_path):
     with small_disk(tmp_path / "disk", "32k") as disk:
         filler = fill(disk)
         run_dir = disk / "cell"
@@ -115,8 +115,8 @@ def test_a_new_cell_on_a_full_disk_gets_the_one_line_error_and_an_empty_ledger_t
         with pytest.raises(LedgerWriteError, match="no space left on device"):
             ledger.append("session_start", {"task": "t"})
         ledger.close()
-        assert (run_dir / LEDGER_FILE).read_bytes() == b"" and not (run_dir / HEAD_FILE).exists()
-        assert verify_ledger(run_dir).ok
+        # nothing was recorded, so there is no ledger to verify (nor one that looks emptied)
+        assert not (run_dir / LEDGER_FILE).exists() and not (run_dir / HEAD_FILE).exists()
         filler.unlink()
         again = Ledger.open(run_dir)
         again.append("session_start", {"task": "t"})

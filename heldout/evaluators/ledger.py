@@ -25,7 +25,7 @@ truncates it and records a ``torn_tail_repaired`` entry, so nothing that was ack
 The file never runs ahead of what the head claims, nor the in-memory chain ahead of the file: an
 entry's bytes are written and synced first, then the head names it, then it joins the chain; if
 any step fails, the file is cut back to its last claimed entry (so no partial line and no
-unclaimed entry stays behind), the append raises :class:`LedgerWriteError` (one line naming the run
+unclaimed entry stays behind; a ledger left empty is removed), the append raises :class:`LedgerWriteError` (one line naming the run
 dir and the way out: free space, ``--resume``) and that writer refuses every later append, so
 nothing is ever written after a hole. The ledger then verifies as it stood before the failed entry."""
 
@@ -348,6 +348,8 @@ class Ledger:
         self._failed = LedgerWriteError(self.run_dir, cause)
         try:
             os.ftruncate(self._fd, self._size)
+            if not self._entries:  # a ledger that recorded nothing is no ledger (the run dir's lock is held)
+                self.path.unlink(missing_ok=True)
         except OSError:
             pass
         raise self._failed from cause
