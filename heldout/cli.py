@@ -1350,8 +1350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a full disk outside the ledger (a run record, a study file): one line too
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        print(f"heldout: error: no space left on device writing {exc.filename or 'a file'}: free space, then rerun "
-              "the same command (with --resume once the study has started)", file=sys.stderr)
+        where = f" (writing {exc.filename})" if exc.filename else ""
+        print(f"heldout: error: no space left on device{where}: free space, then rerun the same command (with "
+              "--resume once the study has started)", file=sys.stderr)
         return 2
 
 

@@ -175,3 +175,15 @@ def test_a_study_that_fills_the_disk_says_so_in_one_line_and_resumes_to_the_unin
         assert records(study) == expected
         check = heldout("ledger", "verify", str(study))
         assert check.returncode == 0 and check.stdout.count("ok ") == 4, check.stdout + check.stderr
+
+
+def test_a_study_that_cannot_write_its_first_file_says_so_in_one_line_and_the_same_command_then_runs(tmp_path):
+    with small_disk(tmp_path / "disk", ENOUGH) as disk:
+        filler = fill(disk)
+        study = disk / "study"
+        full = heldout("run", *STUDY, "--seeds", "0", "--run-dir", str(study))
+        assert full.returncode == 2 and "Traceback" not in full.stderr, full.stderr
+        assert full.stderr.count("\n") == 1 and "no space left on device" in full.stderr, full.stderr
+        filler.unlink()
+        again = heldout("run", *STUDY, "--seeds", "0", "--run-dir", str(study))
+        assert again.returncode == 0, again.stdout + again.stderr
