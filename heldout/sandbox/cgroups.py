@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from heldout.contracts import pid_is_running
 
@@ -128,6 +129,7 @@ class RunGroup:
     level: str
     dirs: dict[str, Path] = field(default_factory=dict)
     holds_groups: bool = False  # groups were made inside it (a fork server's): they go with it
+    _clock_fd: int | None = None  # the CPU counter, kept open by cpu_clock()
 
     @classmethod
     def create(cls, *, memory_mb: int | None, max_processes: int | None,
@@ -243,6 +245,32 @@ class RunGroup:
             return _read_int(self.dirs["cpuacct"] / "cpuacct.usage") / 1e9
         return None
 
+    def cpu_clock(self) -> Callable[[], float | None]:
+        """:meth:`cpu_seconds` as a function that reads the counter through a descriptor opened at
+        its first reading and kept until the group is removed: one pread (~2.5 us here, against
+        ~19 us to open, read and close the file), since the parent reads it as every timed call
+        ends."""
+        if self.level == "cgroup-v2":
+            path, scale, v2 = self.dirs["unified"] / "cpu.stat", 1e6, True
+        elif "cpuacct" in self.dirs:
+            path, scale, v2 = self.dirs["cpuacct"] / "cpuacct.usage", 1e9, False
+        else:
+            return self.cpu_seconds
+
+        def read() -> float | None:
+            try:
+                if self._clock_fd is None:
+                    self._clock_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                text = os.pread(self._clock_fd, 4096, 0)
+            except OSError:
+                return self.cpu_seconds()
+            if v2:  # "usage_usec N" is the first line
+                first = text.split(b"\n", 1)[0].split()
+                return int(first[1]) / scale if first[:1] == [b"usage_usec"] else self.cpu_seconds()
+            return int(text) / scale if text.strip().isdigit() else None
+
+        return read
+
     def peak_memory_mb(self) -> float | None:
         value = self._peak_bytes()
         return round(value / (1024 * 1024), 1) if value else None
@@ -302,6 +330,9 @@ class RunGroup:
     def remove(self) -> None:
         """Remove the group's directories once its processes left (each retried for a second: a
         group that stays busy is left to its parent group's :meth:`close`)."""
+        if self._clock_fd is not None:
+            os.close(self._clock_fd)
+            self._clock_fd = None
         for d in self._members():
             for _ in range(50):
                 try:

@@ -650,7 +650,7 @@ def _launch_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits
     proc.stdin.close()
     proc.stdout.close()
     # without a CPU controller the run's processes are found under the one the harness started
-    cpu = group.cpu_seconds if group.counts_cpu() else (lambda: _tree_cpu_seconds(proc.pid))
+    cpu = group.cpu_clock() if group.counts_cpu() else (lambda: _tree_cpu_seconds(proc.pid))
     return _Launched(read_fd, stdout_fd, job_fd, group, level_name, kill, reap, cpu)
 
 
@@ -679,7 +679,7 @@ def _launch_forked(job: dict[str, Any], code: Path, level: str, limits: RunLimit
         return code, 0.0
 
     return _Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap,
-                     ex.group.cpu_seconds, ex)
+                     ex.group.cpu_clock(), ex)
 
 
 def _json_texts(values: Sequence[Any]) -> list[str]:
