@@ -59,7 +59,8 @@ class Load:
             thread.start()
 
     def _sandboxed(self) -> None:
-        src = "import time\ndef f():\n    t = time.process_time()\n    while time.process_time() - t < 2:\n        pass\n"
+        src = ("import time\ndef f():\n    t = time.process_time()\n"
+               "    while time.process_time() - t < 2:\n        pass\n")
         limits = RunLimits(wall_seconds=wall_backstop(5.0), cpu_seconds=5.0, memory_mb=256)
         while not self.stop.is_set():
             run_function({"prog.py": src}, "prog", "f", limits=limits)
