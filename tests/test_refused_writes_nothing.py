@@ -6,10 +6,12 @@ one's leftovers as "another study"."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from heldout.cli import main
+from heldout.evaluators.ledger import KEY_ENV, ledger_key
 from heldout.models.testserver import TestServer
 
 PROMPT_TASK = "bbh/boolean_expressions"
@@ -32,12 +34,14 @@ def with_flag(args: list[str], flag: str, value: str) -> list[str]:
     return [*args[:at], value, *args[at + 1:]]
 
 
-def refused(args: list[str], capsys) -> str:
-    """Run ``heldout ARGS``; it must be refused with one line. Returns the line."""
+def refused(args: list[str], capsys, *, ray_logs: bool = False) -> str:
+    """Run ``heldout ARGS``; it must be refused with one line (beside Ray's own log lines, when
+    it connected to a cluster). Returns the line."""
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("heldout: error: "), err
-    return err
+    lines = [line for line in err.splitlines() if not (ray_logs and "\tINFO " in line)]
+    assert len(lines) == 1 and lines[0].startswith("heldout: error: ") and "Traceback" not in err, err
+    return lines[0]
 
 
 def test_heldout_run_refused_for_a_missing_model_writes_nothing_and_the_corrected_command_runs(tmp_path, models,
@@ -115,3 +119,23 @@ def test_compare_arms_refused_for_a_missing_model_writes_nothing_and_the_correct
     assert not run_dir.exists()
     assert main([*arms, *models, "--json"]) in (0, 1)  # 1: a comparison the data calls broken, still a comparison
     assert json.loads(capsys.readouterr().out)["rows"] and (run_dir / "arms_result.json").is_file()
+
+
+def test_heldout_run_on_a_cluster_whose_node_is_refused_writes_nothing(tmp_path, capsys):
+    cluster_utils = pytest.importorskip("ray.cluster_utils", reason="the [ray] extra is not installed")
+    ledger_key(create=True)  # the driver anchors heads under its key; the node has another one
+    other_key = tmp_path / "other-ledger.key"
+    other_key.write_text(os.urandom(32).hex())
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False, "object_store_memory": 80 * 2**20})
+    try:
+        cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20, env_vars={KEY_ENV: str(other_key)})
+        cluster.wait_for_nodes()
+        run_dir = tmp_path / "study"
+        line = refused(["run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "seed",
+                        "--budget", "5", "--executor", "ray", "--ray-address", cluster.address,
+                        "--run-dir", str(run_dir)], capsys, ray_logs=True)
+    finally:
+        cluster.shutdown()
+    assert "a ledger key that is not the driver's" in line
+    assert not run_dir.exists()
