@@ -743,6 +743,8 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="default", help="split profile (its test split is the design's examples)")
     p.add_argument("--seeds", type=int, required=True, help="runs per arm")
     p.add_argument("--pilot", default=None, help="pilot run dir: baseline score, run-to-run SD, seed headroom")
+    p.add_argument("--method", default=None, help="plan from the pilot runs of this method only (default: the "
+                   "pilot's one method; a pilot holding several needs --method)")
     p.add_argument("--p-base", type=float, default=None, help="baseline score (overrides the pilot's)")
     p.add_argument("--run-sd", type=float, default=None, help="SD of a run's mean score (overrides the pilot's)")
     p.add_argument("--effect", type=float, default=None, help="target effect: seeds/examples needed to detect it")
@@ -761,7 +763,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from heldout.reports.plan import plan_study
     plan = plan_study(args.task, args.profile, args.seeds, pilot=args.pilot, p_base=args.p_base, run_sd=args.run_sd,
                       paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect,
-                      min_effect=args.min_effect, tasks=args.tasks)
+                      min_effect=args.min_effect, tasks=args.tasks, method=args.method)
     if args.json:
         _print_json(plan.as_dict())
     else:

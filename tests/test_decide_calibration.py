@@ -264,8 +264,10 @@ def test_a_76_percent_heilbronn_collapse_fails_the_documented_ci_example():
     rng = np.random.default_rng(76)
     tasks = heilbronn_and_lockpicking(6, rng)
     # the old documented margin, one absolute number for every task, passed it as "equivalent"
+    # (0.01 is 5x Heilbronn's whole score); capped at half the baseline's score, it cannot
     old = regression_check(tasks, min_effect=0.01)
-    assert old.outcome == "pass"
+    assert old.outcome != "pass"
+    assert next(t for t in old.tasks if t.task == "heilbronn/triangle11").capped == "0.01"
     # the per-task default (5% of each baseline): Holm over 2 tasks with 6 seeds calls it
     new = regression_check(tasks, min_effect="5%")
     assert new.outcome == "regression" and new.exit_code == 1

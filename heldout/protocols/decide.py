@@ -197,7 +197,14 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
     comp = compare_runs(av, bv, paired=paired, n_examples=int(n_examples), alpha=alpha, two_sided=True)
     p = min(1.0, 2.0 * min(comp.p_value(av, bv, 0.0, "less"), comp.p_value(av, bv, 0.0, "greater")))
     differences = bv - av if paired else None
-    if differences is not None and not replayed and float(np.ptp(differences)) <= 1e-12 \
+    if differences is not None and replayed and float(np.ptp(differences)) <= 1e-12:
+        # one run re-scored S times: the paired t would print p = 0 for a seed-level test that has
+        # no error to measure; keep the one run's per-question evidence instead (it decides nothing)
+        p = 1.0
+        if examples is not None:
+            p, up, down = changed_examples(examples, seeds)
+            base.update(test="exact sign test", changed=(up, down))
+    elif differences is not None and float(np.ptp(differences)) <= 1e-12 \
             and abs(float(differences.mean())) > 1e-12:
         # the paired t reads a zero spread as certainty: decide by an exact test instead
         base.update(zero_variance=True, min_seeds=MIN_SEEDS)
@@ -239,7 +246,12 @@ def _finish(c: Contrast) -> Contrast:
         changed = sum(c.changed)
         unit = (f"the {changed} example{'s' if changed != 1 else ''} whose score changed ({c.changed[0]} up, "
                 f"{c.changed[1]} down, each once over {len(c.seeds)} seed pairs)")
+        if constant:
+            unit = (f"one run's {changed} changed question{'s' if changed != 1 else ''} ({c.changed[0]} up, "
+                    f"{c.changed[1]} down; the {len(c.seeds)} seeds replay it)")
     p = f"p = {c.p:.3g}" + (f", Holm p = {c.p_holm:.3g} over {c.family} comparisons" if c.family > 1 else "")
+    if constant:
+        p = f"per-question p = {c.p:.3g} (one run: not a seed-level verdict)"
     facts = f"mean difference {c.estimate:+.4g}, {level} CI [{c.low:+.4g}, {c.high:+.4g}], {c.test} over {unit}, {p}"
     if decided:
         word = "higher" if sign == "+" else "lower"
@@ -251,8 +263,12 @@ def _finish(c: Contrast) -> Contrast:
         elif constant and c.estimate != 0.0:
             what = "pair differs by the same amount" if c.paired else "side repeats one value"
             why = (f"every seed ran the same candidates and every {what} (zero variance): the seeds "
-                   "re-scored one run instead of replicating it, so a seed-level test has no error to measure; "
-                   "make the seed drive the run (the optimizer's own randomness, its data order)")
+                   "re-scored one run instead of replicating it, so this is one run's number and a seed-level "
+                   "test has no error to measure; make the seed drive the run (the optimizer's own randomness, "
+                   "its data order)")
+            if c.changed is not None and c.p < c.alpha:
+                why += ("; within that one run the per-question evidence is overwhelming, which says the run "
+                        "differs, not that the method does")
         elif c.zero_variance:
             why = ("every seed pair differs by the same amount (zero variance), so the seed-level interval is a "
                    f"point and says nothing; the exact test's p is not below {c.alpha:g}"

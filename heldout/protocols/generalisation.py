@@ -57,8 +57,8 @@ from heldout.contracts import HeldoutError, read_user_text, write_text_atomicall
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, read_entries
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
-from heldout.protocols.leakage import (SUBSETS, Ablation, MethodAblation, ablate, find_records, reading_signs,
-                                       scan_candidate, split_verdict)
+from heldout.protocols.leakage import (HELD_OUT_ROW, SUBSETS, Ablation, MethodAblation, ablate, find_records,
+                                       reading_signs, scan_candidate, split_verdict)
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
     check_infrastructure, open_study, run_study
 from heldout.protocols.splits import PROBE, check_profile
@@ -537,6 +537,11 @@ GAP_READINGS: tuple[GapReading, ...] = (
 enumerates all of them and checks no sentence claims what its signs do not support)."""
 
 
+SEED_BLIND_ANSWER = ("Seed-blind: every seed ended on the same candidate, so the seeds replicate nothing and no "
+                     "verdict about the optimizer exists at any seed count; the numbers above are one run's. Make "
+                     "the seed drive the run (the optimizer's own randomness, its data order).")
+
+
 def gap_reading(key_pays: bool, heldout: str, gap: str, proven: bool) -> GapReading:
     return next(r for r in GAP_READINGS if r.matches(key_pays, heldout, gap, proven))
 
@@ -595,7 +600,13 @@ def read_protocol(result: GeneralisationResult) -> tuple[list[Sentence], str]:
     signs, has_key = reading_signs(m)
     key_pays = has_key and signs[0] == "+"
     rule = gap_reading(key_pays, comp.heldout.sign, comp.gap.sign, split.proven)
-    out.append(Sentence(rule.text, f"answer rule {rule.name!r} over: key in the final candidates {has_key}, "
+    if comp.heldout.replayed and m.reading_rule == "seed-blind":
+        # the seeds replayed one run: "undecided" would blame the seed count, not the design
+        out.append(Sentence(SEED_BLIND_ANSWER, "answer: every seed of both methods ended on the same candidate "
+                                               "(final candidate ids)"))
+        return out, "seed-blind"
+    text = rule.text if split.proven else rule.text.replace("held-out topics", HELD_OUT_ROW[False])
+    out.append(Sentence(text, f"answer rule {rule.name!r} over: key in the final candidates {has_key}, "
                                    f"exact-training-question sign {signs[0]!r}, held-out gain sign "
                                    f"{comp.heldout.sign!r}, gap sign {comp.gap.sign!r}, topic-disjoint {split.proven}"))
     return out, rule.name
@@ -663,7 +674,8 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
     return result
 
 
-__all__ = ["CAVEAT", "GAP_READINGS", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE", "VERIFIERS_DIR",
+__all__ = ["CAVEAT", "GAP_READINGS", "SEED_BLIND_ANSWER", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE",
+           "VERIFIERS_DIR",
            "Autopsy", "AutopsyRow", "FILE_KEYS", "GapReading", "GeneralisationError", "GeneralisationFile",
            "GeneralisationInterrupted", "load_generalisation_file",
            "GeneralisationPlan", "GeneralisationResult",

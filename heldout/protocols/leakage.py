@@ -52,7 +52,7 @@ from heldout.contracts import Candidate, Example, HeldoutError, candidate_id, ch
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
-from heldout.protocols.decide import RULES, Contrast, contrast, holm
+from heldout.protocols.decide import RULES, Contrast, contrast, holm, replicates_nothing
 from heldout.protocols.splits import PROBE, SplitCheck, answer_text, check_profile, question_text, words
 from heldout.protocols.stats import mean_interval, two_level_bootstrap
 from heldout.protocols.stats.paired import wilcoxon_p
@@ -493,7 +493,7 @@ class Ablation:
                     continue
                 c = r.seed_contrast
                 ci_text = f"[{c.low:+.3f}, {c.high:+.3f}]"
-                verdict = {"+": "higher", "-": "lower", "0": "-"}[r.sign]
+                verdict = "1 run" if replicates_nothing(c) else {"+": "higher", "-": "lower", "0": "-"}[r.sign]
                 lines.append(f"  {r.subset:<16} {r.n_examples:>5} {r.n_seeds:>5} {r.gain:>+8.3f} {ci_text:>19} "
                              f"{c.p_holm:>8.3g} {verdict:>8} | {r.sign_test_p:>10.3g} {r.wilcoxon_p:>8.3g}")
             lines.append(f"  {'val (selection)':<16} {'':>5} {'':>5} "
@@ -668,6 +668,11 @@ def _fmt(row: SubsetGain) -> str:
     if row.gain is None:
         return "n/a (no examples)"
     c = row.seed_contrast
+    if c is not None and replicates_nothing(c):
+        # one run re-scored by every seed: its per-question evidence, never a seed-level p
+        ev = (f", one run: {c.changed[0]} up / {c.changed[1]} down, per-question p {c.p:.3g}"
+              if c.changed is not None else ", one run re-scored by every seed")
+        return f"{row.gain:+.3f} (n={row.n_examples}{ev})"
     holm_p = "" if c is None else f", Holm p {c.p_holm:.3g}"
     return f"{row.gain:+.3f} (n={row.n_examples}, {row.n_seeds} seeds{holm_p})"
 
@@ -741,9 +746,19 @@ def reading_rule(signs: Sequence[str]) -> ReadingRule:
     raise HeldoutError(f"no reading for signs {tuple(signs)}")  # the table is total; a test proves it
 
 
+HELD_OUT_ROW = {True: "held-out topics", False: "the held-out split (topics not proven disjoint)"}
+"""What the ``test`` row is called: "held-out topics" only on a profile proven topic-disjoint."""
+
+
+def axis_names(topic_disjoint: bool) -> tuple[str, ...]:
+    """:data:`READING_AXES`, with the held-out row named for what it is on this profile."""
+    return READING_AXES[:3] + (HELD_OUT_ROW[topic_disjoint],)
+
+
 def headline(signs: Sequence[str], *, has_key: bool, topic_disjoint: bool) -> str:
     """The reading's first sentences from the signs alone: a loud NOT PROVEN when the profile is
-    not proven topic-disjoint, the rule's words, and which axes were decided higher / lower."""
+    not proven topic-disjoint, the rule's words, and which axes were decided higher / lower. On
+    such a profile the held-out row is never called "held-out topics"."""
     rule = reading_rule(signs)
     text = rule.text
     if has_key and rule.with_key:
@@ -752,12 +767,20 @@ def headline(signs: Sequence[str], *, has_key: bool, topic_disjoint: bool) -> st
         text = rule.without_key
     if not topic_disjoint and rule.unproven:
         text = rule.unproven
-    higher = [a for a, s in zip(READING_AXES, signs) if s == "+"]
-    lower = [a for a, s in zip(READING_AXES, signs) if s == "-"]
+    if not topic_disjoint:
+        text = text.replace("held-out topics", HELD_OUT_ROW[False]).replace("Held-out topics",
+                                                                             "The held-out split")
+    axes = axis_names(topic_disjoint)
+    higher = [a for a, s in zip(axes, signs) if s == "+"]
+    lower = [a for a, s in zip(axes, signs) if s == "-"]
     decided = (f" Decided higher on: {', '.join(higher)}." if higher else "") + \
               (f" Decided lower on: {', '.join(lower)}." if lower else "")
     prefix = "" if topic_disjoint else "NOT PROVEN topic-disjoint (split check): "
     return prefix + text + decided
+
+
+SEED_BLIND = ("Every seed ended on the same candidate (seed-blind): the seeds replicate nothing, so no row has a "
+              "seed-level verdict and each number below is one run's.")
 
 
 def reading_signs(m: MethodAblation) -> tuple[tuple[str, str, str, str], bool]:
@@ -777,14 +800,29 @@ def reading(m: MethodAblation) -> str:
     rule = reading_rule(signs)
     test, exact = m.row("test"), (m.row("train_encoded") if has_key else m.row("train"))
     mem, other = m.row("probe_memorised"), m.row("probe_other")
-    parts = [headline(signs, has_key=has_key, topic_disjoint=m.topic_disjoint)]
+    contrasts = [r.seed_contrast for r in m.rows if r.seed_contrast is not None]
+    blind = bool(contrasts) and all(c.replayed for c in contrasts)
+    held_out = HELD_OUT_ROW[m.topic_disjoint]
+    if blind:
+        parts = [("" if m.topic_disjoint else "NOT PROVEN topic-disjoint (split check): ") + SEED_BLIND]
+    else:
+        parts = [headline(signs, has_key=has_key, topic_disjoint=m.topic_disjoint)]
+        if rule.name == "exact-only":
+            # "only" must not stand beside an undecided gain on another subset
+            rest = [(a, r) for a, r in zip(axis_names(m.topic_disjoint)[1:], (mem, other, test))
+                    if r.gain is not None and r.gain > 1e-12]
+            if rest:
+                parts[0] = parts[0].replace(" only.", ";").replace("Only the training questions gain",
+                                                                    "The training questions gain")
+                parts.append("Not only there: " + ", ".join(f"{a} gain {r.gain:+.3f}" for a, r in rest)
+                             + ", undecided at these seeds.")
     parts.append(f"Exact training questions {_fmt(exact)}, fresh questions of memorised families {_fmt(mem)}, "
-                 f"of other trained families {_fmt(other)}, held-out topics {_fmt(test)}.")
+                 f"of other trained families {_fmt(other)}, {held_out} {_fmt(test)}.")
     if has_key:
         parts.append(f"Answer key in the final candidate ({np.mean(m.key_share):.0%} of its words on average, "
                      f"{max(m.families_memorised)} famil(ies) memorised at most).")
         if signs[0] == "0":
-            parts.append("The key earns nothing measurable even on the questions it encodes.")
+            parts.append(_key_sentence(exact))
     else:
         parts.append("No answer key found in the final candidate(s).")
     if m.val_gain is not None and test.gain is not None:
@@ -793,11 +831,29 @@ def reading(m: MethodAblation) -> str:
             parts.append(f"Validation gain {m.val_gain:+.3f} overstates the held-out gain {test.gain:+.3f}{ratio}.")
         else:
             parts.append(f"Validation gain {m.val_gain:+.3f} does not overstate the held-out gain {test.gain:+.3f}.")
-    m.reading_rule = rule.name
+    m.reading_rule = "seed-blind" if blind else rule.name
     return " ".join(parts)
 
 
+def _key_sentence(exact: SubsetGain) -> str:
+    """What the key earns on the questions it encodes when that row is not decided: "nothing
+    measurable" only when the row's own numbers agree (no replayed run, p not below alpha)."""
+    c = exact.seed_contrast
+    gain = exact.gain or 0.0
+    if c is not None and replicates_nothing(c):
+        if c.changed is not None and c.p < c.alpha:
+            return (f"On the questions it encodes the key gains {gain:+.3f} in this one run ({c.changed[0]} up, "
+                    f"{c.changed[1]} down, per-question p {c.p:.3g}): overwhelming for the run, untested for the "
+                    "method (the seeds cannot separate what they do not replicate).")
+        return (f"On the questions it encodes the key's gain {gain:+.3f} is one run's and not beyond chance even "
+                "there.")
+    if c is not None and c.p_holm < c.alpha:
+        return (f"On the questions it encodes the key gains {gain:+.3f} (Holm p {c.p_holm:.3g}), but its seed-level "
+                "interval includes 0: not separated.")
+    return "The key earns nothing measurable even on the questions it encodes."
+
+
 __all__ = ["ABLATION_DIR", "SUBSETS", "READINGS", "READING_AXES", "ReadingRule", "reading_rule", "headline",
-           "reading_signs", "MatchedSpan", "LeakScan", "ScanRules", "SubsetGain", "MethodAblation",
+           "reading_signs", "axis_names", "HELD_OUT_ROW", "SEED_BLIND", "MatchedSpan", "LeakScan", "ScanRules", "SubsetGain", "MethodAblation",
            "Ablation", "scan_examples", "scan_candidate", "answer_key_rows", "subset_gain", "ablate",
            "find_records", "reading", "candidate_text", "decide_rows", "split_verdict"]

@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 
 from heldout.contracts import write_text_atomically
-from heldout.protocols.decide import Contrast
+from heldout.protocols.decide import Contrast, replicates_nothing
 from heldout.protocols.generalisation import CAVEAT, RUNS_DIR, GeneralisationResult
+from heldout.protocols.leakage import HELD_OUT_ROW
 from heldout.reports.collect import collect_runs
 from heldout.reports.figures import autopsy_plot
 from heldout.reports.paper import latex_table
@@ -29,6 +30,10 @@ RESULT_FILE = "generalisation.json"
 def _verdict(c: Contrast | None) -> Cell:
     if c is None:
         return Cell("-")
+    if replicates_nothing(c):  # one run re-scored by every seed: no seed-level verdict, no seed-level p
+        evidence = (f"; per question {c.changed[0]} up / {c.changed[1]} down, p {c.p:.3g}"
+                    if c.changed is not None else "")
+        return Cell(f"one run (the seeds replicate nothing{evidence})")
     word = {"+": "higher", "-": "lower", "0": "not separated"}[c.sign]
     return Cell(f"{word} (Holm p {c.p_holm:.3g})", strong=c.decided)
 
@@ -81,11 +86,12 @@ def ablation_table(result: GeneralisationResult) -> Table:
     m = result.method_ablation()
     rows = []
     for r in m.rows:
+        label = ABLATION_LABELS[r.subset] if r.subset != "test" else HELD_OUT_ROW[m.topic_disjoint]
         if r.gain is None or r.seed_contrast is None:
-            rows.append([Cell(ABLATION_LABELS[r.subset]), Cell(str(r.n_examples)), Cell(str(r.n_seeds)),
+            rows.append([Cell(label), Cell(str(r.n_examples)), Cell(str(r.n_seeds)),
                          Cell("n/a (no examples)"), Cell(""), Cell("-")])
             continue
-        rows.append([Cell(ABLATION_LABELS[r.subset]), Cell(str(r.n_examples)), Cell(str(r.n_seeds)),
+        rows.append([Cell(label), Cell(str(r.n_examples)), Cell(str(r.n_seeds)),
                      Cell(f"{r.gain:+.3f}"), Cell(_ci(r.seed_contrast)), _verdict(r.seed_contrast)])
     notes = [f"Topic-shared ablation (heldout leak ablate) of {m.method} against the seed candidate: per subset the "
              f"mean paired gain, the seed-level interval and the seed-paired verdict, Holm over the "

@@ -19,8 +19,11 @@ from heldout.reports.collect import ReportError, collect_runs
 
 def plan_study(task: str, profile: str, seeds: int, *, pilot: str | Path | None = None, p_base: float | None = None,
                run_sd: float | None = None, paired: bool = False, alpha: float = 0.05, power: float = 0.8,
-               target: float | None = None, min_effect: "str | Margin" = DEFAULT_MARGIN, tasks: int = 1) -> GatePlan:
-    """Plan from the manifest and a pilot (runs of ``task`` under ``profile``). Values given
+               target: float | None = None, min_effect: "str | Margin" = DEFAULT_MARGIN, tasks: int = 1,
+               method: str | None = None) -> GatePlan:
+    """Plan from the manifest and a pilot (runs of ``task`` under ``profile``; of ``method`` only
+    when given, else the pilot must hold one method: averaging several methods' runs would plan
+    for a baseline nobody runs, with their difference counted as run-to-run spread). Values given
     explicitly override the pilot's. Without a pilot, a prompt task's scores in [0, 1] use the
     binomial bound on the per-example spread; a program task's scores have no such bound, so it
     needs ``run_sd`` (or a pilot)."""
@@ -35,8 +38,16 @@ def plan_study(task: str, profile: str, seeds: int, *, pilot: str | Path | None 
     binary, pilot_n, headroom = bounded, None, None
     if pilot is not None:
         runs = [r for r in collect_runs([pilot]).runs if r.record.task == task and r.record.profile == profile]
+        methods = sorted({r.record.method for r in runs})
+        if method is not None:
+            runs = [r for r in runs if r.record.method == method]
+        elif len(methods) > 1:
+            raise ReportError(f"the pilot {pilot} holds several methods for {task} ({', '.join(methods)}); pass "
+                              "--method NAME to plan from that method's runs")
         if not runs:
-            raise ReportError(f"no verified pilot run of {task} under profile {profile!r} in {pilot}")
+            raise ReportError(f"no verified pilot run of {task} under profile {profile!r}"
+                              + (f" by method {method!r}" if method else "") + f" in {pilot}"
+                              + (f" (it holds: {', '.join(methods)})" if methods else ""))
         scores = [list(r.test_scores().values()) for r in runs]
         flat = np.concatenate([np.asarray(s, dtype=float) for s in scores])
         binary = bool(np.all((flat == 0) | (flat == 1)))
