@@ -9,8 +9,8 @@ against a working endpoint ends with the same record as an uninterrupted run."""
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -306,5 +306,6 @@ def test_held_out_scoring_reports_its_progress_and_the_failures_it_retries(tmp_p
         (summary,) = run_study([cell], conf, progress=True)
     err = capsys.readouterr().err
     assert summary["status"] == "incomplete"
-    assert "held-out test 24/24 scored, 23 infrastructure failure(s)" in err
+    # how many answers got through before the faults began depends on the threads' timing
+    assert re.search(r"held-out test 24/24 scored, [1-9]\d* infrastructure failure\(s\)", err), err
     assert "INCOMPLETE" in err and "resume with: the same command plus --resume" in err

@@ -51,7 +51,8 @@ from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError,
                                is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, VERDICT_FIELDS, Budget, VisibilityPolicy
-from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_same_experiment, describe_experiment
+from heldout.evaluators.records import (RECORD_FILE, ExperimentMismatch, RunRecord, check_same_experiment,
+                                        describe_experiment)
 from heldout.evaluators.scoring import (ARCHITECT, DEPLOYMENT, OPTIMISATION, Scorer, Usage, infrastructure_failures,
                                         model_failure_kind)
 from heldout.models import ChatRequest
@@ -548,6 +549,7 @@ class Session:
         record.extra["verifier"] = self.variant.name
         if final is not None and own is not None:
             record.extra["val_score_own_verifier"] = own
+        self._reserve_room_for(record)
         self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
                                            "metric_calls": usage.metric_calls, "record_sha256": record.digest()})
         record.ledger_head = self.ledger.head
@@ -555,6 +557,19 @@ class Session:
         record.save(self.run_dir)
         self.ledger.close()
         return record
+
+    def _reserve_room_for(self, record: RunRecord) -> None:
+        """Write the record once under a scratch name before ``session_end``: a disk that fills
+        between that entry and the record would leave a finished ledger without a record, which no
+        resume can finish; failing here leaves the session resumable instead."""
+        probe = self.run_dir / f".{RECORD_FILE}.room"
+        try:
+            probe.write_text(json.dumps(record.content(), default=str) + " " * 4096)
+        except OSError as exc:
+            raise InfrastructureFailure(f"cannot write the run record in {self.run_dir}: {exc.strerror or exc}; "
+                                        "free space, then rerun the same command with --resume") from None
+        finally:
+            probe.unlink(missing_ok=True)
 
     def _score_val_own_verifier(self, final: Candidate, usage: Usage) -> float | None:
         """Under a verifier variant, the final candidate's val score as the optimizer's own verifier

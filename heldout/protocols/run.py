@@ -227,7 +227,7 @@ class Progress:
             if status == "ok":
                 detail += f", test {summary.get('test_score')}"
             elif status == "incomplete":
-                detail += f": {summary.get('error')} (resume with --resume)"
+                detail += f": {summary.get('error')}"
             elif summary.get("error"):
                 detail += f": {summary['error']}"
             print(f"[{self.done}/{self.total}] {cell.label}: {status}{detail}", file=self.stream, flush=True)
