@@ -18,7 +18,7 @@ pytest.importorskip("gepa", reason="the [gepa] extra is not installed (CI instal
 import heldout  # noqa: E402
 from heldout.adapters.gepa import (BudgetExhausted, SplitLoader, ViewGEPAAdapter,  # noqa: E402
                                    optimize as run_gepa, unprefixed)
-from heldout.contracts import HeldoutError  # noqa: E402
+from heldout.contracts import HeldoutError, InfrastructureFailure  # noqa: E402
 from heldout.evaluators.isolated import run_isolated  # noqa: E402
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger  # noqa: E402
 from heldout.evaluators.session import Budget, Session  # noqa: E402
@@ -168,18 +168,21 @@ def test_ids_are_split_prefixed_so_train_and_val_never_share_an_id(word_sorting,
     assert [(d["split"], d["example_id"]) for d in evaluated] == [unprefixed(i) for i in val.all_ids()[:2]]
 
 
-def test_a_failing_worker_scores_zero_per_example_without_raising(word_sorting, readable_dir):
+def test_a_failing_worker_stops_gepa_and_scores_nothing(word_sorting, readable_dir):
+    # an endpoint that answers 500 to everything is the infrastructure's failure, never a 0 for the
+    # candidate: the adapter lets the session's InfrastructureFailure through and the ledger holds
+    # no evaluation of the batch
     with TestServer(error_rate=1.0) as srv:
         run_dir = readable_dir / "run"
         run_dir.mkdir(mode=0o755)
         model = ModelClient("test", base_url=srv.base_url, api_key="k", max_retries=0)
-        view = Session(word_sorting, budget=Budget(10), worker=model, run_dir=run_dir).view
-        train = SplitLoader("train", view.train)
-        batch = adapter_batch = train.fetch(train.all_ids()[:4])
-        result = ViewGEPAAdapter(view).evaluate(adapter_batch, view.seed_candidate, capture_traces=True)
-    assert result.scores == [0.0] * len(batch)
-    assert len(result.outputs) == len(result.trajectories) == len(batch) == result.num_metric_calls
-    assert all(t.shown["error_kind"] == "model_error" for t in result.trajectories)
+        session = Session(word_sorting, budget=Budget(10), worker=model, run_dir=run_dir)
+        train = SplitLoader("train", session.view.train)
+        with pytest.raises(InfrastructureFailure, match="4 of 4 example"):
+            ViewGEPAAdapter(session.view).evaluate(train.fetch(train.all_ids()[:4]), session.view.seed_candidate,
+                                                   capture_traces=True)
+    assert not list(session.ledger.entries("evaluation"))
+    assert [e["data"]["refunded"] for e in session.ledger.entries("infrastructure_failure")] == [4]
 
 
 def test_an_evaluation_past_the_budget_is_refused_and_stops_gepa(word_sorting, readable_dir):

@@ -366,10 +366,12 @@ def test_check_exits_0_on_the_same_candidate_and_1_only_above_min_effect(study, 
     same = check_runs([cells / "champion"], [study / "fresh" / TASK.replace("/", "__") / "champion"],
                       pair_seeds="rank")
     assert same.outcome == "pass" and same.gate.tasks[0].identical
-    # a drop of 0.62 is not a regression when only drops above 0.7 count
+    # no margin lets a score lose more than half of itself: a drop of 0.62 from 1 is a regression
+    # even under --min-effect 0.7 (held to 0.5), or a collapse could pass the gate
     assert main(["check", "--baseline", str(cells / "champion"), "--current", str(cells / "seed"),
-                 "--min-effect", "0.7"]) == 0
-    assert "non-inferior: the change is > -0.7" in capsys.readouterr().out
+                 "--min-effect", "0.7"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "capped from 0.7" in out
 
 
 def test_check_refuses_what_it_cannot_pair(study, capsys):

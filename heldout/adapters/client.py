@@ -40,7 +40,7 @@ import socket
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from heldout.contracts import BudgetExceeded, HeldoutError, VisibilityError
+from heldout.contracts import BudgetExceeded, HeldoutError, InfrastructureFailure, VisibilityError
 
 URL_ENV = "HELDOUT_VIEW_URL"
 SEED_ENV = "HELDOUT_SEED"  # the session seed the harness gives an isolated optimizer
@@ -64,6 +64,10 @@ class HTTPBudgetExceeded(RequestRefused, BudgetExceeded):
 
 class HTTPVisibilityError(RequestRefused, VisibilityError):
     """HTTP 403: the request asked for something the visibility policy does not allow."""
+
+
+class HTTPInfrastructureFailure(RequestRefused, InfrastructureFailure):
+    """HTTP 503: the harness's endpoint or sandbox failed; the session has stopped (never a score)."""
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -135,7 +139,8 @@ class TaskClient:
         if resp.status >= 400:
             info = data if isinstance(data, dict) else {}
             kind, message = str(info.get("kind", "error")), str(info.get("error", raw[:500]))
-            cls = {402: HTTPBudgetExceeded, 403: HTTPVisibilityError}.get(resp.status, RequestRefused)
+            cls = {402: HTTPBudgetExceeded, 403: HTTPVisibilityError,
+                   503: HTTPInfrastructureFailure}.get(resp.status, RequestRefused)
             raise cls(resp.status, kind, message)
         return data
 

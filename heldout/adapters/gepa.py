@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 from heldout.adapters.client import run_from_env
 from heldout.adapters.settings import GEPASettings
 from heldout.adapters.shown import feedback_text, output_text
-from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
+from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, InfrastructureFailure, TaskView
 
 try:
     import gepa
@@ -121,6 +121,8 @@ class ViewGEPAAdapter:
             self.exhausted = True
             self.refusals += 1
             raise BudgetExhausted(str(exc)) from exc
+        except InfrastructureFailure:
+            raise  # the endpoint or sandbox failed: never a 0 for the candidate; the session has stopped
         except HeldoutError as exc:  # the whole request refused (e.g. a malformed candidate)
             results = [{"id": ex_id, "score": 0.0, "valid": False, "error": f"refused: {exc}"}
                        for _, ex_id in refs]

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from heldout.contracts import Candidate, HeldoutError, MalformedCandidate, candidate_id, check_candidate
-from heldout.contracts import BudgetExceeded, VisibilityError
+from heldout.contracts import BudgetExceeded, InfrastructureFailure, VisibilityError
 from heldout.evaluators.session import Session
 from heldout.models import ModelError
 
@@ -238,6 +238,8 @@ class ViewServer:
             self._send(req, 409, {"error": str(exc), "kind": "unavailable"})
         except _ModelFailed as exc:
             self._send(req, 502, {"error": str(exc), "kind": "model_error"})
+        except InfrastructureFailure as exc:  # the session has stopped: the cell ends incomplete
+            self._send(req, 503, {"error": str(exc), "kind": "infrastructure"})
         except Exception as exc:  # noqa: BLE001 - the harness's fault, reported, never fatal
             self._send(req, 500, {"error": f"evaluator error: {type(exc).__name__}: {exc}",
                                   "kind": "evaluator_error"})
@@ -349,7 +351,7 @@ class ViewServer:
             text = self.view.architect(
                 [{"role": m["role"], "content": m["content"]} for m in messages],
                 temperature=float(temperature), max_tokens=max_tokens, replicate=replicate)
-        except BudgetExceeded:
+        except (BudgetExceeded, InfrastructureFailure):
             raise
         except ModelError as exc:
             raise _ModelFailed(str(exc)) from None
