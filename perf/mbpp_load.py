@@ -24,55 +24,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the sibling scripts
+sys.path[:0] = [str(HERE.parent), str(HERE), str(HERE.parent / "tests")]  # heldout, sibling scripts, the load
 
 from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems  # noqa: E402
 from heldout.contracts import RunLimits  # noqa: E402
-from heldout.sandbox import run_function, wall_backstop  # noqa: E402
 from machine import fixed_loop_seconds, verdict  # noqa: E402
+from machine_load import MachineLoad  # noqa: E402
 
 SLOWEST = ("Mbpp/599", "Mbpp/392", "Mbpp/255")
 TOO_SLOW_599 = ("def sum_average(number):\n    for _ in range(8):\n        total = sum(range(1, number + 1))\n"
                 "    return total, total / number\n")
 LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=4096)
-LOAD_SECONDS = 900
-
-
-class Load:
-    """``sandboxed`` threads running sandboxed executions that compute 2 s of CPU each, back to
-    back, and ``plain`` CPU-bound processes, until :meth:`close`."""
-
-    def __init__(self, sandboxed: int, plain: int) -> None:
-        self.stop = threading.Event()
-        self.executions = 0
-        spin = f"import time\nend = time.monotonic() + {LOAD_SECONDS}\nwhile time.monotonic() < end:\n    pass\n"
-        self.plain = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(plain)]
-        self.threads = [threading.Thread(target=self._sandboxed, daemon=True) for _ in range(sandboxed)]
-        for thread in self.threads:
-            thread.start()
-
-    def _sandboxed(self) -> None:
-        src = ("import time\ndef f():\n    t = time.process_time()\n"
-               "    while time.process_time() - t < 2:\n        pass\n")
-        limits = RunLimits(wall_seconds=wall_backstop(5.0), cpu_seconds=5.0, memory_mb=256)
-        while not self.stop.is_set():
-            run_function({"prog.py": src}, "prog", "f", limits=limits)
-            self.executions += 1
-
-    def close(self) -> None:
-        self.stop.set()
-        for proc in self.plain:
-            proc.kill()
-            proc.wait()
-        for thread in self.threads:
-            thread.join()
 
 
 def samples(data_dir: str, first: int) -> list[tuple[dict, str, str]]:
@@ -99,7 +66,7 @@ def measure(data_dir: str, workers: int = 2, first: int = 20, sandboxed: int = 3
     items = samples(data_dir, first)
     verdicts(items, workers)  # the expected outputs, computed and cached: both passes below check only
     idle, idle_seconds = verdicts(items, workers)
-    load = Load(sandboxed, plain)
+    load = MachineLoad(sandboxed, plain)
     try:
         loaded, loaded_seconds = verdicts(items, workers)
     finally:

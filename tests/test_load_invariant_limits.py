@@ -20,15 +20,12 @@ load failed the canonical solutions of Mbpp/599 and Mbpp/392 on their plus suite
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
-
 import pytest
 
 from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
 from heldout.contracts import RunLimits
 from heldout.sandbox import run_calls, run_function, wall_backstop
+from machine_load import MachineLoad
 
 LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=1024)
 PER_CALL = 1.0
@@ -100,7 +97,6 @@ def test_without_a_cgroup_the_parent_reads_the_runs_cpu_time_from_proc(monkeypat
 SLOWEST = ("Mbpp/599", "Mbpp/392", "Mbpp/255")
 TOO_SLOW_599 = ("def sum_average(number):\n    for _ in range(8):\n        total = sum(range(1, number + 1))\n"
                 "    return total, total / number\n")
-LOAD_SECONDS = 900  # a bound on each CPU-bound process the test starts (it stops them when done)
 SANDBOXED_LOAD = 3
 PLAIN_LOAD = 3
 
@@ -117,45 +113,12 @@ def verdicts(problems: dict[str, dict]) -> list[tuple]:
     return out
 
 
-class Load:
-    """Both cores taken: sandboxed executions computing back to back (each in its own cgroup, as
-    other checks are) and plain CPU-bound processes, until stopped (and never past LOAD_SECONDS)."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.executions = 0
-        self.threads = [threading.Thread(target=self._sandboxed, daemon=True) for _ in range(SANDBOXED_LOAD)]
-        spin = f"import time\nend = time.monotonic() + {LOAD_SECONDS}\nwhile time.monotonic() < end:\n    pass\n"
-        self.plain = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(PLAIN_LOAD)]
-        for thread in self.threads:
-            thread.start()
-
-    def _sandboxed(self) -> None:
-        src = ("import time\ndef f():\n    t = time.process_time()\n"
-               "    while time.process_time() - t < 2:\n        pass\n")
-        limits = RunLimits(wall_seconds=wall_backstop(5.0), cpu_seconds=5.0, memory_mb=256)
-        while not self.stop.is_set():
-            run_function({"prog.py": src}, "prog", "f", limits=limits)
-            self.executions += 1
-
-    def running(self) -> bool:
-        return all(p.poll() is None for p in self.plain) and all(t.is_alive() for t in self.threads)
-
-    def close(self) -> None:
-        self.stop.set()
-        for proc in self.plain:
-            proc.kill()
-            proc.wait()
-        for thread in self.threads:
-            thread.join()
-
-
 def test_the_slowest_mbpp_problems_get_the_same_verdicts_idle_and_with_both_cores_saturated(data_dir):
     problems = {p["task_id"]: p for p in load_problems(data_dir / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl")}
     idle = verdicts(problems)  # (the expected outputs are computed here, idle, and kept)
     assert [v[1:3] for v in idle] == [(True, True)] * len(SLOWEST) + [(True, False)], idle
     assert idle[-1][3:] == ("plus", idle[-1][4], "timeout")
-    load = Load()
+    load = MachineLoad(SANDBOXED_LOAD, PLAIN_LOAD)
     try:
         loaded = verdicts(problems)
         was_loaded = load.running()
