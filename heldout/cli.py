@@ -486,8 +486,8 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from heldout.protocols.executors import make_executor
-    from heldout.protocols.run import open_study, run_study
-    from heldout.protocols.study import check_models, load_study, save_resolved
+    from heldout.protocols.run import check_infrastructure, open_study, run_study
+    from heldout.protocols.study import load_study, save_resolved
     if args.study:
         given = [f"--{f.replace('_', '-')}" for f in STUDY_FLAGS if getattr(args, f) not in (None, [], False)]
         if given:
@@ -501,10 +501,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n".join(study.plan()))
         return 0
     groups = study.groups()
-    # everything that can refuse the study does so before any file of it exists: models, the
-    # executor's flags, the cluster's nodes (a refused command writes nothing)
+    # everything that can refuse the study does so before any file of it exists: models and their
+    # endpoints, the sandbox, the executor's flags, the cluster's nodes (a refused command writes nothing)
     for config, cells in groups:
-        check_models(cells, config)
+        check_infrastructure(cells, config)
     executors = [make_executor(study.executor["kind"], config.run_root, jobs=study.executor["jobs"],
                                ray_address=study.executor.get("ray_address"), cell_cpus=study.executor["cell_cpus"],
                                cell_memory_mb=study.executor.get("cell_memory_mb")) for config, _ in groups]

@@ -18,7 +18,6 @@ from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.session import Session
 from heldout.optimizers import resolve_optimizer
-from heldout.models.testserver import TestServer
 from heldout.protocols.run import (
     Cell,
     LocalExecutor,
@@ -113,12 +112,11 @@ def test_a_study_continues_when_its_model_endpoint_comes_back_on_another_address
     # the demos serve the bundled model in-process on a new port each start: an interrupted demo
     # must continue, while another model name is another experiment
     cells = build_cells(["lockpicking/six"], parse_methods(["seed"], []), [0], {"lockpicking/six": 10}, "paper", {})
-    with TestServer() as before, TestServer() as after:  # each study start checks its endpoint answers
-        first = StudyConfig(run_root=str(tmp_path), worker_model="m", base_url=before.base_url)
-        open_study(cells, first)
-        open_study(cells, StudyConfig(**{**first.__dict__, "base_url": after.base_url}), resume=True)
-        with pytest.raises(ExperimentMismatch, match="worker_model"):
-            open_study(cells, StudyConfig(**{**first.__dict__, "worker_model": "other"}), resume=True)
+    first = StudyConfig(run_root=str(tmp_path), worker_model="m", base_url="http://127.0.0.1:41001/v1")
+    open_study(cells, first)
+    open_study(cells, StudyConfig(**{**first.__dict__, "base_url": "http://127.0.0.1:41002/v1"}), resume=True)
+    with pytest.raises(ExperimentMismatch, match="worker_model"):
+        open_study(cells, StudyConfig(**{**first.__dict__, "worker_model": "other"}), resume=True)
 
 
 def test_reopening_a_study_with_another_budget_names_the_setting_and_changes_nothing(tmp_path):

@@ -55,7 +55,6 @@ from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import check_optimizer, is_reference_optimizer, resolve_optimizer, split_spec
 from heldout.protocols import decide
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, check_infrastructure, run_study
-from heldout.protocols.study import check_models
 
 ARMS_FILE = "arms.json"
 RESULT_FILE = "arms_result.json"
@@ -267,8 +266,7 @@ def run_arms(spec: ArmsSpec, run_dir: str | Path, config: StudyConfig, executor:
     compare. ``config`` holds the models and data dir; its run root and architect limits are set
     per arm here."""
     plan = open_arms(spec, run_dir)
-    check_models([r.cell for r in plan], config)  # a prompt task without a worker: one line, before any file
-    check_infrastructure([r.cell for r in plan], config)  # a dead endpoint is one line, before any file
+    check_infrastructure([r.cell for r in plan], config)  # no worker or a dead endpoint: one line, before any file
     headroom = headroom or check_headroom(spec, config)
     root = Path(run_dir)
     root.mkdir(parents=True, exist_ok=True)

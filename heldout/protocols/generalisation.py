@@ -62,7 +62,7 @@ from heldout.protocols.leakage import (HELD_OUT_ROW, SUBSETS, Ablation, MethodAb
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
     check_infrastructure, open_study, run_study
 from heldout.protocols.splits import PROBE, check_profile
-from heldout.protocols.study import check_models, parse_methods
+from heldout.protocols.study import parse_methods
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
 
 SEED_METHOD = "seed"
@@ -629,11 +629,10 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
     elif root.exists() and any(root.iterdir()):
         raise GeneralisationError(f"{root} is not empty and holds no {SPEC_FILE}; use a new --run-dir")
     study_config = StudyConfig(**{**asdict(config), "run_root": str(root / RUNS_DIR)})
-    # a refused protocol writes nothing: what open_study checks before its first file is checked
-    # here before ours (an unchanged spec file is not rewritten)
-    check_models(plan.cells, study_config)
+    # a refused protocol writes nothing: models, endpoints and sandbox are checked before our first
+    # file (an unchanged spec file is not rewritten)
+    check_infrastructure(list(plan.cells), study_config)
     if not saved.is_file():
-        check_infrastructure(list(plan.cells), study_config)
         root.mkdir(parents=True, exist_ok=True)
         write_text_atomically(saved, json.dumps(wanted, indent=1, default=str))  # first: a crash after it can rerun
     open_study(list(plan.cells), study_config, resume=None)  # same cells and settings: continue, else refuse

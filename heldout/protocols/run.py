@@ -226,8 +226,6 @@ class Progress:
                 detail = " (already done)"
             if status == "ok":
                 detail += f", test {summary.get('test_score')}"
-            elif status == "incomplete":
-                detail += f": {summary.get('error')}"
             elif summary.get("error"):
                 detail += f": {summary['error']}"
             print(f"[{self.done}/{self.total}] {cell.label}: {status}{detail}", file=self.stream, flush=True)
@@ -314,16 +312,14 @@ class LocalExecutor:
     def _drain(self, events, stop: threading.Event) -> None:
         while not stop.is_set():
             try:
-                label, used, budget, best = events.get(timeout=0.2)  # see _CellRunner
+                kind, label, values = events.get(timeout=0.2)  # see _CellRunner
             except queue.Empty:
                 continue
             except (EOFError, OSError, ValueError):
                 return
-            if used == HELDOUT_EVENT:  # (label, HELDOUT_EVENT, (split, done, total, errors), None)
-                if self.on_scoring is not None:
-                    self.on_scoring(label, *budget)
-            elif self.on_progress is not None:
-                self.on_progress(label, used, budget, best)
+            report = self.on_scoring if kind == "scoring" else self.on_progress
+            if report is not None:
+                report(label, *values)
 
     def _map_pool(self, fn, cells, context, events):
         with ProcessPoolExecutor(max_workers=self.jobs, mp_context=context, initializer=_worker_init,
@@ -426,12 +422,12 @@ def open_study(cells: list[Cell], config: StudyConfig, *, resume: bool | None = 
     """Claim ``config.run_root`` for this study. A new dir gets ``study.json``; an existing one
     is continued only with ``resume`` (``None``: continue when the settings are the same) and
     only when its settings equal these; otherwise :class:`ExperimentMismatch` names the
-    differing settings. Nothing is written to an existing study dir that is refused. The dir is
+    differing settings. Nothing is written to an existing study dir that is refused (the caller
+    runs :func:`check_infrastructure` first, so a study that cannot run writes nothing). The dir is
     then held by this process (:func:`claim_study_dir`): two ``--resume`` started together on one
     study get one runner and one clear :class:`StudyInUse`, never a torn ``study.json``."""
     root = Path(config.run_root)
     _settle_study(root, cells, config, resume, write=False)  # refuse before touching anything
-    check_infrastructure(cells, config)
     root.mkdir(parents=True, exist_ok=True)
     claim_study_dir(root)
     # what a study killed mid-write left (a temp file never renamed into place) goes now, while
@@ -446,10 +442,19 @@ PREFLIGHT_TIMEOUT = 60.0
 
 
 def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
-    """Before any cell runs or any file is written: one short request to each model endpoint the
-    study names, and the sandbox where a cell runs untrusted code (a program task, an isolated
-    optimizer). A dead or mistyped URL, a wrong model name or a missing bubblewrap is one line
-    (:class:`InfrastructureFailure`) within seconds, not a study of zeros."""
+    """What every command that starts or continues a study checks before any file of it is
+    written (a refused command writes nothing): a worker model for prompt tasks, one short request
+    to each model endpoint the study names, and the sandbox where a cell runs untrusted code (a
+    program task, an isolated optimizer). A missing model is a :class:`HeldoutError`; a dead or
+    mistyped URL, a wrong model name or a missing bubblewrap an :class:`InfrastructureFailure`;
+    each one line within seconds, not a study of zeros."""
+    kinds = {cell.task: get_benchmark(cell.task).kind for cell in cells}
+    prompt = sorted(task for task, kind in kinds.items() if kind == "prompt")
+    if prompt and not config.worker_model:
+        # found only in its first session, it would leave a study behind that the corrected
+        # command then meets as "another study"
+        raise HeldoutError(f"{prompt[0]} is a prompt task: the study needs a worker model (--worker-model and "
+                           "--base-url, or worker and base_url under [models] in a study file); nothing was written")
     for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
         if not model or (role == "architect" and model == config.worker_model):
             continue
@@ -469,8 +474,7 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
                     "nothing was run or written: start the endpoint or fix --base-url / --worker-model") from None
         finally:
             client.close()
-    untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config)
-                 or get_benchmark(c.task).kind == "program"]
+    untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config) or kinds[c.task] == "program"]
     if untrusted:
         try:
             require_sandbox()
@@ -622,10 +626,6 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
             "error": record.error, "run_dir": str(run_dir)}
 
 
-#: the second field of a progress event that reports held-out scoring, not metric calls
-HELDOUT_EVENT = -1
-
-
 class _CellRunner:
     """Picklable ``cell -> summary`` for process pools; sends progress to the parent's queue."""
 
@@ -648,10 +648,10 @@ class _CellRunner:
                 report.scoring(cell.label, split, done, total, errors)
         elif events is not None:
             def hook(used, budget, best):
-                events.put((cell.label, used, budget, best))
+                events.put(("progress", cell.label, (used, budget, best)))
 
             def scoring(split, done, total, errors):
-                events.put((cell.label, HELDOUT_EVENT, (split, done, total, errors), None))
+                events.put(("scoring", cell.label, (split, done, total, errors)))
         else:
             hook = scoring = None
         try:

@@ -494,16 +494,6 @@ def _check_against_tasks(tasks: list[str], profiles: list[str], verifiers: list[
                 raise StudyError(f"{origin}: prompt_format: {task}: {exc}") from None
 
 
-def check_models(cells: Iterable[Cell], config: StudyConfig) -> None:
-    """Refuse, before any file of the study exists, a prompt task without a worker model: found
-    only in its first session, it would leave a study behind that the corrected command then
-    meets as "another study"."""
-    prompt = sorted({cell.task for cell in cells if get_benchmark(cell.task).kind == "prompt"})
-    if prompt and not config.worker_model:
-        raise StudyError(f"{prompt[0]} is a prompt task: the study needs a worker model (--worker-model and "
-                         "--base-url, or worker and base_url under [models] in a study file); nothing was written")
-
-
 # -- the resolved study in the run dir ---------------------------------------------------------------
 def to_toml(study: Study) -> str:
     return ("# heldout study, resolved: every group expanded, every default explicit.\n"
@@ -563,5 +553,5 @@ def find_resolved_studies(paths: list[str | Path]) -> list[tuple[Path, dict[str,
     return sorted(found.items())
 
 
-__all__ = ["STUDY_FILE", "Study", "StudyError", "check_models", "find_resolved_studies", "load_study", "parse_study",
+__all__ = ["STUDY_FILE", "Study", "StudyError", "find_resolved_studies", "load_study", "parse_study",
            "read_resolved", "save_resolved", "to_toml"]

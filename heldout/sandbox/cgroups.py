@@ -230,32 +230,41 @@ class RunGroup:
         d = self.dirs.get("unified") or self.dirs.get("pids")
         return d is not None and _flat_value(_read(d / "pids.events"), "max") > 0
 
+    def _cpu_counter(self) -> tuple[Path, float] | None:
+        """The file that counts the run's CPU time and its units per second (None without a CPU
+        controller): cgroup v2's ``cpu.stat`` (``usage_usec``), v1's ``cpuacct.usage`` (ns)."""
+        if self.level == "cgroup-v2":
+            return self.dirs["unified"] / "cpu.stat", 1e6
+        if "cpuacct" in self.dirs:
+            return self.dirs["cpuacct"] / "cpuacct.usage", 1e9
+        return None
+
     def counts_cpu(self) -> bool:
         """Whether :meth:`cpu_seconds` can tell the run's CPU time."""
-        return self.level == "cgroup-v2" or "cpuacct" in self.dirs
+        return self._cpu_counter() is not None
 
     def cpu_seconds(self) -> float | None:
         """CPU time used by every process of the run so far (None without a CPU controller)."""
-        if self.level == "cgroup-v2":
-            for line in _read(self.dirs["unified"] / "cpu.stat").splitlines():
-                if line.startswith("usage_usec "):
-                    return int(line.split()[1]) / 1e6
+        counter = self._cpu_counter()
+        if counter is None:
             return None
-        if "cpuacct" in self.dirs:
-            return _read_int(self.dirs["cpuacct"] / "cpuacct.usage") / 1e9
-        return None
+        path, scale = counter
+        if self.level == "cgroup-v2":
+            for line in _read(path).splitlines():
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / scale
+            return None
+        return _read_int(path) / scale
 
     def cpu_clock(self) -> Callable[[], float | None]:
         """:meth:`cpu_seconds` as a function that reads the counter through a descriptor opened at
         its first reading and kept until the group is removed: one pread (~2.5 us here, against
         ~19 us to open, read and close the file), since the parent reads it as every timed call
         ends."""
-        if self.level == "cgroup-v2":
-            path, scale, v2 = self.dirs["unified"] / "cpu.stat", 1e6, True
-        elif "cpuacct" in self.dirs:
-            path, scale, v2 = self.dirs["cpuacct"] / "cpuacct.usage", 1e9, False
-        else:
+        counter = self._cpu_counter()
+        if counter is None:
             return self.cpu_seconds
+        (path, scale), v2 = counter, self.level == "cgroup-v2"
 
         def read() -> float | None:
             try:

@@ -537,7 +537,7 @@ class _RunState:
         if reading is not None and cpu_start is not None:
             used = reading - cpu_start
             outcome["cpu_seconds"] = used  # the parent's measure, not the child's word
-            if limit and used > limit + PARENT_SLACK_SECONDS and outcome.get("ok") is not False:
+            if self._over_cpu_limit(index, used) and outcome.get("ok") is not False:
                 # the child said it finished in time (its timer was switched off, its signal
                 # blocked ...): the parent's measure decides
                 outcome = {"call": index, "ok": False, "error_kind": "timeout", "cpu_seconds": used, "bytes": size,
@@ -573,8 +573,12 @@ class _RunState:
         have stopped it by now), given the run's CPU seconds ``reading``."""
         if self.current is None or reading is None or self.current[2] is None:
             return False
-        seconds = self.per_call[self.current[0]]
-        return bool(seconds) and reading - self.current[2] > seconds + PARENT_SLACK_SECONDS
+        return self._over_cpu_limit(self.current[0], reading - self.current[2])
+
+    def _over_cpu_limit(self, index: int, used: float) -> bool:
+        """The one rule: call ``index`` used more CPU than its limit and the parent's slack."""
+        limit = self.per_call[index]
+        return bool(limit) and used > limit + PARENT_SLACK_SECONDS
 
 
 _OUTCOME_KEYS = frozenset(("call", "ok", "value", "error_kind", "error", "seconds", "cpu_seconds"))
