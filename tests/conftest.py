@@ -36,7 +36,11 @@ def shared_dir(data_dir: Path) -> Path:
 
 # Ledger heads are anchored with a key in the user's config dir; the tests use a key of their own
 # (set at import, so module-level environments built for CLI subprocesses inherit it too).
-os.environ["HELDOUT_LEDGER_KEY"] = os.path.join(tempfile.mkdtemp(prefix="heldout-test-config-"), "ledger.key")
+_TEST_CONFIG = tempfile.mkdtemp(prefix="heldout-test-config-")
+os.environ["HELDOUT_LEDGER_KEY"] = os.path.join(_TEST_CONFIG, "ledger.key")
+# ... and sign them with a signing key of their own (never the user's ~/.config/heldout/signing.key)
+os.environ["HELDOUT_SIGNING_KEY_FILE"] = os.path.join(_TEST_CONFIG, "signing.key")
+os.environ.pop("HELDOUT_SIGNING_KEY", None)
 
 
 # `slow`: the measured list in slow_tests.txt (a test id, a test function with all its parameter sets, or
