@@ -515,7 +515,7 @@ def test_markdown_escapes_text_from_runs_and_states_settings_and_models_once(stu
     md = (out / "report.md").read_text()
     assert "<script" not in md and "&lt;script&gt;" in md and "\\*\\*bold\\*\\*" in md
     assert md.count("Settings - ") == 1
-    assert "Architect model: test-architect at 127.0.0.1" in md and "heldout 0.1.0; Python " in md
+    assert "Architect model: test-architect at 127.0.0.1" in md and "Scored by heldout 0.1.0 (" in md and "files sha256 " in md
     html = (out / "report.html").read_text()
     assert "<script" not in html and html.count("Settings - ") == 1
 

@@ -3,8 +3,14 @@
 A run record (``run_record.json``, :data:`FORMAT_VERSION`) holds the full description of the
 experiment it is the outcome of (:func:`describe_experiment`: task, profile and manifest digest,
 verifier, visibility policy, budget, seed, optimizer name and the hash of its code, worker and
-architect models, endpoint, decoding settings, isolation, heldout/Python/package versions, the git
-commit of the user's checkout) plus its results and the ledger head it was derived from.
+architect models, endpoint, decoding settings, isolation, heldout/Python/package versions and the
+exact heldout code that scored, :func:`heldout_code`) plus its results and the ledger head it was
+derived from.
+
+Provenance rule: ``environment.heldout_code`` pins heldout itself, never the directory it was run
+from: the git commit (and dirty flag) of the checkout holding the imported ``heldout`` package when
+that checkout tracks it, and always the sha256 of the package's files (a wheel install has no
+commit; a dirty checkout's commit alone does not say what ran).
 
 Anchoring rule: the session writes the record's sha256 (:meth:`RunRecord.digest`) into the
 ledger's ``session_end`` entry, so an edited record no longer matches its ledger;
@@ -16,6 +22,7 @@ to resume on any (:class:`ExperimentMismatch`)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -62,18 +69,67 @@ def _package_versions() -> dict[str, str | None]:
     return versions
 
 
-def _git_checkout(cwd: str | Path | None = None) -> dict[str, Any] | None:
-    """The commit (and whether the tree is dirty) of the git checkout the user runs from."""
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the imported heldout package, wherever it is installed
+
+
+def package_files_sha256(package_dir: str | Path) -> str:
+    """sha256 over every file of the package (relative path and content; compiled ``__pycache__``
+    files left out, since they are derived and differ between Pythons), in a fixed order."""
+    root = Path(package_dir)
+    digest = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = Path(dirpath) / name
+            try:
+                content = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError as exc:  # unreadable: named in the hash rather than skipped
+                content = f"unreadable: {exc.strerror}"
+            digest.update(f"{path.relative_to(root).as_posix()}\0{content}\n".encode())
+    return digest.hexdigest()
+
+
+def _git(package_dir: Path, *args: str) -> subprocess.CompletedProcess | None:
+    # GIT_DIR/GIT_WORK_TREE in the caller's environment would point git at the user's repository
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                                timeout=10)
-        if commit.returncode != 0:
-            return None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                                capture_output=True, text=True, timeout=10)
+        return subprocess.run(["git", "-C", str(package_dir), *args], capture_output=True, text=True, timeout=10,
+                              env=env)
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def git_checkout_of(package_dir: str | Path) -> dict[str, Any] | None:
+    """The commit of the git checkout that holds ``package_dir`` and tracks it, and whether the
+    package's files differ from that commit (modified or untracked, ignored files aside); None
+    when no checkout tracks it (a wheel install, even one inside a venv inside a repository)."""
+    package_dir = Path(package_dir)
+    tracked = _git(package_dir, "ls-files", "--error-unmatch", "--", "__init__.py")
+    if tracked is None or tracked.returncode != 0:
+        return None
+    commit = _git(package_dir, "rev-parse", "HEAD")
+    status = _git(package_dir, "status", "--porcelain", "--", ".")
+    if commit is None or commit.returncode != 0 or status is None or status.returncode != 0:
+        return None
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+
+
+def heldout_code(package_dir: str | Path | None = None) -> dict[str, Any]:
+    """The exact heldout code that scores (see the provenance rule): ``commit`` and ``dirty``
+    (None when no git checkout tracks the package) and ``files_sha256``."""
+    if package_dir is None:
+        return dict(_this_heldout_code())
+    git = git_checkout_of(package_dir)
+    return {"commit": git and git["commit"], "dirty": git and git["dirty"],
+            "files_sha256": package_files_sha256(package_dir)}
+
+
+@functools.lru_cache(maxsize=1)
+def _this_heldout_code() -> dict[str, Any]:
+    """Computed once a process: the code a process scores with is the code it imported."""
+    return heldout_code(PACKAGE_DIR)
 
 
 def heldout_version() -> str:
@@ -84,11 +140,11 @@ def heldout_version() -> str:
 
 
 def environment() -> dict[str, Any]:
-    """Where a session ran: heldout, Python and key package versions, the platform, and the git
-    commit of the current directory's checkout when there is one."""
-    return {"heldout_version": heldout_version(), "python": platform.python_version(),
+    """Where a session ran: heldout's version and code (:func:`heldout_code`), Python and key
+    package versions, the platform."""
+    return {"heldout_version": heldout_version(), "heldout_code": heldout_code(), "python": platform.python_version(),
             "implementation": platform.python_implementation(), "platform": platform.platform(),
-            "packages": _package_versions(), "git": _git_checkout(os.getcwd())}
+            "packages": _package_versions()}
 
 
 def model_description(client: Any) -> dict[str, Any] | None:

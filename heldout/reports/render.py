@@ -203,14 +203,26 @@ def provenance_lines(runs: RunSet) -> list[str]:
             f"{e[key].get('model')} at {str(e[key].get('base_url')).split('://', 1)[-1]}"
 
     env = lambda e: e.get("environment") or {}  # noqa: E731
-    git = lambda e: None if not env(e).get("git") else env(e)["git"]["commit"][:12] + (  # noqa: E731
-        " (dirty)" if env(e)["git"].get("dirty") else "")
     return [f"Worker model: {distinct(model('worker'))}. Architect model: {distinct(model('architect'))}. "
             f"Decoding: {distinct(lambda e: json.dumps(e.get('decoding'), sort_keys=True) if e.get('decoding') else None)}.",
-            f"heldout {distinct(lambda e: env(e).get('heldout_version'))}; Python {distinct(lambda e: env(e).get('python'))}; "
-            f"git commit {distinct(git)}; isolation {', '.join(sorted({r.record.isolation for r in every})) or 'n/a'}; "
+            f"Scored by {distinct(lambda e: describe_heldout_code(env(e)))}; Python {distinct(lambda e: env(e).get('python'))}; "
+            f"isolation {', '.join(sorted({r.record.isolation for r in every})) or 'n/a'}; "
             f"optimizers: {distinct(lambda e: _optimizer(e))}.",
             f"Data: {distinct(lambda e: _manifest(e))}."]
+
+
+def describe_heldout_code(env: dict[str, Any]) -> str:
+    """Which heldout scored, as a record's ``environment`` pins it (records.heldout_code): version,
+    commit of heldout's own checkout (+ uncommitted changes) and the hash of its files."""
+    version = f"heldout {env.get('heldout_version') or 'unknown'}"
+    code = env.get("heldout_code")
+    if not isinstance(code, dict):  # written before heldout pinned its own code
+        return f"{version} (code not recorded)"
+    files = f"files sha256 {str(code.get('files_sha256'))[:12]}"
+    if not code.get("commit"):
+        return f"{version} ({files}; not a git checkout)"
+    dirty = " + uncommitted changes" if code.get("dirty") else ""
+    return f"{version} (commit {str(code['commit'])[:12]}{dirty}; {files})"
 
 
 def _optimizer(exp: dict[str, Any]) -> str | None:
