@@ -88,6 +88,38 @@ def test_heldout_logs_read_back_with_the_ledgers_scores(study, data_dir, tmp_pat
     assert log.eval.task == f"heldout/{TASK}" and log.eval.task_args["profile"] == PROFILE and log.status == "success"
 
 
+def test_logs_name_the_worker_model_the_task_and_the_tokens_the_ledger_recorded(study, data_dir, tmp_path):
+    export_inspect(study, tmp_path / "logs", with_optimisation=True, data_dir=str(data_dir))
+    prompt_dir = study / "bbh__causal_judgement" / "probe" / "seed-0"
+    start = _ledger(prompt_dir, "session_start")[0]
+    profile_digest = start["manifest"]["profile_sha256"]
+    for kind, entry_kind in (("heldout", "test_scoring"), ("optimisation", "evaluation")):
+        log = inspect_log.read_eval_log(str(tmp_path / "logs" / f"bbh__causal_judgement__probe__seed-0__{kind}.eval"))
+        assert log.eval.model == "test-model" and log.eval.task_id == f"{TASK}@{PROFILE}:{profile_digest[:12]}"
+        assert log.eval.packages["heldout"] == start["environment"]["heldout_version"]
+        entries, _ = read_entries(prompt_dir / "ledger.jsonl")
+        by_seq = {e["seq"]: e["data"]["verdict"]["usage"] for e in entries if e["kind"] == entry_kind}
+        recorded = list(by_seq.values())
+        assert len(log.samples) == len(recorded) and all(u["prompt_tokens"] > 0 and u["completion_tokens"] > 0
+                                                         for u in recorded)
+        for sample in log.samples:
+            usage, counted = by_seq[sample.metadata["ledger_seq"]], sample.model_usage["test-model"]
+            assert (counted.input_tokens, counted.output_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
+            assert sample.output.usage == counted and sample.messages[-1].model == "test-model"
+        total = log.stats.model_usage["test-model"]
+        assert total.input_tokens == sum(u["prompt_tokens"] for u in recorded)
+        assert total.total_tokens == sum(u["prompt_tokens"] + u["completion_tokens"] for u in recorded)
+    code = start["environment"]["heldout_code"]
+    if code["commit"]:
+        assert (log.eval.revision.commit, log.eval.revision.dirty) == (code["commit"], code["dirty"])
+    program = inspect_log.read_eval_log(str(tmp_path / "logs" / "lockpicking__six__seed__seed-0__heldout.eval"))
+    assert program.eval.model == "none" and program.eval.task_id.startswith("lockpicking/six@default:")
+    assert not program.stats.model_usage and not program.samples[0].model_usage  # no worker, no tokens
+    again = export_inspect(study, tmp_path / "again", data_dir=str(data_dir))  # an export repeats: ids from the ledger
+    assert inspect_log.read_eval_log(str(again.written[0])).eval.eval_id == \
+        inspect_log.read_eval_log(str(tmp_path / "logs" / again.written[0].name)).eval.eval_id
+
+
 def test_optimisation_logs_hold_every_paid_evaluation_with_repeats_as_epochs(study, data_dir, tmp_path):
     export_inspect(study, tmp_path / "logs", with_optimisation=True, data_dir=str(data_dir))
     log = inspect_log.read_eval_log(str(tmp_path / "logs" / "bbh__causal_judgement__probe__seed-0__optimisation.eval"))

@@ -16,7 +16,12 @@ Rules:
   the task's examples load (embedded tasks always, dataset tasks with a data dir) - otherwise
   the sample says so instead of guessing;
 * the log's ``mean`` metric is the mean of the samples' scores, ``task_metric`` the task's own
-  aggregate (the run record's ``test_score`` for held-out logs), one metric per dimension too.
+  aggregate (the run record's ``test_score`` for held-out logs), one metric per dimension too;
+* the log names what produced it, from the session's ``session_start`` entry: the worker model
+  (``eval.model``; ``none`` for a program task without one), the task id (task, profile and the
+  digest of its examples), heldout's version and commit (``eval.packages``, ``eval.revision``);
+  token usage is each sample's (``EvalSample.model_usage``, from the verdict the ledger holds)
+  and their sum (``stats.model_usage``); ids are derived from the ledger, so an export repeats.
 """
 
 from __future__ import annotations
@@ -51,9 +56,9 @@ def inspect_api() -> SimpleNamespace:
             raise ExportError("the Inspect export needs inspect-ai: pip install 'heldout[inspect]'") from None
         _API = SimpleNamespace(**{name: getattr(log, name) for name in (
             "EvalConfig", "EvalDataset", "EvalError", "EvalLog", "EvalMetric", "EvalResults", "EvalSample",
-            "EvalScore", "EvalSpec", "EvalStats", "write_eval_log")},
+            "EvalRevision", "EvalScore", "EvalSpec", "EvalStats", "write_eval_log")},
             **{name: getattr(model, name) for name in (
-                "ChatMessageAssistant", "ChatMessageSystem", "ChatMessageUser", "ModelOutput")},
+                "ChatMessageAssistant", "ChatMessageSystem", "ChatMessageUser", "ModelOutput", "ModelUsage")},
             Score=scorer.Score)
     return _API
 
@@ -155,23 +160,70 @@ def _load_examples(header: Mapping[str, Any], data_dir: str | None, result: Expo
         return None
 
 
+NO_MODEL = "none"
+
+
 def _study_model(root: Path) -> str:
-    """The worker model named in the study (``study.json``), if any."""
+    """The worker model named in the study (``study.json``'s flat ``config.worker_model``), for a
+    session whose ``session_start`` predates naming its worker."""
     for path in [root / "study.json", *(p / "study.json" for p in root.parents)]:
         if path.is_file():
             try:
-                model = json.loads(path.read_text()).get("config", {}).get("worker_model")
+                study = json.loads(path.read_text())
+                model = study.get("config.worker_model") if isinstance(study, dict) else None
             except (OSError, ValueError):
                 model = None
             if model:
                 return str(model)
             break
-    return "none"
+    return NO_MODEL
 
 
-def _log(session: _Session, kind: str, entries: list[dict[str, Any]], task, model: str) -> "EvalLog":
+def _worker_model(header: Mapping[str, Any], study_model: str) -> str:
+    """The model that answered the held-out examples (``deployment_worker``), else the worker."""
+    for key in ("deployment_worker", "worker"):
+        described = header.get(key)
+        if isinstance(described, dict) and described.get("model"):
+            return str(described["model"])
+    return study_model
+
+
+def _task_id(header: Mapping[str, Any]) -> str:
+    """Task, profile and the digest of the profile's examples: two logs with one task id scored
+    exactly the same examples."""
+    digest = (header.get("manifest") or {}).get("profile_sha256") or "unknown"
+    return f"{header['task']}@{header['profile']}:{str(digest)[:12]}"
+
+
+def _tokens(verdict: Verdict) -> tuple[int, int] | None:
+    """The prompt and completion tokens the ledger recorded for a verdict's worker call."""
+    usage = verdict.usage or {}
+    if "prompt_tokens" not in usage and "completion_tokens" not in usage:
+        return None  # a program task's verdict: no worker call of its own
+    return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+
+
+def _model_usage(model: str, tokens: Iterable[tuple[int, int] | None]) -> dict[str, Any]:
+    counted = [t for t in tokens if t is not None]
+    if not counted:
+        return {}
+    given, got = sum(t[0] for t in counted), sum(t[1] for t in counted)
+    return {model: inspect_api().ModelUsage(input_tokens=given, output_tokens=got, total_tokens=given + got)}
+
+
+def _revision(header: Mapping[str, Any]):
+    """heldout's commit as Inspect records a task's revision (None when heldout was no checkout)."""
+    code = (header.get("environment") or {}).get("heldout_code") or {}
+    if not code.get("commit"):
+        return None
+    return inspect_api().EvalRevision(type="git", origin="heldout", commit=str(code["commit"]),
+                                      dirty=code.get("dirty"))
+
+
+def _log(session: _Session, kind: str, entries: list[dict[str, Any]], task, study_model: str) -> "EvalLog":
     api = inspect_api()
     header = session.header
+    model = _worker_model(header, study_model)
     bench = get_benchmark(header["task"])
     examples = {} if task is None else {ex.id: ex for split in task.splits.values() for ex in split}
     context = RunContext(options=header.get("options") or {})
@@ -190,7 +242,10 @@ def _log(session: _Session, kind: str, entries: list[dict[str, Any]], task, mode
                                 "metric_calls": data.get("metric_calls"), "cached": data.get("cached")}))
     started = _iso(session.entries[0]["time"])
     completed = _iso(session.entries[-1]["time"])
+    first = session.entries[0]["hash"]
     spec = api.EvalSpec(
+        eval_id=f"{first[:16]}-{kind}", run_id=first[:22], task_id=_task_id(header),
+        revision=_revision(header), packages={"heldout": str((header.get("environment") or {}).get("heldout_version"))},
         created=started, task=f"heldout/{header['task']}", task_version=str(header.get("manifest_version", 0)),
         task_args={"profile": header["profile"], "seed": header["seed"], "verifier": header.get("verifier"),
                    "options": header.get("options") or {}},
@@ -208,8 +263,10 @@ def _log(session: _Session, kind: str, entries: list[dict[str, Any]], task, mode
     results = api.EvalResults(total_samples=len(samples), completed_samples=len(samples),
                           scores=[api.EvalScore(name=SCORER, scorer=SCORER, scored_samples=len(samples), metrics=metrics)])
     failed = session.status == "failed"
+    stats = api.EvalStats(started_at=started, completed_at=completed,
+                          model_usage=_model_usage(model, (_tokens(v) for v in verdicts)))
     return api.EvalLog(status="error" if failed else "success" if session.status else "started", eval=spec,
-                   results=results, stats=api.EvalStats(started_at=started, completed_at=completed), samples=samples,
+                   results=results, stats=stats, samples=samples,
                    error=api.EvalError(message=session.error or "session failed", traceback="", traceback_ansi="")
                    if failed else None)
 
@@ -238,9 +295,11 @@ def _sample(sample_id: str, epoch: int, verdict: Verdict, components: Mapping[st
     score = api.Score(value=verdict.score, answer=None if answer is None else str(answer), explanation=verdict.feedback,
                   metadata={"dimensions": dict(verdict.dimensions), "valid": verdict.valid,
                             "error_kind": verdict.error_kind})
+    usage = _model_usage(model, [_tokens(verdict)])
+    answered = api.ModelOutput.from_content(model, text, error=verdict.error)
+    answered.usage = usage.get(model)
     return api.EvalSample(id=sample_id, epoch=epoch, input=prompt, target=target, messages=messages,
-                      output=api.ModelOutput.from_content(model, text, error=verdict.error),
-                      scores={SCORER: score}, error=None,
+                      output=answered, model_usage=usage, scores={SCORER: score}, error=None,
                       metadata={**where, "example_id": verdict.example_id, "dimensions": dict(verdict.dimensions),
                                 "valid": verdict.valid, "error": verdict.error, "usage": dict(verdict.usage)})
 
