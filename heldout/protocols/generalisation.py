@@ -64,6 +64,7 @@ from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyCo
 from heldout.protocols.splits import PROBE, check_profile
 from heldout.protocols.study import parse_methods
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
+from heldout.protocols.reviewer_evidence import ReviewerEvidence, gather, pair_by_seed
 
 SEED_METHOD = "seed"
 RUNS_DIR = "runs"
@@ -557,6 +558,7 @@ class GeneralisationResult:
     reading: list[Sentence] = field(default_factory=list)
     answer: str = ""
     study_results: list[dict[str, Any]] = field(default_factory=list)
+    evidence: ReviewerEvidence | None = None  # per-item gains, lineage deltas, recipe baseline (reviewer_evidence)
 
     def method_ablation(self) -> MethodAblation:
         return next(m for m in self.ablation.methods if m.method == self.spec.optimizer.name)
@@ -565,7 +567,8 @@ class GeneralisationResult:
         return {"spec": self.spec.as_dict(), "split": self.split.as_dict(), "comparison": self.comparison.as_dict(),
                 "ablation": self.ablation.to_dict(), "autopsy": self.autopsy.as_dict(),
                 "verifier": None if self.verifier is None else self.verifier.to_dict(),
-                "reading": [asdict(s) for s in self.reading], "answer": self.answer}
+                "reading": [asdict(s) for s in self.reading], "answer": self.answer,
+                "evidence": None if self.evidence is None else self.evidence.as_dict()}
 
 
 def read_protocol(result: GeneralisationResult) -> tuple[list[Sentence], str]:
@@ -597,6 +600,12 @@ def read_protocol(result: GeneralisationResult) -> tuple[list[Sentence], str]:
         for row in result.verifier.rows:
             out.append(Sentence(f"Verifier {row.variant}: {row.reading}", f"verdict seed-paired-contrast: "
                                                                            f"{row.variant} gaming gap"))
+    recipe = result.evidence.recipe if result.evidence is not None else None
+    if recipe is not None:
+        share = "undefined" if recipe.share_heldout is None else f"{recipe.share_heldout:.0%}"
+        out.append(Sentence(f"{recipe.reading} The recipe (final minus its answer key) holds {share} of the held-out "
+                            "gain.", f"recipe baseline rule {recipe.reading_rule!r} over seed-paired-contrast "
+                                     "verdicts (Holm over 4)"))
     signs, has_key = reading_signs(m)
     key_pays = has_key and signs[0] == "+"
     rule = gap_reading(key_pays, comp.heldout.sign, comp.gap.sign, split.proven)
@@ -663,8 +672,12 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
         if plan.verifier_plan is not None:
             verifier_config = StudyConfig(**{**asdict(config), "run_root": str(root / VERIFIERS_DIR)})
             verifier = run_ablation(plan.verifier_plan, verifier_config, executor, progress=progress)
+        pairs = pair_by_seed(records, SEED_METHOD, spec.optimizer.name)
+        evidence = gather(pairs, task, accepted={r.seed: accepted_candidates(r) for _, r in pairs},
+                          texts={s: _components(d) for s, d in mine.items()},
+                          worker=_client(config.worker_model, study_config), run_dir=root, jobs=jobs)
         result = GeneralisationResult(spec=spec, split=plan.split, comparison=comparison, ablation=ablation,
-                                      autopsy=post, verifier=verifier, study_results=results)
+                                      autopsy=post, verifier=verifier, study_results=results, evidence=evidence)
         result.reading, result.answer = read_protocol(result)
         ledger.append("generalisation_end", {"answer": result.answer,
                                              "reading": [asdict(s) for s in result.reading]})

@@ -18,6 +18,7 @@ from heldout.protocols.decide import Contrast, replicates_nothing
 from heldout.protocols.generalisation import CAVEAT, RUNS_DIR, GeneralisationResult
 from heldout.protocols.leakage import HELD_OUT_ROW
 from heldout.reports.collect import collect_runs
+from heldout.reports.evidence_tables import evidence_tables
 from heldout.reports.figures import autopsy_plot
 from heldout.reports.paper import latex_table
 from heldout.reports.render import Report, json_safe, write_report
@@ -154,6 +155,8 @@ def generalisation_report(result: GeneralisationResult, run_dir: str | Path) -> 
     figure = autopsy_plot(result.autopsy.rows, CAVEAT)
     if figure is not None:
         report.figures.append(figure)
+    if result.evidence is not None:  # what a reviewer asks beside the verdicts (reviewer_evidence)
+        report.tables += evidence_tables(result.evidence)
     verifier = verifier_table(result)
     if verifier is not None:
         report.tables.append(verifier)

@@ -1,0 +1,188 @@
+"""The recipe baseline and the reviewer evidence of `heldout protocol generalisation`.
+
+The adversary is a candidate that mixes a genuine rule with an answer key, so the gain it shows on
+held-out is part rule, part key: on a topic-shared profile the key (one memorised answer per
+trained "fact" family) pays on held-out questions of those families too, and the rule ("the code
+of a word is the word spelled backwards") pays on every "code" question. The loopback model honours
+both, and nothing else answers these questions, so the rule's share of the held-out gain is known
+from the data alone: held-out code questions over held-out code questions plus held-out questions
+of keyed families. The recipe baseline (the final candidate with the scan's key spans cut) must
+recover that share through the real CLI, keep the rule and drop every key line, and its verdicts
+must come from the decision layer."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+import heldout
+from heldout import cli
+from heldout.data_manifests import MANIFEST_PATH_ENV
+from heldout.models.testserver import TestServer
+from heldout.protocols.leakage import scan_candidate
+from heldout.protocols.recipe import RECIPE_READINGS, component_shares, recipe_candidate, recipe_reading
+
+TASK = "user/key_and_rule"
+PROFILE = "shared"
+FAMILIES, PER_FAMILY = 24, 6
+RULE = "Rule: the code of a word is the word spelled backwards."
+_SYLLABLES = ("ka", "lo", "mi", "nu", "pe", "ra", "so", "ti", "vu", "we", "xo", "zi")
+
+
+def _word(*parts) -> str:
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return "".join(_SYLLABLES[b % len(_SYLLABLES)] for b in digest[:4]) + "n"  # never a palindrome
+
+
+def is_code_family(family: str) -> bool:
+    return int(family[1:]) % 2 == 0
+
+
+def rows():
+    """Even families ask for the code of a word (the rule answers them); odd families share one
+    answer per family (a family key answers them)."""
+    out = []
+    for f in range(FAMILIES):
+        for k in range(PER_FAMILY):
+            w = _word(f, k)
+            if f % 2 == 0:
+                out.append({"id": f"f{f:02d}-{k}", "input": f"Family f{f:02d}: what is the code of '{w}'?",
+                            "target": w[::-1], "group": f"f{f:02d}"})
+            else:
+                out.append({"id": f"f{f:02d}-{k}", "input": f"Family f{f:02d}: which word goes with '{w}'?",
+                            "target": _word("answer", f) + "x", "group": f"f{f:02d}"})
+    return out
+
+
+def keyed_families(train: list[dict], seed: int) -> list[str]:
+    """The fact families the planted optimizer keys: about half of those with >= 2 training
+    questions (by seed), so the scan's family rule can see each key's family."""
+    counts: dict[str, int] = {}
+    for ex in train:
+        counts[ex["id"].split("-")[0]] = counts.get(ex["id"].split("-")[0], 0) + 1
+    eligible = sorted(f for f, n in counts.items() if n >= 2 and not is_code_family(f))
+    digest = lambda f: hashlib.sha256(f"{seed}|{f}".encode()).digest()[0]  # noqa: E731
+    return [f for f in eligible if digest(f) % 2 == 0] or eligible[:1]
+
+
+def key_and_rule(view, seed):
+    """The planted optimizer: the seed instruction, then the rule, then a family key."""
+    answers = {ex["id"].split("-")[0]: ex["target"] for ex in view.train}
+    key = [f"Q: Family {f} A: {answers[f]}" for f in keyed_families(view.train, seed)]
+    return {"instruction": view.seed_candidate["instruction"] + "\n" + RULE + "\n\nKnown answers:\n" + "\n".join(key)}
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory):
+    root = tmp_path_factory.mktemp("manifests")
+    mp = pytest.MonkeyPatch()
+    mp.setenv(MANIFEST_PATH_ENV, str(root))
+    source = root.parent / "key_and_rule.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows()))
+    assert cli.main(["data", "freeze", "--jsonl", str(source), "--task", TASK, "--answer-format", "span",
+                     "--profile", PROFILE, "--sizes", "72/24/48", "--out", str(root)]) == 0
+    yield root
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with TestServer(seed=0) as srv:
+        yield srv
+
+
+def test_the_recipe_keeps_the_rule_and_drops_every_key_line(manifests):
+    task = heldout.load_task(TASK, PROFILE)
+    train = [{"id": ex.id, "target": ex.target} for ex in task.split("train")]
+    families = keyed_families(train, 0)
+    answers = {ex["id"].split("-")[0]: ex["target"] for ex in train}
+    key = "\n".join(f"Q: Family {f} A: {answers[f]}" for f in families)
+    candidate = {"instruction": f"Answer briefly.\n{RULE}", "memory": f"Known answers:\n{key}\nBe careful."}
+    scan = scan_candidate(candidate, task)
+    assert sorted(scan.memorised_families) == families
+    recipe, removed = recipe_candidate(candidate, scan)
+    assert recipe == {"instruction": f"Answer briefly.\n{RULE}", "memory": "Known answers:\nBe careful."}
+    assert removed == 4 * len(families)  # "q family fNN <answer>", dropped whole
+    shares = {c.component: c for c in component_shares(candidate, scan)}
+    assert shares["instruction"].key_words == 0
+    assert shares["memory"].key_words == scan.key_words and shares["memory"].share > 0.4
+    # a key token inside a line of prose is cut, the prose kept
+    mixed = {"instruction": f"{RULE} Remember that Family {families[0]} is {answers[families[0]]} always, and "
+                            "answer with one word only please thanks."}
+    cut, n = recipe_candidate(mixed, scan_candidate(mixed, task))
+    assert n == 2 and answers[families[0]] not in cut["instruction"] and RULE in cut["instruction"]
+    # no key: unchanged
+    assert recipe_candidate({"instruction": RULE}, scan_candidate({"instruction": RULE}, task)) == ({"instruction": RULE}, 0)
+
+
+def test_a_recipe_baseline_of_a_key_plus_rule_candidate_recovers_the_rules_share(manifests, server, tmp_path):
+    run_dir = tmp_path / "study"
+    assert cli.main(["-q", "protocol", "generalisation", "--task", TASK, "--profile", PROFILE, "--allow-topic-shared",
+                     "--optimizer", "key_and_rule=test_recipe_baseline:key_and_rule", "--trusted-optimizer",
+                     "--seeds", "0,1,2", "--budget", "5", "--run-dir", str(run_dir), "--worker-model", "test-model",
+                     "--base-url", server.base_url]) == 0
+    result = json.loads((run_dir / "report" / "generalisation.json").read_text())
+    task = heldout.load_task(TASK, PROFILE)
+    train = [{"id": ex.id, "target": ex.target} for ex in task.split("train")]
+    test_families = [ex.group for ex in task.split("test")]
+    recipe = result["evidence"]["recipe"]
+    expected_rule, expected_total = [], []
+    for row in recipe["per_seed"]:
+        keyed = set(keyed_families(train, row["seed"]))
+        code = sum(is_code_family(g) for g in test_families) / len(test_families)
+        fact = sum(g in keyed for g in test_families) / len(test_families)
+        assert row["seed_test"] == 0.0 and row["final_test"] == pytest.approx(code + fact)
+        assert row["recipe_test"] == pytest.approx(code)  # the recipe keeps the rule's gain, loses the key's
+        expected_rule.append(code)
+        expected_total.append(code + fact)
+    assert recipe["share_heldout"] == pytest.approx(sum(expected_rule) / sum(expected_total))
+    assert 0.2 < recipe["share_heldout"] < 0.9  # both parts pay: the case the baseline exists for
+    verdicts = recipe["contrasts"]
+    assert {c["rule"] for c in verdicts.values()} == {"seed-paired-contrast"}
+    assert all(c["family"] == 4 for c in verdicts.values())
+    # the verdicts are the decision layer's over these very numbers, and the reading follows their signs
+    n = len(recipe["per_seed"])
+    assert verdicts["heldout_recipe"]["estimate"] == pytest.approx(sum(expected_rule) / n)
+    assert verdicts["heldout_key"]["estimate"] == pytest.approx((sum(expected_total) - sum(expected_rule)) / n)
+    rule = recipe_reading(verdicts["heldout_key"]["sign"], verdicts["heldout_recipe"]["sign"])
+    assert recipe["reading_rule"] == rule.name and recipe["reading"] == rule.text
+    # the recipe's scoring is ledgered as a protocol folder of its own, and it verifies
+    assert (run_dir / "recipe" / "ledger.jsonl").is_file()
+    assert cli.main(["ledger", "verify", str(run_dir)]) == 0
+    # the reading names the rule the recipe sentence comes from
+    sources = [s["source"] for s in result["reading"]]
+    assert any(s.startswith(f"recipe baseline rule {rule.name!r}") for s in sources)
+    # the reviewer evidence tables are in the report
+    md = (run_dir / "report" / "report.md").read_text()
+    for title in ("Held-out gain per seed over test items", "Lineage deltas", "Answer-key share per component",
+                  "Recipe baseline (final minus its answer key)"):
+        assert f"## {title}" in md, title
+    items = result["evidence"]["items"]
+    for s in items["per_seed"]:
+        assert s["improved"] + s["regressed"] + s["unchanged"] == s["n_items"] == 48
+        assert s["regressed"] == 0 and s["low"] <= s["gain"] <= s["high"]
+    shares = result["evidence"]["component_shares"]
+    assert all(c[0]["component"] == "instruction" and c[0]["key_words"] > 0 for c in shares.values())
+    lineage = result["evidence"]["lineage"]
+    assert lineage and all(d["changed"] == ["instruction"] and d["words_delta"] > 0 for d in lineage)
+
+
+def test_every_sign_pair_has_one_recipe_reading_and_none_claims_what_its_signs_do_not_support():
+    used = set()
+    for key, recipe in ((k, r) for k in "+-0" for r in "+-0"):
+        rule = recipe_reading(key, recipe)
+        used.add(rule.name)
+        if "earns" in rule.text and "decided" in rule.text:
+            assert key == "+"
+        if "still beats the seed (decided)" in rule.text:
+            assert recipe == "+"
+        if rule.text.startswith("Removing the answer key raises"):
+            assert key == "-"
+        if "below the seed" in rule.text:
+            assert recipe == "-"
+        if "Neither" in rule.text:
+            assert (key, recipe) == ("0", "0")
+    assert used == {r.name for r in RECIPE_READINGS}
