@@ -5,23 +5,28 @@ A variant is named by a spec string and changes only what the optimizer is shown
 =================  ==================================================================================
 ``decomposed``     the canonical verifier: the task's verdict as it is (score, dimensions, feedback)
 ``scalar``         the score alone: no dimensions, no output, the feedback reduced to the number
-``coarse:K``       the score rounded to the nearest of K evenly spaced levels in [0, score ceiling];
-                   feedback and output kept, dimensions dropped (numbers on the score's own fine
-                   scale, they would undo the rounding)
+``coarse:K``       the score rounded to the nearest of K evenly spaced levels in [0, score ceiling],
+                   shown as ``scalar`` shows the score: feedback, dimensions and output dropped
+                   (each states or determines the fine score, e.g. a geometry task's "objective
+                   2.4975" or an output a train target grades; kept, they would undo the rounding)
 ``repeated:K``     the task scored K times, the mean shown (for stochastic scorers such as judges)
 ``noisy:SD``       Gaussian noise of standard deviation SD on the shown score, seeded per
-                   (session seed, candidate, example) so a replay shows the same numbers;
-                   feedback, dimensions and output kept
+                   (session seed, candidate, example) so a replay shows the same numbers; shown
+                   as ``scalar`` shows it, for the same reason as ``coarse:K``
 ``tests:NAME``     a weaker (or other) test set the task declares in ``verifier_options``
                    (MBPP+ ``tests:base-only``, Lockpicking ``tests:count-only`` ...)
 =================  ==================================================================================
 
-Each variant changes one knob, so a contrast between two variants is about that knob. Knobs
-combine only when named together with ``+`` (``coarse:3+scalar``: rounded and without feedback;
-``tests:base-only+noisy:0.1``). A task's feedback text is its own and may restate the exact score
-(geometry tasks state the objective in feedback and output): to hide that too, add ``scalar``.
-Whatever the variant, the harness scores held-out results with the canonical verifier
-(:data:`CANONICAL`)."""
+Each variant changes one knob on every channel the optimizer sees (score, feedback, dimensions,
+output), so a contrast between two variants is about that knob. A coarse or noisy score is never
+recoverable from another field: a task's feedback, dimensions and output are its own and may state
+the exact score, so ``coarse:K`` and ``noisy:SD`` show nothing but their score (``scalar`` with a
+rounded or noisy number; contrast them with ``scalar`` for the rounding or the noise alone, with
+``decomposed`` for rounding or noise *and* the loss of feedback). Knobs combine only when named
+together with ``+`` (``coarse:3+noisy:0.1``, ``tests:base-only+noisy:0.1``).
+``tests/test_variant_information.py`` checks, on a prompt and a program task, that no field the
+optimizer sees predicts the canonical score better than the variant's score. Whatever the variant,
+the harness scores held-out results with the canonical verifier (:data:`CANONICAL`)."""
 
 from __future__ import annotations
 
@@ -57,6 +62,12 @@ class Variant:
     def canonical(self) -> bool:
         return self.name == CANONICAL
 
+    @property
+    def hides_detail(self) -> bool:
+        """Shows the score alone (no feedback, dimensions or output): ``scalar`` by its knob,
+        ``coarse``/``noisy`` because every other field may state the exact score."""
+        return self.scalar or bool(self.coarse_levels) or bool(self.noise_sd)
+
     def show(self, verdicts: Sequence[Verdict], example: Example, *, seed: int = 0,
              candidate_id: str = "") -> Verdict:
         """What the optimizer sees of ``verdicts`` (``repeats`` scorings of one example)."""
@@ -79,11 +90,8 @@ class Variant:
         if self.coarse_levels and shown.valid:
             step = self.ceiling / (self.coarse_levels - 1)
             score = min(max(round(score / step) * step, 0.0), self.ceiling)
-        if not self.scalar:
-            # one knob each: noisy keeps dimensions and feedback; coarse keeps feedback (its
-            # dimensions are numbers on the score's fine scale and would undo the rounding)
-            return replace(shown, score=score if shown.valid else 0.0,
-                           dimensions={} if self.coarse_levels else shown.dimensions)
+        if not self.hides_detail:
+            return replace(shown, score=score if shown.valid else 0.0)
         return Verdict(example_id=shown.example_id, score=score if shown.valid else 0.0, valid=shown.valid,
                        dimensions={}, feedback=("" if shown.valid else (shown.error or "")) +
                        (f"score {score:.4g}" if shown.valid else ""),
@@ -145,7 +153,8 @@ def parse_verifier(spec: str | None, task_options: Mapping[str, Mapping[str, Any
 
 
 def describe_variants() -> str:
-    return "decomposed (canonical), scalar, coarse:K, repeated:K, noisy:SD, tests:NAME; compose with +"
+    return ("decomposed (canonical), scalar, coarse:K, repeated:K, noisy:SD, tests:NAME; compose with +; "
+            "scalar, coarse and noisy show the score alone (no feedback, dimensions or output)")
 
 
 __all__ = ["CANONICAL", "UnknownVerifier", "Variant", "describe_variants", "parse_verifier"]
