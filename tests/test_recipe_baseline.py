@@ -24,6 +24,7 @@ from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.models.testserver import TestServer
 from heldout.protocols.leakage import scan_candidate
 from heldout.protocols.recipe import RECIPE_READINGS, component_shares, recipe_candidate, recipe_reading
+from heldout.reports.render import build_report
 
 TASK = "user/key_and_rule"
 PROFILE = "shared"
@@ -118,12 +119,18 @@ def test_the_recipe_keeps_the_rule_and_drops_every_key_line(manifests):
     assert recipe_candidate({"instruction": RULE}, scan_candidate({"instruction": RULE}, task)) == ({"instruction": RULE}, 0)
 
 
-def test_a_recipe_baseline_of_a_key_plus_rule_candidate_recovers_the_rules_share(manifests, server, tmp_path):
-    run_dir = tmp_path / "study"
+@pytest.fixture(scope="module")
+def study(manifests, server, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("key-and-rule") / "study"
     assert cli.main(["-q", "protocol", "generalisation", "--task", TASK, "--profile", PROFILE, "--allow-topic-shared",
                      "--optimizer", "key_and_rule=test_recipe_baseline:key_and_rule", "--trusted-optimizer",
                      "--seeds", "0,1,2", "--budget", "5", "--run-dir", str(run_dir), "--worker-model", "test-model",
                      "--base-url", server.base_url]) == 0
+    return run_dir
+
+
+def test_a_recipe_baseline_of_a_key_plus_rule_candidate_recovers_the_rules_share(study):
+    run_dir = study
     result = json.loads((run_dir / "report" / "generalisation.json").read_text())
     task = heldout.load_task(TASK, PROFILE)
     train = [{"id": ex.id, "target": ex.target} for ex in task.split("train")]
@@ -186,3 +193,18 @@ def test_every_sign_pair_has_one_recipe_reading_and_none_claims_what_its_signs_d
         if "Neither" in rule.text:
             assert (key, recipe) == ("0", "0")
     assert used == {r.name for r in RECIPE_READINGS}
+
+
+def test_a_report_on_the_protocols_run_dir_recognises_every_protocol_folder(study, capsys):
+    """`heldout report` on the protocol's folder: its own ledger (protocol/), the recipe's and the
+    ablation's are protocol folders, not interrupted runs; every study run is used."""
+    report = build_report([study])
+    assert not [w for w in report.warnings if "EXCLUDED" in w], report.warnings
+    names = sorted(f.path.name for f in report.runs.protocols)
+    assert names == ["ablation", "protocol", "recipe"]
+    assert all(f.verified for f in report.runs.protocols)
+    protocol = next(f for f in report.runs.protocols if f.path.name == "protocol")
+    assert protocol.summary == [f"answer {json.loads((study / 'report' / 'generalisation.json').read_text())['answer']!r}"]
+    assert len(report.runs.runs) == 6
+    assert cli.main(["report", str(study), "--out", str(study.parent / "plain-report")]) == 0
+    assert "interrupted" not in capsys.readouterr().err

@@ -26,7 +26,9 @@ from typing import Any, Iterable, Iterator
 from heldout.contracts import HeldoutError, read_user_json
 from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
+from heldout.protocols.generalisation import PROTOCOL_DIR as GENERALISATION_DIR
 from heldout.protocols.leakage import ABLATION_DIR as LEAK_ABLATION_DIR, RESULT_FILE as LEAK_RESULT_FILE
+from heldout.protocols.recipe import RECIPE_DIR
 from heldout.protocols.verifier_ablation import ABLATION_DIR as VERIFIER_ABLATION_DIR
 
 
@@ -71,7 +73,9 @@ class Excluded:
 
 
 PROTOCOL_FOLDERS = {LEAK_ABLATION_DIR: "leak ablate (topic-shared leakage ablation)",
-                    VERIFIER_ABLATION_DIR: "compare verifiers (canonical re-scoring of each variant)"}
+                    VERIFIER_ABLATION_DIR: "compare verifiers (canonical re-scoring of each variant)",
+                    GENERALISATION_DIR: "protocol generalisation (the protocol's own ledger: design, answer, reading)",
+                    RECIPE_DIR: "recipe baseline (each final candidate minus its answer key, scored)"}
 """Folders a protocol command writes inside a study's run dir: a ledger of its own scoring, no
 run record. They are not runs (never "interrupted") and never enter a table."""
 
@@ -106,6 +110,12 @@ def protocol_folder(run_dir: Path) -> ProtocolFolder | None:
     if not entries or entries[0].get("kind") == "session_start":
         return None
     folder = ProtocolFolder(run_dir, PROTOCOL_FOLDERS[run_dir.name], len(entries), verify_ledger(run_dir).ok)
+    ends = [e.get("data") or {} for e in entries if e.get("kind") == "generalisation_end"]
+    if run_dir.name == GENERALISATION_DIR:
+        folder.summary.append(f"answer {ends[-1].get('answer')!r}" if ends else "no answer yet (the protocol has not "
+                                                                                "finished; re-run its command)")
+    if run_dir.name == RECIPE_DIR:
+        folder.summary.append(f"{sum(e.get('kind') == 'recipe' for e in entries)} recipe(s) built")
     result = run_dir / LEAK_RESULT_FILE
     if run_dir.name == LEAK_ABLATION_DIR and result.is_file():
         try:
