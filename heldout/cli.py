@@ -393,7 +393,14 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
 # `heldout run` flags that say what the cells are; a study file says all of them itself
 STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "method_option", "profile", "seeds", "verifier", "policy",
                "prompt_format", "architect_tokens", "wall_seconds", "worker_model", "architect_model",
-               "base_url", "cache_dir", "model_timeout", "tolerance", "data_dir", "allow_drift", "trusted_optimizer")
+               "base_url", "cache_dir", "model_timeout", "tolerance", "data_dir", "allow_drift")
+
+
+def _trusted(args: argparse.Namespace) -> bool:
+    """Whether the person running the command trusts its user code to run in the harness's process
+    (``--trusted-optimizer`` or ``HELDOUT_TRUSTED_OPTIMIZER=1``); a file never grants it."""
+    from heldout.protocols.study import trust_granted
+    return trust_granted(getattr(args, "trusted_optimizer", False))
 
 
 def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -427,7 +434,7 @@ def study_from_flags(args: argparse.Namespace) -> Study:
                                   ("timeout", args.model_timeout)) if v is not None},
         executor={k: v for k, v in _executor_flags(args).items() if v is not None},
         data_dir=args.data_dir or None, allow_drift=bool(args.allow_drift),
-        trusted_optimizer=bool(args.trusted_optimizer), origin="heldout run")
+        trusted_optimizer=_trusted(args), origin="heldout run")
 
 
 def run_arguments(p: argparse.ArgumentParser) -> None:
@@ -493,6 +500,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if given:
             raise HeldoutError(f"{args.study} is the whole study; drop {', '.join(given)} (edit the file instead)")
         study = load_study(args.study, run_dir=args.run_dir)
+        # trust is the person's, never the file's (a file asking for it was refused)
+        study.config.trusted_optimizer = _trusted(args)
         # how to run (not what): the execution flags override the file's [executor]
         study.executor.update({k: v for k, v in _executor_flags(args).items() if v is not None})
     else:
@@ -904,7 +913,7 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
         return 0
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
-                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
+                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=_trusted(args))
     result = run_ablation(plan, config, LocalExecutor(args.jobs), progress=True)
     if args.json:
         _print_json(result.to_dict())
@@ -917,7 +926,7 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
 # The protocol's own flags: with --study they come from the file (a key per flag), never both.
 GENERALISATION_DEFAULTS = {"profile": "topic-disjoint", "seeds": "0,1,2", "policy": "standard"}
 GENERALISATION_FLAGS = ("task", "profile", "optimizer", "seeds", "budget", "variants", "allow_topic_shared",
-                        "run_dir", "policy", "trusted_optimizer", "worker_model", "architect_model", "base_url",
+                        "run_dir", "policy", "worker_model", "architect_model", "base_url",
                         "cache_dir", "tolerance", "data_dir", "allow_drift")
 
 
@@ -990,7 +999,7 @@ def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
         return 0
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
-                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=args.trusted_optimizer)
+                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=_trusted(args))
     hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
     try:
         result = run_generalisation(plan, args.run_dir, config, executor=LocalExecutor(args.jobs),
@@ -1322,7 +1331,27 @@ def _command_words(argv: Sequence[str]) -> tuple[str, ...]:
     return tuple(words)
 
 
+@contextlib.contextmanager
+def _working_directory_off_the_path():
+    """The command runs with the working directory off ``sys.path`` (``PYTHONPATH=.`` or ``""``
+    put it there): the modules the harness imports lazily (a library's ``typing_extensions``,
+    ``sniffio``, ``gepa``) must never come from the user's folder. User code is found there by
+    path (:func:`heldout.optimizers.user_modules.search_path`), never imported from it."""
+    saved = list(sys.path)
+    cwd = os.path.realpath(os.getcwd())
+    sys.path[:] = [entry for entry in saved if entry != "" and os.path.realpath(entry) != cwd]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with _working_directory_off_the_path():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     given = list(argv) if argv is not None else sys.argv[1:]
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions, which need every command's arguments
         parser = build_parser()

@@ -13,6 +13,7 @@ without the rest of heldout). It holds:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -56,19 +57,24 @@ class DataError(HeldoutError):
 
 
 def read_user_bytes(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
-                    error: type[HeldoutError] = DataError) -> bytes:
+                    error: type[HeldoutError] = DataError, follow_symlinks: bool = True) -> bytes:
     """The bytes of a file heldout reads from a user or a run dir (a study file, outputs, a
     candidate, a ledger, a run record). The one rule for every such file: a missing path, a
     directory, anything that is not a regular file (a FIFO, a device such as ``/dev/zero``, a
     socket: refused before a read could block or never end), an unreadable file or one over
-    ``max_bytes`` is one ``error`` naming ``what`` and the path; nothing else is read."""
+    ``max_bytes`` is one ``error`` naming ``what`` and the path; nothing else is read. Without
+    ``follow_symlinks`` a path that is itself a symbolic link is refused too (what goes into a
+    sandbox: a link would carry the file it names, from anywhere on the host)."""
     p = os.fspath(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below refuses it
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+                     | (0 if follow_symlinks else os.O_NOFOLLOW))
     except FileNotFoundError:
         raise error(f"{what} {p} does not exist") from None
     except OSError as exc:
+        if not follow_symlinks and exc.errno == errno.ELOOP:
+            raise error(f"{what} {p} is a symbolic link: refused (copy the file itself in)") from None
         raise error(f"cannot read {what} {p}: {exc.strerror or exc}") from None
     try:
         info = os.fstat(fd)
@@ -95,11 +101,11 @@ def read_user_bytes(path: "str | os.PathLike[str]", what: str, *, max_bytes: int
 
 
 def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
-                   error: type[HeldoutError] = DataError) -> str:
+                   error: type[HeldoutError] = DataError, follow_symlinks: bool = True) -> str:
     """:func:`read_user_bytes` as text: bytes that are not UTF-8, or a NUL character, are one
     ``error`` too (never a traceback)."""
     p = os.fspath(path)
-    data = read_user_bytes(path, what, max_bytes=max_bytes, error=error)
+    data = read_user_bytes(path, what, max_bytes=max_bytes, error=error, follow_symlinks=follow_symlinks)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -107,6 +113,43 @@ def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int 
     if "\x00" in text:
         raise error(f"{what} {p} holds a NUL character at offset {text.index(chr(0))}: not a text file")
     return text
+
+
+def regular_files(folder: "str | os.PathLike[str]", what: str, *, error: type[HeldoutError] = HeldoutError,
+                  max_files: int = 10_000, skip: tuple[str, ...] = ("__pycache__",)) -> list[str]:
+    """The relative paths (``a/b.py``) of every file under ``folder``, the rule for anything heldout
+    copies into a sandbox (a candidate folder, a user's code): directories and regular files only,
+    none of them reached through a symbolic link. A symlink (to a file or a folder, inside or
+    pointing out) or a special file (FIFO, device, socket) anywhere below is one ``error`` naming it:
+    a link would carry whatever it names on the host into the sandbox. Folders named in ``skip``
+    (bytecode caches) are left out."""
+    root = os.fspath(folder)
+    if os.path.islink(root):
+        raise error(f"{what} {root} is a symbolic link: refused (name the folder itself)")
+    if not os.path.isdir(root):
+        raise error(f"{what} {root} is not a folder")
+    found: list[str] = []
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(root, rel) if rel else root), key=lambda e: e.name)
+        except OSError as exc:
+            raise error(f"cannot read {what} {os.path.join(root, rel)}: {exc.strerror or exc}") from None
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_symlink():
+                raise error(f"{what} {root}: {path} is a symbolic link: refused (only regular files are copied in)")
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in skip:
+                    todo.append(path)
+            elif entry.is_file(follow_symlinks=False):
+                found.append(path)
+                if len(found) > max_files:
+                    raise error(f"{what} {root} holds over {max_files:,} files: refused")
+            else:
+                raise error(f"{what} {root}: {path} is not a regular file (a FIFO, device or socket): refused")
+    return sorted(found)
 
 
 def read_user_json(path: "str | os.PathLike[str]", what: str, *, expect: type = dict,

@@ -320,3 +320,18 @@ def test_lockpicking_search_merges_edge_moves_per_target_position(tmp_path):
     # the rule table is six parts (one per target position), each worker's move edits one of them
     assert all(len(parts) == 1 for parts in attempt["edits"].values())
     assert next(e["data"] for e in events if e["kind"] == "merge_round")["parts_total"] == 6
+
+
+def test_a_report_on_an_arms_run_dir_shows_the_arms_table(single, tmp_path):
+    """`heldout report` on a compare-arms run dir: the arms table (every arm, the fork twice, the
+    seed-paired verdicts and the conclusion) leads the report, beside the ordinary tables where
+    the fork's branches are a task of their own (they spend budget / width each)."""
+    assert main(["report", str(single), "--out", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.index("## Arms: armstoy/single") < md.index("## Table 1")
+    result = compare_arms(single)
+    table = json.loads((tmp_path / "report" / "results.json").read_text())
+    arms = table["tables"]["arms"]
+    assert [r[0] for r in arms["rows"]] == [r["arm"] for r in result.rows()] + [c.label for c in result.comparisons]
+    assert arms["data"][0]["conclusion"] == result.conclusion and f"conclusion: {result.conclusion}" in arms["notes"]
+    assert "budget / width" not in md and "160 / 4 each" in md

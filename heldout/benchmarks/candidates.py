@@ -5,20 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from heldout.contracts import Candidate, MalformedCandidate, check_candidate, read_user_text
+from heldout.contracts import Candidate, MalformedCandidate, check_candidate, read_user_text, regular_files
 
 MAX_CANDIDATE_BYTES = 8 * 1024 * 1024
 
 
 def read_candidate(path: str | Path, default_component: str) -> Candidate:
     """A ``.json`` object of str -> str is a candidate as is; any other file becomes
-    ``{default_component: text}``; a folder becomes one component per (relative) file path."""
+    ``{default_component: text}``; a folder becomes one component per (relative) file path.
+    What is read goes into a sandbox, so it is regular files from inside the folder only: a
+    symbolic link (the candidate file itself, or anything in the folder) or a FIFO, device or
+    socket is one :class:`MalformedCandidate` (:func:`~heldout.contracts.regular_files`)."""
     p = Path(path)
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+    if p.is_dir() and not p.is_symlink():
+        files = regular_files(p, "candidate folder", error=MalformedCandidate)
         if not files:
             raise MalformedCandidate(f"candidate folder {p} holds no files")
-        return {str(f.relative_to(p)): _read_text(f) for f in files}
+        return {name: _read_text(p / name) for name in files}
     text = _read_text(p)
     if p.suffix == ".json":
         try:
@@ -39,7 +42,8 @@ def _json_kind(data: object) -> str:
 
 
 def _read_text(p: Path) -> str:
-    text = read_user_text(p, "candidate file", max_bytes=MAX_CANDIDATE_BYTES, error=MalformedCandidate)
+    text = read_user_text(p, "candidate file", max_bytes=MAX_CANDIDATE_BYTES, error=MalformedCandidate,
+                          follow_symlinks=False)
     if not text.strip():
         raise MalformedCandidate(f"candidate file {p} is empty")
     return text

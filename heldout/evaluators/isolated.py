@@ -47,11 +47,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, read_user_bytes, regular_files
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Session
 from heldout.evaluators.view_server import ViewServer
-from heldout.optimizers import find_module_source, is_heldout_code, user_code
+from heldout.optimizers import UserModule, find_module_source, is_heldout_code, user_code
 from heldout.sandbox import require_sandbox
 from heldout.sandbox.cgroups import RunGroup
 from heldout.sandbox.root import CODE_DIR, SANDBOX_DIR, SCRATCH_DIR, AllowList, bwrap_argv
@@ -101,6 +101,26 @@ def _resolve_argv(command: str | Sequence[str]) -> list[str]:
             arg = os.path.abspath(arg)
         out.append(arg)
     return out
+
+
+def command_files(argv: Sequence[str]) -> list[str]:
+    """The files and folders an optimizer command's arguments name (made readable inside at their
+    own paths). An argument that is a symbolic link, or a FIFO, device or socket, is one
+    :class:`HeldoutError`: a link would carry whatever it names on the host into the sandbox. (A
+    folder is bound as it is: a link inside it resolves within the sandbox's own root, where the
+    host's files are not.)"""
+    found = []
+    for arg in list(argv)[1:]:
+        if not os.path.lexists(arg):
+            continue
+        if os.path.islink(arg):
+            raise HeldoutError(f"optimizer command argument {arg} is a symbolic link: refused (name the file itself)")
+        if not (os.path.isfile(arg) or os.path.isdir(arg)):
+            raise HeldoutError(f"optimizer command argument {arg} is not a regular file or folder (a FIFO, device "
+                               "or socket): refused")
+        if os.path.isabs(arg):
+            found.append(os.path.realpath(arg))
+    return sorted(set(found))
 
 
 def _stage_lib(lib: Path) -> None:
@@ -162,39 +182,70 @@ def run_isolated(session: Session, command: str | Sequence[str], *,
     anything the optimizer does; raises :class:`~heldout.sandbox.NoSandbox` if no sandbox can be
     built, and :class:`HeldoutError` if an argument would expose the session's run dir."""
     argv = _resolve_argv(command)
-    readonly = sorted({os.path.realpath(a) for a in argv[1:] if os.path.isabs(a) and os.path.exists(a)})
+    readonly = command_files(argv)
     return _launch(session, argv, [(p, p) for p in readonly], limits, dict(env or {}), {"command": argv})
 
 
 def run_isolated_function(session: Session, target: str, *, search: Sequence[str] | None = None,
                           limits: OptimizerLimits = OptimizerLimits(), env: Mapping[str, str] | None = None,
-                          options: Mapping[str, Any] | None = None) -> RunRecord:
+                          options: Mapping[str, Any] | None = None,
+                          modules: Sequence[UserModule] | None = None) -> RunRecord:
     """Run ``module:function`` (an optimizer ``f(client, seed, **options) -> candidate``) in the
-    sandbox. The module, and the user code ``options`` name (``program=MODULE:FACTORY``), are
-    looked up (not imported) in ``search`` (default :func:`~heldout.optimizers.search_path`, the
-    rule a trusted import follows); only their files, or their top-level package directories, are
-    readable inside."""
+    sandbox. ``modules`` are the user's modules it runs, as found by path (a plugin's where its
+    distribution put it: :func:`~heldout.optimizers.user_modules`); without them the module, and
+    the user code ``options`` name (``program=MODULE:FACTORY``), are looked up (not imported) in
+    ``search`` (default :func:`~heldout.optimizers.search_path`). Their files, or their top-level
+    package directories, are copied in as regular files (:func:`copy_user_code`) and readable
+    inside at ``/sandbox/user``."""
     if not is_function_spec(target):
         raise HeldoutError(f"an optimizer function is given as module:function, not {target!r}")
     options = dict(options or {})
-    user: dict[str, str] = {}
-    for module in [target.partition(":")[0]] + [t.partition(":")[0] for t in user_code(target, options)]:
-        if is_heldout_code(module):
-            continue  # heldout's optimizers are in the staged copy already
-        found = find_module_source(module, search).top  # found by path, never imported
-        inside = f"{USER_DIR}/{found.name}"
-        if user.get(inside, str(found)) != str(found):
-            raise HeldoutError(f"two user modules named {found.name!r} ({user[inside]}, {found}): rename one")
-        user[inside] = str(found)
+    if modules is None:
+        names = [target.partition(":")[0]] + [t.partition(":")[0] for t in user_code(target, options)]
+        # found by path, never imported; heldout's optimizers are in the staged copy already
+        modules = [find_module_source(m, search) for m in names if not is_heldout_code(m)]
+    user: dict[str, Path] = {}
+    for found in modules:
+        if user.get(found.top.name, found.top) != found.top:
+            raise HeldoutError(f"two user modules named {found.top.name!r} ({user[found.top.name]}, {found.top}): "
+                               "rename one")
+        user[found.top.name] = found.top
     argv = [sys.executable, "-s", f"{LIB_DIR}/_heldout_optimizer_runner.py", target, json.dumps(options)]
     what = {"function": target, **({"options": options} if options else {})}
-    return _launch(session, argv, [(host, inside) for inside, host in user.items()], limits, dict(env or {}), what)
+    return _launch(session, argv, [], limits, dict(env or {}), what, copies=user)
+
+
+def copy_user_code(tops: Mapping[str, Path], dest: Path, *, max_bytes: int = 256 << 20) -> None:
+    """The user's code, each top (a module file or a package folder) copied into ``dest`` under its
+    own name, as regular files only: a symlink or a special file anywhere is one
+    :class:`HeldoutError` (:func:`~heldout.contracts.regular_files`; each file is opened without
+    following a link, so one swapped in meanwhile is refused too). Readable by every uid."""
+    dest.mkdir(mode=0o755)
+    total = 0
+    for name, top in tops.items():
+        what = "the optimizer's code"
+        if os.path.islink(top):
+            raise HeldoutError(f"{what} {top} is a symbolic link: refused (only regular files are copied into the "
+                               "sandbox)")
+        files = regular_files(top, what) if top.is_dir() else [""]
+        for rel in files:
+            data = read_user_bytes(top / rel if rel else top, what, max_bytes=max_bytes, error=HeldoutError,
+                                   follow_symlinks=False)
+            total += len(data)
+            if total > max_bytes:
+                raise HeldoutError(f"{what} is over {max_bytes:,} bytes: refused")
+            out = dest / name / rel if rel else dest / name
+            out.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            out.write_bytes(data)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def _launch(session: Session, argv: list[str], readonly: list[tuple[str, str]], limits: OptimizerLimits,
-            extra_env: dict[str, str], what: dict[str, Any]) -> RunRecord:
+            extra_env: dict[str, str], what: dict[str, Any], copies: Mapping[str, Path] | None = None) -> RunRecord:
     run_dir = os.path.realpath(session.run_dir)
-    for host, _ in readonly:
+    hosts = [host for host, _ in readonly] + [os.path.realpath(top) for top in (copies or {}).values()]
+    for host in hosts:
         if run_dir == host or run_dir.startswith(host.rstrip("/") + "/"):
             raise HeldoutError(f"refusing to expose {host} to the optimizer: it holds the session's run dir "
                                f"(ledger); keep optimizer code and run dirs apart")
@@ -204,6 +255,10 @@ def _launch(session: Session, argv: list[str], readonly: list[tuple[str, str]], 
                            "--trusted-optimizer (in-process, labelled 'trusted, not isolated')")
     private = Path(tempfile.mkdtemp(prefix="heldout-opt-")).resolve()
     try:
+        if copies:
+            copy_user_code(copies, private / "user")
+            readonly = [*readonly, (str(private / "user"), USER_DIR)]
+            what = {**what, "copied": [f"{USER_DIR}/{name}" for name in copies]}
         return _run(session, argv, readonly, limits, extra_env, what, private)
     finally:
         shutil.rmtree(private, ignore_errors=True)
@@ -242,9 +297,12 @@ def _run(session: Session, argv: list[str], readonly: list[tuple[str, str]], lim
                           writable=((str(sock), SOCK_DIR),))
         job = {"argv": argv, "env": env, "uid": uid, "limits": asdict(limits)}
         group = RunGroup.create(memory_mb=limits.memory_mb, max_processes=limits.max_processes)
+        what = dict(what)
+        copied = what.pop("copied", [])  # the user's code: copied in, each readable under its own name
         session.service.record_event("optimizer_launch", {
             **what, "isolation": f"bwrap+{group.level}", "trusted": False, "transport": "unix",
-            "wall_seconds": wall, "limits": asdict(limits), "readable": [inside for _, inside in readonly]})
+            "wall_seconds": wall, "limits": asdict(limits),
+            "readable": [inside for _, inside in readonly if inside != USER_DIR] + copied})
         try:
             # only the view server's thread writes the ledger meanwhile: a stop may interrupt this wait
             with session.service.interruptible():

@@ -25,11 +25,13 @@ options name user code is not a reference optimizer: that code runs isolated lik
 target, a DSPy program) is hostile until it is inside the sandbox: importing it in the harness,
 even ``importlib.util.find_spec`` of a dotted name (which runs the parent packages'
 ``__init__.py``), would hand its module-level code the harness's privileges: the test labels, the
-ledger key, the run dirs, heldout itself. So :func:`find_module_source` finds its file by path alone,
-:func:`check_function` reads that file with :mod:`ast` for the function's name, and
+ledger key, the run dirs, heldout itself. So :func:`locate_target` finds its file by path alone
+(:mod:`heldout.optimizers.user_modules`; a plugin where its distribution put it, editable installs
+included), :func:`check_function` reads that file with :mod:`ast` for the function's name, and
 :func:`optimizer_code_sha256` hashes the file's bytes; the isolated runner imports it inside the
-sandbox. Only heldout's own modules are imported in-process, and user code only under
-``--trusted-optimizer`` (:func:`resolve_optimizer`, :func:`load_function`, when the run starts)."""
+sandbox. The harness's ``sys.path`` is never changed for it. Only heldout's own modules are
+imported in-process, and user code only under ``--trusted-optimizer``, loaded from its file under
+a name of its own (:func:`~heldout.optimizers.user_modules.load_trusted_function`)."""
 
 from __future__ import annotations
 
@@ -43,7 +45,6 @@ import os
 import re
 import sys
 import warnings
-from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -51,6 +52,9 @@ from urllib.parse import parse_qsl
 
 from heldout.adapters.settings import METHOD_SETTINGS, setting_value
 from heldout.contracts import BudgetExceeded, HeldoutError
+from heldout.optimizers.user_modules import (UserModule, distribution_search, find_module_source,
+                                             is_heldout_module, load_trusted_function, plugin_distribution,
+                                             search_path)
 
 REFERENCE_OPTIMIZERS: dict[str, str] = {
     "seed": "heldout.optimizers.seed:optimize",
@@ -212,7 +216,11 @@ def check_optimizer(spec: str, options: Mapping[str, Any] | None = None) -> None
     if is_heldout_code(target):
         resolve_optimizer(spec, options)
     else:
-        check_function(target, "optimizer", [*spec_options, *(options or {})])
+        try:
+            found = _locate(name, target)
+        except HeldoutError as exc:
+            raise HeldoutError(f"cannot load optimizer {target!r}: {exc}") from None
+        check_function(target, "optimizer", [*spec_options, *(options or {})], found=found)
     for key, code in code_options(spec, options).items():
         check_function(code, f"the {key} option's code")
 
@@ -221,7 +229,34 @@ def is_heldout_code(target: str) -> bool:
     """True when ``module:function`` (or a module name) is of heldout's own package, the only code the
     harness imports without ``--trusted-optimizer`` (an import of ``heldout.x`` finds it in the
     package already loaded, never on the user's path)."""
-    return target.partition(":")[0].split(".")[0] == "heldout"
+    return is_heldout_module(target.partition(":")[0])
+
+
+def locate_target(name: str) -> UserModule:
+    """Where the code of optimizer ``name`` (a reference name, a plugin's name or
+    ``module:function``; options dropped) is on disk, found by path, nothing of it run: heldout's
+    own in heldout's package, a plugin's where its distribution installed it (an editable install's
+    source folder too, never the current directory), ``module:function`` in the current directory
+    then on ``sys.path``."""
+    base = name.partition("?")[0]
+    return _locate(base, optimizer_target(base))
+
+
+def _locate(base: str, target: str) -> UserModule:
+    module = target.partition(":")[0]
+    dist = plugin_distribution(base, ENTRY_POINT_GROUP) if base in plugin_optimizers() else None
+    if dist is not None:
+        search, mapping = distribution_search(dist)
+        return find_module_source(module, search, mapping)
+    return find_module_source(module)
+
+
+def user_modules(spec: str, options: Mapping[str, Any] | None = None) -> list[UserModule]:
+    """The user's modules an optimizer spec runs (its target unless heldout's own, then the code
+    its options name: :func:`code_options`), each found by path."""
+    target = optimizer_target(spec)
+    found = [] if is_heldout_code(target) else [locate_target(spec)]
+    return found + [find_module_source(code.partition(":")[0]) for code in user_code(spec, options)]
 
 
 def resolve_optimizer(spec: str, options: Mapping[str, Any] | None = None) -> Callable:
@@ -250,15 +285,20 @@ def resolve_optimizer(spec: str, options: Mapping[str, Any] | None = None) -> Ca
 
 
 def _load(name: str) -> Callable:
-    return load_function(optimizer_target(name), "optimizer")
+    target = optimizer_target(name)
+    if is_heldout_code(target):
+        return load_function(target, "optimizer")
+    return load_trusted_function(locate_target(name), target.partition(":")[2], "optimizer")
 
 
 def load_function(target: str, what: str) -> Callable:
-    """The callable ``module:function`` names (a ``what``: optimizer, DSPy program factory),
-    imported with the current directory on the path, as ``python -m`` would. Importing runs the
-    module: trusted code only (see the module doc; :func:`check_function` checks without running)."""
+    """The callable ``module:function`` names (a ``what``: optimizer, DSPy program factory).
+    heldout's own modules are imported; a user's is found by path (:func:`find_module_source`)
+    and loaded from its file under a name of its own, so running it is trusted code only (see the
+    module doc; :func:`check_function` checks without running). The import path is never changed."""
     module, _, func = target.partition(":")
-    _cwd_on_path()
+    if not is_heldout_code(target):
+        return load_trusted_function(find_module_source(module), func, what)
     try:
         found = getattr(importlib.import_module(module), func)
     except (ImportError, AttributeError) as exc:
@@ -284,58 +324,15 @@ def optimizer_code_sha256(name: str, options: Mapping[str, Any] | None = None) -
         for extra in sorted(getattr(module, "CODE_FILES", ())):
             digest.update(Path(path).with_name(extra).read_bytes())
     else:
-        digest = hashlib.sha256(find_module_source(target.partition(":")[0]).file.read_bytes())
+        digest = hashlib.sha256(locate_target(name).file.read_bytes())
     for code in user_code(name, options):
         digest.update(code.encode())
         digest.update(find_module_source(code.partition(":")[0]).file.read_bytes())
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class UserModule:
-    """A user's module as found on disk, nothing of it run: ``file`` is its source (``a/b/c.py``
-    or ``a/b/c/__init__.py``), ``top`` the file or top-level package dir (``a/``) an isolated run
-    makes readable in its sandbox, where the module is imported."""
-
-    name: str
-    file: Path
-    top: Path
-
-
-def search_path() -> list[str]:
-    """Where a user's module is looked for: the current directory first unless ``sys.path``
-    holds it (the rule :func:`load_function` applies to imports), then ``sys.path``."""
-    cwd = os.getcwd()
-    return ([] if cwd in sys.path or "" in sys.path else [cwd]) + list(sys.path)
-
-
-def find_module_source(module: str, search: Sequence[str] | None = None) -> UserModule:
-    """The source file of ``module``, found by path alone (never ``import`` nor
-    ``importlib.util.find_spec``, which runs the parent packages): in each entry of ``search``
-    (default :func:`search_path`; ``""`` is the current directory) in order, ``a/b/c/__init__.py``
-    then ``a/b/c.py``; an entry holding a regular package or module ``a`` ends the search, as it
-    ends an import. heldout's own modules are looked for in heldout's package only. Zip entries,
-    import hooks (an editable install's) and compiled modules are not followed: only a source
-    file can be checked and hashed before it runs (``--trusted-optimizer`` imports in-process)."""
-    parts = module.split(".")
-    if is_heldout_code(module):
-        search = [str(Path(__file__).resolve().parents[2])]
-    for entry in search_path() if search is None else search:
-        base = Path(entry or os.getcwd())
-        folder = base.joinpath(*parts[:-1])
-        for file in (folder / parts[-1] / "__init__.py", folder / f"{parts[-1]}.py"):
-            if file.is_file():
-                top = base / parts[0] if len(parts) > 1 or file.name == "__init__.py" else file
-                return UserModule(module, file.resolve(), top.resolve())
-        if (base / parts[0] / "__init__.py").is_file() or (base / f"{parts[0]}.py").is_file():
-            break
-    path = "/".join(parts)
-    raise HeldoutError(f"no {path}.py or {path}/__init__.py in the current directory or on sys.path "
-                       "(user code is found by path; the harness never imports it)")
-
-
 def check_function(target: str, what: str, options: Iterable[str] = (),
-                   search: Sequence[str] | None = None) -> UserModule:
+                   search: Sequence[str] | None = None, found: UserModule | None = None) -> UserModule:
     """Check user code ``module:function`` without running it: its module's file is found
     (:func:`find_module_source`) and parses, it binds ``function`` at module level (a def, a class, an
     assignment or an import; after ``from ... import *`` the import inside the sandbox decides),
@@ -344,7 +341,7 @@ def check_function(target: str, what: str, options: Iterable[str] = (),
         raise HeldoutError(f"{what} {target!r} must be module:function")
     module, _, name = target.partition(":")
     try:
-        found = find_module_source(module, search)
+        found = found or find_module_source(module, search)
         tree = ast.parse(found.file.read_bytes(), filename=str(found.file))
     except HeldoutError as exc:
         raise HeldoutError(f"cannot load {what} {target!r}: {exc}") from None
@@ -386,8 +383,3 @@ def _module_level_names(tree: ast.Module) -> tuple[set[str], bool]:
             todo.extend(ast.iter_child_nodes(node))
     return names, star
 
-
-def _cwd_on_path() -> None:
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)

@@ -55,8 +55,7 @@ from heldout.contracts import HeldoutError
 from heldout.benchmarks.loading import DATA_DIR_ENV
 from heldout.benchmarks.registry import get_benchmark
 from heldout.evaluators.ledger import LedgerError, ledger_key, ledger_key_path
-from heldout.optimizers import (find_module_source, is_heldout_code, is_reference_optimizer, optimizer_target,
-                                user_code)
+from heldout.optimizers import user_modules
 from heldout.protocols.run import Cell, LocalExecutor
 from heldout.sandbox.process import HIDE_ENV, ISOLATION_ENV, UNSAFE_ENV, isolation_level
 
@@ -189,13 +188,8 @@ def shipped_modules(cells: list[Cell]) -> list[str]:
     for method in {cell.method.name: cell.method for cell in cells}.values():
         if method.command:
             continue  # a command's files are named by path: they must be on the shared file system
-        spec = method.target or method.name
-        targets = user_code(spec, method.options)
-        if not is_reference_optimizer(spec.partition("?")[0]):
-            targets.insert(0, optimizer_target(spec))
-        for module in (t.partition(":")[0] for t in targets):
-            if not is_heldout_code(module):
-                found[str(find_module_source(module).top)] = None
+        for module in user_modules(method.target or method.name, method.options):
+            found[str(module.top)] = None
     return list(found)
 
 

@@ -62,7 +62,7 @@ from heldout.protocols.leakage import (HELD_OUT_ROW, SUBSETS, Ablation, MethodAb
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
     check_infrastructure, open_study, run_study
 from heldout.protocols.splits import PROBE, check_profile
-from heldout.protocols.study import parse_methods
+from heldout.protocols.study import parse_methods, refused_trust
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
 from heldout.protocols.reviewer_evidence import ReviewerEvidence, gather, pair_by_seed
 
@@ -130,7 +130,8 @@ FILE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "models": ((dict,), "worker, architect, base_url, cache_dir"),
     "data_dir": ((str,), "dataset mirror"),
     "allow_drift": ((bool,), "run on data that drifted from the manifest"),
-    "trusted_optimizer": ((bool,), "run a user optimizer in-process"),
+    "trusted_optimizer": ((bool,), "refused when true: only --trusted-optimizer (or HELDOUT_TRUSTED_OPTIMIZER=1) "
+                                   "grants trust"),
 }
 MODEL_KEYS = {"worker": "worker_model", "architect": "architect_model", "base_url": "base_url", "cache_dir": "cache_dir"}
 
@@ -150,6 +151,8 @@ def load_generalisation_file(path: str | Path) -> GeneralisationFile:
         types, what = FILE_KEYS[key]
         if isinstance(value, bool) and bool not in types or not isinstance(value, types):
             raise GeneralisationError(f"{origin}: {key} must be {what}, got {value!r}")
+    if data.get("trusted_optimizer"):  # a shared file never decides that its own optimizer is trusted
+        raise GeneralisationError(refused_trust(origin))
     if data.get("protocol", "generalisation") != "generalisation":
         raise GeneralisationError(f"{origin}: protocol must be \"generalisation\", got {data['protocol']!r}")
     for key in ("run_dir", "task", "optimizer", "budget"):
@@ -171,7 +174,7 @@ def load_generalisation_file(path: str | Path) -> GeneralisationFile:
                               allow_topic_shared=data.get("allow_topic_shared", False),
                               options=dict(data.get("options", {})))
     settings = {MODEL_KEYS[k]: v for k, v in data.get("models", {}).items()}
-    settings.update({k: data[k] for k in ("policy", "data_dir", "allow_drift", "trusted_optimizer") if k in data})
+    settings.update({k: data[k] for k in ("policy", "data_dir", "allow_drift") if k in data})
     return GeneralisationFile(spec=spec, run_dir=data["run_dir"], settings=settings)
 
 

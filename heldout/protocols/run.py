@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterator, Protocol
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import (HeldoutError, InfrastructureFailure, canonical_json, check_name, read_user_json, remove_stale_temp_files,
                                write_text_atomically)
-from heldout.evaluators.isolated import run_isolated, run_isolated_function
+from heldout.evaluators.isolated import command_files, run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
@@ -89,6 +89,7 @@ def check_command(command: Any) -> list[str]:
         raise HeldoutError(f"optimizer command {command!r}: program {program!r} is {where}")
     if not os.access(found, os.X_OK):
         raise HeldoutError(f"optimizer command {command!r}: program {program!r} is not executable")
+    command_files(argv)  # its files go into the sandbox: no symlink, no special file
     return argv
 
 

@@ -46,6 +46,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -59,7 +60,7 @@ from heldout.contracts import HeldoutError, check_folder, check_name, read_user_
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
 from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,
-                                check_options, is_reference_optimizer, settings_type)
+                                check_options, settings_type)
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells
 
@@ -72,6 +73,23 @@ MAX_STUDY_BYTES = 1024 * 1024  # a study file is a page of TOML; a larger one is
 
 class StudyError(HeldoutError):
     """A study file (or the flags) cannot make a study: the message names the key."""
+
+
+TRUST_FLAG = "--trusted-optimizer"
+TRUST_VARIABLE = "HELDOUT_TRUSTED_OPTIMIZER"
+
+
+def refused_trust(origin: str) -> str:
+    """What a file that asks for trust is told: a shared file (a method's "reproduce our numbers"
+    study) must not decide that its own optimizer runs in the harness's process."""
+    return (f"{origin}: trusted_optimizer = true is refused: a file cannot grant trust; the person running "
+            f"the command grants it with {TRUST_FLAG} (or {TRUST_VARIABLE}=1); nothing was run or written")
+
+
+def trust_granted(flag: bool) -> bool:
+    """Trust to run user code in the harness's process: the ``--trusted-optimizer`` flag, or
+    ``HELDOUT_TRUSTED_OPTIMIZER=1`` in the environment of the person running the command."""
+    return bool(flag) or os.environ.get(TRUST_VARIABLE, "") == "1"
 
 
 # -- the schema: key -> (python types, description) per table; anything else is refused -------------
@@ -91,7 +109,9 @@ _TOP = {
     "limits": ((dict,), "architect_tokens, wall_seconds per session"),
     "models": ((dict,), "worker, architect, base_url, cache_dir, concurrency, timeout"),
     "executor": ((dict,), "kind = \"local\" or \"ray\", jobs, ray_address, cell_cpus, cell_memory_mb"),
-    "trusted_optimizer": ((bool,), "run module:function optimizers in-process (recorded as trusted, not isolated)"),
+    # never granted by a file: only the person running the command grants trust (refused when true)
+    "trusted_optimizer": ((bool,), "refused when true: trust comes from --trusted-optimizer or "
+                                   "HELDOUT_TRUSTED_OPTIMIZER=1 only"),
 }
 _METHOD = {"name": (str,), "optimizer": (str,), "command": (str,), "options": (dict,)}
 _OPTIONS = {"tolerance": (int, float), "max_tokens": (int,), "temperature": (int, float)}
@@ -173,7 +193,6 @@ class Study:
             "models": {"worker": self.config.worker_model, "architect": self.config.architect_model,
                        "base_url": self.config.base_url, "cache_dir": self.config.cache_dir,
                        "concurrency": self.config.model_concurrency, "timeout": self.config.model_timeout},
-            "trusted_optimizer": self.config.trusted_optimizer,
             "executor": dict(self.executor),
             "methods": methods,
         }
@@ -206,6 +225,8 @@ def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
     for key, (types, _) in _TOP.items():
         if key in data:
             _check_type(data[key], types, key, origin)
+    if data.get("trusted_optimizer"):
+        raise StudyError(refused_trust(origin))
 
     def need(key: str) -> Any:
         if key not in data:
@@ -228,7 +249,7 @@ def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
                       models=_table(data.get("models", {}), _MODELS, "models", origin),
                       executor=_table(data.get("executor", {}), _EXECUTOR, "executor", origin),
                       data_dir=data.get("data_dir"), allow_drift=data.get("allow_drift", False),
-                      trusted_optimizer=data.get("trusted_optimizer", False), origin=origin)
+                      trusted_optimizer=False, origin=origin)
 
 
 def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], methods: list[Method],
@@ -248,10 +269,6 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
         raise StudyError(f"{origin}: executor.kind {executor['kind']!r} is not one of {', '.join(EXECUTORS)}")
     if executor["jobs"] < 1:
         raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
-    for k, m in enumerate(methods):
-        if m.options and not is_reference_optimizer(m.target or m.name) and not trusted_optimizer:
-            raise StudyError(f"{origin}: methods[{k}].options reach in-process optimizers only: user code "
-                             "(module:function, a plugin) runs isolated unless trusted_optimizer = true")
     _check_against_tasks(tasks, profiles, verifiers, options, origin)
     config = StudyConfig(run_root=run_dir, data_dir=data_dir, allow_drift=allow_drift,
                          policy=policy, architect_tokens=limits.get("architect_tokens"),

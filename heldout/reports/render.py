@@ -22,6 +22,7 @@ from heldout.reports.collect import RunSet, collect_runs
 from heldout.reports.drilldown import drilldown_html
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
 from heldout.protocols.leakage import answer_key_rows
+from heldout.reports.protocol_tables import protocol_tables
 from heldout.reports.tables import (
     Table,
     answer_key_table,
@@ -55,7 +56,8 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
                  checkpoints: Sequence[int] | None = None, data_dir: str | None = None,
                  n_boot: int = 10_000) -> Report:
     """Collect and verify the runs under ``paths`` and compute every table and figure."""
-    runs = collect_runs(list(paths))
+    paths = list(paths)
+    runs = collect_runs(paths)
     report = Report(runs=runs, baseline=baseline, alpha=alpha)
     incomplete = [ex for ex in runs.excluded if ex.incomplete]
     if incomplete:  # first: a study with unscored cells is not a finished study, whatever the tables show
@@ -65,6 +67,9 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     for ex in runs.excluded:
         report.warnings.append(f"EXCLUDED {ex.path}: {ex.reason}")
     report.notes += [folder.describe() for folder in runs.protocols]  # a protocol's folder, not a run
+    compared, unreadable = protocol_tables(paths)  # what a protocol's run dir compared (compare arms)
+    report.tables += compared
+    report.warnings += unreadable
     for run in runs.failed:
         report.warnings.append(f"FAILED {run.path}: {run.record.error}")
     if not runs.runs:
