@@ -11,6 +11,7 @@ import base64
 import html
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -36,6 +37,9 @@ from heldout.reports.tables import (
 )
 
 DEFAULT_BASELINE = "seed"
+#: results.json's record of how it was made (run dirs relative to the report, settings), so
+#: ``heldout verify`` can rebuild it anywhere the study is copied to (heldout/reports/verify.py)
+DERIVED_FROM = "derived_from"
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Report:
     figures: list[Figure] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    derived_from: dict[str, Any] = field(default_factory=dict)  # the run dirs as given and the settings
 
     def table(self, key: str) -> Table:
         return next(t for t in self.tables if t.key == key)
@@ -58,7 +63,10 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     """Collect and verify the runs under ``paths`` and compute every table and figure."""
     paths = list(paths)
     runs = collect_runs(paths)
-    report = Report(runs=runs, baseline=baseline, alpha=alpha)
+    report = Report(runs=runs, baseline=baseline, alpha=alpha, derived_from={
+        "run_dirs": [str(Path(p)) for p in paths], "baseline": baseline, "alpha": alpha,
+        "checkpoints": sorted(checkpoints) if checkpoints else None, "n_boot": n_boot,
+        "data_dir": _has_data_dir(data_dir)})
     incomplete = [ex for ex in runs.excluded if ex.incomplete]
     if incomplete:  # first: a study with unscored cells is not a finished study, whatever the tables show
         report.warnings.append(f"INCOMPLETE STUDY: {len(incomplete)} run(s) have no score because the infrastructure "
@@ -109,6 +117,13 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     return report
 
 
+def _has_data_dir(data_dir: str | None) -> bool:
+    try:
+        return resolve_data_dir(data_dir) is not None
+    except HeldoutError:
+        return False
+
+
 def _loadable(task: str, data_dir: str | None) -> bool:
     """A report never downloads: a dataset task is loaded only from a local data dir
     (``--data-dir`` or ``$HELDOUT_DATA_DIR``); embedded and user tasks always."""
@@ -157,13 +172,21 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "results.json"}
     write_text_atomically(paths["md"], render_markdown(report))
     write_text_atomically(paths["html"], render_html(report))
-    write_text_atomically(paths["json"], json.dumps(json_safe(results(report)), indent=1, sort_keys=False))
+    write_text_atomically(paths["json"], json.dumps(json_safe(results(report, out)), indent=1, sort_keys=False))
     return paths
 
 
-def results(report: Report) -> dict[str, Any]:
+def results(report: Report, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """What results.json holds; with ``out_dir`` (where it is written) also how it was derived,
+    each run dir named relative to it."""
     runs = report.runs
+    derivation = dict(report.derived_from)
+    if out_dir is not None and derivation:
+        derivation["run_dirs"] = [{"given": given, "from_report": os.path.relpath(os.path.abspath(given),
+                                                                                  os.path.abspath(out_dir))}
+                                  for given in derivation["run_dirs"]]
     return {
+        DERIVED_FROM: derivation,
         "baseline": report.baseline,
         "alpha": report.alpha,
         "settings": runs.settings() if runs.runs else {},
