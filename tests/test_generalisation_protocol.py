@@ -408,7 +408,7 @@ def test_a_protocol_file_says_what_the_flags_say(tmp_path):
 def protocol_file(path: Path, run_dir: Path, server, data_dir, optimizer: str) -> Path:
     """The study-file form of :func:`protocol` (same spec, same settings)."""
     path.write_text(f'protocol = "generalisation"\nrun_dir = "{run_dir}"\ntask = "{TASK}"\nprofile = "{PROFILE}"\n'
-                    f'optimizer = "{optimizer}=test_generalisation_protocol:{optimizer}"\ntrusted_optimizer = true\n'
+                    f'optimizer = "{optimizer}=test_generalisation_protocol:{optimizer}"\n'
                     f'seeds = [0, 1, 2]\nbudget = {BUDGET}\ndata_dir = "{data_dir}"\n'
                     f'[models]\nworker = "test-model"\nbase_url = "{server.base_url}"\n')
     return path
@@ -425,12 +425,23 @@ def without_paths(value, *roots: Path):
 def test_the_study_file_form_runs_the_same_protocol_as_the_flags(keyed_study, server, data_dir, tmp_path, capsys):
     run_dir = tmp_path / "from-file"
     study = protocol_file(tmp_path / "protocol.toml", run_dir, server, data_dir, "verbatim_key")
-    assert cli.main(["-q", "protocol", "generalisation", "--study", str(study)]) == 0
+    # trust is the person's: the flag beside the file (the file may not say it)
+    assert cli.main(["-q", "protocol", "generalisation", "--study", str(study), "--trusted-optimizer"]) == 0
     from_file, from_flags = saved(run_dir), saved(keyed_study)
     assert from_file["answer"] == from_flags["answer"] == "memorisation"
     for part in ("split", "comparison", "ablation", "autopsy", "reading"):
         assert without_paths(from_file[part], run_dir) == without_paths(from_flags[part], keyed_study), part
     assert cli.main(["ledger", "verify", str(run_dir)]) == 0
+
+
+def test_a_protocol_file_that_grants_itself_trust_is_refused_naming_the_flag(server, data_dir, tmp_path, capsys):
+    study = protocol_file(tmp_path / "protocol.toml", tmp_path / "never", server, data_dir, "generic_rule")
+    study.write_text(study.read_text().replace('budget =', 'trusted_optimizer = true\nbudget ='))
+    code = cli.main(["protocol", "generalisation", "--study", str(study), "--trusted-optimizer"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "trusted_optimizer = true is refused" in err, err
+    assert "--trusted-optimizer" in err and "HELDOUT_TRUSTED_OPTIMIZER=1" in err
+    assert not (tmp_path / "never").exists()
 
 
 def test_the_study_file_and_the_flags_are_one_or_the_other(server, data_dir, tmp_path, capsys):
