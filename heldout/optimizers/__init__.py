@@ -52,12 +52,13 @@ from urllib.parse import parse_qsl
 
 from heldout.adapters.settings import METHOD_SETTINGS, setting_value
 from heldout.contracts import BudgetExceeded, HeldoutError
-from heldout.optimizers.user_modules import (UserModule, distribution_search, find_module_source,
+from heldout.optimizers.user_modules import (UserModule, check_regular, distribution_search, find_module_source,
                                              is_heldout_module, load_trusted_function, plugin_distribution,
                                              search_path)
 
 REFERENCE_OPTIMIZERS: dict[str, str] = {
     "seed": "heldout.optimizers.seed:optimize",
+    "placebo": "heldout.optimizers.placebo:optimize",
     "local-search": "heldout.optimizers.local_search:optimize",
     "reflective": "heldout.optimizers.reflective:optimize",
     "constant-search": "heldout.optimizers.constant_search:optimize",
@@ -342,6 +343,7 @@ def check_function(target: str, what: str, options: Iterable[str] = (),
     module, _, name = target.partition(":")
     try:
         found = found or find_module_source(module, search)
+        check_regular(found, "its code")  # before reading: a link may name anything on the host
         tree = ast.parse(found.file.read_bytes(), filename=str(found.file))
     except HeldoutError as exc:
         raise HeldoutError(f"cannot load {what} {target!r}: {exc}") from None

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 from urllib.parse import unquote, urlparse
 
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, regular_files
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding heldout/
 USER_PREFIX = "heldout_user_"
@@ -99,6 +99,19 @@ def find_module_source(module: str, search: Sequence[str] | None = None,
     path = "/".join(parts)
     raise HeldoutError(f"no {path}.py or {path}/__init__.py in the current directory or on sys.path "
                        "(user code is found by path; the harness never imports it)")
+
+
+def check_regular(found: UserModule, what: str) -> None:
+    """The user's code goes into a sandbox as copies of regular files from inside its own folder:
+    a module file or package folder that is a symbolic link, or holds one (to a file or a folder,
+    inside or pointing out) or a FIFO, device or socket, is one :class:`HeldoutError` naming it."""
+    if found.top.is_symlink():
+        raise HeldoutError(f"{what}: {found.top} is a symbolic link: refused (user code is copied into the sandbox "
+                           "as regular files only)")
+    if found.top.is_dir():
+        regular_files(found.top, what)
+    elif not found.top.is_file():
+        raise HeldoutError(f"{what}: {found.top} is not a regular file: refused")
 
 
 # -- plugins: where the distribution put the code ---------------------------------------------------

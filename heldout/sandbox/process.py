@@ -53,6 +53,7 @@ import select
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -438,6 +439,8 @@ def _place_data_file(source: Path, code: Path, name: str) -> None:
     or a copy where the two dirs are on different file systems."""
     if "/" in name or name in ("", ".", "..") or "\x00" in name:
         raise SandboxError(f"a data file goes at the top of the code dir, not at {name!r}")
+    if not stat.S_ISREG(os.lstat(source).st_mode):  # a link would carry what it names into the sandbox
+        raise SandboxError(f"data file {source} is a symbolic link or not a regular file: refused")
     try:
         os.link(source, code / name)
     except OSError:
