@@ -1,18 +1,10 @@
 """Answer keys in candidates, and the topic-shared leakage ablation.
 
-**Leak scan** (:func:`scan_candidate`): after normalisation (SQuAD rules: case, ASCII
-punctuation, articles), which training questions and answers does a candidate's text contain?
-A question counts when a run of at least ``max(8, half its words)`` of its words (all of them if
-it is shorter) appears verbatim; an answer counts when it appears within ``window`` words of its
-own question's match, or anywhere when it has at least ``standalone_answer_words`` words (short
-answers such as "yes" or "1912" occur in any prose, so they count only in context). **Family-level
-keys**: an answer specific to one training family (no other family's item has it; a topic-level
-key is one such answer recurring across the family's items) also counts within ``window`` words of
-that family's context words (words in at least half its training questions and in no other
-family's), so "f03 -> nakor" encodes every f03 item answered "nakor". The result: the answer-key
-share of the candidate by word count, the training examples it encodes, the families (groups) it
-memorised, and every matched span. Val/test/probe answers found, and test/probe questions found,
-are **red flags**: the optimizer never saw them (``leak scan`` exits 1 on any).
+**Leak scan** (:func:`scan_candidate`, in :mod:`heldout.protocols.leak_scan`): which training
+questions and answers a candidate's text holds (its answer-key share, the examples it encodes,
+the families it memorised, by verbatim runs or by family-level keys named by any word that ties
+a text to a family), and which val/test/probe data it holds beyond the task's own chance overlap
+(red flags, ``leak scan`` exits 1 on any).
 
 **Topic-shared ablation** (:func:`ablate`): for the baseline (the task's seed candidate) and
 every optimised final candidate of a study's run dir, score with no further search on
@@ -39,7 +31,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -48,233 +39,20 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from heldout.benchmarks.loading import Task, load_task
-from heldout.contracts import Candidate, Example, HeldoutError, candidate_id, check_candidate
+from heldout.contracts import Candidate, HeldoutError, candidate_id
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
+from heldout.protocols.leak_scan import (LeakScan, MatchedSpan, ScanRules, candidate_text, scan_candidate,
+                                         scan_examples)
 from heldout.protocols.decide import RULES, Contrast, contrast, holm, replicates_nothing
-from heldout.protocols.splits import PROBE, SplitCheck, answer_text, check_profile, question_text, words
+from heldout.protocols.splits import PROBE, SplitCheck, check_profile
 from heldout.protocols.stats import mean_interval, two_level_bootstrap
 from heldout.protocols.stats.paired import wilcoxon_p
 
 ABLATION_DIR = "ablation"
 RESULT_FILE = "ablation.json"
 SUBSETS = ("test", "train", "train_encoded", "probe_memorised", "probe_other")
-
-
-# -- leak scan -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MatchedSpan:
-    example_id: str
-    pool: str
-    field: str  # "question" | "answer" | "family_answer" | "family_context"
-    group: str | None
-    start: int  # word positions in the normalised candidate text
-    end: int
-    text: str
-
-
-@dataclass
-class LeakScan:
-    """What of the task's data a candidate holds. ``share`` = words of the candidate covered by
-    matched training questions/answers, over all its words; ``flagged_share`` the same for
-    val/test/probe matches (red flags)."""
-
-    task: str
-    profile: str
-    candidate_id: str
-    words: int
-    key_words: int
-    share: float
-    flagged_share: float
-    encoded: list[str]  # training example ids the candidate encodes
-    memorised_families: list[str]
-    spans: list[MatchedSpan] = field(default_factory=list)
-    red_flags: list[MatchedSpan] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def describe(self, limit: int = 12) -> str:
-        lines = [f"{self.task} profile {self.profile!r} candidate {self.candidate_id[:12]}: "
-                 f"answer-key share {self.share:.1%} ({self.key_words} of {self.words} words); "
-                 f"{len(self.encoded)} training example(s) encoded from {len(self.memorised_families)} "
-                 f"famil(ies)"]
-        if self.memorised_families:
-            lines.append("  families memorised: " + "; ".join(self.memorised_families[:limit])
-                         + (" ..." if len(self.memorised_families) > limit else ""))
-        for span in self.spans[:limit]:
-            lines.append(f"  {span.pool}:{span.example_id} {span.field:<8} words {span.start}-{span.end}: "
-                         f"{span.text[:80]!r}")
-        if len(self.spans) > limit:
-            lines.append(f"  ... and {len(self.spans) - limit} more spans (--json lists all)")
-        if self.red_flags:
-            lines.append(f"  RED FLAG: {len(self.red_flags)} match(es) of data the optimizer never saw "
-                         f"({self.flagged_share:.1%} of the words):")
-            for span in self.red_flags[:limit]:
-                lines.append(f"    {span.pool}:{span.example_id} {span.field}: {span.text[:80]!r}")
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class ScanRules:
-    """Thresholds of the leak scan (see the module docstring)."""
-
-    min_question_words: int = 8
-    question_fraction: float = 0.5
-    standalone_answer_words: int = 3
-    window: int = 40
-    family_fraction: float = 0.5
-    """A family's context words: in at least this share of its training questions, in no other
-    family's."""
-
-
-class _Index:
-    """Word n-gram positions of one normalised text, built per n on first use."""
-
-    def __init__(self, tokens: list[str]) -> None:
-        self.tokens = tokens
-        self._by_n: dict[int, dict[tuple[str, ...], list[int]]] = {}
-
-    def positions(self, gram: Sequence[str]) -> list[int]:
-        n = len(gram)
-        if n not in self._by_n:
-            table: dict[tuple[str, ...], list[int]] = {}
-            for p in range(len(self.tokens) - n + 1):
-                table.setdefault(tuple(self.tokens[p:p + n]), []).append(p)
-            self._by_n[n] = table
-        return self._by_n[n].get(tuple(gram), [])
-
-    def maximal_runs(self, query: list[str], min_len: int) -> list[tuple[int, int]]:
-        """Candidate spans (start, end) where a run of >= ``min_len`` consecutive query words
-        appears, extended to maximal length."""
-        runs: set[tuple[int, int]] = set()
-        for i in range(len(query) - min_len + 1):
-            for p in self.positions(query[i:i + min_len]):
-                if i > 0 and p > 0 and query[i - 1] == self.tokens[p - 1]:
-                    continue  # not the start of a maximal run
-                length = min_len
-                while i + length < len(query) and p + length < len(self.tokens) \
-                        and query[i + length] == self.tokens[p + length]:
-                    length += 1
-                runs.add((p, p + length))
-        return sorted(runs)
-
-
-def candidate_text(candidate: Mapping[str, str]) -> str:
-    return "\n".join(text for _, text in sorted(check_candidate(dict(candidate)).items()))
-
-
-def scan_examples(candidate: Mapping[str, str], pools: Mapping[str, Sequence[Example]], *,
-                  task: str = "", profile: str = "", rules: ScanRules = ScanRules()) -> LeakScan:
-    """Scan ``candidate`` for the questions and answers of ``pools`` (``train`` is the key pool;
-    every other pool gives red flags, except val questions, which the optimizer may see)."""
-    tokens = words(candidate_text(candidate))
-    index = _Index(tokens)
-    key_cover: set[int] = set()
-    flag_cover: set[int] = set()
-    spans: list[MatchedSpan] = []
-    flags: list[MatchedSpan] = []
-    encoded: dict[str, None] = {}
-    families: dict[str, None] = {}
-    families_ctx = _family_contexts(pools.get("train", []), [ex for exs in pools.values() for ex in exs], rules)
-    for pool, examples in pools.items():
-        for ex in examples:
-            found = _find(index, ex, pool, rules, families_ctx if pool == "train" else {})
-            if not found:
-                continue
-            if pool == "train":
-                spans += found
-                encoded[ex.id] = None
-                if ex.group is not None:
-                    families[ex.group] = None
-                for s in found:
-                    key_cover.update(range(s.start, s.end))
-            else:
-                shown = [s for s in found if not (pool == "val" and s.field == "question")]
-                flags += shown
-                for s in shown:
-                    flag_cover.update(range(s.start, s.end))
-    n = len(tokens)
-    return LeakScan(task=task, profile=profile, candidate_id=candidate_id(dict(candidate)), words=n,
-                    key_words=len(key_cover), share=len(key_cover) / n if n else 0.0,
-                    flagged_share=len(flag_cover) / n if n else 0.0, encoded=list(encoded),
-                    memorised_families=sorted(families), spans=spans, red_flags=flags)
-
-
-@dataclass(frozen=True)
-class _FamilyContext:
-    """What marks a training family in a text: its context words (see :class:`ScanRules`) and
-    the answers only its items have (a recurring one of these is a topic-level key)."""
-
-    words: frozenset[str]
-    answers: frozenset[tuple[str, ...]]
-
-
-def _family_contexts(train: Sequence[Example], everything: Sequence[Example],
-                     rules: ScanRules) -> dict[str, _FamilyContext]:
-    """Per training family: context words and family-specific answers, each contrasted with
-    every example of another (or no) group in any pool, so a word or answer common outside the
-    family ("of", "yes", "(C)", "1912") is never family-specific, even when the training split
-    holds one family only."""
-    by_family: dict[str, list[Example]] = {}
-    for ex in train:
-        if ex.group is not None:
-            by_family.setdefault(ex.group, []).append(ex)
-    q_words = {g: [set(words(question_text(ex))) for ex in exs] for g, exs in by_family.items()}
-    answers = {g: {tuple(words(answer_text(ex))) for ex in exs} - {()} for g, exs in by_family.items()}
-    all_q = [(ex.group, set(words(question_text(ex)))) for ex in everything]
-    all_a = [(ex.group, tuple(words(answer_text(ex)))) for ex in everything]
-    out = {}
-    for g, sets in q_words.items():
-        others_q = set().union(*(ws for h, ws in all_q if h != g))
-        others_a = {a for h, a in all_a if h != g}
-        counts: dict[str, int] = {}
-        for ws in sets:
-            for w in ws:
-                counts[w] = counts.get(w, 0) + 1
-        need = max(2, math.ceil(rules.family_fraction * len(sets)))
-        ctx = frozenset(w for w, n in counts.items() if n >= need and w not in others_q)
-        out[g] = _FamilyContext(ctx, frozenset(answers[g] - others_a))
-    return out
-
-
-def _find(index: _Index, ex: Example, pool: str, rules: ScanRules,
-          families: Mapping[str, _FamilyContext]) -> list[MatchedSpan]:
-    """Question runs; answers near their question's run, or near their family's context words
-    when the answer is specific to that family (short answers only in context), or anywhere when
-    long enough to stand alone."""
-    question = words(question_text(ex))
-    answer = words(answer_text(ex))
-    found: list[MatchedSpan] = []
-    q_spans: list[tuple[int, int]] = []
-    if len(question) >= 3:
-        need = min(len(question), max(rules.min_question_words, math.ceil(rules.question_fraction * len(question))))
-        q_spans = index.maximal_runs(question, need)
-        found += [MatchedSpan(ex.id, pool, "question", ex.group, a, b, " ".join(index.tokens[a:b]))
-                  for a, b in q_spans]
-    family = families.get(ex.group) if ex.group is not None else None
-    ctx_positions = ([p for w in family.words for p in index.positions([w])]
-                     if family is not None and tuple(answer) in family.answers else [])
-    if answer:
-        for p in index.positions(answer):
-            near = any(a - rules.window <= p <= b + rules.window for a, b in q_spans)
-            if near or len(answer) >= rules.standalone_answer_words:
-                found.append(MatchedSpan(ex.id, pool, "answer", ex.group, p, p + len(answer), " ".join(answer)))
-                continue
-            context = [c for c in ctx_positions if abs(c - p) <= rules.window]
-            if context:  # a family-level key: the family's marker words, then its answer
-                found.append(MatchedSpan(ex.id, pool, "family_answer", ex.group, p, p + len(answer),
-                                         " ".join(answer)))
-                found += [MatchedSpan(ex.id, pool, "family_context", ex.group, c, c + 1, index.tokens[c])
-                          for c in context]
-    return found
-
-
-def scan_candidate(candidate: Mapping[str, str], task: Task, rules: ScanRules = ScanRules()) -> LeakScan:
-    """:func:`scan_examples` over a loaded task's train, val, test and probe pools."""
-    pools = {p: task.splits[p] for p in ("train", "val", "test", PROBE) if p in task.splits}
-    return scan_examples(candidate, pools, task=task.name, profile=task.profile, rules=rules)
 
 
 # -- the report hook -----------------------------------------------------------------------------
@@ -571,6 +349,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
                 notes.append(f"{task_name} [{profile}] has no {PROBE} pool: the probe rows are empty "
                              "(build one with `heldout split build --probe K`)")
             group_records = [r for r in records if (r.task, r.profile) == (task_name, profile)]
+            # placebo draws are the baseline's noise floor, not a method under study
             names = sorted({r.method for r in group_records if r.method != baseline})
             for method in names:
                 runs = sorted((r for r in group_records if r.method == method), key=lambda r: r.seed)
