@@ -470,3 +470,36 @@ def test_a_protocol_file_that_does_not_fit_is_one_clear_error(text, says, tmp_pa
     with pytest.raises(GeneralisationError, match=says) as caught:
         load_generalisation_file(path)
     assert "\n" not in str(caught.value)
+
+
+SHADOWS = ("typing_extensions", "sniffio", "gepa")
+
+
+@pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
+def test_the_protocol_run_in_the_users_folder_imports_none_of_its_modules(server, data_dir, tmp_path):
+    """The protocol runs the seed baseline itself: a folder holding modules named like the
+    harness's lazy imports must not supply them (issue 55); the user's optimizer runs isolated."""
+    code, markers = tmp_path / "code", tmp_path / "markers"
+    code.mkdir(mode=0o755)
+    markers.mkdir()
+    for name in SHADOWS:
+        (code / f"{name}.py").write_text(f"import os\ntry:\n    open(os.path.join({str(markers)!r}, {name!r}), 'w')"
+                                         ".close()\nexcept OSError:\n    pass\n")
+    (code / "mine.py").write_text("def optimize(view, seed):\n    ids = [ex['id'] for ex in view.val][:4]\n"
+                                  "    view.evaluate(view.seed_candidate, 'val', ids)\n"
+                                  "    return dict(view.seed_candidate)\n")
+    for path in code.iterdir():
+        path.chmod(0o644)
+    tmp_path.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("HELDOUT_TRUSTED_OPTIMIZER", None)
+    done = subprocess.run([__import__("sys").executable, "-m", "heldout", "-q", "protocol", "generalisation",
+                           "--task", TASK, "--profile", PROFILE, "--optimizer", "mine=mine:optimize",
+                           "--seeds", "0,1,2", "--budget", str(BUDGET), "--run-dir", str(tmp_path / "run"),
+                           "--worker-model", "test-model", "--base-url", server.base_url, "--data-dir", str(data_dir)],
+                          cwd=code, capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in markers.iterdir()) == []
+    records = [RunRecord.load(p.parent) for p in (tmp_path / "run").rglob("run_record.json")]
+    mine = [r for r in records if r.method == "mine"]
+    assert len(mine) == 3 and all(r.status == "ok" and r.isolation.startswith("isolated (bwrap") for r in mine)

@@ -130,3 +130,29 @@ def test_settings_given_on_the_command_line_reach_gepa_and_the_run_record(tmp_pa
     chosen = {"reflection_minibatch_size": 1, "candidate_selection_strategy": "current_best"}
     assert record.experiment["optimizer"]["options"] == chosen
     assert run_event(run_dir, "gepa_run")["settings"] == asdict(GEPASettings(**chosen))  # defaults included
+
+
+PROGRAM = "def build():\n    import dspy\n    return dspy.ChainOfThought('question -> answer')\n"
+
+
+def test_a_method_option_reaches_a_bring_your_own_dspy_program_which_runs_isolated(tmp_path, monkeypatch, capsys):
+    # the user's program makes the method user code (isolated); its settings are flags all the same,
+    # checked against the adapter's settings and refused in the flags' words
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HELDOUT_TRUSTED_OPTIMIZER", raising=False)
+    (method,) = parse_method_options(parse_methods(["mine=dspy-gepa?program=prog:build"], []),
+                                     ["mine.reflection_minibatch_size=2"])
+    assert method.options == {"reflection_minibatch_size": 2}
+    code = cli.main(["run", "--task", "bbh/word_sorting", "--budget", "5000", "--optimizer",
+                     "mine=dspy-gepa?program=prog:build", "--method-option", "mine.reflection_minibatch_size=2",
+                     "--worker-model", "w", "--run-dir", str(tmp_path / "never"), "--dry-run"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "mine" in out, err
+    code = cli.main(["run", "--task", "bbh/word_sorting", "--budget", "5000", "--optimizer",
+                     "mine=dspy-gepa?program=prog:build", "--method-option", "mine.islands=2",
+                     "--worker-model", "w", "--run-dir", str(tmp_path / "never")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--method-option mine" in err and "islands" in err, err
+    assert "methods[" not in err and "trusted_optimizer" not in err
+    assert not (tmp_path / "never").exists()
