@@ -34,6 +34,7 @@ from heldout.reports.tables import (  # noqa: E402
     OPTIMISATION_CHANNELS,
     example_means,
     seed_scores,
+    task_scale,
     tokens,
 )
 
@@ -95,23 +96,38 @@ def score_bars(runs: RunSet, baseline: str | None = None) -> Figure:
     interval of that mean over seeds (when a cell has >= 2 seeds that differ; a percentile
     bootstrap over 3 seeds is only their min-max range), the seeds' own scores as small dots, and
     the baseline's mean as a dashed line. The axis is zoomed to the data (it does not start at
-    0), so 2.4975 vs 2.541 is visible."""
+    0), so 2.4975 vs 2.541 is visible. A whisker is never drawn outside the score's range
+    (:func:`score_range`): a t interval over 3 seeds near the ceiling can reach past it (an
+    accuracy to 1.33); such a whisker is cut at the bound and drawn without its cap there, and the
+    caption names the cells."""
     cells, methods = runs.cells(), runs.methods()
     tasks, shown_note = _first_panels(runs.tasks(), "tasks")
     colors = _colors(methods)
     fig, axes = _grid(len(tasks))
+    clipped: list[str] = []
     for ax, task in zip(axes, tasks):
         present = [m for m in methods if (task, m) in cells]
         values: list[float] = []
+        bounds = score_range(runs, task, [s for m in present for s in seed_scores(cells[(task, m)])])
         for x, m in enumerate(present):
             scores = np.array(seed_scores(cells[(task, m)]))
             interval = avg_at_k_interval(scores)
             mean = float(scores.mean())
             ok = bool(np.isfinite(interval.low) and interval.se > 0)
-            err = [[mean - interval.low], [interval.high - mean]] if ok else None
-            ax.errorbar([x], [mean], yerr=err, fmt="o", color=colors[m], capsize=5, markersize=7, zorder=3)
+            low, high = interval.low, interval.high
+            if ok and bounds is not None and (low < bounds[0] or high > bounds[1]):
+                low, high = max(low, bounds[0]), min(high, bounds[1])
+                clipped.append(f"{m} on {task}")
+                ax.vlines([x], low, high, color=colors[m], zorder=3)  # no cap where the bound cut it
+                for end, cut in ((low, interval.low < bounds[0]), (high, interval.high > bounds[1])):
+                    if not cut:
+                        ax.plot([x - 0.08, x + 0.08], [end, end], color=colors[m], zorder=3)
+                ax.plot([x], [mean], "o", color=colors[m], markersize=7, zorder=4)
+            else:
+                err = [[mean - low], [high - mean]] if ok else None
+                ax.errorbar([x], [mean], yerr=err, fmt="o", color=colors[m], capsize=5, markersize=7, zorder=3)
             ax.scatter(np.full(scores.shape, x + 0.12), scores, s=10, color=colors[m], alpha=0.5, zorder=2)
-            values += [float(v) for v in scores] + ([interval.low, interval.high] if ok else [])
+            values += [float(v) for v in scores] + ([low, high] if ok else [])
         if baseline in present:
             base = float(np.mean(seed_scores(cells[(task, baseline)])))
             ax.axhline(base, color="0.35", linestyle="--", linewidth=1, zorder=1)
@@ -119,6 +135,8 @@ def score_bars(runs: RunSet, baseline: str | None = None) -> Figure:
                         xytext=(0, 3), textcoords="offset points", fontsize=7, color="0.3")
         lo, hi = min(values), max(values)
         pad = 0.15 * (hi - lo) if hi > lo else max(abs(hi) * 0.01, 1e-9)
+        if bounds is not None:  # a margin past the bound, never room for a score beyond it
+            pad = min(pad, 0.05 * (bounds[1] - bounds[0]))
         ax.set_ylim(lo - pad, hi + pad)
         ax.set_xlim(-0.5, len(present) - 0.5)
         ax.set_xticks(range(len(present)), present, rotation=20, ha="right")
@@ -129,8 +147,21 @@ def score_bars(runs: RunSet, baseline: str | None = None) -> Figure:
                "all seeds agree or only one seed ran); small dots: the seeds. The y axis is zoomed to the data, it "
                "does not start at 0")
     caption += f"; the dashed line marks {baseline}'s mean." if baseline else "."
+    if clipped:
+        caption += (" Whiskers cut at the score's range (0 to the task's ceiling) and drawn without a cap there: "
+                    f"{'; '.join(clipped)} (a t interval over few seeds near a bound reaches past it).")
     caption += shown_note
     return Figure("bars", "Held-out score per task", caption, _png(fig), fig)
+
+
+def score_range(runs: RunSet, task: str, scores: Sequence[float]) -> tuple[float, float] | None:
+    """(0, ceiling) of a task's score when its runs state a ceiling and every seed's score lies
+    in it; else None (a score that leaves that range, e.g. a program beating its reference, has
+    no bound to cut at)."""
+    _, ceiling = task_scale(runs, task)
+    if ceiling is None or not scores or min(scores) < 0 or max(scores) > float(ceiling):
+        return None
+    return 0.0, float(ceiling)
 
 
 def best_so_far_plot(runs: RunSet) -> Figure:

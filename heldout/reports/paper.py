@@ -46,8 +46,43 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text).replace("\n", " "))
 
 
-def latex_table(table: Table, label: str) -> str:
-    """One booktabs ``table`` environment for ``table`` (caption: its title and settings note)."""
+PROSE_CHARS = 32
+"""A column whose longest cell is longer than this is set as a wrapping paragraph column."""
+_MARKS = ("†", "‡", "±")
+
+
+def _column_spec(columns: list[str], rows: list[list[Cell]]) -> str:
+    """``l`` for text columns, ``r`` for numbers, and for long text a ragged-right paragraph
+    column whose width is its share of the table's long text (so prose wraps instead of running
+    off the page)."""
+    longest = [max([len(c)] + [len(row[i].text) for row in rows if i < len(row)]) for i, c in enumerate(columns)]
+    prose = {i: n for i, n in enumerate(longest) if n > PROSE_CHARS}
+    room = 0.7 if len(prose) < len(columns) else 0.95
+    spec = []
+    for i, c in enumerate(columns):
+        if i in prose:
+            share = max(0.12, room * prose[i] / sum(prose.values()))
+            spec.append(f">{{\\raggedright\\arraybackslash}}p{{{share:.2f}\\linewidth}}")
+        else:
+            spec.append("l" if c in _TEXT_COLUMNS else "r")
+    return "".join(spec)
+
+
+def caption_text(table: Table) -> str:
+    """The title, the first note (the settings), and every note that defines a mark the table's
+    cells or columns use (†, ‡, ±), so the caption explains what the reader sees."""
+    title = re.sub(r"^Table \d+:\s*", "", table.title)  # LaTeX numbers the table itself
+    shown = " ".join(table.columns + [c.text for row in table.rows for c in row])
+    used = [m for m in _MARKS if m in shown]
+    notes = table.notes[:1] + [n for n in table.notes[1:] if any(m in n for m in used)]
+    return title + "".join(". " + n.rstrip(".") for n in notes) + "."
+
+
+def latex_table(table: Table, label: str, *, wide: bool = False) -> str:
+    """One booktabs table for ``table`` (caption: :func:`caption_text`). It fits the column: long
+    text wraps (:func:`_column_spec`) and a table still wider than ``\\columnwidth`` is scaled
+    down to it (never up). ``wide``: a ``table*`` across both columns of a two-column paper,
+    fitted to ``\\textwidth``. Needs ``booktabs``, ``array`` and ``graphicx``."""
     columns, rows = list(table.columns), [list(row) for row in table.rows]
     keep = PAPER_COLUMNS.get(table.key)
     if keep:  # a page-wide table: the per-example and second-correction columns stay in the CSV
@@ -58,9 +93,13 @@ def latex_table(table: Table, label: str) -> str:
         columns[at] = "separated"
         for row in rows:
             row[at] = Cell("yes" if row[at].strong else "no")
-    spec = "".join("l" if c in _TEXT_COLUMNS else "r" for c in columns)
-    lines = ["% heldout report table; needs \\usepackage{booktabs}", "\\begin{table}[t]", "\\centering",
-             "\\small", f"\\begin{{tabular}}{{{spec}}}", "\\toprule",
+    env, width = ("table*", "\\textwidth") if wide else ("table", "\\columnwidth")
+    spec = _column_spec(columns, rows)
+    lines = ["% heldout report table; needs \\usepackage{booktabs,array,graphicx}", f"\\begin{{{env}}}[t]",
+             "\\centering", "\\small",
+             # scaled to the column only when wider than it (\\width is the table's natural width)
+             f"\\resizebox{{\\ifdim\\width>{width}{width}\\else\\width\\fi}}{{!}}{{\\begin{{tabular}}{{{spec}}}",
+             "\\toprule",
              " & ".join(latex_escape(c) for c in columns) + " \\\\", "\\midrule"]
     summary_started = False
     for row in rows:
@@ -69,11 +108,8 @@ def latex_table(table: Table, label: str) -> str:
             summary_started = True
         cells = [f"\\textbf{{{latex_escape(c.text)}}}" if c.strong else latex_escape(c.text) for c in row]
         lines.append(" & ".join(cells) + " \\\\")
-    # LaTeX numbers the table itself: a title "Table 1: ..." would print "Table 1: Table 1: ..."
-    title = re.sub(r"^Table \d+:\s*", "", table.title)
-    caption = title + (". " + table.notes[0] if table.notes else "")
-    lines += ["\\bottomrule", "\\end{tabular}", f"\\caption{{{latex_escape(caption)}}}",
-              f"\\label{{tab:{label}}}", "\\end{table}", ""]
+    lines += ["\\bottomrule", "\\end{tabular}}", f"\\caption{{{latex_escape(caption_text(table))}}}",
+              f"\\label{{tab:{label}}}", f"\\end{{{env}}}", ""]
     return "\n".join(lines)
 
 

@@ -326,6 +326,7 @@ body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 
 table { border-collapse: collapse; margin: 0.5em 0 0.5em 0; font-size: 0.85em; }
 th, td { border: 1px solid #bbb; padding: 3px 7px; text-align: left; vertical-align: top; }
 th { background: #eee; }
+td.verdict { min-width: 16em; }
 .warning { background: #fde2e1; border: 2px solid #c0392b; padding: 0.6em 1em; margin: 1em 0; }
 .note { font-size: 0.85em; color: #444; margin: 0.2em 0; }
 img { max-width: 100%; border: 1px solid #ddd; }
@@ -349,9 +350,12 @@ def render_html(report: Report) -> str:
     for table in report.tables:
         parts.append(f'<h2>{esc(table.title)}</h2><table id="table-{esc(table.key)}"><thead><tr>')
         parts.append("".join(f"<th>{esc(c)}</th>" for c in table.columns) + "</tr></thead><tbody>")
+        # a verdict written as a sentence gets room: as the narrowest column it ran 7 lines a row
+        verdicts = {i for i, name in enumerate(table.columns) if "verdict" in name.lower()}
         for row in table.rows:
-            cells = "".join(f"<td><strong>{esc(c.text)}</strong></td>" if c.strong else f"<td>{esc(c.text)}</td>"
-                            for c in row)
+            cells = "".join(('<td class="verdict">' if i in verdicts and len(c.text) > 24 else "<td>")
+                            + (f"<strong>{esc(c.text)}</strong>" if c.strong else esc(c.text)) + "</td>"
+                            for i, c in enumerate(row))
             parts.append(f"<tr>{cells}</tr>")
         parts.append("</tbody></table>")
         parts += [f'<p class="note">{esc(note)}</p>' for note in table.notes if note != settings]

@@ -148,16 +148,27 @@ def fmt_p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def _strong_best(scores: dict[str, list[float]], n_examples: int) -> tuple[str | None, bool]:
-    """The method with the best mean, and whether its seeds separate it from the runner-up
-    (Welch t over seeds, exact permutation for a single-instance task; never ranges alone)."""
+def _strong_best(scores: dict[str, list[float]], n_examples: int) -> tuple[str | None, bool, str | None]:
+    """The method with the best mean, whether its seeds separate it from the runner-up (the
+    run-level test of :func:`heldout.protocols.stats.runs.run_verdict`; never ranges alone), and
+    that test's name (None when no test ran: one method, or a side with < 2 seeds)."""
     if not scores:
-        return None, False
+        return None, False, None
     ranked = sorted(scores, key=lambda m: float(np.mean(scores[m])), reverse=True)
     if len(ranked) == 1 or min(len(scores[ranked[0]]), len(scores[ranked[1]])) < 2:
-        return ranked[0], False
+        return ranked[0], False, None
     verdict = run_verdict(scores[ranked[1]], scores[ranked[0]], n_examples=max(1, n_examples))
-    return ranked[0], verdict.separable
+    return ranked[0], verdict.separable, verdict.comparison.test
+
+
+def dagger_legend(tests: Iterable[str | None], alpha: float = 0.05) -> str:
+    """Table 1's † legend, naming the test the marks came from."""
+    named = sorted({t for t in tests if t})
+    if not named:
+        return "† marks no cell: no task had two methods with >= 2 seeds to test."
+    return (f"† the best is not separated from the runner-up: two-sided {' / '.join(named)} over the seeds' scores "
+            f"(the run is the unit) at alpha {alpha:g}, separated only when p < alpha and the interval of the "
+            "difference excludes 0; a best with < 2 seeds, or alone, is not marked.")
 
 
 def _examples_per_run(cells, task: str, methods) -> int:
@@ -185,9 +196,11 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     cells = runs.cells()
     tasks, methods = runs.tasks(), runs.methods()
     rows, data = [], []
+    tests_used: list[str | None] = []
     for task in tasks:
         scores = {m: seed_scores(cells[(task, m)]) for m in methods if (task, m) in cells}
-        best, separated = _strong_best(scores, _examples_per_run(cells, task, methods))
+        best, separated, test = _strong_best(scores, _examples_per_run(cells, task, methods))
+        tests_used.append(test)
         row = [Cell(task)]
         for method in methods:
             lost = unscored_seeds(runs, task, method)
@@ -205,7 +218,7 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     complete = [m for m in methods if all((t, m) in cells for t in tasks)]
     notes = [settings_note(runs),
              "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
-             "per task; † the best's seed range overlaps the runner-up's, so the ranking is not separated."]
+             "per task; " + dagger_legend(tests_used)]
     if runs.excluded:
         notes.append("‡ seeds of this cell that have no score (incomplete: the infrastructure failed; interrupted; or "
                      "not verified): the mean is over the seeds that have one; see the warnings above.")
