@@ -164,15 +164,17 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     from heldout.benchmarks.registry import all_tasks, task_groups
     from heldout.data_manifests import Manifest
     rows = []
+    groups = task_groups()
     for bench in all_tasks():
         try:
             manifest = Manifest.load(bench.name)
             profiles = {p: manifest.sizes(p) for p in manifest.profiles}
         except HeldoutError as exc:
             profiles = {"error": str(exc)}
-        rows.append({**bench.describe(), "profiles": profiles})
+        rows.append({**bench.describe(), "profiles": profiles,
+                     "groups": [name for name, members in groups.items() if bench.name in members]})
     if args.json:
-        _print_json(rows if not args.groups else task_groups())
+        _print_json(rows if not args.groups else groups)
         return 0
     print(f"{'task':<48} {'kind':<8} {'metric':<22} profiles (train/val/test)")
     for row in rows:
@@ -183,7 +185,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         print(f"{row['name']:<48} {row['kind']:<8} {row['metric']:<22} {profs}")
     print(f"{len(rows)} tasks")
     print("\ngroups (--task GROUP, or a glob such as 'mmlu_pro/*'):")
-    for name, members in task_groups().items():
+    for name, members in groups.items():
         print(f"  {name:<18} {len(members):>3} task(s)")
     return 0
 

@@ -6,10 +6,12 @@ heldout_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 wheels="$heldout_root/../shared/wheels"
 
 heldout_apt() {
-  # bubblewrap: the allow-list sandbox for untrusted code; chromium: the report screenshot test
+  # bubblewrap: the allow-list sandbox for untrusted code; chromium: the report screenshot test;
+  # pdflatex (booktabs, array, graphicx): the test that compiles every report table
   local missing=()
   command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
   [ "$1" = test ] && ! command -v chromium >/dev/null 2>&1 && missing+=(chromium)
+  [ "$1" = test ] && ! command -v pdflatex >/dev/null 2>&1 && missing+=(texlive-latex-base texlive-latex-recommended)
   [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get update -qq

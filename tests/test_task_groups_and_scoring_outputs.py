@@ -63,3 +63,17 @@ def test_outputs_for_ids_outside_the_split_are_refused(tmp_path, data_dir):
     done = subprocess.run([sys.executable, "-m", "heldout.cli", "score", "--task", "gsm_hard", "--outputs",
                            str(outputs), "--data-dir", str(data_dir)], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 2 and "not in split 'val'" in done.stderr
+
+
+def test_tasks_list_json_names_each_tasks_groups_as_the_text_listing_does(capsys):
+    from heldout import cli
+
+    assert cli.main(["tasks", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    groups = task_groups()
+    for row in rows:  # every group a task belongs to, and no other
+        assert row["groups"] == [g for g, members in groups.items() if row["name"] in members], row["name"]
+    assert {g for row in rows for g in row["groups"]} == set(groups)
+    assert cli.main(["tasks", "list"]) == 0
+    text = capsys.readouterr().out
+    assert all(f"  {g:<18}" in text for g in groups)
