@@ -342,54 +342,115 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 # -- ledger / run --------------------------------------------------------------------------------
 LEDGER_UNANCHORED_EXIT = 3
-"""``ledger verify``: the chain is intact but its authenticity could not be checked."""
+"""``ledger verify``: the chain is intact but nothing signed it (and no HMAC anchor or published
+head vouches for it here). The codes are :data:`heldout.evaluators.signing.EXIT_CODES`: 0 authentic,
+1 tampered, 3 unsigned, 4 signed by a key not among the trusted signers; several runs: the worst."""
 
 
-def ledger_verify_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
-    p.add_argument("--head", default=None, metavar="HASH",
-                   help="the run's ledger head as its writer published it (the record's ledger_head): checks "
-                        "authenticity without the writer's key")
-    _add_json(p)
+def _add_trusted_signers(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trusted-signers", action="append", default=[], metavar="FILE",
+                   help="a file of trusted signers, 'NAME PUBLIC-KEY-OR-FINGERPRINT' a line (repeatable); with "
+                        "neither this nor --trust-key, only this machine's own signing key is trusted")
+    p.add_argument("--trust-key", action="append", default=[], metavar="[NAME=]KEY",
+                   help="trust this public key (ed25519:...) or fingerprint (SHA256:...) (repeatable)")
 
 
-def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    """Every ledger in and below each DIR (a session dir or a whole study), one line each."""
-    from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
+def _signers(args: argparse.Namespace):
+    from heldout.evaluators.signing import TrustedSigners
+    return TrustedSigners.resolve(args.trusted_signers, args.trust_key)
+
+
+def _ledger_dirs(roots: Sequence[str]) -> list[Path]:
+    """Every dir holding a ledger in and below each of ``roots``, each once, in order."""
+    from heldout.evaluators.ledger import LEDGER_FILE
     dirs: list[Path] = []
-    for root in map(Path, args.run_dirs):
+    for root in map(Path, roots):
         if not root.exists():
             raise HeldoutError(f"{root} does not exist")
         found = sorted({p.parent for p in root.rglob(LEDGER_FILE)} | ({root} if (root / LEDGER_FILE).exists() else set()))
         if not found:
             raise HeldoutError(f"no ledger in or below {root} (looked for {LEDGER_FILE})")
         dirs += [d for d in found if d not in dirs]
+    return dirs
+
+
+def ledger_verify_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
+    p.add_argument("--head", default=None, metavar="HASH",
+                   help="the run's ledger head as its writer published it (the record's ledger_head): checks "
+                        "an unsigned run's authenticity without the writer's key")
+    _add_trusted_signers(p)
+    _add_json(p)
+
+
+def cmd_ledger_verify(args: argparse.Namespace) -> int:
+    """Every run in and below each DIR (a session dir or a whole study), one line each: ok
+    (authentic, by whom), INVALID (tampered), UNANCHORED (unsigned), UNTRUSTED (which key)."""
+    from heldout.evaluators.authenticity import verify_run
+    from heldout.evaluators.signing import Authenticity, worst
+    dirs = _ledger_dirs(args.run_dirs)
     if args.head and len(dirs) != 1:
         raise HeldoutError(f"--head names one run's published head; {len(dirs)} ledgers were found")
-    reports = [verify_ledger(run_dir, args.head) for run_dir in dirs]
+    trusted = _signers(args)
+    found = [verify_run(run_dir, trusted, args.head) for run_dir in dirs]
     if args.json:
-        _print_json([{"run_dir": str(d), "ok": r.ok, "anchored": r.anchored, "entries": r.entries, "head": r.head,
-                      "problems": r.problems} for d, r in zip(dirs, reports)])
+        _print_json([{"run_dir": str(f.run_dir), "status": f.status.value, "exit_code": f.exit_code, "ok": f.ledger.ok,
+                      "signer": f.check.signer, "fingerprint": f.check.fingerprint, "reason": f.check.reason,
+                      "anchored": f.ledger.anchored, "entries": f.ledger.entries, "head": f.ledger.head,
+                      "problems": f.ledger.problems} for f in found])
     else:
-        for run_dir, report in zip(dirs, reports):
-            if report.ok and report.anchored:
-                print(f"ok       {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}, "
-                      f"authentic (checked against the {report.anchored})")
-            elif report.ok:
-                print(f"UNANCHORED {run_dir}: {report.entries} entries, chain intact, head {report.head[:16]}; "
-                      f"authenticity NOT checked: no ledger key here, and no --head given (pass the head the "
-                      f"writer published: heldout ledger verify DIR --head HASH)")
-            else:
-                more = f" (+{len(report.problems) - 1} more)" if len(report.problems) > 1 else ""
-                print(f"INVALID  {run_dir}: {report.problems[0]}{more}")
-        if len(reports) > 1:
-            bad = sum(not r.ok for r in reports)
-            loose = sum(r.ok and not r.anchored for r in reports)
-            print(f"{len(reports)} ledger(s) checked" + (f"; {bad} do NOT verify" if bad else ", all verify")
-                  + (f"; {loose} UNANCHORED (authenticity not checked)" if loose else ""))
-    if not all(r.ok for r in reports):
-        return 1
-    return 0 if all(r.anchored for r in reports) else LEDGER_UNANCHORED_EXIT
+        for f in found:
+            print(f.line())
+        counts = {status: sum(f.status is status for f in found) for status in Authenticity}
+        if len(found) > 1:
+            print(f"{len(found)} run(s) checked: " + ", ".join(f"{n} {status.value}" for status, n in counts.items() if n))
+        if counts[Authenticity.UNTRUSTED] and not trusted:
+            print("no trusted signer: pass --trusted-signers FILE or --trust-key KEY (this machine has no signing key)")
+    return worst(f.check for f in found).exit_code
+
+
+def ledger_sign_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", help="session or study dirs written before signatures, on this machine")
+
+
+def cmd_ledger_sign(args: argparse.Namespace) -> int:
+    """Migrate HMAC-era runs: sign each run that verifies under this machine's ledger key."""
+    from heldout.evaluators.authenticity import sign_run
+    from heldout.evaluators.signing import load_signing_key
+    key = load_signing_key()
+    refused = 0
+    for run_dir in _ledger_dirs(args.run_dirs):
+        done, line = sign_run(run_dir, key)
+        refused += not done
+        print(line)
+    return 1 if refused else 0
+
+
+def key_show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default=os.environ.get("USER") or "me", help="the signer's name in the printed line")
+
+
+def cmd_key_show(args: argparse.Namespace) -> int:
+    """This user's public key as a trusted-signers line (the key is made on first use)."""
+    from heldout.evaluators.signing import load_signing_key
+    key = load_signing_key()
+    print(f"{args.name} {key.public_key}  # {key.fingerprint}")
+    print(f"(private key: {key.source}; commit the line above to a trusted-signers file)", file=sys.stderr)
+    return 0
+
+
+def key_generate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("out", help="the new private key's file (PEM; refused if it exists): e.g. for a CI secret")
+    p.add_argument("--name", default="ci", help="the signer's name in the printed line")
+
+
+def cmd_key_generate(args: argparse.Namespace) -> int:
+    from heldout.evaluators.signing import write_new_key
+    key = write_new_key(Path(args.out))
+    print(f"{args.name} {key.public_key}  # {key.fingerprint}")
+    print(f"(private key written to {args.out}, owner-only: store it as a secret, e.g. HELDOUT_SIGNING_KEY, "
+          "then delete the file; commit the line above to a trusted-signers file)", file=sys.stderr)
+    return 0
 
 
 # `heldout run` flags that say what the cells are; a study file says all of them itself
@@ -730,6 +791,7 @@ def check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD", choices=DESIGN_FIELDS,
                    help="compare runs that differ in FIELD (" + ", ".join(DESIGN_FIELDS) + "); stated in the "
                         "output (repeatable)")
+    _add_trusted_signers(p)
     _add_json(p)
 
 
@@ -741,7 +803,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise HeldoutError(str(exc)) from None  # it names the option
     from heldout.reports import check_runs
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=margin,
-                        method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch)
+                        method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch,
+                        trusted=_signers(args))
     if args.json:
         _print_json(result.as_dict())
     else:
@@ -1228,7 +1291,8 @@ class Command:
 GROUPS = {
     "tasks": "list the registered tasks",
     "data": "verify or freeze data manifests",
-    "ledger": "check ledgers",
+    "ledger": "check and sign ledgers",
+    "key": "the signing key that makes runs verifiable by anyone with its public key",
     "runs": "the results store: SQL over verified runs, Parquet exports",
     "export": "sessions in other tools' formats",
     "split": "build and prove topic-disjoint split profiles",
@@ -1250,8 +1314,14 @@ COMMANDS = (
     Command(("eval",), "evaluate one candidate on a task split (outside any session)", eval_arguments, cmd_eval),
     Command(("score",), "score a JSONL of {id, output} rows with a prompt task's canonical verifier",
             score_arguments, cmd_score),
-    Command(("ledger", "verify"), "detect any edited, dropped, inserted or reordered entry",
-            ledger_verify_arguments, cmd_ledger_verify),
+    Command(("ledger", "verify"), "authentic (by whom), tampered, unsigned or signed by an untrusted key: "
+            "exit 0/1/3/4", ledger_verify_arguments, cmd_ledger_verify),
+    Command(("ledger", "sign"), "sign runs written before signatures (verified by this machine's ledger key)",
+            ledger_sign_arguments, cmd_ledger_sign),
+    Command(("key", "show"), "this user's public signing key, as a trusted-signers line", key_show_arguments,
+            cmd_key_show),
+    Command(("key", "generate"), "a new signing key in a file (for a CI secret)", key_generate_arguments,
+            cmd_key_generate, writes=()),
     Command(("run",), "run optimizers on tasks in protected sessions", run_arguments, cmd_run),
     Command(("runs", "query"), f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)",
             runs_query_arguments, cmd_runs_query),

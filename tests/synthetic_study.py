@@ -79,6 +79,7 @@ def write_run(root: Path, task: str, method: str, seed: int, *, n_test: int = 3,
     ledger.append("session_end", {"status": status, "metric_calls": calls, "test_score": truth.test_score,
                                   "record_sha256": record.digest()})
     record.ledger_head, record.ledger_entries = ledger.head, len(ledger)
+    record.sign(ledger.signing_key)
     ledger.close()
     record.save(run_dir)
     return truth

@@ -66,6 +66,15 @@ def _forge_score(run_dir) -> None:
     (run_dir / RECORD_FILE).write_text(json.dumps(record))
 
 
+def _as_written_before_signatures(run_dir) -> None:
+    """A study of the HMAC era: no signature on its head or record (signed studies are
+    tests/test_signatures.py's; there a reviewer catches this forgery without any key)."""
+    for name in (HEAD_FILE, RECORD_FILE):
+        data = json.loads((run_dir / name).read_text())
+        data.pop("signature", None)
+        (run_dir / name).write_text(json.dumps(data))
+
+
 def test_without_the_key_a_forged_ledger_is_unanchored_and_the_published_head_catches_it(tmp_path):
     key = str(tmp_path / "writer" / "ledger.key")
     study = tmp_path / "study"
@@ -73,6 +82,7 @@ def test_without_the_key_a_forged_ledger_is_unanchored_and_the_published_head_ca
                 "--run-dir", str(study), key=key)
     assert made.returncode == 0, made.stderr
     run_dir = next(p.parent for p in study.rglob(RECORD_FILE))
+    _as_written_before_signatures(run_dir)
     published = json.loads((run_dir / RECORD_FILE).read_text())["ledger_head"]
     honest = tmp_path / "honest-copy"
     shutil.copytree(run_dir, honest)

@@ -16,7 +16,16 @@ else ``$XDG_CONFIG_HOME/heldout/ledger.key``, else ``~/.config/heldout/ledger.ke
 32 random bytes, owner-only, on first use; never visible inside a sandbox). Dropping the last
 entries and rewriting the head is then detected by anyone holding the key; and the run record's
 ``ledger_head`` must be an entry of the chain, so truncating below it is detected by anyone.
-Ledger and head are written owner-only (0600) in an owner-only run dir (0700).
+Ledger and head are written owner-only (0600) in an owner-only run dir (0700). The head names its
+key (``key_id``, :func:`ledger_key_id`, a hash that reveals nothing of the key), so a head anchored
+under another machine's key is told apart from a rewritten one: it is *unanchored here*, not invalid.
+A head written before heads named their key cannot be told apart: a mismatch stays a problem.
+
+**Signatures.** When a writer closes, it signs the head (first entry's hash, count, last hash)
+with the user's Ed25519 signing key (:mod:`heldout.evaluators.signing`), once per writer, not per
+entry; the signature is kept in the head file until the next append replaces the head. A signature
+that does not match its head is a problem (the head or the ledger was changed after signing) for
+anyone, with no secret; who signed, and whether that signer is trusted, is ``LedgerReport.signature``.
 
 A torn last line (the process was killed mid-write) is not tampering: :meth:`Ledger.open`
 truncates it and records a ``torn_tail_repaired`` entry, so nothing that was acknowledged is lost.
@@ -46,6 +55,8 @@ from typing import Any, Iterator
 
 from heldout.contracts import (HeldoutError, canonical_json, read_user_bytes, read_user_json, sha256_text,
                                write_text_atomically)
+from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, load_signing_key,
+                                        verify_block)
 
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
@@ -58,6 +69,7 @@ MAX_LEDGER_BYTES = 1 << 30
 MAX_RECORD_BYTES = 256 << 20
 MAX_HEAD_BYTES = 1 << 16
 KEY_ENV = "HELDOUT_LEDGER_KEY"
+HEAD_PURPOSE = "ledger-head"
 
 
 def ledger_key_path() -> Path:
@@ -106,6 +118,16 @@ def head_mac(key: bytes, first: str, count: int, last: str) -> str:
     return hmac.new(key, f"heldout-ledger-head:{first}:{count}:{last}".encode(), hashlib.sha256).hexdigest()
 
 
+def ledger_key_id(key: bytes) -> str:
+    """What a head says its HMAC key is: the first 16 hex digits of the key's sha256."""
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
+def head_payload(first: str, count: Any, last: Any) -> dict[str, Any]:
+    """What a head's signature signs."""
+    return {"first": first, "count": count, "last": last}
+
+
 class LedgerError(HeldoutError):
     pass
 
@@ -133,13 +155,19 @@ class LedgerReport:
     consistency check anyone can run). ``anchored``: how authenticity was checked, if at all:
     ``"key"`` (the head's HMAC under the writer's ledger key, present here), ``"published head"``
     (the chain holds the head the writer published), or None: NOT checked, since a forger who
-    rewrites ledger, head file and record together leaves a consistent chain."""
+    rewrites ledger, head file and record together leaves a consistent chain. ``hmac``: what the
+    HMAC anchor says here (``"this machine's key"``, ``"another key"``, ``"no key here"``,
+    ``"mismatch"``, or None without a head). ``signature``: the head's signature checked against
+    the trusted signers given (UNSIGNED when the head carries none; a signature that does not
+    match is also among ``problems``)."""
 
     path: str
     entries: int = 0
     problems: list[str] = field(default_factory=list)
     head: str = GENESIS
     anchored: str | None = None
+    hmac: str | None = None
+    signature: SignatureCheck | None = None
     checked: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The entries as read and checked: use these, not a second read of a file that may have
     changed since."""
@@ -170,12 +198,14 @@ def read_entries(path: Path) -> tuple[list[dict[str, Any]], bytes]:
     return entries, torn
 
 
-def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> LedgerReport:
+def verify_ledger(run_dir: str | Path, published_head: str | None = None,
+                  trusted: TrustedSigners | None = None) -> LedgerReport:
     """Check the chain: every hash, every link, the sequence numbers and the head file. Detects
     an edited, dropped, inserted or reordered entry. Authenticity (``anchored``) is checked with
     the ledger key when it is here, and against ``published_head`` (the run record's
     ``ledger_head`` as the writer published it, e.g. beside a paper's numbers) when given: a
-    reviewer without the writer's secret verifies a copy that way."""
+    reviewer without the writer's secret verifies a copy that way. The head's signature is
+    checked against ``trusted`` (nobody when None: a valid signature is then UNTRUSTED)."""
     run_dir = Path(run_dir)
     path = run_dir / LEDGER_FILE
     report = LedgerReport(path=str(path))
@@ -215,14 +245,15 @@ def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> Led
                 report.problems.append(f"head file says {head.get('count')} entries ending "
                                        f"{str(head.get('hash'))[:16]}, ledger has {len(entries)} ending "
                                        f"{prev[:16]} (entries dropped or appended behind the writer's back)")
-            key = ledger_key(create=False)
-            if key is not None and entries:
-                want = head_mac(key, entries[0].get("hash", ""), len(entries), prev)
-                if not isinstance(head.get("mac"), str) or not hmac.compare_digest(head["mac"], want):
-                    report.problems.append("head file's anchor (HMAC under the user's ledger key) does not match "
-                                           "the ledger: the head was rewritten or the ledger truncated")
-                else:
-                    report.anchored = "key"
+            first = entries[0].get("hash", "") if entries and isinstance(entries[0], dict) else ""
+            _check_hmac(report, head, first, len(entries), prev)
+            # the signature vouches for what the head claims; a ledger that differs from the claim
+            # is the problem reported above
+            report.signature = verify_block(head.get("signature"), HEAD_PURPOSE,
+                                            head_payload(first, head.get("count"), head.get("hash")),
+                                            trusted or TrustedSigners(), "ledger head")
+            if report.signature.status is Authenticity.TAMPERED:
+                report.problems.append(report.signature.reason)
         except LedgerError as exc:
             report.problems.append(str(exc))
     elif entries:
@@ -248,6 +279,29 @@ def verify_ledger(run_dir: str | Path, published_head: str | None = None) -> Led
     return report
 
 
+def _check_hmac(report: LedgerReport, head: dict[str, Any], first: str, count: int, last: str) -> None:
+    """The head's HMAC anchor under this machine's ledger key (see the module docstring)."""
+    key = ledger_key(create=False)
+    if key is None:
+        report.hmac = "no key here"
+        return
+    named = head.get("key_id")
+    if isinstance(named, str) and named != ledger_key_id(key):
+        report.hmac = "another key"  # anchored elsewhere: nothing to check here, nothing wrong
+        return
+    if not count:
+        return
+    want = head_mac(key, first, count, last)
+    if isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want):
+        report.hmac, report.anchored = "this machine's key", "key"
+        return
+    report.hmac = "mismatch"
+    unnamed = "" if isinstance(named, str) else (" (or, since the head does not name its key, it was anchored "
+                                                  "under another machine's ledger key)")
+    report.problems.append("head file's anchor (HMAC under the user's ledger key) does not match the ledger: "
+                           "the head was rewritten or the ledger truncated" + unnamed)
+
+
 class Ledger:
     """Append-only writer. One per session; thread-safe; every append is durable on return."""
 
@@ -259,6 +313,9 @@ class Ledger:
         self._entries = entries
         self._lock = threading.Lock()
         self._key = ledger_key()
+        self._key_id = ledger_key_id(self._key)
+        self.signing_key: SigningKey | None = load_signing_key()
+        self._appended = False  # the head is signed at close only when this writer changed it
         # a bare descriptor, not a buffered file: after a failed write no bytes linger in a buffer
         # to reach the disk later, behind the head's back
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -331,14 +388,31 @@ class Ledger:
                 if sync:
                     os.fsync(self._fd)  # and every unsynced entry before it
                 # the head names the entry only once its bytes are written
-                write_text_atomically(self.run_dir / HEAD_FILE, json.dumps(
-                    {"count": count, "hash": entry["hash"], "mac": head_mac(self._key, first, count, entry["hash"])}),
-                    mode=0o600)
+                self._write_head(first, count, entry["hash"])
             except OSError as exc:
                 self._take_back(exc)
             self._size += len(line)
             self._entries.append(stored)
+            self._appended = True
             return entry
+
+    def _write_head(self, first: str, count: int, last: str, signature: dict[str, str] | None = None) -> None:
+        head: dict[str, Any] = {"count": count, "hash": last, "mac": head_mac(self._key, first, count, last),
+                                "key_id": self._key_id}
+        if signature is not None:
+            head["signature"] = signature
+        write_text_atomically(self.run_dir / HEAD_FILE, json.dumps(head), mode=0o600)
+
+    def _sign_head(self) -> None:
+        """Sign the head this writer leaves (once, at close). A head that could not be rewritten
+        (a full disk) stays unsigned and intact: it verifies as unsigned, never as tampered."""
+        if not self._appended or self._failed is not None or not self._entries or self.signing_key is None:
+            return
+        first, count, last = self._entries[0]["hash"], len(self._entries), self.head
+        try:
+            self._write_head(first, count, last, self.signing_key.sign(HEAD_PURPOSE, head_payload(first, count, last)))
+        except OSError:
+            pass
 
     def _take_back(self, cause: OSError) -> None:
         """After a failed write: cut the file back to the last entry the head claims (a partial
@@ -355,6 +429,10 @@ class Ledger:
         raise self._failed from cause
 
     def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                self._sign_head()
+                self._appended = False
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -409,8 +487,9 @@ def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
     if not (entries and head.get("count") == len(entries) - 1 and head.get("hash") == previous):
         return False
     key = ledger_key(create=False)
-    if key is None or len(entries) < 2:
-        return True
+    named = head.get("key_id")
+    if key is None or len(entries) < 2 or (isinstance(named, str) and named != ledger_key_id(key)):
+        return True  # anchored under no key or another machine's: nothing here to check it by
     # the lagging head must itself be genuine (anchored), not a rewritten one
     want = head_mac(key, entries[0]["hash"], len(entries) - 1, previous)
     return isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want)

@@ -38,8 +38,10 @@ from typing import Any, Mapping, Sequence
 from heldout.contracts import (Candidate, HeldoutError, Verdict, candidate_id, canonical_json, read_user_json,
                                sha256_text, write_text_atomically)
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
+from heldout.evaluators.signing import SigningKey
 
 RECORD_FILE = "run_record.json"
+RECORD_PURPOSE = "run-record"
 FORMAT_VERSION = 2
 # the fields every reader relies on, by type (bool is refused where a number is meant)
 _RECORD_TYPES: dict[str, tuple[type, ...]] = {
@@ -47,7 +49,8 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "budget": (dict,), "policy": (dict,), "limits": (dict,), "options": (dict,), "final_candidate": (dict, type(None)),
     "test_verdicts": (list,), "val_verdicts": (list,), "test_score": (int, float, type(None)),
     "val_score": (int, float, type(None)), "usage": (dict,), "trajectory": (list,), "lineage": (list,),
-    "experiment": (dict,), "extra": (dict,), "ledger_head": (str,), "ledger_entries": (int,)}
+    "experiment": (dict,), "extra": (dict,), "ledger_head": (str,), "ledger_entries": (int,),
+    "signature": (dict, type(None))}
 KEY_PACKAGES = ("numpy", "scipy", "statsmodels", "datasets", "duckdb", "sqlglot", "httpx", "matplotlib",
                 "numba", "evalplus")
 # settings that describe *where and when* a run happened, not *what* was run: a resumed session
@@ -286,6 +289,8 @@ class RunRecord:
     isolation: str = "in-process (trusted)"
     started_at: float | None = None
     finished_at: float | None = None
+    signature: dict[str, str] | None = None
+    """The writer's Ed25519 signature over :meth:`signed_payload` (see :mod:`heldout.evaluators.signing`)."""
 
     @classmethod
     def build(cls, session, final: Candidate | None, status: str, error: str | None,
@@ -325,13 +330,22 @@ class RunRecord:
         """The record as plain JSON data, without the ledger anchor fields (which are set after
         the digest is written to the ledger)."""
         data = json.loads(json.dumps(self._fields(), default=_json_value))
-        for key in ("ledger_head", "ledger_entries"):
+        for key in ("ledger_head", "ledger_entries", "signature"):
             data.pop(key, None)
         return data
 
     def digest(self) -> str:
         """sha256 of :meth:`content`: what the ledger's ``session_end`` entry holds."""
         return sha256_text(canonical_json(self.content()))
+
+    def signed_payload(self) -> dict[str, Any]:
+        """What the record's signature signs: its digest and the ledger head it is anchored to
+        (which vouches for every ledger entry up to it)."""
+        return {"record_sha256": self.digest(), "ledger_head": self.ledger_head, "ledger_entries": self.ledger_entries}
+
+    def sign(self, key: SigningKey) -> None:
+        """Sign the finished record (its ledger anchor set) with ``key``."""
+        self.signature = key.sign(RECORD_PURPOSE, self.signed_payload())
 
     # -- io ---------------------------------------------------------------------------------------
     def save(self, run_dir: str | Path) -> Path:

@@ -554,6 +554,8 @@ class Session:
                                            "metric_calls": usage.metric_calls, "record_sha256": record.digest()})
         record.ledger_head = self.ledger.head
         record.ledger_entries = len(self.ledger)
+        if self.ledger.signing_key is not None:
+            record.sign(self.ledger.signing_key)
         record.save(self.run_dir)
         self.ledger.close()
         return record

@@ -6,10 +6,18 @@ examples matrix per side, and the decision is the pure
 :func:`heldout.protocols.stats.regression_check` (regression / pass / inconclusive, with the run
 as the unit of replication).
 
+Authenticity rule: every run on either side must be authentic (:func:`heldout.evaluators.authenticity.verify_run`)
+against the trusted signers given (``trusted``; by default this machine's own signing key), so a
+baseline made on one machine and a PR study made on another are checked with public keys alone.
+A run that is unsigned, signed by a key not in the list, or tampered is refused (exit 2), one
+short line per run naming what was found; with no trusted signer at all nothing is authentic,
+and the error says how to name one. A missing key or signature never passes.
+
 Refused with a clear error (exit 2), never silently paired:
 
 * a crashed (failed), interrupted or unverifiable run on either side, or a task present on one
   side only: the study is incomplete;
+* a run that is not authentic (see above);
 * seeds without a partner when seeds pair by id, or runs whose held-out example sets differ;
 * runs whose design differs (``DESIGN_FIELDS``: split profile, budget, visibility policy,
   limits, options, data drift, verifier, models), within a side or between the sides, unless
@@ -27,6 +35,8 @@ import numpy as np
 
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError
+from heldout.evaluators.authenticity import verify_run
+from heldout.evaluators.signing import TrustedSigners
 from heldout.protocols.stats import GateResult, TaskRuns, regression_check
 from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin
 from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
@@ -88,13 +98,52 @@ def design_of(run: Run) -> dict[str, str]:
     return {k: json.dumps(v, sort_keys=True, default=str) for k, v in values.items()}
 
 
+REASON_CHARS = 200  # of each refused run's reason: one short line per run, never pages of them
+LISTED_RUNS = 20  # refused runs listed one by one; the rest counted
+
+
+def _short(text: object, run_dir: Path | None = None) -> str:
+    """``text`` on one line, cut to :data:`REASON_CHARS`; the run dir, named before it, is not repeated."""
+    line = " ".join(str(text).split())
+    if run_dir is not None:
+        line = line.replace(f"{run_dir}/", "").replace(str(run_dir), "the run dir")
+    return line if len(line) <= REASON_CHARS else line[:REASON_CHARS - 3] + "..."
+
+
+def _refusal(headline: str, problems: list[str]) -> GateInputError:
+    """One error: a headline and one short line per refused run (one line in all for one run)."""
+    if len(problems) == 1:
+        return GateInputError(f"{headline}: {problems[0]}")
+    more = [f"  ... and {len(problems) - LISTED_RUNS} more"] if len(problems) > LISTED_RUNS else []
+    return GateInputError("\n".join([f"{headline}: {len(problems)} run(s):", *(f"  {p}" for p in problems[:LISTED_RUNS]),
+                                     *more]))
+
+
 def _refuse_incomplete(side: str, runs: RunSet) -> None:
-    problems = [f"{side} run EXCLUDED {e.path}: {e.reason}" for e in runs.excluded]
-    problems += [f"{side} run FAILED {r.path}: {r.record.error}" for r in runs.failed]
+    problems = [f"{side} run EXCLUDED {e.path}: {_short(e.reason, e.path)}" for e in runs.excluded]
+    problems += [f"{side} run FAILED {r.path}: {_short(r.record.error, r.path)}" for r in runs.failed]
     if problems:
-        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        raise GateInputError("cannot gate an incomplete study (a crashed, unscored or missing run could hide a "
-                             f"regression): {len(problems)} run(s): " + "; ".join(problems[:3]) + more)
+        raise _refusal("cannot gate an incomplete study (a crashed, unscored or missing run could hide a "
+                       "regression)", problems)
+
+
+def _refuse_unauthenticated(sides: dict[str, RunSet], trusted: TrustedSigners) -> list[str]:
+    """Refuse unless every run is authentic; the signers of the runs, as statements."""
+    problems, signers = [], set()
+    for side, runs in sides.items():
+        for run in runs.runs + runs.failed:
+            found = verify_run(run.path, trusted)
+            if found.ok:
+                signers.add(f"{side}: {found.check.signer}")
+            else:
+                problems.append(f"{side} run {found.status.value.upper()} {run.path}: "
+                                f"{_short(found.check.reason, run.path)}")
+    if problems:
+        hint = ("; no trusted signer was given and this machine has no signing key: pass --trusted-signers FILE "
+                "or --trust-key KEY" if not trusted else f"; trusted signers: {_short(trusted.describe())}")
+        raise _refusal("cannot gate runs that are not authentic (unsigned, signed by a key not trusted, or "
+                       "tampered)" + hint, problems)
+    return [f"runs signed by {', '.join(sorted(signers))}"]
 
 
 def _by_task(runs: RunSet, method: str | None, side: str) -> dict[str, dict[int, Run]]:
@@ -149,10 +198,11 @@ def _ceiling(task: str) -> float | None:
 
 def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *, alpha: float = 0.05,
                min_effect: "float | str | Margin" = DEFAULT_MARGIN, method: str | None = None, pair_seeds: str = "id",
-               allow_mismatch: Sequence[str] = ()) -> CheckResult:
+               allow_mismatch: Sequence[str] = (), trusted: TrustedSigners | None = None) -> CheckResult:
     """Compare two run sets; raises :class:`GateInputError` when they cannot be compared. The
     margin is applied per task on its own scale (default :data:`DEFAULT_MARGIN`, 5% of each
-    task's baseline score)."""
+    task's baseline score). ``trusted``: whose signatures make a run authentic (default: this
+    machine's own signing key)."""
     margin = Margin.parse(min_effect)
     statements: list[str] = []
     if pair_seeds == "rank":
@@ -166,6 +216,8 @@ def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *,
     base_runs, cur_runs = collect_runs(list(baseline)), collect_runs(list(current))
     _refuse_incomplete("baseline", base_runs)
     _refuse_incomplete("current", cur_runs)
+    statements += _refuse_unauthenticated({"baseline": base_runs, "current": cur_runs},
+                                          TrustedSigners.own() if trusted is None else trusted)
     base_cells, cur_cells = _by_task(base_runs, method, "baseline"), _by_task(cur_runs, method, "current")
     only = sorted(set(base_cells) ^ set(cur_cells))
     if only:

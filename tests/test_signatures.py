@@ -1,0 +1,314 @@
+"""Signatures a second machine can check: studies made under separate homes (each its own config
+dir, ledger key and, unless a CI secret names one, signing key), checked by a reviewer whose home
+holds no secret of theirs, with the public key alone, through the real CLI.
+
+The adversary: someone who copies a study, edits a number (in the run record, or in a ledger entry
+with the chain rehashed after it) and signs the result with a key of their own; someone who strips
+the signatures; a CI job with no key at all. Each must fail with its own message and exit code,
+and the gate must never pass them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from heldout.evaluators.ledger import HEAD_FILE, HEAD_PURPOSE, LEDGER_FILE, entry_hash, head_payload
+from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.evaluators.signing import (Authenticity, SigningError, SigningKey, TrustedSigners, load_signing_key,
+                                        parse_private_key, verify_block)
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "heilbronn/triangle11"  # one held-out instance: the seed candidate is ~80% worse on every seed
+SEEDS = "0,1,2,3,4"  # an exact sign-flip over 5 seeds can reach p = 1/32 < 0.05
+STUDY_ENV = ("HELDOUT_LEDGER_KEY", "HELDOUT_SIGNING_KEY_FILE", "HELDOUT_SIGNING_KEY")
+
+
+def home(root: Path, name: str, secret: str | None = None) -> dict[str, str]:
+    """The environment of one machine: its own HOME and config dir, no key given by the tests."""
+    env = {k: v for k, v in os.environ.items() if k not in STUDY_ENV}
+    env.update(HOME=str(root / name), XDG_CONFIG_HOME=str(root / name / ".config"))
+    if secret is not None:
+        env["HELDOUT_SIGNING_KEY"] = secret
+    (root / name).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def heldout(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=300)
+
+
+def run_dirs(study: Path) -> list[Path]:
+    return sorted(p.parent for p in study.rglob(RECORD_FILE))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A CI secret key; a baseline made on runner A and, on runner B, an identical rerun and a planted
+    regression, all signed with the secret; a PR study B signed with B's own key; a reviewer home."""
+    root = tmp_path_factory.mktemp("machines")
+    secret_file = root / "ci-key.pem"
+    made = heldout(home(root, "maintainer"), "key", "generate", str(secret_file), "--name", "ci")
+    assert made.returncode == 0, made.stderr
+    signers_line = made.stdout.strip()
+    secret = secret_file.read_text()
+    studies = {"baseline": ("runner-a", secret, "geometry-search", SEEDS),
+               "rerun": ("runner-b", secret, "geometry-search", SEEDS),
+               "regression": ("runner-b", secret, "seed", SEEDS),
+               "own-key": ("laptop", None, "seed", "0,1")}  # refused before any pairing: two runs show it
+    procs = {name: subprocess.Popen([sys.executable, "-m", "heldout.cli", "run", "--task", TASK, "--optimizer", optimizer,
+                                     "--seeds", seeds, "--budget", "30", "--jobs", "1", "--run-dir", str(root / name)],
+                                    env=home(root, machine, key), cwd=REPO, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+             for name, (machine, key, optimizer, seeds) in studies.items()}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"{name}: {err[-2000:]}"
+    (root / "allowed_signers").write_text(f"# the CI runner's key\n{signers_line}\n")
+    public_key = signers_line.split()[1]
+    return {"root": root, "public_key": public_key, "signers": root / "allowed_signers",
+            "reviewer": home(root, "reviewer"), "secret": secret}
+
+
+def test_the_gate_passes_an_identical_rerun_from_another_runner_with_the_public_key_only(world):
+    root, reviewer = world["root"], world["reviewer"]
+    done = heldout(reviewer, "check", "--baseline", str(root / "baseline"), "--current", str(root / "rerun"),
+                   "--trust-key", f"ci={world['public_key']}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("PASS") and "identical" in done.stdout
+    assert "runs signed by baseline: ci, current: ci" in done.stdout
+    assert not (Path(reviewer["XDG_CONFIG_HOME"]) / "heldout").exists()  # the reviewer holds no secret, none made
+    # the two runners anchored their heads under different ledger keys: that is not tampering
+    heads = [json.loads((d / HEAD_FILE).read_text())["key_id"] for d in (run_dirs(root / "baseline")[0],
+                                                                         run_dirs(root / "rerun")[0])]
+    assert heads[0] != heads[1]
+
+
+def test_the_gate_fails_a_planted_regression_checked_with_the_committed_signers_file(world):
+    root = world["root"]
+    done = heldout(world["reviewer"], "check", "--baseline", str(root / "baseline"), "--current",
+                   str(root / "regression"), "--trusted-signers", str(world["signers"]))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.startswith("REGRESSION")
+
+
+def test_the_reviewer_verifies_authenticity_and_names_the_signer(world):
+    done = heldout(world["reviewer"], "ledger", "verify", str(world["root"] / "baseline"),
+                   "--trusted-signers", str(world["signers"]))
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    assert len(lines) == 6 and all(line.startswith("ok ") and "signed by ci (SHA256:" in line for line in lines[:5])
+    assert lines[5] == "5 run(s) checked: 5 authentic"
+
+
+def test_a_study_signed_by_a_key_not_trusted_fails_naming_its_fingerprint(world):
+    root, reviewer = world["root"], world["reviewer"]
+    laptop = load_key_of(root / "laptop")
+    done = heldout(reviewer, "ledger", "verify", str(root / "own-key"), "--trusted-signers", str(world["signers"]))
+    assert done.returncode == 4
+    assert all(line.startswith("UNTRUSTED") and laptop.fingerprint in line for line in done.stdout.splitlines()[:2])
+    gate = heldout(reviewer, "check", "--baseline", str(root / "baseline"), "--current", str(root / "own-key"),
+                   "--trusted-signers", str(world["signers"]))
+    assert gate.returncode == 2 and gate.stdout == ""
+    err = gate.stderr.splitlines()
+    assert err[0].startswith("heldout: error: cannot gate runs that are not authentic") and len(err) == 3
+    assert all(line.startswith("  current run UNTRUSTED SIGNER") and laptop.fingerprint in line
+               and len(line) - len(str(root)) < 250 for line in err[1:])
+
+
+def test_no_trusted_signer_and_no_key_never_passes(world):
+    root = world["root"]
+    done = heldout(world["reviewer"], "check", "--baseline", str(root / "baseline"), "--current", str(root / "rerun"))
+    assert done.returncode == 2
+    assert "no trusted signer was given and this machine has no signing key" in done.stderr.splitlines()[0]
+
+
+def test_a_copied_study_with_one_record_number_edited_and_re_signed_is_tampered(world, tmp_path):
+    copy = copy_study(world, tmp_path)
+    run_dir = run_dirs(copy)[2]
+    record = RunRecord.load(run_dir)
+    record.test_score = 0.01  # the forger's number ...
+    record.sign(forger())  # ... signed with the forger's key
+    record.save(run_dir)
+    done = heldout(world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    assert done.returncode == 1
+    line = next(line for line in done.stdout.splitlines() if str(run_dir) in line)
+    assert line.startswith("INVALID") and "was edited after the session wrote it" in line
+    gate = heldout(world["reviewer"], "check", "--baseline", str(copy), "--current", str(world["root"] / "rerun"),
+                   "--trusted-signers", str(world["signers"]))
+    # the gate collects no run whose record disagrees with its ledger: one line names it and why
+    err = gate.stderr.splitlines()
+    assert gate.returncode == 2 and len(err) == 1 and f": baseline run EXCLUDED {run_dir}: run_record.json was edited" in err[0]
+    assert len(err[0].partition(str(run_dir))[2]) < 250
+
+
+def test_a_copied_study_with_one_ledger_entry_edited_rehashed_and_re_signed_is_untrusted(world, tmp_path):
+    """The full forgery: a score raised in the ledger, the chain rehashed after it, session_end and
+    the record made to match, head and record signed anew. Consistent, so only the key gives it away."""
+    copy = copy_study(world, tmp_path)
+    run_dir = run_dirs(copy)[0]
+    key = forger()
+    forge_score(run_dir, key)
+    done = heldout(world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    assert done.returncode == 4
+    line = next(line for line in done.stdout.splitlines() if str(run_dir) in line)
+    assert line.startswith("UNTRUSTED") and key.fingerprint in line and "not among the trusted signers" in line
+    # the forger's own key would call it authentic: the forgery is consistent, the key is the only defence
+    assert heldout(world["reviewer"], "ledger", "verify", str(run_dir), "--trust-key", key.public_key).returncode == 0
+    gate = heldout(world["reviewer"], "check", "--baseline", str(world["root"] / "baseline"), "--current", str(copy),
+                   "--trusted-signers", str(world["signers"]))
+    assert gate.returncode == 2 and f"current run UNTRUSTED SIGNER {run_dir}" in gate.stderr
+
+
+def test_a_forged_entry_keeping_the_old_signatures_is_tampered(world, tmp_path):
+    copy = copy_study(world, tmp_path)
+    run_dir = run_dirs(copy)[1]
+    forge_score(run_dir, key=None)
+    done = heldout(world["reviewer"], "ledger", "verify", str(run_dir), "--trusted-signers", str(world["signers"]))
+    assert done.returncode == 1 and "does not match the content (edited after it was signed)" in done.stdout
+
+
+def test_a_study_stripped_of_its_signatures_is_unsigned_and_the_gate_refuses_it(world, tmp_path):
+    copy = copy_study(world, tmp_path)
+    for run_dir in run_dirs(copy):
+        strip_signatures(run_dir)
+    done = heldout(world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    assert done.returncode == 3 and done.stdout.startswith("UNANCHORED") and "unsigned" in done.stdout
+    gate = heldout(world["reviewer"], "check", "--baseline", str(world["root"] / "baseline"), "--current", str(copy),
+                   "--trusted-signers", str(world["signers"]))
+    assert gate.returncode == 2 and "current run UNSIGNED" in gate.stderr
+
+
+def test_an_hmac_era_study_verifies_where_it_was_written_is_unanchored_elsewhere_and_migrates(world, tmp_path):
+    copy = copy_study(world, tmp_path)  # written on runner-a: its ledger key anchors the heads
+    for run_dir in run_dirs(copy):
+        strip_signatures(run_dir)
+    runner_a = home(world["root"], "runner-a")
+    here = heldout(runner_a, "ledger", "verify", str(copy))
+    assert here.returncode == 0 and "anchored by this machine's ledger key (HMAC" in here.stdout
+    # another machine with a ledger key of its own: not INVALID, since nothing shows tampering
+    other = home(tmp_path, "other")
+    key_file = Path(other["XDG_CONFIG_HOME"]) / "heldout" / "ledger.key"
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text(os.urandom(32).hex())
+    there = heldout(other, "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    assert there.returncode == 3 and "its HMAC anchor is another machine's ledger key" in there.stdout
+    # migration: the writer signs what its ledger key vouches for; then anyone with the public key verifies
+    signed = heldout({**runner_a, "HELDOUT_SIGNING_KEY": world["secret"]}, "ledger", "sign", str(copy))
+    assert signed.returncode == 0 and signed.stdout.count("signed    ") == 5
+    after = heldout(other, "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    assert after.returncode == 0, after.stdout
+    # ... and a run edited before migration is refused, not laundered
+    forge_score(run_dirs(copy)[0], key=None)
+    assert heldout(runner_a, "ledger", "sign", str(run_dirs(copy)[0])).returncode == 1
+
+
+# -- the library: keys, trusted-signers files, the four verdicts --------------------------------------
+def test_the_key_is_made_once_owner_only_under_xdg_config_home_and_refused_once_others_may_read_it(tmp_path,
+                                                                                                monkeypatch):
+    for name in STUDY_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert load_signing_key(create=False) is None and not (tmp_path / "config").exists()
+    key = load_signing_key()
+    path = tmp_path / "config" / "heldout" / "signing.key"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and load_signing_key().fingerprint == key.fingerprint
+    path.chmod(0o644)
+    with pytest.raises(SigningError, match="may be read by others"):
+        load_signing_key()
+    # a CI secret: the key itself in the environment, never written anywhere
+    secret = Ed25519PrivateKey.generate()
+    monkeypatch.setenv("HELDOUT_SIGNING_KEY", SigningKey(secret, "test").private_pem().decode())
+    assert load_signing_key().fingerprint == SigningKey(secret, "test").fingerprint
+    monkeypatch.setenv("HELDOUT_SIGNING_KEY", "not a key")
+    with pytest.raises(SigningError, match=r"HELDOUT_SIGNING_KEY is unreadable"):
+        load_signing_key()
+
+
+def test_a_trusted_signers_file_names_keys_or_fingerprints_and_a_bad_line_is_named(tmp_path):
+    a, b = forger(), forger()
+    path = tmp_path / "allowed_signers"
+    path.write_text(f"# who signs\nalice {a.public_key}\n\nbob {b.fingerprint}  # by fingerprint\n")
+    trusted = TrustedSigners.load(path)
+    assert trusted.name_of(a.fingerprint) == "alice" and trusted.name_of(b.fingerprint) == "bob"
+    path.write_text(f"alice {a.public_key}\nbob ed25519:short\n")
+    with pytest.raises(SigningError, match="allowed_signers line 2"):
+        TrustedSigners.load(path)
+    assert TrustedSigners.from_flag(a.public_key).name_of(a.fingerprint) == "--trust-key"
+
+
+def test_each_verdict_has_its_own_status_and_exit_code():
+    key, payload = forger(), {"first": "a", "count": 3, "last": "b"}
+    block = key.sign(HEAD_PURPOSE, payload)
+    mine = TrustedSigners.from_flag(f"me={key.public_key}")
+    verdicts = {
+        "authentic": verify_block(block, HEAD_PURPOSE, payload, mine),
+        "untrusted": verify_block(block, HEAD_PURPOSE, payload, TrustedSigners()),
+        "unsigned": verify_block(None, HEAD_PURPOSE, payload, mine),
+        "edited": verify_block(block, HEAD_PURPOSE, {**payload, "count": 4}, mine),
+        "another purpose": verify_block(block, "run-record", payload, mine),
+        "swapped key": verify_block({**block, "public_key": forger().public_key}, HEAD_PURPOSE, payload, mine),
+        "garbage": verify_block({"scheme": 1}, HEAD_PURPOSE, payload, mine),
+    }
+    assert {k: (v.status, v.exit_code) for k, v in verdicts.items()} == {
+        "authentic": (Authenticity.AUTHENTIC, 0), "untrusted": (Authenticity.UNTRUSTED, 4),
+        "unsigned": (Authenticity.UNSIGNED, 3), "edited": (Authenticity.TAMPERED, 1),
+        "another purpose": (Authenticity.TAMPERED, 1), "swapped key": (Authenticity.TAMPERED, 1),
+        "garbage": (Authenticity.TAMPERED, 1)}
+    assert verdicts["authentic"].signer == "me" and verdicts["untrusted"].fingerprint == key.fingerprint
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+def forger() -> SigningKey:
+    return SigningKey(Ed25519PrivateKey.generate(), "the forger's")
+
+
+def load_key_of(machine_home: Path) -> SigningKey:
+    pem = (machine_home / ".config" / "heldout" / "signing.key").read_text()
+    return parse_private_key(pem, "test")
+
+
+def copy_study(world, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(world["root"] / "baseline", copy, ignore=shutil.ignore_patterns("*.lock"))
+    return copy
+
+
+def strip_signatures(run_dir: Path) -> None:
+    for name in (HEAD_FILE, RECORD_FILE):
+        data = json.loads((run_dir / name).read_text())
+        data.pop("signature", None)
+        (run_dir / name).write_text(json.dumps(data))
+
+
+def forge_score(run_dir: Path, key: SigningKey | None) -> None:
+    """Raise the held-out score in the ledger, rehash every entry after it, make session_end and
+    the record match, and (with ``key``) sign head and record anew; without, the old signatures stay."""
+    entries = [json.loads(line) for line in (run_dir / LEDGER_FILE).read_text().splitlines()]
+    at = next(i for i, e in enumerate(entries) if e["kind"] == "test_scoring")
+    entries[at]["data"]["verdict"]["score"] = 0.5
+    record = RunRecord.load(run_dir)
+    record.test_verdicts[0]["score"] = 0.5
+    record.test_score = 0.5
+    for i in range(at, len(entries)):
+        entries[i]["prev"] = entries[i - 1]["hash"]
+        if entries[i]["kind"] == "session_end":
+            entries[i]["data"]["record_sha256"] = record.digest()
+        entries[i]["hash"] = entry_hash(entries[i])
+    (run_dir / LEDGER_FILE).write_text("".join(json.dumps(e) + "\n" for e in entries))
+    record.ledger_head = entries[-1]["hash"]
+    head = json.loads((run_dir / HEAD_FILE).read_text())
+    head.update(count=len(entries), hash=entries[-1]["hash"])
+    if key is not None:
+        head["signature"] = key.sign(HEAD_PURPOSE, head_payload(entries[0]["hash"], len(entries), entries[-1]["hash"]))
+        record.sign(key)
+    (run_dir / HEAD_FILE).write_text(json.dumps(head))
+    record.save(run_dir)
