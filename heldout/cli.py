@@ -409,6 +409,22 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     return worst(f.check for f in found).exit_code
 
 
+def bundle_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", help="study or session dirs: every run in and below them")
+    p.add_argument("--out", required=True, help="the archive to write (.tar.gz)")
+    p.add_argument("--report", default=None, help="a report folder to include (heldout report --out)")
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    """Records, ledgers, manifests, report, environment and public keys in one archive; no secret."""
+    from heldout.reports.bundle import write_bundle
+    index = write_bundle(args.run_dirs, args.out, args.report)
+    print(f"{args.out}: {len(index['runs'])} run(s), {len(index['files'])} file(s), signed by "
+          f"{', '.join(index['signers']) or 'nobody'}; a reviewer checks it with "
+          "heldout ledger verify DIR --trusted-signers FILE once unpacked")
+    return 0
+
+
 def ledger_sign_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", help="session or study dirs written before signatures, on this machine")
 
@@ -1322,6 +1338,8 @@ COMMANDS = (
             cmd_key_show),
     Command(("key", "generate"), "a new signing key in a file (for a CI secret)", key_generate_arguments,
             cmd_key_generate, writes=()),
+    Command(("bundle",), "one archive a reviewer needs: records, ledgers, manifests, report, environment, "
+            "public keys; nothing secret", bundle_arguments, cmd_bundle),
     Command(("run",), "run optimizers on tasks in protected sessions", run_arguments, cmd_run),
     Command(("runs", "query"), f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)",
             runs_query_arguments, cmd_runs_query),
