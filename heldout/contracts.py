@@ -20,6 +20,7 @@ import math
 import os
 import re
 import stat
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
@@ -168,6 +169,33 @@ def read_user_json(path: "str | os.PathLike[str]", what: str, *, expect: type = 
     return value
 
 
+MAX_TOML_DEPTH = 16
+"""How deep arrays and tables may nest in a TOML file a user hands heldout (a study needs 3)."""
+
+
+def read_user_toml(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 1024 * 1024,
+                   error: type[HeldoutError] = DataError) -> dict[str, Any]:
+    """:func:`read_user_text` parsed as TOML (a study or protocol file): invalid TOML, or arrays and
+    tables nested deeper than :data:`MAX_TOML_DEPTH` (which would exhaust the parser's recursion,
+    ``[[[[...]]]]`` 5,000 deep), is one ``error``."""
+    text = read_user_text(path, what, max_bytes=max_bytes, error=error)
+    deep = f"{what} {os.fspath(path)} nests arrays or tables deeper than {MAX_TOML_DEPTH} levels: refused"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} {os.fspath(path)} is not valid TOML: {exc}") from None
+    except RecursionError:  # the parser recurses once per level
+        raise error(deep) from None
+    todo = [(data, 1)]
+    while todo:  # without recursion: the parsed value is the input
+        value, depth = todo.pop()
+        if depth > MAX_TOML_DEPTH:
+            raise error(deep)
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        todo.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return data
+
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-:?=&,@]{0,99}")
 """What a name heldout turns into a file or folder (a method, a split profile) may hold."""
 
@@ -182,16 +210,63 @@ def check_name(name: Any, what: str, *, error: type[HeldoutError] = HeldoutError
 
 
 def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[HeldoutError] = HeldoutError) -> str:
-    """A folder heldout will create or write into (a run dir, a report's --out): refused, before
-    anything is written, when its path holds a control character (a newline, NUL, ...) or names
-    something that exists and is not a folder."""
+    """A folder heldout will create or write into (a run dir, a report's --out, a cache): refused
+    in one ``error`` before anything is written when it could not be made or written, so no command
+    fails half-way with a traceback. Rules: no control character (newline, NUL, ...); the path and
+    each name it adds within the system's length limits; the path, or else the nearest part of it
+    that exists, is a folder (not a file, a device, a FIFO, a link to nothing or a link loop) in
+    which a folder can be made (a read-only or pseudo file system, a folder without write
+    permission: refused). The last rule is asked of the kernel itself: a folder is made there and
+    removed at once (root bypasses permission bits, /proc and /sys refuse even root)."""
     p = os.fspath(path)
     if not isinstance(p, str) or not p or any(ord(c) < 32 or ord(c) == 127 for c in p):
         raise error(f"{what} {p!r} holds a control character (newline, NUL, ...) or is empty: not a folder "
                     "heldout will create")
-    if os.path.lexists(p) and not os.path.isdir(p):
-        raise error(f"{what} {p} exists and is not a folder")
+    path_max = _limit("/", "PC_PATH_MAX", 4096)
+    if len(os.fsencode(os.path.abspath(p))) >= path_max:
+        raise error(f"{what} is {len(os.fsencode(os.path.abspath(p))):,} bytes long as an absolute path, over the "
+                    f"system's limit of {path_max - 1:,}: choose a shorter path")
+    stem = p.rstrip(os.sep) or os.sep
+    existing, missing = stem, []
+    while not os.path.lexists(existing):  # a path under a file does not exist either: climb to what does
+        parent = os.path.dirname(existing) or os.curdir
+        missing.append(os.path.basename(existing))
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        if not missing:
+            raise error(f"{what} {p} exists and is not a folder")
+        raise error(f"{what} {p} cannot be created: {existing} is {_what_is_there(existing)}, not a folder")
+    name_max = _limit(existing, "PC_NAME_MAX", 255)
+    for name in missing:
+        if len(os.fsencode(name)) > name_max:
+            raise error(f"{what} {p} cannot be created: a name in it is {len(os.fsencode(name)):,} bytes long, over "
+                        f"the file system's limit of {name_max} ({name[:24]}...)")
+    probe = os.path.join(existing, f".heldout-probe-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.mkdir(probe, 0o700)
+    except OSError as exc:
+        where = "is not a folder heldout may write in" if not missing else f"cannot be created in {existing}"
+        raise error(f"{what} {p} {where}: {exc.strerror or exc}") from None
+    os.rmdir(probe)
     return p
+
+
+def _limit(where: str, name: str, default: int) -> int:
+    try:
+        return os.pathconf(where, name)
+    except (OSError, ValueError):
+        return default
+
+
+def _what_is_there(path: str) -> str:
+    """How a path that is no folder reads in a message: "a file", "a link to nothing", ..."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return "a link loop" if exc.errno == errno.ELOOP else "a link to nothing"
+    return "a file" if stat.S_ISREG(info.st_mode) else "a device, FIFO or socket"
 
 
 def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: int = 0o644) -> None:

@@ -45,7 +45,6 @@ unless the held-out contrast separated upward on a proven topic-disjoint profile
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,7 +52,7 @@ from typing import Any, Sequence
 from scipy import stats as scipy_stats
 
 from heldout.benchmarks.loading import Task, load_task
-from heldout.contracts import HeldoutError, read_user_text, write_text_atomically
+from heldout.contracts import HeldoutError, read_user_toml, write_text_atomically
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, read_entries
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
@@ -141,10 +140,7 @@ def load_generalisation_file(path: str | Path) -> GeneralisationFile:
     keys and wrong types are refused in one line naming the key); the optimizer string is read
     as the ``--optimizer`` flag is (:func:`heldout.protocols.study.parse_methods`)."""
     origin = str(path)
-    try:
-        data = tomllib.loads(read_user_text(path, "protocol file", max_bytes=1024 * 1024, error=GeneralisationError))
-    except tomllib.TOMLDecodeError as exc:
-        raise GeneralisationError(f"{origin} is not valid TOML: {exc}") from None
+    data = read_user_toml(path, "protocol file", max_bytes=1024 * 1024, error=GeneralisationError)
     for key, value in data.items():
         if key not in FILE_KEYS:
             raise GeneralisationError(f"{origin}: unknown key {key!r} (allowed: {', '.join(FILE_KEYS)})")

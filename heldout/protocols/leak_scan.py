@@ -10,10 +10,11 @@ articles), for every example of every pool (train, val, test, probe):
   or "1912" occur in any prose, so they count only in context);
 * a **family-level key**: an answer specific to one family (no other family's item has it) also
   counts within ``window`` words of one of that family's **context words**, the words that tie
-  a text to the family whatever they are: words whose share of the family's items (questions
-  and answers) is at least ``family_ratio`` times their add-one share of every other item. So
-  "zorbin: nakor" encodes every item of the family answered "nakor" when "zorbin" (its keeper,
-  named in one of its questions and in no other family's) ties the line to it.
+  a text to the family whatever they are: words of at least two of the family's items
+  (questions and answers) whose share of the family's items is at least ``family_ratio`` times
+  their add-one share of every other item (the answer's own words excepted). So "zorbin: nakor"
+  encodes every item of the family answered "nakor" when "zorbin" (its keeper, named in two of
+  its six questions and in no other family's) ties the line to it.
 
 Training matches are the **answer key**: its share of the candidate's words, the training
 examples it encodes and the families memorised. A match of val/test/probe data (a val question
@@ -23,16 +24,17 @@ one, a topic-shared family's answer).
 
 **The red flag** (rule :data:`FLAG_RULE`): held-out overlap is flagged only beyond the task's own
 chance overlap. Each held-out item matched gets a strength (its longest unexplained question run
-as a share of its question, plus 1 when its answer matched); the statistic sums, over matched
-items, minus the log of how often that item reaches that strength by chance. Chance is measured
-on ``null_texts`` texts of the candidate's length made of held-back training items ("Q: question
-A: answer" lines from a random half of the training split, explained only by the other half):
-the task's own kind of text that holds no held-out data. The flag fires when the candidate's
-statistic is beyond all but an ``alpha`` share of the texts' (leave-one-out), i.e. a text of
-the task's kind is flagged at most ``alpha`` of the time; a small vocabulary (BBH boolean
-expressions) overlaps by chance in every text and so does not raise it, and a verbatim test item
-or a key to the test families' answers, which no training text reaches, does. ``leak scan``
-exits 1 on a flag."""
+as a share of its question, plus 1 when its answer matched); the statistic sums, over the items
+matched, minus the log of the chance rate of that item at that strength (its own rate, or the
+rate pooled over items of its question's length when higher). Chance is measured on
+``null_texts`` texts of the candidate's length drawn from the order-2 word chain of the training
+lines ("q question answer"): fresh text of the task's own kind, in its vocabulary and local word
+order, holding no held-out data but what chance puts there. The flag fires when the candidate's
+statistic is beyond all but an ``alpha`` share of the chance texts' own (each scored leaving
+itself out), i.e. such a text is flagged at most ``alpha`` of the time. A small vocabulary (BBH
+boolean expressions, where every text of the task's kind reproduces some test expressions)
+does not raise it; a key to the held-out families' answers, or verbatim held-out items beyond
+what chance reproduces, does. ``leak scan`` exits 1 on a flag."""
 
 from __future__ import annotations
 
@@ -70,8 +72,8 @@ class ScanRules:
     standalone_answer_words: int = 3
     window: int = 40
     family_ratio: float = 10.0
-    """A family's context words: their share of the family's items is at least this many times
-    their add-one share of all other items."""
+    """A family's context words: in two of its items at least, and their share of the family's
+    items at least this many times their add-one share of all other items."""
     null_texts: int = 199
     alpha: float = 0.01
     seed: int = 0
@@ -80,7 +82,7 @@ class ScanRules:
 @dataclass
 class ChanceOverlap:
     """How the red flag was decided: the candidate's statistic against the same statistic on
-    ``texts`` texts of held-back training data of ``words`` words (see the module docstring)."""
+    ``texts`` chance texts of ``words`` words (see the module docstring)."""
 
     rule: str
     statistic: float
@@ -94,10 +96,10 @@ class ChanceOverlap:
 
     def describe(self) -> str:
         verdict = "<=" if self.flagged else ">"
-        return (f"rule {self.rule}: p {self.p:.3g} {verdict} alpha {self.alpha:g} against {self.texts} texts of "
-                f"held-back training data of {self.words} words (error rate: such a text is flagged at most "
-                f"{self.alpha:.0%} of the time); statistic {self.statistic:.1f}, chance mean {self.null_mean:.1f}, "
-                f"{1 - self.alpha:.0%} quantile {self.null_high:.1f}")
+        return (f"rule {self.rule}: p {self.p:.3g} {verdict} alpha {self.alpha:g} against {self.texts} chance texts "
+                f"of {self.words} words drawn from the training text's own word chain (error rate: such a text "
+                f"is flagged at most {self.alpha:.0%} of the time); statistic {self.statistic:.1f}, chance mean "
+                f"{self.null_mean:.1f}, {1 - self.alpha:.0%} quantile {self.null_high:.1f}")
 
 
 @dataclass
@@ -208,9 +210,10 @@ class ExampleIndex:
             if len(item.answer) >= self._lead:
                 self.long_answers.setdefault(item.answer[:self._lead], []).append(i)
         self.context = _context_words(self.items, rules.family_ratio)
+        self.lengths = [len(item.question) for item in self.items]
         self.train = [i for i, item in enumerate(self.items) if item.pool == TRAIN]
-        self.train_lines = [("q",) + self.items[i].question + self.items[i].answer for i in self.train]
-        self._chance: dict[int, list[dict[int, float]]] = {}
+        self.train_lines = [("q",) + self.items[i].question + self.items[i].answer for i in self.train]  # the chance texts' source
+        self._chance: dict[int, list[dict[int, tuple[float, tuple[int, int]]]]] = {}
 
     # -- matching ---------------------------------------------------------------------------------
     def match(self, tokens: Sequence[str]) -> dict[int, list[MatchedSpan]]:
@@ -244,7 +247,7 @@ class ExampleIndex:
                 if near or len(q) >= self.rules.standalone_answer_words:
                     spans.append(MatchedSpan(ex.id, item.pool, "answer", ex.group, p, p + len(q), " ".join(q)))
                     continue
-                ctx = [c for c in context if abs(c - p) <= window and not p <= c < p + len(q)]
+                ctx = [c for c in context if abs(c - p) <= window and tokens[c] not in q]
                 if ctx:  # a family-level key: a word tying the text to the family, then its answer
                     spans.append(MatchedSpan(ex.id, item.pool, "family_answer", ex.group, p, p + len(q), " ".join(q)))
                     spans += [MatchedSpan(ex.id, item.pool, "family_context", ex.group, c, c + 1, tokens[c])
@@ -301,31 +304,56 @@ class ExampleIndex:
                 held[i] = kept
         return cover, held
 
-    def strength(self, i: int, spans: Sequence[MatchedSpan]) -> float:
+    def strength(self, i: int, spans: Sequence[MatchedSpan]) -> tuple[float, tuple[int, int]]:
         """How much of item ``i`` a text holds: its longest question run's share of the question,
-        plus 1 when its answer matched."""
+        plus 1 when its answer matched; and where: the answer's span, else the run's (items
+        sharing that span, e.g. every item of a family answered by one key line, or every
+        question answered "ii and iv only", are one piece of evidence)."""
         n = len(self.items[i].question) or 1
-        run = max((s.end - s.start for s in spans if s.field == "question"), default=0)
-        answered = any(s.field in ("answer", "family_answer") for s in spans)
-        return min(run / n, 1.0) + float(answered)
+        runs = [s for s in spans if s.field == "question"]
+        run = max(runs, key=lambda s: s.end - s.start, default=None)
+        answer = next((s for s in spans if s.field in ("answer", "family_answer")), None)
+        where = answer or run
+        assert where is not None  # held-out matches hold a question run or an answer
+        share = min((run.end - run.start) / n, 1.0) if run is not None else 0.0
+        return share + float(answer is not None), (where.start, where.end)
 
-    def chance(self, n_words: int) -> list[dict[int, float]]:
-        """Held-out strengths in ``null_texts`` texts of held-back training items of about
-        ``n_words`` words (rounded up to a grid, so candidates of similar length share them)."""
+    def chance(self, n_words: int) -> list[dict[int, tuple[float, tuple[int, int]]]]:
+        """Held-out strengths in ``null_texts`` chance texts of about ``n_words`` words (rounded
+        up to a grid, so candidates of similar length share them): random walks of the order-2
+        word chain of the training lines ("q question answer"), i.e. fresh text of the task's own
+        kind, in its vocabulary and local word order, that holds no held-out data but what chance
+        puts there. Nothing explains them (every match counts), so chance is not understated."""
         length = _bucket(n_words)
         if length not in self._chance:
+            chain = _WordChain(self.train_lines)
             texts = []
             for j in range(self.rules.null_texts):
-                rng = random.Random(f"{self.rules.seed}|{length}|{j}")
-                held_back = [k for k in range(len(self.train)) if rng.random() < 0.5] or [rng.randrange(len(self.train))]
-                tokens: list[str] = []
-                while len(tokens) < length:
-                    tokens += self.train_lines[rng.choice(held_back)]
-                explaining = {self.train[k] for k in range(len(self.train))} - {self.train[k] for k in held_back}
-                _, held = self.split(self.match(tokens[:length]), explaining)
+                tokens = chain.walk(length, random.Random(f"{self.rules.seed}|{length}|{j}"))
+                _, held = self.split(self.match(tokens), explaining=set())
                 texts.append({i: self.strength(i, spans) for i, spans in held.items()})
             self._chance[length] = texts
         return self._chance[length]
+
+
+class _WordChain:
+    """An order-2 Markov chain over the words of some lines (read as one cyclic text)."""
+
+    def __init__(self, lines: Sequence[tuple[str, ...]]) -> None:
+        self.text = [w for line in lines for w in line]
+        self.next: dict[tuple[str, str], list[str]] = {}
+        n = len(self.text)
+        for k in range(n):
+            self.next.setdefault((self.text[k], self.text[(k + 1) % n]), []).append(self.text[(k + 2) % n])
+
+    def walk(self, length: int, rng: random.Random) -> list[str]:
+        if not self.text:
+            return []
+        k = rng.randrange(len(self.text))
+        out = [self.text[k], self.text[(k + 1) % len(self.text)]]
+        while len(out) < length:
+            out.append(rng.choice(self.next[(out[-2], out[-1])]))
+        return out[:length]
 
 
 class _Grams:
@@ -361,7 +389,9 @@ def _context_words(items: Sequence[_Item], ratio: float) -> dict[str, frozenset[
     for group, counts in per_family.items():
         n_family, n_other = sizes[group], len(docs) - sizes[group]
         for w, n in counts.items():
-            if n / n_family >= ratio * (total[w] - n + 1) / (n_other + 1):
+            # in two of its items at least: a word of one item ties a text to that item's
+            # question (answer near its question run), not to a family
+            if n >= 2 and n / n_family >= ratio * (total[w] - n + 1) / (n_other + 1):
                 out.setdefault(w, set()).add(group)
     return {w: frozenset(gs) for w, gs in out.items()}
 
@@ -374,35 +404,64 @@ def _bucket(n: int) -> int:
 
 
 # -- the scan --------------------------------------------------------------------------------------
-def _reach_tables(null: Sequence[Mapping[int, float]]) -> dict[int, list[float]]:
-    """Per item, its strengths in the chance texts that reached it, sorted."""
-    tables: dict[int, list[float]] = {}
-    for text in null:
-        for i, s in text.items():
-            tables.setdefault(i, []).append(s)
-    return {i: sorted(v) for i, v in tables.items()}
+class ChanceRates:
+    """How often the chance texts reach a held-out item at a strength: the item's own rate, or,
+    when higher, the add-one rate pooled over the items of its question's length (a few hundred
+    texts reach each item too rarely to estimate its own rate, and its own add-one rate could
+    never go below 1 / texts: in a small vocabulary the length decides how often text of the
+    task's kind reproduces a question, and a long verbatim one is rarer than any text count)."""
+
+    def __init__(self, null: Sequence[Mapping[int, tuple[float, Any]]], lengths: Sequence[int]) -> None:
+        self.texts = len(null)
+        self.lengths = lengths
+        own: dict[int, list[float]] = {}
+        for text in null:
+            for i, (s, _) in text.items():
+                own.setdefault(i, []).append(s)
+        self.own = {i: sorted(v) for i, v in own.items()}
+        pooled: dict[int, list[float]] = {}
+        for i, v in own.items():
+            pooled.setdefault(_length_bucket(lengths[i]), []).extend(v)
+        self.pooled = {b: sorted(v) for b, v in pooled.items()}
+        self.bucket_size: dict[int, int] = {}
+        for n in lengths:
+            b = _length_bucket(n)
+            self.bucket_size[b] = self.bucket_size.get(b, 0) + 1
+
+    def rate(self, i: int, s: float, own_text: bool = False) -> float:
+        """The chance rate of item ``i`` at strength >= ``s``; ``own_text``: ``s`` comes from one
+        of the chance texts, which is left out of its own reference."""
+        out = self.texts - own_text
+        item = self.own.get(i, [])
+        reached = len(item) - bisect.bisect_left(item, s - 1e-12) - own_text
+        b = _length_bucket(self.lengths[i])
+        pool = self.pooled.get(b, [])
+        pooled = len(pool) - bisect.bisect_left(pool, s - 1e-12) - own_text
+        return max(reached / max(1, out), (1 + pooled) / (1 + self.bucket_size[b] * out))
 
 
-def flag_statistic(strengths: Mapping[int, float], tables: Mapping[int, list[float]], texts: int,
-                   own: bool = False) -> float:
-    """Sum over the items matched of -log(the add-one share of chance texts reaching that item's
-    strength). ``own``: ``strengths`` is one of the ``texts`` chance texts, left out of its own
-    reference."""
-    total, n = 0.0, texts - own
-    for i, s in strengths.items():
-        table = tables.get(i, [])
-        reached = len(table) - bisect.bisect_left(table, s - 1e-12) - own
-        total -= math.log((1 + reached) / (1 + n))
-    return total
+def _length_bucket(n: int) -> int:
+    return n if n <= 12 else 12 + round(4 * math.log2(n / 12))
 
 
-def decide_flag(strengths: Mapping[int, float], null: Sequence[Mapping[int, float]], rules: ScanRules,
-                n_words: int) -> ChanceOverlap:
+def flag_statistic(strengths: Mapping[int, tuple[float, Any]], rates: ChanceRates, own_text: bool = False) -> float:
+    """Sum over the pieces of evidence (a span of the text) of -log(the chance rate of the
+    rarest item it matches, at that item's strength)."""
+    best: dict[Any, float] = {}
+    for i, (s, where) in strengths.items():
+        surprise = -math.log(rates.rate(i, s, own_text))
+        best[where] = max(best.get(where, 0.0), surprise)
+    return sum(best.values())
+
+
+def decide_flag(strengths: Mapping[int, tuple[float, Any]], null: Sequence[Mapping[int, tuple[float, Any]]],
+                lengths: Sequence[int],
+                rules: ScanRules, n_words: int) -> ChanceOverlap:
     """The red flag's decision (rule :data:`FLAG_RULE`): a permutation p of the candidate's
     statistic among the chance texts' own (each scored leaving itself out)."""
-    tables = _reach_tables(null)
-    observed = flag_statistic(strengths, tables, len(null))
-    nulls = sorted(flag_statistic(t, tables, len(null), own=True) for t in null)
+    rates = ChanceRates(null, lengths)
+    observed = flag_statistic(strengths, rates)
+    nulls = sorted(flag_statistic(t, rates, own_text=True) for t in null)
     p = (1 + sum(1 for v in nulls if v >= observed - 1e-9)) / (1 + len(nulls))
     high = nulls[min(len(nulls) - 1, math.ceil((1 - rules.alpha) * len(nulls)) - 1)] if nulls else 0.0
     return ChanceOverlap(rule=FLAG_RULE, statistic=observed, p=p, alpha=rules.alpha, texts=len(nulls),
@@ -428,7 +487,7 @@ def scan_examples(candidate: Mapping[str, str], pools: Mapping[str, Sequence[Exa
     flagged = bool(held)
     if held and index.train:
         strengths = {i: index.strength(i, s) for i, s in held.items()}
-        chance = decide_flag(strengths, index.chance(len(tokens)), rules, len(tokens))
+        chance = decide_flag(strengths, index.chance(len(tokens)), index.lengths, rules, len(tokens))
         flagged = chance.flagged
     red = held_spans if flagged else []
     flag_cover = {p for s in red for p in range(s.start, s.end)}

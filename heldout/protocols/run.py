@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from heldout.benchmarks.registry import get_benchmark
-from heldout.contracts import (HeldoutError, InfrastructureFailure, canonical_json, check_name, read_user_json, remove_stale_temp_files,
+from heldout.contracts import (HeldoutError, InfrastructureFailure, canonical_json, check_folder, check_name, read_user_json, remove_stale_temp_files,
                                write_text_atomically)
 from heldout.evaluators.isolated import command_files, run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
@@ -369,6 +369,8 @@ class StudyConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise HeldoutError(f"unknown visibility policy {self.policy!r}; accepted: {', '.join(POLICIES)}")
+        if self.cache_dir is not None:  # a study or protocol file's, checked as the flag's is (cli.main)
+            check_folder(self.cache_dir, "the response cache folder (cache_dir)")
 
     def experiment(self) -> dict[str, Any]:
         """The settings that define the experiment. Where data, caches and the model endpoint live
