@@ -141,11 +141,14 @@ def test_dspy_gepa_validates_on_as_many_val_examples_as_a_small_budget_can_pay_f
     # validates on the first 17, so the seed, one minibatch round (2 x 3) and one child fit
     with TestServer() as srv:
         record = session(word_sorting, srv, readable_dir / "run", budget, "dspy-gepa").run(resolve_optimizer("dspy-gepa"))
-    assert record.status == "ok", record.error
-    rows, event = evaluations(readable_dir / "run"), dspy_event(readable_dir / "run")
-    if used == 0:  # not even one val example for the seed and a child: nothing spent, and it says so
-        assert event["outcome"] == "budget_too_small" and event["minimum_metric_calls"] == 8 and rows == []
+    rows = evaluations(readable_dir / "run")
+    if used == 0:  # below the minimum (the seed and a child on one val example, 2 x 3 on a minibatch):
+        # nothing spent, and the cell is not the seed's score under dspy-gepa's name
+        assert record.status == "failed" and "BudgetTooSmall" in record.error and "at least 8" in record.error
+        assert rows == [] and record.test_score is None
         return
+    assert record.status == "ok", record.error
+    event = dspy_event(readable_dir / "run")
     assert (event["val_examples"], event["val_examples_used"]) == (50, used)
     seed_val = [r for r in rows if r["split"] == "val" and r["candidate_id"] == rows[0]["candidate_id"]]
     assert len({r["example_id"] for r in seed_val}) == used  # the seed's val pass is whole
@@ -168,7 +171,7 @@ def test_dspy_gepa_counts_refused_rollouts_as_the_only_difference(word_sorting, 
 
 
 def test_mipro_isolated_leaves_the_same_record_as_in_process(word_sorting, readable_dir):
-    budget = 170
+    budget = 240
     with TestServer() as srv:
         inproc = session(word_sorting, srv, readable_dir / "inproc", budget).run(optimize_mipro)
         isolated = run_isolated(session(word_sorting, srv, readable_dir / "iso", budget),
@@ -182,3 +185,65 @@ def test_mipro_isolated_leaves_the_same_record_as_in_process(word_sorting, reada
         return [(r["candidate_id"], r["split"], r["example_id"]) for r in evaluations(run_dir)]
     assert calls(readable_dir / "iso") == calls(readable_dir / "inproc")
     assert dspy_event(readable_dir / "iso") == dspy_event(readable_dir / "inproc")
+
+
+def candidates(run_dir: Path) -> dict[str, dict]:
+    return {e["data"]["candidate_id"]: e["data"]["components"] for e in ledger(run_dir) if e["kind"] == "candidate"}
+
+
+def demos_of(text: str) -> list[str]:
+    """The answers of the demos a candidate carries (after its "Examples:" block)."""
+    _, found, shown = text.partition("\n\nExamples:\n\n")
+    return [line[len("answer: "):] for line in shown.splitlines() if line.startswith("answer: ")] if found else []
+
+
+def test_mipro_by_default_proposes_bootstrapped_and_labeled_demos_as_dspy_does(word_sorting, readable_dir):
+    import inspect
+    from heldout.models.server import ChatServer
+    from heldout.models.testserver import RecordingBackend
+    backend = RecordingBackend()
+    with ChatServer(backend) as srv:  # seed 0: MIPROv2's best program on val is one with demos
+        run_dir = readable_dir / "run"
+        run_dir.mkdir(mode=0o755)
+        model = ModelClient("test", base_url=srv.base_url, api_key="k")
+        record = Session(word_sorting, budget=Budget(240, wall_seconds=600), seed=0, worker=model, architect=model,
+                         run_dir=run_dir, method="dspy-mipro").run(resolve_optimizer("dspy-mipro"))
+    assert record.status == "ok", record.error
+    event = dspy_event(run_dir)
+    # what MIPROv2 received is DSPy's own defaults, read from DSPy's signatures (not a copy of them)
+    init, compile_ = (inspect.signature(f).parameters for f in (dspy.MIPROv2.__init__, dspy.MIPROv2.compile))
+    assert event["passed_to_dspy"] == {
+        "max_bootstrapped_demos": init["max_bootstrapped_demos"].default,
+        "max_labeled_demos": init["max_labeled_demos"].default,
+        **{k: compile_[k].default for k in ("program_aware_proposer", "data_aware_proposer", "tip_aware_proposer",
+                                            "fewshot_aware_proposer")}}
+    assert event["settings"]["zero_shot"] is False
+    # the ledger shows demos proposed and judged on val: labeled ones (train targets) and
+    # bootstrapped ones (the worker's own successful outputs on train)
+    train_targets = {str(ex.target) for ex in word_sorting.splits["train"]}
+    evaluated = {r["candidate_id"] for r in evaluations(run_dir) if r["split"] == "val"}
+    shown = [demos_of(c["instruction"]) for cid, c in candidates(run_dir).items() if cid in evaluated]
+    answers = [a for demos in shown for a in demos]
+    assert any(a in train_targets for a in answers) and any("So the answer is" in a for a in answers)
+    # the final candidate carries its demos, and it is what the harness scored on test
+    final = [e["data"] for e in ledger(run_dir) if e["kind"] == "final_candidate"][0]
+    assert demos_of(record.final_candidate["instruction"]) and event["final_has_demos"] is True
+    assert final["components"] == record.final_candidate
+    # the program-aware proposer read the program as a DSPy user writes it, not heldout's wrapper
+    sent = "\n".join(str(m.get("content")) for call in backend.calls for m in call.messages)
+    assert 'self.predict = dspy.Predict("question -> answer")' in sent and "class HeldoutProgram" not in sent
+    assert record.extra["selection"] == {"split": "val", "how": "MIPROv2 keeps the trial program with the best "
+                                                                "full evaluation on this split"}
+
+
+def test_mipro_zero_shot_is_a_named_setting_with_no_demos_and_no_aware_proposers(word_sorting, readable_dir):
+    with TestServer() as srv:
+        record = session(word_sorting, srv, readable_dir / "run", 240, "dspy-mipro").run(
+            resolve_optimizer("dspy-mipro?zero_shot=true"))
+    assert record.status == "ok", record.error
+    event = dspy_event(readable_dir / "run")
+    assert event["passed_to_dspy"]["max_bootstrapped_demos"] == event["passed_to_dspy"]["max_labeled_demos"] == 0
+    assert not event["passed_to_dspy"]["program_aware_proposer"] and not event["passed_to_dspy"]["data_aware_proposer"]
+    # MIPROv2 still bootstraps on train, for its proposer's context only
+    assert 0 < event["bootstrap_metric_calls"] <= 50 and not event["final_has_demos"]
+    assert not any(demos_of(c["instruction"]) for c in candidates(readable_dir / "run").values())

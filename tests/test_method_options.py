@@ -90,7 +90,7 @@ def test_the_spec_form_and_the_study_file_form_are_checked_the_same_way(tmp_path
     with pytest.raises(HeldoutError, match="one of pareto, current_best, epsilon_greedy"):
         check_optimizer("gepa?candidate_selection_strategy=greedy")
     study = tmp_path / "study.toml"
-    body = ('run_dir = "{run}"\ntasks = ["bbh/word_sorting"]\nbudget = 40\n'
+    body = ('run_dir = "{run}"\ntasks = ["bbh/word_sorting"]\nbudget = 120\n'
             '[[methods]]\nname = "g"\noptimizer = "gepa"\noptions = {{ {options} }}\n')
     study.write_text(body.format(run=tmp_path / "ok", options="reflection_minibatch_size = 2, use_merge = true"))
     (method,) = load_study(study).methods
@@ -119,7 +119,7 @@ def test_settings_given_on_the_command_line_reach_gepa_and_the_run_record(tmp_pa
     pytest.importorskip("gepa", reason="the [gepa] extra is not installed (CI installs it)")
     with TestServer() as server:
         code = cli.main(["-q", "run", "--task", "bbh/word_sorting", "--optimizer", "gepa", "--seeds", "0",
-                         "--budget", "60", "--method-option", "gepa.reflection_minibatch_size=1",
+                         "--budget", "102", "--method-option", "gepa.reflection_minibatch_size=1",
                          "--method-option", "gepa.candidate_selection_strategy=current_best",
                          "--worker-model", "test", "--architect-model", "test", "--base-url", server.base_url,
                          "--data-dir", str(data_dir), "--run-dir", str(tmp_path / "study")])

@@ -20,8 +20,12 @@ The architect. :func:`architect_lm` is a ``dspy.LM`` over ``view.architect``: MI
 model and dspy.GEPA's reflection LM, metered like every other method's optimisation tokens.
 
 Budget. A call the budget cannot pay for is refused by the view (nothing runs); the engine notes
-it (:attr:`ViewBridge.refusals`) and DSPy scores that example as a failure. ``MIPROv2`` is sized
-to the remaining budget before it starts; ``dspy.GEPA`` gets the remaining budget and a stop check
+it (:attr:`ViewBridge.refusals`) and DSPy scores that example as a failure. A budget below the
+method's minimum (``minimum_metric_calls`` of its settings) is refused before anything runs
+(:class:`~heldout.adapters.settings.BudgetTooSmall`: the cell fails, it is not the seed's score).
+``MIPROv2`` proposes instructions and few-shot demos by default (``zero_shot=true``: instructions
+only, the earlier reduced form); its trials are sized to what the budget leaves after its
+bootstrap (:class:`BudgetSizedMIPRO`). ``dspy.GEPA`` gets the remaining budget and a stop check
 on the first refusal. Example ids are split-prefixed (``train:ID``) like the GEPA adapter's.
 DSPy counts one metric call per program call; under ``--verifier repeated:K`` the view charges K,
 and the ``dspy_run`` event names the difference (``charged_beyond_dspy_count``, (K - 1) per call).
@@ -52,7 +56,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from heldout.adapters.client import run_from_env
-from heldout.adapters.settings import DSPyGEPASettings, MIPROSettings
+from heldout.adapters.settings import (DSPyGEPASettings, MIPROSettings, mipro_cost, refuse_below_minimum,
+                                       verifier_repeats)
 from heldout.adapters.shown import feedback_text, output_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -61,6 +66,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 try:
     import dspy
     from dspy.lm15 import Message, Response, TextPart, Usage
+    from dspy.propose import grounded_proposer
+    from dspy.propose.utils import get_dspy_source_code as dspy_source_code
     from dspy.utils.exceptions import AdapterParseError
 except ImportError as exc:  # an optional extra
     raise HeldoutError(f"the DSPy adapter needs dspy==3.4.1 (pip install 'heldout[dspy]'): {exc}") from exc
@@ -383,18 +390,6 @@ def feedback_metric(gold: Any, pred: Any, trace: Any = None, pred_name: str | No
 
 
 # -- the named methods ------------------------------------------------------------------------------
-def mipro_cost(val_size: int, trials: int, settings: MIPROSettings) -> int:
-    """A bound on the metric calls of a MIPROv2 run, used to size it to the budget: the default
-    program on the full val set, a minibatch per trial, a full val pass every
-    ``minibatch_full_eval_steps`` trials and one more at the end (plus one of slack for optuna's
-    numbering). Its few-shot bootstrap pass over train comes on top; should the budget still run
-    out, the view refuses (nothing runs) and DSPy scores the refused examples as failures."""
-    if settings.minibatch_size >= val_size:
-        return val_size * (1 + trials)
-    full = trials // settings.minibatch_full_eval_steps + 2
-    return val_size * (1 + full) + trials * settings.minibatch_size
-
-
 def _valset(view: TaskView) -> tuple[list, str]:
     return (heldout_examples(view, "val"), "val") if view.val else (heldout_examples(view, "train"), "train")
 
@@ -438,40 +433,108 @@ def _failures_first(bridge: ViewBridge):
         raise
 
 
+class BudgetSizedMIPRO(dspy.MIPROv2):
+    """MIPROv2 whose number of trials is chosen once its few-shot bootstrap has spent what it
+    spent: the most trials (up to ``max_trials``) whose :func:`mipro_cost` the remaining budget
+    pays for. Everything else is DSPy's own MIPROv2."""
+
+    def __init__(self, *args: Any, view: TaskView, heldout_settings: MIPROSettings, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.view, self.heldout_settings = view, heldout_settings
+        self.sized_trials: int | None = None
+        self.bootstrap_metric_calls: int | None = None
+        self.planned_metric_calls: int | None = None
+        self._remaining_at_start = view.remaining
+
+    def _optimize_prompt_parameters(self, program, instruction_candidates, demo_candidates, evaluate, valset,
+                                    num_trials, minibatch, minibatch_size, minibatch_full_eval_steps, seed):
+        self.bootstrap_metric_calls = self._remaining_at_start - self.view.remaining
+        sized = dataclasses.replace(self.heldout_settings, minibatch_size=minibatch_size)
+        trials = min(num_trials, self.heldout_settings.max_trials)
+        while trials > 1 and mipro_cost(len(valset), trials, sized) > self.view.remaining:
+            trials -= 1
+        self.sized_trials, self.planned_metric_calls = trials, mipro_cost(len(valset), trials, sized)
+        return super()._optimize_prompt_parameters(program, instruction_candidates, demo_candidates, evaluate,
+                                                   valset, trials, minibatch, minibatch_size,
+                                                   minibatch_full_eval_steps, seed)
+
+
+def program_source(module: Any) -> str:
+    """What MIPROv2's program-aware proposer reads (DSPy: the source of the program's class and of
+    its sub-modules), as it would read it had the user run the program without heldout: the
+    user's own module for :class:`UserProgram`; for :class:`HeldoutProgram`, its one predictor as
+    a DSPy user writes it. Never the wrappers' source, which is harness code, not the program."""
+    if isinstance(module, UserProgram):
+        return dspy_source_code(module.program)
+    if isinstance(module, HeldoutProgram):
+        fields = ", ".join(module._fields)
+        return (f"class Program(dspy.Module):\n    def __init__(self):\n        super().__init__()\n"
+                f"        self.predict = dspy.Predict(\"{fields} -> {ANSWER}\")\n\n"
+                f"    def forward(self, {fields}):\n"
+                f"        return self.predict({', '.join(f'{name}={name}' for name in module._fields)})\n")
+    return dspy_source_code(module)
+
+
+@contextlib.contextmanager
+def _proposer_reads_the_program():
+    """During a MIPROv2 compile, its program-aware proposer reads :func:`program_source`."""
+    saved = grounded_proposer.get_dspy_source_code
+    grounded_proposer.get_dspy_source_code = program_source
+    try:
+        yield
+    finally:
+        grounded_proposer.get_dspy_source_code = saved
+
+
+def _demos_in(candidate: Candidate) -> bool:
+    return any("Examples:" in str(text) for text in candidate.values())
+
+
 def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSettings(),
                    program: ProgramFactory | None = None) -> Candidate:
+    passed = settings.passed_to_dspy()  # a contradictory zero_shot is refused before anything runs
     bridge = ViewBridge(view)
     student = _student(view, bridge, program)
     trainset = heldout_examples(view, "train")
-    valset, _ = _valset(view)
+    valset, selected_on = _valset(view)
+    refuse_below_minimum("dspy-mipro", view.remaining, settings.minimum_metric_calls(len(view.train), len(view.val)),
+                         _repeats(view))
     minibatch = min(settings.minibatch_size, len(valset))
+    common = dict(metric=metric, prompt_model=architect_lm(view), task_model=student.worker, auto=settings.auto,
+                  num_threads=settings.num_threads, max_bootstrapped_demos=passed["max_bootstrapped_demos"],
+                  max_labeled_demos=passed["max_labeled_demos"], seed=seed, verbose=False)
     if settings.auto is not None:  # MIPROv2 sizes the run; the view's refusals hold the budget
-        trials, planned = None, None
+        teleprompter, trials = dspy.MIPROv2(**common), None
     else:
-        sized = dataclasses.replace(settings, minibatch_size=minibatch)
-        trials = settings.max_trials
-        while trials > 0 and mipro_cost(len(valset), trials, sized) > view.remaining:
-            trials -= 1
-        if trials == 0:
-            _record(view, bridge, student, settings, outcome="budget_too_small", trials=0)
-            return student.candidate()
-        planned = mipro_cost(len(valset), trials, sized)
-    teleprompter = dspy.MIPROv2(metric=metric, prompt_model=architect_lm(view), task_model=student.worker,
-                                auto=settings.auto, num_threads=settings.num_threads,
-                                num_candidates=None if settings.auto else settings.num_candidates,
-                                max_bootstrapped_demos=0, max_labeled_demos=0, seed=seed, verbose=False)
-    with dspy.context(lm=student.worker), _failures_first(bridge):
+        teleprompter = BudgetSizedMIPRO(**common, num_candidates=settings.num_candidates, view=view,
+                                        heldout_settings=settings)
+        trials = settings.max_trials  # DSPy's argument; the budget cuts it after the bootstrap
+    view.record_event("final_selection", split=selected_on,
+                      how="MIPROv2 keeps the trial program with the best full evaluation on this split")
+    with dspy.context(lm=student.worker), _failures_first(bridge), _proposer_reads_the_program():
         best = teleprompter.compile(student, trainset=trainset, valset=valset, num_trials=trials, seed=seed,
                                     minibatch=minibatch < len(valset), minibatch_size=minibatch,
                                     provide_traceback=True,
                                     minibatch_full_eval_steps=settings.minibatch_full_eval_steps,
-                                    program_aware_proposer=False, data_aware_proposer=False)
+                                    program_aware_proposer=passed["program_aware_proposer"],
+                                    data_aware_proposer=passed["data_aware_proposer"],
+                                    tip_aware_proposer=passed["tip_aware_proposer"],
+                                    fewshot_aware_proposer=passed["fewshot_aware_proposer"])
     logs = getattr(best, "trial_logs", None) or {}
     believed = max((log.get("total_eval_calls_so_far", 0) for log in logs.values()), default=None)
-    _record(view, bridge, student, settings, outcome="refused" if bridge.refusals else "done", trials=trials,
-            mipro_total_eval_calls=believed, planned_metric_calls=planned,
-            sized_by="MIPROv2 auto=" + settings.auto if settings.auto else "heldout (mipro_cost within the budget)")
-    return best.candidate()
+    final = best.candidate()
+    _record(view, bridge, student, settings, outcome="refused" if bridge.refusals else "done",
+            passed_to_dspy=passed, trials=getattr(teleprompter, "sized_trials", None),
+            bootstrap_metric_calls=getattr(teleprompter, "bootstrap_metric_calls", None),
+            mipro_total_eval_calls=believed, planned_metric_calls=getattr(teleprompter, "planned_metric_calls", None),
+            final_has_demos=_demos_in(final),
+            sized_by="MIPROv2 auto=" + settings.auto if settings.auto else
+            "heldout (trials cut until mipro_cost fits what the bootstrap left)")
+    return final
+
+
+def _repeats(view: TaskView) -> int:
+    return verifier_repeats(getattr(view, "verifier", None))
 
 
 def gepa_minimum_cost(val_size: int, minibatch: int) -> int:
@@ -490,18 +553,18 @@ def val_size_for_budget(val_size: int, minibatch: int, budget: int) -> int:
 
 def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGEPASettings(),
                   program: ProgramFactory | None = None) -> Candidate:
+    refuse_below_minimum("dspy-gepa", view.remaining, settings.minimum_metric_calls(len(view.train), len(view.val)),
+                         _repeats(view))
     bridge = ViewBridge(view)
     student = _student(view, bridge, program)
     trainset = heldout_examples(view, "train")
-    valset, _ = _valset(view)
+    valset, selected_on = _valset(view)
     minibatch = min(settings.reflection_minibatch_size, len(trainset))
-    fits = val_size_for_budget(len(valset), minibatch, view.remaining)
-    if fits == 0:  # not even one val example for the seed and one child: spend nothing, say so
-        _record(view, bridge, student, settings, outcome="budget_too_small",
-                minimum_metric_calls=gepa_minimum_cost(1, minibatch))
-        return student.candidate()
+    fits = max(1, val_size_for_budget(len(valset), minibatch, view.remaining // _repeats(view)))
     sized = {"val_examples": len(valset), "val_examples_used": fits}
     valset = valset[:fits]
+    view.record_event("final_selection", split=selected_on,
+                      how=f"dspy.GEPA returns its best candidate on the first {fits} examples of this split")
     teleprompter = dspy.GEPA(metric=feedback_metric, max_metric_calls=view.remaining, reflection_lm=architect_lm(view),
                              reflection_minibatch_size=settings.reflection_minibatch_size, use_merge=settings.use_merge,
                              num_threads=settings.num_threads, seed=seed, track_stats=True,

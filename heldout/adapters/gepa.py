@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 from heldout.adapters.client import run_from_env
-from heldout.adapters.settings import GEPASettings
+from heldout.adapters.settings import GEPASettings, refuse_below_minimum, verifier_repeats
 from heldout.adapters.shown import feedback_text, output_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, InfrastructureFailure, TaskView
 
@@ -165,14 +165,20 @@ class ViewGEPAAdapter:
 
 
 def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings()) -> Candidate:
-    """Run GEPA on the view's task and return its best candidate (the seed candidate when not even
-    the seed's first validation pass fits the budget)."""
+    """Run GEPA on the view's task and return its best candidate. A budget below GEPA's minimum
+    (:meth:`GEPASettings.minimum_metric_calls`) is refused before anything runs; on a profile
+    without a val split GEPA validates, and so selects, on train, and the run says so
+    (``final_selection``)."""
     adapter = ViewGEPAAdapter(view)
     train = SplitLoader("train", view.train)
     val = SplitLoader("val", view.val) if view.val else train
     seed_candidate = dict(view.seed_candidate)
     budget = view.remaining if settings.max_metric_calls is None else min(settings.max_metric_calls,
                                                                           view.remaining)
+    refuse_below_minimum("gepa", budget, settings.minimum_metric_calls(len(view.train), len(view.val)),
+                         verifier_repeats(getattr(view, "verifier", None)))
+    view.record_event("final_selection", split=val.split,
+                      how="GEPA's best candidate by its aggregate score on this split (its valset)")
     try:
         result = gepa.optimize(
             seed_candidate=seed_candidate, trainset=train, valset=val, adapter=adapter,

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from heldout.adapters.client import run_from_env
-from heldout.adapters.settings import OpenEvolveSettings
+from heldout.adapters.settings import OpenEvolveSettings, refuse_below_minimum, verifier_repeats
 from heldout.adapters.shown import feedback_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -312,11 +312,15 @@ def evaluation_cost(view: TaskView) -> int:
 
 def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolveSettings()) -> Candidate:
     seed_candidate = dict(view.seed_candidate)
-    cost = max(1, evaluation_cost(view))
+    repeats = verifier_repeats(getattr(view, "verifier", None))
+    refuse_below_minimum("openevolve", view.remaining,
+                         settings.minimum_metric_calls(len(view.train), len(view.val)), repeats)
+    cost = max(1, evaluation_cost(view)) * repeats
     iterations = min(settings.max_iterations, view.remaining // cost - 1)
-    if iterations < 1:
-        view.record_event(EVENT, outcome="budget_too_small", iterations=0, settings=asdict(settings))
-        return seed_candidate
+    view.record_event("final_selection", split="train+val" if view.val else "train",
+                      how="OpenEvolve's best program by combined_score, the mean over train and val")
+    view.record_event("not_reproducible", what=NOT_REPRODUCIBLE + ": two runs with one seed may try different "
+                      "children at the same spend", seeded=SEEDED)
     bridge = ViewBridge(view).start()
     work = tempfile.mkdtemp(prefix="heldout-oe-run-")
     saved = {k: os.environ.get(k) for k in (ADDRESS_ENV, KEY_ENV)}

@@ -5,7 +5,13 @@ method ``options``, ``--optimizer gepa?KEY=VALUE``).
 This module imports no library, so a study is checked (every key a field, every value of the
 field's type and, where the field lists them, one of its ``choices``) before any session starts
 and without the extras installed. The adapters record the settings a run used (``settings`` in
-their run event), defaults included."""
+their run event), defaults included.
+
+Each settings class also states its run's **minimum useful budget**
+(``minimum_metric_calls(train, val)``): the fewest metric calls in which the library can judge one
+candidate other than the seed against it. A study whose budget is smaller is refused before it
+starts (:mod:`heldout.optimizers.minimums`), and an adapter handed a smaller one raises
+:class:`BudgetTooSmall` (its cell is ``failed``, never ``ok`` on the seed's score)."""
 
 from __future__ import annotations
 
@@ -21,6 +27,47 @@ def _choices(*values: str | None) -> dict[str, tuple]:
     return {"choices": values}
 
 
+DSPY_MIPRO_DEFAULT_DEMOS = 4  # MIPROv2's max_bootstrapped_demos and max_labeled_demos in dspy 3.4.1
+MIPRO_AUTO = {"light": {"n": 6, "val_size": 100}, "medium": {"n": 12, "val_size": 300},
+              "heavy": {"n": 18, "val_size": 1000}}  # dspy 3.4.1's AUTO_RUN_SETTINGS
+
+
+class BudgetTooSmall(HeldoutError):
+    """The budget is below the method's minimum useful budget: nothing was spent, and the cell is
+    not a result (an ``ok`` here would be the seed's score under the method's name)."""
+
+
+def refuse_below_minimum(method: str, remaining: int, minimum: int, repeats: int = 1) -> None:
+    """Raise :class:`BudgetTooSmall` when ``remaining`` metric calls cannot pay for ``minimum``
+    program calls (each charged ``repeats`` metric calls under ``--verifier repeated:K``)."""
+    if remaining < minimum * repeats:
+        raise BudgetTooSmall(f"{method} needs at least {minimum * repeats} metric calls to judge one candidate "
+                             f"against the seed; {remaining} left (see docs/plug-an-optimizer.md, minimum budgets)")
+
+
+def verifier_repeats(verifier: str | None) -> int:
+    """Metric calls one evaluation of one example costs under a verifier spec (``repeated:K``,
+    alone or joined with ``+``, costs K; every other verifier 1)."""
+    repeats = 1
+    for part in str(verifier or "").split("+"):
+        kind, _, count = part.strip().partition(":")
+        if kind == "repeated" and count.isdigit() and int(count) >= 1:
+            repeats = int(count)
+    return repeats
+
+
+def mipro_cost(val_size: int, trials: int, settings: "MIPROSettings") -> int:
+    """A bound on the metric calls of MIPROv2's trials, used to size it to the budget: the default
+    program on the full val set, a minibatch per trial, a full val pass every
+    ``minibatch_full_eval_steps`` trials and one more at the end (plus one of slack for optuna's
+    numbering). The few-shot bootstrap over train comes before (:meth:`MIPROSettings.bootstrap_bound`)."""
+    minibatch = min(settings.minibatch_size, val_size)
+    if minibatch >= val_size:
+        return val_size * (1 + trials)
+    full = trials // settings.minibatch_full_eval_steps + 2
+    return val_size * (1 + full) + trials * minibatch
+
+
 @dataclass(frozen=True)
 class GEPASettings:
     """What ``--optimizer gepa`` passes to ``gepa.optimize`` (GEPA's own defaults otherwise).
@@ -33,13 +80,26 @@ class GEPASettings:
     max_metric_calls: int | None = None
     perfect_score: float = 1.0
 
+    def minimum_metric_calls(self, train: int, val: int) -> int:
+        """GEPA validates on the whole val set (train when the profile has none): the seed there,
+        parent and child on one reflection minibatch, and the child there."""
+        return 2 * (val or train) + 2 * min(self.reflection_minibatch_size, train)
+
 
 @dataclass(frozen=True)
 class MIPROSettings:
-    """A small zero-shot MIPROv2 run (instructions only) sized to the remaining budget. With
-    ``auto`` set (``light``, ``medium``, ``heavy``), MIPROv2 sizes the run itself and ignores
-    ``num_candidates`` and ``max_trials``; the budget is then held by the view's refusals, not by
-    sizing (the run event says so)."""
+    """A MIPROv2 run as DSPy users run it: instructions *and* few-shot demos (up to 4 bootstrapped
+    and 4 labeled), proposed with the program-, data-, tip- and few-shot-aware proposers, DSPy's
+    defaults. ``zero_shot`` is heldout's earlier reduced form, kept as a named setting: no demos,
+    and neither the program- nor the data-aware proposer. A demo or proposer field left ``None``
+    takes DSPy's default (or the zero-shot value); a demo count above 0 under ``zero_shot`` is an
+    error, not a silent override.
+
+    Heldout sizes the run to the remaining budget (``num_candidates`` instruction and demo
+    candidates, trials cut until :func:`mipro_cost` fits what the bootstrap left). With ``auto``
+    set (``light``, ``medium``, ``heavy``, DSPy's own default being ``light``), MIPROv2 sizes the
+    run itself and ignores ``num_candidates`` and ``max_trials``; the budget is then held by the
+    view's refusals, not by sizing (the run event says so)."""
 
     num_candidates: int = 3
     max_trials: int = 6
@@ -47,6 +107,50 @@ class MIPROSettings:
     minibatch_full_eval_steps: int = 3
     num_threads: int = 1
     auto: str | None = field(default=None, metadata=_choices(None, "light", "medium", "heavy"))
+    zero_shot: bool = False
+    max_bootstrapped_demos: int | None = None
+    max_labeled_demos: int | None = None
+    program_aware_proposer: bool | None = None
+    data_aware_proposer: bool | None = None
+    tip_aware_proposer: bool = True
+    fewshot_aware_proposer: bool = True
+
+    def passed_to_dspy(self) -> dict[str, Any]:
+        """The demo and proposer settings MIPROv2 receives (None fields resolved); a demo count
+        above 0 under ``zero_shot`` is a :class:`HeldoutError`."""
+        demos = 0 if self.zero_shot else DSPY_MIPRO_DEFAULT_DEMOS
+        aware = not self.zero_shot
+        if self.zero_shot and (self.max_bootstrapped_demos or self.max_labeled_demos):
+            raise HeldoutError("MIPROSettings: zero_shot=true proposes no demos; drop max_bootstrapped_demos / "
+                               "max_labeled_demos or zero_shot")
+        return {"max_bootstrapped_demos": demos if self.max_bootstrapped_demos is None else self.max_bootstrapped_demos,
+                "max_labeled_demos": demos if self.max_labeled_demos is None else self.max_labeled_demos,
+                "program_aware_proposer": aware if self.program_aware_proposer is None else self.program_aware_proposer,
+                "data_aware_proposer": aware if self.data_aware_proposer is None else self.data_aware_proposer,
+                "tip_aware_proposer": self.tip_aware_proposer, "fewshot_aware_proposer": self.fewshot_aware_proposer}
+
+    def candidates(self) -> int:
+        """Instruction and demo candidates: ``num_candidates``, or the ``auto`` mode's own n."""
+        return MIPRO_AUTO[self.auto]["n"] if self.auto else self.num_candidates
+
+    def bootstrap_bound(self, train: int) -> int:
+        """The most program calls MIPROv2's few-shot bootstrap can make on train before its first
+        trial: each of its ``candidates() - 2`` BootstrapFewShot passes may run every train example
+        (a pass stops early once it has its demos; the zero-shot and labels-only sets cost
+        nothing). Zero-shot MIPROv2 bootstraps too, for its proposer's context; only labeled demos
+        without bootstrapped ones make the passes free."""
+        passed = self.passed_to_dspy()
+        if not passed["max_bootstrapped_demos"] and passed["max_labeled_demos"]:
+            return 0
+        return max(0, self.candidates() - 2) * train
+
+    def minimum_metric_calls(self, train: int, val: int) -> int:
+        """The bootstrap's bound and one trial: the default program on the val set (train when
+        the profile has none), one trial, and the full evaluations around it."""
+        selection = val or train
+        if self.auto:
+            selection = min(selection, MIPRO_AUTO[self.auto]["val_size"])
+        return self.bootstrap_bound(train) + mipro_cost(selection, 1, self)
 
 
 @dataclass(frozen=True)
@@ -56,6 +160,11 @@ class DSPyGEPASettings:
     reflection_minibatch_size: int = 3
     use_merge: bool = False
     num_threads: int = 1
+
+    def minimum_metric_calls(self, train: int, val: int) -> int:
+        """The adapter validates on as many val examples as the budget pays for, at least one:
+        the seed and a child on one, parent and child on one reflection minibatch."""
+        return 2 + 2 * min(self.reflection_minibatch_size, train)
 
 
 @dataclass(frozen=True)
@@ -67,6 +176,10 @@ class OpenEvolveSettings:
     diff_based_evolution: bool = True
     cascade_threshold: float = 0.0
     timeout_seconds: int = 300
+
+    def minimum_metric_calls(self, train: int, val: int) -> int:
+        """One full evaluation (train and val) of the seed and of one iteration's child."""
+        return 2 * max(1, train + val)
 
 
 # The reference optimizers whose options are a library's settings (heldout.optimizers names them).
@@ -123,5 +236,6 @@ def make_settings(settings_type: type, options: Mapping[str, Any]):
     return settings_type(**{k: setting_value(settings_type, k, v) for k, v in options.items()})
 
 
-__all__ = ["GEPASettings", "MIPROSettings", "DSPyGEPASettings", "OpenEvolveSettings", "METHOD_SETTINGS",
-           "setting_value", "make_settings"]
+__all__ = ["BudgetTooSmall", "refuse_below_minimum", "mipro_cost", "verifier_repeats", "GEPASettings",
+           "MIPROSettings", "DSPyGEPASettings", "OpenEvolveSettings", "METHOD_SETTINGS", "setting_value",
+           "make_settings"]

@@ -547,6 +547,7 @@ class Session:
                                  test_verdicts=test_verdicts, val_verdicts=val_verdicts)
         record.extra["test_metrics"] = metrics
         record.extra["verifier"] = self.variant.name
+        record.extra.update(optimizer_statements(self.ledger))
         if final is not None and own is not None:
             record.extra["val_score_own_verifier"] = own
         self._reserve_room_for(record)
@@ -629,6 +630,29 @@ class Session:
             raise InfrastructureFailure(infrastructure_failures(
                 split, failed + [recorded[ex.id] for ex in examples if ex.id in recorded]) or "")
         return [recorded[ex.id] for ex in examples]
+
+
+#: what an optimizer states about its run (an ``optimizer_event`` of these kinds) and the record keeps:
+#: the split that selected its final candidate, and what its library could not make reproducible
+SELECTION_EVENT, NOT_REPRODUCIBLE_EVENT = "final_selection", "not_reproducible"
+SELECTION_SPLITS = ("val", "train", "train+val", "none")
+
+
+def optimizer_statements(ledger: Ledger) -> dict[str, Any]:
+    """``selection`` ({split, how}) and ``not_reproducible`` ({what}) as the optimizer last stated
+    them in the ledger, each None when it stated nothing (user code need not). The optimizer's word,
+    not the harness's measurement; the report says so. A split outside :data:`SELECTION_SPLITS` is
+    kept as "unknown"; texts are cut to 300 characters."""
+    stated: dict[str, Any] = {"selection": None, "not_reproducible": None}
+    for entry in ledger.entries("optimizer_event"):
+        kind, data = entry["data"].get("kind"), entry["data"].get("data") or {}
+        if kind == SELECTION_EVENT:
+            split = data.get("split")
+            stated["selection"] = {"split": split if split in SELECTION_SPLITS else "unknown",
+                                   "how": str(data.get("how", ""))[:300]}
+        elif kind == NOT_REPRODUCIBLE_EVENT:
+            stated["not_reproducible"] = {"what": str(data.get("what", ""))[:300]}
+    return stated
 
 
 def _progress_chunk(count: int, scorer: Scorer) -> int:

@@ -40,5 +40,11 @@ def propose(parent, parts: Parts, worker: int, rng: random.Random):
     return {**parent, name: nudge(parent[name], rng)}
 
 
+def minimum_budget(task: str, train: int, val: int, width: int = 1, stream: int = 0) -> int:
+    """The start and one nudged proposal, each on all of train."""
+    return 2 * train
+
+
 def optimize(view, seed: int, width: int = 1, stream: int = 0):
+    view.record_event("final_selection", split="train", how="the best train score of the search")
     return width_search(view, seed, propose, width=width, stream=stream)

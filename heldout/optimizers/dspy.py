@@ -1,4 +1,5 @@
-"""``dspy-mipro`` and ``dspy-gepa``: DSPy 3.4.1's MIPROv2 (zero-shot, sized to the budget) and
+"""``dspy-mipro`` and ``dspy-gepa``: DSPy 3.4.1's MIPROv2 (instructions and few-shot demos, as DSPy
+runs it by default; ``zero_shot=true`` for instructions only; trials sized to the budget) and
 dspy.GEPA, through :mod:`heldout.adapters.dspy` (prompt tasks; need an architect model, DSPy's
 prompt / reflection LM).
 
@@ -27,3 +28,11 @@ def optimize_mipro(view: TaskView, seed: int, program: str | None = None, **sett
 def optimize_gepa(view: TaskView, seed: int, program: str | None = None, **settings: Any) -> Candidate:
     factory = load_function(program, "DSPy program factory") if program else None
     return run_gepa(view, seed, make_settings(DSPyGEPASettings, settings), program=factory)
+
+
+def minimum_budget_mipro(task: str, train: int, val: int, program: str | None = None, **settings: Any) -> int:
+    return make_settings(MIPROSettings, settings).minimum_metric_calls(train, val)
+
+
+def minimum_budget_gepa(task: str, train: int, val: int, program: str | None = None, **settings: Any) -> int:
+    return make_settings(DSPyGEPASettings, settings).minimum_metric_calls(train, val)

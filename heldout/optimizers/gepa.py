@@ -13,3 +13,7 @@ from heldout.contracts import Candidate, TaskView
 
 def optimize(view: TaskView, seed: int, **settings: Any) -> Candidate:
     return run_gepa(view, seed, make_settings(GEPASettings, settings))
+
+
+def minimum_budget(task: str, train: int, val: int, **settings: Any) -> int:
+    return make_settings(GEPASettings, settings).minimum_metric_calls(train, val)

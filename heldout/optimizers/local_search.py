@@ -13,8 +13,18 @@ def supports_width(task_name: str) -> bool:
     return task_name.split("/", 1)[0] == "lockpicking"
 
 
+def minimum_budget(task: str, train: int, val: int, width: int | None = None, stream: int = 0) -> int:
+    """A start and one move judged against it: on a lockpicking minibatch (all of train in the
+    width search), on all of train for geometry. 0 where there is no search (the run refuses)."""
+    family = task.split("/", 1)[0]
+    if family == "lockpicking":
+        return 2 * (train if width is not None else min(lockpicking_search.MINIBATCH, train))
+    return 2 * train if family in ("circle_packing", "heilbronn") else 0
+
+
 def optimize(view, seed: int, width: int | None = None, stream: int = 0):
     family = view.task_name.split("/", 1)[0]
+    view.record_event("final_selection", split="train", how="moves kept on their train scores")
     if family == "lockpicking":
         if width is not None:
             return lockpicking_search.optimize(view, seed, width=width, stream=stream)

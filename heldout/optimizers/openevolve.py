@@ -13,3 +13,7 @@ from heldout.contracts import Candidate, TaskView
 
 def optimize(view: TaskView, seed: int, **settings: Any) -> Candidate:
     return run_openevolve(view, seed, make_settings(OpenEvolveSettings, settings))
+
+
+def minimum_budget(task: str, train: int, val: int, **settings: Any) -> int:
+    return make_settings(OpenEvolveSettings, settings).minimum_metric_calls(train, val)

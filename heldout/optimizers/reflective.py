@@ -42,7 +42,13 @@ def _reflection_prompt(instruction: str, results, train_by_id) -> list[dict[str,
     ]
 
 
+def minimum_budget(task: str, train: int, val: int, width: int | None = None, stream: int = 0) -> int:
+    """The instruction and one rewrite of it, on one train minibatch."""
+    return 2 * min(MINIBATCH, train)
+
+
 def optimize(view, seed: int, width: int | None = None, stream: int = 0):
+    view.record_event("final_selection", split="train", how="kept when no worse on a train minibatch")
     if width is not None:
         return _optimize_width(view, seed, width, stream)
     rng = random.Random(seed)

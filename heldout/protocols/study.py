@@ -2,7 +2,7 @@
 
 A study file names the tasks (names, families, groups, globs), split profiles, methods with
 their options, seeds, budgets (per task), verifier variants, prompt format, visibility policy,
-models and executor. :func:`load_study` reads it with ``read_user_toml``; :func:`parse_study` validates a
+models and executor. :func:`load_study` reads it with ``tomllib``; :func:`parse_study` validates a
 mapping; the ``heldout run`` flags are read by :func:`parse_methods`, :func:`parse_budgets` and
 :func:`parse_seeds`; both end in :func:`make_study`, the one way a study is made, so a file and the
 flags that say the same thing give the same cells. Rules:
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -55,12 +56,13 @@ import tomli_w
 
 from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import HeldoutError, check_folder, check_name, read_user_toml, write_text_atomically
+from heldout.contracts import HeldoutError, check_folder, check_name, read_user_text, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
 from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,
                                 check_options, settings_type)
 from heldout.protocols.executors import EXECUTORS
+from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells
 
 STUDY_FILE = "study.toml"
@@ -209,7 +211,10 @@ def _drop_none(value: Any) -> Any:
 def load_study(path: str | Path, *, run_dir: str | None = None) -> Study:
     """Read and resolve a study file; ``run_dir`` (the ``--run-dir`` flag) overrides the file's."""
     path = Path(path)
-    data = read_user_toml(path, "study file", max_bytes=MAX_STUDY_BYTES, error=StudyError)
+    try:
+        data = tomllib.loads(read_user_text(path, "study file", max_bytes=MAX_STUDY_BYTES, error=StudyError))
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError(f"{path} is not valid TOML: {exc}") from None
     if run_dir is not None:
         data["run_dir"] = run_dir
     return parse_study(data, origin=str(path))
@@ -266,6 +271,7 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
     if executor["jobs"] < 1:
         raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
     _check_against_tasks(tasks, profiles, verifiers, options, origin)
+    check_minimum_budgets(tasks, profiles, verifiers, budgets, methods, origin)  # a run below it is the seed
     config = StudyConfig(run_root=run_dir, data_dir=data_dir, allow_drift=allow_drift,
                          policy=policy, architect_tokens=limits.get("architect_tokens"),
                          wall_seconds=limits.get("wall_seconds"), worker_model=models.get("worker"),
@@ -542,7 +548,10 @@ def read_resolved(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / STUDY_FILE
     if not path.is_file():
         return None
-    return read_user_toml(path, "the resolved study", max_bytes=MAX_STUDY_BYTES, error=StudyError)
+    try:
+        return tomllib.loads(read_user_text(path, "the resolved study", max_bytes=MAX_STUDY_BYTES, error=StudyError))
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyError(f"cannot read the resolved study {path}: {exc}") from None
 
 
 def find_resolved_studies(paths: list[str | Path]) -> list[tuple[Path, dict[str, Any]]]:

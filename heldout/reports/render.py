@@ -33,6 +33,7 @@ from heldout.reports.tables import (
     heldout_table,
     results_table,
     runs_table,
+    selection_table,
     settings_note,
 )
 
@@ -96,6 +97,7 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     modes = extraction_modes_table(runs)
     if modes is not None:
         report.tables.append(modes)
+    report.tables.append(selection_table(runs))
     report.tables.append(runs_table(runs))
     keys = answer_key_rows([r.record for r in runs.runs if _loadable(r.record.task, data_dir)],
                            data_dir=data_dir, prompt_only=True)

@@ -554,6 +554,35 @@ def runs_table(runs: RunSet) -> Table:
                                   "status", "path"], rows, [], data)
 
 
+def selection_table(runs: RunSet) -> Table:
+    """Per method, as its runs' optimizers stated it (``final_selection`` and ``not_reproducible``
+    events, kept in each record's ``extra``): which split selected the final candidate, and what
+    the library could not make reproducible under a fixed seed. A method whose runs state nothing
+    (user code need not) reads "not stated"; runs of one method that disagree list every answer."""
+    by_method: dict[str, list[Run]] = {}
+    for run in runs.runs + runs.failed:
+        by_method.setdefault(run.record.method, []).append(run)
+    rows, data = [], []
+    for method, group in sorted(by_method.items()):
+        selections = sorted({(s["split"], s.get("how", "")) for s in
+                             (r.record.extra.get("selection") for r in group) if s})
+        unstated = sum(1 for r in group if not r.record.extra.get("selection"))
+        splits = [split for split, _ in selections] + (["not stated"] if unstated else [])
+        how = "; ".join(h for _, h in selections if h)
+        limits = sorted({n["what"] for n in (r.record.extra.get("not_reproducible") for r in group) if n})
+        reproducible = ("not under a fixed seed: " + "; ".join(limits)) if limits else \
+            "nothing stated as beyond the seed"
+        rows.append([Cell(method), Cell(" / ".join(dict.fromkeys(splits)), strong=len(set(splits)) > 1),
+                     Cell(how or "-"), Cell(reproducible, strong=bool(limits))])
+        data.append({"method": method, "selected_on": list(dict.fromkeys(splits)), "how": how,
+                     "not_reproducible": limits, "runs": len(group)})
+    notes = ["As each optimizer stated it in its ledger (its word, not a measurement). \"train\": the final "
+             "candidate was chosen on examples the optimizer also learned from, so its val/train score is "
+             "optimistic and only the held-out score is a result; \"none\": the seed, unselected."]
+    return Table("selection", "How each method chose its final candidate", ["method", "selected on", "how",
+                                                                            "reproducibility"], rows, notes, data)
+
+
 def answer_key_table(runs: RunSet, rows: Sequence[dict[str, Any]]) -> Table:
     """Each final candidate's answer-key share (:func:`heldout.protocols.leakage.answer_key_rows`
     over the report's runs: prompt tasks with training data), so a gain bought with pasted
