@@ -2,7 +2,7 @@
 
 A study file names the tasks (names, families, groups, globs), split profiles, methods with
 their options, seeds, budgets (per task), verifier variants, prompt format, visibility policy,
-models and executor. :func:`load_study` reads it with ``tomllib``; :func:`parse_study` validates a
+models and executor. :func:`load_study` reads it with ``read_user_toml``; :func:`parse_study` validates a
 mapping; the ``heldout run`` flags are read by :func:`parse_methods`, :func:`parse_budgets` and
 :func:`parse_seeds`; both end in :func:`make_study`, the one way a study is made, so a file and the
 flags that say the same thing give the same cells. Rules:
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -56,7 +55,7 @@ import tomli_w
 
 from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import HeldoutError, check_folder, check_name, read_user_text, write_text_atomically
+from heldout.contracts import HeldoutError, check_folder, check_name, read_user_toml, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
 from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,
@@ -211,10 +210,7 @@ def _drop_none(value: Any) -> Any:
 def load_study(path: str | Path, *, run_dir: str | None = None) -> Study:
     """Read and resolve a study file; ``run_dir`` (the ``--run-dir`` flag) overrides the file's."""
     path = Path(path)
-    try:
-        data = tomllib.loads(read_user_text(path, "study file", max_bytes=MAX_STUDY_BYTES, error=StudyError))
-    except tomllib.TOMLDecodeError as exc:
-        raise StudyError(f"{path} is not valid TOML: {exc}") from None
+    data = read_user_toml(path, "study file", max_bytes=MAX_STUDY_BYTES, error=StudyError)
     if run_dir is not None:
         data["run_dir"] = run_dir
     return parse_study(data, origin=str(path))
@@ -548,10 +544,7 @@ def read_resolved(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / STUDY_FILE
     if not path.is_file():
         return None
-    try:
-        return tomllib.loads(read_user_text(path, "the resolved study", max_bytes=MAX_STUDY_BYTES, error=StudyError))
-    except tomllib.TOMLDecodeError as exc:
-        raise StudyError(f"cannot read the resolved study {path}: {exc}") from None
+    return read_user_toml(path, "the resolved study", max_bytes=MAX_STUDY_BYTES, error=StudyError)
 
 
 def find_resolved_studies(paths: list[str | Path]) -> list[tuple[Path, dict[str, Any]]]:
