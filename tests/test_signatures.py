@@ -312,3 +312,34 @@ def forge_score(run_dir: Path, key: SigningKey | None) -> None:
         record.sign(key)
     (run_dir / HEAD_FILE).write_text(json.dumps(head))
     record.save(run_dir)
+
+
+# -- the documented CI workflow ---------------------------------------------------------------------
+def test_the_documented_workflow_installs_the_sandbox_signs_with_the_secret_and_gates_on_committed_keys():
+    """docs/ci-regression-gate.md's workflow, read as GitHub would read it: every heldout command in it
+    parses under this heldout; bubblewrap is installed before the study; the study and its key check
+    get the secret; the gate trusts the committed signers file."""
+    import re
+    import shlex
+
+    import yaml
+
+    from heldout.cli import build_parser
+
+    doc = (REPO / "docs" / "ci-regression-gate.md").read_text()
+    workflow = yaml.safe_load(re.search(r"```yaml\n(.*?)```", doc, re.S).group(1))
+    steps = workflow["jobs"]["study"]["steps"]
+    names = [s.get("name", s.get("run", s.get("uses", ""))) for s in steps]
+    script = {name: step.get("run", "") for name, step in zip(names, steps)}
+    at = {what: next(i for i, name in enumerate(names) if what in script[name] or what in name)
+          for what in ("apt-get install -y bubblewrap", "heldout run", "heldout check", "heldout key show")}
+    assert at["apt-get install -y bubblewrap"] < at["heldout run"]
+    for what in ("heldout run", "heldout key show"):
+        assert steps[at[what]]["env"]["HELDOUT_SIGNING_KEY"] == "${{ secrets.HELDOUT_SIGNING_KEY }}"
+    commands = [shlex.split(line.replace("\\\n", " ").strip().split("||")[0])
+                for text in script.values() for line in re.split(r"(?<!\\)\n", text) if line.strip().startswith("heldout ")]
+    assert len(commands) >= 5
+    for argv in commands:
+        args = build_parser().parse_args(argv[1:])  # a flag this heldout does not know fails here
+        if argv[1] == "check":
+            assert args.trusted_signers == [".heldout/allowed_signers"]
