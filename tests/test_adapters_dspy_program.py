@@ -85,7 +85,9 @@ def assert_rendered_candidate_was_scored(run_dir: Path, record: RunRecord) -> No
     assert verify_ledger(run_dir).ok
 
 
-def test_a_program_option_is_user_code_so_it_runs_isolated_unless_trusted():
+def test_a_program_option_is_user_code_so_it_runs_isolated_unless_trusted(tmp_path, monkeypatch):
+    (tmp_path / "mod.py").write_text("def build():\n    pass\n")  # found by path when the cell is decided
+    monkeypatch.chdir(tmp_path)
     assert is_reference_optimizer("dspy-mipro") and not is_reference_optimizer("dspy-mipro?program=mod:build")
     assert user_code("dspy-gepa?program=mod:build") == user_code("dspy-gepa", {"program": "mod:build"}) == ["mod:build"]
     method = Method("mine", target="dspy-gepa", options={"program": "mod:build"})

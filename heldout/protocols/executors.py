@@ -55,7 +55,6 @@ from heldout.contracts import HeldoutError
 from heldout.benchmarks.loading import DATA_DIR_ENV
 from heldout.benchmarks.registry import get_benchmark
 from heldout.evaluators.ledger import LedgerError, ledger_key, ledger_key_path
-from heldout.optimizers import user_modules
 from heldout.protocols.run import Cell, LocalExecutor
 from heldout.sandbox.process import HIDE_ENV, ISOLATION_ENV, UNSAFE_ENV, isolation_level
 
@@ -185,10 +184,11 @@ def shipped_modules(cells: list[Cell]) -> list[str]:
     optimizer's ``module:function``, a plugin's target, code options such as a DSPy program),
     found on the driver's path without importing them; heldout's own modules are not included."""
     found: dict[str, None] = {}
-    for method in {cell.method.name: cell.method for cell in cells}.values():
-        if method.command:
+    first = {cell.method.name: cell for cell in cells}.values()
+    for cell in first:
+        if cell.method.command:
             continue  # a command's files are named by path: they must be on the shared file system
-        for module in user_modules(method.target or method.name, method.options):
+        for module in (cell.resolved or cell.method.resolve()).modules:  # decided by the study, else now
             found[str(module.top)] = None
     return list(found)
 

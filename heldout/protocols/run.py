@@ -29,7 +29,6 @@ A distributed engine plugs in by implementing the same interface."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import multiprocessing
 import os
@@ -56,8 +55,8 @@ from heldout.evaluators.scoring import model_failure_kind
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient, ModelError, ResponseCache
 from heldout.sandbox import SandboxError, require_sandbox
-from heldout.optimizers import (is_reference_optimizer, optimizer_code_sha256, optimizer_target, resolve_optimizer,
-                                split_spec, user_code)
+from heldout.optimizers import resolve_optimizer
+from heldout.optimizers.resolved import ResolvedMethod, resolve_method
 
 STUDY_FILE = "study.json"
 STUDY_FORMAT = 2
@@ -111,19 +110,15 @@ class Method:
         if self.command is not None:
             check_command(self.command)
 
+    def resolve(self, trusted: bool = False) -> ResolvedMethod:
+        """What this method runs, decided once (:func:`~heldout.optimizers.resolved.resolve_method`):
+        target, options, the user's code found by path and its hash, isolation and trust."""
+        return resolve_method(self.name, self.target, self.command, self.options, trusted=trusted)
+
     def describe(self) -> dict[str, Any]:
         """Name and a hash of the code that will run (the optimizer's source file, or the
         command line plus the files it names)."""
-        if self.command:
-            digest = hashlib.sha256(self.command.encode())
-            for part in shlex.split(self.command):
-                if os.path.isfile(part):
-                    digest.update(Path(part).read_bytes())
-            return {"name": self.name, "command": self.command, "code_sha256": digest.hexdigest()}
-        target = self.target or self.name
-        return {"name": self.name, "target": optimizer_target(target),
-                "options": {**split_spec(target)[1], **self.options},  # the spec's own "?k=v" and the method's
-                "code_sha256": optimizer_code_sha256(target, self.options)}
+        return self.resolve().describe()
 
 
 @dataclass(frozen=True)
@@ -135,6 +130,8 @@ class Cell:
     profile: str = "default"
     options: dict[str, Any] = field(default_factory=dict)
     verifier: str = "decomposed"
+    # what the method runs, decided when the study was made (None: decided when the cell runs)
+    resolved: ResolvedMethod | None = field(default=None, compare=False, repr=False)
 
     def run_dir(self, root: str | Path) -> Path:
         """``<task>/<method>/seed-<n>``; a non-canonical verifier adds a level: ``<method>/verifier-<v>``."""
@@ -395,7 +392,8 @@ def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
         "verifiers": sorted({c.verifier for c in cells}),
         "options": [dict(o) for o in {canonical_json(c.options): c.options for c in cells}.values()],
         **{f"config.{k}": v for k, v in config.experiment().items()},
-        "cells": [{**asdict(c), "method": asdict(c.method)} for c in cells],
+        "cells": [{**{k: v for k, v in asdict(c).items() if k != "resolved"}, "method": asdict(c.method)}
+                  for c in cells],
     }
 
 
@@ -528,7 +526,7 @@ def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
             "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls)),
             "policy": config.policy, "options": dict(cell.options),
             "worker": config.worker_model, "architect": config.architect_model, "verifier": cell.verifier,
-            "optimizer code": cell.method.describe().get("code_sha256"), "optimizer options": dict(cell.method.options)}
+            "optimizer code": cell_method(cell, config).code_sha256, "optimizer options": dict(cell.method.options)}
 
 
 def record_settings(record: RunRecord) -> dict[str, Any]:
@@ -548,17 +546,25 @@ def cell_session(cell: Cell, config: StudyConfig) -> Session:
                    architect=_client(config.architect_model, config), policy=config.policy,
                    data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
                    options=cell.options, verifier=cell.verifier,
-                   provenance={"optimizer": cell.method.describe(),
-                               "isolation": "isolated" if cell_is_isolated(cell, config) else "in-process (trusted)"})
+                   provenance={"optimizer": cell_method(cell, config).describe(),
+                               "isolation": cell_method(cell, config).isolation})
+
+
+def cell_method(cell: Cell, config: StudyConfig) -> ResolvedMethod:
+    """The one decided value of what ``cell`` runs: the one its study made, else made now, with the
+    trust the person granted for this study (``config.trusted_optimizer``)."""
+    resolved = cell.resolved
+    if resolved is None or resolved.trusted != config.trusted_optimizer:
+        resolved = cell.method.resolve(config.trusted_optimizer)
+        object.__setattr__(cell, "resolved", resolved)  # decided once per cell, then read
+    return resolved
 
 
 def cell_is_isolated(cell: Cell, config: StudyConfig) -> bool:
     """Commands and user code (``module:function``, an optimizer plugin's name, a reference
     optimizer given the user's code as an option, such as a DSPy program) run isolated unless the
-    study trusts them; only heldout's reference optimizers run in-process by default."""
-    target = cell.method.target or cell.method.name
-    user = not is_reference_optimizer(target) or bool(user_code(target, cell.method.options))
-    return bool(cell.method.command) or (user and not config.trusted_optimizer)
+    person running the study trusts them; only heldout's reference optimizers run in-process by default."""
+    return cell_method(cell, config).isolated
 
 
 @contextlib.contextmanager
@@ -602,18 +608,17 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
     session.service.progress = checkpoint
     session.service.interruptible = _waiting
     session.heldout_progress = scoring
-    target = cell.method.target or cell.method.name
+    method = cell_method(cell, config)
     try:
-        if cell.method.command:
-            record = run_isolated(session, cell.method.command)
-        elif cell_is_isolated(cell, config):
+        if method.command:
+            record = run_isolated(session, method.command)
+        elif method.isolated:
             # user code: isolated by default (the trust model); heldout's reference names run in-process
-            record = run_isolated_function(session, optimizer_target(target),
-                                           options={**split_spec(target)[1], **cell.method.options})
+            record = run_isolated_function(session, method.target, options=method.options, modules=method.modules)
         else:
-            session.service.record_event("optimizer_trust", {"optimizer": target, "trusted": True,
+            session.service.record_event("optimizer_trust", {"optimizer": method.spec, "trusted": True,
                                                              "isolation": "trusted, not isolated"})
-            record = session.run(resolve_optimizer(target, cell.method.options))
+            record = session.run(resolve_optimizer(method.spec, method.method_options))
     except StudyInterrupted:
         session.ledger.close()
         return {"status": "interrupted", "skipped": False, "test_score": None,
@@ -745,7 +750,11 @@ def interrupt_summary(results: list[dict[str, Any]], signame: str, run_root: str
 
 
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],
-                profile: str, options: dict[str, Any], verifiers: list[str] | None = None) -> list[Cell]:
-    return [Cell(task, method, seed, budgets[task], profile, options, verifier)
+                profile: str, options: dict[str, Any], verifiers: list[str] | None = None,
+                decided: dict[str, ResolvedMethod] | None = None) -> list[Cell]:
+    """Every cell; ``decided`` (method name -> what it runs, decided once by the study) is shared
+    by that method's cells."""
+    decided = decided or {}
+    return [Cell(task, method, seed, budgets[task], profile, options, verifier, decided.get(method.name))
             for task in tasks for method in methods for verifier in (verifiers or ["decomposed"])
             for seed in seeds]

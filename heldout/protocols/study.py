@@ -62,6 +62,7 @@ from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, can
                                 check_options, settings_type)
 from heldout.protocols.executors import EXECUTORS
 from heldout.protocols.minimum_budgets import check_minimum_budgets
+from heldout.optimizers.resolved import ResolvedMethod
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells
 
 STUDY_FILE = "study.toml"
@@ -138,15 +139,27 @@ class Study:
     options: dict[str, Any]
     config: StudyConfig
     executor: dict[str, Any] = field(default_factory=dict)  # kind, jobs, ray_address, cell_cpus, cell_memory_mb
+    # method name -> what it runs (target, code and hash, isolation, trust), decided once per study
+    decided: dict[str, ResolvedMethod] = field(default_factory=dict, repr=False, compare=False)
+
+    def decide_methods(self) -> dict[str, ResolvedMethod]:
+        """Each method's one decided value (:meth:`~heldout.protocols.run.Method.resolve`), made once
+        with the trust the person granted (made again only if that changed, as when the command's
+        flag is applied to a study read from a file)."""
+        trusted = self.config.trusted_optimizer
+        if len(self.decided) != len(self.methods) or any(d.trusted != trusted for d in self.decided.values()):
+            self.decided = {m.name: m.resolve(trusted) for m in self.methods}
+        return self.decided
 
     def groups(self) -> list[tuple[StudyConfig, list[Cell]]]:
         """``(config, cells)`` per profile, each config's ``run_root`` where its cells live."""
         out = []
+        decided = self.decide_methods()
         for profile in self.profiles:
             root = self.run_dir if len(self.profiles) == 1 else str(Path(self.run_dir) / f"profile-{profile}")
             config = StudyConfig(**{**asdict(self.config), "run_root": root})
             out.append((config, build_cells(self.tasks, self.methods, self.seeds, self.budgets, profile,
-                                            self.options, self.verifiers)))
+                                            self.options, self.verifiers, decided)))
         return out
 
     def cells(self) -> list[Cell]:
