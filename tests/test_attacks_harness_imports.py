@@ -192,3 +192,27 @@ def test_the_resolved_study_json_records_who_granted_trust_as_a_setting(shadowed
                    "mine=myopt.search:optimize", "--run-dir", str(tmp_path / "study"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "study" / "study.json").read_text())["config.trusted_optimizer"] is True
+
+
+# -- in-process: the trusted loader's rules ----------------------------------------------------------
+def test_a_trusted_modules_sibling_serves_its_own_imports_only_never_the_harness(tmp_path):
+    """The user's folder holds ``zz_optional_dep.py``, a name nothing installed provides (like an
+    optional dependency the harness probes with ``try: import``). The trusted module imports it as
+    its sibling; the harness's own import of that name still fails, and the module never takes
+    the place of ``json``."""
+    import importlib
+
+    from heldout.optimizers.user_modules import UserModule, load_trusted_function
+    folder = tmp_path / "trusted"
+    folder.mkdir()
+    (folder / "zz_optional_dep.py").write_text("WHO = 'sibling'\n")
+    (folder / "json.py").write_text("raise SystemExit('the folder json ran')\n")
+    (folder / "zz_trusted_opt.py").write_text(
+        "import json\nimport zz_optional_dep\n\ndef optimize(view, seed):\n    return zz_optional_dep.WHO, json.dumps(1)\n")
+    found = UserModule("zz_trusted_opt", folder / "zz_trusted_opt.py", folder / "zz_trusted_opt.py")
+    optimize = load_trusted_function(found, "optimize", "optimizer")
+    assert optimize(None, 0) == ("sibling", "1")
+    assert optimize.__module__.startswith("heldout_user_") and "zz_trusted_opt" not in sys.modules
+    sys.modules.pop("zz_optional_dep", None)
+    with pytest.raises(ImportError):
+        importlib.import_module("zz_optional_dep")  # asked by code outside the user's folder
