@@ -653,7 +653,6 @@ def cmd_compare_arms(args: argparse.Namespace) -> int:
     from heldout.protocols.arms import ArmsSpec, describe_plan, open_arms, run_arms, validate_arms
     from heldout.protocols.run import LocalExecutor, StudyConfig
     from heldout.protocols.study import parse_seeds
-    check_folder(args.run_dir, "--run-dir")
     spec = ArmsSpec(task=args.task, optimizer=args.optimizer, budget=args.budget, width=args.width,
                     seeds=tuple(parse_seeds(args.seeds)), fixed=args.fixed, profile=args.profile,
                     metric_cap=args.metric_cap, drift_tolerance=args.drift_tolerance,
@@ -700,7 +699,6 @@ def runs_export_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_runs_export(args: argparse.Namespace) -> int:
     from heldout.reports.store import ResultsStore
-    check_folder(args.parquet, "--parquet")
     store = ResultsStore.open([args.run_dir])
     for path in store.export_parquet(args.parquet):
         print(f"{path}  ({store.count(path.stem)} rows)")
@@ -717,7 +715,6 @@ def export_inspect_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_export_inspect(args: argparse.Namespace) -> int:
     from heldout.reports.inspect_export import export_inspect
-    check_folder(args.out, "--out")
     result = export_inspect(args.run_dir, args.out, with_optimisation=args.with_optimisation, data_dir=args.data_dir)
     for note in result.notes if args.verbosity >= 0 else []:
         print(f"heldout export: note: {note}", file=sys.stderr)
@@ -752,7 +749,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     from heldout.reports import build_report, write_report
     from heldout.reports.paper import write_paper
     checkpoints = _parse_checkpoints(args.checkpoints) if args.checkpoints else None
-    check_folder(args.out, "--out")
     report = build_report(args.run_dirs, baseline=args.baseline_method, alpha=args.alpha, checkpoints=checkpoints,
                           data_dir=args.data_dir)
     runs = report.runs
@@ -984,7 +980,6 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
     from heldout.protocols.run import LocalExecutor, StudyConfig
     from heldout.protocols.study import parse_methods, parse_seeds
     from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
-    check_folder(args.run_dir, "--run-dir")
     (method,) = parse_methods([args.optimizer], [])
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
     plan = plan_ablation(args.task, method, args.variants.split(","), parse_seeds(args.seeds), args.budget,
@@ -1073,7 +1068,8 @@ def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
     from heldout.protocols.run import LocalExecutor, StudyConfig
     from heldout.reports.generalisation import write_generalisation_report
     spec = generalisation_from_args(args)
-    check_folder(args.run_dir, "run_dir" if args.study else "--run-dir")
+    if args.study:  # the file's run_dir (a --run-dir flag was checked with every command's folders)
+        check_folder(args.run_dir, "run_dir")
     plan = plan_generalisation(spec, data_dir=args.data_dir, allow_drift=args.allow_drift)
     if args.plan:
         print(plan.describe(args.run_dir))
@@ -1296,12 +1292,16 @@ def cmd_completion(args: argparse.Namespace) -> int:
 class Command:
     """One sub-command: the words that name it (``("ledger", "verify")``; a first word shared by
     several commands is a group, whose help is in :data:`GROUPS`), its help line, the function that
-    adds its arguments and the one that runs it. A new command is a new entry here and nothing else."""
+    adds its arguments and the one that runs it. A new command is a new entry here and nothing else.
+    ``writes`` names the options (by dest) that name folders the command creates or writes into:
+    :func:`main` checks each given one (:func:`check_folder`) before the command runs, so a folder
+    that cannot be made is one line and exit 2 with nothing written, for every command alike."""
 
     words: tuple[str, ...]
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
+    writes: tuple[str, ...] = ()
 
 
 GROUPS = {
@@ -1326,7 +1326,7 @@ COMMANDS = (
             tasks_list_arguments, cmd_tasks_list),
     Command(("data", "verify"), "check manifests against the data", data_verify_arguments, cmd_data_verify),
     Command(("data", "freeze"), "build a manifest (hashes + a profile) for data you hold",
-            data_freeze_arguments, cmd_data_freeze),
+            data_freeze_arguments, cmd_data_freeze, writes=("out",)),
     Command(("eval",), "evaluate one candidate on a task split (outside any session)", eval_arguments, cmd_eval),
     Command(("score",), "score a JSONL of {id, output} rows with a prompt task's canonical verifier",
             score_arguments, cmd_score),
@@ -1340,37 +1340,40 @@ COMMANDS = (
             cmd_key_generate, writes=()),
     Command(("bundle",), "one archive a reviewer needs: records, ledgers, manifests, report, environment, "
             "public keys; nothing secret", bundle_arguments, cmd_bundle),
-    Command(("run",), "run optimizers on tasks in protected sessions", run_arguments, cmd_run),
+    Command(("run",), "run optimizers on tasks in protected sessions", run_arguments, cmd_run,
+            writes=("run_dir", "cache_dir")),
     Command(("runs", "query"), f"DuckDB SQL over the tables {', '.join(TABLES)} (see heldout/reports/store.py)",
             runs_query_arguments, cmd_runs_query),
-    Command(("runs", "export"), "write one Parquet file per table", runs_export_arguments, cmd_runs_export),
+    Command(("runs", "export"), "write one Parquet file per table", runs_export_arguments, cmd_runs_export,
+            writes=("parquet",)),
     Command(("export", "inspect"),
             "Inspect eval logs (held-out scoring, optionally optimisation) for `inspect view`",
-            export_inspect_arguments, cmd_export_inspect),
-    Command(("demo",), "run the small study of the README and write its report", demo_arguments, cmd_demo),
+            export_inspect_arguments, cmd_export_inspect, writes=("out",)),
+    Command(("demo",), "run the small study of the README and write its report", demo_arguments, cmd_demo,
+            writes=("run_dir", "out")),
     Command(("serve-model",), "an OpenAI-compatible endpoint on 127.0.0.1 for a local GGUF model",
             serve_model_arguments, cmd_serve_model),
     Command(("report",), "tables, figures, report.md/.html and results.json from run dirs",
-            report_arguments, cmd_report),
+            report_arguments, cmd_report, writes=("out",)),
     Command(("check",), "CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input",
             check_arguments, cmd_check),
     Command(("plan",), "what a K-seed study can detect under the gate's own test and margin",
             plan_arguments, cmd_plan),
     Command(("split", "build"), "whole groups to test, then val, then train (+ a shared-topic probe pool)",
-            split_build_arguments, cmd_split_build),
+            split_build_arguments, cmd_split_build, writes=("out",)),
     Command(("split", "check"), "prove zero group overlap (exit 1 otherwise) and scan for near-duplicates",
             split_check_arguments, cmd_split_check),
     Command(("leak", "scan"), "training questions/answers found in a candidate's text",
             leak_scan_arguments, cmd_leak_scan),
     Command(("leak", "ablate"), "score seed and final candidates on test / exact train / shared-topic probe",
-            leak_ablate_arguments, cmd_leak_ablate),
+            leak_ablate_arguments, cmd_leak_ablate, writes=("cache_dir",)),
     Command(("compare", "verifiers"), "optimise under each verifier variant, re-score with the canonical one",
-            compare_verifiers_arguments, cmd_compare_verifiers),
+            compare_verifiers_arguments, cmd_compare_verifiers, writes=("run_dir", "cache_dir")),
     Command(("compare", "arms"), "serial vs best-of-N fork vs merge-of-N at an equal budget",
-            compare_arms_arguments, cmd_compare_arms),
+            compare_arms_arguments, cmd_compare_arms, writes=("run_dir", "cache_dir")),
     Command(("protocol", "generalisation"), "split proof, multi-seed study, held-out comparison, topic-shared "
             "ablation, verifier ablation and prompt autopsy, in one report",
-            protocol_generalisation_arguments, cmd_protocol_generalisation),
+            protocol_generalisation_arguments, cmd_protocol_generalisation, writes=("run_dir", "cache_dir")),
     Command(("vliw", "simulate"), "run conformance cases; one JSON line per case",
             vliw_simulate_arguments, cmd_vliw_simulate),
 )
@@ -1405,7 +1408,7 @@ def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = where.add_parser(name, help=command.help)
         if only is None or tuple(only[:len(command.words)]) == command.words:
             command.add_arguments(p)
-        p.set_defaults(func=command.run)
+        p.set_defaults(func=command.run, writes=command.writes)
     return parser
 
 
@@ -1459,6 +1462,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from heldout.sandbox import allow_unsafe_no_sandbox
         allow_unsafe_no_sandbox()
     try:
+        for dest in args.writes:
+            if getattr(args, dest, None) is not None:
+                check_folder(getattr(args, dest), f"--{dest.replace('_', '-')}")
         return int(args.func(args) or 0)
     except HeldoutError as exc:
         if args.verbosity > 0:
@@ -1470,7 +1476,15 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:  # a full disk outside the ledger (a run record, a study file): one line too
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
+            if not exc.filename:
+                raise
+            # a path the checks before the command could not foresee (it changed meanwhile, or a
+            # pseudo file system): still one line, never a traceback (-v prints it)
+            if args.verbosity > 0:
+                import traceback
+                traceback.print_exc(file=sys.stderr)
+            print(f"heldout: error: cannot use {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         where = f" (writing {exc.filename})" if exc.filename else ""
         print(f"heldout: error: no space left on device{where}: free space, then rerun the same command (with "
               "--resume once the study has started)", file=sys.stderr)
