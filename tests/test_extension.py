@@ -166,11 +166,32 @@ def _run_record(run_dir):
     return json.loads(path.read_text())
 
 
+def _pip_install_optimizer_plugin(root, name="myopts"):
+    """A plugin project built and installed by pip (``--target``: a folder then on PYTHONPATH);
+    its ``heldout.optimizers`` entry point ``my-search`` names ``myopts_search:optimize``."""
+    project = root / "project"
+    project.mkdir()
+    (project / f"{name}_search.py").write_text(
+        "from heldout.optimizers.geometry_search import optimize as search\n\n"
+        "def optimize(view, seed):\n    return search(view, seed)\n")
+    (project / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "0.1"\n'
+        f'[project.entry-points."heldout.optimizers"]\nmy-search = "{name}_search:optimize"\n'
+        f'[tool.setuptools]\npy-modules = ["{name}_search"]\n')
+    site = root / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                          "--disable-pip-version-check", "-q", "--target", str(site), str(project)],
+                         capture_output=True, text=True, timeout=600, cwd=root)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)  # the sandbox's uid reads the installed module
+    return site
+
+
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
 def test_an_installed_optimizer_plugin_runs_by_its_name_and_isolated_like_any_user_code(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    _install_optimizer_plugin(site, "my-search = myopts_search:optimize")
+    site = _pip_install_optimizer_plugin(tmp_path)
     run_dir = tmp_path / "study"
     result = _heldout(site, "run", "--task", "circle_packing/square26", "--optimizer", "my-search", "--seeds", "0",
                       "--budget", "6", "--run-dir", str(run_dir))
