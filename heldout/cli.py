@@ -724,6 +724,28 @@ def cmd_export_inspect(args: argparse.Namespace) -> int:
     return 1 if result.skipped else 0
 
 
+# -- verify --------------------------------------------------------------------------------------
+def verify_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", help="a study dir, or a copy or bundle of one: every run record and results.json in it")
+    p.add_argument("--report", action="append", default=[], metavar="PATH",
+                   help="re-derive this results.json (or report dir) instead of those found in the study (repeatable)")
+    _add_trusted_signers(p)
+    _add_data_dir(p, "to rebuild report tables that need a dataset task's examples (answer keys, topics)")
+    _add_json(p)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Exit codes and the rule behind each verdict: heldout/reports/verify.py."""
+    require_run_dirs([args.study])
+    from heldout.reports.verify import verify_study
+    found = verify_study(args.study, _signers(args), reports=args.report, data_dir=args.data_dir)
+    if args.json:
+        _print_json(found.as_dict())
+    else:
+        print("\n".join(found.lines()))
+    return found.exit_code
+
+
 # -- report / check ------------------------------------------------------------------------------
 def report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
@@ -1355,6 +1377,8 @@ COMMANDS = (
             serve_model_arguments, cmd_serve_model),
     Command(("report",), "tables, figures, report.md/.html and results.json from run dirs",
             report_arguments, cmd_report, writes=("out",)),
+    Command(("verify",), "re-derive every number of a study (or a copy) from its ledgers: exit 0 verified, "
+            "1 a number differs, 3 unsigned, 4 untrusted signer, 5 tampered, 2 unusable", verify_arguments, cmd_verify),
     Command(("check",), "CI regression gate: exit 0 pass, 1 regression, 2 inconclusive or invalid input",
             check_arguments, cmd_check),
     Command(("plan",), "what a K-seed study can detect under the gate's own test and margin",
