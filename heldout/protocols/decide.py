@@ -8,23 +8,30 @@ Rules that hold for every verdict:
   one run share that run's candidate, so they are never the replicates of a verdict.
 * **Paired by seed** where the two sides share seeds (arms, ablations, verifier variants: the
   same seed drives the same random stream), so run-to-run noise common to both sides cancels.
-* **The test follows the data** (:func:`heldout.protocols.stats.runs.choose_test`): a paired t
-  over seeds when each seed's number averages >= 2 examples (close to normal; exact under
-  normality at any seed count >= 2), an exact sign-flip over the 2**S sign patterns when it is a
-  single instance (any law; needs >= 6 seeds to reach 0.05 two-sided).
+* **Exact randomisation tests over seeds, for every law** (:func:`heldout.protocols.stats.runs.choose_test`):
+  an exact sign-flip over the 2**S sign patterns of the per-seed differences (paired), an exact
+  permutation over the splits of the runs (independent). A seed's number is the score of the one
+  candidate its run ended on, and which candidate that is follows the optimizer's law: skewed (a
+  rare big win), two-valued (the trick was found or not), heavy-tailed. A t over 3-10 such seeds
+  fires 0.10-0.25 of the time with no difference at all; the randomisation tests are exact for any
+  law when the sides are exchangeable, and say how many seeds they need where they cannot reach
+  alpha (6 seed pairs for a two-sided 0.05).
+* **A fixed candidate is one draw** (rule ``placebo-floor``, :func:`beyond_placebo`). The seed
+  prompt scored once carries the luck of its wording, shared by every seed pair. Against a fixed
+  prompt candidate a method is compared with placebo draws (neutral re-wordings of the seed,
+  :mod:`heldout.optimizers.placebo`, fresh ones per seed) by an exact stratified permutation:
+  "beats the seed" means "beats what re-wording the seed does".
 * **Holm across every comparison a command prints** (:func:`holm`): the chance that any printed
   verdict of one command is a false "separates" is at most alpha.
 * **No verdict from ranges alone**, and none from example-level tests.
 * **No verdict from seeds that replicate nothing**: when every seed ran the same candidates (a
   seed-blind optimizer) and every pair differs by exactly the same amount, the seeds re-scored
   one run, and a seed-level test would count it S times (:func:`replicates_nothing`).
-* **Zero variance is not certainty.** When every seed pair differs by the same non-zero amount
-  from different candidates (three prompts that each gain the same one question of 24), the
-  paired t is undefined (its interval is a point, its p is 0) and would separate on one question.
-  Such a contrast is decided by an exact test that the zero spread cannot fool: the sign test over
-  the examples whose score changed, each example once with its change summed over the seeds
-  (:func:`changed_examples`; the same question flipping in every seed is one piece of evidence,
-  not S), when the caller passes the per-example scores; else the exact sign-flip over seeds.
+* **Zero variance is not certainty, and questions are not replicates.** When every seed pair
+  differs by the same non-zero amount from different candidates, the exact sign-flip still counts
+  seeds (2/2**S at best), never the questions whose score changed: questions of one candidate move
+  together (a cluster of 6-8 flipping with one wording), so a test over them decided 26% of null
+  draws at 3 seeds. The changed-question counts (:func:`changed_examples`) are description.
 
 Each verdict is a :class:`Contrast`: the rule's name, its inputs (per-seed values), the estimate
 and interval, raw and Holm-adjusted p, the family size and the nominal error rate, and one
@@ -51,7 +58,8 @@ from heldout.contracts import HeldoutError
 from heldout.protocols.stats import holm_adjust
 from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin, MarginError
 from heldout.protocols.stats.power import minimum_detectable_dz
-from heldout.protocols.stats.runs import choose_test, compare_runs, min_seeds_sign_flip
+from heldout.protocols.stats.floor import floor_bound, floor_gain, floor_p, smallest_p
+from heldout.protocols.stats.runs import choose_test, compare_runs, min_seeds_permutation, min_seeds_sign_flip
 
 DEFAULT_ALPHA = 0.05
 MIN_SEEDS = 3
@@ -73,14 +81,20 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {rule.name: rule for rule in (
-    Rule("seed-paired-contrast", "seed (paired by seed id)",
-         "paired t over per-seed differences (>= 2 examples per seed), else exact sign-flip over seeds; "
-         "two-sided; Holm across the command's comparisons; seeds with zero variance (every pair differs by "
-         "the same amount) that ran the same candidates decide nothing; from different candidates, an exact "
-         "sign test over the changed examples (each once, net over seeds), else a sign-flip over seeds",
+    Rule("seed-paired-contrast", "seed (paired by seed id), or run (independent)",
+         "exact sign-flip over the per-seed differences (paired) or exact permutation over runs (independent), "
+         "two-sided, valid for any law of per-seed outcomes when the sides are exchangeable; Holm across the "
+         "command's comparisons; seeds that ran the same candidates with zero variance decide nothing; where the "
+         "seed count cannot reach alpha the verdict says how many seeds would",
          "family-wise type-I <= alpha across every comparison printed"),
+    Rule("placebo-floor", "seed (a stratum: the method's run and its own placebo draws)",
+         "exact stratified permutation of the method's value among its stratum's neutral re-wordings of the seed "
+         "(mean over strata of method minus the stratum's placebo mean), two-sided; Holm with the command's other "
+         "comparisons; a seed-blind method (one candidate in every seed) decides nothing",
+         "family-wise type-I <= alpha under 'the method is a placebo', for any law and any correlation of "
+         "questions within one candidate"),
     Rule("gate-margin", "seed (paired by id, or independent runs)",
-         "one-sided t / exact randomisation against a per-task margin; regression Holm over tasks, "
+         "one-sided exact sign-flip / permutation against a per-task margin; regression Holm over tasks, "
          "pass = every task non-inferior (intersection-union)",
          "P(regression | true drop <= margin) <= alpha family-wise; P(pass | true drop >= margin) <= alpha"),
 )}
@@ -124,10 +138,11 @@ class Contrast:
     replayed: bool = False
     """Every seed of each side ran the same candidate (set by callers that know candidate ids)."""
     zero_variance: bool = False
-    """Every seed pair differs by the same non-zero amount: ``test`` is then the exact fallback
-    (:func:`changed_examples` when per-example scores were given) and the interval is a point."""
+    """Every seed pair differs by the same non-zero amount (the sign-flip's interval is then a point)."""
     changed: tuple[int, int] | None = None
-    """With the example-level fallback: examples whose net score over the seeds went up, down."""
+    """For a replayed run (description): examples whose net score over the seeds went up, down."""
+    placebo: tuple[tuple[float, ...], ...] | None = None
+    """Rule ``placebo-floor``: per seed, that stratum's placebo draws (``a`` holds their means)."""
 
     @property
     def nominal_error(self) -> float:
@@ -169,8 +184,8 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
     position is the seed). Paired designs use the seeds both sides have; a seed on one side only
     is left out and the sentence names how many pairs remain. ``replayed``: every seed of each
     side ran the same candidate (see :func:`replicates_nothing`). ``examples``: per seed, example
-    id -> (a score, b score), the per-example scores the seed values average; used only when the
-    seeds show zero variance (see the module doc). A family of one: call :func:`holm` on every
+    id -> (a score, b score), the per-example scores the seed values average; used only to describe
+    a replayed run's changed questions, never as a verdict. A family of one: call :func:`holm` on every
     contrast a command prints."""
     a_vals, b_vals = _values(a), _values(b)
     if paired:
@@ -185,7 +200,7 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
     name = label or f"{b_name} vs {a_name}"
     test = choose_test(int(n_examples), paired)
     n = min(len(av), len(bv))
-    floor = max(MIN_SEEDS, min_seeds_sign_flip(alpha / 2) if test == "exact sign-flip" else 2)
+    floor = max(MIN_SEEDS, min_seeds_sign_flip(alpha / 2) if paired else min_seeds_permutation(alpha / 2))
     base = dict(rule="seed-paired-contrast", label=name, a_label=a_name, b_label=b_name, seeds=seeds,
                 a=tuple(map(float, av)), b=tuple(map(float, bv)), paired=paired, test=test,
                 n_examples=int(n_examples), family=1, alpha=alpha, min_seeds=floor, replayed=replayed)
@@ -206,15 +221,46 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
             base.update(test="exact sign test", changed=(up, down))
     elif differences is not None and float(np.ptp(differences)) <= 1e-12 \
             and abs(float(differences.mean())) > 1e-12:
-        # the paired t reads a zero spread as certainty: decide by an exact test instead
-        base.update(zero_variance=True, min_seeds=MIN_SEEDS)
-        if examples is not None:
-            p, up, down = changed_examples(examples, seeds)
-            base.update(test="exact sign test", changed=(up, down))
-        else:
-            p = min(1.0, 2.0 / 2 ** n)  # every difference has one sign: the most extreme of 2**n patterns
-            base.update(test="exact sign-flip")
+        # every pair differs by the same amount from different candidates: the sign-flip counts
+        # the seeds (2 / 2**S at best), never the questions that moved together inside them
+        base.update(zero_variance=True)
     return _finish(Contrast(**base, estimate=comp.change, low=comp.low, high=comp.high, p=p, p_holm=p,
+                            decided=False, sign="0", sentence=""))
+
+
+def beyond_placebo(placebo: Mapping[int, Sequence[float]], method: Mapping[int, float], *, n_examples: int,
+                   alpha: float = DEFAULT_ALPHA, labels: tuple[str, str] = ("placebo", "method"),
+                   label: str | None = None, replayed: bool = False) -> Contrast:
+    """Rule ``placebo-floor``: ``method`` (seed -> value) against the placebo draws of the same
+    seed (seed -> that stratum's draws), by the exact stratified permutation of
+    :mod:`heldout.protocols.stats.floor`. Seeds without draws are left out. ``replayed``: the
+    method ended on the same candidate in every seed, which is one draw repeated, not S
+    independent ones: nothing is decided. A family of one: call :func:`holm`."""
+    seeds = tuple(sorted(s for s in method if placebo.get(s)))
+    draws = tuple(tuple(float(x) for x in placebo[s]) for s in seeds)
+    mv = np.array([float(method[s]) for s in seeds])
+    a_name, b_name = labels
+    name = label or f"{b_name} vs {a_name}"
+    test = "exact stratified permutation"
+    need = MIN_SEEDS
+    if draws:
+        k = min(len(d) for d in draws)
+        while smallest_p([k] * need) >= alpha:
+            need += 1
+    base = dict(rule="placebo-floor", label=name, a_label=a_name, b_label=b_name, seeds=seeds,
+                a=tuple(float(np.mean(d)) for d in draws), b=tuple(map(float, mv)), paired=True, test=test,
+                n_examples=int(n_examples), family=1, alpha=alpha, min_seeds=need, replayed=replayed,
+                placebo=draws)
+    if len(seeds) < MIN_SEEDS:
+        est = floor_gain(mv, draws) if seeds else math.nan
+        return _finish(Contrast(**base, estimate=est, low=-math.inf, high=math.inf, p=1.0, p_holm=1.0,
+                                decided=False, sign="0", sentence=""))
+    tail = alpha / 2
+    p = min(1.0, 2.0 * min(floor_p(mv, draws, 0.0, "less"), floor_p(mv, draws, 0.0, "greater")))
+    if replayed:
+        p = 1.0
+    low, high = floor_bound(mv, draws, tail, "greater"), floor_bound(mv, draws, tail, "less")
+    return _finish(Contrast(**base, estimate=floor_gain(mv, draws), low=low, high=high, p=p, p_holm=p,
                             decided=False, sign="0", sentence=""))
 
 
@@ -228,6 +274,8 @@ def replicates_nothing(c: Contrast) -> bool:
     n = len(c.seeds) if c.paired else min(len(c.a), len(c.b))
     if not c.replayed or n < 2:
         return False
+    if c.placebo is not None:  # the method's one candidate against fresh draws: one draw, repeated
+        return True
     if c.paired:
         return float(np.ptp(np.subtract(c.b, c.a))) <= 1e-12
     return float(np.ptp(c.a)) <= 1e-12 and float(np.ptp(c.b)) <= 1e-12
@@ -242,6 +290,10 @@ def _finish(c: Contrast) -> Contrast:
     sign = ("+" if c.estimate > 0 else "-") if decided else "0"
     level = f"{1 - c.alpha:.0%}"
     unit = f"{len(c.seeds)} seed pairs" if c.paired else f"{len(c.a)} / {len(c.b)} seeds"
+    if c.placebo is not None:
+        per = sorted({len(d) for d in c.placebo})
+        unit = (f"{len(c.seeds)} seeds x {'/'.join(map(str, per)) or 0} placebo draws (neutral re-wordings of the "
+                "seed, fresh per seed)")
     if c.changed is not None:
         changed = sum(c.changed)
         unit = (f"the {changed} example{'s' if changed != 1 else ''} whose score changed ({c.changed[0]} up, "
@@ -251,15 +303,21 @@ def _finish(c: Contrast) -> Contrast:
                     f"{c.changed[1]} down; the {len(c.seeds)} seeds replay it)")
     p = f"p = {c.p:.3g}" + (f", Holm p = {c.p_holm:.3g} over {c.family} comparisons" if c.family > 1 else "")
     if constant:
-        p = f"per-question p = {c.p:.3g} (one run: not a seed-level verdict)"
+        p = f"per-question p = {c.p:.3g} (one run: not a seed-level verdict)" if c.changed is not None else \
+            "no p: one run"
     facts = f"mean difference {c.estimate:+.4g}, {level} CI [{c.low:+.4g}, {c.high:+.4g}], {c.test} over {unit}, {p}"
     if decided:
         word = "higher" if sign == "+" else "lower"
-        sentence = f"{c.label}: separates ({c.b_label} {word}): {facts}"
+        beyond = " beyond the seed's re-wording noise" if c.placebo is not None else ""
+        sentence = f"{c.label}: separates{beyond} ({c.b_label} {word}): {facts}"
     else:
         n = len(c.seeds) if c.paired else min(len(c.a), len(c.b))
         if n < MIN_SEEDS:
             why = f"{n} seed{'s' if n != 1 else ''} {'paired' if c.paired else 'per side'}; a verdict needs >= {MIN_SEEDS}"
+        elif constant and c.placebo is not None:
+            why = ("the method ended on the same candidate in every seed: one draw repeated, not independent "
+                   "ones, so against fresh placebo draws this is one run's number; make the seed drive the run "
+                   "(the optimizer's own randomness, its data order)")
         elif constant and c.estimate != 0.0:
             what = "pair differs by the same amount" if c.paired else "side repeats one value"
             why = (f"every seed ran the same candidates and every {what} (zero variance): the seeds "
@@ -269,18 +327,31 @@ def _finish(c: Contrast) -> Contrast:
             if c.changed is not None and c.p < c.alpha:
                 why += ("; within that one run the per-question evidence is overwhelming, which says the run "
                         "differs, not that the method does")
-        elif c.zero_variance:
-            why = ("every seed pair differs by the same amount (zero variance), so the seed-level interval is a "
-                   f"point and says nothing; the exact test's p is not below {c.alpha:g}"
-                   + (" after Holm" if c.family > 1 else ""))
         elif n < c.min_seeds:
-            why = f"{c.test} needs >= {c.min_seeds} seeds to reach alpha = {c.alpha:g} two-sided, got {n}"
+            what = ("placebo draws per seed" if c.placebo is not None else
+                    "per-seed outcomes of any law (skewed, two-valued); a t test would assume them normal")
+            why = (f"{c.test.split(' over ')[0]} cannot reach alpha = {c.alpha:g} two-sided with {n} seeds "
+                   f"(smallest p {_smallest(c):.3g}); >= {c.min_seeds} seeds would, valid for {what}")
+        elif c.zero_variance:
+            why = ("every seed pair differs by the same amount (zero variance): the exact sign-flip counts seeds, "
+                   f"not the questions inside them, and its p is not below {c.alpha:g}"
+                   + (" after Holm" if c.family > 1 else ""))
         elif excludes:
             why = f"the interval excludes 0 but the Holm-adjusted p is not below {c.alpha:g}"
         else:
             why = "the interval includes 0"
         sentence = f"{c.label}: cannot separate: {why} ({facts})"
     return replace(c, decided=decided, sign=sign, sentence=sentence)
+
+
+def _smallest(c: Contrast) -> float:
+    """The smallest two-sided p ``c``'s exact test can print at its seed count."""
+    n = len(c.seeds) if c.paired else min(len(c.a), len(c.b))
+    if c.placebo is not None:
+        return smallest_p([len(d) for d in c.placebo])
+    if c.paired:
+        return min(1.0, 2.0 / 2 ** n)
+    return min(1.0, 2.0 / math.comb(len(c.a) + len(c.b), len(c.b))) if c.a and c.b else 1.0
 
 
 def holm(contrasts: Sequence[Contrast], alpha: float | None = None) -> list[Contrast]:
@@ -297,28 +368,33 @@ def holm(contrasts: Sequence[Contrast], alpha: float | None = None) -> list[Cont
 
 
 def describe_detectable(n_seeds: int, *, family: int = 1, n_examples: int = 2, alpha: float = DEFAULT_ALPHA,
-                        power: float = 0.8) -> str:
-    """What a ``seed-paired-contrast`` design of ``n_seeds`` pairs can detect, in one sentence:
-    the smallest true mean difference, in SDs of the per-seed difference (Cohen's dz), that the
-    paired t separates with probability ``power`` at the first Holm step (``alpha / family``, the
-    strictest), or, for single-instance tasks, whether the exact sign-flip can reach that level at
-    all. Says so plainly when the design can never separate."""
+                        power: float = 0.8, placebo_draws: int = 0) -> str:
+    """What a design of ``n_seeds`` can detect, in one sentence, at the first Holm step
+    (``alpha / family``, the strictest): whether its exact test can reach that level at all (and
+    how many seeds would), and the smallest true mean difference, in SDs of the per-seed
+    difference (Cohen's dz), it separates with probability ``power`` when per-seed outcomes are
+    near normal (a t approximation of the exact test's power; skewed or two-valued outcomes need
+    more). ``placebo_draws``: draws per seed of a ``placebo-floor`` design (0: sign-flip over
+    seed pairs). ``n_examples`` is kept for callers that state it; it does not pick the test."""
+    del n_examples
     level = alpha / max(1, family)
     over = f"at alpha {alpha:g} / {family} comparisons" if family > 1 else f"at alpha {alpha:g}"
     if n_seeds < MIN_SEEDS:
         return (f"{n_seeds} seed(s): no verdict is attempted (>= {MIN_SEEDS} needed); "
                 "this design cannot separate anything")
-    if choose_test(int(n_examples), True) == "exact sign-flip":
-        smallest = 2.0 / 2 ** n_seeds
-        if smallest >= level:
-            need = next(s for s in range(n_seeds, 64) if 2.0 / 2 ** s < level)
-            return (f"exact sign-flip over {n_seeds} seeds: the smallest two-sided p is {smallest:.3g}, not below "
-                    f"{level:.3g} ({over}); this design cannot separate anything: use >= {need} seeds")
-        return (f"exact sign-flip over {n_seeds} seeds ({over}): separates only a difference of one sign on "
-                f"(nearly) every seed; the smallest two-sided p is {smallest:.3g}")
+    if placebo_draws:
+        name, smallest = f"placebo floor ({placebo_draws} draw(s) per seed)", smallest_p([placebo_draws] * n_seeds)
+        need = next(s for s in range(n_seeds, 200) if smallest_p([placebo_draws] * s) < level)
+    else:
+        name, smallest = "exact sign-flip", 2.0 / 2 ** n_seeds
+        need = next(s for s in range(n_seeds, 64) if 2.0 / 2 ** s < level)
+    if smallest >= level:
+        return (f"{name} over {n_seeds} seeds: the smallest two-sided p is {smallest:.3g}, not below {level:.3g} "
+                f"({over}); this design cannot separate anything: use >= {need} seeds")
     dz = minimum_detectable_dz(n_seeds, alpha=level, power=power, alternative="two-sided")
-    return (f"paired t over {n_seeds} seeds ({over}) separates a true mean difference of {dz:.2f} SDs of the "
-            f"per-seed difference with probability {power:.0%}; smaller ones may be missed")
+    return (f"{name} over {n_seeds} seeds ({over}; smallest p {smallest:.3g}) separates a true mean difference of "
+            f"about {dz:.2f} SDs of the per-seed difference with probability {power:.0%} when per-seed outcomes are "
+            "near normal; skewed or two-valued outcomes need more seeds")
 
 
 def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, float]]], *, n_examples: int,
@@ -329,4 +405,4 @@ def family(pairs: Sequence[tuple[str, str, Mapping[int, float], Mapping[int, flo
 
 
 __all__ = ["Contrast", "DEFAULT_ALPHA", "DEFAULT_MARGIN", "DecisionError", "MIN_SEEDS", "Margin", "MarginError",
-           "RULES", "Rule", "Sign", "changed_examples", "contrast", "describe_detectable", "family", "holm", "replicates_nothing"]
+           "RULES", "Rule", "Sign", "beyond_placebo", "changed_examples", "contrast", "describe_detectable", "family", "holm", "replicates_nothing"]

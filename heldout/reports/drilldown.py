@@ -17,6 +17,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+from heldout.protocols.placebo import PLACEBO_METHOD
 from heldout.reports.collect import Run, RunSet
 from heldout.reports.tables import decimals, fmt
 
@@ -93,8 +94,8 @@ def drilldown_html(runs: RunSet, baseline: str, max_rows: int = MAX_ROWS) -> str
     cells = runs.cells()
     sections = []
     for (task, method), cell in cells.items():
-        if method == baseline or (task, baseline) not in cells:
-            continue
+        if method in (baseline, PLACEBO_METHOD) or (task, baseline) not in cells:
+            continue  # placebo draws are the baseline's noise floor, drawn per seed: no method to drill into
         changes = example_changes(cells[(task, baseline)], cell)
         if not changes:
             continue

@@ -33,6 +33,8 @@ from heldout.protocols.stats import (
     summarize_seeds,
     win_counts,
 )
+from heldout.protocols.decide import Contrast, beyond_placebo
+from heldout.protocols.placebo import PLACEBO_METHOD, stratum
 from heldout.protocols.stats.runs import run_verdict
 from heldout.reports.collect import Run, RunSet
 
@@ -255,7 +257,7 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
             Cell(next((f"{c.wins}/{c.ties}/{c.losses} (sep. {c.separated_wins}/{c.separated_losses})"
                        for c in counts if c.method == m), "-")) for m in methods])
         notes.append("wins/ties/losses compare means over seeds per task; 'sep.' counts only tasks where the "
-                     "seeds separate the two (Welch t over seeds, exact permutation for single-instance tasks, "
+                     "seeds separate the two (exact permutation over seeds, "
                      "Holm over the tasks at 0.05): separated wins / separated losses.")
     return Table("results", "Table 1: held-out score by task and method", ["task"] + methods, rows, notes, data)
 
@@ -263,7 +265,7 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
 # -- held-out paired table -----------------------------------------------------------------------------
 def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: int = 10_000) -> Table:
     cells = runs.cells()
-    tasks, methods = runs.tasks(), [m for m in runs.methods() if m != baseline]
+    tasks, methods = runs.tasks(), [m for m in runs.methods() if m not in (baseline, PLACEBO_METHOD)]
     columns = ["task", "method", "n", "seeds", f"{baseline}", "method mean", "mean change", f"{(1 - alpha):.0%} CI",
                "run SD", "test p", "Wilcoxon p", "dz", "W/T/L", "Holm p", "BH p", "verdict"]
     comparisons: dict[tuple[str, str], dict[str, Any]] = {}
@@ -289,8 +291,8 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
                 continue
             result = paired_comparison([b_vals[k] for k in shared], [m_vals[k] for k in shared], n_boot=n_boot,
                                        ci=1 - alpha, labels=(baseline, method))
-            # The conclusion: runs are the unit (per-run scores on the shared examples, Welch t or
-            # an exact permutation test over runs); with one run per arm only the per-example view.
+            # The conclusion: runs are the unit (per-run scores on the shared examples, an exact
+            # permutation test over runs); with one run per arm only the per-example view.
             runs_level = None
             if min(len(cell), len(base_cell)) >= 2 and n_examples >= 1:
                 ids = [ex for ex in base if ex in m_vals] if unit == "examples" else None
@@ -298,8 +300,10 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
                                      float(r.record.test_score or 0.0) for r in c.values()]
                 runs_level = run_verdict(per_run(base_cell), per_run(cell), n_examples=max(1, n_examples),
                                          alpha=alpha, labels=(baseline, method))
+            floor = _placebo_floor(cells.get((task, PLACEBO_METHOD)), cell, per_run, alpha, (baseline, method)) \
+                if runs_level is not None and baseline == "seed" else None
             comparisons[(task, method)] = {"result": result, "seeds": (len(base_cell), len(cell)), "unit": unit,
-                                           "runs": runs_level,
+                                           "runs": runs_level, "floor": floor,
                                            "dropped": len(set(b_vals) ^ set(m_vals)) if unit == "examples" else 0,
                                            "seeds_separate": separates(seed_scores(cell), seed_scores(base_cell)),
                                            "enough_seeds": min(len(cell), len(base_cell)) >= 2}
@@ -322,6 +326,8 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
         d = decimals([res.mean_a, res.mean_b, res.mean_diff])
         rl = info["runs"]
         low, high = (rl.comparison.low, rl.comparison.high) if rl else (res.ci_low, res.ci_high)
+        if info["floor"] is not None:
+            low, high = info["floor"].low, info["floor"].high
         run_sd = (f"{fmt(rl.comparison.run_sd_base, d)}/{fmt(rl.comparison.run_sd_cur, d)}" if rl else "n/a (1 run)")
         rows.append([Cell(task), Cell(method), Cell(f"{res.n} {info['unit']}"),
                      Cell(f"{info['seeds'][0]}/{info['seeds'][1]}"),
@@ -335,13 +341,18 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
         reasons.append(f"{task}, {method}: {verdict}")
         data.append({"task": task, "method": method, "baseline": baseline, "unit": info["unit"], **res.as_dict(),
                      **(rl.as_dict() if rl else {"run_level": None}),
+                     "placebo_floor": info["floor"].as_dict() if info["floor"] is not None else None,
                      "seeds_baseline": info["seeds"][0], "seeds_method": info["seeds"][1],
                      "examples_unpaired": info["dropped"], "seed_ranges_separate": info["seeds_separate"],
                      "p_holm": corr["holm"], "p_fdr_bh": corr["fdr_bh"], "report_verdict": verdict})
     notes = [settings_note(runs),
              f"The unit of replication is the run: with >= 2 runs per arm the CI, test p and verdict compare "
-             f"per-run held-out scores (Welch t over runs on the shared examples; a single-instance task uses an "
-             f"exact permutation test over runs), and 'run SD' is the run-to-run SD of each arm ({baseline}/method). "
+             f"per-run held-out scores (an exact permutation test over runs on the shared examples, valid for any "
+             f"law of run outcomes), and 'run SD' is the run-to-run SD of each arm ({baseline}/method). When the "
+             f"study ran method {PLACEBO_METHOD!r} (neutral re-wordings of the seed, per seed), a method is compared "
+             f"with them instead (rule placebo-floor: an exact stratified permutation), so a verdict means 'beyond "
+             f"the seed's re-wording noise'; without them the seed's one score is the baseline and its wording's "
+             f"luck is not measured. "
              f"With one run per arm only the per-example view exists and the verdict says run variance is unknown. "
              f"Per-example columns (n, W/T/L, Wilcoxon p, dz) pair examples averaged over a cell's seeds (change = "
              f"method - {baseline}); a single-instance task pairs seeds. One run per arm: 0/1 scores use the exact "
@@ -361,13 +372,38 @@ def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: i
     return Table("heldout", f"Held-out paired comparison against {baseline}", columns, rows, notes, data)
 
 
+def _placebo_floor(placebo_cell: dict[int, Run] | None, cell: dict[int, Run], per_run, alpha: float,
+                   labels: tuple[str, str]) -> Contrast | None:
+    """Rule ``placebo-floor`` of ``cell``'s runs against the placebo draws of the same seeds (the
+    study ran method ``placebo``), else None: the seed's one draw is then the only baseline."""
+    if not placebo_cell:
+        return None
+    floors: dict[int, list[float]] = {}
+    for placebo_seed, value in zip(placebo_cell, per_run(placebo_cell)):
+        floors.setdefault(stratum(placebo_seed), []).append(value)
+    if not all(floors.get(s) for s in cell):
+        return None
+    replayed = len({r.record.final_candidate_id for r in cell.values()}) == 1 and len(cell) > 1
+    return beyond_placebo(floors, dict(zip(cell, per_run(cell))), n_examples=2, alpha=alpha,
+                          labels=("placebo", labels[1]), label=f"{labels[1]} vs {labels[0]}", replayed=replayed)
+
+
 def _test_p(info: dict[str, Any]) -> float:
-    """The p-value a comparison's conclusion rests on: run-level when there are runs to compare,
-    else the per-example exact test (McNemar for 0/1, Wilcoxon otherwise)."""
+    """The p-value a comparison's conclusion rests on: the placebo floor when the study ran one,
+    else run-level when there are runs to compare, else the per-example exact test (McNemar for
+    0/1, Wilcoxon otherwise)."""
+    if info.get("floor") is not None:
+        return info["floor"].p
     return info["runs"].p if info["runs"] is not None else info["result"].exact_p
 
 
 def _verdict(res, corr: dict[str, float], info: dict[str, Any], alpha: float) -> str:
+    floor = info.get("floor")
+    if floor is not None:
+        if floor.decided and not corr["holm_reject"]:
+            return (f"cannot separate after Holm correction (p={corr['holm']:.3g} >= {alpha:g}); "
+                    + floor.sentence.split(": ", 1)[1])
+        return floor.sentence.split(": ", 1)[1]
     rl = info["runs"]
     if rl is None:
         head = "cannot separate: 1 run per arm says nothing about run-to-run variance (need >= 2 seeds per arm)"
