@@ -1023,7 +1023,7 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
 # -- protocol ------------------------------------------------------------------------------------
 # The protocol's own flags: with --study they come from the file (a key per flag), never both.
 GENERALISATION_DEFAULTS = {"profile": "topic-disjoint", "seeds": "0,1,2", "policy": "standard"}
-GENERALISATION_FLAGS = ("task", "profile", "optimizer", "seeds", "budget", "variants", "allow_topic_shared",
+GENERALISATION_FLAGS = ("task", "profile", "optimizer", "seeds", "budget", "variants", "allow_topic_shared", "placebo_draws",
                         "run_dir", "policy", "worker_model", "architect_model", "base_url",
                         "cache_dir", "tolerance", "data_dir", "allow_drift")
 
@@ -1044,6 +1044,9 @@ def protocol_generalisation_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"verifier variants to ablate, comma-separated (default: none): {describe_variants()}")
     p.add_argument("--allow-topic-shared", action="store_true",
                    help="run on a profile not proven topic-disjoint (recorded; every reading then says NOT PROVEN)")
+    p.add_argument("--placebo-draws", type=_number(int, 1, "--placebo-draws"), default=None,
+                   help="neutral re-wordings of the seed scored per seed, the noise floor of the verdicts against "
+                   "the seed (default: as many as the exact test needs at the seed count: 3 seeds x 7, 5 x 3, 10 x 1)")
     p.add_argument("--run-dir", default=None, help="the protocol's folder (resumable: re-run the command to "
                    "continue; required without --study)")
     p.add_argument("--plan", action="store_true", help="print every session, the metric calls and what the design "
@@ -1081,7 +1084,7 @@ def generalisation_from_args(args: argparse.Namespace):
     variants = tuple(v.strip() for v in (args.variants or "").split(",") if v.strip())
     return GeneralisationSpec(task=args.task, profile=args.profile, optimizer=method,
                               seeds=tuple(parse_seeds(args.seeds)), budget=args.budget, variants=variants,
-                              allow_topic_shared=args.allow_topic_shared,
+                              allow_topic_shared=args.allow_topic_shared, placebo_draws=args.placebo_draws or 0,
                               options={"tolerance": args.tolerance} if args.tolerance is not None else {})
 
 

@@ -55,11 +55,12 @@ from heldout.benchmarks.loading import Task, load_task
 from heldout.contracts import HeldoutError, read_user_toml, write_text_atomically
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, read_entries
 from heldout.evaluators.records import RunRecord
-from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
+from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, describe_detectable, holm
 from heldout.protocols.leakage import (HELD_OUT_ROW, SUBSETS, Ablation, MethodAblation, ablate, find_records,
                                        reading_signs, scan_candidate, split_verdict)
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
     check_infrastructure, open_study, run_study
+from heldout.protocols.placebo import PLACEBO_METHOD, draws_for, floor_values, placebo_seeds
 from heldout.protocols.splits import PROBE, check_profile
 from heldout.protocols.study import parse_methods, refused_trust
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
@@ -98,10 +99,16 @@ class GeneralisationSpec:
     variants: tuple[str, ...] = ()
     allow_topic_shared: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    placebo_draws: int = 0
+    """Neutral re-wordings of the seed scored per seed (the noise floor); 0: as many as the three
+    verdicts need (:func:`heldout.protocols.placebo.draws_for`)."""
+
+    def draws(self) -> int:
+        return self.placebo_draws or draws_for(len(self.seeds), family=3)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "optimizer": self.optimizer.describe(), "seeds": list(self.seeds),
-                "variants": list(self.variants)}
+                "variants": list(self.variants), "placebo_draws": self.draws()}
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,7 @@ FILE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "budget": ((int,), "metric calls per session"),
     "variants": ((list,), "verifier variants to ablate (default none)"),
     "allow_topic_shared": ((bool,), "run on a profile not proven topic-disjoint"),
+    "placebo_draws": ((int,), "neutral re-wordings of the seed scored per seed (default: as the test needs)"),
     "options": ((dict,), "task options (tolerance, max_tokens)"),
     "policy": ((str,), "visibility policy"),
     "models": ((dict,), "worker, architect, base_url, cache_dir"),
@@ -164,11 +172,13 @@ def load_generalisation_file(path: str | Path) -> GeneralisationFile:
         raise GeneralisationError(f"{origin}: unknown key 'models.{unknown[0]}' (allowed: {', '.join(MODEL_KEYS)})")
     if data["budget"] < 1:
         raise GeneralisationError(f"{origin}: budget must be >= 1, got {data['budget']}")
+    if not 0 <= data.get("placebo_draws", 0) <= 99:
+        raise GeneralisationError(f"{origin}: placebo_draws must be 1..99, got {data['placebo_draws']}")
     (method,) = parse_methods([data["optimizer"]], [])
     spec = GeneralisationSpec(task=data["task"], profile=data.get("profile", "topic-disjoint"), optimizer=method,
                               seeds=tuple(seeds), budget=data["budget"], variants=tuple(variants),
                               allow_topic_shared=data.get("allow_topic_shared", False),
-                              options=dict(data.get("options", {})))
+                              placebo_draws=data.get("placebo_draws", 0), options=dict(data.get("options", {})))
     settings = {MODEL_KEYS[k]: v for k, v in data.get("models", {}).items()}
     settings.update({k: data[k] for k in ("policy", "data_dir", "allow_drift") if k in data})
     return GeneralisationFile(spec=spec, run_dir=data["run_dir"], settings=settings)
@@ -224,7 +234,7 @@ class GeneralisationPlan:
 
     def optimisation_budget(self) -> int:
         """Metric calls the optimizer may spend in the study (the seed method spends none)."""
-        return sum(c.budget for c in self.cells if c.method.name != SEED_METHOD)
+        return sum(c.budget for c in self.cells if c.method.name not in (SEED_METHOD, PLACEBO_METHOD))
 
     def detectable(self, alpha: float = DEFAULT_ALPHA) -> list[str]:
         """What the design can detect (:func:`heldout.protocols.decide.describe_detectable`), per
@@ -232,8 +242,9 @@ class GeneralisationPlan:
         n = len(self.spec.seeds)
         n_val, n_test = self.sizes.get("val", 0), self.sizes.get("test", 0)
         selection = n_val or self.sizes.get("train", 0)
-        lines = ["held-out comparison (3 verdicts, Holm): "
-                 + describe_detectable(n, family=3, n_examples=max(1, min(selection, n_test)), alpha=alpha),
+        lines = ["held-out comparison (3 verdicts against the placebo floor, Holm): "
+                 + describe_detectable(n, family=3, n_examples=max(1, min(selection, n_test)), alpha=alpha,
+                                       placebo_draws=self.spec.draws()),
                  f"topic-shared ablation (up to {len(SUBSETS)} rows, Holm): "
                  + describe_detectable(n, family=len(SUBSETS), n_examples=max(1, n_test), alpha=alpha)]
         if self.verifier_plan is not None:
@@ -248,10 +259,12 @@ class GeneralisationPlan:
                  f"{self.spec.budget} metric calls per session",
                  f"split check: {split.verdict}" + (" (allowed by --allow-topic-shared; every reading says NOT PROVEN)"
                                                      if split.allowed_topic_shared else ""),
-                 f"study sessions ({len(self.cells)}) under {root / RUNS_DIR}:",
+                 f"study sessions ({len(self.cells)}, of which {self.spec.draws() * len(self.spec.seeds)} placebo "
+                 f"draws: {self.spec.draws()} neutral re-wording(s) of the seed per seed, the noise floor of every "
+                 f"verdict against the seed) under {root / RUNS_DIR}:",
                  f"  {'task':<28} {'method':<20} {'seed':>4} {'budget':>7}  run dir"]
         for c in self.cells:
-            spend = 0 if c.method.name == SEED_METHOD else c.budget
+            spend = 0 if c.method.name in (SEED_METHOD, PLACEBO_METHOD) else c.budget
             lines.append(f"  {c.task:<28} {c.method.name:<20} {c.seed:>4} {spend:>7}  {c.run_dir(root / RUNS_DIR)}")
         harness = len(self.cells) * (self.sizes.get("test", 0) + self.sizes.get("val", 0))
         verifier_calls = 0
@@ -287,7 +300,10 @@ def plan_generalisation(spec: GeneralisationSpec, *, data_dir: str | None = None
     split = prove_split(task, spec.allow_topic_shared)
     methods = [Method(SEED_METHOD, SEED_METHOD), spec.optimizer]
     cells = tuple(build_cells([task.name], methods, list(spec.seeds), {task.name: spec.budget}, spec.profile,
-                              dict(spec.options)))
+                              dict(spec.options))
+                  + build_cells([task.name], [Method(PLACEBO_METHOD, PLACEBO_METHOD)],
+                                placebo_seeds(spec.seeds, spec.draws()), {task.name: spec.budget}, spec.profile,
+                                dict(spec.options)))
     verifier_plan = (plan_ablation(task.name, spec.optimizer, spec.variants, spec.seeds, spec.budget,
                                    profile=spec.profile, options=dict(spec.options), data_dir=data_dir,
                                    allow_drift=allow_drift) if spec.variants else None)
@@ -297,19 +313,25 @@ def plan_generalisation(spec: GeneralisationSpec, *, data_dir: str | None = None
 # -- step 3: the held-out comparison ---------------------------------------------------------------
 @dataclass(frozen=True)
 class SeedGain:
+    """One seed: the seed candidate's scores (its one draw), the mean scores of that seed's placebo
+    draws (the noise floor; None without draws) and the final candidate's. Gains are over the
+    floor when it exists, else over the seed."""
+
     seed: int
     seed_val: float
     final_val: float
     seed_test: float
     final_test: float
+    floor_val: float | None = None
+    floor_test: float | None = None
 
     @property
     def val_gain(self) -> float:
-        return self.final_val - self.seed_val
+        return self.final_val - (self.seed_val if self.floor_val is None else self.floor_val)
 
     @property
     def heldout_gain(self) -> float:
-        return self.final_test - self.seed_test
+        return self.final_test - (self.seed_test if self.floor_test is None else self.floor_test)
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "val_gain": self.val_gain, "heldout_gain": self.heldout_gain,
@@ -318,12 +340,14 @@ class SeedGain:
 
 @dataclass
 class HeldoutComparison:
-    """Validation gain against held-out gain, per seed and pooled, with the three verdicts."""
+    """Validation gain against held-out gain, per seed and pooled, with the three verdicts (rule
+    ``placebo-floor``: each against that seed's neutral re-wordings of the seed)."""
 
     per_seed: list[SeedGain]
     heldout: Contrast
     validation: Contrast
     gap: Contrast
+    placebo_draws: dict[int, int] = field(default_factory=dict)
 
     def pooled(self, key: str) -> float:
         values = [getattr(g, key) for g in self.per_seed]
@@ -333,17 +357,31 @@ class HeldoutComparison:
         return {"per_seed": [g.as_dict() for g in self.per_seed],
                 "pooled": {"val_gain": self.pooled("val_gain"), "heldout_gain": self.pooled("heldout_gain")},
                 "heldout": self.heldout.as_dict(), "validation": self.validation.as_dict(),
-                "gap": self.gap.as_dict()}
+                "gap": self.gap.as_dict(), "placebo_draws": {str(k): v for k, v in self.placebo_draws.items()}}
+
+
+def _mean(values: Sequence[float] | None) -> float | None:
+    return float(sum(values) / len(values)) if values else None
 
 
 def compare_heldout(records: Sequence[RunRecord], optimizer: str, sizes: dict[str, int],
                     alpha: float = DEFAULT_ALPHA) -> HeldoutComparison:
-    """Per seed, the optimizer's final candidate against the seed candidate of the same seed (see
-    the module docstring, step 3); the verdicts are one Holm family of three."""
+    """Per seed, the optimizer's final candidate against that seed's placebo draws (neutral
+    re-wordings of the seed candidate, :mod:`heldout.protocols.placebo`): held-out score,
+    validation score, and the validation-minus-held-out gap, each by rule ``placebo-floor``; the
+    verdicts are one Holm family of three. The seed candidate's own scores are kept as description."""
     by = {(r.method, r.seed): r for r in records}
     seeds = sorted(s for m, s in by if m == optimizer and (SEED_METHOD, s) in by)
     if not seeds:
         raise GeneralisationError(f"no seed with finished runs of both {optimizer!r} and {SEED_METHOD!r}")
+    floor_test = floor_values(records, lambda r: r.test_score, seeds)
+    floor_val = floor_values(records, lambda r: r.val_score, seeds)
+    floor_gap = floor_values(records, lambda r: None if r.val_score is None or r.test_score is None
+                             else r.val_score - r.test_score, seeds)
+    missing = [s for s in seeds if not floor_test.get(s)]
+    if missing:
+        raise GeneralisationError(f"seed(s) {missing} have no finished placebo draw: the verdicts against the seed "
+                                  "need its noise floor (re-run the same command to continue)")
     gains = []
     for s in seeds:
         final, base = by[(optimizer, s)], by[(SEED_METHOD, s)]
@@ -351,29 +389,22 @@ def compare_heldout(records: Sequence[RunRecord], optimizer: str, sizes: dict[st
         if any(v is None for v in values):
             raise GeneralisationError(f"seed {s}: a run record lacks its val or held-out score (the profile needs "
                                       "val and test examples)")
-        gains.append(SeedGain(s, *(float(v) for v in values)))  # type: ignore[arg-type]
+        gains.append(SeedGain(s, *(float(v) for v in values), floor_val=_mean(floor_val.get(s)),  # type: ignore[arg-type]
+                              floor_test=_mean(floor_test.get(s))))
     n_val, n_test = max(1, sizes.get("val", 1)), max(1, sizes.get("test", 1))
     # A seed-blind optimizer returns one candidate in every seed: its seeds re-score one run.
-    replayed = all(len({by[(m, s)].final_candidate_id for s in seeds}) == 1 for m in (optimizer, SEED_METHOD))
-    def per_example(split: str) -> dict[int, dict[str, tuple[float, float]]]:
-        """Per seed, example id -> (seed candidate's score, final candidate's score) on ``split``."""
-        out = {}
-        for s in seeds:
-            base, final = by[(SEED_METHOD, s)].verdict_scores(split), by[(optimizer, s)].verdict_scores(split)
-            out[s] = {ex: (base[ex], final[ex]) for ex in base if ex in final}
-        return out
-
-    held = contrast({g.seed: g.seed_test for g in gains}, {g.seed: g.final_test for g in gains}, n_examples=n_test,
-                    alpha=alpha, labels=(SEED_METHOD, optimizer), label="held-out gain", replayed=replayed,
-                    examples=per_example("test"))
-    val = contrast({g.seed: g.seed_val for g in gains}, {g.seed: g.final_val for g in gains}, n_examples=n_val,
-                   alpha=alpha, labels=(SEED_METHOD, optimizer), label="validation gain", replayed=replayed,
-                   examples=per_example("val"))
-    gap = contrast({g.seed: g.heldout_gain for g in gains}, {g.seed: g.val_gain for g in gains},
-                   n_examples=min(n_val, n_test), alpha=alpha, labels=("held-out gain", "validation gain"),
-                   label="validation-minus-held-out gap", replayed=replayed)
+    replayed = len({by[(optimizer, s)].final_candidate_id for s in seeds}) == 1 and len(seeds) > 1
+    labels = ("placebo", optimizer)
+    held = beyond_placebo(floor_test, {g.seed: g.final_test for g in gains}, n_examples=n_test, alpha=alpha,
+                          labels=labels, label="held-out gain", replayed=replayed)
+    val = beyond_placebo(floor_val, {g.seed: g.final_val for g in gains}, n_examples=n_val, alpha=alpha,
+                         labels=labels, label="validation gain", replayed=replayed)
+    gap = beyond_placebo(floor_gap, {g.seed: g.final_val - g.final_test for g in gains},
+                         n_examples=min(n_val, n_test), alpha=alpha, labels=labels,
+                         label="validation-minus-held-out gap", replayed=replayed)
     held, val, gap = holm([held, val, gap], alpha)
-    return HeldoutComparison(per_seed=gains, heldout=held, validation=val, gap=gap)
+    return HeldoutComparison(per_seed=gains, heldout=held, validation=val, gap=gap,
+                             placebo_draws={s: len(floor_test.get(s, [])) for s in seeds})
 
 
 # -- step 6: the prompt autopsy --------------------------------------------------------------------
@@ -519,16 +550,20 @@ GAP_READINGS: tuple[GapReading, ...] = (
                "Memorisation: the answer key pays on the training questions it encodes (decided) while held-out "
                "topics do not gain."),
     GapReading("transfer", None, "+", "+-0", True,
-               "Transfer: the held-out gain is decided on a proven topic-disjoint split."),
+               "Transfer: the held-out gain beyond the seed's re-wording noise is decided on a proven "
+               "topic-disjoint split."),
     GapReading("heldout-gain-not-proven", None, "+", "+-0", False,
-               "The held-out gain is decided, but the split is not proven topic-disjoint: it cannot be told from "
+               "The held-out gain beyond the seed's re-wording noise is decided, but the split is not proven "
+               "topic-disjoint: it cannot be told from "
                "a topic-level key, so it is not called transfer."),
     GapReading("selection", False, "0-", "+", None,
-               "The validation gain overstates the held-out gain (the gap is decided) and no answer key earns a "
-               "decided gain: selection on validation, not a key this protocol measures."),
+               "The validation score overstates the held-out score by more than re-wording the seed does (the gap "
+               "is decided) and no answer key earns a decided gain: selection on validation, not a key this "
+               "protocol measures."),
     GapReading("undecided", False, "0", "0", None,
-               "Undecided: no answer key earns a decided gain and neither the held-out gain nor the gap separates, "
-               "so at these seeds memorisation, selection noise and transfer cannot be told apart."),
+               "Undecided: no answer key earns a decided gain and neither the held-out gain nor the gap separates "
+               "from the seed's re-wording noise, so at these seeds memorisation, selection noise and transfer "
+               "cannot be told apart."),
     GapReading("no-answer", None, "+-0", "+-0", None,
                "No single answer: the verdicts that separate (listed above) fit neither memorisation, selection on "
                "validation nor transfer."),
@@ -581,7 +616,9 @@ def read_protocol(result: GeneralisationResult) -> tuple[list[Sentence], str]:
     else:
         out.append(Sentence(f"NOT PROVEN topic-disjoint ({split.verdict}); run with --allow-topic-shared, so no "
                             "held-out gain below is called a rule or transfer.", "split check"))
-    out.append(Sentence(f"Pooled over {len(comp.per_seed)} seed(s), the validation gain is "
+    draws = sorted(set(comp.placebo_draws.values()))
+    out.append(Sentence(f"Pooled over {len(comp.per_seed)} seed(s), the validation gain over the placebo floor (each "
+                        f"seed's {'/'.join(map(str, draws))} neutral re-wording(s) of the seed) is "
                         f"{comp.pooled('val_gain'):+.3f} and the held-out gain {comp.pooled('heldout_gain'):+.3f}.",
                         "table: validation gain vs held-out gain, pooled row"))
     for c in (comp.heldout, comp.validation, comp.gap):

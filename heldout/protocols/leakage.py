@@ -45,7 +45,8 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.protocols.leak_scan import (LeakScan, MatchedSpan, ScanRules, candidate_text, scan_candidate,
                                          scan_examples)
-from heldout.protocols.decide import RULES, Contrast, contrast, holm, replicates_nothing
+from heldout.protocols.decide import RULES, Contrast, beyond_placebo, contrast, holm, replicates_nothing
+from heldout.protocols.placebo import PLACEBO_METHOD, stratum
 from heldout.protocols.splits import PROBE, SplitCheck, check_profile
 from heldout.protocols.stats import mean_interval, two_level_bootstrap
 from heldout.protocols.stats.paired import wilcoxon_p
@@ -136,12 +137,14 @@ class SubsetGain:
 
 def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]], *, n_boot: int = 4000,
                 ci: float = 0.95, seed: int = 0, seeds: Sequence[int] | None = None,
-                replayed: bool = False) -> SubsetGain:
+                replayed: bool = False, floors: Sequence[Sequence[float]] | None = None) -> SubsetGain:
     """``cells[s]`` maps example id -> (baseline score, final score) for seed ``seeds[s]``
     (default: the position). The verdict is the seed-paired contrast of the per-seed means (a
     family of one here: :func:`ablate` Holm-adjusts every row it prints together); ``replayed``:
     every seed's baseline and final candidates are the same ones (see
-    :func:`heldout.protocols.decide.replicates_nothing`)."""
+    :func:`heldout.protocols.decide.replicates_nothing`). ``floors[s]``: the subset's mean score
+    under each placebo draw of seed ``seeds[s]`` (neutral re-wordings of the seed); when every
+    seed has some, the verdict is rule ``placebo-floor`` against them instead of the seed's one draw."""
     seed_ids = list(range(len(cells))) if seeds is None else [int(s) for s in seeds]
     if len(seed_ids) != len(cells):
         raise HeldoutError(f"subset_gain: {len(cells)} cells for {len(seed_ids)} seeds")
@@ -150,9 +153,15 @@ def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]],
     if kept:
         base_means = {sid: float(np.mean([v[0] for v in c.values()])) for sid, c in kept}
         final_means = {sid: float(np.mean([v[1] for v in c.values()])) for sid, c in kept}
-        contrast_ = contrast(base_means, final_means, n_examples=min(len(c) for c in cells),
-                             labels=("baseline", "final"), label=subset, alpha=1 - ci, replayed=replayed,
-                             examples=dict(kept))
+        by_seed = dict(zip(seed_ids, floors)) if floors is not None else {}
+        if by_seed and all(by_seed.get(sid) for sid, _ in kept):
+            contrast_ = beyond_placebo({sid: by_seed[sid] for sid, _ in kept}, final_means,
+                                       n_examples=min(len(c) for c in cells), labels=("placebo", "final"),
+                                       label=subset, alpha=1 - ci, replayed=replayed)
+        else:
+            contrast_ = contrast(base_means, final_means, n_examples=min(len(c) for c in cells),
+                                 labels=("baseline", "final"), label=subset, alpha=1 - ci, replayed=replayed,
+                                 examples=dict(kept))
     else:
         contrast_ = None
     ids = sorted({i for c in cells for i in c})
@@ -350,7 +359,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
                              "(build one with `heldout split build --probe K`)")
             group_records = [r for r in records if (r.task, r.profile) == (task_name, profile)]
             # placebo draws are the baseline's noise floor, not a method under study
-            names = sorted({r.method for r in group_records if r.method != baseline})
+            names = sorted({r.method for r in group_records if r.method not in (baseline, PLACEBO_METHOD)})
             for method in names:
                 runs = sorted((r for r in group_records if r.method == method), key=lambda r: r.seed)
                 m = _ablate_method(task, method, runs, group_records, baseline, scoring, n_boot)
@@ -384,6 +393,7 @@ def _baseline_for(task: Task, rec: RunRecord, group_records: Sequence[RunRecord]
 def _ablate_method(task: Task, method: str, runs: Sequence[RunRecord], group_records: Sequence[RunRecord],
                    baseline: str, scoring: _AblationScorer, n_boot: int) -> MethodAblation:
     by_subset: dict[str, list[dict[str, tuple[float, float]]]] = {s: [] for s in SUBSETS}
+    floors: dict[str, list[list[float]]] = {s: [] for s in SUBSETS}
     val_gains, shares, families, flags = [], [], [], []
     candidates: set[tuple[str, str]] = set()  # (baseline, final) ids over seeds
     probe_groups = {ex.id: ex.group for ex in task.splits.get(PROBE, [])}
@@ -409,6 +419,15 @@ def _ablate_method(task: Task, method: str, runs: Sequence[RunRecord], group_rec
         by_subset["train_encoded"].append({i: v for i, v in pairs["train"].items() if i in encoded})
         by_subset["probe_memorised"].append({i: v for i, v in pairs[PROBE].items() if probe_groups[i] in memorised})
         by_subset["probe_other"].append({i: v for i, v in pairs[PROBE].items() if probe_groups[i] not in memorised})
+        # the seed's noise floor: this seed's placebo draws scored on the very same questions
+        draws = [dict(r.final_candidate) for r in group_records if baseline == "seed" and r.method == PLACEBO_METHOD
+                 and r.status == "ok" and r.final_candidate and stratum(r.seed) == rec.seed]
+        placebo_scores = [{pool: scoring.scores(task, d, pool) if pool in task.splits else {}
+                           for pool in ("test", "train", PROBE)} for d in draws]
+        for name, pool in (("test", "test"), ("train", "train"), ("train_encoded", "train"),
+                           ("probe_memorised", PROBE), ("probe_other", PROBE)):
+            ids = list(by_subset[name][-1])
+            floors[name].append([float(np.mean([ps[pool][i] for i in ids])) for ps in placebo_scores] if ids else [])
         final_val = rec.verdict_scores("val")
         base_val = base_rec.verdict_scores("val") if base_rec is not None else (
             scoring.scores(task, base_cand, "val") if task.splits.get("val") else {})
@@ -416,7 +435,8 @@ def _ablate_method(task: Task, method: str, runs: Sequence[RunRecord], group_rec
         if common:
             val_gains.append(float(np.mean([final_val[i] - base_val[i] for i in common])))
     seeds = [r.seed for r in runs]
-    rows = [subset_gain(s, by_subset[s], n_boot=n_boot, seeds=seeds, replayed=len(candidates) == 1) for s in SUBSETS]
+    rows = [subset_gain(s, by_subset[s], n_boot=n_boot, seeds=seeds, replayed=len(candidates) == 1,
+                        floors=floors[s]) for s in SUBSETS]
     return MethodAblation(task=task.name, profile=task.profile, method=method, seeds=seeds,
                           rows=rows, val_gain=float(np.mean(val_gains)) if val_gains else None,
                           key_share=shares, families_memorised=families, red_flags=flags)
