@@ -171,3 +171,27 @@ def test_a_method_option_the_plugin_does_not_take_is_one_line_in_the_flags_words
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "takes no option stream" in done.stderr and "methods[" not in done.stderr
     assert "trusted_optimizer" not in done.stderr and not (cwd / "study").exists()
+
+
+def test_a_src_layout_editable_plugin_is_found_in_its_src_folder(installed, decoy_cwd, tmp_path):
+    # a src layout: setuptools installs it editable as a .pth naming src/ (or a finder); both are read as text
+    python, _ = installed
+    cwd, markers = decoy_cwd
+    project = tmp_path / "rs-src"
+    (project / "src" / "rs_src").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(PYPROJECT.replace('name = "rs-opt"', 'name = "rs-src"')
+                                            .replace('rs-search = "rs_opt.search:optimize"',
+                                                     'rs-src-search = "rs_src.search:optimize"')
+                                            .replace('packages = ["rs_opt"]',
+                                                     'packages = ["rs_src"]\npackage-dir = {"" = "src"}'))
+    (project / "src" / "rs_src" / "__init__.py").write_text("")
+    (project / "src" / "rs_src" / "search.py").write_text("def optimize(view, seed):\n    return view.seed_candidate\n")
+    pip = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+                          "--disable-pip-version-check", "-q", "-e", str(project)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    code = "from heldout.optimizers import locate_target\nprint(locate_target('rs-src-search').file)\n"
+    done = subprocess.run([python, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert Path(done.stdout.strip()) == project / "src" / "rs_src" / "search.py"
+    assert list(markers.iterdir()) == []

@@ -136,8 +136,9 @@ def distribution_search(dist: Distribution) -> tuple[list[str], dict[str, str]]:
         if file.suffix == ".pth" and where.is_file():
             for line in where.read_text(encoding="utf-8", errors="replace").splitlines():
                 line = line.strip()
-                if line and not line.startswith(("#", "import ", "import\t")) and os.path.isdir(line):
-                    folders.append(line)
+                folder = os.path.join(where.parent, line)  # as site reads it: relative to the .pth's dir
+                if line and not line.startswith(("#", "import ", "import\t")) and os.path.isdir(folder):
+                    folders.append(folder)
         elif file.name.startswith("__editable__") and file.name.endswith("_finder.py") and where.is_file():
             mapping.update(_editable_mapping(where))
     installed = str(dist.locate_file(""))
