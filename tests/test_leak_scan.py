@@ -170,7 +170,7 @@ def test_self_written_examples_on_a_small_vocabulary_task_are_within_chance(data
 def test_verbatim_test_items_on_a_small_vocabulary_task_are_still_a_red_flag(data_dir, tmp_path, capsys):
     task = heldout.load_task(BBH, "default", data_dir=data_dir)
     seed = task.benchmark.seed_candidate()["instruction"]
-    text = seed + "\n" + "\n".join(_line(ex) for ex in task.split("test")[:5])
+    text = seed + "\n" + "\n".join(_line(ex) for ex in task.split("test")[:20])
     code, out = scan_cli(tmp_path, capsys, text, BBH, "default", "--data-dir", str(data_dir))
     assert code == 1 and "RED FLAG" in out and "p 0.005 <= alpha 0.01" in out, out
 

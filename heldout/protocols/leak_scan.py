@@ -287,33 +287,46 @@ class ExampleIndex:
               ) -> tuple[set[int], dict[int, list[MatchedSpan]]]:
         """(training cover, unexplained held-out matches by item): the cover is the words of the
         ``explaining`` training items' matches (all training items by default); a held-out match
-        inside it is explained by training text; a val question is never held-out overlap."""
+        inside it is explained by training text, and a short answer counts only near a question
+        run training text does not explain (near an explained one, any "false" after a training
+        question would be a held-out answer). A val question is never held-out overlap."""
         cover: set[int] = set()
         for i, spans in found.items():
             if self.items[i].pool == TRAIN and (explaining is None or i in explaining):
                 for s in spans:
                     cover.update(range(s.start, s.end))
+
+        def explained(s: MatchedSpan) -> bool:
+            return all(p in cover for p in range(s.start, s.end))
+
+        window = self.rules.window
         held: dict[int, list[MatchedSpan]] = {}
         for i, spans in found.items():
             item = self.items[i]
             if item.pool == TRAIN:
                 continue
-            kept = [s for s in spans if not (item.pool == "val" and s.field == "question")
-                    and not all(p in cover for p in range(s.start, s.end))]
-            if kept and any(s.field != "family_context" for s in kept):
+            free_runs = [s for s in spans if s.field == "question" and not explained(s)]
+            kept = []
+            for s in spans:
+                if s.field == "answer" and len(item.answer) < self.rules.standalone_answer_words:
+                    if any(r.start - window <= s.start <= r.end + window for r in free_runs):
+                        kept.append(s)
+                elif not explained(s) and not (item.pool == "val" and s.field == "question"):
+                    kept.append(s)
+            if any(s.field != "family_context" for s in kept):
                 held[i] = kept
         return cover, held
 
     def strength(self, i: int, spans: Sequence[MatchedSpan]) -> tuple[float, tuple[int, int]]:
         """How much of item ``i`` a text holds: its longest question run's share of the question,
-        plus 1 when its answer matched; and where: the answer's span, else the run's (items
+        plus 1 when its answer matched; and where: the run's span, else the answer's (items
         sharing that span, e.g. every item of a family answered by one key line, or every
         question answered "ii and iv only", are one piece of evidence)."""
         n = len(self.items[i].question) or 1
         runs = [s for s in spans if s.field == "question"]
         run = max(runs, key=lambda s: s.end - s.start, default=None)
         answer = next((s for s in spans if s.field in ("answer", "family_answer")), None)
-        where = answer or run
+        where = run or answer
         assert where is not None  # held-out matches hold a question run or an answer
         share = min((run.end - run.start) / n, 1.0) if run is not None else 0.0
         return share + float(answer is not None), (where.start, where.end)
