@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +19,7 @@ from heldout.cli import main
 from heldout.evaluators.ledger import GENESIS, HEAD_PURPOSE, entry_hash, head_payload
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.signing import SigningKey, load_signing_key, write_new_key
+import heldout.reports.verify as verify
 from heldout.reports.verify import EXIT_CODES
 
 TASK_DIR = "lockpicking__six"
@@ -120,6 +122,33 @@ def test_a_copy_of_a_real_study_re_derives_exactly_on_the_reviewers_side(study, 
                for run in RUNS), out
     assert "copy-of-study/report/results.json: re-derived exactly" in out
     assert out.splitlines()[-1].startswith("VERIFIED: every number of 4 run(s) and 1 report(s) re-derives")
+
+
+def test_a_reviewers_bundle_re_derives_exactly_with_its_manifests(study, writer, tmp_path, reviewer, monkeypatch):
+    """`heldout bundle` keeps run dirs under runs/<name> and the report under report/: verify finds
+    each run dir the report names there, and checks the examples against the bundled manifest."""
+    archive = tmp_path / "study.tar.gz"
+    assert main(["-q", "bundle", str(study), "--report", str(study / "report"), "--out", str(archive)]) == 0
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    bundle = tmp_path / "unpacked" / "heldout-bundle"
+    code, out = reviewer(bundle, "--json")
+    found = json.loads(out)
+    assert code == 0 and found["verdict"] == "VERIFIED", out
+    assert [r["path"] for r in found["reports"]] == [str(bundle / "report" / "results.json")]
+    assert len(found["runs"]) == 4 and all(r["signer"] == "writer" and not r["notes"] for r in found["runs"])
+    # a task whose manifest this heldout lacks is checked against the bundle's copy, which must match the record
+    def no_manifest_here(task, profile):
+        raise verify.HeldoutError(f"no manifest for {task} here")
+    monkeypatch.setattr(verify, "manifest_holding", no_manifest_here)
+    code, out = reviewer(bundle, "--json")
+    assert code == 0 and not any(r["notes"] for r in json.loads(out)["runs"]), out
+    manifest = next((bundle / "manifests").rglob("*.json"))
+    forged = json.loads(manifest.read_text())
+    forged["profiles"]["default"]["test"] = forged["profiles"]["default"]["test"][:-1]  # one held-out example fewer
+    manifest.write_text(json.dumps(forged))
+    code, out = reviewer(bundle, "--json")
+    assert all("its examples are not checked" in r["notes"][0] for r in json.loads(out)["runs"]), out  # not used
 
 
 def test_without_the_writers_key_every_number_still_re_derives_but_nothing_is_called_authentic(study, tmp_path,

@@ -184,8 +184,9 @@ def results(report: Report, out_dir: str | Path | None = None) -> dict[str, Any]
     runs = report.runs
     derivation = dict(report.derived_from)
     if out_dir is not None and derivation:
-        derivation["run_dirs"] = [{"given": given, "from_report": os.path.relpath(os.path.abspath(given),
-                                                                                  os.path.abspath(out_dir))}
+        # the folder's own name too: a bundle keeps each run dir under runs/<its name> (reports/bundle.py)
+        derivation["run_dirs"] = [{"given": given, "name": Path(given).resolve().name,
+                                   "from_report": os.path.relpath(os.path.abspath(given), os.path.abspath(out_dir))}
                                   for given in derivation["run_dirs"]]
     return {
         DERIVED_FROM: derivation,

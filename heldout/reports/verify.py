@@ -47,12 +47,13 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from heldout.benchmarks.loading import manifest_holding
 from heldout.benchmarks.registry import get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL
 from heldout.contracts import HeldoutError, Verdict, is_infrastructure_failure, read_user_json
+from heldout.data_manifests import Manifest
 from heldout.evaluators.authenticity import RunAuthenticity, verify_run
 from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries
 from heldout.evaluators.records import RECORD_FILE, RunRecord, manifest_digest
@@ -61,6 +62,7 @@ from heldout.reports.collect import find_run_dirs, protocol_folder
 from heldout.reports.render import DERIVED_FROM, build_report, json_safe, results
 
 RESULTS_FILE = "results.json"
+BUNDLE_INDEX = "bundle.json"
 EXIT_CODES = {"DIFFERS": 1, "TAMPERED": 5, "UNTRUSTED": 4, "UNSIGNED": 3, "VERIFIED": 0}
 _BY_AUTHENTICITY = {Authenticity.TAMPERED: "TAMPERED", Authenticity.UNTRUSTED: "UNTRUSTED",
                     Authenticity.UNSIGNED: "UNSIGNED", Authenticity.AUTHENTIC: "VERIFIED"}
@@ -180,16 +182,23 @@ def verify_study(root: str | Path, trusted: TrustedSigners, *, reports: Iterable
     if not root.is_dir():
         raise VerifyInputError(f"{root} is not a directory (a study dir, or a copy of one)")
     found = StudyVerification(root)
+    bundled = root / "manifests" if is_bundle(root) else None
     for run_dir in find_run_dirs([root]):
         if protocol_folder(run_dir) is not None:
             continue  # a protocol command's scoring, not a run: `heldout ledger verify` checks it
-        found.runs.append(verify_run_dir(run_dir, trusted))
+        found.runs.append(verify_run_dir(run_dir, trusted, bundled))
     if not found.runs:
         raise VerifyInputError(f"no run under {root} (looked for {RECORD_FILE} and {LEDGER_FILE})")
     given = [Path(p) for p in reports]
     for path in given or find_reports(root):
         found.reports.append(verify_report(path / RESULTS_FILE if path.is_dir() else path, root, data_dir))
     return found
+
+
+def is_bundle(root: Path) -> bool:
+    """An unpacked ``heldout bundle`` (heldout/reports/bundle.py): run dirs under ``runs/<name>``,
+    manifests under ``manifests/``, the report under ``report/``."""
+    return (root / BUNDLE_INDEX).is_file() and (root / "runs").is_dir()
 
 
 def find_reports(root: Path) -> list[Path]:
@@ -200,7 +209,7 @@ def find_reports(root: Path) -> list[Path]:
 
 
 # -- run records --------------------------------------------------------------------------------------
-def verify_run_dir(run_dir: Path, trusted: TrustedSigners) -> RunVerification:
+def verify_run_dir(run_dir: Path, trusted: TrustedSigners, bundled: Path | None = None) -> RunVerification:
     checked = RunVerification(run_dir, verify_run(run_dir, trusted))
     if not (run_dir / RECORD_FILE).exists():
         checked.notes.append("no run record (an unfinished session): it states no number")
@@ -212,7 +221,7 @@ def verify_run_dir(run_dir: Path, trusted: TrustedSigners) -> RunVerification:
         checked.notes.append(f"cannot re-derive: {exc}")  # the authenticity line says why (INVALID)
         return checked
     checked.differences += rederive_record(record, entries, run_dir / RECORD_FILE)
-    checked.differences += _example_set(record, entries, run_dir / RECORD_FILE, checked.notes)
+    checked.differences += _example_set(record, entries, run_dir / RECORD_FILE, checked.notes, bundled)
     return checked
 
 
@@ -285,8 +294,14 @@ def rederive_record(record: RunRecord, entries: Sequence[Mapping[str, Any]], whe
     return out
 
 
+def _manifest_sources(task: str, profile: str, bundled: Path | None) -> list[Callable[[], Any]]:
+    """Where to find the manifest to check a run against: this heldout's, then the bundle's copy
+    (safe to use: only one whose digest equals the one the run recorded is used)."""
+    return [lambda: manifest_holding(task, profile)] + ([lambda: Manifest.load(task, bundled)] if bundled else [])
+
+
 def _example_set(record: RunRecord, entries: Sequence[Mapping[str, Any]], where: Path,
-                 notes: list[str]) -> list[Difference]:
+                 notes: list[str], bundled: Path | None = None) -> list[Difference]:
     """The examples scored against the profile of the manifest the run recorded (see the rules)."""
     if record.status != "ok":
         return []
@@ -294,16 +309,21 @@ def _example_set(record: RunRecord, entries: Sequence[Mapping[str, Any]], where:
         notes.append("scored under a data-drift override: its examples are not checked against the manifest")
         return []
     recorded = (record.experiment.get("manifest") or {}).get("profile_sha256")
-    try:
-        manifest = manifest_holding(record.task, record.profile)
-        here = manifest_digest(manifest, record.profile)
-    except (HeldoutError, OSError, ValueError) as exc:
-        notes.append(f"no manifest of {record.task} [{record.profile}] here ({exc}): its examples are not checked")
-        return []
-    if here["profile_sha256"] != recorded:
-        notes.append(f"the manifest of {record.task} [{record.profile}] here (v{manifest.version}, profile "
-                     f"{here['profile_sha256'][:12]}) is not the one the run recorded ({str(recorded)[:12]}): its "
-                     "examples are not checked against it")
+    seen, manifest = [], None
+    for load in _manifest_sources(record.task, record.profile, bundled):
+        try:
+            candidate = load()
+            digest = manifest_digest(candidate, record.profile)["profile_sha256"]
+        except (HeldoutError, OSError, ValueError) as exc:
+            seen.append(str(exc))
+            continue
+        if digest == recorded:
+            manifest = candidate
+            break
+        seen.append(f"v{candidate.version}, profile {digest[:12]}")
+    if manifest is None:
+        notes.append(f"no manifest of {record.task} [{record.profile}] here has the profile digest the run recorded "
+                     f"({str(recorded)[:12]}; here: {'; '.join(seen) or 'none'}): its examples are not checked")
         return []
     final = _final_id(entries)
     out = []
@@ -332,6 +352,19 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # -- reports ------------------------------------------------------------------------------------------
+def _bundled_run_dir(bundle: Path, name: str) -> Path:
+    """Where a bundle keeps the run dir a report names: ``runs/<name>``, else the one folder of that
+    name below ``runs/`` (a report made from a folder inside the bundled one)."""
+    direct = bundle / "runs" / name
+    if direct.is_dir():
+        return direct
+    found = [p for p in (bundle / "runs").rglob(name) if p.is_dir()] if name else []
+    if len(found) != 1:
+        raise VerifyInputError(f"the bundle {bundle} holds {len(found)} folder(s) named {name!r}, the run dir its report "
+                               "was made from: cannot tell which it re-derives from")
+    return found[0]
+
+
 def _inside(path: Path, root: Path) -> bool:
     return path.resolve().is_relative_to(root.resolve())
 
@@ -350,7 +383,8 @@ def verify_report(path: Path, study: Path, data_dir: str | None) -> ReportVerifi
         return checked
     try:
         given = [str(d["given"]) for d in derivation["run_dirs"]]
-        here = [Path(os.path.normpath(path.parent / str(d["from_report"]))) for d in derivation["run_dirs"]]
+        here = [_bundled_run_dir(study, str(d.get("name", Path(d["given"]).name))) if is_bundle(study)
+                else Path(os.path.normpath(path.parent / str(d["from_report"]))) for d in derivation["run_dirs"]]
         settings = {"baseline": str(derivation["baseline"]), "alpha": float(derivation["alpha"]),
                     "checkpoints": derivation.get("checkpoints"), "n_boot": int(derivation["n_boot"])}
     except (KeyError, TypeError, ValueError) as exc:
