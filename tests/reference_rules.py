@@ -4,8 +4,9 @@ statements (not from heldout's code), so the tests can hold heldout's linear ext
 * BBH (the rule that reproduces the published code-davinci-002 numbers, with lm-evaluation-harness
   ``bbh_cot_fewshot``'s line condition): the text after the last ``the answer is``, which must go
   on, after a space, to something on the cue's own line; stripped, minus one trailing period.
-* MMLU-Pro (TIGER-AI-Lab ``evaluate_from_api.py``): delete every ``**``, then the three regexes
-  in order, applied directly (quadratic on long lines: use short texts).
+* MMLU-Pro (TIGER-AI-Lab ``evaluate_from_local.py``, the script whose prompt ``cot_5shot`` sends):
+  the three regexes in order, applied directly (quadratic on long lines: use short texts).
+  ``evaluate_from_api.py`` deletes every ``**`` first (:func:`api_script_mmlu_pro`).
 * GSM-Hard (reasoning-machines/pal ``scripts/gsm_zero_shot.py``): the stripped output after its
   last ``The answer is `` (the whole stripped output without one), stripped; right when it equals
   the target's string or its ``float`` is within 1e-3 of the target.
@@ -31,14 +32,18 @@ def bbh_reference(text: str) -> str | None:
 
 
 def official_mmlu_pro(text: str) -> str | None:
-    """The official rule stated directly: delete every ``**``, then the three regexes in order."""
-    text = text.replace("**", "")
+    """The official rule of ``evaluate_from_local.py`` stated directly: the three regexes in order."""
     for pattern in (r"answer is \(?([A-J])\)?", r".*[aA]nswer:\s*([A-J])"):
         m = re.search(pattern, text)
         if m:
             return m.group(1)
     m = re.search(r"\b[A-J]\b(?!.*\b[A-J]\b)", text, re.DOTALL)
     return m.group(0) if m else None
+
+
+def api_script_mmlu_pro(text: str) -> str | None:
+    """``evaluate_from_api.py``'s reading: every ``**`` deleted, then the same three regexes."""
+    return official_mmlu_pro(text.replace("**", ""))
 
 
 def pal_text_rule(text: str, target: float) -> tuple[float | None, int]:

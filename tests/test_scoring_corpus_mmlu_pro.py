@@ -1,13 +1,16 @@
 """MMLU-Pro: a table of tricky outputs with the expected reading in every mode. ``published`` must
 equal the official three-stage extractor, re-implemented in :mod:`reference_rules` from its
-published regexes (applied directly: quadratic, fine on these short texts), after deleting every
-``**`` as ``evaluate_from_api.py`` does before extracting."""
+published regexes (applied directly: quadratic, fine on these short texts) as
+``evaluate_from_local.py`` runs them: the script whose prompt ``cot_5shot`` sends, so prompt and
+extraction follow one reference (``evaluate_from_api.py`` deletes every ``**`` first; the two
+scripts read the constructed outputs below differently, and ``published`` reads as the local one)."""
 
 from __future__ import annotations
 
 import pytest
 
 from heldout.benchmarks.extraction import score_choice
+from reference_rules import api_script_mmlu_pro
 from reference_rules import official_mmlu_pro as official
 
 OPTIONS = ("mitosis", "meiosis", "osmosis", "diffusion", "photosynthesis",
@@ -86,9 +89,9 @@ CORPUS = [
     ("So, the answer is $\\boxed{\\text{(E)}}$", "E", "E", "E", "E"),
     ("Answer: (B) or maybe (C)", "B", None, None, "C"),
     ("", "A", None, None, None),
-    # "**" is deleted before the official stages read the text
-    ("Answer: **B**\nOption A was tempting.", "B", "B", "B", "B"),  # without the deletion: stage 3, "A"
-    ("The answer is **C**. (D) was close.", "C", "C", "C", "C"),  # without it: stage 3, "D"
+    # "**" stays (evaluate_from_local.py): stage 2 and stage 1 miss a bold letter, stage 3 reads a stray one
+    ("Answer: **B**\nOption A was tempting.", "B", "B", "B", "A"),
+    ("The answer is **C**. (D) was close.", "C", "C", "C", "D"),
     ("So answer is *(E)* and not (F)", "E", None, "F", "F"),  # a single "*" stays: stage 1 misses
 ]
 
@@ -101,6 +104,17 @@ def test_mmlu_pro_corpus(text, gold, strict, flexible, published):
     assert result["extracted_published"] == official(text)
     for mode, reading in (("strict", strict), ("flexible", flexible), ("published", published)):
         assert result[mode] == int(reading == gold), mode
+
+
+def test_published_reads_as_the_local_script_where_the_api_script_reads_another_letter():
+    # the constructed case: evaluate_from_api.py deletes "**" (stage 2 then reads B), the local
+    # script keeps it (stage 2 misses, stage 3 reads the stray A); the prompt is the local
+    # script's, so the extraction is too
+    text = "Answer: **B**\nOption A was tempting."
+    assert (official(text), api_script_mmlu_pro(text)) == ("A", "B")
+    result = score_choice(text, "B", len(OPTIONS), options=OPTIONS)
+    assert result["extracted_published"] == "A" and result["published"] == 0
+    assert result["extracted_strict"] == "B"  # heldout's own modes read the bold answer
 
 
 def test_the_corpus_is_large_enough():

@@ -9,10 +9,12 @@ in the output's length.
   (``lm_eval/tasks/bbh/cot_fewshot/_cot_fewshot_template_yaml``, a look-behind on
   ``the answer is`` plus a space, then a capture that does not cross a line break) finds no
   answer in ``the answer is`` followed by a line break, so neither does heldout.
-* MMLU-Pro (TIGER-AI-Lab/MMLU-Pro ``evaluate_from_api.py`` at commit 2a7ec7e4, whose
-  ``single_request`` deletes every ``**`` from the response before extracting; the extractor
-  itself is the same in ``evaluate_from_local.py``, which does not delete ``**``): three stages,
-  the first that matches wins: the *first* ``answer is \\(?([A-J])\\)?`` (case-sensitive); else
+* MMLU-Pro (TIGER-AI-Lab/MMLU-Pro ``evaluate_from_local.py`` at commit 2a7ec7e4, the script
+  whose prompt heldout's ``cot_5shot`` sends byte for byte, so prompt and extraction follow one
+  reference; ``evaluate_from_api.py``'s ``single_request`` also deletes every ``**`` from a chat
+  model's response first, which the local script does not: on ``Answer: **B**`` followed by a
+  stray ``A`` the API script reads B and the local script, and heldout, A): three stages, the
+  first that matches wins: the *first* ``answer is \\(?([A-J])\\)?`` (case-sensitive); else
   the ``[aA]nswer:\\s*([A-J])`` that the script's ``.*[aA]nswer:\\s*([A-J])`` finds (the last one
   that starts on the first line holding one); else the last standalone capital ``A``..``J``
   anywhere (the script's ``\\b[A-J]\\b(?!.*\\b[A-J]\\b)`` under DOTALL). The script's own regexes
@@ -67,9 +69,8 @@ _MMLU_LONE_LETTER = re.compile(r"\b[A-J]\b")
 
 
 def mmlu_pro_answer(text: str) -> str | None:
-    """The official three-stage MMLU-Pro extractor, ``**`` deleted first as the API script does
-    (without its random guess; see the module doc). Linear time."""
-    text = text.replace("**", "")
+    """The official three-stage MMLU-Pro extractor as ``evaluate_from_local.py`` runs it (no ``**``
+    deletion, no random guess; see the module doc). Linear time."""
     first = _MMLU_ANSWER_IS.search(text)
     if first:
         return first.group(1)
