@@ -7,11 +7,14 @@ heldout's :func:`reference.mmlu_pro_answer` finds the same matches in one pass e
 rule for GSM-Hard's ``pal_text`` (and, on outputs in PAL's own form, its headline), and HotpotQA's headline (strict's reading, the whole output when it has no
 cue, scored by the official EM and F1). Each is then run on 100,000-character outputs built to
 make the direct regexes slow (:mod:`adversarial_outputs`). The time itself is measured in
-``perf/extraction_speed.py`` (house rule: no timing assertions in unit tests)."""
+``perf/extraction_speed.py`` (house rule: no timing assertions in unit tests); here only its
+growth is guarded, loosely: from 50,000 to 400,000 characters a linear reader's CPU time grows
+about 8x and a quadratic one's 64x, and the guard allows 24x."""
 
 from __future__ import annotations
 
 import re
+import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -119,6 +122,26 @@ def direct_reading(family: str, text: str) -> object:
 def test_adversarial_outputs_give_the_reference_answer_when_short_enough_to_check_directly():
     for name, case in adversarial_outputs(3_000).items():
         assert published_reading(case.family, case.text) == direct_reading(case.family, case.text) == case.answer, name
+
+
+def cpu_seconds(fn, repeat: int = 5) -> float:
+    """The least CPU time of this process over ``repeat`` calls (another process's load adds none)."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def test_every_published_extractor_grows_linearly_not_quadratically_with_the_output():
+    short, long = adversarial_outputs(50_000), adversarial_outputs(400_000)
+    growth = {}
+    for name, case in long.items():
+        small = short[name]
+        growth[name] = cpu_seconds(lambda: published_reading(case.family, case.text)) / max(
+            cpu_seconds(lambda: published_reading(small.family, small.text)), 1e-5)
+    assert all(g < 24 for g in growth.values()), growth
 
 
 def test_a_100k_character_adversarial_output_of_every_family_is_read_to_its_answer():
