@@ -34,7 +34,9 @@ PAPER_TABLES = {"results": "table1", "heldout": "paired"}  # report table key ->
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                   "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                   "<": r"\textless{}", ">": r"\textgreater{}", "±": r"$\pm$", "†": r"$^{\dagger}$",
-                  "‡": r"$^{\ddagger}$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$"}
+                  "‡": r"$^{\ddagger}$", "−": "-", "≥": r"$\geq$", "≤": r"$\leq$", "×": r"$\times$",
+                  "Δ": r"$\Delta$", "ρ": r"$\rho$", "α": r"$\alpha$", "→": r"$\rightarrow$", "≈": r"$\approx$",
+                  "–": "--", "—": "---", "‘": "`", "’": "'", "“": "``", "”": "''", "…": r"\ldots{}"}
 _SUMMARY_ROWS = ("macro mean", "wins/ties/losses")  # rows under a \midrule in Table 1
 PAPER_COLUMNS = {"heldout": ("task", "method", "seeds", "mean change", "95% CI", "test p", "Holm p", "verdict")}
 """The columns a paper table keeps (the paired table has 16: it ran 550-670 pt off the page)."""
@@ -42,27 +44,34 @@ _TEXT_COLUMNS = ("task", "method")
 
 
 def latex_escape(text: str) -> str:
-    """``text`` safe inside a LaTeX table cell (every special character escaped, line breaks folded)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text).replace("\n", " "))
+    """``text`` safe inside a LaTeX table cell (every special character escaped, line breaks folded;
+    a character beyond Latin-1 that pdflatex cannot set and the table above does not map is written
+    as ``[U+XXXX]``, never a compile error)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch if ord(ch) < 0x100 else f"[U+{ord(ch):04X}]")
+                   for ch in str(text).replace("\n", " "))
 
 
 PROSE_CHARS = 32
 """A column whose longest cell is longer than this is set as a wrapping paragraph column."""
+NOMINAL_WIDTH_PT = 345.0
+"""The width paragraph columns are laid out for (an article's one-column text): fixed in points,
+so a narrow two-column page scales the whole table down instead of squeezing a long word such as
+``seed-paired-contrast`` past a paragraph column's edge (an overfull box)."""
 _MARKS = ("†", "‡", "±")
 
 
 def _column_spec(columns: list[str], rows: list[list[Cell]]) -> str:
     """``l`` for text columns, ``r`` for numbers, and for long text a ragged-right paragraph
-    column whose width is its share of the table's long text (so prose wraps instead of running
-    off the page)."""
+    column whose width is its share of the table's long text (at least a quarter of
+    :data:`NOMINAL_WIDTH_PT`), so prose wraps instead of running off the page."""
     longest = [max([len(c)] + [len(row[i].text) for row in rows if i < len(row)]) for i, c in enumerate(columns)]
     prose = {i: n for i, n in enumerate(longest) if n > PROSE_CHARS}
     room = 0.7 if len(prose) < len(columns) else 0.95
     spec = []
     for i, c in enumerate(columns):
         if i in prose:
-            share = max(0.12, room * prose[i] / sum(prose.values()))
-            spec.append(f">{{\\raggedright\\arraybackslash}}p{{{share:.2f}\\linewidth}}")
+            width = NOMINAL_WIDTH_PT * max(0.25, room * prose[i] / sum(prose.values()))
+            spec.append(f">{{\\raggedright\\arraybackslash}}p{{{width:.0f}pt}}")
         else:
             spec.append("l" if c in _TEXT_COLUMNS else "r")
     return "".join(spec)

@@ -353,10 +353,12 @@ def render_html(report: Report) -> str:
     for table in report.tables:
         parts.append(f'<h2>{esc(table.title)}</h2><table id="table-{esc(table.key)}"><thead><tr>')
         parts.append("".join(f"<th>{esc(c)}</th>" for c in table.columns) + "</tr></thead><tbody>")
-        # a verdict written as a sentence gets room: as the narrowest column it ran 7 lines a row
-        verdicts = {i for i, name in enumerate(table.columns) if "verdict" in name.lower()}
+        # a verdict column written in sentences gets room (as the narrowest column it ran 7 lines a
+        # row); a 16-column table's short verdicts keep the page width instead
+        verdicts = {i for i, name in enumerate(table.columns) if "verdict" in name.lower() and len(table.columns) <= 10
+                    and max((len(row[i].text) for row in table.rows if i < len(row)), default=0) > 20}
         for row in table.rows:
-            cells = "".join(('<td class="verdict">' if i in verdicts and len(c.text) > 24 else "<td>")
+            cells = "".join(('<td class="verdict">' if i in verdicts else "<td>")
                             + (f"<strong>{esc(c.text)}</strong>" if c.strong else esc(c.text)) + "</td>"
                             for i, c in enumerate(row))
             parts.append(f"<tr>{cells}</tr>")
