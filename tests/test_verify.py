@@ -281,6 +281,35 @@ def test_a_run_that_dropped_a_held_out_example_is_caught_by_the_manifest(study, 
             f"re-derived \"49 in the ledger (missing ['{dropped['id']}']") in out
 
 
+def test_evidence_that_does_not_verify_is_tampered_even_when_every_number_re_derives(study, tmp_path, reviewer):
+    copy = copy_of(study, tmp_path)
+    run_dir = copy / TASK_DIR / "local-search" / "seed-1"
+    entries = ledger_lines(run_dir)
+    candidate = next(e for e in entries if e["kind"] == "candidate")
+    candidate["data"]["parent"] = "someone else's idea"  # no number, but the chain no longer holds
+    write_ledger(run_dir, entries)
+    code, out = reviewer(copy)
+    # a report rebuilt by the rule of `heldout report` leaves out a run that does not verify: its numbers differ
+    assert code == 1 and "report/results.json: tables.results.data[0].seeds: states [0, 1], re-derived [0]" in out
+    shutil.rmtree(copy / "report")  # the runs alone: every number they state still re-derives
+    code, out = reviewer(copy)
+    assert code == EXIT_CODES["TAMPERED"] == 5 and "DIFFERS" not in out, out
+    assert line_of(out, run_dir).startswith("INVALID ") and "content was edited" in line_of(out, run_dir)
+
+
+def test_a_run_whose_signatures_were_stripped_is_unsigned_not_verified(study, tmp_path, reviewer):
+    copy = copy_of(study, tmp_path)
+    run_dir = copy / TASK_DIR / "seed" / "seed-1"
+    for name in ("run_record.json", "ledger.head"):
+        data = json.loads((run_dir / name).read_text())
+        data.pop("signature")
+        (run_dir / name).write_text(json.dumps(data))
+    code, out = reviewer(copy)
+    assert code == EXIT_CODES["UNSIGNED"] == 3 and "DIFFERS" not in out, out
+    assert line_of(out, run_dir).startswith("UNANCHORED ") and "unsigned" in line_of(out, run_dir)
+    assert out.splitlines()[-1].startswith("UNSIGNED: every number re-derives")
+
+
 # -- unusable input: one line, exit 2 ---------------------------------------------------------------
 def hostile_report(copy: Path, tmp_path: Path, case: str) -> None:
     """What a forger does to keep a report's numbers from being checked."""

@@ -30,7 +30,8 @@ Verdict (:attr:`StudyVerification.verdict`), the first rule that holds, and its 
 ====  ==========  =========================================================================
 1     DIFFERS     a number differs from what its ledgers re-derive (named)
 5     TAMPERED    every number re-derives, but a ledger, head, record or signature does not
-                  verify (e.g. an edited text, a broken chain)
+                  verify (e.g. an edited text, a broken chain); a report that counts such a run
+                  DIFFERS, since its rebuild leaves the run out as ``heldout report`` does
 4     UNTRUSTED   a run is signed by a key that is not among the trusted signers
 3     UNSIGNED    a run's authenticity could not be checked (no signature, no anchor here)
 0     VERIFIED    every number re-derives and every run is authentic
