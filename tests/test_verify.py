@@ -223,6 +223,21 @@ def test_an_edit_re_signed_with_an_untrusted_key_names_the_number_and_the_signer
         "among the trusted signers" in line_of(out, run_dir)
 
 
+def test_a_record_edit_re_anchored_and_re_signed_with_an_untrusted_key_names_the_number(study, tmp_path, reviewer):
+    copy = copy_of(study, tmp_path)
+    run_dir = copy / TASK_DIR / "local-search" / "seed-0"
+    forger = write_new_key(tmp_path / "forger.key")
+    earned = json.loads((run_dir / "run_record.json").read_text())["test_score"]
+
+    def better(record):
+        record["test_score"] = 0.9
+    forge(run_dir, forger, lambda entries: None, better)  # its digest in session_end, the chain and head redone
+    code, out = reviewer(copy)
+    assert code == 1, out
+    assert f"local-search/seed-0/run_record.json: test_score: states 0.9, re-derived {earned}" in out
+    assert line_of(out, run_dir).startswith("UNTRUSTED ") and forger.fingerprint in line_of(out, run_dir)
+
+
 def test_a_consistent_forgery_re_derives_but_is_refused_by_its_signature(study, tmp_path, reviewer):
     """Ledger, record and report all made to agree, re-signed by the forger: no number differs, so
     only the signature can tell, and it does (exit 4, naming the key)."""
