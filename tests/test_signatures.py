@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from heldout.evaluators.ledger import HEAD_FILE, HEAD_PURPOSE, LEDGER_FILE, entry_hash, head_payload
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.signing import (Authenticity, SigningError, SigningKey, TrustedSigners, load_signing_key,
-                                        parse_private_key, verify_block)
+from heldout.evaluators.signing import SigningKey, parse_private_key
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "heilbronn/triangle11"  # one held-out instance: the seed candidate is ~80% worse on every seed
@@ -211,59 +209,24 @@ def test_an_hmac_era_study_verifies_where_it_was_written_is_unanchored_elsewhere
     assert heldout(runner_a, "ledger", "sign", str(run_dirs(copy)[0])).returncode == 1
 
 
-# -- the library: keys, trusted-signers files, the four verdicts --------------------------------------
-def test_the_key_is_made_once_owner_only_under_xdg_config_home_and_refused_once_others_may_read_it(tmp_path,
-                                                                                                monkeypatch):
-    for name in STUDY_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    assert load_signing_key(create=False) is None and not (tmp_path / "config").exists()
-    key = load_signing_key()
-    path = tmp_path / "config" / "heldout" / "signing.key"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and load_signing_key().fingerprint == key.fingerprint
-    path.chmod(0o644)
-    with pytest.raises(SigningError, match="may be read by others"):
-        load_signing_key()
-    # a CI secret: the key itself in the environment, never written anywhere
-    secret = Ed25519PrivateKey.generate()
-    monkeypatch.setenv("HELDOUT_SIGNING_KEY", SigningKey(secret, "test").private_pem().decode())
-    assert load_signing_key().fingerprint == SigningKey(secret, "test").fingerprint
-    monkeypatch.setenv("HELDOUT_SIGNING_KEY", "not a key")
-    with pytest.raises(SigningError, match=r"HELDOUT_SIGNING_KEY is unreadable"):
-        load_signing_key()
-
-
-def test_a_trusted_signers_file_names_keys_or_fingerprints_and_a_bad_line_is_named(tmp_path):
-    a, b = forger(), forger()
-    path = tmp_path / "allowed_signers"
-    path.write_text(f"# who signs\nalice {a.public_key}\n\nbob {b.fingerprint}  # by fingerprint\n")
-    trusted = TrustedSigners.load(path)
-    assert trusted.name_of(a.fingerprint) == "alice" and trusted.name_of(b.fingerprint) == "bob"
-    path.write_text(f"alice {a.public_key}\nbob ed25519:short\n")
-    with pytest.raises(SigningError, match="allowed_signers line 2"):
-        TrustedSigners.load(path)
-    assert TrustedSigners.from_flag(a.public_key).name_of(a.fingerprint) == "--trust-key"
-
-
-def test_each_verdict_has_its_own_status_and_exit_code():
-    key, payload = forger(), {"first": "a", "count": 3, "last": "b"}
-    block = key.sign(HEAD_PURPOSE, payload)
-    mine = TrustedSigners.from_flag(f"me={key.public_key}")
-    verdicts = {
-        "authentic": verify_block(block, HEAD_PURPOSE, payload, mine),
-        "untrusted": verify_block(block, HEAD_PURPOSE, payload, TrustedSigners()),
-        "unsigned": verify_block(None, HEAD_PURPOSE, payload, mine),
-        "edited": verify_block(block, HEAD_PURPOSE, {**payload, "count": 4}, mine),
-        "another purpose": verify_block(block, "run-record", payload, mine),
-        "swapped key": verify_block({**block, "public_key": forger().public_key}, HEAD_PURPOSE, payload, mine),
-        "garbage": verify_block({"scheme": 1}, HEAD_PURPOSE, payload, mine),
-    }
-    assert {k: (v.status, v.exit_code) for k, v in verdicts.items()} == {
-        "authentic": (Authenticity.AUTHENTIC, 0), "untrusted": (Authenticity.UNTRUSTED, 4),
-        "unsigned": (Authenticity.UNSIGNED, 3), "edited": (Authenticity.TAMPERED, 1),
-        "another purpose": (Authenticity.TAMPERED, 1), "swapped key": (Authenticity.TAMPERED, 1),
-        "garbage": (Authenticity.TAMPERED, 1)}
-    assert verdicts["authentic"].signer == "me" and verdicts["untrusted"].fingerprint == key.fingerprint
+@pytest.mark.parametrize("bad", ["a signers file that is a folder", "a signers line of one word",
+                                 "a signers file naming nobody", "a key that is not one"])
+def test_a_bad_trust_list_is_one_line_and_exit_2_before_any_run_is_read(world, tmp_path, bad):
+    signers = tmp_path / "allowed_signers"
+    flags = ["--trusted-signers", str(signers)]
+    if bad == "a signers file that is a folder":
+        signers.mkdir()
+    elif bad == "a signers line of one word":
+        signers.write_text(f"ci {world['public_key']}\nlonely\n")
+    elif bad == "a signers file naming nobody":
+        signers.write_text("# nobody yet\n")
+    else:
+        flags = ["--trust-key", "ci=ed25519:not-base64!"]
+    for command in (["ledger", "verify", str(world["root"] / "baseline")],
+                    ["check", "--baseline", str(world["root"] / "baseline"), "--current", str(world["root"] / "rerun")]):
+        done = heldout(world["reviewer"], *command, *flags)
+        assert done.returncode == 2 and done.stdout == "", (bad, done.stdout)
+        assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("heldout: error:"), done.stderr
 
 
 # -- helpers ---------------------------------------------------------------------------------------
