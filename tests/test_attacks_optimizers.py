@@ -7,17 +7,20 @@ documented: it can reach what isolation hides, and the run says it was trusted."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import heldout
 from heldout.evaluators.isolated import LOG_FILE, OptimizerLimits, run_isolated_function
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.signing import SigningKey
 from heldout.protocols.run import Cell, Method, StudyConfig, run_cell
 from heldout.sandbox import isolation_mode
 from heldout.sandbox.cgroups import limits_level
@@ -46,6 +49,13 @@ def walk(names):
     if not hits:
         raise FileNotFoundError("nothing found")
     return hits[:3]
+
+
+def signing_key_env():
+    found = {k: v[:40] for k, v in os.environ.items() if "SIGNING" in k or "PRIVATE KEY" in v}
+    if not found:
+        raise KeyError("no signing key in the environment")
+    return found
 
 
 def import_rules():
@@ -114,7 +124,8 @@ def new_user_namespace():
 def optimize(client, seed):
     attempt("fs_ledgers", lambda: walk({"ledger.jsonl", "ledger.head", "run_record.json"}))
     attempt("fs_manifests_and_data", lambda: walk({"six.json", "square26.json", "SOURCES.md", "lockpicking.md"}))
-    attempt("fs_answer_keys", lambda: walk({"lockpicking_champion.sql", "champion.sql", "ledger.key"}))
+    attempt("fs_answer_keys", lambda: walk({"lockpicking_champion.sql", "champion.sql", "ledger.key", "signing.key"}))
+    attempt("signing_key_env", signing_key_env)
     attempt("import_rule_table", import_rules)
     attempt("import_session_internals", import_session)
     attempt("test_split", lambda: test_split(client))
@@ -179,10 +190,13 @@ def probed(probe_folders):
     key = 0x48E20000 + uuid.uuid4().int % 4096
     shm = libc.shmget(key, 4096, 0o1000 | 0o666)
     run_dir = root / "run"
+    # the harness signs with a CI secret in its environment: the optimizer must not see it
+    os.environ["HELDOUT_SIGNING_KEY"] = SigningKey(Ed25519PrivateKey.generate(), "probe").private_pem().decode()
     try:
         record = run_isolated_function(session_in(run_dir), "probes:optimize", search=[str(code)],
                                        env={"PROBE_ABSTRACT": name, "PROBE_SHM": str(key)})
     finally:
+        del os.environ["HELDOUT_SIGNING_KEY"]
         listener.close()
         libc.shmctl(shm, 0, None)
     log = (run_dir / LOG_FILE).read_text()
@@ -192,7 +206,7 @@ def probed(probe_folders):
 PROBE_NAMES = ["fs_ledgers", "fs_manifests_and_data", "fs_answer_keys", "import_rule_table",
                "import_session_internals", "test_split", "spaced_split_name", "non_str_candidate",
                "overspend_budget", "reset_budget_route", "abstract_socket", "host_tmp", "host_sysv_ipc",
-               "new_user_namespace"]
+               "new_user_namespace", "signing_key_env"]
 
 
 @pytest.mark.parametrize("probe", PROBE_NAMES)
