@@ -98,6 +98,18 @@ def test_a_key_to_the_test_families_answers_is_a_red_flag_and_exits_1(task, tmp_
     assert scan["share"] == 0.0 and scan["encoded"] == []  # no training data in it
 
 
+def test_one_test_familys_key_alone_or_buried_in_training_text_is_still_a_red_flag(task):
+    """The key of a single test family is two words; buried in all the training text (which
+    the scan explains) it is a few words in hundreds: neither hides it."""
+    f = families(task, "test")[0]
+    line = f"{keeper(f)}: {secret(f)}"
+    alone = scan_candidate({"instruction": line}, task)
+    assert alone.red_flag and alone.held_out_families == [f"f{f:02d}"]
+    training = "\n".join(f"Q: {question_text(ex)} A: {answer_text(ex)}" for ex in task.split("train"))
+    buried = scan_candidate({"instruction": training + "\n" + line}, task)
+    assert buried.share > 0.8 and buried.red_flag and buried.held_out_families == [f"f{f:02d}"]
+
+
 def test_a_family_key_named_by_its_keeper_is_found_for_every_memorised_family(task, tmp_path, capsys):
     trained = families(task, "train")
     chosen = trained[::2]

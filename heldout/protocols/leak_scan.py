@@ -210,9 +210,13 @@ class ExampleIndex:
             if len(item.answer) >= self._lead:
                 self.long_answers.setdefault(item.answer[:self._lead], []).append(i)
         self.context = _context_words(self.items, rules.family_ratio)
-        self.lengths = [len(item.question) for item in self.items]
         self.train = [i for i, item in enumerate(self.items) if item.pool == TRAIN]
         self.train_lines = [("q",) + self.items[i].question + self.items[i].answer for i in self.train]  # the chance texts' source
+        vocabulary = {w for line in self.train_lines for w in line}
+        # chance texts speak the training text's words only: an answer outside them is reached by
+        # chance far more rarely than one inside (a test family's secret, against "true")
+        self.strata = [(_length_bucket(len(item.question)), all(w in vocabulary for w in item.answer))
+                       for item in self.items]
         self._chance: dict[int, list[dict[int, tuple[float, tuple[int, int]]]]] = {}
 
     # -- matching ---------------------------------------------------------------------------------
@@ -419,27 +423,27 @@ def _bucket(n: int) -> int:
 # -- the scan --------------------------------------------------------------------------------------
 class ChanceRates:
     """How often the chance texts reach a held-out item at a strength: the item's own rate, or,
-    when higher, the add-one rate pooled over the items of its question's length (a few hundred
-    texts reach each item too rarely to estimate its own rate, and its own add-one rate could
-    never go below 1 / texts: in a small vocabulary the length decides how often text of the
-    task's kind reproduces a question, and a long verbatim one is rarer than any text count)."""
+    when higher, the add-one rate pooled over its stratum, the items of its question's length
+    whose answers are (or are not) words of the training text (a few hundred texts reach each
+    item too rarely to estimate its own rate, and its own add-one rate could never go below
+    1 / texts: in a small vocabulary the length decides how often text of the task's kind
+    reproduces a question, and a long verbatim one is rarer than any text count)."""
 
-    def __init__(self, null: Sequence[Mapping[int, tuple[float, Any]]], lengths: Sequence[int]) -> None:
+    def __init__(self, null: Sequence[Mapping[int, tuple[float, Any]]], strata: Sequence[Any]) -> None:
         self.texts = len(null)
-        self.lengths = lengths
+        self.strata = strata
         own: dict[int, list[float]] = {}
         for text in null:
             for i, (s, _) in text.items():
                 own.setdefault(i, []).append(s)
         self.own = {i: sorted(v) for i, v in own.items()}
-        pooled: dict[int, list[float]] = {}
+        pooled: dict[Any, list[float]] = {}
         for i, v in own.items():
-            pooled.setdefault(_length_bucket(lengths[i]), []).extend(v)
+            pooled.setdefault(strata[i], []).extend(v)
         self.pooled = {b: sorted(v) for b, v in pooled.items()}
-        self.bucket_size: dict[int, int] = {}
-        for n in lengths:
-            b = _length_bucket(n)
-            self.bucket_size[b] = self.bucket_size.get(b, 0) + 1
+        self.stratum_size: dict[Any, int] = {}
+        for b in strata:
+            self.stratum_size[b] = self.stratum_size.get(b, 0) + 1
 
     def rate(self, i: int, s: float, own_text: bool = False) -> float:
         """The chance rate of item ``i`` at strength >= ``s``; ``own_text``: ``s`` comes from one
@@ -447,10 +451,10 @@ class ChanceRates:
         out = self.texts - own_text
         item = self.own.get(i, [])
         reached = len(item) - bisect.bisect_left(item, s - 1e-12) - own_text
-        b = _length_bucket(self.lengths[i])
+        b = self.strata[i]
         pool = self.pooled.get(b, [])
         pooled = len(pool) - bisect.bisect_left(pool, s - 1e-12) - own_text
-        return max(reached / max(1, out), (1 + pooled) / (1 + self.bucket_size[b] * out))
+        return max(reached / max(1, out), (1 + pooled) / (1 + self.stratum_size[b] * out))
 
 
 def _length_bucket(n: int) -> int:
@@ -468,11 +472,11 @@ def flag_statistic(strengths: Mapping[int, tuple[float, Any]], rates: ChanceRate
 
 
 def decide_flag(strengths: Mapping[int, tuple[float, Any]], null: Sequence[Mapping[int, tuple[float, Any]]],
-                lengths: Sequence[int],
+                strata: Sequence[Any],
                 rules: ScanRules, n_words: int) -> ChanceOverlap:
     """The red flag's decision (rule :data:`FLAG_RULE`): a permutation p of the candidate's
     statistic among the chance texts' own (each scored leaving itself out)."""
-    rates = ChanceRates(null, lengths)
+    rates = ChanceRates(null, strata)
     observed = flag_statistic(strengths, rates)
     nulls = sorted(flag_statistic(t, rates, own_text=True) for t in null)
     p = (1 + sum(1 for v in nulls if v >= observed - 1e-9)) / (1 + len(nulls))
@@ -500,7 +504,7 @@ def scan_examples(candidate: Mapping[str, str], pools: Mapping[str, Sequence[Exa
     flagged = bool(held)
     if held and index.train:
         strengths = {i: index.strength(i, s) for i, s in held.items()}
-        chance = decide_flag(strengths, index.chance(len(tokens)), index.lengths, rules, len(tokens))
+        chance = decide_flag(strengths, index.chance(len(tokens)), index.strata, rules, len(tokens))
         flagged = chance.flagged
     red = held_spans if flagged else []
     flag_cover = {p for s in red for p in range(s.start, s.end)}
