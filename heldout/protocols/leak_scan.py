@@ -24,10 +24,11 @@ one, a topic-shared family's answer).
 
 **The red flag** (rule :data:`FLAG_RULE`): held-out overlap is flagged only beyond the task's own
 chance overlap. Each held-out item matched gets a strength (its longest unexplained question run
-as a share of its question, plus 1 when its answer matched); the statistic sums, over the items
-matched, minus the log of the chance rate of that item at that strength (its own rate, or the
-rate pooled over items of its question's length when higher). Chance is measured on
-``null_texts`` texts of the candidate's length drawn from the order-2 word chain of the training
+as a share of its question, plus 1 when its answer matched); the statistic sums, over pieces of
+evidence (a span of the text), minus the log of the chance rate of the rarest item matched there,
+at its strength (its own rate, or the rate pooled over its stratum when higher: items of its
+question's length whose answers are, or are not, words of the training text). Chance is measured
+on ``null_texts`` texts of the candidate's length drawn from the order-2 word chain of the training
 lines ("q question answer"): fresh text of the task's own kind, in its vocabulary and local word
 order, holding no held-out data but what chance puts there. The flag fires when the candidate's
 statistic is beyond all but an ``alpha`` share of the chance texts' own (each scored leaving
