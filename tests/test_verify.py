@@ -124,6 +124,19 @@ def test_a_copy_of_a_real_study_re_derives_exactly_on_the_reviewers_side(study, 
     assert out.splitlines()[-1].startswith("VERIFIED: every number of 4 run(s) and 1 report(s) re-derives")
 
 
+@pytest.mark.parametrize("given", [".", "absolute"])
+def test_a_report_made_from_the_study_dir_itself_or_an_absolute_path_re_derives_in_a_copy(study, tmp_path, reviewer,
+                                                                                          given, monkeypatch):
+    made = copy_of(study, tmp_path)
+    shutil.rmtree(made / "report")
+    monkeypatch.chdir(made)  # `cd study && heldout report . --out report`: paths in it have no prefix at all
+    assert main(["-q", "report", "." if given == "." else str(made), "--out", "report"]) == 0
+    moved = Path(shutil.copytree(made, tmp_path / "moved" / "elsewhere"))
+    monkeypatch.chdir(tmp_path)
+    code, out = reviewer(moved)
+    assert code == 0 and "elsewhere/report/results.json: re-derived exactly" in out, out
+
+
 def test_a_reviewers_bundle_re_derives_exactly_with_its_manifests(study, writer, tmp_path, reviewer, monkeypatch):
     """`heldout bundle` keeps run dirs under runs/<name> and the report under report/: verify finds
     each run dir the report names there, and checks the examples against the bundled manifest."""

@@ -23,7 +23,8 @@ Rules:
   with the settings and run dirs it records (``derived_from``, run dirs relative to the report,
   all inside the study), and compared value by value: settings, excluded and failed runs, every
   table's cells and the numbers behind them (prose, :data:`PROSE`, is wording, not compared);
-  paths are compared relative to their run dirs, so a copy at another path re-derives.
+  paths in the rebuild are written as the report was given them, so a copy at another path
+  re-derives.
 
 Verdict (:attr:`StudyVerification.verdict`), the first rule that holds, and its exit code:
 
@@ -399,9 +400,8 @@ def verify_report(path: Path, study: Path, data_dir: str | None) -> ReportVerifi
                                "study with its report, keeping their relative places)")
     rebuilt = json.loads(json.dumps(json_safe(results(build_report([str(p) for p in here], data_dir=data_dir,
                                                                    **settings))), default=str))
-    tokens = [f"<run dir {i}>" for i in range(len(given))]
-    stated = _relocated(_stated_values(stated), given, tokens)
-    rebuilt = _relocated(_stated_values(rebuilt), [str(p) for p in here], tokens)
+    stated = _stated_values(stated)
+    rebuilt = _as_given(_stated_values(rebuilt), [str(p) for p in here], given)
     for name, a, b in _tree_differences(stated, rebuilt):
         checked.differences.append(Difference(path, name, a, b))
     if checked.differences and derivation.get("data_dir") and data_dir is None and not os.environ.get("HELDOUT_DATA_DIR"):
@@ -426,17 +426,25 @@ def _stated_values(results_data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _relocated(value: Any, prefixes: Sequence[str], tokens: Sequence[str]) -> Any:
-    """``value`` with each run dir path (a prefix ending at ``/``, ``:``, a space or the end of a
-    string) replaced by its token, so a copy at another path compares equal."""
-    patterns = [(re.compile(r"(?<![\w./-])" + re.escape(p) + r"(?=/|:|\s|$)"), t)
-                for p, t in sorted(zip(prefixes, tokens), key=lambda pt: -len(pt[0]))]
+def _as_given(value: Any, here: Sequence[str], given: Sequence[str]) -> Any:
+    """``value`` (the rebuilt results) with each run dir path as it is here (a prefix ending at
+    ``/``, ``:``, a space or the end of a string) written as the report was given it (``study``,
+    or nothing before ``/`` for ``.``), so a copy at another path compares equal."""
+    if not here:
+        return value
+    as_given = dict(zip(here, given))
+    pattern = re.compile(r"(?<![\w./-])(" + "|".join(re.escape(h) for h in sorted(here, key=len, reverse=True))
+                         + r")(/|(?=:|\s|$))")
+
+    def write(match: re.Match) -> str:
+        original = as_given[match.group(1)]
+        if not match.group(2):
+            return original
+        return "" if original == "." else original + "/"
 
     def walk(v: Any) -> Any:
         if isinstance(v, str):
-            for pattern, token in patterns:
-                v = pattern.sub(token, v)
-            return v
+            return pattern.sub(write, v)
         if isinstance(v, dict):
             return {k: walk(x) for k, x in v.items()}
         if isinstance(v, list):
