@@ -180,7 +180,8 @@ class _Item:
 class ExampleIndex:
     """Every example of the pools, indexed for scanning texts in time linear in their length:
     question runs are found from seed n-grams, answers by their word tuples, family context words
-    by a word -> families table. Built once per scan; reused by the chance texts."""
+    by a word -> families table. Built once per task (:func:`task_index`); the chance texts of
+    each length are drawn and scanned once, then kept."""
 
     def __init__(self, pools: Mapping[str, Sequence[Example]], rules: ScanRules) -> None:
         self.rules = rules
@@ -211,6 +212,10 @@ class ExampleIndex:
             if len(item.answer) >= self._lead:
                 self.long_answers.setdefault(item.answer[:self._lead], []).append(i)
         self.context = _context_words(self.items, rules.family_ratio)
+        self._by_family: dict[str | None, list[int]] = {}  # the items a family key can reach
+        for i, item in enumerate(self.items):
+            if item.family_specific:
+                self._by_family.setdefault(item.example.group, []).append(i)
         self.train = [i for i, item in enumerate(self.items) if item.pool == TRAIN]
         self.train_lines = [("q",) + self.items[i].question + self.items[i].answer for i in self.train]  # the chance texts' source
         vocabulary = {w for line in self.train_lines for w in line}
@@ -262,12 +267,6 @@ class ExampleIndex:
         return found
 
     def _family_items(self, group: str) -> list[int]:
-        if not hasattr(self, "_by_family"):
-            by: dict[str, list[int]] = {}
-            for i, item in enumerate(self.items):
-                if item.family_specific:
-                    by.setdefault(item.example.group, []).append(i)  # type: ignore[arg-type]
-            self._by_family = by
         return self._by_family.get(group, [])
 
     def _question_runs(self, tokens: list[str]) -> dict[int, set[tuple[int, int]]]:
