@@ -187,8 +187,8 @@ def test_a_study_stripped_of_its_signatures_is_unsigned_and_the_gate_refuses_it(
 
 def test_an_hmac_era_study_verifies_where_it_was_written_is_unanchored_elsewhere_and_migrates(world, tmp_path):
     copy = copy_study(world, tmp_path)  # written on runner-a: its ledger key anchors the heads
-    for run_dir in run_dirs(copy):
-        strip_signatures(run_dir)
+    for k, run_dir in enumerate(run_dirs(copy)):
+        strip_signatures(run_dir, key_id=k % 2 == 0)  # heads that name their HMAC key, and older ones
     runner_a = home(world["root"], "runner-a")
     here = heldout(runner_a, "ledger", "verify", str(copy))
     assert here.returncode == 0 and "anchored by this machine's ledger key (HMAC" in here.stdout
@@ -198,7 +198,10 @@ def test_an_hmac_era_study_verifies_where_it_was_written_is_unanchored_elsewhere
     key_file.parent.mkdir(parents=True)
     key_file.write_text(os.urandom(32).hex())
     there = heldout(other, "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
-    assert there.returncode == 3 and "its HMAC anchor is another machine's ledger key" in there.stdout
+    lines = there.stdout.splitlines()
+    assert there.returncode == 3 and all(line.startswith("UNANCHORED") for line in lines[:5]), there.stdout
+    assert sum("its HMAC anchor is another machine's ledger key" in line for line in lines) == 3
+    assert sum("another machine's key or a rewritten head" in line for line in lines) == 2
     # migration: the writer signs what its ledger key vouches for; then anyone with the public key verifies
     signed = heldout({**runner_a, "HELDOUT_SIGNING_KEY": world["secret"]}, "ledger", "sign", str(copy))
     assert signed.returncode == 0 and signed.stdout.count("signed    ") == 5
@@ -245,10 +248,13 @@ def copy_study(world, tmp_path: Path) -> Path:
     return copy
 
 
-def strip_signatures(run_dir: Path) -> None:
+def strip_signatures(run_dir: Path, *, key_id: bool = True) -> None:
+    """Make a run look written before signatures (and, without ``key_id``, before heads named their key)."""
     for name in (HEAD_FILE, RECORD_FILE):
         data = json.loads((run_dir / name).read_text())
         data.pop("signature", None)
+        if not key_id:
+            data.pop("key_id", None)
         (run_dir / name).write_text(json.dumps(data))
 
 

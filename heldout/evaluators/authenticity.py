@@ -15,7 +15,9 @@ Rules (:func:`verify_run`), in order:
 3. A run with no signature at all was written before signatures (the HMAC era): it is
    **authentic** when its head's HMAC verifies under this machine's ledger key, or its chain holds
    the head its writer published (``published_head``); otherwise **unsigned**, saying what its
-   HMAC anchor is (another machine's key, no key here).
+   HMAC anchor is (another machine's key, no key here). A head that does not name its HMAC key
+   and does not match this machine's is unsigned too, not tampered: another machine's key and a
+   rewritten head look the same (rule 1 does not apply to that one problem).
 
 Exit codes are :data:`heldout.evaluators.signing.EXIT_CODES` (0 authentic, 1 tampered, 3 unsigned,
 4 untrusted). **Migrating** an HMAC-era run: :func:`sign_run` signs a run that verifies as
@@ -29,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from heldout.contracts import HeldoutError, read_user_json, write_text_atomically
-from heldout.evaluators.ledger import (HEAD_FILE, HEAD_PURPOSE, LOCK_FILE, MAX_HEAD_BYTES, LedgerError, LedgerReport,
-                                       LockHeld, head_payload, hold_lock, verify_ledger)
+from heldout.evaluators.ledger import (HEAD_FILE, HEAD_PURPOSE, LOCK_FILE, MAX_HEAD_BYTES, UNNAMED_MISMATCH, LedgerError,
+                                       LedgerReport, LockHeld, head_payload, hold_lock, ledger_key, ledger_key_id,
+                                       verify_ledger)
 from heldout.evaluators.records import FORMAT_VERSION, RECORD_FILE, RECORD_PURPOSE, RunRecord, anchor_problem
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, verify_block,
                                         worst)
@@ -82,6 +85,14 @@ def verify_run(run_dir: str | Path, trusted: TrustedSigners, published_head: str
     run_dir = Path(run_dir)
     ledger = verify_ledger(run_dir, published_head, trusted)
     finished = (run_dir / RECORD_FILE).exists()
+    if ledger.hmac == UNNAMED_MISMATCH and len(ledger.problems) == 1 and ledger.signature is not None \
+            and ledger.signature.status is Authenticity.UNSIGNED:
+        # an HMAC-era head from another machine looks exactly like a rewritten one: not INVALID, unanchored
+        return RunAuthenticity(run_dir, SignatureCheck(
+            Authenticity.UNSIGNED, "unsigned, and its HMAC anchor is not under this machine's ledger key: another "
+            "machine's key or a rewritten head (a head written before heads named their key cannot say which); "
+            "authenticity NOT checked (sign it where it was written: heldout ledger sign DIR)"),
+            ledger, (run_dir / RECORD_FILE).exists())
     if not ledger.ok:
         more = f" (+{len(ledger.problems) - 1} more)" if len(ledger.problems) > 1 else ""
         return RunAuthenticity(run_dir, _tampered(ledger.problems[0] + more), ledger, finished)
@@ -143,6 +154,7 @@ def sign_run(run_dir: str | Path, key: SigningKey) -> tuple[bool, str]:
         head = read_user_json(run_dir / HEAD_FILE, "ledger head file", max_bytes=MAX_HEAD_BYTES, error=LedgerError)
         first = found.ledger.checked[0]["hash"]
         head["signature"] = key.sign(HEAD_PURPOSE, head_payload(first, found.ledger.entries, found.ledger.head))
+        head["key_id"] = ledger_key_id(ledger_key(create=False) or b"")  # it verified under this key
         if found.finished:
             record = RunRecord.load(run_dir)
             record.sign(key)

@@ -70,6 +70,9 @@ MAX_RECORD_BYTES = 256 << 20
 MAX_HEAD_BYTES = 1 << 16
 KEY_ENV = "HELDOUT_LEDGER_KEY"
 HEAD_PURPOSE = "ledger-head"
+# an HMAC mismatch on a head that does not name its key (written before heads did): another
+# machine's key or a rewritten head, which nothing here can tell apart
+UNNAMED_MISMATCH = "mismatch, key not named"
 
 
 def ledger_key_path() -> Path:
@@ -157,7 +160,7 @@ class LedgerReport:
     (the chain holds the head the writer published), or None: NOT checked, since a forger who
     rewrites ledger, head file and record together leaves a consistent chain. ``hmac``: what the
     HMAC anchor says here (``"this machine's key"``, ``"another key"``, ``"no key here"``,
-    ``"mismatch"``, or None without a head). ``signature``: the head's signature checked against
+    ``"mismatch"``, :data:`UNNAMED_MISMATCH`, or None without a head). ``signature``: the head's signature checked against
     the trusted signers given (UNSIGNED when the head carries none; a signature that does not
     match is also among ``problems``)."""
 
@@ -295,7 +298,7 @@ def _check_hmac(report: LedgerReport, head: dict[str, Any], first: str, count: i
     if isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want):
         report.hmac, report.anchored = "this machine's key", "key"
         return
-    report.hmac = "mismatch"
+    report.hmac = "mismatch" if isinstance(named, str) else UNNAMED_MISMATCH
     unnamed = "" if isinstance(named, str) else (" (or, since the head does not name its key, it was anchored "
                                                   "under another machine's ledger key)")
     report.problems.append("head file's anchor (HMAC under the user's ledger key) does not match the ledger: "
