@@ -59,7 +59,8 @@ REAL_MODEL_DEMO_ARCHITECT_TOKENS = 256  # per architect answer (the server's cap
 PROTOCOL_DEMO_TASK, PROTOCOL_DEMO_PROFILE = "mmlu_pro/business", "cpu-demo"
 PROTOCOL_DEMO_OPTIMIZERS = ("reflective", "gepa")
 PROTOCOL_DEMO_SEEDS = (0, 1, 2)
-PROTOCOL_DEMO_BUDGET = 24  # metric calls per session: the seed and one more candidate on the 12 val questions
+PROTOCOL_DEMO_BUDGET = 30  # metric calls per session: gepa's minimum on 16 train / 12 val (2 x 12 + 2 x 3): the
+# seed and one child on the 12 val questions and one reflection minibatch (at 24 gepa could only return the seed)
 PROTOCOL_DEMO_SLOTS = 2  # model copies answering at once, one per core
 
 
