@@ -964,6 +964,8 @@ def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
     from heldout.models import ModelClient, ResponseCache
     from heldout.protocols.leakage import ablate
+    from heldout.protocols.reviewer_evidence import study_evidence
+    from heldout.reports.evidence_tables import evidence_tables, tables_text
     study = Path(args.run_dir) / "study.json"
     config = read_user_json(study, "the study's record").get("config", {}) if os.path.lexists(study) else {}
     if not isinstance(config, dict):
@@ -974,10 +976,18 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
                           cache=ResponseCache(cache_dir) if cache_dir else None) if model else None)
     result = ablate(args.run_dir, baseline=args.baseline_method, worker=worker,
                     data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
+    # what a reviewer asks beside the verdicts: per-item gains, lineage, key per component, recipe baseline
+    evidence = study_evidence(args.run_dir, baseline=args.baseline_method, worker=worker,
+                              data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
     if args.json:
-        _print_json(result.to_dict())
+        _print_json({**result.to_dict(), "evidence": [e.as_dict() for e in evidence]})
     else:
         print(result.describe())
+        for e in evidence:
+            print(f"\nevidence for {e.method} on {e.task} [{e.profile}] against {args.baseline_method}"
+                  + (f": {e.missing}" if e.evidence is None else ""))
+            if e.evidence is not None:
+                print(tables_text(evidence_tables(e.evidence)))
     return 0
 
 

@@ -205,6 +205,27 @@ def test_a_report_on_the_protocols_run_dir_recognises_every_protocol_folder(stud
     assert all(f.verified for f in report.runs.protocols)
     protocol = next(f for f in report.runs.protocols if f.path.name == "protocol")
     assert protocol.summary == [f"answer {json.loads((study / 'report' / 'generalisation.json').read_text())['answer']!r}"]
-    assert len(report.runs.runs) == 6
+    assert len(report.runs.runs) == len(list((study / "runs").rglob("run_record.json"))) >= 6
     assert cli.main(["report", str(study), "--out", str(study.parent / "plain-report")]) == 0
     assert "interrupted" not in capsys.readouterr().err
+
+
+def test_leak_ablate_gives_the_same_evidence_and_recipe_baseline(study, server, capsys):
+    """`leak ablate` on the protocol's study runs: the same per-item gains and the same recipe
+    share as the protocol's report (the recipe is scored afresh, under runs/recipe/)."""
+    protocol = json.loads((study / "report" / "generalisation.json").read_text())["evidence"]
+    capsys.readouterr()
+    assert cli.main(["leak", "ablate", str(study / "runs"), "--worker-model", "test-model", "--base-url",
+                     server.base_url, "--json"]) == 0
+    (mine,) = [e for e in json.loads(capsys.readouterr().out)["evidence"] if e["method"] == "key_and_rule"]
+    assert mine["missing"] == ""
+    ablated = mine["evidence"]
+    assert ablated["items"] == protocol["items"]
+    assert ablated["recipe"]["share_heldout"] == pytest.approx(protocol["recipe"]["share_heldout"])
+    assert ablated["recipe"]["per_seed"] == protocol["recipe"]["per_seed"]
+    assert ablated["component_shares"] == protocol["component_shares"]
+    # without runs of the baseline method there is nothing to pair, and it says so
+    assert cli.main(["leak", "ablate", str(study / "runs"), "--baseline-method", "nobody", "--worker-model",
+                     "test-model", "--base-url", server.base_url]) in (0, 2)
+    out = capsys.readouterr()
+    assert "no seed of" in out.out + out.err or "baseline method 'nobody'" in out.out + out.err

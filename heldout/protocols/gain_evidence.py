@@ -19,10 +19,12 @@ records and session ledgers the study already wrote (nothing here scores anythin
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from heldout.evaluators.ledger import LEDGER_FILE, read_entries
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.decide import changed_examples
 from heldout.protocols.stats import mean_interval
@@ -164,5 +166,22 @@ def lineage_deltas(record: RunRecord, accepted: Sequence[str], texts: Mapping[st
     return out
 
 
-__all__ = ["DimensionGain", "ItemEvidence", "LineageDelta", "SeedItemGain", "dimension_gains", "lineage_deltas",
-           "seed_item_gains"]
+
+
+def accepted_order(record: RunRecord) -> list[str]:
+    """A run's accepted candidates in order: each best-so-far of its trajectory, then the final."""
+    order = list(dict.fromkeys(t["candidate_id"] for t in record.trajectory if t.get("candidate_id")))
+    if record.final_candidate_id and record.final_candidate_id not in order:
+        order.append(record.final_candidate_id)
+    return order
+
+
+def ledger_components(run_dir: Path) -> dict[str, dict[str, str]]:
+    """Candidate id -> components, from a session ledger's candidate entries."""
+    entries, _ = read_entries(Path(run_dir) / LEDGER_FILE)
+    return {e["data"]["candidate_id"]: dict(e["data"]["components"]) for e in entries
+            if e.get("kind") in ("candidate", "final_candidate") and isinstance(e.get("data"), dict)}
+
+
+__all__ = ["DimensionGain", "ItemEvidence", "LineageDelta", "SeedItemGain", "accepted_order", "dimension_gains",
+           "ledger_components", "lineage_deltas", "seed_item_gains"]

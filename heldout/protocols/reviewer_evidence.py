@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.benchmarks.loading import Task
-from heldout.evaluators.records import RunRecord
-from heldout.protocols.gain_evidence import (DimensionGain, ItemEvidence, LineageDelta, dimension_gains,
-                                             lineage_deltas, seed_item_gains)
-from heldout.protocols.leakage import scan_candidate
+from heldout.benchmarks.loading import Task, load_task
+from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.protocols.gain_evidence import (DimensionGain, ItemEvidence, LineageDelta, accepted_order,
+                                             dimension_gains, ledger_components, lineage_deltas, seed_item_gains)
+from heldout.protocols.leakage import ABLATION_DIR, scan_candidate
 from heldout.protocols.recipe import RecipeBaseline, component_shares, recipe_baseline
 
 
@@ -59,4 +59,49 @@ def gather(pairs: Sequence[tuple[RunRecord, RunRecord]], task: Task, *, accepted
                             component_shares=shares, recipe=recipe, notes=notes)
 
 
-__all__ = ["ReviewerEvidence", "gather", "pair_by_seed"]
+@dataclass
+class MethodEvidence:
+    """The evidence for one optimizer of a ``leak ablate`` run dir, or why there is none."""
+
+    task: str
+    profile: str
+    method: str
+    evidence: ReviewerEvidence | None
+    missing: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task": self.task, "profile": self.profile, "method": self.method, "missing": self.missing,
+                "evidence": None if self.evidence is None else self.evidence.as_dict()}
+
+
+def study_evidence(run_dir: str | Path, *, baseline: str, worker, data_dir: str | None = None,
+                   jobs: int = 2) -> list[MethodEvidence]:
+    """The evidence of every optimizer under a study's run dir against the ``baseline`` method's
+    runs of the same seeds (``leak ablate``); the recipe baselines score under ``run_dir/recipe/``.
+    A method whose seeds have no finished baseline run gets the reason instead (per-item gains and
+    the recipe baseline compare the two records of one seed)."""
+    root = Path(run_dir)
+    found = [(p.parent, RunRecord.load(p.parent)) for p in sorted(root.rglob(RECORD_FILE))
+             if ABLATION_DIR not in p.relative_to(root).parts]
+    found = [(d, r) for d, r in found if r.status == "ok" and r.final_candidate]
+    out = []
+    for task_name, profile in sorted({(r.task, r.profile) for _, r in found}):
+        group = [(d, r) for d, r in found if (r.task, r.profile) == (task_name, profile)]
+        task = load_task(task_name, profile, data_dir)
+        for method in sorted({r.method for _, r in group if r.method != baseline}):
+            pairs = pair_by_seed([r for _, r in group], baseline, method)
+            if not pairs:
+                out.append(MethodEvidence(task_name, profile, method, None,
+                                          f"no seed of {method!r} has a finished run of {baseline!r}: per-item gains "
+                                          "and the recipe baseline compare the two runs of one seed"))
+                continue
+            dirs = {r.seed: d for d, r in group if r.method == method}
+            with_key = task.kind == "prompt" and bool(task.splits.get("train"))
+            evidence = gather(pairs, task, accepted={r.seed: accepted_order(r) for _, r in pairs},
+                              texts={s: ledger_components(d) for s, d in dirs.items()}, worker=worker,
+                              run_dir=root, jobs=jobs, with_recipe=with_key)
+            out.append(MethodEvidence(task_name, profile, method, evidence))
+    return out
+
+
+__all__ = ["MethodEvidence", "ReviewerEvidence", "gather", "pair_by_seed", "study_evidence"]

@@ -111,5 +111,17 @@ def evidence_tables(ev: ReviewerEvidence, prefix: str = "") -> list[Table]:
     return [t for t in tables if t is not None]
 
 
-__all__ = ["component_share_table", "dimension_table", "evidence_tables", "item_gain_table", "lineage_table",
+def tables_text(tables: list[Table]) -> str:
+    """The tables as plain text for a terminal: title, header, rows, notes."""
+    lines = []
+    for table in tables:
+        cells = [table.columns] + [[c.text for c in row] for row in table.rows]
+        widths = [max(len(r[i]) if i < len(r) else 0 for r in cells) for i in range(len(table.columns))]
+        lines += ["", table.title]
+        lines += ["  " + "  ".join(text.ljust(w) for text, w in zip(row, widths)).rstrip() for row in cells]
+        lines += ["  " + note for note in table.notes]
+    return "\n".join(lines)
+
+
+__all__ = ["tables_text", "component_share_table", "dimension_table", "evidence_tables", "item_gain_table", "lineage_table",
            "recipe_table"]
