@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.models.testserver import TestServer
 from heldout.protocols.leakage import scan_candidate
-from heldout.protocols.recipe import RECIPE_READINGS, component_shares, recipe_candidate, recipe_reading
+from heldout.protocols.recipe import (RECIPE_READINGS, component_shares, key_tokens, recipe_candidate,
+                                     recipe_reading)
 from heldout.reports.render import build_report
 
 TASK = "user/key_and_rule"
@@ -117,6 +119,21 @@ def test_the_recipe_keeps_the_rule_and_drops_every_key_line(manifests):
     assert n == 2 and answers[families[0]] not in cut["instruction"] and RULE in cut["instruction"]
     # no key: unchanged
     assert recipe_candidate({"instruction": RULE}, scan_candidate({"instruction": RULE}, task)) == ({"instruction": RULE}, 0)
+
+
+
+def test_any_candidate_text_maps_onto_the_scans_words():
+    """The recipe cuts tokens of the candidate's own text at the scan's word positions: a hostile
+    text (Unicode spaces and line separators, ligatures, dotted capitals, lone articles and
+    punctuation) must map exactly, or the key could not be located per component."""
+    alphabet = list("abc the a an ,.-'\"()[]\t\n\r") + ["\u2028", "\x1c", "\x85", "\u00a0", "İ", "ß", "’",
+                                                          "\u3000", "é", "\u200b", "Ⅻ", "ﬁ"]
+    rng = random.Random(0)
+    for _ in range(2000):
+        candidate = {name: "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 50))) for name in ("a", "b")}
+        tokens = key_tokens(candidate)
+        positions = [p for t in tokens for p in t.positions]
+        assert positions == list(range(len(positions)))
 
 
 @pytest.fixture(scope="module")
