@@ -4,7 +4,10 @@ machines through the CLI are tests/test_signatures.py's."""
 
 from __future__ import annotations
 
+import os
 import stat
+import subprocess
+import sys
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -72,3 +75,21 @@ def test_each_verdict_has_its_own_status_and_exit_code():
         "another purpose": (Authenticity.TAMPERED, 1), "swapped key": (Authenticity.TAMPERED, 1),
         "garbage": (Authenticity.TAMPERED, 1)}
     assert verdicts["authentic"].signer == "me" and verdicts["untrusted"].fingerprint == key.fingerprint
+
+
+@pytest.mark.parametrize("bad", ["a CI secret that is not a key", "a key file others may read"])
+def test_a_study_with_an_unusable_signing_key_is_refused_in_one_line_and_writes_nothing(tmp_path, bad):
+    env = {k: v for k, v in os.environ.items() if k not in KEY_ENV}
+    env.update(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "home" / ".config"))
+    if bad == "a CI secret that is not a key":
+        env["HELDOUT_SIGNING_KEY"] = "${{ secrets.HELDOUT_SIGNING_KEY }}"  # a workflow that never set it
+    else:
+        key = tmp_path / "home" / ".config" / "heldout" / "signing.key"
+        key.parent.mkdir(parents=True)
+        key.write_bytes(forger().private_pem())
+        key.chmod(0o644)
+    done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", "--task", "heilbronn/triangle11", "--optimizer",
+                           "seed", "--seeds", "0", "--budget", "2", "--run-dir", str(tmp_path / "study")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "signing key" in done.stderr and not (tmp_path / "study").exists()

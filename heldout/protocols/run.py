@@ -53,6 +53,7 @@ from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecor
 from heldout.evaluators.policy import POLICIES, Budget
 from heldout.evaluators.scoring import model_failure_kind
 from heldout.evaluators.session import Session
+from heldout.evaluators.signing import load_signing_key
 from heldout.models import ModelClient, ModelError, ResponseCache
 from heldout.sandbox import SandboxError, require_sandbox
 from heldout.optimizers import resolve_optimizer
@@ -449,6 +450,8 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
     program task, an isolated optimizer). A missing model is a :class:`HeldoutError`; a dead or
     mistyped URL, a wrong model name or a missing bubblewrap an :class:`InfrastructureFailure`;
     each one line within seconds, not a study of zeros."""
+    # the key every session signs with: a corrupt key or CI secret is one line now, not a study left behind
+    load_signing_key(create=False)
     kinds = {cell.task: get_benchmark(cell.task).kind for cell in cells}
     prompt = sorted(task for task, kind in kinds.items() if kind == "prompt")
     if prompt and not config.worker_model:
