@@ -141,10 +141,17 @@ def test_a_verdict_written_as_a_sentence_gets_room_in_the_rendered_report(tmp_pa
                                                              "ledger", "transfer", "gaming gap", "verdict"],
                   rows=[[Cell(label), Cell("48"), Cell("3"), Cell("+0.743"), Cell("[+0.512, +0.974]"), Cell(path),
                          Cell("+0.701"), Cell("-0.049"), Cell(VERDICT)] for _ in range(3)])
+    # and a row of verdicts under three gains, as the generalisation report's table 2 has
+    gains = Table(key="gains", title="gains", columns=["seed", "seed val", "opt val", "val gain", "seed held-out",
+                                                       "opt held-out", "held-out gain", "gap (val - held-out)"],
+                  rows=[[Cell(str(s)), Cell("0.400"), Cell("0.700"), Cell("+0.300"), Cell("0.500"), Cell("0.700"),
+                         Cell("+0.200"), Cell("+0.100")] for s in range(3)]
+                  + [[Cell("verdict"), Cell(""), Cell(""), Cell(VERDICT), Cell(""), Cell(""), Cell(VERDICT), Cell(VERDICT)]])
     html = tmp_path / "report.html"
-    html.write_text(render_html(Report(runs=RunSet(), baseline="seed", alpha=0.05, tables=[table])))
+    html.write_text(render_html(Report(runs=RunSet(), baseline="seed", alpha=0.05, tables=[table, gains])))
     probe = """<script>window.addEventListener('load', function () {
-      var cells = Array.from(document.querySelectorAll('#table-verdicts tbody td:last-child'));
+      var cells = Array.from(document.querySelectorAll('#table-verdicts tbody td:last-child'))
+        .concat(Array.from(document.querySelectorAll('#table-gains td.verdict')));
       var lines = cells.map(function (c) {
         var range = document.createRange(); range.selectNodeContents(c);
         return new Set(Array.from(range.getClientRects()).map(function (r) { return Math.round(r.top); })).size; });
@@ -155,7 +162,7 @@ def test_a_verdict_written_as_a_sentence_gets_room_in_the_rendered_report(tmp_pa
     done = in_chromium(html, probe, tmp_path)
     check = re.search(r'id="probe">([^<]*)<', done.stdout).group(1)
     lines = [int(n) for n in re.search(r"verdict_lines=([\d,]*)", check).group(1).split(",") if n]
-    assert len(lines) == 3 and max(lines) <= 4, check
+    assert len(lines) == 6 and max(lines) <= 4, check
     assert "wider_than_page=false" in check, check
 
 

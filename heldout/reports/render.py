@@ -358,7 +358,9 @@ def render_html(report: Report) -> str:
         verdicts = {i for i, name in enumerate(table.columns) if "verdict" in name.lower() and len(table.columns) <= 10
                     and max((len(row[i].text) for row in table.rows if i < len(row)), default=0) > 20}
         for row in table.rows:
-            cells = "".join(('<td class="verdict">' if i in verdicts else "<td>")
+            # so does a row of verdicts (the generalisation table's "verdict" row under three gains)
+            in_row = bool(row) and row[0].text == "verdict" and len(table.columns) <= 10
+            cells = "".join(('<td class="verdict">' if i in verdicts or (in_row and len(c.text) > 20) else "<td>")
                             + (f"<strong>{esc(c.text)}</strong>" if c.strong else esc(c.text)) + "</td>"
                             for i, c in enumerate(row))
             parts.append(f"<tr>{cells}</tr>")
