@@ -23,7 +23,7 @@ inspect_log = pytest.importorskip("inspect_ai.log", reason="the [inspect] extra 
 
 from heldout.benchmarks.loading import load_task  # noqa: E402
 from heldout.contracts import RunContext  # noqa: E402
-from heldout.evaluators.ledger import read_entries  # noqa: E402
+from heldout.evaluators.ledger import Ledger, read_entries  # noqa: E402
 from heldout.evaluators.records import RunRecord  # noqa: E402
 from heldout.evaluators.session import Session  # noqa: E402
 from heldout.models import ModelClient  # noqa: E402
@@ -136,6 +136,25 @@ def test_program_samples_carry_the_candidate_and_the_verdict(study, tmp_path):
     scored = {d["example_id"]: d["verdict"] for d in _ledger(study / "lockpicking__six" / "seed" / "seed-0", "test_scoring")}
     assert {s.id: s.scores["heldout"].value for s in log.samples} == {i: v["score"] for i, v in scored.items()}
     assert "scorer.sql" in log.samples[0].input[0].text
+
+
+def test_the_studys_worker_model_names_only_sessions_that_do_not_name_their_own(study, tmp_path):
+    """study.json keeps flat keys (config.worker_model): a session_start written before sessions named
+    their worker takes the study's; a program session without a worker stays 'none'."""
+    copy = tmp_path / "study"
+    shutil.copytree(study / "lockpicking__six", copy)
+    (copy / "study.json").write_text(json.dumps({"config.worker_model": "study-model"}))
+    export_inspect(copy, tmp_path / "logs")
+    assert inspect_log.read_eval_log(str(tmp_path / "logs" / "seed__seed-0__heldout.eval")).eval.model == "none"
+    entries, _ = read_entries(copy / "seed" / "seed-0" / "ledger.jsonl")
+    for key in ("worker", "deployment_worker"):  # a session_start from before sessions named their worker
+        del entries[0]["data"][key]
+    older = Ledger.open(copy / "seed" / "older")  # written by the real writer, as that session's was
+    for entry in entries:
+        older.append(entry["kind"], entry["data"])
+    older.close()
+    assert not export_inspect(copy, tmp_path / "old").skipped
+    assert inspect_log.read_eval_log(str(tmp_path / "old" / "seed__older__heldout.eval")).eval.model == "study-model"
 
 
 def test_a_session_whose_ledger_does_not_verify_is_not_exported(study, tmp_path):

@@ -180,12 +180,14 @@ def _study_model(root: Path) -> str:
 
 
 def _worker_model(header: Mapping[str, Any], study_model: str) -> str:
-    """The model that answered the held-out examples (``deployment_worker``), else the worker."""
+    """The model that answered the held-out examples (``deployment_worker``), else the worker; a
+    session that had none (a program task in a study whose prompt tasks had one) says ``none``.
+    Only a ``session_start`` that does not name its worker at all falls back to the study's."""
     for key in ("deployment_worker", "worker"):
         described = header.get(key)
         if isinstance(described, dict) and described.get("model"):
             return str(described["model"])
-    return study_model
+    return NO_MODEL if "worker" in header else study_model
 
 
 def _task_id(header: Mapping[str, Any]) -> str:
