@@ -129,18 +129,22 @@ def test_search_method_really_varies_by_seed_and_spends_architect_tokens(study):
 def test_report_writes_markdown_html_and_json_with_every_table(report_dir):
     md = (report_dir / "report.md").read_text()
     for title in ("Table 1: held-out score by task and method", "Held-out paired comparison against seed",
-                  "Table 5 analogue", "Budget-matched best-so-far", "Runs"):
+                  "Table 5 analogue", "Budget-matched best-so-far", "How each method chose its final candidate",
+                  "Runs"):
         assert f"## {title}" in md
     # champion is best (bold) but one search seed also reaches 1.0: the ranking is not separated (†)
     assert "| lockpicking/six | **1.000 ± 0.000 (n=3) †** |" in md
     html = (report_dir / "report.html").read_text()
-    # the report's five tables (the per-example drill-down adds its own, inside collapsed <details>);
+    # the report's six tables (the per-example drill-down adds its own, inside collapsed <details>);
     # no deployment tokens in a program task: that Pareto plot is left out and the report says so
-    assert html.count('<table id="table-') == 5 and html.count('src="data:image/png;base64,') == 4
+    assert html.count('<table id="table-') == 6 and html.count('src="data:image/png;base64,') == 4
     assert "No Pareto plot of deployment tokens" in html
     assert "http://" not in html and "https://" not in html and "<script" not in html
     results = json.loads((report_dir / "results.json").read_text())
-    assert set(results["tables"]) == {"results", "heldout", "cost", "budget", "runs"}
+    assert set(results["tables"]) == {"results", "heldout", "cost", "budget", "selection", "runs"}
+    # these test methods state no selecting split (user code need not): the report says so, per method
+    assert {row["method"]: row["selected_on"] for row in results["tables"]["selection"]["data"]} == {
+        "champion": ["not stated"], "search": ["not stated"], "seed": ["not stated"]}
     for fig in results["figures"]:
         assert (report_dir / fig["file"]).read_bytes().startswith(b"\x89PNG")
 
