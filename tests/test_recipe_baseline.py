@@ -171,6 +171,11 @@ def test_a_recipe_baseline_of_a_key_plus_rule_candidate_recovers_the_rules_share
     n = len(recipe["per_seed"])
     assert verdicts["heldout_recipe"]["estimate"] == pytest.approx(sum(expected_rule) / n)
     assert verdicts["heldout_key"]["estimate"] == pytest.approx((sum(expected_total) - sum(expected_rule)) / n)
+    # every seed's recipe is the same text (the rule; each seed's key is gone): its seeds re-score one
+    # candidate, which the decision layer is told, while the finals (different keys) are three runs
+    assert len({row["recipe_id"] for row in recipe["per_seed"]}) == 1
+    assert verdicts["heldout_recipe"]["replayed"] and not verdicts["heldout_recipe"]["decided"]
+    assert not verdicts["heldout_key"]["replayed"]
     rule = recipe_reading(verdicts["heldout_key"]["sign"], verdicts["heldout_recipe"]["sign"])
     assert recipe["reading_rule"] == rule.name and recipe["reading"] == rule.text
     # the recipe's scoring is ledgered as a protocol folder of its own, and it verifies

@@ -149,6 +149,7 @@ class RecipeSeed:
     seed: int
     final_id: str
     recipe_id: str
+    seed_id: str | None  # the seed candidate's id (one candidate in every seed: a seed-blind side)
     removed_words: int
     final_words: int
     seed_test: float
@@ -257,6 +258,7 @@ def recipe_baseline(pairs: Sequence[tuple[RunRecord, RunRecord]], task: Task, *,
                 examples[split][final.seed] = {ex: (b[ex], r[ex]) for ex in b if ex in r}
                 examples[split][-1 - final.seed] = {ex: (r[ex], f[ex]) for ex in f if ex in r}  # key side
             rows.append(RecipeSeed(seed=final.seed, final_id=final.final_candidate_id, recipe_id=rid,
+                                   seed_id=base.final_candidate_id,
                                    removed_words=removed, final_words=scan.words,
                                    seed_test=float(base.test_score), recipe_test=mean(scores["test"]) or 0.0,
                                    final_test=float(final.test_score), seed_val=base.val_score,
@@ -283,9 +285,12 @@ def decide_recipe(rows: Sequence[RecipeSeed], examples: Mapping[str, Mapping[int
         where = "held-out" if split == "test" else "validation"
         labels = ("seed", "recipe") if which == "recipe" else ("recipe", "final")
         label = f"recipe vs seed on {where}" if which == "recipe" else f"answer key (final vs recipe) on {where}"
+        # every seed compared the same two candidates (identical recipes of a seed-blind key, say):
+        # the seeds re-score one run, and the decision layer must know it
+        sides = {(r.seed_id, r.recipe_id) if which == "recipe" else (r.recipe_id, r.final_id) for r in use}
         return contrast({r.seed: getattr(r, a_key) for r in use}, {r.seed: getattr(r, b_key) for r in use},
                         n_examples=max(1, n_test if split == "test" else n_val), alpha=alpha, labels=labels,
-                        label=label, examples=ex)
+                        label=label, examples=ex, replayed=len(sides) == 1)
     names = ["heldout_recipe", "heldout_key"] + (["val_recipe", "val_key"] if n_val else [])
     raw = [pair("test", "recipe"), pair("test", "key")] + ([pair("val", "recipe"), pair("val", "key")] if n_val else [])
     decided = dict(zip(names, holm(raw, alpha)))
