@@ -202,6 +202,23 @@ def test_an_edited_report_number_is_named_with_both_values(study, tmp_path, revi
     assert all(line_of(out, run).startswith("ok ") for run in RUNS)  # the runs themselves are intact
 
 
+def test_a_report_made_by_other_heldout_code_says_so_beside_its_differences(study, tmp_path, reviewer):
+    copy = copy_of(study, tmp_path)
+    path = copy / "report" / "results.json"
+    stated = json.loads(path.read_text())
+    made_by = stated["derived_from"]["heldout"]
+    assert made_by["version"] and len(made_by["files_sha256"]) == 64
+    made_by.update(version="0.0.9", commit="c" * 40, dirty=False, files_sha256="f" * 64)  # an older heldout made it
+    path.write_text(json.dumps(stated))
+    code, out = reviewer(copy)
+    assert code == 0 and "note:" not in out, out  # nothing differs: which heldout made it is no matter
+    stated["tables"]["results"]["data"][0]["std"] = 0.001  # ...until something does
+    path.write_text(json.dumps(stated))
+    code, out = reviewer(copy)
+    assert code == 1 and "note: made by heldout 0.0.9 (commit cccccccccccc, files ffffffffffff); this is heldout " in out
+    assert "a difference may be the code's, not the study's" in out
+
+
 def test_an_edited_ledger_score_is_named_even_though_its_chain_is_broken(study, tmp_path, reviewer):
     copy = copy_of(study, tmp_path)
     run_dir = copy / TASK_DIR / "local-search" / "seed-1"

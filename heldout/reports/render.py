@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 from heldout.contracts import HeldoutError, write_text_atomically
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
+from heldout.evaluators.records import heldout_code, heldout_version
 from heldout.reports.collect import RunSet, collect_runs
 from heldout.reports.drilldown import drilldown_html
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
@@ -67,7 +68,7 @@ def build_report(paths: Iterable[str | Path], *, baseline: str = DEFAULT_BASELIN
     report = Report(runs=runs, baseline=baseline, alpha=alpha, derived_from={
         "run_dirs": [str(Path(p)) for p in paths], "baseline": baseline, "alpha": alpha,
         "checkpoints": sorted(checkpoints) if checkpoints else None, "n_boot": n_boot,
-        "data_dir": _has_data_dir(data_dir)})
+        "data_dir": _has_data_dir(data_dir), "heldout": {"version": heldout_version(), **heldout_code()}})
     incomplete = [ex for ex in runs.excluded if ex.incomplete]
     if incomplete:  # first: a study with unscored cells is not a finished study, whatever the tables show
         report.warnings.append(f"INCOMPLETE STUDY: {len(incomplete)} run(s) have no score because the infrastructure "

@@ -58,7 +58,7 @@ from heldout.contracts import HeldoutError, Verdict, is_infrastructure_failure, 
 from heldout.data_manifests import Manifest
 from heldout.evaluators.authenticity import RunAuthenticity, verify_run
 from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries
-from heldout.evaluators.records import RECORD_FILE, RunRecord, manifest_digest
+from heldout.evaluators.records import RECORD_FILE, RunRecord, heldout_code, heldout_version, manifest_digest
 from heldout.evaluators.signing import Authenticity, TrustedSigners
 from heldout.reports.collect import find_run_dirs, protocol_folder
 from heldout.reports.render import DERIVED_FROM, build_report, json_safe, results
@@ -367,6 +367,11 @@ def _bundled_run_dir(bundle: Path, name: str) -> Path:
     return found[0]
 
 
+def _code(code: Mapping[str, Any]) -> str:
+    commit = f"commit {str(code['commit'])[:12]}{' + changes' if code.get('dirty') else ''}, " if code.get("commit") else ""
+    return f"heldout {code.get('version')} ({commit}files {str(code.get('files_sha256'))[:12]})"
+
+
 def _inside(path: Path, root: Path) -> bool:
     return path.resolve().is_relative_to(root.resolve())
 
@@ -404,6 +409,10 @@ def verify_report(path: Path, study: Path, data_dir: str | None) -> ReportVerifi
     rebuilt = _as_given(_stated_values(rebuilt), [str(p) for p in here], given)
     for name, a, b in _tree_differences(stated, rebuilt):
         checked.differences.append(Difference(path, name, a, b))
+    made_by, this = derivation.get("heldout"), {"version": heldout_version(), **heldout_code()}
+    if checked.differences and isinstance(made_by, dict) and made_by.get("files_sha256") != this["files_sha256"]:
+        checked.notes.append(f"made by {_code(made_by)}; this is {_code(this)}: a difference may be the code's, not "
+                             "the study's (re-derive with the heldout that made it)")
     if checked.differences and derivation.get("data_dir") and data_dir is None and not os.environ.get("HELDOUT_DATA_DIR"):
         checked.notes.append("the report was made with a local data dir and none is given here (--data-dir): the "
                              "tables that need the examples (answer keys, topics) cannot re-derive without it")
