@@ -193,6 +193,12 @@ def test_a_recipe_baseline_of_a_key_plus_rule_candidate_recovers_the_rules_share
     for s in items["per_seed"]:
         assert s["improved"] + s["regressed"] + s["unchanged"] == s["n_items"] == 48
         assert s["regressed"] == 0 and s["low"] <= s["gain"] <= s["high"]
+    # the held-out gain per verifier dimension: the dimension the score is read from gains exactly
+    # the held-out gain in every seed, and the table is in the report
+    gains = {str(s["seed"]): s["gain"] for s in items["per_seed"]}
+    dims = result["evidence"]["dimensions"]
+    assert any(d["per_seed"] == pytest.approx(gains) for d in dims), dims
+    assert "## Held-out gain per verifier dimension" in md
     shares = result["evidence"]["component_shares"]
     assert all(c[0]["component"] == "instruction" and c[0]["key_words"] > 0 for c in shares.values())
     lineage = result["evidence"]["lineage"]
