@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Mapping, Sequence
 
+from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.stats.floor import draws_needed
 
@@ -30,13 +31,14 @@ STRIDE = 1000
 MAX_DRAWS = 99
 
 
-class PlaceboError(ValueError):
-    pass
+class PlaceboError(HeldoutError, ValueError):
+    """A placebo design that cannot be run (the message says why, in one line)."""
 
 
 def draws_for(n_seeds: int, *, family: int, alpha: float = 0.05) -> int:
-    """Placebo draws per seed for a command printing ``family`` verdicts against the seed."""
-    return draws_needed(n_seeds, alpha, family=family)
+    """Placebo draws per seed for a command printing ``family`` verdicts against the seed (fewer
+    than 3 seeds decide nothing anyway: they get the draws 3 seeds would)."""
+    return min(MAX_DRAWS, draws_needed(max(3, n_seeds), alpha, family=family))
 
 
 def placebo_seeds(seeds: Iterable[int], draws: int) -> list[int]:

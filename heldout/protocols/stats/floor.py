@@ -29,7 +29,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from ._checks import StatsInputError, check_alpha
-from .runs import tie_tolerance
+from .runs import invert_linear_law, tie_tolerance
 
 Side = Literal["less", "greater"]
 
@@ -122,16 +122,7 @@ def floor_bound(method: Sequence[float], placebo: Sequence[Sequence[float]], alp
     tie band), so the bound is an order statistic of those points."""
     strata = _strata(method, placebo)
     h, g = _law(strata, seed)
-    slack = tie_tolerance(*strata) * 2
-    allowed = math.floor(alpha * h.size + 1e-9) - int(np.sum(g <= 1e-12))  # arrangements that may count
-    moving = g > 1e-12
-    if allowed < 0:
-        return -math.inf if side == "greater" else math.inf
-    if side == "greater":  # counts for theta >= (-slack - h) / g; p <= alpha while fewer than allowed + 1 count
-        points = np.sort((-slack - h[moving]) / g[moving])
-        return float(points[allowed]) if allowed < points.size else math.inf
-    points = np.sort((slack - h[moving]) / g[moving])[::-1]  # counts for theta <= (slack - h) / g
-    return float(points[allowed]) if allowed < points.size else -math.inf
+    return invert_linear_law(h, g, alpha, side, tie_tolerance(*strata) * 2)
 
 
 def floor_gain(method: Sequence[float], placebo: Sequence[Sequence[float]]) -> float:
