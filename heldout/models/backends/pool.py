@@ -3,7 +3,8 @@
 A llama.cpp context holds one request's state, so one backend answers one request at a time. A
 small model on one thread leaves the other core idle; a second copy (a second context over the
 same memory-mapped weights) answers a second request meanwhile. Each request takes a free copy,
-waiting while all are busy, and gives it back when its answer is done (streamed or not).
+waiting while all are busy, and gives it back when its answer is done (streamed or not) or its
+client has gone (a request whose client left while it waited never takes a copy).
 
 The rule that keeps answers reproducible: the copies are built alike (same model file, same
 settings) and every request starts from a reset state with its own seed, so which copy answers
@@ -16,6 +17,8 @@ import threading
 from typing import Callable, Sequence
 
 from heldout.models.server import Backend, ChatCall, Completion
+
+WAIT_CHECK_SECONDS = 0.25  # how often a request waiting for a copy asks whether it is still wanted
 
 
 class SlotPool:
@@ -48,8 +51,20 @@ class SlotPool:
         serves = getattr(self.copies[0], "serves", None)
         return True if serves is None else bool(serves(requested))
 
+    def check(self, call: ChatCall) -> None:
+        """The copies' refusals that need no model (see the server's ``check``)."""
+        check = getattr(self.copies[0], "check", None)
+        if check is not None:
+            check(call)
+
     def complete(self, call: ChatCall, on_text: Callable[[str], None] | None = None) -> Completion:
-        slot = self._free.get()
+        while True:
+            try:
+                slot = self._free.get(timeout=WAIT_CHECK_SECONDS)
+                break
+            except queue.Empty:
+                if on_text is not None:
+                    on_text("")  # raises when the client has gone: it leaves the queue
         try:
             return self.copies[slot].complete(call, on_text)
         finally:
