@@ -12,14 +12,15 @@ __version__ = "0.1.0"
 
 _HOME = {
     "heldout.contracts": ("BudgetExceeded", "Candidate", "DataError", "Example", "HeldoutError", "InfrastructureFailure",
-                          "MalformedCandidate", "RunLimits", "Verdict", "VisibilityError", "candidate_id"),
+                          "MalformedCandidate", "RunLimits", "TaskView", "Verdict", "VisibilityError",
+                          "candidate_id"),
     "heldout.benchmarks.base": ("Benchmark",),
     "heldout.benchmarks.loading": ("Task", "load_task"),
     "heldout.benchmarks.registry": ("all_tasks", "get_benchmark"),
     "heldout.data_manifests": ("DriftError",),
     "heldout.evaluators.records": ("RunRecord",),
     "heldout.evaluators.policy": ("Budget", "VisibilityPolicy"),
-    "heldout.evaluators.session": ("Session", "TaskView"),
+    "heldout.evaluators.session": ("Session",),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 

@@ -593,9 +593,15 @@ class TaskView(Protocol):
     * ``evaluate(candidate, split, ids)`` returns one dict per example with the fields the
       visibility policy shows; raises :class:`BudgetExceeded` (nothing ran) or
       :class:`VisibilityError`. ``split`` must be exactly ``"train"`` or ``"val"``.
-    * ``architect(messages, ...)`` is one metered call of the session's architect model.
+    * ``architect(messages, ...)`` is one metered call of the session's architect model;
+      ``architect_tokens_used`` the architect tokens spent so far.
     * ``record_event(kind, **data)`` writes mechanism evidence (e.g. ``merge_attempt``) to the
       ledger; it costs no budget.
+    * ``remaining`` / ``metric_calls_budget``: metric calls left / in all; ``policy`` and
+      ``verifier`` name the visibility policy and the verifier variant in force.
+
+    The in-process view (:class:`heldout.evaluators.session.SessionView`) holds no test example,
+    and neither does anything that refers to it, until the session has scored the final candidate.
     """
 
     task_name: str
@@ -611,6 +617,8 @@ class TaskView(Protocol):
     def remaining(self) -> int: ...
     @property
     def metric_calls_budget(self) -> int: ...
+    @property
+    def architect_tokens_used(self) -> int: ...
 
     def evaluate(self, candidate: Candidate, split: str = "train", ids: Sequence[str] | None = None,
                  parent: str | None = None) -> list[dict[str, Any]]: ...

@@ -1,34 +1,45 @@
 """What an in-process (trusted) optimizer can reach by accident (containment family 8).
 
 "Trusted" means the optimizer shares the harness's interpreter, and the record says so: a
-determined one can import anything. Accidental misuse is made hard anyway: walking the object
-graph from the view (every attribute, closure and container, as ``gc.get_referents`` sees them)
-reaches no test example, and the budget and the metric-call counter cannot be assigned to."""
+determined one can load the data itself. Reaching the held-out examples through the harness is
+made impossible anyway, because they are not in the process while the optimizer runs (the
+session loads its test split only to score the final candidate): walking the object graph from
+the view (every attribute, closure and container, as ``gc.get_referents`` sees them), from what
+refers to the view (``gc.get_referrers``: the session, the frames that called the optimizer),
+from every frame above the optimizer (``sys._getframe``), and scanning every object the
+collector tracks (``gc.get_objects``) for a test target's text, finds none; the budget and the
+metric-call counter cannot be assigned to."""
 
 from __future__ import annotations
 
 import gc
+import sys
 import types
 
 import pytest
 
-from heldout.evaluators.session import Budget, Session
+import heldout
+from heldout.contracts import Example, TaskView
+from heldout.evaluators.session import Budget, Session, SessionView
+from heldout.models import ModelClient
+from heldout.models.testserver import TestServer
 
 PROFILE = "generalise"  # lockpicking/six with train, val and test disjoint
 
 
-def reachable(root: object, wanted: set[int]) -> tuple[list[str], int]:
-    """Paths from ``root`` to objects whose id is in ``wanted``; modules and classes are not
-    entered (importing them is the deliberate route, not an accident of the view)."""
-    seen: set[int] = set()
-    stack = [(root, "view")]
+def reachable(root: object, is_wanted, name: str = "view", skip: set[int] | None = None) -> tuple[list[str], int]:
+    """Paths from ``root`` to objects ``is_wanted`` says yes to; modules and classes are not
+    entered (importing them is the deliberate route, not an accident of the view), nor the
+    objects in ``skip`` (the test's own)."""
+    seen: set[int] = set(skip or ())
+    stack = [(root, name)]
     hits = []
     while stack:
         obj, path = stack.pop()
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if id(obj) in wanted:
+        if is_wanted(obj):
             hits.append(path)
             continue
         if isinstance(obj, (types.ModuleType, type, str, bytes, int, float)):
@@ -37,23 +48,119 @@ def reachable(root: object, wanted: set[int]) -> tuple[list[str], int]:
     return hits, len(seen)
 
 
+def example_of(ids: frozenset[str]):
+    """``is_wanted`` for an Example (or an example's dict) whose id is one of ``ids``."""
+    def wanted(obj: object) -> bool:
+        if isinstance(obj, Example):
+            return obj.id in ids
+        return isinstance(obj, dict) and obj.get("id") in ids and ("target" in obj or "input" in obj)
+    return wanted
+
+
+def split_ids(task: str, profile: str, split: str) -> frozenset[str]:
+    """The ids of a split, read without keeping the task (whose examples would be found)."""
+    return frozenset(ex.id for ex in heldout.load_task(task, profile=profile).split(split))
+
+
 def test_no_test_example_is_reachable_from_the_in_process_view(tmp_path):
+    test, train = split_ids("lockpicking/six", PROFILE, "test"), split_ids("lockpicking/six", PROFILE, "train")
+    assert test and not test & train
     session = Session("lockpicking/six", profile=PROFILE, budget=Budget(5), seed=0, run_dir=tmp_path / "run")
-    test = session.task.splits["test"]
-    assert test and not {ex.id for ex in test} & {ex.id for s in ("train", "val") for ex in session.task.splits[s]}
     seen: dict[str, object] = {}
 
     def optimizer(view, seed):
         view.evaluate(view.seed_candidate, "train", [view.train[0]["id"]])  # a live session, mid-run
-        seen["hits"], seen["walked"] = reachable(view, {id(ex) for ex in test})
+        seen["hits"], seen["walked"] = reachable(view, example_of(test))
         # control: the walk does find the train examples the view holds
-        seen["train"], _ = reachable(view, {id(ex) for ex in session.task.splits["train"]})
+        seen["train"], _ = reachable(view, example_of(train))
+        return view.seed_candidate
+
+    record = session.run(optimizer)
+    assert record.status == "ok" and len(record.test_verdicts) == len(test)  # the test split was scored after
+    assert seen["walked"] > 100 and seen["train"], seen  # the walk went deep and can find what is there
+    assert seen["hits"] == []
+
+
+def test_nothing_that_refers_to_the_view_nor_any_frame_above_the_optimizer_reaches_a_test_example(tmp_path):
+    """The route the issue found: ``gc.get_referrers(view)`` is the session (its attributes), whose
+    task held the test split; and every frame that called the optimizer holds the session."""
+    test, train = split_ids("lockpicking/six", PROFILE, "test"), split_ids("lockpicking/six", PROFILE, "train")
+    session = Session("lockpicking/six", profile=PROFILE, budget=Budget(5), seed=0, run_dir=tmp_path / "run")
+    seen: dict[str, object] = {}
+
+    def optimizer(view, seed):
+        view.evaluate(view.seed_candidate, "train", [view.train[0]["id"]])
+        here = sys._getframe()
+        referrers = [r for r in gc.get_referrers(view) if r is not here]
+        frames, frame = [], here.f_back
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+        skip = {id(seen), id(referrers), id(frames), id(here)}
+        seen["referrers"] = [type(r).__name__ for r in referrers]
+        seen["hits"] = [hit for root in referrers + frames
+                        for hit in reachable(root, example_of(test), type(root).__name__, skip)[0]]
+        seen["train"] = [hit for root in referrers for hit in reachable(root, example_of(train), "referrer", skip)[0]]
+        seen["session"] = any(f.f_locals.get("self") is session for f in frames)  # the walk passed the session
         return view.seed_candidate
 
     record = session.run(optimizer)
     assert record.status == "ok"
-    assert seen["walked"] > 100 and seen["train"], seen  # the walk went deep and can find what is there
+    assert "Session" in seen["referrers"] and seen["session"] and seen["train"], seen  # the session is found
     assert seen["hits"] == []
+
+
+def _distinct_test_targets(task: str, data_dir) -> frozenset[str]:
+    loaded = heldout.load_task(task, data_dir=data_dir)
+    elsewhere = {ex.target for s in ("train", "val") for ex in loaded.splits.get(s, [])}
+    return frozenset(ex.target for ex in loaded.split("test") if ex.target not in elsewhere and len(ex.target) > 20)
+
+
+def _holders(texts: frozenset[str], skip: set[int]) -> list[str]:
+    """Every object the collector tracks (containers, instances with or without slots, frames)
+    that refers to one of ``texts``."""
+    found = []
+    for obj in gc.get_objects():
+        if id(obj) not in skip and any(type(r) is str and r in texts for r in gc.get_referents(obj)):
+            found.append(type(obj).__name__)
+    return found
+
+
+def test_no_object_in_the_process_holds_a_test_target_while_the_optimizer_runs(tmp_path, data_dir):
+    targets = _distinct_test_targets("bbh/word_sorting", data_dir)  # "aroma carcinogen delmarva ...": unmistakable
+    assert len(targets) > 100
+    with TestServer() as server:
+        worker = ModelClient("test-worker", base_url=server.base_url)
+        session = Session("bbh/word_sorting", budget=Budget(4), seed=0, worker=worker, run_dir=tmp_path / "run",
+                          data_dir=str(data_dir))
+        seen: dict[str, object] = {}
+
+        def optimizer(view, seed):
+            view.evaluate(view.seed_candidate, "train", [ex["id"] for ex in view.train[:4]])
+            gc.collect()
+            seen["during"] = _holders(targets, {id(targets), id(seen)})
+            # control: the same scan finds the train targets the view holds
+            seen["train"] = _holders(frozenset(ex["target"] for ex in view.train), {id(seen)})
+            return view.seed_candidate
+
+        record = session.run(optimizer)
+    assert record.status == "ok" and len(record.test_verdicts) == 150
+    assert seen["train"] and seen["during"] == [], seen
+    assert _holders(targets, {id(targets), id(seen)})  # after the session, its task holds them again
+
+
+def test_the_view_is_the_contracts_protocol_with_every_documented_attribute(tmp_path):
+    """``heldout.TaskView`` is the Protocol of docs/plug-an-optimizer.md's table, met by the
+    in-process view (a class of another name) and the HTTP client alike."""
+    documented = ("task_name", "description", "kind", "seed_candidate", "train", "val", "evaluate", "remaining",
+                  "metric_calls_budget", "architect", "architect_tokens_used", "record_event", "policy", "verifier")
+    assert heldout.TaskView is TaskView and SessionView is not TaskView
+    members = set(TaskView.__annotations__) | {n for n in vars(TaskView) if not n.startswith("_")}
+    assert set(documented) <= members, set(documented) - members
+    session = Session("lockpicking/six", profile=PROFILE, budget=Budget(2), seed=0, run_dir=tmp_path / "run")
+    assert isinstance(session.view, TaskView) and all(hasattr(session.view, n) for n in documented)
+    with pytest.raises(heldout.DataError, match="held back"):
+        session.task.split("test")
 
 
 def test_the_budget_and_the_metric_call_counter_cannot_be_assigned_to(tmp_path):

@@ -77,8 +77,8 @@ def test_a_published_run_sends_the_reference_bytes_as_a_completion_and_stops_at_
     with ChatServer(backend) as server, ModelClient("test-worker", base_url=server.base_url) as worker:
         session = Session(task, data_dir=data_dir, budget=1, worker=worker, run_dir=tmp_path / "run",
                           options={"prompt_format": prompt_format})
-        examples = {ex.id: ex for ex in session.task.examples}
         record = session.run(lambda view, seed: dict(PUBLISHED))
+        examples = {ex.id: ex for ex in session.task.examples}  # with the test split, once the session ended
         assert server.stats.bad_requests == 0 and server.stats.ok == len(backend.calls)
     setting = get_benchmark(task).prompt_setting(prompt_format)
     scored = record.test_verdicts + record.val_verdicts  # the harness scores val and test, once each

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,9 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> str | None:
 @dataclass
 class Task:
     """A benchmark bound to one split profile, with every example of the profile verified
-    against the manifest. ``drift`` is non-empty only when drift was explicitly allowed."""
+    against the manifest. ``drift`` is non-empty only when drift was explicitly allowed.
+    ``held_back`` names splits whose examples this copy does not hold (:meth:`without`), with
+    their sizes: a session's task holds no test example while its optimizer runs."""
 
     benchmark: Benchmark
     profile: str
@@ -40,6 +42,7 @@ class Task:
     data_dir: str | None = None
     drift: DriftReport | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    held_back: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -49,7 +52,17 @@ class Task:
     def kind(self) -> str:
         return self.benchmark.kind
 
+    def without(self, *names: str) -> "Task":
+        """This task without the examples of the splits ``names`` (their sizes kept): nothing
+        reachable from the copy holds them."""
+        held = {name: len(self.splits[name]) for name in names if name in self.splits}
+        return replace(self, splits={k: v for k, v in self.splits.items() if k not in held},
+                       held_back={**self.held_back, **held})
+
     def split(self, name: str) -> list[Example]:
+        if name in self.held_back:
+            raise DataError(f"the {name} split of {self.name!r} is held back until the session scores its final "
+                            "candidate")
         try:
             return self.splits[name]
         except KeyError:
@@ -65,7 +78,7 @@ class Task:
         return list(seen.values())
 
     def sizes(self) -> dict[str, int]:
-        return {k: len(v) for k, v in self.splits.items()}
+        return {**{k: len(v) for k, v in self.splits.items()}, **self.held_back}
 
     def describe(self) -> dict[str, Any]:
         return {**self.benchmark.describe(), "profile": self.profile, "sizes": self.sizes(),

@@ -4,8 +4,18 @@
 * :class:`EvaluationService` evaluates candidates on train/val examples only (it never holds test
   examples), counts every metric call before anything runs, and appends every result to the
   ledger before returning it.
-* :class:`TaskView` is the only thing an optimizer gets: it wraps the service and filters
-  verdicts through the visibility policy.
+* :class:`SessionView` is the only thing an optimizer gets (the in-process
+  :class:`heldout.contracts.TaskView`): it wraps the service and filters verdicts through the
+  visibility policy.
+
+Test examples are not in the session while its optimizer runs: a session made from a task name
+holds the task without its test split (:meth:`Task.without`: the sizes, not the examples) and
+loads the test split again, verified against the manifest, only when it scores the final
+candidate. So nothing reachable from the view, from what refers to it (``gc.get_referrers``, the
+frames above the optimizer) or anywhere in the process (``gc.get_objects``) holds a test example
+during optimisation. (A session handed a loaded :class:`Task` keeps it for the final scoring: its
+caller holds that object anyway. A trusted in-process optimizer can still load the data itself:
+trust, not containment, and the record says so.)
 
 What a session may spend and show is in :mod:`.policy` (Budget, VisibilityPolicy); how a
 candidate is scored, and metered, in :mod:`.scoring` (Scorer, Usage).
@@ -47,7 +57,7 @@ from typing import Any, Callable, ContextManager, Iterable, Mapping, NoReturn, S
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
 from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, InfrastructureFailure,
-                               MalformedCandidate, RunLimits, Verdict, VisibilityError, candidate_id, check_candidate,
+                               MalformedCandidate, RunLimits, TaskView, Verdict, VisibilityError, candidate_id, check_candidate,
                                is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, VERDICT_FIELDS, Budget, VisibilityPolicy
@@ -352,7 +362,7 @@ class MeteredArchitect:
 
 
 
-class TaskView:
+class SessionView:
     """The in-process implementation of :class:`heldout.contracts.TaskView`: the seed candidate,
     train examples (inputs + targets), val examples (inputs only), ``evaluate`` (verdicts filtered
     by the visibility policy and shown through the session's verifier variant), the remaining
@@ -419,7 +429,7 @@ class TaskView:
         self._service.record_optimizer_event(kind, data)
 
 
-Optimizer = Callable[[TaskView, int], Candidate]
+Optimizer = Callable[[TaskView, int], Candidate]  # the contracts' Protocol, met by SessionView and TaskClient
 
 
 class Session:
@@ -432,7 +442,12 @@ class Session:
                  limits: RunLimits | None = None, options: Mapping[str, Any] | None = None,
                  deployment_worker=None, jobs: int = 2, verifier: str = CANONICAL, judge=None,
                  provenance: Mapping[str, Any] | None = None) -> None:
-        self.task = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
+        loaded = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
+        # the test split is held back until the final candidate is scored (see the module docstring)
+        self._heldout_source: Task | tuple[str, str, str | None, bool] = (
+            task if isinstance(task, Task) else (task, profile, data_dir, allow_drift))
+        self.task = loaded.without("test")
+        del loaded
         self.budget = budget if isinstance(budget, Budget) else Budget(metric_calls=int(budget))
         self.policy = POLICIES[policy] if isinstance(policy, str) else policy
         self.seed = seed
@@ -465,7 +480,7 @@ class Session:
             self._check_resumable(header)
             self.ledger.append("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls,
                                                    "environment": header["environment"]})
-        self.view = TaskView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
+        self.view = SessionView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
                              MeteredArchitect(architect, self.service))
         # (split, examples scored, of total, infrastructure failures so far) during held-out scoring
@@ -521,6 +536,7 @@ class Session:
         if self.service.stopped is not None:  # whatever the optimizer made of it, the run is not complete
             self.end_incomplete("optimisation", self.service.stopped)
         try:
+            self._attach_heldout()
             return self._finish(final, status, error)
         except (InfrastructureFailure, LedgerError) as exc:  # an endpoint, a sandbox or the disk
             self.end_incomplete("held-out scoring", str(exc))
@@ -560,6 +576,23 @@ class Session:
         record.save(self.run_dir)
         self.ledger.close()
         return record
+
+    def _attach_heldout(self) -> None:
+        """The task with its test split again, once the optimizer has finished: reloaded (and
+        verified against the manifest) for a session made from a task name, the caller's task for
+        one handed a loaded :class:`Task`. A split that no longer loads as it did is an
+        infrastructure failure (the session stays resumable)."""
+        if "test" not in self.task.held_back:
+            return
+        source = self._heldout_source
+        try:
+            full = source if isinstance(source, Task) else load_task(*source)
+        except HeldoutError as exc:
+            raise InfrastructureFailure(f"cannot load the test split to score the final candidate: {exc}") from None
+        if full.sizes() != self.task.sizes():
+            raise InfrastructureFailure(f"the test split of {full.name} loads with sizes {full.sizes()}, not "
+                                        f"{self.task.sizes()} as when the session started")
+        self.task = full
 
     def _reserve_room_for(self, record: RunRecord) -> None:
         """Write the record once under a scratch name before ``session_end``: a disk that fills
