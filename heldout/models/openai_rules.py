@@ -19,7 +19,8 @@ too, as a :class:`RequestRefused` naming the field (answered 400, an OpenAI-styl
   ``logprobs`` / ``echo`` asked for are refused as not served.
 
 Fields these rules do not name (vendor extensions such as ``top_k``) reach the backend as
-``ChatCall.extra`` unchanged."""
+``ChatCall.extra`` unchanged. :class:`StopScanner` is the API's rule for ``stop``: the answer ends
+before the first stop sequence, also when it is streamed."""
 
 from __future__ import annotations
 
