@@ -74,3 +74,15 @@ def test_a_command_is_decided_with_the_hash_of_its_files(folder):
     decided = resolve_method("cmd", command="python mine.py")
     assert decided.isolated and decided.describe()["command"] == "python mine.py"
     assert decided.code_sha256 == hashlib.sha256(b"python mine.py" + OPTIMIZER.encode()).hexdigest()
+
+
+def test_a_cell_whose_code_changed_after_the_study_was_made_does_not_run_under_the_old_hash(folder):
+    from heldout.evaluators.records import RunRecord
+    from heldout.protocols.run import run_cell
+    made = study(folder, trusted=True)  # in-process: the test needs no sandbox
+    cell = next(c for c in made.cells() if c.method.name == "mine")
+    (folder / "mine.py").write_text(OPTIMIZER.replace("return view.seed_candidate", "raise SystemExit('new code')"))
+    summary = run_cell(cell, made.groups()[0][0])
+    assert summary["status"] == "failed" and "code changed after the study was made" in summary["error"]
+    record = RunRecord.load(cell.run_dir(made.run_dir))
+    assert record.experiment["optimizer"]["code_sha256"] == hashlib.sha256(OPTIMIZER.encode()).hexdigest()

@@ -55,6 +55,16 @@ class ResolvedMethod:
     def isolation(self) -> str:
         return ISOLATED if self.isolated else TRUSTED
 
+    def code_changed(self) -> str | None:
+        """Why the code on disk is no longer the code decided (hashed) when the study was made, or
+        None when it is the same: a cell about to run says so instead of recording a hash of code
+        that is not the code it runs."""
+        now = command_sha256(self.command) if self.command else optimizer_code_sha256(self.spec, self.method_options)
+        if now == self.code_sha256:
+            return None
+        return (f"the optimizer's code changed after the study was made (sha256 {str(self.code_sha256)[:12]} "
+                f"decided, {str(now)[:12]} on disk now): this cell did not run; start a new study for the new code")
+
     def describe(self) -> dict[str, Any]:
         """What a run record says of the method: its name, what ran (target and options, or the
         command) and the hash of that code."""

@@ -613,7 +613,10 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
     session.heldout_progress = scoring
     method = cell_method(cell, config)
     try:
-        if method.command:
+        changed = method.code_changed()  # the record must name the code that runs, not the code once decided
+        if changed:
+            record = session.finish(None, status="failed", error=changed)
+        elif method.command:
             record = run_isolated(session, method.command)
         elif method.isolated:
             # user code: isolated by default (the trust model); heldout's reference names run in-process
