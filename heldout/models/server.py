@@ -228,6 +228,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet: callers read stats
         pass
 
+    def handle(self) -> None:  # a client that left before the last flush is no error to print
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            super().handle()
+
+    def finish(self) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            super().finish()
+
     def parse_request(self) -> bool:
         # stamped before the headers are parsed, so that the server's own reading and parsing is
         # inside the latency it promises, not added to it
