@@ -20,7 +20,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "heldout"
 
 LAYER = {"contracts": 0, "sandbox": 1, "models": 1, "data_manifests": 1, "benchmarks": 2,
-         "evaluators": 3, "protocols": 4, "reports": 5, "cli": 6}
+         "evaluators": 3, "protocols": 4, "reports": 5, "cli": 6, "__main__": 7}
+"""``heldout.__main__`` (``python -m heldout``) is the one room above the CLI: it only starts it."""
 SIDE = {"optimizers", "adapters"}  # beside the layers, reaching the harness only through contracts
 SIDE_MAY_IMPORT = {"contracts", "benchmarks", "models", "optimizers", "adapters"}
 
@@ -101,7 +102,7 @@ def test_no_function_level_imports_of_heldout(module: str, path: Path) -> None:
 
 @pytest.mark.parametrize("module,path", MODULES, ids=[m for m, _ in MODULES])
 def test_nothing_imports_the_cli_so_its_lazy_imports_cannot_hide_a_cycle(module: str, path: Path) -> None:
-    if module in LAZY_IMPORTS_ALLOWED:
+    if module in LAZY_IMPORTS_ALLOWED or module == "heldout.__main__":  # the entry point starts the CLI
         return
     tree = ast.parse(path.read_text(encoding="utf-8"))
     assert not [t for _, t in heldout_imports(tree) if t in LAZY_IMPORTS_ALLOWED], f"{module} imports the CLI"
