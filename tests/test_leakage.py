@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 import heldout
+from heldout.contracts import candidate_id
+from heldout.optimizers.placebo import placebo_candidate
+from heldout.protocols.placebo import draws_for, placebo_seeds
 from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.evaluators.ledger import Ledger, verify_ledger
@@ -22,7 +25,7 @@ from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Budget, Session
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
-from heldout.protocols.leakage import (ABLATION_DIR, MethodAblation, SubsetGain, ablate, answer_key_rows,
+from heldout.protocols.leakage import (ABLATION_DIR, SUBSETS, MethodAblation, SubsetGain, ablate, answer_key_rows,
                                        decide_rows, find_records, reading, scan_candidate,
                                        subset_gain)
 from heldout.protocols.splits import PROBE, SplitSizes, build_split
@@ -187,17 +190,24 @@ def test_a_key_the_worker_ignores_earns_nothing_even_where_it_is_exact(ablation)
     assert "The key earns nothing measurable even on the questions it encodes" in m.reading
 
 
+PLACEBO = [0.4 + d / 100 for d in range(-4, 5)]  # each seed's 9 placebo draws: re-wording moves the seed by 0.04
+
+
 def _row(subset: str, per_seed_gains, n: int = 20) -> SubsetGain:
-    """A subset whose seed s gains ``per_seed_gains[s]`` on each of its n examples."""
+    """A subset whose seed s gains ``per_seed_gains[s]`` on each of its n examples, against 9
+    placebo draws per seed (rule placebo-floor, as leak ablate decides)."""
     cells = [{f"{subset}-{k}": (0.4, 0.4 + g) for k in range(n)} for g in per_seed_gains]
-    return subset_gain(subset, cells, n_boot=200)
+    return subset_gain(subset, cells, n_boot=200, floors=[PLACEBO] * len(cells))
 
 
 def test_a_seed_blind_candidate_re_scores_one_run_and_decides_nothing():
     cells = [{f"test-{k}": (0.4, 0.6) for k in range(20)} for _ in range(3)]
-    blind = subset_gain("test", cells, n_boot=200, replayed=True)
-    assert not blind.separable and "re-scored one run" in blind.seed_contrast.sentence
-    assert subset_gain("test", cells, n_boot=200).separable  # three different candidates, each +0.2
+    blind = subset_gain("test", cells, n_boot=200, replayed=True, floors=[PLACEBO] * 3)
+    assert not blind.separable and "one draw repeated" in blind.seed_contrast.sentence
+    assert subset_gain("test", cells, n_boot=200, floors=[PLACEBO] * 3).separable  # three different candidates
+    # against the seed's one draw, three seeds of one sign are p = 0.25: the sentence says how many would do
+    lone = subset_gain("test", cells, n_boot=200)
+    assert not lone.separable and ">= 6 seeds would" in lone.seed_contrast.sentence
 
 
 def test_reading_of_the_studys_numbers():
@@ -241,7 +251,10 @@ def test_ablation_scoring_is_counted_and_ledgered_and_always_fresh(ablation, stu
     task = heldout.load_task(TASK, PROFILE)
     pools = sum(len(task.split(p)) for p in ("test", "train", PROBE))
     unique_finals = 3 + 3 + 3  # one final candidate per method and seed
-    expected = pools * (1 + unique_finals) + len(task.split("val"))  # the seed is scored on val too
+    seed_candidate = task.benchmark.seed_candidate()
+    draws = len({candidate_id(placebo_candidate(dict(seed_candidate), s)[0])  # each seed's placebo draws,
+                 for s in placebo_seeds([0, 1, 2], draws_for(3, family=len(SUBSETS)))})  # scored once each
+    expected = pools * (1 + unique_finals + draws) + len(task.split("val"))  # the seed is scored on val too
     assert result.metric_calls == expected == calls
     ledger_dir = study / ABLATION_DIR
     assert verify_ledger(ledger_dir).ok

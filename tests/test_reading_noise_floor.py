@@ -57,7 +57,8 @@ def test_a_seed_blind_key_is_read_as_one_run_not_as_earning_nothing():
 def test_the_same_gain_from_different_candidates_is_still_decided():
     m = _blind_key_ablation()
     cells = [{f"e-{k}": (0.0, 1.0) for k in range(17)} for _ in range(3)]
-    replicated = subset_gain("train_encoded", cells, n_boot=200)  # three candidates, each +1
+    floors = [[0.0, 0.0, 0.06, 0.0, 0.12, 0.0, 0.0]] * 3  # each seed's placebo draws: re-wording gains little
+    replicated = subset_gain("train_encoded", cells, n_boot=200, floors=floors)  # three candidates, each +1
     assert replicated.separable and not m.row("train_encoded").separable
 
 
@@ -71,7 +72,8 @@ def test_a_replayed_contrast_states_its_per_question_evidence_without_deciding()
 
 def test_a_topic_shared_profile_never_names_its_held_out_row_held_out_topics():
     cells = lambda g: [{f"e{k}": (0.4, 0.4 + g + 0.01 * s) for k in range(20)} for s in range(3)]  # noqa: E731
-    rows = [subset_gain(s, cells(0.2 if s == "test" else 0.0), n_boot=200)
+    floors = [[0.4 + d / 100 for d in range(-4, 5)]] * 3  # each seed's 9 placebo draws
+    rows = [subset_gain(s, cells(0.2 if s == "test" else 0.0), n_boot=200, floors=floors)
             for s in ("test", "train", "train_encoded", "probe_memorised", "probe_other")]
     m = MethodAblation("t", "shared", "opt", [0, 1, 2], rows, val_gain=0.2, key_share=[0.0] * 3,
                        families_memorised=[0] * 3, red_flags=[0] * 3, topic_disjoint=False)

@@ -46,7 +46,8 @@ from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.protocols.leak_scan import (LeakScan, MatchedSpan, ScanRules, candidate_text, scan_candidate,
                                          scan_examples)
 from heldout.protocols.decide import RULES, Contrast, beyond_placebo, contrast, holm, replicates_nothing
-from heldout.protocols.placebo import PLACEBO_METHOD, stratum
+from heldout.optimizers.placebo import placebo_candidate
+from heldout.protocols.placebo import PLACEBO_METHOD, draws_for, placebo_seeds, stratum
 from heldout.protocols.splits import PROBE, SplitCheck, check_profile
 from heldout.protocols.stats import mean_interval, two_level_bootstrap
 from heldout.protocols.stats.paired import wilcoxon_p
@@ -419,9 +420,13 @@ def _ablate_method(task: Task, method: str, runs: Sequence[RunRecord], group_rec
         by_subset["train_encoded"].append({i: v for i, v in pairs["train"].items() if i in encoded})
         by_subset["probe_memorised"].append({i: v for i, v in pairs[PROBE].items() if probe_groups[i] in memorised})
         by_subset["probe_other"].append({i: v for i, v in pairs[PROBE].items() if probe_groups[i] not in memorised})
-        # the seed's noise floor: this seed's placebo draws scored on the very same questions
+        # the seed's noise floor: this seed's placebo draws scored on the very same questions (the
+        # study's placebo runs, else drawn here: a placebo reads no score, so drawing it is free)
         draws = [dict(r.final_candidate) for r in group_records if baseline == "seed" and r.method == PLACEBO_METHOD
                  and r.status == "ok" and r.final_candidate and stratum(r.seed) == rec.seed]
+        if not draws and baseline == "seed" and task.kind == "prompt":
+            draws = [placebo_candidate(dict(base_cand), seed)[0]
+                     for seed in placebo_seeds([rec.seed], draws_for(len(runs), family=len(SUBSETS)))]
         placebo_scores = [{pool: scoring.scores(task, d, pool) if pool in task.splits else {}
                            for pool in ("test", "train", PROBE)} for d in draws]
         for name, pool in (("test", "test"), ("train", "train"), ("train_encoded", "train"),
