@@ -4,7 +4,7 @@ On the loopback server the answers to BBH navigate's yes/no items are re-drawn b
 wording, as a real worker's prompt-sensitive items are. A planted optimizer that returns the seed
 with one random neutral edit, never reading a score, ran through `heldout protocol
 generalisation` at 3, 5 and 10 seeds: no verdict of the protocol may be decided (the held-out and
-validation gains, the gap, every row of the topic-shared ablation), while the placebo draws show
+validation gains, the gap, the ablation's held-out row), while the placebo draws show
 the worker does move with wording. The placebo draws themselves spend nothing and say what they
 edited.
 """
@@ -30,11 +30,13 @@ EDITS = ("Note: the task follows.", "Kindly complete the task.", "Below is what 
 
 
 def neutral_edit(view, seed):
-    """The adversary of the issue: one random neutral edit of the seed, no score read."""
+    """The adversary of the issue: one random neutral edit of the seed, no score read. Each seed's
+    edit is its own (a reference number drawn beside the phrase): a handful of fixed edits would be
+    a method with its own fixed scores, which enough seeds tell apart from re-wording in general."""
     rng = random.Random(f"planted:{seed}")
     candidate = dict(view.seed_candidate)
     name = sorted(candidate)[0]
-    edit = rng.choice(EDITS)
+    edit = f"{rng.choice(EDITS)} (ref. {rng.randrange(10**6)})"
     candidate[name] = f"{edit} {candidate[name]}" if rng.random() < 0.5 else f"{candidate[name]} {edit}"
     return candidate
 
@@ -68,8 +70,9 @@ def test_one_meaningless_edit_gets_no_decided_verdict(server, data_dir, tmp_path
     comparison = result["comparison"]
     verdicts = [comparison[k] for k in ("heldout", "validation", "gap")]
     assert all(v["rule"] == "placebo-floor" and not v["decided"] for v in verdicts), [v["sentence"] for v in verdicts]
-    rows = result["ablation"]["methods"][0]["rows"]
-    assert [r["subset"] for r in rows if r["separable"]] == []
+    # the topic-shared ablation's held-out row is the same question on the same floor
+    rows = {r["subset"]: r for r in result["ablation"]["methods"][0]["rows"]}
+    assert not rows["test"]["separable"], rows["test"]["seed_contrast"]["sentence"]
     # the worker does move with wording: the floor is not a constant
     floors = [g["floor_test"] for g in comparison["per_seed"]]
     placebo_tests = [json.loads(p.read_text())["test_score"]
