@@ -176,6 +176,15 @@ def _identical(runs: TaskRuns) -> bool:
     return bool(np.all(np.abs(rows - rows[0]) <= tol))
 
 
+def _reproducible(runs: TaskRuns) -> bool:
+    """Every run of each side scored every example the same (>= 2 runs a side): both sides are
+    deterministic, so the change is known exactly and needs no test over seeds."""
+    if min(runs.base.shape[0], runs.cur.shape[0]) < 2:
+        return False
+    tol = tie_tolerance(runs.base, runs.cur)
+    return bool(np.all(np.abs(runs.base - runs.base[0]) <= tol) and np.all(np.abs(runs.cur - runs.cur[0]) <= tol))
+
+
 def _why_inconclusive(comp: RunComparison, margin: float, alpha: float) -> str:
     n = min(comp.n_base, comp.n_cur)
     unit = "seed pairs" if comp.paired else "runs per arm"
@@ -213,6 +222,11 @@ def task_decision(name: str, runs: TaskRuns, *, alpha: float, min_effect: "float
     capped = str(asked) if margin != asked else ""
     if identical:
         p_reg, p_non, p_eq = 1.0, 0.0, 0.0
+    elif _reproducible(runs) and margin.kind != "sd":
+        # both sides repeat one exact score: the change against the margin line is a fact, not an estimate
+        gap = float(np.mean(cur_means)) - float(np.mean(margin.lower_line(base_means, ceiling)))
+        p_reg, p_non = (0.0, 1.0) if gap < 0 else (1.0, 0.0)
+        p_eq = 0.0 if abs(comp.change) < m else 1.0
     elif margin.kind == "absolute":
         def p(theta0: float, side: str) -> float:
             return shift_p(comp.test, base_means, cur_means, theta0, side, change=comp.change, se=comp.se, df=comp.df)  # type: ignore[arg-type]
