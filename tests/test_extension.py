@@ -86,7 +86,7 @@ def test_asking_for_a_broken_plugins_task_by_name_still_fails_naming_the_plugin(
 def test_a_study_file_may_name_its_methods_as_plain_strings(tmp_path):
     from heldout.protocols.study import load_study
     plain, table = tmp_path / "plain.toml", tmp_path / "table.toml"
-    head = f'run_dir = "{tmp_path / "runs"}"\ntasks = ["lockpicking/six"]\nbudget = 5\n'
+    head = f'run_dir = "{tmp_path / "runs"}"\ntasks = ["lockpicking/six"]\nbudget = 20\n'
     plain.write_text(head + 'methods = ["seed", "local-search"]\n')
     table.write_text(head + '[[methods]]\nname = "seed"\n\n[[methods]]\nname = "local-search"\n')
     assert load_study(plain).resolved() == load_study(table).resolved()

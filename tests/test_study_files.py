@@ -173,7 +173,7 @@ def test_dry_run_prints_every_cell_and_the_total_and_spends_nothing(tmp_path):
 def test_a_study_runs_saves_its_resolved_file_and_refuses_another_study(tmp_path):
     runs = tmp_path / "runs"
     file = tmp_path / "study.toml"
-    study = (f'run_dir = "{runs}"\ntasks = ["lockpicking/six"]\nbudget = 3\n'
+    study = (f'run_dir = "{runs}"\ntasks = ["lockpicking/six"]\nbudget = 100\n'
              '[[methods]]\nname = "seed"\n'
              # method options are the optimizer's keyword arguments, checked before anything runs
              '[[methods]]\nname = "wide"\noptimizer = "local-search"\noptions = {{ {options} }}\n')

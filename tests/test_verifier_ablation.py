@@ -109,12 +109,12 @@ def test_a_base_only_verifier_is_gamed_and_the_canonical_one_is_not(tmp_path, ma
 
     assert weak.val_gain == [1.0, 1.0, 1.0]  # base tests pass on every val problem, the seed's answer has no code
     assert weak.transfer == [0.0, 0.0, 0.0]  # held-out problems: no code for them, like the seed
-    assert weak.mean_gap == 1.0 and weak.gap_ci.low > 0
+    assert weak.mean_gap == 1.0 and weak.gap_ci.low < weak.mean_gap  # 3 seeds: the exact interval cannot bound it
     # one candidate in every seed, the same gap of 1 on every seed: zero variance, which a paired t
     # would read as p = 0. Three seeds of one sign are p = 0.25 under the exact sign-flip, and 3 val
     # against 3 held-out problems could not decide either: the gap is measured, not decided
     assert weak.gap_verdict.zero_variance and weak.gap_verdict.sign == "0" and weak.gap_verdict.family == 3
-    assert "gaming gap +1.000" in weak.reading and "zero variance" in weak.reading
+    assert "gaming gap +1.000" in weak.reading and ">= 6 seeds would" in weak.reading
     assert "overstates held-out transfer" not in weak.reading
 
     assert canonical.val_gain == [0.0] * 3 and canonical.transfer == [0.0] * 3  # plus tests fail
