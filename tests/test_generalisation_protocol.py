@@ -30,6 +30,7 @@ from heldout.evaluators.records import RunRecord
 from heldout.models.testserver import TestServer
 from heldout.protocols.generalisation import (GAP_READINGS, GeneralisationError, GeneralisationSpec, accepted_candidates,
                                              compare_heldout, gap_reading, load_generalisation_file)
+from heldout.protocols.placebo import STRIDE
 from heldout.protocols.study import parse_methods
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 
@@ -225,7 +226,7 @@ def test_the_report_renders_in_headless_chromium_with_nothing_overlapping(keyed_
 def test_every_ledger_of_the_protocol_verifies(keyed_study, capsys):
     assert cli.main(["ledger", "verify", str(keyed_study)]) == 0
     out = capsys.readouterr().out
-    assert "runs/ablation" in out and "protocol" in out and "all verify" in out
+    assert "runs/ablation" in out and "protocol" in out and "INVALID" not in out and "authentic" in out
 
 
 def test_a_family_level_key_is_read_as_memorisation_at_the_topic_level(server, data_dir, tmp_path):
@@ -283,11 +284,12 @@ def test_the_plan_prints_every_session_and_what_it_can_detect_and_writes_nothing
                      "--budget", "30", "--variants", "decomposed,scalar", "--run-dir", str(run_dir),
                      "--data-dir", str(data_dir), "--plan"]) == 0
     out = capsys.readouterr().out
-    assert "topic-disjoint: PROVEN" in out and "study sessions (6)" in out
+    assert "topic-disjoint: PROVEN" in out and "study sessions (27, of which 21 placebo draws" in out
     assert sum(line.split()[:2] == [TASK, "reflective"] for line in out.splitlines()) == 3
     assert "total: 270 optimisation metric calls (study 90, verifier ablation 180)" in out
-    for part in ("held-out comparison (3 verdicts, Holm)", "topic-shared ablation (up to 5 rows, Holm)",
-                 "verifier ablation: paired t over 3 seeds"):
+    for part in ("held-out comparison (3 verdicts against the placebo floor, Holm): placebo floor (7 draw(s) per seed) "
+                 "over 3 seeds", "topic-shared ablation (up to 5 rows, Holm)", "verifier ablation: exact sign-flip over 3 "
+                 "seeds: the smallest two-sided p is 0.25"):
         assert f"what it can detect: {part}" in out
     assert not run_dir.exists()
 
@@ -360,28 +362,32 @@ def _record(method: str, seed: int, candidate: str, val: float, test: float,
                      val_score=val, usage={}, trajectory=[], lineage=[])
 
 
+def _placebo(seeds=(0, 1, 2), draws=7, val=(0.35, 0.4, 0.45), test=(0.45, 0.5, 0.55)) -> list[RunRecord]:
+    """Each seed's placebo draws (neutral re-wordings of the seed): scores that move with wording."""
+    return [_record("placebo", s * STRIDE + k, f"p{s}-{k}", val[k % len(val)], test[k % len(test)])
+            for s in seeds for k in range(draws)]
+
+
 def test_a_seed_blind_optimizer_decides_nothing_however_its_one_run_scored():
     """One candidate in every seed, so every seed re-scores one run: the same +0.2 held-out and
-    +0.3 validation gain three times is one draw, not three (a paired t would say p = 0)."""
+    +0.3 validation gain three times is one draw, not three, against fresh placebo draws too."""
     records = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0.4, 0.5), _record("blind", s, "same", 0.7, 0.7))]
-    comparison = compare_heldout(records, "blind", {"val": 12, "test": 24})
+    comparison = compare_heldout(records + _placebo(), "blind", {"val": 12, "test": 24})
     for verdict in (comparison.heldout, comparison.validation, comparison.gap):
-        assert verdict.replayed and not verdict.decided and verdict.sign == "0"
-        assert "re-scored one run" in verdict.sentence
-    # the same gain from a different candidate per seed, each answering 4 more held-out questions
-    # (12 distinct ones over the seeds): zero variance, decided on the questions that changed
-    base = (set(range(6)), set(range(12)))
-    varied = [r for s in (0, 1, 2)
-              for r in (_record("seed", s, "base", 0, 0, base),
-                        _record("opt", s, f"c{s}", 0, 0, (base[0], base[1] | set(range(12 + 4 * s, 16 + 4 * s)))))]
-    held = compare_heldout(varied, "opt", {"val": 12, "test": 24}).heldout
-    assert held.zero_variance and held.changed == (12, 0) and held.decided and held.sign == "+"
-    # the case a real-model demo met: three prompts that each gain the same one question of 24
-    one = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0, 0, base),
-                                          _record("opt", s, f"c{s}", 0, 0, (base[0], base[1] | {20})))]
-    held = compare_heldout(one, "opt", {"val": 12, "test": 24}).heldout
-    assert held.zero_variance and held.changed == (1, 0) and not held.decided and held.sign == "0"
-    assert "zero variance" in held.sentence and "the 1 example whose score changed (1 up, 0 down" in held.sentence
+        assert verdict.rule == "placebo-floor" and verdict.replayed and not verdict.decided and verdict.sign == "0"
+        assert "one draw repeated" in verdict.sentence
+    # a different candidate per seed, each above all of its seed's placebo draws: decided beyond the
+    # seed's re-wording noise at 3 seeds (the smallest p of 3 seeds x 7 draws is 2/512)
+    varied = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0.4, 0.5),
+                                             _record("opt", s, f"c{s}", 0.4, 0.7 + 0.01 * s))]
+    held = compare_heldout(varied + _placebo(), "opt", {"val": 12, "test": 24}).heldout
+    assert held.decided and held.sign == "+" and "beyond the seed's re-wording noise" in held.sentence
+    # the same gain inside the placebo draws' own spread is re-wording noise
+    inside = [r for s in (0, 1, 2) for r in (_record("seed", s, "base", 0.4, 0.5), _record("opt", s, f"c{s}", 0.4, 0.55))]
+    assert not compare_heldout(inside + _placebo(), "opt", {"val": 12, "test": 24}).heldout.decided
+    # without the floor there is no verdict against the seed: the command says how to get one
+    with pytest.raises(GeneralisationError, match="no finished placebo draw"):
+        compare_heldout(varied, "opt", {"val": 12, "test": 24})
 
 
 def test_accepted_candidates_are_the_best_so_far_steps_then_the_final():
