@@ -60,14 +60,16 @@ def test_identical_optimizers_are_not_separated_whatever_the_law_of_their_outcom
     rng = np.random.default_rng(hash((law, seeds)) % 2**32)
     draw = LAWS[law]
     paired = unpaired = t_hits = 0
-    for _ in range(SIMS):
+    two_sample = SIMS if seeds < 10 else SIMS // 2  # 10 + 10 runs: 184,756 splits a test, enumerated
+    for i in range(SIMS):
         a, b = 0.5 + draw(rng, seeds), 0.5 + draw(rng, seeds)
         paired += decide.contrast(a, b, n_examples=100).decided
-        unpaired += decide.contrast(a, b, n_examples=100, paired=False).decided
+        if i < two_sample:
+            unpaired += decide.contrast(a, b, n_examples=100, paired=False).decided
         t_hits += scipy_stats.ttest_rel(b, a).pvalue < ALPHA
-    print(f"\n{law}, {seeds} seeds: sign-flip {paired / SIMS:.3f}, permutation {unpaired / SIMS:.3f}, "
+    print(f"\n{law}, {seeds} seeds: sign-flip {paired / SIMS:.3f}, permutation {unpaired / two_sample:.3f}, "
           f"paired t would give {t_hits / SIMS:.3f} (bound {upper():.3f})")
-    assert paired / SIMS <= upper() and unpaired / SIMS <= upper()
+    assert paired / SIMS <= upper() and unpaired / two_sample <= upper(n=two_sample)
 
 
 @pytest.mark.parametrize("seeds", [3, 5, 10])

@@ -165,16 +165,24 @@ def sign_flip_p(d: np.ndarray, theta0: float | np.ndarray, side: Side, *, seed: 
     return np.mean(flipped >= observed[..., None] - slack, axis=-1)
 
 
+@functools.lru_cache(maxsize=32)
+def _all_split_masks(sb: int, sc: int) -> np.ndarray:
+    n = sb + sc
+    masks = np.zeros((math.comb(n, sc), n))
+    rows = np.repeat(np.arange(masks.shape[0]), sc)
+    masks[rows, np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(n), sc)), dtype=np.intp,
+                            count=rows.size)] = 1.0
+    masks.flags.writeable = False  # shared by every call: nobody may change it
+    return masks
+
+
 def _split_masks(sb: int, sc: int, rng: np.random.Generator | None) -> np.ndarray:
     """Rows of 0/1 over the pooled runs (base first): 1 marks a run assigned to ``cur``. The
-    observed split is row 0."""
+    observed split is row 0 of the random ones (the exact ones hold it somewhere)."""
     n = sb + sc
-    observed = np.r_[np.zeros(sb), np.ones(sc)]
     if math.comb(n, sc) <= EXACT_PERMUTATION_MAX:
-        masks = np.zeros((math.comb(n, sc), n))
-        for row, chosen in enumerate(itertools.combinations(range(n), sc)):
-            masks[row, list(chosen)] = 1.0
-        return masks
+        return _all_split_masks(sb, sc)
+    observed = np.r_[np.zeros(sb), np.ones(sc)]
     rng = rng or np.random.default_rng(0)
     draws = np.argsort(rng.random((MONTE_CARLO_DRAWS, n)), axis=1) < sc
     return np.vstack([observed[None, :], draws.astype(np.float64)])
