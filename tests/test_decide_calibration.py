@@ -313,7 +313,7 @@ def test_the_planned_effect_is_found_by_the_real_gate_with_the_planned_power(see
                                                runs_of(rng, 0.5 - plan.mde, plan.run_sd, seeds), paired=False)},
                                 min_effect=0.0).outcome == "regression" for _ in range(sims))
     low, high = power_bounds(0.8, sims)
-    print(f"\nplan vs gate, Welch, {seeds} runs per arm: MDE {plan.mde:.4f}, gate power {hits / sims:.3f} "
+    print(f"\nplan vs gate, exact permutation, {seeds} runs per arm: MDE {plan.mde:.4f}, gate power {hits / sims:.3f} "
           f"(bounds {low:.3f}-{high:.3f})")
     assert low <= hits / sims <= high
 

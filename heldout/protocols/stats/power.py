@@ -312,17 +312,14 @@ def plan_gate(
         source = "from the pilot" if pilot_n_examples else "given"
     sd_at = lambda n: math.sqrt(between**2 + binomial / n)  # noqa: E731
     sd = sd_at(n_examples)
-    if n_examples >= 2:
-        test, min_seeds = ("paired t" if paired else "welch t"), 2
-    else:
-        test = "exact sign-flip" if paired else "exact permutation"
-        min_seeds = min_seeds_sign_flip(alpha_reg) if paired else min_seeds_permutation(alpha_reg)
-        notes.append(f"single-instance task: {test} over runs; needs >= {min_seeds} "
-                     f"{'seed pairs' if paired else 'runs per arm'} to reach alpha={alpha_reg:g} at all; "
-                     "MDE uses the t approximation")
+    # the gate's tests are exact randomisation tests over runs (any law of run outcomes); the MDE
+    # is their power under normal run outcomes, approximated by the t's
+    test = "exact sign-flip" if paired else "exact permutation"
+    min_seeds = min_seeds_sign_flip(alpha_reg) if paired else min_seeds_permutation(alpha_reg)
+    notes.append(f"{test} over runs; needs >= {min_seeds} {'seed pairs' if paired else 'runs per arm'} to reach "
+                 f"alpha={alpha_reg:g} at all; the MDE uses the t approximation of its power (normal run outcomes)")
     mde = _mde(seeds, sd, alpha_reg, power, paired) if seeds >= min_seeds else math.inf
-    min_seeds_pass = min_seeds if n_examples >= 2 else (min_seeds_sign_flip(alpha) if paired
-                                                         else min_seeds_permutation(alpha))
+    min_seeds_pass = min_seeds_sign_flip(alpha) if paired else min_seeds_permutation(alpha)
     mde_pass = _mde(seeds, sd, alpha, power ** (1.0 / tasks), paired) if seeds >= min_seeds_pass else math.inf
     if seeds < min_seeds:
         notes.append(f"{seeds} run(s) per arm cannot reach alpha={alpha_reg:g}: need >= {min_seeds}")
