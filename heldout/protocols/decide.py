@@ -12,10 +12,10 @@ Rules that hold for every verdict:
   an exact sign-flip over the 2**S sign patterns of the per-seed differences (paired), an exact
   permutation over the splits of the runs (independent). A seed's number is the score of the one
   candidate its run ended on, and which candidate that is follows the optimizer's law: skewed (a
-  rare big win), two-valued (the trick was found or not), heavy-tailed. A t over 3-10 such seeds
-  fires 0.10-0.25 of the time with no difference at all; the randomisation tests are exact for any
-  law when the sides are exchangeable, and say how many seeds they need where they cannot reach
-  alpha (6 seed pairs for a two-sided 0.05).
+  rare big win), two-valued (the trick was found or not), heavy-tailed, so a t's normal premise is
+  not theirs; the randomisation tests are exact for any law when the sides are exchangeable
+  (``tests/test_seed_laws.py``), and say how many seeds they need where they cannot reach alpha
+  (6 seed pairs for a two-sided 0.05).
 * **A fixed candidate is one draw** (rule ``placebo-floor``, :func:`beyond_placebo`). The seed
   prompt scored once carries the luck of its wording, shared by every seed pair. Against a fixed
   prompt candidate a method is compared with placebo draws (neutral re-wordings of the seed,
