@@ -117,7 +117,9 @@ def test_questions_that_move_in_clusters_are_not_replicates(seeds):
     _, high = bounds(n=SIMS // 2)
     print(f"\nclusters of 6-8 questions, {seeds} seeds: type-I {rate:.4f} (upper bound {high:.4f}); a sign test "
           f"over the changed questions would decide {old:.3f}")
-    assert rate <= high and old > high
+    assert rate <= high
+    if seeds < 10:  # with more seeds the old test's counts grow less misleading, not right
+        assert old > high
     if seeds < 6:
         assert rate == 0.0
 
@@ -190,7 +192,7 @@ def test_every_verdict_of_a_verifier_ablation_holds_alpha_family_wise(seeds):
     low, high = bounds()
     print(f"\nverifier ablation, family of 5, {seeds} seeds: family-wise type-I {rate:.4f} (upper bound {high:.4f}); "
           f"one gap alone {per_gap / SIMS:.4f}")
-    assert low <= rate <= high
+    assert rate <= high and (low <= rate if seeds >= 8 else rate == 0.0)  # 2 / 2**S < 0.05 / 5 needs 8 seeds
 
 
 def test_a_planted_gaming_gap_and_a_planted_transfer_loss_are_found_at_ten_seeds():

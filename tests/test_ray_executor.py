@@ -27,7 +27,7 @@ PROBE_CELL = Cell("circle_packing/square26", Method("probe", target="ray_cell_op
                   seed=0, budget=3)
 GRID_TASKS = {"lockpicking/six": 120, "circle_packing/square26": 6}
 TIMING_KEYS = {"time", "hash", "prev", "ledger_head", "node", "attempts", "started_at", "finished_at",
-               "record_sha256"}  # wall-clock, or hashes over it
+               "record_sha256", "signature"}  # wall-clock, or hashes and signatures over it
 
 
 @pytest.fixture(scope="module")

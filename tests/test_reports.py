@@ -433,8 +433,9 @@ def test_report_html_renders_tables_and_images_in_headless_chromium(report_dir, 
     n_rows = sum(len(t["rows"]) for t in results["tables"].values())
     assert f'id="render-check">images=4 decoded=4 tables=6 rows={n_rows}<' in dom
     # the verdict cell holds the short verdict; its reasoning is a note below the table
-    assert "<td><strong>champion is better than seed</strong></td>" in dom
-    assert "champion is better than seed: mean change +0.62" in dom
+    # 3 runs a side: the verdict cell says the exact test cannot reach alpha, and its reason is below
+    assert "<td>cannot separate</td>" in dom
+    assert "champion: cannot separate: exact permutation needs &gt;= 4 runs per arm" in dom and "+0.62" in dom
 
 
 # -- several tasks: labels, corrections, mixed settings ---------------------------------------------

@@ -69,7 +69,13 @@ def test_gate_type_one_error_holds_at_every_run_to_run_sd(design, paired):
         power, _ = gate_rates(rng, run_sd=run_sd, change=-0.05, paired=paired, **DESIGNS[design])
         lines.append(f"{design}, {'paired' if paired else 'independent'}, run SD {run_sd:.2f}: type-I "
                      f"{false_alarms:.4f} (MC SE {mc_se(false_alarms):.4f}), power at a 0.05 drop {power:.3f}")
-        assert 0.03 <= false_alarms <= 0.07, lines[-1]
+        # the gate's exact tests: never above 0.07; 3 seed pairs cannot reach a one-sided 0.05 at
+        # all (smallest p 1/8), and 5 pairs reach exactly 1/32, so the rate sits at or under it
+        assert false_alarms <= 0.07, lines[-1]
+        if not paired or DESIGNS[design]["seeds"] >= 5:
+            assert 0.02 <= false_alarms, lines[-1]
+        else:
+            assert false_alarms == 0.0, lines[-1]
     print("\n" + "\n".join(lines))
 
 
@@ -117,24 +123,19 @@ def test_at_the_min_effect_boundary_neither_regression_nor_pass_exceeds_alpha(mi
 
 
 def test_the_run_level_interval_covers_when_seed_variance_dominates():
-    # The interval the report prints for >= 2 seeds: t over per-run means (Welch, independent
-    # runs; paired t for seed pairs). Run-to-run SD 8 points against ~3.5 points of binomial noise.
+    # The interval the report prints for >= 2 seeds: the exact permutation / sign-flip test over
+    # per-run means, inverted. Run-to-run SD 8 points against ~3.5 points of binomial noise.
     rng = np.random.default_rng(11)
     change = 0.03
-    for seeds in (3, 5):
-        base, cur = simulate_study(rng, trials=TRIALS, tasks=1, seeds=seeds, examples=200, run_sd=0.08, change=change)
-        for paired in (False, True):
-            est, se, df = t_moments(base[:, 0], cur[:, 0], paired=paired)
-            q = scipy_stats.t.ppf(0.975, df)
-            coverage = float(np.mean((est - q * se <= change) & (change <= est + q * se)))
-            print(f"\nseed-dominated, {seeds} seeds, {'paired' if paired else 'Welch'}: coverage {coverage:.4f} "
-                  f"(MC SE {mc_se(0.95):.4f})")
-            assert 0.93 <= coverage <= 0.97
-    # and it is what compare_runs returns
-    comp = compare_runs(base[0, 0], cur[0, 0], paired=False, n_examples=200)
-    est, se, df = t_moments(base[0, 0], cur[0, 0], paired=False)
-    q = scipy_stats.t.ppf(0.975, df)
-    assert (comp.low, comp.high) == pytest.approx((est - q * se, est + q * se))
+    for seeds, paired in ((5, False), (6, True)):
+        base, cur = simulate_study(rng, trials=300, tasks=1, seeds=seeds, examples=200, run_sd=0.08, change=change)
+        hits = 0
+        for b, c in zip(base[:, 0], cur[:, 0]):
+            comp = compare_runs(b, c, paired=paired, n_examples=200)
+            hits += comp.low <= change <= comp.high
+        coverage = hits / base.shape[0]
+        print(f"\nseed-dominated, {seeds} seeds, {'paired' if paired else 'independent'}: exact coverage {coverage:.3f}")
+        assert coverage >= 0.9  # exact tests invert to intervals of at least their level (discreteness adds)
 
 
 def test_the_old_example_level_interval_ignores_seed_variance():
