@@ -213,8 +213,8 @@ def contrast(a: Mapping[int, float] | Sequence[float], b: Mapping[int, float] | 
     p = min(1.0, 2.0 * min(comp.p_value(av, bv, 0.0, "less"), comp.p_value(av, bv, 0.0, "greater")))
     differences = bv - av if paired else None
     if differences is not None and replayed and float(np.ptp(differences)) <= 1e-12:
-        # one run re-scored S times: the paired t would print p = 0 for a seed-level test that has
-        # no error to measure; keep the one run's per-question evidence instead (it decides nothing)
+        # one run re-scored S times: a seed-level test has no error to measure here; keep the one
+        # run's per-question evidence instead (it decides nothing)
         p = 1.0
         if examples is not None:
             p, up, down = changed_examples(examples, seeds)

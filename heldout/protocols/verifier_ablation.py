@@ -21,8 +21,8 @@ ledger ``RUN_DIR/verifier_ablation/`` (always fresh, never read back).
 * gaming gap_s = validation gain_s - transfer_s;
 
 with means over seeds, an interval over the per-seed values for transfer and gap with the seed
-as the unit (:func:`heldout.protocols.stats.compare_runs`: paired t over seeds, S-1 degrees of
-freedom, or an exact sign-flip bound for single-instance tasks; no interval from one seed) and the
+as the unit (:func:`heldout.protocols.stats.compare_runs`: the exact sign-flip over seeds,
+inverted; unbounded below the seeds it needs; no interval from one seed) and the
 seed spread of the final candidates' held-out scores (:func:`heldout.protocols.stats.summarize_seeds`).
 
 **Verdicts** (:func:`decide_variants`, rule ``seed-paired-contrast`` of
@@ -255,8 +255,8 @@ class VerifierAblation:
 def seed_interval(base: Sequence[float], current: Sequence[float], n_examples: int,
                   level: float = CI_LEVEL) -> Interval | None:
     """Interval of the mean of ``current - base`` over seed pairs, the seed as the unit
-    (:func:`heldout.protocols.stats.compare_runs`: paired t over seeds, or an exact sign-flip
-    bound for single-instance tasks). None for one seed."""
+    (:func:`heldout.protocols.stats.compare_runs`: the exact sign-flip over seeds, inverted).
+    None for one seed."""
     if len(base) < 2:
         return None
     comp = compare_runs(list(base), list(current), paired=True, n_examples=max(1, n_examples), alpha=1 - level)

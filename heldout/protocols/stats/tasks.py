@@ -32,8 +32,8 @@ def macro_mean(per_task: Mapping[str, float]) -> float:
 class WinCount:
     """``method`` against ``baseline`` over ``tasks`` tasks, comparing mean-over-seeds scores.
     ``separated_wins`` / ``separated_losses`` count only tasks where the seeds separate the two
-    (:func:`~.runs.run_verdict`: Welch t over seeds, an exact permutation test for a
-    single-instance task; Holm-adjusted over the tasks), never seed ranges alone."""
+    (:func:`~.runs.run_verdict`: an exact permutation test over seeds; Holm-adjusted over the
+    tasks), never seed ranges alone."""
 
     method: str
     baseline: str
