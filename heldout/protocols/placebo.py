@@ -19,7 +19,7 @@ evaluators are deterministic and a neutral edit moves nothing, so the seed's one
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
 from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
@@ -69,10 +69,5 @@ def floor_values(records: Sequence[RunRecord], value: Callable[[RunRecord], floa
     return out
 
 
-def draws_by_seed(records: Sequence[RunRecord]) -> Mapping[int, int]:
-    """How many finished placebo runs each study seed has."""
-    return {s: len(v) for s, v in floor_values(records, lambda r: 0.0).items()}
-
-
-__all__ = ["MAX_DRAWS", "PLACEBO_METHOD", "STRIDE", "PlaceboError", "draws_by_seed", "draws_for", "floor_values",
+__all__ = ["MAX_DRAWS", "PLACEBO_METHOD", "STRIDE", "PlaceboError", "draws_for", "floor_values",
            "placebo_seeds", "stratum"]
