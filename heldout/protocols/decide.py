@@ -58,7 +58,7 @@ from heldout.contracts import HeldoutError
 from heldout.protocols.stats import holm_adjust
 from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin, MarginError
 from heldout.protocols.stats.power import minimum_detectable_dz
-from heldout.protocols.stats.floor import floor_bound, floor_gain, floor_p, smallest_p
+from heldout.protocols.stats.floor import floor_law, smallest_p
 from heldout.protocols.stats.runs import choose_test, compare_runs, min_seeds_permutation, min_seeds_sign_flip
 
 DEFAULT_ALPHA = 0.05
@@ -252,16 +252,14 @@ def beyond_placebo(placebo: Mapping[int, Sequence[float]], method: Mapping[int, 
                 n_examples=int(n_examples), family=1, alpha=alpha, min_seeds=need, replayed=replayed,
                 placebo=draws)
     if len(seeds) < MIN_SEEDS:
-        est = floor_gain(mv, draws) if seeds else math.nan
+        est = floor_law(mv, draws).gain if seeds else math.nan
         return _finish(Contrast(**base, estimate=est, low=-math.inf, high=math.inf, p=1.0, p_holm=1.0,
                                 decided=False, sign="0", sentence=""))
+    law = floor_law(mv, draws)  # enumerated once: the p and both bounds read the same arrangements
     tail = alpha / 2
-    p = min(1.0, 2.0 * min(floor_p(mv, draws, 0.0, "less"), floor_p(mv, draws, 0.0, "greater")))
-    if replayed:
-        p = 1.0
-    low, high = floor_bound(mv, draws, tail, "greater"), floor_bound(mv, draws, tail, "less")
-    return _finish(Contrast(**base, estimate=floor_gain(mv, draws), low=low, high=high, p=p, p_holm=p,
-                            decided=False, sign="0", sentence=""))
+    p = 1.0 if replayed else min(1.0, 2.0 * min(law.p(0.0, "less"), law.p(0.0, "greater")))
+    return _finish(Contrast(**base, estimate=law.gain, low=law.bound(tail, "greater"), high=law.bound(tail, "less"),
+                            p=p, p_holm=p, decided=False, sign="0", sentence=""))
 
 
 def replicates_nothing(c: Contrast) -> bool:

@@ -14,7 +14,8 @@ of the seed) the ``K + 1`` values of a stratum are exchangeable, whatever their 
 two-valued, heavy-tailed) and however the questions inside one candidate's score move together.
 The statistic is the mean over strata of ``m_s - mean(p_s)``; its null law is the mean over strata
 of ``v_j - mean(v_-j)`` with ``j`` uniform in each stratum, enumerated exactly over the
-``prod(K_s + 1)`` choices (Monte Carlo above :data:`EXACT_ARRANGEMENTS_MAX`). The smallest
+``prod(K_s + 1)`` choices (Monte Carlo above the permutation test's exact limit,
+:data:`heldout.protocols.stats.runs.EXACT_PERMUTATION_MAX`). The smallest
 two-sided p is ``2 / prod(K_s + 1)``: 3 seeds x 9 draws reach 0.002.
 
 A shifted null ``m = p + theta`` (test ``m_s - theta`` against the draws) gives one-sided p-values
@@ -24,18 +25,13 @@ and, inverted, a confidence interval for the method's gain beyond the floor.
 from __future__ import annotations
 
 import math
-from typing import Literal, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from ._checks import StatsInputError, check_alpha
-from .runs import invert_linear_law, tie_tolerance
-
-Side = Literal["less", "greater"]
-
-EXACT_ARRANGEMENTS_MAX = 200_000
-"""Up to this many arrangements the null law is enumerated; above, :data:`MONTE_CARLO_DRAWS` draws."""
-MONTE_CARLO_DRAWS = 20_000
+from .runs import EXACT_PERMUTATION_MAX, MONTE_CARLO_DRAWS, Side, invert_linear_law, tie_tolerance
 
 
 def _strata(method: Sequence[float], placebo: Sequence[Sequence[float]]) -> list[np.ndarray]:
@@ -74,61 +70,54 @@ def draws_needed(n_strata: int, alpha: float, *, family: int = 1, spare: float =
     return k
 
 
-def _law(strata: list[np.ndarray], seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every arrangement's statistic as a line in the shift ``theta``: the arrangement that lets
-    value ``j_s`` of each stratum play the method has statistic ``B + theta * A`` against the
-    observed ``T - theta``, so it reaches the observed value from above or below depending on
-    ``h + theta * g`` with ``h = B - T`` and ``g = A + 1 >= 0`` (0 only for the observed arrangement).
-    Returns (h, g) over all arrangements (random ones, the observed one included, above
-    :data:`EXACT_ARRANGEMENTS_MAX`)."""
+@dataclass(frozen=True)
+class FloorLaw:
+    """The null law of one comparison, enumerated once (:func:`floor_law`): every arrangement's
+    statistic as a line in the shift ``theta``. The arrangement that lets value ``j_s`` of each
+    stratum play the method has statistic ``B + theta * A`` against the observed ``T - theta``, so
+    it reaches the observed value from above or below depending on ``h + theta * g`` with
+    ``h = B - T`` and ``g = A + 1 >= 0`` (0 only for the observed arrangement)."""
+
+    h: np.ndarray
+    g: np.ndarray
+    slack: float
+    gain: float
+    """The estimate: mean over strata of the method's value minus the mean of its stratum's draws."""
+
+    def p(self, theta0: float, side: Side) -> float:
+        """One-sided p for H1 ``gain > theta0`` (``"greater"``) or ``gain < theta0`` (``"less"``)."""
+        moved = self.h + theta0 * self.g
+        hits = np.sum(moved >= -self.slack) if side == "greater" else np.sum(moved <= self.slack)
+        return float(hits / self.h.size)
+
+    def bound(self, alpha: float, side: Side) -> float:
+        """The one-sided ``1 - alpha`` bound on the gain, :meth:`p` inverted exactly: the lower bound
+        for ``side="greater"``, the upper for ``"less"``; infinite when no shift can be rejected."""
+        return invert_linear_law(self.h, self.g, alpha, side, self.slack)
+
+
+def floor_law(method: Sequence[float], placebo: Sequence[Sequence[float]], *, seed: int = 0) -> FloorLaw:
+    """The stratified permutation law of ``method`` (one value per stratum) against ``placebo``
+    (that stratum's draws): all arrangements, or random ones (the observed one included) above
+    :data:`~heldout.protocols.stats.runs.EXACT_PERMUTATION_MAX`."""
+    strata = _strata(method, placebo)
     b_parts, a_parts = [], []
     for v in strata:
         k = v.size - 1
         b_parts.append(((k + 1) * v - v.sum()) / k)  # v_j - mean(v_-j)
         a_parts.append(np.r_[-1.0, np.full(k, 1.0 / k)])  # how each contribution moves with the shift
     observed = float(np.mean([b[0] for b in b_parts]))
-    n = math.prod(b.size for b in b_parts)
-    if n <= EXACT_ARRANGEMENTS_MAX:
+    if arrangements([v.size - 1 for v in strata]) <= EXACT_PERMUTATION_MAX:
         big, slope = np.zeros(1), np.zeros(1)
         for b, a in zip(b_parts, a_parts):
             big, slope = (big[:, None] + b[None, :]).ravel(), (slope[:, None] + a[None, :]).ravel()
     else:
         rng = np.random.default_rng(seed)
-        picks = [rng.integers(0, b.size, MONTE_CARLO_DRAWS) for b in b_parts]
-        picks = [np.r_[0, p] for p in picks]  # the observed arrangement is one of the draws
+        picks = [np.r_[0, rng.integers(0, b.size, MONTE_CARLO_DRAWS)] for b in b_parts]  # observed first
         big = np.sum([b[p] for b, p in zip(b_parts, picks)], axis=0)
         slope = np.sum([a[p] for a, p in zip(a_parts, picks)], axis=0)
     m = len(strata)
-    return big / m - observed, slope / m + 1.0
+    return FloorLaw(h=big / m - observed, g=slope / m + 1.0, slack=tie_tolerance(*strata) * 2, gain=observed)
 
 
-def floor_p(method: Sequence[float], placebo: Sequence[Sequence[float]], theta0: float, side: Side, *,
-            seed: int = 0) -> float:
-    """One-sided p of the stratified permutation test for H1 ``gain > theta0`` (``"greater"``) or
-    ``gain < theta0`` (``"less"``), the gain being the method's value minus its stratum's draws."""
-    strata = _strata(method, placebo)
-    h, g = _law(strata, seed)
-    slack = tie_tolerance(*strata) * 2
-    moved = h + theta0 * g
-    hits = np.sum(moved >= -slack) if side == "greater" else np.sum(moved <= slack)
-    return float(hits / h.size)
-
-
-def floor_bound(method: Sequence[float], placebo: Sequence[Sequence[float]], alpha: float, side: Side, *,
-                seed: int = 0) -> float:
-    """The one-sided ``1 - alpha`` bound on the gain by inverting :func:`floor_p` exactly: the lower
-    bound for ``side="greater"``, the upper for ``"less"``; infinite when no shift can be rejected.
-    Each arrangement starts counting against a shift at one point (``h + theta g`` crosses the
-    tie band), so the bound is an order statistic of those points."""
-    strata = _strata(method, placebo)
-    h, g = _law(strata, seed)
-    return invert_linear_law(h, g, alpha, side, tie_tolerance(*strata) * 2)
-
-
-def floor_gain(method: Sequence[float], placebo: Sequence[Sequence[float]]) -> float:
-    """The estimate: mean over strata of the method's value minus the mean of its stratum's draws."""
-    return float(np.mean([v[0] - v[1:].mean() for v in _strata(method, placebo)]))
-
-
-__all__ = ["EXACT_ARRANGEMENTS_MAX", "arrangements", "draws_needed", "floor_bound", "floor_gain", "floor_p",
-           "smallest_p"]
+__all__ = ["FloorLaw", "arrangements", "draws_needed", "floor_law", "smallest_p"]

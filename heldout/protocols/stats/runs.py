@@ -257,9 +257,9 @@ def choose_test(n_examples: int, paired: bool) -> RunTest:
     A run's score is the score of the one candidate the run ended on, and which candidate that is
     has the law of the optimizer, not of the examples: often skewed (a rare big win) or two-valued
     (the trick was found or not), so a t test's normal premise is not theirs. The randomisation
-    tests are exact for every law under the null that the two sides are exchangeable
-    (``tests/test_seed_laws.py``) (paired: each seed's two runs could
-    have come from either side), at the price of a floor on the seed count: a two-sided verdict
+    tests are exact for every law under the null that the two sides are exchangeable (paired: each
+    seed's two runs could have come from either side; ``tests/test_seed_laws.py``), at the price
+    of a floor on the seed count: a two-sided verdict
     at alpha 0.05 needs >= 6 seed pairs (sign-flip) or 4 + 4 runs (permutation). ``n_examples``
     no longer picks the test; it is kept for the callers that state it."""
     del n_examples
