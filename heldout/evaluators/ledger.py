@@ -55,8 +55,8 @@ from typing import Any, Iterator
 
 from heldout.contracts import (HeldoutError, canonical_json, read_user_bytes, read_user_json, sha256_text,
                                write_text_atomically)
-from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, load_signing_key,
-                                        verify_block)
+from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, config_dir,
+                                        load_signing_key, verify_block)
 
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
@@ -78,10 +78,7 @@ UNNAMED_MISMATCH = "mismatch, key not named"
 def ledger_key_path() -> Path:
     """Where the head-anchoring key lives (see the module docstring)."""
     override = os.environ.get(KEY_ENV)
-    if override:
-        return Path(override)
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(config) / "heldout" / "ledger.key"
+    return Path(override) if override else config_dir() / "ledger.key"
 
 
 def ledger_key(create: bool = True) -> bytes | None:

@@ -137,13 +137,15 @@ def _b64(text: str) -> bytes | None:
 
 
 # -- the signing key ----------------------------------------------------------------------------------
+def config_dir() -> Path:
+    """heldout's folder of this user's keys: ``$XDG_CONFIG_HOME/heldout``, else ``~/.config/heldout``."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")) / "heldout"
+
+
 def signing_key_path() -> Path:
     """Where this user's signing key file is (see the module docstring)."""
     override = os.environ.get(KEY_FILE_ENV)
-    if override:
-        return Path(override)
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(config) / "heldout" / KEY_FILE_NAME
+    return Path(override) if override else config_dir() / KEY_FILE_NAME
 
 
 class SigningKey:
