@@ -1,0 +1,177 @@
+"""The protected path against the bare client: what heldout adds to each metric call (issue 60).
+
+An optimizer evaluates a new candidate on batches of 50 train examples through a real
+:class:`~heldout.Session` (budget, visibility, scoring, a hash-chained ledger on disk, signatures),
+then the session scores its final candidate on val and test: 800 worker requests on
+bbh/word_sorting, answered by the chain-of-thought loopback server (perf/cot_server.py: 200-600
+tokens of reasoning before each answer) at a given latency. The reference, measured in the same
+run, is heldout's own :class:`~heldout.models.ModelClient` sending exactly the requests the
+session sent, in the same batches, and nothing else. Session, bare, session, bare: each figure
+is the mean of its two runs, so a change of load during the run hits both.
+
+Targets (issue 60): session wall within 1.3x of the bare client's at 0 ms latency, 1.10x at 50 ms
+and concurrency 16. CPU per metric call is this process's CPU time (every thread) over the
+requests; the server's CPU is its own process's.
+
+    python perf/protected_path.py [--latency 0 --latency 0.05] [--data-dir ../shared/data] [--profile out.prof]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the sibling scripts
+
+from heldout import Session, load_task  # noqa: E402
+from heldout.models import ChatRequest, ModelClient  # noqa: E402
+from machine import verdict  # noqa: E402
+
+TASK, PROFILE = "bbh/word_sorting", "default"  # 50 train / 50 val / 150 test
+BATCH, ROUNDS, CONCURRENCY = 50, 12, 16  # 600 metric calls + 200 held-out = 800 requests
+TARGETS = {0.0: 1.3, 0.05: 1.10}
+
+
+def start_cot_server(latency: float) -> tuple[subprocess.Popen, str]:
+    """perf/cot_server.py in its own process; (process, base URL)."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "cot_server.py"), "--latency", str(latency)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        proc.kill()
+        raise SystemExit(f"chain-of-thought server did not start: {line!r}")
+    return proc, line.rsplit(" ", 1)[1].strip()
+
+
+class RecordingClient(ModelClient):
+    """The session's worker: a ModelClient that keeps each batch it was asked to send (a list
+    reference per batch, nothing copied), so the bare run sends exactly the same."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.batches: list[list[ChatRequest]] = []
+
+    def complete_many(self, requests, **kwargs):
+        self.batches.append(list(requests))
+        return super().complete_many(requests, **kwargs)
+
+
+def batch_optimizer(view, seed):
+    """A new instruction on every batch of 50 train examples until the budget is spent; the last is final."""
+    candidate = dict(view.seed_candidate)
+    for r in range(view.remaining // BATCH):
+        candidate = {**view.seed_candidate, "instruction": f"{view.seed_candidate.get('instruction', '')} (variant {r})"}
+        view.evaluate(candidate, "train", [ex["id"] for ex in view.train[:BATCH]])
+    return candidate
+
+
+@dataclass
+class Timed:
+    wall: float
+    cpu: float
+    requests: int
+    ledger_bytes: int = 0
+    ledger_entries: int = 0
+
+
+def run_session(base_url: str, task, run_dir: Path, profiler: cProfile.Profile | None = None) -> tuple[Timed, list]:
+    worker = RecordingClient("test-model", base_url, concurrency=CONCURRENCY)
+    try:
+        wall, cpu = time.perf_counter(), time.process_time()
+        if profiler is not None:
+            profiler.enable()
+        session = Session(task, PROFILE, budget=BATCH * ROUNDS, seed=0, worker=worker, run_dir=run_dir,
+                          method="perf-batches")
+        record = session.run(batch_optimizer)
+        if profiler is not None:
+            profiler.disable()
+        timed = Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, worker.batches)))
+    finally:
+        worker.close()
+    if record.status != "ok":
+        raise SystemExit(f"the session did not finish: {record.status} {record.error}")
+    timed.ledger_bytes = (run_dir / "ledger.jsonl").stat().st_size
+    timed.ledger_entries = record.ledger_entries
+    return timed, worker.batches
+
+
+def run_bare(base_url: str, batches: list[list[ChatRequest]]) -> Timed:
+    with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client:
+        wall, cpu = time.perf_counter(), time.process_time()
+        for batch in batches:
+            client.complete_many(batch)
+        return Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
+
+
+def measure(latency: float, data_dir: str | None, profile_to: str | None = None) -> dict:
+    """Session, bare, session, bare at ``latency``; the means and each run."""
+    task = load_task(TASK, PROFILE, data_dir)
+    proc, base_url = start_cot_server(latency)
+    root = Path(tempfile.mkdtemp(prefix="heldout-perf-protected-"))
+    profiler = cProfile.Profile() if profile_to else None
+    try:
+        sessions, bares = [], []
+        for k in range(2):
+            timed, batches = run_session(base_url, task, root / f"session-{k}", profiler if k == 1 else None)
+            sessions.append(timed)
+            bares.append(run_bare(base_url, batches))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+    if profiler is not None:
+        profiler.dump_stats(profile_to)
+    mean = lambda runs, field: sum(getattr(r, field) for r in runs) / len(runs)  # noqa: E731
+    return {"latency": latency, "requests": sessions[0].requests,
+            "session_wall": mean(sessions, "wall"), "bare_wall": mean(bares, "wall"),
+            "session_cpu": mean(sessions, "cpu"), "bare_cpu": mean(bares, "cpu"),
+            "ledger_bytes": sessions[0].ledger_bytes, "ledger_entries": sessions[0].ledger_entries,
+            "runs": {"session": sessions, "bare": bares}}
+
+
+def rows_of(m: dict) -> list[dict]:
+    """Rows for perf/run_all.py: the session's wall against the bare client's (target per latency)."""
+    n, latency = m["requests"], m["latency"]
+    target = TARGETS.get(latency, 1.10)
+    ratio = m["session_wall"] / m["bare_wall"]
+    walls = lambda who: ", ".join(f"{r.wall:.2f}" for r in m["runs"][who])  # noqa: E731
+    return [{"name": f"protected path: {n} requests, {latency * 1000:g} ms latency, concurrency {CONCURRENCY}",
+             "value": m["session_wall"], "unit": "s", "ratio": ratio,
+             "target": f"<= {target:.2f}x bare ModelClient (same run)", "passed": ratio <= target,
+             "note": f"session {walls('session')} s, bare {walls('bare')} s; CPU per metric call "
+                     f"{1000 * m['session_cpu'] / n:.2f} ms against {1000 * m['bare_cpu'] / n:.2f} ms bare; "
+                     f"ledger {m['ledger_bytes'] / m['ledger_entries']:.0f} B/entry"}]
+
+
+def figures(data_dir: str | None = None, latencies=(0.0, 0.05)) -> list[dict]:
+    return [row for latency in latencies for row in rows_of(measure(latency, data_dir))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default=os.environ.get("HELDOUT_DATA_DIR", str(HERE.parent.parent / "shared" / "data")))
+    parser.add_argument("--latency", type=float, action="append", help="seconds (repeatable; default 0 and 0.05)")
+    parser.add_argument("--profile", help="write a cProfile of the second session run here")
+    args = parser.parse_args(argv)
+    ok = True
+    for latency in args.latency or [0.0, 0.05]:
+        m = measure(latency, args.data_dir, args.profile)
+        for row in rows_of(m):
+            ok = ok and row["passed"]
+            print(f"{row['name']}: {row['value']:.2f} s, {row['ratio']:.2f}x ({row['target']}): "
+                  f"{verdict(row['passed'])}; {row['note']}")
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
