@@ -8,7 +8,19 @@ without the rest of heldout). It holds:
 * the one hashing rule (:func:`canonical_json`, :func:`candidate_id`);
 * the errors heldout raises on purpose (all subclasses of :class:`HeldoutError`);
 * the Protocols that the parts meet at: :class:`Worker`, :class:`PromptTask`,
-  :class:`ProgramTask`, :class:`Verifier`, :class:`TaskView`, :class:`Optimizer`.
+  :class:`ProgramTask`, :class:`Verifier`, :class:`TaskView`, :data:`Optimizer`.
+
+Three words for a task, each for one thing:
+
+* a **task** is what the CLI and study files name (``--task bbh/word_sorting``): one named,
+  versioned benchmark cell;
+* its **benchmark** is the task's definition, its rules without its data: an instance of
+  :class:`heldout.benchmarks.base.Benchmark` meeting :class:`PromptTask` or :class:`ProgramTask`
+  (how to load the examples, render or run a candidate, score, aggregate); stateless;
+* a **loaded task** (:class:`heldout.benchmarks.loading.Task`, from ``load_task``) is that
+  benchmark bound to one split profile, with its examples verified against the frozen manifest.
+
+An optimizer sees none of them: it gets a :class:`TaskView`.
 """
 
 from __future__ import annotations
@@ -540,8 +552,9 @@ class RunContext:
 # -- tasks ---------------------------------------------------------------------------------------------
 @runtime_checkable
 class PromptTask(Protocol):
-    """A task whose candidate is a prompt: the worker turns ``render``'s messages into text, and
-    ``score_text`` scores that text. ``score_text`` never raises (a verdict carries the error)."""
+    """A task's definition (its benchmark) when its candidate is a prompt: the worker turns
+    ``render``'s messages into text, and ``score_text`` scores that text. ``score_text`` never
+    raises (a verdict carries the error)."""
 
     name: str
     kind: TaskKind
@@ -554,8 +567,9 @@ class PromptTask(Protocol):
 
 @runtime_checkable
 class ProgramTask(Protocol):
-    """A task whose candidate is code (or SQL): ``run`` executes it on one example in the sandbox
-    and scores what it produced. ``run`` never raises for a bad candidate."""
+    """A task's definition (its benchmark) when its candidate is code (or SQL): ``run`` executes
+    it on one example in the sandbox and scores what it produced. ``run`` never raises for a bad
+    candidate."""
 
     name: str
     kind: TaskKind

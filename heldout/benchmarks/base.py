@@ -28,12 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from heldout.benchmarks.candidates import read_candidate
-from heldout.contracts import (Candidate, Example, Message, RunContext, RunLimits, Source, TaskKind,
+from heldout.contracts import (Candidate, Example, HeldoutError, Message, RunContext, RunLimits, Source, TaskKind,
                                Verdict, mean_score)
 
 class Benchmark:
-    """A named, versioned benchmark cell. Subclasses fill in the class attributes and the
-    methods of their kind. Instances are stateless and cheap; data is loaded on demand."""
+    """A task's definition (see :mod:`heldout.contracts` for task / benchmark / loaded task): a
+    named, versioned benchmark cell's rules without its data. Subclasses fill in the class
+    attributes and the methods of their kind. Instances are stateless and cheap; data is loaded on
+    demand, and :func:`heldout.benchmarks.loading.load_task` binds it to a split profile (a
+    :class:`~heldout.benchmarks.loading.Task`)."""
 
     name: str = ""
     family: str = ""
@@ -81,7 +84,8 @@ class Benchmark:
 
     def helper_files(self) -> dict[str, str]:
         """The trusted helper files' text, keyed by their name in the sandbox."""
-        assert self.family_dir is not None or not self.helper_sources, f"{self.name}: helper_sources need family_dir"
+        if self.family_dir is None and self.helper_sources:  # the task's own mistake, so a raise, never -O's silence
+            raise HeldoutError(f"{self.name}: helper_sources need family_dir (the folder they are read from)")
         return {name: (self.family_dir / rel).read_text(encoding="utf-8") for name, rel in self.helper_sources.items()}
 
     # -- the metric -------------------------------------------------------------------------

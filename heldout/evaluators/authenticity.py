@@ -114,7 +114,8 @@ def verify_run(run_dir: str | Path, trusted: TrustedSigners, published_head: str
     if head_signed or not finished:
         checks.append(ledger.signature or SignatureCheck(Authenticity.UNSIGNED, "ledger head: unsigned"))
     verdict = worst(checks)
-    assert verdict is not None
+    if verdict is None:  # a finished run checks its record, an unfinished one its head: never none
+        raise HeldoutError(f"{run_dir}: no signature was checked (a bug in heldout, not in the run dir)")
     if all(c.status is Authenticity.UNSIGNED for c in checks):
         verdict = _hmac_era(ledger)
     return RunAuthenticity(run_dir, verdict, ledger, finished)
