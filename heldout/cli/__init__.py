@@ -11,9 +11,7 @@ import argparse
 import contextlib
 import errno
 import json
-import math
 import os
-import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -21,10 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from heldout import __version__
+from heldout.cli.shared import (HeldoutParser, add_allow_drift, add_data_dir, add_json, add_local_model_arguments,
+                                add_optimizer_by_name, add_profile, add_session_environment, add_trusted_signers,
+                                command_line, local_backend, number, optimizer_trusted, print_json,
+                                require_run_dirs, trusted_signers)
 from heldout.contracts import HeldoutError, check_folder, read_user_json
 
 if TYPE_CHECKING:  # annotations only
-    from heldout.models.backends.llama import LlamaBackend
     from heldout.protocols.stats.margin import Margin
     from heldout.protocols.study import Study
 
@@ -64,101 +65,13 @@ PROTOCOL_DEMO_BUDGET = 30  # metric calls per session: gepa's minimum on 16 trai
 PROTOCOL_DEMO_SLOTS = 2  # model copies answering at once, one per core
 
 
-def _print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=None, default=str))
-
-
 # -- argument wiring shared by several commands --------------------------------------------------
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``heldout run: error: ...``), like every other heldout error."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
-        action = super().add_argument(*args, **kwargs)
-        if "--task" in args:
-            action.completer = complete_task_names  # what argcomplete offers: task names, not file names
-        return action
-
-
-def complete_task_names(prefix: str, **_: Any) -> list[str]:
-    """Task names and groups starting with ``prefix`` (the shell's completion of ``--task``)."""
-    from heldout.benchmarks.registry import all_tasks, task_groups
-    names = sorted({bench.name for bench in all_tasks()} | set(task_groups()))
-    return [name for name in names if name.startswith(prefix)]
-
-
-def _number(kind: Callable[[str], Any], low: float, what: str, *, strict: bool = False, high: float | None = None):
-    """An argparse type: a ``kind`` number >= ``low`` (> with ``strict``), < ``high`` when given."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        ok = value is not None and math.isfinite(value) and (value > low if strict else value >= low) \
-            and (high is None or value < high)
-        if not ok:
-            bound = f"{'>' if strict else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
-            raise argparse.ArgumentTypeError(f"{what} must be a {'whole ' if kind is int else ''}number {bound}, "
-                                             f"got {text!r}")
-        return value
-    return parse
-
-
-DATA_DIR_HELP = "local data mirror laid out like ../shared/data (default $HELDOUT_DATA_DIR, else the hub)"
-
-
-def _add_data_dir(p: argparse.ArgumentParser, help: str = DATA_DIR_HELP) -> None:
-    p.add_argument("--data-dir", default=None, help=help)
-
-
-def _add_json(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def _add_profile(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="default", help="split profile (default: default)")
-
-
-def _add_allow_drift(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--allow-drift", action="store_true",
-                   help="load even if the data drifted from its manifest (stated in the record)")
-
-
-def _add_optimizer_by_name(p: argparse.ArgumentParser, required: bool = True) -> None:
-    """The one optimizer of a protocol command, and whether it may run in the harness's process."""
-    p.add_argument("--optimizer", required=required, help="reference name or NAME=module:function (isolated "
-                   "unless --trusted-optimizer)")
-    p.add_argument("--trusted-optimizer", action="store_true",
-                   help="run a module:function optimizer in the harness's process (recorded as 'trusted, not isolated')")
-
-
-def _add_session_environment(p: argparse.ArgumentParser, *, tolerance: bool = True, drift: bool = True) -> None:
-    """The options every command that runs sessions shares: models, endpoint, cache and data."""
-    p.add_argument("--worker-model", default=None, help="model id of the worker (prompt tasks)")
-    p.add_argument("--architect-model", default=None, help="model id of the metered architect")
-    p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
-    p.add_argument("--cache-dir", default=None, help="response cache directory")
-    if tolerance:
-        p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
-    _add_data_dir(p)
-    if drift:
-        _add_allow_drift(p)
-
-
-def _local_model_arguments(p: argparse.ArgumentParser) -> None:
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--model", default=None, help="a bundled model (default: smollm2-135m-instruct)")
-    which.add_argument("--gguf", default=None, help="any GGUF chat model file instead")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for the model")
-    p.add_argument("--ctx", type=int, default=2048, help="context length in tokens")
 
 
 # -- tasks ---------------------------------------------------------------------------------------
 def tasks_list_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", action="store_true", help="with --json: print the task groups instead")
-    _add_json(p)
+    add_json(p)
 
 
 def cmd_tasks_list(args: argparse.Namespace) -> int:
@@ -175,7 +88,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         rows.append({**bench.describe(), "profiles": profiles,
                      "groups": [name for name, members in groups.items() if bench.name in members]})
     if args.json:
-        _print_json(rows if not args.groups else groups)
+        print_json(rows if not args.groups else groups)
         return 0
     print(f"{'task':<48} {'kind':<8} {'metric':<22} profiles (train/val/test)")
     for row in rows:
@@ -194,15 +107,15 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
 # -- data ----------------------------------------------------------------------------------------
 def data_verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("tasks", nargs="*", help="task names or family prefixes (default: all)")
-    _add_data_dir(p)
-    _add_json(p)
+    add_data_dir(p)
+    add_json(p)
 
 
 def cmd_data_verify(args: argparse.Namespace) -> int:
     from heldout.benchmarks.manifest_tools import verify_tasks
     rows = verify_tasks(args.tasks, data_dir=args.data_dir)
     if args.json:
-        _print_json(rows)
+        print_json(rows)
     else:
         print(f"{'task':<48} {'status':<8} {'examples':>8}  profiles")
         for r in rows:
@@ -224,7 +137,7 @@ def data_freeze_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default=None, help="train/val/test sizes, e.g. 100/50/200 (seeded shuffle)")
     p.add_argument("--seed", type=int, default=0, help="salt of the hash order the profile is drawn in")
     p.add_argument("--by-group", action="store_true", help="topic-disjoint: no group spans two splits")
-    _add_data_dir(p)
+    add_data_dir(p)
     p.add_argument("--out", default=None, help="manifest root (default: heldout/data_manifests)")
 
 
@@ -241,7 +154,7 @@ def cmd_data_freeze(args: argparse.Namespace) -> int:
 def eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task name (see `heldout tasks list`)")
     p.add_argument("--candidate", default=None, help="file or folder (default: the task's seed candidate)")
-    _add_profile(p)
+    add_profile(p)
     p.add_argument("--split", default=None, choices=("train", "val", "test"),
                    help="split to evaluate (default val, or train when the profile has none; test only when asked, "
                         "its targets only with --show-targets)")
@@ -249,11 +162,11 @@ def eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-model", default=None, help="prompt tasks: model id of the worker")
     p.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL)")
     p.add_argument("--tolerance", type=float, default=None, help="geometry tasks: constraint tolerance (default 0)")
-    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+    p.add_argument("--wall-seconds", type=number(float, 0, "--wall-seconds", strict=True), default=None,
                    help="wall seconds per sandboxed execution")
-    _add_data_dir(p)
-    _add_allow_drift(p)
-    _add_json(p)
+    add_data_dir(p)
+    add_allow_drift(p)
+    add_json(p)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -295,7 +208,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if hide_targets:
         summary = _without_targets(summary)
     if args.json:
-        _print_json(summary)
+        print_json(summary)
     else:
         for key, value in summary.items():
             if key not in ("verdicts",):
@@ -321,10 +234,10 @@ def score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="prompt task name")
     p.add_argument("--outputs", required=True, help="JSONL file, one {\"id\": ..., \"output\": ...} per line")
     p.add_argument("--split", default="val", choices=("train", "val", "test"), help="split the ids belong to")
-    _add_profile(p)
-    _add_data_dir(p)
-    _add_allow_drift(p)
-    _add_json(p)
+    add_profile(p)
+    add_data_dir(p)
+    add_allow_drift(p)
+    add_json(p)
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -333,7 +246,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     verdicts, summary = score_outputs(task, read_outputs(args.outputs), args.split)
     if args.json:
-        _print_json({**summary, "verdicts": [{"id": v.example_id, "score": v.score, "valid": v.valid,
+        print_json({**summary, "verdicts": [{"id": v.example_id, "score": v.score, "valid": v.valid,
                                               "dimensions": v.dimensions} for v in verdicts]})
     else:
         for key in ("task", "profile", "split", "n", "missing", "score", "dimensions"):
@@ -346,19 +259,6 @@ LEDGER_UNANCHORED_EXIT = 3
 """``ledger verify``: the chain is intact but nothing signed it (and no HMAC anchor or published
 head vouches for it here). The codes are :data:`heldout.evaluators.signing.EXIT_CODES`: 0 authentic,
 1 tampered, 3 unsigned, 4 signed by a key not among the trusted signers; several runs: the worst."""
-
-
-def _add_trusted_signers(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trusted-signers", action="append", default=[], metavar="FILE",
-                   help="a file of trusted signers, 'NAME PUBLIC-KEY-OR-FINGERPRINT' a line (repeatable); with "
-                        "neither this nor --trust-key, only this machine's own signing key is trusted")
-    p.add_argument("--trust-key", action="append", default=[], metavar="[NAME=]KEY",
-                   help="trust this public key (ed25519:...) or fingerprint (SHA256:...) (repeatable)")
-
-
-def _signers(args: argparse.Namespace):
-    from heldout.evaluators.signing import TrustedSigners
-    return TrustedSigners.resolve(args.trusted_signers, args.trust_key)
 
 
 def _ledger_dirs(roots: Sequence[str]) -> list[Path]:
@@ -380,8 +280,8 @@ def ledger_verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", default=None, metavar="HASH",
                    help="the run's ledger head as its writer published it (the record's ledger_head): checks "
                         "an unsigned run's authenticity without the writer's key")
-    _add_trusted_signers(p)
-    _add_json(p)
+    add_trusted_signers(p)
+    add_json(p)
 
 
 def cmd_ledger_verify(args: argparse.Namespace) -> int:
@@ -392,10 +292,10 @@ def cmd_ledger_verify(args: argparse.Namespace) -> int:
     dirs = _ledger_dirs(args.run_dirs)
     if args.head and len(dirs) != 1:
         raise HeldoutError(f"--head names one run's published head; {len(dirs)} ledgers were found")
-    trusted = _signers(args)
+    trusted = trusted_signers(args)
     found = [verify_run(run_dir, trusted, args.head) for run_dir in dirs]
     if args.json:
-        _print_json([{"run_dir": str(f.run_dir), "status": f.status.value, "exit_code": f.exit_code, "ok": f.ledger.ok,
+        print_json([{"run_dir": str(f.run_dir), "status": f.status.value, "exit_code": f.exit_code, "ok": f.ledger.ok,
                       "signer": f.check.signer, "fingerprint": f.check.fingerprint, "reason": f.check.reason,
                       "anchored": f.ledger.anchored, "entries": f.ledger.entries, "head": f.ledger.head,
                       "problems": f.ledger.problems} for f in found])
@@ -476,13 +376,6 @@ STUDY_FLAGS = ("task", "budget", "optimizer", "optimizer_cmd", "method_option", 
                "base_url", "cache_dir", "model_timeout", "tolerance", "data_dir", "allow_drift")
 
 
-def _trusted(args: argparse.Namespace) -> bool:
-    """Whether the person running the command trusts its user code to run in the harness's process
-    (``--trusted-optimizer`` or ``HELDOUT_TRUSTED_OPTIMIZER=1``); a file never grants it."""
-    from heldout.protocols.study import trust_granted
-    return trust_granted(getattr(args, "trusted_optimizer", False))
-
-
 def _executor_flags(args: argparse.Namespace) -> dict[str, Any]:
     return {"kind": args.executor, "jobs": args.jobs, "ray_address": args.ray_address, "cell_cpus": args.cell_cpus,
             "cell_memory_mb": args.cell_memory_mb}
@@ -514,7 +407,7 @@ def study_from_flags(args: argparse.Namespace) -> Study:
                                   ("timeout", args.model_timeout)) if v is not None},
         executor={k: v for k, v in _executor_flags(args).items() if v is not None},
         data_dir=args.data_dir or None, allow_drift=bool(args.allow_drift),
-        trusted_optimizer=_trusted(args), origin="heldout run")
+        trusted_optimizer=optimizer_trusted(args), origin="heldout run")
 
 
 def run_arguments(p: argparse.ArgumentParser) -> None:
@@ -530,9 +423,9 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", default=None, help="comma-separated seeds, e.g. 0,1,2 (default 0)")
     p.add_argument("--budget", action="append", default=None,
                    help="metric calls per session: N, or TASK=N per task (repeatable)")
-    p.add_argument("--architect-tokens", type=_number(int, 1, "--architect-tokens"), default=None,
+    p.add_argument("--architect-tokens", type=number(int, 1, "--architect-tokens"), default=None,
                    help="architect token budget per session")
-    p.add_argument("--wall-seconds", type=_number(float, 0, "--wall-seconds", strict=True), default=None,
+    p.add_argument("--wall-seconds", type=number(float, 0, "--wall-seconds", strict=True), default=None,
                    help="wall-time budget per session, seconds (an isolated optimizer is stopped at it plus 10 s of "
                         "grace; without it, at the default of 6 hours, recorded in the ledger)")
     p.add_argument("--optimizer", action="append", default=None,
@@ -549,8 +442,8 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="study folder (one experiment; resumable); overrides the file's")
     p.add_argument("--resume", action="store_true",
                    help="continue the study in the run dir (only with exactly the settings it was started with)")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=None, help="sessions in parallel (process pool; default 1)")
-    p.add_argument("--model-timeout", type=_number(float, 0, "--model-timeout", strict=True), default=None,
+    p.add_argument("--jobs", type=number(int, 1, "--jobs"), default=None, help="sessions in parallel (process pool; default 1)")
+    p.add_argument("--model-timeout", type=number(float, 0, "--model-timeout", strict=True), default=None,
                    help="seconds one model call may take before it is retried (default 60; a busy local CPU model may "
                         "need more); a call that still fails leaves its cell incomplete, never scored 0")
     p.add_argument("--executor", default=None, choices=EXECUTORS,
@@ -567,8 +460,8 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt tasks: zero_shot (default), cot_3shot (BBH), cot_5shot (MMLU-Pro); see docs/scoring.md")
     p.add_argument("--verifier", default=None,
                    help=f"verifier variant the optimizer sees: {describe_variants()}; held-out is always canonical")
-    _add_session_environment(p)
-    _add_json(p)
+    add_session_environment(p)
+    add_json(p)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -581,7 +474,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise HeldoutError(f"{args.study} is the whole study; drop {', '.join(given)} (edit the file instead)")
         study = load_study(args.study, run_dir=args.run_dir)
         # trust is the person's, never the file's (a file asking for it was refused)
-        study.config.trusted_optimizer = _trusted(args)
+        study.config.trusted_optimizer = optimizer_trusted(args)
         # how to run (not what): the execution flags override the file's [executor]
         study.executor.update({k: v for k, v in _executor_flags(args).items() if v is not None})
     else:
@@ -607,8 +500,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise
     if args.verbosity > 0:
         print(f"heldout run: study {saved}:\n{saved.read_text()}", file=sys.stderr)
-    argv = list(args.argv or sys.argv[1:])
-    hint = "heldout " + " ".join(shlex.quote(a) for a in argv) + ("" if "--resume" in argv else " --resume")
+    hint = command_line(args) + ("" if "--resume" in (args.argv or sys.argv[1:]) else " --resume")
     results = []
     for (config, cells), executor in zip(groups, executors):
         try:
@@ -618,7 +510,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if any(r["status"] in ("interrupted", "not started") for r in results):
             break  # a stop request ends the whole study, not only this profile's part
     if args.json:
-        _print_json(results)
+        print_json(results)
     else:
         for r in results:
             outcome = f"test {r['test_score']}" if r["status"] == "ok" else (r.get("error") or "")
@@ -643,11 +535,11 @@ def compare_arms_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-headroom", type=float, default=0.10,
                    help="warn when the seed's val score is within this fraction of the ceiling")
     p.add_argument("--plan", action="store_true", help="print every run, its budget and the total; spend nothing")
-    _add_profile(p)
+    add_profile(p)
     p.add_argument("--run-dir", required=True, help="the experiment's folder (one level per arm; resumable)")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    _add_session_environment(p, tolerance=False, drift=False)
-    _add_json(p)
+    add_session_environment(p, tolerance=False, drift=False)
+    add_json(p)
 
 
 def cmd_compare_arms(args: argparse.Namespace) -> int:
@@ -669,7 +561,7 @@ def cmd_compare_arms(args: argparse.Namespace) -> int:
                          architect_model=args.architect_model, base_url=args.base_url, cache_dir=args.cache_dir)
     result = run_arms(spec, args.run_dir, config, LocalExecutor(args.jobs))
     if args.json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     else:
         print(result.text())
     return 1 if result.broken else 0
@@ -687,7 +579,7 @@ def cmd_runs_query(args: argparse.Namespace) -> int:
     result = ResultsStore.open([args.run_dir]).query(args.sql)
     if args.json:
         for row in result.to_dicts():
-            _print_json(row)
+            print_json(row)
     else:
         print(result.format())
     return 0
@@ -711,7 +603,7 @@ def export_inspect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a study's or a session's run dir (searched recursively for ledgers)")
     p.add_argument("--out", required=True, help="log dir to write the .eval files into")
     p.add_argument("--with-optimisation", action="store_true", help="also every evaluation the optimizer paid for")
-    _add_data_dir(p, "to render prompts and show targets of dataset tasks")
+    add_data_dir(p, "to render prompts and show targets of dataset tasks")
 
 
 def cmd_export_inspect(args: argparse.Namespace) -> int:
@@ -730,18 +622,18 @@ def verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", help="a study dir, or a copy or bundle of one: every run record and results.json in it")
     p.add_argument("--report", action="append", default=[], metavar="PATH",
                    help="re-derive this results.json (or report dir) instead of those found in the study (repeatable)")
-    _add_trusted_signers(p)
-    _add_data_dir(p, "to rebuild report tables that need a dataset task's examples (answer keys, topics)")
-    _add_json(p)
+    add_trusted_signers(p)
+    add_data_dir(p, "to rebuild report tables that need a dataset task's examples (answer keys, topics)")
+    add_json(p)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Exit codes and the rule behind each verdict: heldout/reports/verify.py."""
     require_run_dirs([args.study])
     from heldout.reports.verify import verify_study
-    found = verify_study(args.study, _signers(args), reports=args.report, data_dir=args.data_dir)
+    found = verify_study(args.study, trusted_signers(args), reports=args.report, data_dir=args.data_dir)
     if args.json:
-        _print_json(found.as_dict())
+        print_json(found.as_dict())
     else:
         print("\n".join(found.lines()))
     return found.exit_code
@@ -752,19 +644,12 @@ def report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", help="run dirs (searched recursively for run records)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--baseline-method", default="seed", help="method every paired table compares against")
-    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+    p.add_argument("--alpha", type=number(float, 0, "--alpha", strict=True, high=1), default=0.05,
                    help="significance level")
     p.add_argument("--checkpoints", default=None, help="metric-call checkpoints, e.g. 500,1000,1500,2000")
-    _add_data_dir(p, "for per-topic grouping of dataset tasks")
+    add_data_dir(p, "for per-topic grouping of dataset tasks")
     p.add_argument("--format", action="append", choices=PAPER_FORMATS, default=None,
                    help="also Table 1 and the paired table as booktabs LaTeX / CSV in OUT/paper, figures as PDF+SVG (repeatable)")
-
-
-def require_run_dirs(paths: Sequence[str]) -> None:
-    """A mistyped run dir is answered before the reports and their statistics are imported (~2 s)."""
-    for path in paths:
-        if not Path(path).exists():
-            raise HeldoutError(f"run dir {path} does not exist")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -813,7 +698,7 @@ def _parse_checkpoints(text: str) -> list[int]:
 def check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", nargs="+", required=True, help="baseline run dirs")
     p.add_argument("--current", nargs="+", required=True, help="current run dirs")
-    p.add_argument("--alpha", type=_number(float, 0, "--alpha", strict=True, high=1), default=0.05,
+    p.add_argument("--alpha", type=number(float, 0, "--alpha", strict=True, high=1), default=0.05,
                    help="significance level of each one-sided test")
     # read in cmd_check: parsing a margin loads the statistics, which a mistyped run dir should not wait for
     p.add_argument("--min-effect", default=DEFAULT_MARGIN,
@@ -826,8 +711,8 @@ def check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-mismatch", action="append", default=[], metavar="FIELD", choices=DESIGN_FIELDS,
                    help="compare runs that differ in FIELD (" + ", ".join(DESIGN_FIELDS) + "); stated in the "
                         "output (repeatable)")
-    _add_trusted_signers(p)
-    _add_json(p)
+    add_trusted_signers(p)
+    add_json(p)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -839,9 +724,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from heldout.reports import check_runs
     result = check_runs(args.baseline, args.current, alpha=args.alpha, min_effect=margin,
                         method=args.method, pair_seeds=args.pair_seeds, allow_mismatch=args.allow_mismatch,
-                        trusted=_signers(args))
+                        trusted=trusted_signers(args))
     if args.json:
-        _print_json(result.as_dict())
+        print_json(result.as_dict())
     else:
         print(result.evidence())
     return result.exit_code
@@ -874,7 +759,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                       paired=args.pair_seeds == "id", alpha=args.alpha, power=args.power, target=args.effect,
                       min_effect=args.min_effect, tasks=args.tasks, method=args.method)
     if args.json:
-        _print_json(plan.as_dict())
+        print_json(plan.as_dict())
     else:
         print(f"{args.task} [{args.profile}]")
         print(plan.describe())
@@ -890,8 +775,8 @@ def split_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the group shuffle (the split is a function of it)")
     p.add_argument("--name", required=True, help="the new profile's name")
     p.add_argument("--out", default=None, help="user manifest root (default: first dir of $HELDOUT_MANIFEST_PATH)")
-    _add_data_dir(p)
-    _add_json(p)
+    add_data_dir(p)
+    add_json(p)
 
 
 def cmd_split_build(args: argparse.Namespace) -> int:
@@ -899,7 +784,7 @@ def cmd_split_build(args: argparse.Namespace) -> int:
     built = build_split(args.task, args.name, SplitSizes.parse(args.sizes), probe=args.probe, seed=args.seed,
                         out=args.out, data_dir=args.data_dir)
     if args.json:
-        _print_json(asdict(built))
+        print_json(asdict(built))
     else:
         print(f"froze profile {built.profile!r} of {built.task} in {built.path}")
         for pool, n in built.sizes.items():
@@ -914,8 +799,8 @@ def split_check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threshold", type=float, default=0.5, help="near-duplicate Jaccard threshold")
     p.add_argument("--ngram", type=int, default=2, help="word n-gram size of the near-duplicate scan")
     p.add_argument("--min-answer-words", type=int, default=3, help="answers shorter than this many words are not scanned (too common to mean a leak)")
-    _add_data_dir(p)
-    _add_json(p)
+    add_data_dir(p)
+    add_json(p)
 
 
 def cmd_split_check(args: argparse.Namespace) -> int:
@@ -923,7 +808,7 @@ def cmd_split_check(args: argparse.Namespace) -> int:
     check = check_split(args.task, args.profile, data_dir=args.data_dir,
                         threshold=args.threshold, ngram=args.ngram, min_answer_words=args.min_answer_words)
     if args.json:
-        _print_json(check.to_dict())
+        print_json(check.to_dict())
     else:
         print(check.describe())
     return 0 if check.ok else 1
@@ -933,8 +818,8 @@ def leak_scan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("candidate", help="candidate file or folder (a .json dict of components, or text)")
     p.add_argument("--task", required=True, help="the task whose training split is searched for")
     p.add_argument("--profile", required=True, help="the split profile whose training examples are looked for")
-    _add_data_dir(p)
-    _add_json(p)
+    add_data_dir(p)
+    add_json(p)
 
 
 def cmd_leak_scan(args: argparse.Namespace) -> int:
@@ -943,7 +828,7 @@ def cmd_leak_scan(args: argparse.Namespace) -> int:
     task = load_task(args.task, args.profile, args.data_dir)
     scan = scan_candidate(task.benchmark.candidate_from_path(args.candidate), task)
     if args.json:
-        _print_json(scan.to_dict())
+        print_json(scan.to_dict())
     else:
         print(scan.describe())
     return 1 if scan.red_flags else 0  # a red flag is data the optimizer never saw: fail the command
@@ -957,8 +842,8 @@ def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base-url", default=None, help="the worker model's OpenAI-compatible endpoint (default: the study's)")
     p.add_argument("--cache-dir", default=None, help="response cache folder (default: the study's)")
     p.add_argument("--jobs", type=int, default=2, help="examples scored at once")
-    _add_data_dir(p)
-    _add_json(p)
+    add_data_dir(p)
+    add_json(p)
 
 
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
@@ -980,7 +865,7 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
     evidence = study_evidence(args.run_dir, baseline=args.baseline_method, worker=worker,
                               data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
     if args.json:
-        _print_json({**result.to_dict(), "evidence": [e.as_dict() for e in evidence]})
+        print_json({**result.to_dict(), "evidence": [e.as_dict() for e in evidence]})
     else:
         print(result.describe())
         for e in evidence:
@@ -996,17 +881,17 @@ def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
     from heldout.benchmarks.verifiers import describe_variants
     from heldout.evaluators.policy import POLICIES
     p.add_argument("--task", required=True, help="one task")
-    _add_optimizer_by_name(p)
+    add_optimizer_by_name(p)
     p.add_argument("--variants", default="decomposed,scalar,coarse:3", help=f"comma-separated: {describe_variants()}")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
     p.add_argument("--budget", type=int, required=True, help="metric calls per session")
     p.add_argument("--run-dir", required=True, help="ablation folder (resumable)")
     p.add_argument("--plan", action="store_true", help="print the sessions and budgets and exit")
-    _add_profile(p)
+    add_profile(p)
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
-    _add_session_environment(p)
-    _add_json(p)
+    add_session_environment(p)
+    add_json(p)
 
 
 def cmd_compare_verifiers(args: argparse.Namespace) -> int:
@@ -1022,10 +907,10 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
         return 0
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
-                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=_trusted(args))
+                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=optimizer_trusted(args))
     result = run_ablation(plan, config, LocalExecutor(args.jobs), progress=True)
     if args.json:
-        _print_json(result.to_dict())
+        print_json(result.to_dict())
     else:
         print(result.describe())
     return 0
@@ -1047,15 +932,15 @@ def protocol_generalisation_arguments(p: argparse.ArgumentParser) -> None:
                    "variants, run_dir, [models], ...); then give none of those flags")
     p.add_argument("--task", default=None, help="one prompt task (required without --study)")
     p.add_argument("--profile", default=None, help="split profile (default: topic-disjoint)")
-    _add_optimizer_by_name(p, required=False)
+    add_optimizer_by_name(p, required=False)
     p.add_argument("--seeds", default=None, help="comma-separated seeds (>= 3 for a verdict; default 0,1,2)")
-    p.add_argument("--budget", type=_number(int, 1, "--budget"), default=None,
+    p.add_argument("--budget", type=number(int, 1, "--budget"), default=None,
                    help="metric calls per session (required without --study)")
     p.add_argument("--variants", default=None,
                    help=f"verifier variants to ablate, comma-separated (default: none): {describe_variants()}")
     p.add_argument("--allow-topic-shared", action="store_true",
                    help="run on a profile not proven topic-disjoint (recorded; every reading then says NOT PROVEN)")
-    p.add_argument("--placebo-draws", type=_number(int, 1, "--placebo-draws"), default=None,
+    p.add_argument("--placebo-draws", type=number(int, 1, "--placebo-draws"), default=None,
                    help="neutral re-wordings of the seed scored per seed, the noise floor of the verdicts against "
                    "the seed (default: as many as the exact test needs at the seed count: 3 seeds x 7, 5 x 3, 10 x 1)")
     p.add_argument("--run-dir", default=None, help="the protocol's folder (resumable: re-run the command to "
@@ -1063,9 +948,9 @@ def protocol_generalisation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", action="store_true", help="print every session, the metric calls and what the design "
                    "can detect; spend and write nothing")
     p.add_argument("--policy", default=None, choices=sorted(POLICIES), help="visibility policy (default: standard)")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
-    _add_session_environment(p)
-    _add_json(p)
+    p.add_argument("--jobs", type=number(int, 1, "--jobs"), default=1, help="sessions in parallel (process pool)")
+    add_session_environment(p)
+    add_json(p)
 
 
 def generalisation_from_args(args: argparse.Namespace):
@@ -1112,8 +997,8 @@ def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
         return 0
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
                          policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
-                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=_trusted(args))
-    hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=optimizer_trusted(args))
+    hint = command_line(args)
     try:
         result = run_generalisation(plan, args.run_dir, config, executor=LocalExecutor(args.jobs),
                                     progress=args.verbosity >= 0, resume_hint=hint)
@@ -1122,7 +1007,7 @@ def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
         return 130
     written = write_generalisation_report(result, args.run_dir)
     if args.json:
-        _print_json(result.as_dict())
+        print_json(result.as_dict())
     else:
         for sentence in result.reading:
             print(f"- {sentence.text}  [{sentence.source}]")
@@ -1141,23 +1026,19 @@ def vliw_simulate_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_vliw_simulate(args: argparse.Namespace) -> int:
     from heldout.benchmarks.vliw.conformance import load_cases, run_case
     for case in load_cases(args.cases):
-        _print_json(run_case(case, engine=args.engine, cycle_cap=args.cycle_cap))
+        print_json(run_case(case, engine=args.engine, cycle_cap=args.cycle_cap))
     return 0
 
 
 # -- local model ---------------------------------------------------------------------------------
-def _local_backend(args: argparse.Namespace, max_tokens_cap: int) -> LlamaBackend:
-    from heldout.models.backends.llama import LlamaBackend, resolve_model
-    return LlamaBackend(resolve_model(args.model, args.gguf), threads=args.threads, n_ctx=args.ctx,
-                        max_tokens_cap=max_tokens_cap)
 
 
 def serve_model_arguments(p: argparse.ArgumentParser) -> None:
-    _local_model_arguments(p)
+    add_local_model_arguments(p)
     p.add_argument("--port", type=int, default=8000, help="0: let the OS choose (printed)")
     p.add_argument("--max-tokens", type=int, default=512, help="the most tokens one answer may have")
     p.add_argument("--api-key", default=None, help="require this bearer token")
-    p.add_argument("--slots", type=_number(int, 1, "--slots"), default=1,
+    p.add_argument("--slots", type=number(int, 1, "--slots"), default=1,
                    help="requests answered at once, each by its own model copy (SmolLM2-135M measured: VmRSS 219 MB "
                         "with 1 slot, 356 MB with 2); give each slot a core: slots x threads <= cores")
 
@@ -1167,7 +1048,7 @@ def cmd_serve_model(args: argparse.Namespace) -> int:
     # requests at once, and which slot answers never changes the text (see SlotPool).
     from heldout.models.backends.pool import SlotPool
     from heldout.models.server import ChatServer
-    pool = SlotPool([_local_backend(args, args.max_tokens) for _ in range(args.slots)])
+    pool = SlotPool([local_backend(args, args.max_tokens) for _ in range(args.slots)])
     first = pool.copies[0]
     server = ChatServer(pool, api_key=args.api_key, port=args.port, name="local-model")
     try:
@@ -1188,15 +1069,15 @@ def demo_arguments(p: argparse.ArgumentParser) -> None:
                    help="study folder (default runs/demo, runs/demo-real-model with --real-model)")
     p.add_argument("--out", default=None,
                    help="report folder (default runs/demo-report, runs/demo-real-model-report with --real-model)")
-    p.add_argument("--jobs", type=_number(int, 1, "--jobs"), default=2, help="sessions in parallel (the real-model demo runs one)")
+    p.add_argument("--jobs", type=number(int, 1, "--jobs"), default=2, help="sessions in parallel (the real-model demo runs one)")
     p.add_argument("--protocol", action="store_true",
                    help="the generalisation-first protocol (reflective and gepa, 3 seeds) on mmlu_pro/business "
                         "[cpu-demo] with a real local model as worker and architect (the [local-model] extra)")
     p.add_argument("--base-url", default=None,
                    help="with --protocol: this OpenAI-compatible endpoint instead of the bundled model")
     p.add_argument("--worker-model", default=None, help="with --base-url: the model id to ask for")
-    _add_data_dir(p, "dataset mirror for --real-model and --protocol (default $HELDOUT_DATA_DIR)")
-    _local_model_arguments(p)
+    add_data_dir(p, "dataset mirror for --real-model and --protocol (default $HELDOUT_DATA_DIR)")
+    add_local_model_arguments(p)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -1205,7 +1086,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from heldout.protocols.study import parse_methods
     from heldout.reports import build_report, write_report
     started = time.monotonic()
-    hint = "heldout " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+    hint = command_line(args)
     if args.protocol:
         return _demo_protocol(args, started, hint)
     if args.base_url or args.worker_model:
@@ -1213,7 +1094,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run_dir = check_folder(args.run_dir or ("runs/demo-real-model" if args.real_model else "runs/demo"), "--run-dir")
     out = check_folder(args.out or ("runs/demo-real-model-report" if args.real_model else "runs/demo-report"), "--out")
     if args.real_model:
-        backend = _local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS)
+        backend = local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS)
         cells = build_cells(list(REAL_MODEL_DEMO_TASKS), parse_methods(REAL_MODEL_DEMO_METHODS, []),
                             list(REAL_MODEL_DEMO_SEEDS), dict(REAL_MODEL_DEMO_TASKS), REAL_MODEL_DEMO_PROFILE,
                             {"max_tokens": REAL_MODEL_DEMO_ANSWER_TOKENS})
@@ -1278,7 +1159,7 @@ def _demo_protocol(args: argparse.Namespace, started: float, hint: str) -> int:
         if args.base_url:
             base_url, model_id, described = args.base_url, args.worker_model, f"{args.worker_model} at {args.base_url}"
         else:
-            pool = SlotPool([_local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS) for _ in range(PROTOCOL_DEMO_SLOTS)])
+            pool = SlotPool([local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS) for _ in range(PROTOCOL_DEMO_SLOTS)])
             server = stack.enter_context(ChatServer(pool, name="local-model"))
             base_url, model_id = server.base_url, pool.model_id
             described = (f"{pool.model_id} ({pool.copies[0].model_file.path.name}) run by llama.cpp on the CPU, "
@@ -1423,7 +1304,7 @@ def build_parser(only: Sequence[str] | None = None) -> argparse.ArgumentParser:
     Every command is listed with its help line; its arguments are added for every command when
     ``only`` is None (tests, docs, shell completion), else only for the command whose words ``only``
     starts with (main passes the leading words of argv): some commands' choices import modules."""
-    parser = _Parser(prog="heldout", description=__doc__.splitlines()[0])
+    parser = HeldoutParser(prog="heldout", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"heldout {__version__}")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
                         help="run untrusted candidates without a sandbox when bubblewrap is unavailable "
@@ -1528,6 +1409,3 @@ def _main(argv: Sequence[str] | None = None) -> int:
               "--resume once the study has started)", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,8 @@
+"""``python -m heldout.cli``: the ``heldout`` command (``python -m heldout`` also takes the working
+directory off the import path before anything is imported; see heldout/__main__.py)."""
+
+import sys
+
+from heldout.cli import main
+
+sys.exit(main())
