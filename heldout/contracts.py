@@ -32,6 +32,7 @@ import math
 import os
 import re
 import stat
+import statistics
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -470,6 +471,87 @@ def mean_score(verdicts: Sequence[Verdict]) -> float:
     return sum(v.score for v in verdicts) / len(verdicts) if verdicts else 0.0
 
 
+# -- the metric: its name, its direction, its aggregation --------------------------------------------
+#: Aggregations a :class:`MetricSpec` can name and :meth:`MetricSpec.aggregate` computes; a task
+#: with an aggregate of its own (VLIW's 147,734 / max cycles) names it in words and overrides
+#: ``aggregate``.
+AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
+    "mean": lambda values: sum(values) / len(values),  # bit for bit mean_score, so old records re-derive
+    "median": statistics.median, "min": min, "max": max}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What a task's score is: its ``name``, its direction and how a split's verdicts aggregate.
+
+    **The direction rule, stated once:** every comparison, table, gate, plan and verdict sentence
+    reads ``higher_is_better``; a cost (seconds, cycles, bytes) is declared lower-is-better and
+    never negated by hand. ``failure_score`` is what an invalid verdict (score 0.0 by the validity
+    rule) counts as in the aggregate and in every comparison: 0.0 for a higher-is-better metric
+    (the rule as it stands); a lower-is-better one must state it, because a cost of 0 is the best
+    there is and a candidate that crashes on purpose would otherwise win."""
+
+    name: str
+    higher_is_better: bool = True
+    aggregation: str = "mean"
+    failure_score: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"a metric is named by a non-empty string, got {self.name!r}")
+        if type(self.higher_is_better) is not bool:
+            raise ValueError(f"higher_is_better is True or False, got {self.higher_is_better!r}")
+        if not isinstance(self.aggregation, str) or not self.aggregation.strip():
+            raise ValueError(f"a metric's aggregation is named by a non-empty string, got {self.aggregation!r}")
+        if self.failure_score is None and not self.higher_is_better:
+            raise ValueError(f"metric {self.name!r} is lower-is-better: state failure_score, the cost an invalid "
+                             "verdict counts as (its score 0.0 would be the best cost there is)")
+        if self.failure_score is not None and (isinstance(self.failure_score, bool) or not isinstance(
+                self.failure_score, (int, float)) or not math.isfinite(self.failure_score)):
+            raise ValueError(f"failure_score must be a finite number, got {self.failure_score!r}")
+
+    @classmethod
+    def of(cls, metric: "MetricSpec | str") -> "MetricSpec":
+        """A task's ``metric`` attribute as a spec: a plain string names a higher-is-better mean
+        (how tasks declared their metric before directions existed)."""
+        if isinstance(metric, MetricSpec):
+            return metric
+        if isinstance(metric, str):
+            return cls(metric)
+        raise ValueError(f"a task's metric is a MetricSpec or its name, got {type(metric).__name__}")
+
+    @property
+    def sign(self) -> int:
+        """+1 when higher is better, -1 when lower is: ``sign * (b - a) > 0`` says b is better."""
+        return 1 if self.higher_is_better else -1
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+    def reading(self, verdict: Verdict) -> float:
+        """The value ``verdict`` counts as: its score, or ``failure_score`` when it is invalid."""
+        return verdict.score if verdict.valid else float(self.failure_score or 0.0)
+
+    def aggregate(self, verdicts: Sequence[Verdict]) -> float:
+        """The named aggregation of the verdicts' readings (0.0 for no verdicts)."""
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"metric {self.name!r} aggregates by {self.aggregation!r}, which only its task "
+                             f"computes (named aggregations: {', '.join(AGGREGATIONS)})")
+        return float(AGGREGATIONS[self.aggregation]([self.reading(v) for v in verdicts])) if verdicts else 0.0
+
+    def record_fields(self) -> dict[str, Any]:
+        """The spec as a run record states it (``metric`` stays the name, as before directions)."""
+        return {"metric": self.name, "higher_is_better": self.higher_is_better, "aggregation": self.aggregation,
+                "failure_score": self.failure_score}
+
+    @classmethod
+    def from_record(cls, fields: Mapping[str, Any]) -> "MetricSpec":
+        """The spec a run record states; a record from before directions reads higher-is-better."""
+        return cls(str(fields.get("metric") or "score"), bool(fields.get("higher_is_better", True)),
+                   str(fields.get("aggregation") or "mean"), fields.get("failure_score"))
+
+
 @dataclass(frozen=True)
 class Message:
     role: Literal["system", "user", "assistant"]
@@ -649,7 +731,7 @@ the optimizer returned one, so a careful optimizer catches it and returns its be
 
 __all__ = [
     "SPLITS", "BudgetExceeded", "Candidate", "Completion", "DataError", "Example",
-    "HeldoutError", "INFRASTRUCTURE_ERROR_KINDS", "InfrastructureFailure", "MalformedCandidate", "Message", "Optimizer", "ProgramTask", "PromptTask",
+    "HeldoutError", "INFRASTRUCTURE_ERROR_KINDS", "MetricSpec", "InfrastructureFailure", "MalformedCandidate", "Message", "Optimizer", "ProgramTask", "PromptTask",
     "RunContext", "RunLimits", "Source", "TaskKind", "TaskView", "Verdict", "Verifier",
     "VisibilityError", "Worker", "candidate_id", "canonical_json", "check_candidate", "is_infrastructure_failure", "mean_score",
     "sha256_text",
