@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from heldout.benchmarks.candidates import read_candidate
-from heldout.contracts import (Candidate, Example, HeldoutError, Message, RunContext, RunLimits, Source, TaskKind,
-                               Verdict, mean_score)
+from heldout.contracts import (Candidate, Example, HeldoutError, Message, MetricSpec, RunContext, RunLimits, Source,
+                               TaskKind, Verdict)
 
 class Benchmark:
     """A task's definition (see :mod:`heldout.contracts` for task / benchmark / loaded task): a
@@ -41,7 +41,9 @@ class Benchmark:
     name: str = ""
     family: str = ""
     kind: TaskKind = "prompt"
-    metric: str = "accuracy"
+    metric: MetricSpec | str = MetricSpec("accuracy")
+    """What the score is, its direction and aggregation (:class:`heldout.contracts.MetricSpec`); a
+    plain name is a higher-is-better mean. Read it through :attr:`metric_spec`."""
     version: str = "1"
     description: str = ""
     source: Source = Source()
@@ -96,9 +98,14 @@ class Benchmark:
     """Weak test sets a verifier variant may select for optimisation, as task options
     (e.g. MBPP+ ``{"base-only": {"tests": "base"}}``). Held-out scoring never uses them."""
 
+    @property
+    def metric_spec(self) -> MetricSpec:
+        return MetricSpec.of(self.metric)
+
     def aggregate(self, verdicts: list[Verdict]) -> float:
-        """The task's stated metric over a split's verdicts (default: the mean score)."""
-        return mean_score(verdicts)
+        """The task's stated metric over a split's verdicts: its spec's named aggregation (default:
+        the mean score; an invalid verdict counts as the spec's ``failure_score``)."""
+        return self.metric_spec.aggregate(verdicts)
 
     def extra_metrics(self, candidate: Candidate, verdicts: list[Verdict],
                       context: RunContext | None = None) -> dict[str, float]:
@@ -127,4 +134,4 @@ class Benchmark:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "family": self.family, "kind": self.kind,
-                "metric": self.metric, "version": self.version, "description": self.description}
+                "metric": self.metric_spec.name, "version": self.version, "description": self.description}

@@ -35,7 +35,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import (Candidate, HeldoutError, Verdict, candidate_id, canonical_json, read_user_json,
+from heldout.contracts import (Candidate, HeldoutError, MetricSpec, Verdict, candidate_id, canonical_json, read_user_json,
                                sha256_text, write_text_atomically)
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
 from heldout.evaluators.signing import SigningKey
@@ -179,7 +179,8 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     setting = bench.prompt_setting(options.get("prompt_format")) if hasattr(bench, "prompt_setting") else None
     description = {
         "format_version": FORMAT_VERSION,
-        "task": task.name, "task_version": bench.version, "kind": bench.kind, "metric": bench.metric,
+        "task": task.name, "task_version": bench.version, "kind": bench.kind,
+        **MetricSpec.of(getattr(bench, "metric", "score")).record_fields(),
         "score_ceiling": getattr(bench, "score_ceiling", None),
         "profile": task.profile, "seed": session.seed, "method": session.method,
         "budget": asdict(session.budget), "policy": session.policy.to_dict(),

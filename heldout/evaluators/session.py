@@ -57,7 +57,7 @@ from typing import Any, Callable, ContextManager, Iterable, Mapping, NoReturn, S
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
 from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, InfrastructureFailure,
-                               MalformedCandidate, RunLimits, TaskView, Verdict, VisibilityError, candidate_id, check_candidate,
+                               MalformedCandidate, MetricSpec, RunLimits, TaskView, Verdict, VisibilityError, candidate_id, check_candidate,
                                is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, VERDICT_FIELDS, Budget, VisibilityPolicy
@@ -274,8 +274,9 @@ class EvaluationService:
 
     def _update_trajectory(self, cid: str, split: str, verdicts: Iterable[Verdict], stamp: int) -> None:
         sums = self.candidates[cid]["sums"].setdefault(split, [0.0, 0])
+        metric = MetricSpec.of(getattr(self._scorer.benchmark, "metric", "score"))
         for v in verdicts:
-            sums[0] += v.score
+            sums[0] += metric.reading(v)
             sums[1] += 1
         # best-so-far: a candidate's mean on val when it has val results, else on train
         stats = self.candidates[cid]["sums"]
@@ -283,7 +284,7 @@ class EvaluationService:
         if not stats[chosen][1]:
             return
         score = stats[chosen][0] / stats[chosen][1]
-        if score > self._best[0]:
+        if self._best[1] is None or metric.sign * (score - self._best[0]) > 0:  # "best" in the metric's direction
             self._best = (score, cid)
             self.trajectory.append({"metric_calls": stamp, "best_score": score,
                                     "candidate_id": cid, "split": chosen})

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from heldout.contracts import HeldoutError, read_user_json
+from heldout.contracts import HeldoutError, MetricSpec, Verdict, read_user_json
 from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
 from heldout.protocols.generalisation import PROTOCOL_DIR as GENERALISATION_DIR
@@ -51,8 +51,16 @@ class Run:
     def __post_init__(self) -> None:
         self.label = self.label or self.record.task
 
+    @property
+    def metric(self) -> MetricSpec:
+        """The metric the run's record states (a record from before directions: higher is better)."""
+        return MetricSpec.from_record(self.record.experiment)
+
     def test_scores(self) -> dict[str, float]:
-        return self.record.verdict_scores("test")
+        """Per held-out example, the value it counts as: its score, or the metric's
+        ``failure_score`` when the verdict is invalid (a crash is never the best cost)."""
+        metric = self.metric
+        return {v["example_id"]: metric.reading(Verdict.from_dict(v)) for v in self.record.test_verdicts}
 
 
 @dataclass(frozen=True)
@@ -143,6 +151,16 @@ class RunSet:
 
     def methods(self) -> list[str]:
         return sorted({r.record.method for r in self.runs})
+
+    def metric(self, task: str) -> MetricSpec:
+        """The metric of a task label's runs: one spec, or :class:`ReportError` when its runs
+        disagree on it (a cost read as a score would turn every "better" around)."""
+        specs = {run.metric for run in self.runs + self.failed if run.label == task}
+        if len(specs) > 1:
+            raise ReportError(f"runs of {task} state different metrics ("
+                              + "; ".join(sorted(f"{s.name}, {s.direction}" for s in specs))
+                              + "): compare runs of one task version")
+        return specs.pop() if specs else MetricSpec("score")
 
     def cells(self) -> dict[tuple[str, str], dict[int, Run]]:
         """``(task label, method) -> {seed: run}`` over verified, finished runs."""

@@ -2,10 +2,7 @@
 
 * :func:`results_table`  - Table 1: task x method, mean +/- std of the held-out score over seeds,
   best marked, n seeds, macro mean and win counts against the baseline;
-* :func:`heldout_table`  - per task, each method against the baseline with the run as the unit
-  (interval, test p and run-to-run SD over runs), per-example columns (Wilcoxon p, dz,
-  win/tie/loss), Holm and Benjamini-Hochberg p across tasks, and a verdict that says "cannot
-  separate" (and how many seeds would) when it can't;
+* the held-out paired table lives in :mod:`heldout.reports.paired_table`;
 * :func:`cost_table`     - optimisation tokens (worker-optimisation + architect + judge-optimisation),
   deployment tokens (worker- and judge-deployment), the judge's share, candidate length, held-out
   gain per million optimisation tokens;
@@ -13,6 +10,10 @@
 
 Rule: every table carries the settings it was computed under (split profile, visibility policy,
 budget, tolerance, drift override) in its notes; mixed settings are flagged, not hidden.
+
+Direction rule: "best", wins and gains read each task's metric as its runs recorded it
+(:meth:`heldout.reports.collect.RunSet.metric`): on a lower-is-better task the best is the
+lowest mean and a gain is a drop; scores are always shown in the metric's own units.
 """
 
 from __future__ import annotations
@@ -24,17 +25,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from heldout.benchmarks.extraction import EXTRACTION_MODES, HEADLINE_MODE
-from heldout.protocols.stats import (
-    correct_pvalues,
-    macro_mean,
-    macro_mean_interval,
-    paired_comparison,
-    separates,
-    summarize_seeds,
-    win_counts,
-)
-from heldout.protocols.decide import Contrast, beyond_placebo
-from heldout.protocols.placebo import PLACEBO_METHOD, stratum
+from heldout.contracts import MetricSpec
+from heldout.protocols.stats import macro_mean, macro_mean_interval, summarize_seeds, win_counts
 from heldout.protocols.stats.runs import run_verdict
 from heldout.reports.collect import Run, RunSet
 
@@ -97,11 +89,11 @@ def settings_note(runs: RunSet, tasks: Sequence[str] | None = None) -> str:
     return "Settings - " + "; ".join(parts) + "."
 
 
-def task_scale(runs: RunSet, task: str) -> tuple[str | None, float | None]:
+def task_scale(runs: RunSet, task: str) -> tuple[MetricSpec | None, float | None]:
     """(metric, score ceiling) of a task label's runs, from their experiment descriptions
     ((None, None) for runs that predate them, or when runs disagree)."""
-    seen = {(r.record.experiment.get("metric"), r.record.experiment.get("score_ceiling"))
-            for r in runs.runs if r.label == task}
+    seen = {(MetricSpec.from_record(r.record.experiment) if r.record.experiment.get("metric") else None,
+             r.record.experiment.get("score_ceiling")) for r in runs.runs if r.label == task}
     return next(iter(seen)) if len(seen) == 1 else (None, None)
 
 
@@ -150,16 +142,19 @@ def fmt_p(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def _strong_best(scores: dict[str, list[float]], n_examples: int) -> tuple[str | None, bool, str | None]:
-    """The method with the best mean, whether its seeds separate it from the runner-up (the
-    run-level test of :func:`heldout.protocols.stats.runs.run_verdict`; never ranges alone), and
-    that test's name (None when no test ran: one method, or a side with < 2 seeds)."""
+def _strong_best(scores: dict[str, list[float]], n_examples: int,
+                 metric: MetricSpec) -> tuple[str | None, bool, str | None]:
+    """The method with the best mean in the metric's direction, whether its seeds separate it
+    from the runner-up (the run-level test of :func:`heldout.protocols.stats.runs.run_verdict`;
+    never ranges alone), and that test's name (None when no test ran: one method, or a side with
+    < 2 seeds)."""
     if not scores:
         return None, False, None
-    ranked = sorted(scores, key=lambda m: float(np.mean(scores[m])), reverse=True)
+    ranked = sorted(scores, key=lambda m: float(np.mean(scores[m])), reverse=metric.higher_is_better)
     if len(ranked) == 1 or min(len(scores[ranked[0]]), len(scores[ranked[1]])) < 2:
         return ranked[0], False, None
-    verdict = run_verdict(scores[ranked[1]], scores[ranked[0]], n_examples=max(1, n_examples))
+    verdict = run_verdict(scores[ranked[1]], scores[ranked[0]], n_examples=max(1, n_examples),
+                          higher_is_better=metric.higher_is_better)
     return ranked[0], verdict.separable, verdict.comparison.test
 
 
@@ -200,221 +195,95 @@ def results_table(runs: RunSet, baseline: str | None = None) -> Table:
     rows, data = [], []
     tests_used: list[str | None] = []
     for task in tasks:
-        scores = {m: seed_scores(cells[(task, m)]) for m in methods if (task, m) in cells}
-        best, separated, test = _strong_best(scores, _examples_per_run(cells, task, methods))
-        tests_used.append(test)
-        row = [Cell(task)]
-        for method in methods:
-            lost = unscored_seeds(runs, task, method)
-            lost_text = f" ‡ {len(lost)} seed(s) without a score" if lost else ""
-            if method not in scores:
-                row.append(Cell("-" + lost_text))
-                continue
-            summary = summarize_seeds(scores[method])
-            digits = decimals([float(np.mean(v)) for v in scores.values()])
-            mark = "" if method != best or separated or len(scores) == 1 else " †"
-            row.append(Cell(f"{summary.format(digits)} (n={summary.k}){mark}{lost_text}", strong=method == best))
-            data.append({"task": task, "method": method, "seeds": sorted(cells[(task, method)]),
-                         **summary.as_dict(), "best": method == best, "best_separated": method == best and separated})
+        row, cell_data, test = _score_row(runs, cells, task, methods)
         rows.append(row)
+        data += cell_data
+        tests_used.append(test)
     complete = [m for m in methods if all((t, m) in cells for t in tasks)]
+    costs = [t for t in tasks if not runs.metric(t).higher_is_better]
     notes = [settings_note(runs),
              "Held-out (test) score, mean ± std over seeds (std with ddof=1; n = seeds). Bold: best mean "
-             "per task; " + dagger_legend(tests_used)]
+             "per task (the highest; the lowest where lower is better" + (f": {', '.join(costs)}" if costs else "")
+             + "); " + dagger_legend(tests_used)]
     if runs.excluded:
         notes.append("‡ seeds of this cell that have no score (incomplete: the infrastructure failed; interrupted; or "
                      "not verified): the mean is over the seeds that have one; see the warnings above.")
     if len(tasks) > 1 and complete:
-        # a macro mean only over one scale: the same metric and ceiling, or each task's score
-        # divided by its ceiling; never 2.54, 0.0028 and 0.5 averaged as they are
-        scales = {t: task_scale(runs, t) for t in tasks}
-        same = len(set(scales.values())) == 1 and None not in next(iter(scales.values()))
-        normalise = not same and all(s[1] for s in scales.values())
-        if same or normalise:
-            div = {t: float(scales[t][1]) if normalise else 1.0 for t in tasks}
-            per_run = {m: {t: [s / div[t] for s in seed_scores(cells[(t, m)])] for t in tasks} for m in complete}
-            macro = {m: macro_mean({t: float(np.mean(v)) for t, v in per_run[m].items()}) for m in complete}
-            spread = {m: macro_mean_interval(per_run[m], ci=0.95) for m in complete}
-            d = decimals(list(macro.values()))
-            label = "macro mean of score / task ceiling" if normalise else "macro mean"
-            rows.append([Cell(label)] + [Cell(fmt(macro[m], d) + _interval_text(spread[m], d)) if m in macro
-                                         else Cell("-") for m in methods])
-            data += [{"task": label, "method": m, "mean": macro[m], "interval": spread[m].as_dict()} for m in complete]
-            notes.append("Macro mean: unweighted over tasks, with a 95% interval over tasks and runs (two-level "
-                         "bootstrap with >= 5 tasks and >= 5 runs, else a t interval over runs with the tasks fixed; "
-                         "docs/statistics.md).")
-            if normalise:
-                notes.append("The tasks score on different scales, so the macro mean averages each task's score "
-                             "divided by its ceiling (the reference or best possible score): " + "; ".join(
-                                 f"{t}: {scales[t][1]:.6g}" for t in tasks) + ".")
-        else:
-            notes.append("No macro mean: the tasks score on different scales and not every task states a ceiling "
-                         "to normalise by (" + "; ".join(f"{t}: {scales[t][0]}" for t in tasks) + ").")
+        macro_rows, macro_data, macro_notes = _macro_rows(runs, cells, tasks, methods, complete)
+        rows += macro_rows
+        data += macro_data
+        notes += macro_notes
     if baseline and baseline in methods and len(methods) > 1 and complete and baseline in complete:
-        table = {m: {t: seed_scores(cells[(t, m)]) for t in tasks} for m in complete}
-        counts = win_counts(table, [baseline], n_examples={t: _examples_per_run(cells, t, complete) for t in tasks})
-        rows.append([Cell(f"wins/ties/losses vs {baseline}")] + [
-            Cell(next((f"{c.wins}/{c.ties}/{c.losses} (sep. {c.separated_wins}/{c.separated_losses})"
-                       for c in counts if c.method == m), "-")) for m in methods])
-        notes.append("wins/ties/losses compare means over seeds per task; 'sep.' counts only tasks where the "
-                     "seeds separate the two (exact permutation over seeds, "
-                     "Holm over the tasks at 0.05): separated wins / separated losses.")
+        rows.append(_wins_row(runs, cells, tasks, methods, complete, baseline))
+        notes.append("wins/ties/losses compare means over seeds per task in each task's metric direction (a lower "
+                     "cost is a win); 'sep.' counts only tasks where the seeds separate the two (exact permutation "
+                     "over seeds, Holm over the tasks at 0.05): separated wins / separated losses.")
     return Table("results", "Table 1: held-out score by task and method", ["task"] + methods, rows, notes, data)
 
 
-# -- held-out paired table -----------------------------------------------------------------------------
-def heldout_table(runs: RunSet, baseline: str, *, alpha: float = 0.05, n_boot: int = 10_000) -> Table:
-    cells = runs.cells()
-    tasks, methods = runs.tasks(), [m for m in runs.methods() if m not in (baseline, PLACEBO_METHOD)]
-    columns = ["task", "method", "n", "seeds", f"{baseline}", "method mean", "mean change", f"{(1 - alpha):.0%} CI",
-               "run SD", "test p", "Wilcoxon p", "dz", "W/T/L", "Holm p", "BH p", "verdict"]
-    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
-    for task in tasks:
-        if (task, baseline) not in cells:
-            continue
-        base_cell = cells[(task, baseline)]
-        base = example_means(base_cell)
-        for method in methods:
-            if (task, method) not in cells:
-                continue
-            cell = cells[(task, method)]
-            b_vals, m_vals = base, example_means(cell)
-            unit = "examples"
-            n_examples = len([ex for ex in b_vals if ex in m_vals])
-            if n_examples < 2:
-                # A single-instance task (one held-out example): the seeds are the replicates.
-                unit = "seeds"
-                b_vals = {s: float(r.record.test_score or 0.0) for s, r in base_cell.items()}
-                m_vals = {s: float(r.record.test_score or 0.0) for s, r in cell.items()}
-            shared = [key for key in b_vals if key in m_vals]
-            if not shared:
-                continue
-            result = paired_comparison([b_vals[k] for k in shared], [m_vals[k] for k in shared], n_boot=n_boot,
-                                       ci=1 - alpha, labels=(baseline, method))
-            # The conclusion: runs are the unit (per-run scores on the shared examples, an exact
-            # permutation test over runs); with one run per arm only the per-example view.
-            runs_level = None
-            if min(len(cell), len(base_cell)) >= 2 and n_examples >= 1:
-                ids = [ex for ex in base if ex in m_vals] if unit == "examples" else None
-                per_run = lambda c: [float(np.mean([r.test_scores()[e] for e in ids])) if ids else  # noqa: E731
-                                     float(r.record.test_score or 0.0) for r in c.values()]
-                runs_level = run_verdict(per_run(base_cell), per_run(cell), n_examples=max(1, n_examples),
-                                         alpha=alpha, labels=(baseline, method))
-            floor = _placebo_floor(cells.get((task, PLACEBO_METHOD)), cell, per_run, alpha, (baseline, method)) \
-                if runs_level is not None and baseline == "seed" else None
-            comparisons[(task, method)] = {"result": result, "seeds": (len(base_cell), len(cell)), "unit": unit,
-                                           "runs": runs_level, "floor": floor,
-                                           "dropped": len(set(b_vals) ^ set(m_vals)) if unit == "examples" else 0,
-                                           "seeds_separate": separates(seed_scores(cell), seed_scores(base_cell)),
-                                           "enough_seeds": min(len(cell), len(base_cell)) >= 2}
-    corrected: dict[tuple[str, str], dict[str, float]] = {}
+def _score_row(runs: RunSet, cells: dict[tuple[str, str], dict[int, Run]], task: str,
+               methods: list[str]) -> tuple[list[Cell], list[dict[str, Any]], str | None]:
+    """One task's row of Table 1, its cells' data, and the test that marked its best."""
+    scores = {m: seed_scores(cells[(task, m)]) for m in methods if (task, m) in cells}
+    best, separated, test = _strong_best(scores, _examples_per_run(cells, task, methods), runs.metric(task))
+    row, data = [Cell(task)], []
     for method in methods:
-        keys = [k for k in comparisons if k[1] == method]
-        if not keys:
+        lost = unscored_seeds(runs, task, method)
+        lost_text = f" ‡ {len(lost)} seed(s) without a score" if lost else ""
+        if method not in scores:
+            row.append(Cell("-" + lost_text))
             continue
-        pvals = {k[0]: _test_p(comparisons[k]) for k in keys}
-        holm = correct_pvalues(pvals, method="holm", alpha=alpha)
-        bh = correct_pvalues(pvals, method="fdr_bh", alpha=alpha)
-        for i, task in enumerate(holm.names):
-            corrected[(task, method)] = {"holm": holm.p_adjusted[i], "fdr_bh": bh.p_adjusted[i],
-                                         "holm_reject": holm.reject[i]}
-    rows, data, reasons = [], [], []
-    for (task, method), info in sorted(comparisons.items()):
-        res = info["result"]
-        corr = corrected[(task, method)]
-        verdict = _verdict(res, corr, info, alpha)
-        d = decimals([res.mean_a, res.mean_b, res.mean_diff])
-        rl = info["runs"]
-        low, high = (rl.comparison.low, rl.comparison.high) if rl else (res.ci_low, res.ci_high)
-        if info["floor"] is not None:
-            low, high = info["floor"].low, info["floor"].high
-        run_sd = (f"{fmt(rl.comparison.run_sd_base, d)}/{fmt(rl.comparison.run_sd_cur, d)}" if rl else "n/a (1 run)")
-        rows.append([Cell(task), Cell(method), Cell(f"{res.n} {info['unit']}"),
-                     Cell(f"{info['seeds'][0]}/{info['seeds'][1]}"),
-                     Cell(fmt(res.mean_a, d)), Cell(fmt(res.mean_b, d)), Cell(f"{res.mean_diff:+.{d}f}"),
-                     Cell(f"[{low:+.{d}f}, {high:+.{d}f}]" if math.isfinite(low) and math.isfinite(high) else "n/a"),
-                     Cell(run_sd), Cell(fmt_p(_test_p(info))), Cell(fmt_p(res.wilcoxon_p)), Cell(fmt(res.dz, 2)),
-                     Cell(f"{res.wins}/{res.ties}/{res.losses}"), Cell(fmt_p(corr["holm"])),
-                     Cell(fmt_p(corr["fdr_bh"])),
-                     # the cell holds the short verdict; its reasoning goes below the table
-                     Cell(verdict.split(":", 1)[0], strong=not verdict.startswith("cannot separate"))])
-        reasons.append(f"{task}, {method}: {verdict}")
-        data.append({"task": task, "method": method, "baseline": baseline, "unit": info["unit"], **res.as_dict(),
-                     **(rl.as_dict() if rl else {"run_level": None}),
-                     "placebo_floor": info["floor"].as_dict() if info["floor"] is not None else None,
-                     "seeds_baseline": info["seeds"][0], "seeds_method": info["seeds"][1],
-                     "examples_unpaired": info["dropped"], "seed_ranges_separate": info["seeds_separate"],
-                     "p_holm": corr["holm"], "p_fdr_bh": corr["fdr_bh"], "report_verdict": verdict})
-    notes = [settings_note(runs),
-             f"The unit of replication is the run: with >= 2 runs per arm the CI, test p and verdict compare "
-             f"per-run held-out scores (an exact permutation test over runs on the shared examples, valid for any "
-             f"law of run outcomes), and 'run SD' is the run-to-run SD of each arm ({baseline}/method). When the "
-             f"study ran method {PLACEBO_METHOD!r} (neutral re-wordings of the seed, per seed), a method is compared "
-             f"with them instead (rule placebo-floor: an exact stratified permutation), so a verdict means 'beyond "
-             f"the seed's re-wording noise'; without them the seed's one score is the baseline and its wording's "
-             f"luck is not measured. "
-             f"With one run per arm only the per-example view exists and the verdict says run variance is unknown. "
-             f"Per-example columns (n, W/T/L, Wilcoxon p, dz) pair examples averaged over a cell's seeds (change = "
-             f"method - {baseline}); a single-instance task pairs seeds. One run per arm: 0/1 scores use the exact "
-             f"McNemar test and Tango's score interval, other scores the paired t interval and a fixed-method "
-             f"Wilcoxon (exact up to 25 non-zero differences, Pratt zeros). See docs/statistics.md.",
-             f"Holm (family-wise) and Benjamini-Hochberg (false discovery) adjust the test p over the tasks "
-             f"of each method (statsmodels multipletests 'holm' and 'fdr_bh'). A difference is called only "
-             f"when the CI excludes 0 and the test p < {alpha:g}, also after Holm; otherwise the verdict says "
-             f"'cannot separate' and why (with how many seeds would)."]
-    notes += reasons
-    dropped = sum(info["dropped"] for info in comparisons.values())
-    if dropped:
-        notes.append(f"{dropped} held-out example(s) were scored by only one arm and left out of the pairing.")
-    if not any((t, baseline) in cells for t in tasks):
-        notes.append(f"No runs of the baseline method {baseline!r}: nothing to pair against "
-                     f"(methods present: {', '.join(runs.methods())}).")
-    return Table("heldout", f"Held-out paired comparison against {baseline}", columns, rows, notes, data)
+        summary = summarize_seeds(scores[method])
+        digits = decimals([float(np.mean(v)) for v in scores.values()])
+        mark = "" if method != best or separated or len(scores) == 1 else " †"
+        row.append(Cell(f"{summary.format(digits)} (n={summary.k}){mark}{lost_text}", strong=method == best))
+        data.append({"task": task, "method": method, "seeds": sorted(cells[(task, method)]),
+                     **summary.as_dict(), "best": method == best, "best_separated": method == best and separated})
+    return row, data, test
 
 
-def _placebo_floor(placebo_cell: dict[int, Run] | None, cell: dict[int, Run], per_run, alpha: float,
-                   labels: tuple[str, str]) -> Contrast | None:
-    """Rule ``placebo-floor`` of ``cell``'s runs against the placebo draws of the same seeds (the
-    study ran method ``placebo``), else None: the seed's one draw is then the only baseline."""
-    if not placebo_cell:
-        return None
-    floors: dict[int, list[float]] = {}
-    for placebo_seed, value in zip(placebo_cell, per_run(placebo_cell)):
-        floors.setdefault(stratum(placebo_seed), []).append(value)
-    if not all(floors.get(s) for s in cell):
-        return None
-    replayed = len({r.record.final_candidate_id for r in cell.values()}) == 1 and len(cell) > 1
-    return beyond_placebo(floors, dict(zip(cell, per_run(cell))), n_examples=2, alpha=alpha,
-                          labels=("placebo", labels[1]), label=f"{labels[1]} vs {labels[0]}", replayed=replayed)
+def _macro_rows(runs: RunSet, cells: dict[tuple[str, str], dict[int, Run]], tasks: list[str], methods: list[str],
+                complete: list[str]) -> tuple[list[list[Cell]], list[dict[str, Any]], list[str]]:
+    """The macro-mean row, only over one scale: the same metric (direction included) and ceiling,
+    or each higher-is-better task's score divided by its ceiling; never 2.54, 0.0028 and 0.5
+    averaged as they are, and never a cost averaged with an accuracy."""
+    scales = {t: task_scale(runs, t) for t in tasks}
+    same = len(set(scales.values())) == 1 and None not in next(iter(scales.values()))
+    normalise = not same and all(s[1] and s[0] is not None and s[0].higher_is_better for s in scales.values())
+    if not (same or normalise):
+        return [], [], ["No macro mean: the tasks score on different scales or directions and not every task states "
+                        "a ceiling to normalise by (" + "; ".join(
+                            f"{t}: {s[0].name + ', ' + s[0].direction if s[0] else None}" for t, s in scales.items())
+                        + ")."]
+    div = {t: float(scales[t][1]) if normalise else 1.0 for t in tasks}
+    per_run = {m: {t: [s / div[t] for s in seed_scores(cells[(t, m)])] for t in tasks} for m in complete}
+    macro = {m: macro_mean({t: float(np.mean(v)) for t, v in per_run[m].items()}) for m in complete}
+    spread = {m: macro_mean_interval(per_run[m], ci=0.95) for m in complete}
+    d = decimals(list(macro.values()))
+    label = "macro mean of score / task ceiling" if normalise else "macro mean"
+    row = [Cell(label)] + [Cell(fmt(macro[m], d) + _interval_text(spread[m], d)) if m in macro else Cell("-")
+                           for m in methods]
+    data = [{"task": label, "method": m, "mean": macro[m], "interval": spread[m].as_dict()} for m in complete]
+    notes = ["Macro mean: unweighted over tasks, with a 95% interval over tasks and runs (two-level "
+             "bootstrap with >= 5 tasks and >= 5 runs, else a t interval over runs with the tasks fixed; "
+             "docs/statistics.md)."]
+    if normalise:
+        notes.append("The tasks score on different scales, so the macro mean averages each task's score "
+                     "divided by its ceiling (the reference or best possible score): " + "; ".join(
+                         f"{t}: {scales[t][1]:.6g}" for t in tasks) + ".")
+    return [row], data, notes
 
 
-def _test_p(info: dict[str, Any]) -> float:
-    """The p-value a comparison's conclusion rests on: the placebo floor when the study ran one,
-    else run-level when there are runs to compare, else the per-example exact test (McNemar for
-    0/1, Wilcoxon otherwise)."""
-    if info.get("floor") is not None:
-        return info["floor"].p
-    return info["runs"].p if info["runs"] is not None else info["result"].exact_p
-
-
-def _verdict(res, corr: dict[str, float], info: dict[str, Any], alpha: float) -> str:
-    floor = info.get("floor")
-    if floor is not None:
-        if floor.decided and not corr["holm_reject"]:
-            return (f"cannot separate after Holm correction (p={corr['holm']:.3g} >= {alpha:g}); "
-                    + floor.sentence.split(": ", 1)[1])
-        return floor.sentence.split(": ", 1)[1]
-    rl = info["runs"]
-    if rl is None:
-        head = "cannot separate: 1 run per arm says nothing about run-to-run variance (need >= 2 seeds per arm)"
-        return f"{head}; these two runs: {res.verdict}"
-    if res.wins == 0 and res.losses == 0 and rl.comparison.change == 0:
-        return res.verdict
-    if not rl.separable:
-        return rl.verdict
-    if not corr["holm_reject"]:
-        return f"cannot separate after Holm correction (p={corr['holm']:.3g} >= {alpha:g}); {rl.verdict}"
-    return rl.verdict
+def _wins_row(runs: RunSet, cells: dict[tuple[str, str], dict[int, Run]], tasks: list[str], methods: list[str],
+              complete: list[str], baseline: str) -> list[Cell]:
+    """Wins/ties/losses against the baseline; each task's scores enter oriented by its metric
+    (a cost negated), so a win is always an improvement; the counts show no score."""
+    sign = {t: runs.metric(t).sign for t in tasks}
+    table = {m: {t: [sign[t] * v for v in seed_scores(cells[(t, m)])] for t in tasks} for m in complete}
+    counts = win_counts(table, [baseline], n_examples={t: _examples_per_run(cells, t, complete) for t in tasks})
+    return [Cell(f"wins/ties/losses vs {baseline}")] + [
+        Cell(next((f"{c.wins}/{c.ties}/{c.losses} (sep. {c.separated_wins}/{c.separated_losses})"
+                   for c in counts if c.method == m), "-")) for m in methods]
 
 
 # -- Table 5 analogue: cost --------------------------------------------------------------------------
@@ -431,7 +300,9 @@ def cost_table(runs: RunSet, baseline: str | None = None) -> Table:
         length = float(np.mean([candidate_length(r) for r in cell.values()]))
         gain = per_million = None
         if baseline and (task, baseline) in cells and method != baseline:
-            gain = float(np.mean(seed_scores(cell)) - np.mean(seed_scores(cells[(task, baseline)])))
+            # a gain is an improvement in the metric's direction (a drop in a cost)
+            change = float(np.mean(seed_scores(cell)) - np.mean(seed_scores(cells[(task, baseline)])))
+            gain = runs.metric(task).sign * change
             per_million = gain / (opt / 1e6) if opt > 0 else None
         rows.append([Cell(task), Cell(method), Cell(f"{opt:,.0f}"), Cell(f"{arch:,.0f}"), Cell(f"{dep:,.0f}"),
                      Cell(f"{judge:,.0f}"), Cell(f"{length:,.0f}"),
@@ -445,7 +316,8 @@ def cost_table(runs: RunSet, baseline: str | None = None) -> Table:
              "Means over seeds. Optimisation tokens = worker-optimisation + architect + judge-optimisation channels "
              "(prompt + completion, cache hits excluded); deployment tokens = worker-deployment + judge-deployment "
              "(scoring the final candidate on val/test); a model judge's share of both is shown apart. "
-             f"Gain = mean held-out score minus {baseline or 'the baseline'}'s; per 1M optimisation tokens. "
+             f"Gain = mean held-out score minus {baseline or 'the baseline'}'s (the reverse where lower is better: "
+             "a gain is always an improvement); per 1M optimisation tokens. "
              "Program tasks spend no worker tokens, so their gain per token is n/a."]
     return Table("cost", "Table 5 analogue: optimisation and deployment cost", columns, rows, notes, data)
 
@@ -644,7 +516,7 @@ def answer_key_table(runs: RunSet, rows: Sequence[dict[str, Any]]) -> Table:
                  ["task", "method", "seed", "answer-key share", "encoded", "families", "red flags"], cells, notes, data)
 
 
-__all__ = ["Cell", "Table", "results_table", "heldout_table", "cost_table", "budget_table", "runs_table",
+__all__ = ["Cell", "Table", "results_table", "cost_table", "budget_table", "runs_table",
            "answer_key_table",
            "settings_note", "example_means", "seed_scores", "tokens", "candidate_length", "best_so_far",
            "default_checkpoints", "task_checkpoints", "extraction_modes_table"]

@@ -1,8 +1,9 @@
 """Paired per-example comparison of two arms scored on the same examples.
 
 Convention: ``a`` is the reference (e.g. the seed candidate), ``b`` the arm under test; every
-difference is ``b - a``, higher scores are better, and wins/ties/losses are counted from
-``b``'s side. This is the held-out table of the GEPA deep-research protocol: mean paired
+difference is ``b - a``, higher scores are better unless the metric says lower
+(``higher_is_better=False``), and wins/ties/losses are counted from ``b``'s side. This is the
+held-out table of the GEPA deep-research protocol: mean paired
 change, bootstrap CI, Wilcoxon signed-rank p, paired t p, effect size dz, win/tie/loss.
 """
 
@@ -146,6 +147,7 @@ def paired_comparison(
     seed: int = 0,
     method: CiMethod | None = None,
     labels: tuple[str, str] = ("a", "b"),
+    higher_is_better: bool = True,
 ) -> PairedComparison:
     """Compare ``b`` against ``a`` example by example. ``a`` and ``b`` are 1-d arrays of finite
     scores in the same example order; NaN/inf, empty input or different lengths raise
@@ -155,7 +157,8 @@ def paired_comparison(
     five skewed shapes of continuous differences at n = 50 it covers 0.936-0.951 where the t
     interval covers 0.913-0.941 (``tests/test_stats_simulation.py``). For lognormal tails no
     mean interval holds 0.95 at n = 50 (BCa 0.90, t 0.89): ``ci_note`` then says so, by
-    Cochran's rule (n <= 25 g1**2, g1 the differences' sample skewness)."""
+    Cochran's rule (n <= 25 g1**2, g1 the differences' sample skewness). ``higher_is_better``
+    (the metric's direction) decides only which differences are wins and the word "better"."""
     a_arr, b_arr = as_paired(a, b, labels)
     level = check_level(ci)
     diff = snap_ties(b_arr - a_arr, tie_tolerance(a_arr, b_arr))
@@ -178,8 +181,9 @@ def paired_comparison(
     w_p, w_method = wilcoxon_test(diff)
     ci_note = "" if binary or chosen == "tango" else skew_note(diff)
     exact_test, exact_p = ("exact McNemar", pb.p_exact) if pb is not None else (f"Wilcoxon ({w_method})", w_p)
-    wins = int(np.count_nonzero(diff > 0))
-    losses = int(np.count_nonzero(diff < 0))
+    better = diff if higher_is_better else -diff
+    wins = int(np.count_nonzero(better > 0))
+    losses = int(np.count_nonzero(better < 0))
     mean_diff = float(diff.mean())
     excludes = bool(np.isfinite(low) and np.isfinite(high) and (low > 0.0 or high < 0.0))
     separable = excludes and exact_p < 1.0 - level
@@ -203,7 +207,8 @@ def paired_comparison(
         ties=n - wins - losses,
         losses=losses,
         separable=separable,
-        verdict=_verdict(labels, n, mean_diff, low, high, level, exact_test, exact_p, wins, losses, separable)
+        verdict=_verdict(labels, n, mean_diff, low, high, level, exact_test, exact_p, wins, losses, separable,
+                         higher_is_better)
         + (f"; note: {ci_note}" if ci_note else ""),
         ci_note=ci_note,
     )
@@ -235,6 +240,7 @@ def _verdict(
     wins: int,
     losses: int,
     separable: bool,
+    higher_is_better: bool = True,
 ) -> str:
     a_name, b_name = labels
     pct = f"{level:.0%}"
@@ -251,7 +257,7 @@ def _verdict(
             f"cannot separate: {ci_text} excludes 0 but {test} p={w_p:.3g} >= {1 - level:.3g} "
             f"(too few untied pairs; {counts})"
         )
-    direction = "better" if mean_diff > 0 else "worse"
+    direction = "better" if (mean_diff > 0) == higher_is_better else "worse"
     return (
         f"{b_name} is {direction} than {a_name}: mean change {mean_diff:+.4g}, {ci_text}, "
         f"{test} p={w_p:.3g}; {counts}"

@@ -394,9 +394,10 @@ class RunVerdict:
 
 
 def run_verdict(base: Any, cur: Any, *, n_examples: int, paired: bool = False, alpha: float = 0.05,
-                labels: tuple[str, str] = ("a", "b")) -> RunVerdict:
+                labels: tuple[str, str] = ("a", "b"), higher_is_better: bool = True) -> RunVerdict:
     """Two-sided comparison of per-run scores at ``alpha`` with the run as the unit (the
-    report's comparison when both arms have >= 2 runs)."""
+    report's comparison when both arms have >= 2 runs). ``higher_is_better`` (the metric's
+    direction) decides only the sentence's "better"/"worse"."""
     comp = compare_runs(base, cur, paired=paired, n_examples=n_examples, alpha=alpha, two_sided=True)
     b, c = np.asarray(base, dtype=float), np.asarray(cur, dtype=float)
     p = min(1.0, 2.0 * min(comp.p_value(b, c, 0.0, "less"), comp.p_value(b, c, 0.0, "greater")))
@@ -408,7 +409,8 @@ def run_verdict(base: Any, cur: Any, *, n_examples: int, paired: bool = False, a
     ci = f"{comp.level:.0%} CI [{comp.low:+.4g}, {comp.high:+.4g}]"
     facts = f"mean change {comp.change:+.4g} over {comp.n_base}/{comp.n_cur} runs, {ci}, {comp.test} p={p:.3g}, {sd}"
     if separable:
-        return RunVerdict(comp, p, True, f"{b_name} is {'better' if comp.change > 0 else 'worse'} than {a_name}: {facts}")
+        return RunVerdict(comp, p, True, f"{b_name} is {'better' if (comp.change > 0) == higher_is_better else 'worse'} "
+                          f"than {a_name}: {facts}")
     n = min(comp.n_base, comp.n_cur)
     unit = "seed pairs" if paired else "runs per arm"
     if n < comp.min_seeds:
