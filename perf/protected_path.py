@@ -34,6 +34,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the 
 
 from heldout import Session, load_task  # noqa: E402
 from heldout.models import ChatRequest, ModelClient  # noqa: E402
+from heldout.evaluators.scoring import SessionModels
 from machine import verdict  # noqa: E402
 
 TASK, PROFILE = "bbh/word_sorting", "default"  # 50 train / 50 val / 150 test
@@ -89,7 +90,7 @@ def run_session(base_url: str, task, run_dir: Path, profiler: cProfile.Profile |
         wall, cpu = time.perf_counter(), time.process_time()
         if profiler is not None:
             profiler.enable()
-        session = Session(task, PROFILE, budget=BATCH * ROUNDS, seed=0, worker=worker, run_dir=run_dir,
+        session = Session(task, PROFILE, budget=BATCH * ROUNDS, seed=0, models=SessionModels(worker=worker), run_dir=run_dir,
                           method="perf-batches")
         record = session.run(batch_optimizer)
         if profiler is not None:

@@ -25,6 +25,7 @@ from heldout.contracts import HeldoutError  # noqa: E402
 from heldout.evaluators.isolated import run_isolated  # noqa: E402
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger  # noqa: E402
 from heldout.evaluators.session import Budget, Session  # noqa: E402
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient  # noqa: E402
 from heldout.models.testserver import TestServer  # noqa: E402
 from heldout.optimizers import resolve_optimizer  # noqa: E402
@@ -69,7 +70,7 @@ def word_sorting(data_dir):
 def session(task, server: TestServer, run_dir: Path, budget: int, method: str = "dspy") -> Session:
     run_dir.mkdir(mode=0o755)
     model = ModelClient("test", base_url=server.base_url, api_key="k")
-    return Session(task, budget=Budget(budget, wall_seconds=600), seed=0, worker=model, architect=model,
+    return Session(task, budget=Budget(budget, wall_seconds=600), seed=0, models=SessionModels(worker=model, architect=model),
                    run_dir=run_dir, method=method)
 
 
@@ -206,7 +207,7 @@ def test_mipro_by_default_proposes_bootstrapped_and_labeled_demos_as_dspy_does(w
         run_dir = readable_dir / "run"
         run_dir.mkdir(mode=0o755)
         model = ModelClient("test", base_url=srv.base_url, api_key="k")
-        record = Session(word_sorting, budget=Budget(240, wall_seconds=600), seed=0, worker=model, architect=model,
+        record = Session(word_sorting, budget=Budget(240, wall_seconds=600), seed=0, models=SessionModels(worker=model, architect=model),
                          run_dir=run_dir, method="dspy-mipro").run(resolve_optimizer("dspy-mipro"))
     assert record.status == "ok", record.error
     event = dspy_event(run_dir)

@@ -24,6 +24,7 @@ from heldout.contracts import HeldoutError  # noqa: E402
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger  # noqa: E402
 from heldout.evaluators.records import RunRecord  # noqa: E402
 from heldout.evaluators.session import Budget, Session  # noqa: E402
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient  # noqa: E402
 from heldout.models.server import ChatServer  # noqa: E402
 from heldout.models.testserver import RecordingBackend, TestServer  # noqa: E402
@@ -119,7 +120,7 @@ def test_a_pipeline_is_one_metric_call_per_program_call_and_its_steps_are_render
     with TestServer() as srv:
         (readable_dir / "run").mkdir()
         model = ModelClient("test", base_url=srv.base_url, api_key="k")
-        view = Session(word_sorting, budget=Budget(10), seed=0, worker=model, run_dir=readable_dir / "run").view
+        view = Session(word_sorting, budget=Budget(10), seed=0, models=SessionModels(worker=model), run_dir=readable_dir / "run").view
         bridge = ViewBridge(view)
         program = UserProgram(view, bridge, dspy_programs.plan_then_answer())
         devset = heldout_examples(view, "train")[:4]

@@ -22,6 +22,7 @@ from heldout.contracts import HeldoutError, InfrastructureFailure  # noqa: E402
 from heldout.evaluators.isolated import run_isolated  # noqa: E402
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger  # noqa: E402
 from heldout.evaluators.session import Budget, Session  # noqa: E402
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient  # noqa: E402
 from heldout.models.testserver import TestServer  # noqa: E402
 from heldout.optimizers import resolve_optimizer  # noqa: E402
@@ -56,7 +57,7 @@ def word_sorting(data_dir):
 def session(task, server: TestServer, run_dir: Path, budget: int = BUDGET, **kw) -> Session:
     run_dir.mkdir(mode=0o755)
     model = ModelClient("test", base_url=server.base_url, api_key="k")
-    return Session(task, budget=Budget(budget, wall_seconds=600), seed=0, worker=model, architect=model,
+    return Session(task, budget=Budget(budget, wall_seconds=600), seed=0, models=SessionModels(worker=model, architect=model),
                    run_dir=run_dir, method="gepa", **kw)
 
 
@@ -176,7 +177,7 @@ def test_a_failing_worker_stops_gepa_and_scores_nothing(word_sorting, readable_d
         run_dir = readable_dir / "run"
         run_dir.mkdir(mode=0o755)
         model = ModelClient("test", base_url=srv.base_url, api_key="k", max_retries=0)
-        session = Session(word_sorting, budget=Budget(10), worker=model, run_dir=run_dir)
+        session = Session(word_sorting, budget=Budget(10), models=SessionModels(worker=model), run_dir=run_dir)
         train = SplitLoader("train", session.view.train)
         with pytest.raises(InfrastructureFailure, match="4 of 4 example"):
             ViewGEPAAdapter(session.view).evaluate(train.fetch(train.all_ids()[:4]), session.view.seed_candidate,

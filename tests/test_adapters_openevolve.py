@@ -23,6 +23,7 @@ from heldout.contracts import HeldoutError  # noqa: E402
 from heldout.evaluators.isolated import run_isolated  # noqa: E402
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger  # noqa: E402
 from heldout.evaluators.session import Budget, Session  # noqa: E402
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient  # noqa: E402
 from heldout.models.testserver import TestServer  # noqa: E402
 from heldout.optimizers import resolve_optimizer  # noqa: E402
@@ -53,7 +54,7 @@ def packing_session(server: TestServer, run_dir: Path, budget: int = BUDGET) -> 
     run_dir.mkdir(mode=0o755)
     architect = ModelClient("test", base_url=server.base_url, api_key="k")
     return Session(heldout.load_task("circle_packing/square26"), budget=Budget(budget, wall_seconds=600), seed=0,
-                   architect=architect, run_dir=run_dir, method="openevolve")
+                   models=SessionModels(architect=architect), run_dir=run_dir, method="openevolve")
 
 
 def check_run(run_dir: Path, record, budget: int) -> dict:

@@ -20,6 +20,7 @@ from heldout.benchmarks.verifiers import UnknownVerifier, parse_verifier
 from heldout.contracts import (BudgetExceeded, Example, MalformedCandidate, ProgramTask, TaskView, Verdict,
                                VisibilityError, check_candidate)
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.evaluators.view_server import ViewServer
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
@@ -107,7 +108,7 @@ def test_a_coarse_variant_is_what_the_optimizer_sees_and_held_out_stays_canonica
     (held_out,) = record.test_verdicts
     assert held_out["score"] not in (0.0, ceiling / 2, ceiling)  # the raw objective, not a level
     assert held_out["dimensions"]["ratio"] > 0  # the canonical verdict keeps its dimensions
-    assert record.extra["verifier"] == "coarse:3"
+    assert record.verifier == "coarse:3" and "verifier" not in record.extra  # recorded once, as the experiment's
     entries = [json.loads(line) for line in (tmp_path / "run" / "ledger.jsonl").read_text().splitlines()]
     assert all(e["data"]["verifier"] == "decomposed" for e in entries if e["kind"] == "test_scoring")
 
@@ -137,7 +138,7 @@ def test_a_lockpicking_prompt_candidate_calls_the_metered_worker(tmp_path):
     bench = get_benchmark("lockpicking/six")
     with TestServer() as server:
         worker = ModelClient("test-worker", base_url=server.base_url)
-        session = Session("lockpicking/six", profile="paper", budget=5, worker=worker, run_dir=tmp_path / "run")
+        session = Session("lockpicking/six", profile="paper", budget=5, models=SessionModels(worker=worker), run_dir=tmp_path / "run")
         ids = [ex["id"] for ex in session.view.train[:5]]
         results = session.view.evaluate(bench.seed_instruction(), "train", ids)
     assert len(results) == 5 and all(r["error_kind"] != "model_error" for r in results)

@@ -20,7 +20,9 @@ import pytest
 
 import heldout
 from heldout.contracts import Example, TaskView
-from heldout.evaluators.session import Budget, Session, SessionView
+from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.view import SessionView
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 
@@ -131,7 +133,7 @@ def test_no_object_in_the_process_holds_a_test_target_while_the_optimizer_runs(t
     assert len(targets) > 100
     with TestServer() as server:
         worker = ModelClient("test-worker", base_url=server.base_url)
-        session = Session("bbh/word_sorting", budget=Budget(4), seed=0, worker=worker, run_dir=tmp_path / "run",
+        session = Session("bbh/word_sorting", budget=Budget(4), seed=0, models=SessionModels(worker=worker), run_dir=tmp_path / "run",
                           data_dir=str(data_dir))
         seen: dict[str, object] = {}
 

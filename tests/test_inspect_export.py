@@ -26,6 +26,7 @@ from heldout.contracts import RunContext  # noqa: E402
 from heldout.evaluators.ledger import Ledger, read_entries  # noqa: E402
 from heldout.evaluators.records import RunRecord  # noqa: E402
 from heldout.evaluators.session import Session  # noqa: E402
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient  # noqa: E402
 from heldout.models.testserver import TestServer  # noqa: E402
 from heldout.optimizers import resolve_optimizer  # noqa: E402
@@ -50,7 +51,7 @@ def study(tmp_path_factory, data_dir):
     root = tmp_path_factory.mktemp("study")
     with TestServer() as server:
         session = Session(TASK, profile=PROFILE, budget=6, run_dir=root / "bbh__causal_judgement" / "probe" / "seed-0",
-                          worker=ModelClient("test-model", base_url=server.base_url), data_dir=str(data_dir),
+                          models=SessionModels(worker=ModelClient("test-model", base_url=server.base_url)), data_dir=str(data_dir),
                           method="probe")
         session.run(_probe_then_seed)
     session = Session("lockpicking/six", budget=2, run_dir=root / "lockpicking__six" / "seed" / "seed-0", method="seed")

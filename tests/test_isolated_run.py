@@ -22,6 +22,7 @@ from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RunRecord
 from heldout.sandbox import isolation_mode
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.evaluators.view_server import ViewServer, token_fingerprint
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
@@ -81,7 +82,7 @@ def test_prompt_task_runs_isolated_against_the_test_server(data_dir, world_reada
     run_dir = world_readable_dir / "bbh"
     with TestServer(latency=0.0, seed=0) as srv:
         worker = ModelClient("test-model", base_url=srv.base_url, api_key="k", concurrency=8)
-        session = Session(task, budget=Budget(40, wall_seconds=300), seed=0, worker=worker, run_dir=run_dir)
+        session = Session(task, budget=Budget(40, wall_seconds=300), seed=0, models=SessionModels(worker=worker), run_dir=run_dir)
         record = run_isolated(session, f"{sys.executable} {EXAMPLE} --minibatch 10")
         calls = srv.stats.calls
     assert record.status == "ok", record.error

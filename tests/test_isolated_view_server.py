@@ -15,6 +15,7 @@ import heldout
 from heldout.adapters.client import BudgetExceeded, RequestRefused, TaskClient, VisibilityError
 from heldout.evaluators.ledger import verify_ledger
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.evaluators.view_server import ViewServer, token_fingerprint
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
@@ -197,7 +198,7 @@ def test_architect_is_metered_and_refused_when_absent(tmp_path, lockpicking):
     with TestServer(latency=0.0, seed=0) as srv:
         architect = ModelClient("test-model", base_url=srv.base_url, api_key="k")
         session = Session(lockpicking, budget=Budget(5, architect_tokens=10_000), run_dir=tmp_path / "a",
-                          architect=architect)
+                          models=SessionModels(architect=architect))
         with ViewServer(session, host="127.0.0.1") as server:
             client = client_for(server)
             text = client.architect([{"role": "user", "content": "Rewrite this instruction: sort words."}])

@@ -17,6 +17,7 @@ from heldout.benchmarks.judge import (DEFAULT_RUBRIC, JUDGE_MARKER, Dimension, J
 from heldout.benchmarks.loading import load_task
 from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.evaluators.session import Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.backends import deterministic
 from heldout.models.testserver import TestServer
@@ -55,7 +56,7 @@ def test_the_judge_marker_is_the_one_the_test_model_keys_on():
 def test_a_judge_task_scores_every_dimension_with_reasons_through_the_metered_worker(tmp_path, monkeypatch, server):
     task = freeze(tmp_path, monkeypatch, "mine/judged-codes", "judge")
     worker = ModelClient("test-worker", base_url=server.base_url)
-    session = Session(task, budget=6, worker=worker, run_dir=tmp_path / "run")
+    session = Session(task, budget=6, models=SessionModels(worker=worker), run_dir=tmp_path / "run")
     ids = [ex["id"] for ex in session.view.train[:3]]
     right = session.view.evaluate({"instruction": RULE}, "train", ids)
     assert all(r["score"] == 1.0 and set(r["dimensions"]) == DIMENSIONS for r in right)
@@ -74,8 +75,7 @@ def test_a_judge_task_scores_every_dimension_with_reasons_through_the_metered_wo
 
 def test_a_separate_judge_model_is_metered_on_its_own_channel(tmp_path, monkeypatch, server):
     task = freeze(tmp_path, monkeypatch, "mine/judged-codes-2", "judge")
-    session = Session(task, budget=2, worker=ModelClient("test-worker", base_url=server.base_url),
-                      judge=ModelClient("test-judge", base_url=server.base_url), run_dir=tmp_path / "run")
+    session = Session(task, budget=2, models=SessionModels(worker=ModelClient("test-worker", base_url=server.base_url), judge=ModelClient("test-judge", base_url=server.base_url)), run_dir=tmp_path / "run")
     session.view.evaluate({"instruction": RULE}, "train", [ex["id"] for ex in session.view.train[:2]])
     record = session.run(lambda view, seed: {"instruction": RULE})
     assert record.test_score == 1.0 and set(record.test_verdicts[0]["dimensions"]) == DIMENSIONS
@@ -94,7 +94,7 @@ def test_a_separate_judge_model_is_metered_on_its_own_channel(tmp_path, monkeypa
 
 def test_a_malformed_judge_reply_is_a_clear_verdict_error(tmp_path, monkeypatch, server):
     task = freeze(tmp_path, monkeypatch, "mine/judged-codes-3", "judge")
-    session = Session(task, budget=4, worker=ModelClient("test-worker", base_url=server.base_url),
+    session = Session(task, budget=4, models=SessionModels(worker=ModelClient("test-worker", base_url=server.base_url)),
                       run_dir=tmp_path / "run")
     train = session.view.train[:4]
     # an answer key that makes the worker answer the first two questions with the judge-breaking text
@@ -117,7 +117,7 @@ def test_the_judge_can_be_a_variant_while_held_out_keeps_the_rule(tmp_path, monk
         seen.extend(view.evaluate({"instruction": RULE}, "train", [ex["id"] for ex in view.train[:2]]))
         return {"instruction": RULE}
 
-    session = Session(task, budget=2, worker=ModelClient("test-worker", base_url=server.base_url),
+    session = Session(task, budget=2, models=SessionModels(worker=ModelClient("test-worker", base_url=server.base_url)),
                       run_dir=tmp_path / "run", verifier="tests:judge")
     record = session.run(optimizer)
     assert all(set(r["dimensions"]) == DIMENSIONS for r in seen)  # optimised against the judge
@@ -131,7 +131,7 @@ def test_a_wrapped_task_takes_the_judge_as_canonical_and_offers_its_rule_as_a_va
     rubric = Rubric("terse", (Dimension("states_code", "the answer states the code"),), max_points=3)
     task = judged(load_task(name), rubric)
     assert task.benchmark.verifier_options["rule"] == {"scorer": "rule"}
-    session = Session(task, budget=1, worker=ModelClient("test-worker", base_url=server.base_url),
+    session = Session(task, budget=1, models=SessionModels(worker=ModelClient("test-worker", base_url=server.base_url)),
                       run_dir=tmp_path / "run", verifier="tests:rule")
     (shown,) = session.view.evaluate({"instruction": RULE}, "train", [session.view.train[0]["id"]])
     assert "states_code" not in shown["dimensions"]  # the variant: the span rule

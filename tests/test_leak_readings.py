@@ -22,6 +22,7 @@ from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.protocols.leakage import (READINGS, MethodAblation, ablate, decide_rows, headline, reading_rule,
@@ -237,7 +238,7 @@ def _study(root, server, profile):
     task = heldout.load_task(TASK, profile)
     worker = ModelClient("test-model", base_url=server.base_url, api_key="k", concurrency=4)
     for seed in SEEDS:
-        record = Session(task, budget=Budget(0), seed=seed, worker=worker, method="family-key",
+        record = Session(task, budget=Budget(0), seed=seed, models=SessionModels(worker=worker), method="family-key",
                          run_dir=root / "family-key" / f"seed-{seed}").run(family_keyer)
         assert record.status == "ok"
     return ablate(root, baseline="seed", worker=worker, n_boot=500)

@@ -23,6 +23,7 @@ from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.evaluators.ledger import Ledger, verify_ledger
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.protocols.leakage import (ABLATION_DIR, SUBSETS, MethodAblation, SubsetGain, ablate, answer_key_rows,
@@ -92,7 +93,7 @@ def study(server, manifests, tmp_path_factory):
     for method, optimizer in (("memoriser", memoriser), ("inert", inert_memoriser), ("rule", rule_follower)):
         for seed in SEEDS:
             run_dir = root / "user__code_words_leak" / method / f"seed-{seed}"
-            record = Session(task, budget=Budget(0), seed=seed, worker=worker(server), run_dir=run_dir,
+            record = Session(task, budget=Budget(0), seed=seed, models=SessionModels(worker=worker(server)), run_dir=run_dir,
                              method=method).run(optimizer)
             assert record.status == "ok"
     return root

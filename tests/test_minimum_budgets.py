@@ -21,6 +21,7 @@ from heldout.cli import main
 from heldout.contracts import HeldoutError
 from heldout.evaluators.ledger import LEDGER_FILE
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.optimizers import resolve_optimizer
@@ -125,7 +126,7 @@ def readable_dir():
 def prompt_session(task, server, run_dir: Path, budget: int, method: str) -> Session:
     run_dir.mkdir(mode=0o755)
     model = ModelClient("test", base_url=server.base_url, api_key="k")
-    return Session(task, budget=Budget(budget, wall_seconds=600), seed=0, worker=model, architect=model,
+    return Session(task, budget=Budget(budget, wall_seconds=600), seed=0, models=SessionModels(worker=model, architect=model),
                    run_dir=run_dir, method=method)
 
 
@@ -169,7 +170,7 @@ def test_the_report_states_the_selecting_split_and_what_is_not_reproducible_per_
     (readable_dir / "openevolve").mkdir(mode=0o755)
     architect = ModelClient("test", base_url=server.base_url, api_key="k")
     oe = Session(heldout.load_task("circle_packing/square26"), budget=Budget(3, wall_seconds=600), seed=0,
-                 architect=architect, run_dir=readable_dir / "openevolve", method="openevolve")
+                 models=SessionModels(architect=architect), run_dir=readable_dir / "openevolve", method="openevolve")
     assert oe.run(resolve_optimizer("openevolve")).status == "ok"
     report = build_report([readable_dir])
     table = report.table("selection")

@@ -13,6 +13,7 @@ from heldout.benchmarks.bbh import TASKS
 from heldout.benchmarks.prompt_task import UnknownPromptFormat
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import RunContext
+from heldout.evaluators.scoring import SessionModels
 from reference_prompts import (LM_EVAL_BOOLEAN_EXPRESSIONS_SHA256, lm_eval_bbh_context, lm_eval_bbh_template,
                                mmlu_pro_generate_cot_prompt)
 
@@ -101,7 +102,7 @@ def test_the_prompt_format_is_a_task_option_recorded_in_the_run_record(data_dir,
     with TestServer(latency=0.0, seed=0) as server:
         for name in ("zero_shot", "cot_3shot"):
             worker = ModelClient("test-model", base_url=server.base_url, api_key="k")
-            session = Session(task, budget=2, worker=worker, run_dir=tmp_path / name,
+            session = Session(task, budget=2, models=SessionModels(worker=worker), run_dir=tmp_path / name,
                               options={"prompt_format": name})
             before = server.stats.prompt_tokens
             verdicts = session.view.evaluate(session.view.seed_candidate, "train", [session.view.train[0]["id"]])

@@ -21,6 +21,7 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import RunContext
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.evaluators.session import Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.backends.deterministic import DeterministicBackend
 from heldout.models.server import ChatServer, StopScanner, apply_stop
@@ -75,7 +76,7 @@ def test_a_published_run_sends_the_reference_bytes_as_a_completion_and_stops_at_
     prompt_format = PUBLISHED_FORMAT[task]
     backend = RecordingBackend(run_on=RUN_ON[task])
     with ChatServer(backend) as server, ModelClient("test-worker", base_url=server.base_url) as worker:
-        session = Session(task, data_dir=data_dir, budget=1, worker=worker, run_dir=tmp_path / "run",
+        session = Session(task, data_dir=data_dir, budget=1, models=SessionModels(worker=worker), run_dir=tmp_path / "run",
                           options={"prompt_format": prompt_format})
         record = session.run(lambda view, seed: dict(PUBLISHED))
         examples = {ex.id: ex for ex in session.task.examples}  # with the test split, once the session ended

@@ -22,6 +22,7 @@ import pytest
 
 import heldout
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.reports.paper import caption_text, latex_table, write_paper
 from heldout.reports.collect import RunSet
@@ -54,7 +55,7 @@ def near_bound(manifests, server, tmp_path_factory):  # noqa: F811
     worker = ModelClient("test-model", base_url=server.base_url, api_key="k", concurrency=4)
     for method, fn in (("seed", seed_only), ("near-perfect", near_perfect)):
         for seed in (0, 1, 2):
-            record = Session(task, budget=Budget(0), seed=seed, worker=worker, method=method,
+            record = Session(task, budget=Budget(0), seed=seed, models=SessionModels(worker=worker), method=method,
                              run_dir=root / "runs" / method / f"seed-{seed}").run(fn)
             assert record.status == "ok"
     report = build_report([root / "runs"], n_boot=500)

@@ -24,6 +24,7 @@ import pytest
 from heldout.benchmarks.lockpicking.task import CANDIDATES_DIR  # the seed only
 from heldout.cli import main
 from heldout.evaluators.session import Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.reports import build_report, check_runs, collect_runs
@@ -84,7 +85,7 @@ METHODS = {"seed": seed_method, "champion": champion_method, "search": search_me
 def run_cell(root: Path, method: str, seed: int, architect=None) -> Path:
     run_dir = root / TASK.replace("/", "__") / method / f"seed-{seed}"
     Session(TASK, profile=PROFILE, budget=BUDGET, seed=seed, run_dir=run_dir, method=method,
-            architect=architect).run(METHODS[method])
+            models=SessionModels(architect=architect)).run(METHODS[method])
     return run_dir
 
 
@@ -289,7 +290,7 @@ def test_runs_of_another_worker_model_are_never_pooled(study, tmp_path):
     with TestServer() as server:
         for seed in (0, 1, 2):
             Session(TASK, profile=PROFILE, budget=BUDGET, seed=seed, run_dir=tmp_path / "m2" / f"seed-{seed}",
-                    method="seed", worker=ModelClient("other-model", server.base_url)).run(seed_method)
+                    method="seed", models=SessionModels(worker=ModelClient("other-model", server.base_url))).run(seed_method)
     report = build_report([study / "main", tmp_path / "m2"], n_boot=200)
     labels = [row[0].text for row in report.table("results").rows]
     assert f"{TASK} [worker model: none]" in labels and f"{TASK} [worker model: other-model]" in labels
@@ -486,8 +487,7 @@ def test_prompt_task_report_counts_deployment_tokens_and_refuses_a_split_seed_ra
         architect = ModelClient("test-architect", server.base_url)
         for method in ("seed", "reflective"):
             for seed in (0, 1):
-                Session("bbh/boolean_expressions", budget=24, seed=seed, method=method, worker=worker,
-                        architect=architect, data_dir=str(data_dir),
+                Session("bbh/boolean_expressions", budget=24, seed=seed, method=method, models=SessionModels(worker=worker, architect=architect), data_dir=str(data_dir),
                         run_dir=tmp_path / "runs" / method / f"seed-{seed}").run(resolve_optimizer(method))
     report = build_report([tmp_path / "runs"], data_dir=str(data_dir), n_boot=1000)
     cost = {row["method"]: row for row in report.table("cost").data}

@@ -18,6 +18,7 @@ from heldout.evaluators.ledger import LEDGER_FILE, Ledger, LedgerError, verify_l
 from heldout.evaluators.records import RunRecord
 from heldout.contracts import BudgetExceeded, VisibilityError
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 
@@ -38,7 +39,7 @@ def worker_for(server) -> ModelClient:
 
 
 def test_prompt_task_runs_end_to_end_and_test_is_scored_once_outside_the_budget(server, bbh_task, tmp_path):
-    session = Session(bbh_task, budget=60, seed=0, worker=worker_for(server), run_dir=tmp_path)
+    session = Session(bbh_task, budget=60, seed=0, models=SessionModels(worker=worker_for(server)), run_dir=tmp_path)
 
     def optimizer(view, seed):
         view.evaluate(view.seed_candidate, "train", [ex["id"] for ex in view.train[:20]])
@@ -60,7 +61,7 @@ def test_prompt_task_runs_end_to_end_and_test_is_scored_once_outside_the_budget(
 
 
 def test_view_refuses_test_and_hides_val_targets(server, bbh_task, tmp_path):
-    session = Session(bbh_task, budget=10, worker=worker_for(server), run_dir=tmp_path)
+    session = Session(bbh_task, budget=10, models=SessionModels(worker=worker_for(server)), run_dir=tmp_path)
     view = session.view
     with pytest.raises(VisibilityError, match="test"):
         view.evaluate(view.seed_candidate, "test")
@@ -70,7 +71,7 @@ def test_view_refuses_test_and_hides_val_targets(server, bbh_task, tmp_path):
 
 
 def test_budget_is_refused_before_anything_runs(server, bbh_task, tmp_path):
-    session = Session(bbh_task, budget=5, worker=worker_for(server), run_dir=tmp_path)
+    session = Session(bbh_task, budget=5, models=SessionModels(worker=worker_for(server)), run_dir=tmp_path)
     ids = [ex["id"] for ex in session.view.train[:6]]
     before = server.stats.calls
     with pytest.raises(BudgetExceeded, match="5 of 5 metric calls left"):
@@ -80,7 +81,7 @@ def test_budget_is_refused_before_anything_runs(server, bbh_task, tmp_path):
 
 
 def test_cache_hits_count_as_metric_calls_but_cost_no_endpoint_call(server, bbh_task, tmp_path):
-    session = Session(bbh_task, budget=10, worker=worker_for(server), run_dir=tmp_path)
+    session = Session(bbh_task, budget=10, models=SessionModels(worker=worker_for(server)), run_dir=tmp_path)
     ids = [ex["id"] for ex in session.view.train[:3]]
     first = session.view.evaluate(session.view.seed_candidate, "train", ids)
     before = server.stats.calls
@@ -130,7 +131,7 @@ def _reachable(root, limit=200_000):
 
 
 def test_no_test_target_is_reachable_from_the_view(server, bbh_task, tmp_path):
-    session = Session(bbh_task, budget=10, worker=worker_for(server), run_dir=tmp_path)
+    session = Session(bbh_task, budget=10, models=SessionModels(worker=worker_for(server)), run_dir=tmp_path)
     test_ids = {ex.id for ex in bbh_task.split("test")}
     test_examples = [ex for ex in bbh_task.split("test")]
     reachable = _reachable(session.view)
@@ -229,16 +230,14 @@ def test_a_recorded_run_replays_exactly_with_zero_endpoint_calls(server, bbh_tas
     recording = tmp_path / "model_calls.jsonl"
     recorder = Recorder(recording)
     live = Session(bbh_task, budget=40, seed=1, run_dir=tmp_path / "live", method="reflective",
-                   worker=ModelClient("test-model", base_url=server.base_url, api_key="k", recorder=recorder),
-                   architect=ModelClient("test-architect", base_url=server.base_url, api_key="k",
-                                         recorder=recorder))
+                   models=SessionModels(worker=ModelClient("test-model", base_url=server.base_url, api_key="k", recorder=recorder), architect=ModelClient("test-architect", base_url=server.base_url, api_key="k",
+                                         recorder=recorder)))
     original = live.run(resolve_optimizer("reflective"))
     recorder.close()
     calls_before = server.stats.calls
     replay = Replay(recording)
     again = Session(bbh_task, budget=40, seed=1, run_dir=tmp_path / "replayed", method="reflective",
-                    worker=ModelClient("test-model", replay=replay),
-                    architect=ModelClient("test-architect", replay=replay))
+                    models=SessionModels(worker=ModelClient("test-model", replay=replay), architect=ModelClient("test-architect", replay=replay)))
     replayed = again.run(resolve_optimizer("reflective"))
     assert server.stats.calls == calls_before  # zero endpoint calls
     assert replayed.final_candidate == original.final_candidate
@@ -253,8 +252,7 @@ def test_reflective_optimizer_uses_the_metered_architect_within_budget(server, b
     from heldout.optimizers import resolve_optimizer
 
     session = Session(bbh_task, budget=Budget(48, architect_tokens=100_000), seed=0, run_dir=tmp_path,
-                      worker=worker_for(server),
-                      architect=ModelClient("test-architect", base_url=server.base_url, api_key="k"))
+                      models=SessionModels(worker=worker_for(server), architect=ModelClient("test-architect", base_url=server.base_url, api_key="k")))
     record = session.run(resolve_optimizer("reflective"))
     assert record.status == "ok" and record.usage["metric_calls"] <= 48
     architect = record.usage["tokens"]["architect"]

@@ -13,6 +13,7 @@ import pytest
 from heldout.benchmarks.bbh import SEPO_TASKS, TASKS as BBH_TASKS
 from heldout.benchmarks.registry import UnknownTask, expand_tasks, task_groups
 from heldout.evaluators.session import Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 
@@ -39,7 +40,7 @@ def test_an_unknown_pattern_is_a_clear_error(pattern):
 def test_score_a_file_of_outputs_like_a_session_does(tmp_path, data_dir):
     with TestServer() as server:
         session = Session("gsm_hard", profile="default", budget=12, run_dir=tmp_path / "run",
-                          worker=ModelClient("test", base_url=server.base_url), data_dir=str(data_dir))
+                          models=SessionModels(worker=ModelClient("test", base_url=server.base_url)), data_dir=str(data_dir))
         ids = [ex["id"] for ex in session.view.val[:12]]
         session.view.evaluate(session.view.seed_candidate, "val", ids)
     entries = [json.loads(line) for line in (tmp_path / "run" / "ledger.jsonl").read_text().splitlines()]

@@ -30,6 +30,7 @@ import heldout
 from heldout.contracts import candidate_id
 from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 
@@ -178,7 +179,7 @@ def run_prompt(variant: str, prompt_task, tmp_path: Path) -> tuple[Path, list[tu
 
     worker = ModelClient("test-model", base_url=server.base_url, api_key="k", concurrency=4)
     run_dir = tmp_path / variant.replace(":", "-")
-    record = Session(task, budget=Budget(200), seed=0, worker=worker, run_dir=run_dir, verifier=variant).run(optimizer)
+    record = Session(task, budget=Budget(200), seed=0, models=SessionModels(worker=worker), run_dir=run_dir, verifier=variant).run(optimizer)
     assert record.status == "ok", record.error
     return run_dir, seen
 

@@ -15,7 +15,7 @@
   verdict (invalid, score 0, the reason in ``error``), a failed judge call a ``model_error`` one.
 
 The judge model is reached through the :class:`RunContext`: ``context.judge`` (a separate judge
-endpoint the session was given, ``Session(judge=ModelClient(...))``) or else ``context.worker``.
+endpoint the session was given, ``SessionModels(judge=ModelClient(...))``) or else ``context.worker``.
 Both are the session's metered workers, so every judge call is counted on the session's token
 channels (``judge-*`` for a separate judge) and appended to the ledger as a ``worker_call``; the
 metric call it belongs to is the evaluation's, already admitted by the session.

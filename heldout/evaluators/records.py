@@ -191,7 +191,7 @@ def describe_experiment(session: Any) -> dict[str, Any]:
         "limits": asdict(scorer.limits), "options": options,
         "worker": model_description(scorer.worker),
         "deployment_worker": model_description(getattr(session, "deploy_scorer", scorer).worker),
-        "architect": model_description(getattr(session, "architect_client", None)),
+        "architect": model_description(session.models.architect),
         "judge": model_description(getattr(scorer, "judge", None)),
         "decoding": {"temperature": options.get("temperature", setting.temperature if setting else 0.0),
                      "max_tokens": options.get("max_tokens", setting.max_tokens if setting else None),
@@ -325,6 +325,12 @@ class RunRecord:
             trajectory=list(service.trajectory), lineage=lineage, error=error,
             format_version=FORMAT_VERSION, experiment=dict(start), isolation=isolation,
             started_at=start.get("started_at"), finished_at=time.time())
+
+    @property
+    def verifier(self) -> str:
+        """The verifier variant the optimizer ran under (held-out scoring is always canonical): the
+        experiment's, recorded once; records written before that kept a copy in ``extra``."""
+        return str(self.experiment.get("verifier") or self.extra.get("verifier") or "decomposed")
 
     # -- anchoring --------------------------------------------------------------------------------
     def content(self) -> dict[str, Any]:

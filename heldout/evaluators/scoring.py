@@ -3,23 +3,63 @@
 :class:`Scorer` runs a candidate: a worker call + ``score_text`` for prompt tasks (sent as the
 task's prompt setting says), a sandboxed execution for program tasks. :class:`MeteredWorker` is
 the worker a task's ``RunContext`` offers; :class:`Usage` is a session's meter (the models'
-:class:`~heldout.models.UsageMeter` plus metric calls). The session (:mod:`.session`) decides
-*whether* to score; this module only scores."""
+:class:`~heldout.models.UsageMeter` plus metric calls). :class:`SessionModels` and
+:class:`Execution` are what a session is given to score with. The session (:mod:`.session`)
+decides *whether* to score; this module only scores."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
 from heldout.contracts import (Candidate, Completion, Example, HeldoutError, InfrastructureFailure, Message,
                                RunContext, RunLimits, Verdict, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger
-from heldout.models import ChatRequest, ModelError, UsageMeter
+from heldout.models import ChatClient, ChatRequest, ModelError, UsageMeter, check_chat_client
 
+# the channels (heldout.models.CHANNELS) a call is booked on: a worker's and a judge's per phase
 OPTIMISATION = "worker-optimisation"
 DEPLOYMENT = "worker-deployment"
 ARCHITECT = "architect"
+JUDGE_CHANNEL = {OPTIMISATION: "judge-optimisation", DEPLOYMENT: "judge-deployment"}
+
+
+@dataclass(frozen=True)
+class SessionModels:
+    """The models a session talks to, each a :class:`~heldout.models.ChatClient` or None. Checked
+    here: a model that cannot answer is one configuration error when the session is made, never an
+    optimizer's failure later.
+
+    * ``worker`` executes prompt candidates while the optimizer runs (``worker-optimisation``);
+    * ``architect`` is the model the optimizer proposes with (``view.architect``);
+    * ``judge`` is a separate model judge (``judge-*``; None: a judged task asks the worker);
+    * ``deployment_worker`` scores the final candidate (``worker-deployment``; None: ``worker``)."""
+
+    worker: ChatClient | None = None
+    architect: ChatClient | None = None
+    judge: ChatClient | None = None
+    deployment_worker: ChatClient | None = None
+
+    def __post_init__(self) -> None:
+        for role, client in (("worker", self.worker), ("architect", self.architect), ("judge", self.judge),
+                             ("deployment worker", self.deployment_worker)):
+            if client is not None:
+                check_chat_client(client, role)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How a session runs candidates: ``limits`` for each sandboxed execution (None: the task's
+    own defaults) and ``jobs``, how many executions run at once."""
+
+    limits: RunLimits | None = None
+    jobs: int = 2
+
+    def __post_init__(self) -> None:
+        if type(self.jobs) is not int or self.jobs < 1:
+            raise HeldoutError(f"jobs is how many executions run at once, an int >= 1; got {self.jobs!r}")
 
 
 class Usage(UsageMeter):
@@ -73,7 +113,7 @@ class MeteredWorker:
     is appended to the ledger as a ``worker_call``. The metric call it belongs to was already
     counted by the session when the evaluation was admitted."""
 
-    def __init__(self, client, usage: "Usage", channel: str, ledger: Ledger | None,
+    def __init__(self, client: ChatClient, usage: "Usage", channel: str, ledger: Ledger | None,
                  decoding: Mapping[str, Any]) -> None:
         self._client = client
         self._usage = usage
@@ -121,9 +161,9 @@ class Scorer:
     ``options`` are the task options of the experiment (canonical scoring); an evaluation may add
     a verifier variant's options on top. Never raises for a bad candidate."""
 
-    def __init__(self, benchmark, worker=None, limits: RunLimits | None = None,
+    def __init__(self, benchmark, worker: ChatClient | None = None, limits: RunLimits | None = None,
                  options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None,
-                 judge=None) -> None:
+                 judge: ChatClient | None = None) -> None:
         self.benchmark = benchmark
         self.worker = worker
         self.judge = judge  # a separate judge model, metered on the ``judge-*`` channels
@@ -135,7 +175,7 @@ class Scorer:
     def context(self, channel: str, usage: "Usage", extra: Mapping[str, Any] | None = None) -> RunContext:
         worker = None if self.worker is None else MeteredWorker(self.worker, usage, channel, self.ledger, self.options)
         judge = None if self.judge is None else MeteredWorker(
-            self.judge, usage, channel.replace("worker", "judge"), self.ledger,
+            self.judge, usage, JUDGE_CHANNEL[channel], self.ledger,
             {"temperature": self.options.get("judge_temperature", 0.0),
              "max_tokens": self.options.get("judge_max_tokens")})
         return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})}, judge=judge)

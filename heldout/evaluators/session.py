@@ -57,15 +57,15 @@ from typing import Any, Callable, ContextManager, Iterable, Mapping, NoReturn, S
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
 from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, InfrastructureFailure,
-                               MalformedCandidate, MetricSpec, RunLimits, TaskView, Verdict, VisibilityError, candidate_id, check_candidate,
-                               is_infrastructure_failure)
+                               MalformedCandidate, MetricSpec, Optimizer, Verdict, VisibilityError, candidate_id,
+                               check_candidate, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
-from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, VERDICT_FIELDS, Budget, VisibilityPolicy
+from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
 from heldout.evaluators.records import (RECORD_FILE, ExperimentMismatch, RunRecord, check_same_experiment,
                                         describe_experiment)
-from heldout.evaluators.scoring import (ARCHITECT, DEPLOYMENT, OPTIMISATION, Scorer, Usage, infrastructure_failures,
-                                        model_failure_kind)
-from heldout.models import ChatRequest
+from heldout.evaluators.scoring import (DEPLOYMENT, OPTIMISATION, Execution, Scorer, SessionModels, Usage,
+                                        infrastructure_failures)
+from heldout.evaluators.view import MeteredArchitect, SessionView
 
 MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
@@ -316,133 +316,21 @@ class EvaluationService:
                                                 "data": json.loads(encoded)})
 
 
-class MeteredArchitect:
-    """The architect model as the optimizer sees it: every call is metered on the architect
-    channel and recorded in the ledger. The token limit is checked before each call (a call's
-    own size is unknown in advance, so the last call may cross the limit; it is recorded)."""
-
-    def __init__(self, client, service: EvaluationService) -> None:
-        self._client = client
-        self._service = service
-
-    @property
-    def tokens_used(self) -> int:
-        return self._service.usage.channel(ARCHITECT).tokens
-
-    def complete(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
-                 max_tokens: int | None = None, replicate: int = 0) -> str:
-        if self._client is None:
-            raise HeldoutError("this session has no architect model configured")
-        self._service.check_running()
-        request = ChatRequest(messages=tuple(dict(m) for m in messages), model=self._client.model,
-                              temperature=temperature, max_tokens=max_tokens, replicate=replicate,
-                              channel=ARCHITECT)
-        recorded = self._service.replay_architect(request.cache_key())
-        if recorded is not None:  # paid for (and allowed) before the interruption: same reply, counted once
-            return recorded["text"]
-        limit = self._service.budget.architect_tokens
-        if limit is not None and self.tokens_used >= limit:
-            raise BudgetExceeded(f"architect token budget of {limit} is used up")
-        calls = self._service.budget.architect_calls
-        if calls is not None and self._service.usage.channel(ARCHITECT).endpoint_calls >= calls:
-            raise BudgetExceeded(f"architect call budget of {calls} is used up")
-        self._service.check_wall_time()
-        response = self._client.complete_many([request], return_exceptions=True)[0]
-        if isinstance(response, BaseException):
-            if model_failure_kind(response) != "model_refused":  # the endpoint's failure, not the request's
-                self._service.stop_for_infrastructure(f"architect call failed: {response}", phase="optimisation",
-                                                      channel=ARCHITECT)
-            raise response
-        self._service.usage.count_architect_call(response.prompt_tokens, response.completion_tokens)
-        self._service.record_event("architect_call", {"prompt_tokens": response.prompt_tokens,
-                                                      "completion_tokens": response.completion_tokens,
-                                                      "cached": response.cached,
-                                                      "request_key": response.request_key,
-                                                      "text": response.text})
-        return response.text
-
-
-
-class SessionView:
-    """The in-process implementation of :class:`heldout.contracts.TaskView`: the seed candidate,
-    train examples (inputs + targets), val examples (inputs only), ``evaluate`` (verdicts filtered
-    by the visibility policy and shown through the session's verifier variant), the remaining
-    budget, a metered architect and ``record_event``. Never test examples. The isolated client
-    (:class:`heldout.adapters.client.TaskClient`) has the same names and raises the same errors."""
-
-    __slots__ = ("task_name", "description", "kind", "seed_candidate", "train", "val", "policy",
-                 "verifier", "_service", "_architect")
-
-    def __init__(self, task_name: str, description: str, kind: str, seed: Candidate,
-                 train: Sequence[Example], val: Sequence[Example], service: EvaluationService,
-                 architect: MeteredArchitect) -> None:
-        self.task_name = task_name
-        self.description = description
-        self.kind = kind
-        self.seed_candidate = dict(seed)
-        self.train = [{"id": ex.id, "input": ex.input, "target": ex.target} for ex in train]
-        self.val = [{"id": ex.id, "input": ex.input} for ex in val]
-        self.policy = service.policy.name
-        self.verifier = service.variant.name
-        self._service = service
-        self._architect = architect
-
-    @property
-    def remaining(self) -> int:
-        return self._service.visible_remaining
-
-    @property
-    def metric_calls_budget(self) -> int:
-        return self._service.budget.metric_calls
-
-    @property
-    def budget(self) -> Budget:
-        return self._service.budget
-
-    def evaluate(self, candidate: Candidate, split: str = "train", ids: Sequence[str] | None = None,
-                 parent: str | None = None) -> list[dict[str, Any]]:
-        """Score ``candidate`` on ``ids`` of ``split`` (all of it when None). Returns one dict per
-        example with the fields the visibility policy allows. Raises BudgetExceeded (nothing ran)
-        or VisibilityError."""
-        if type(split) is not str or split not in ("train", "val"):
-            raise VisibilityError(f"split must be exactly 'train' or 'val', got {split!r}")
-        allowed = self._service.policy.fields(split)
-        out = []
-        for example, verdict in self._service.evaluate(candidate, split, ids, parent):
-            shown = {"id": example.id}
-            full = {**verdict.to_dict(), "target": example.target}
-            shown.update({k: full[k] for k in VERDICT_FIELDS if k in allowed})
-            out.append(shown)
-        return out
-
-    def architect(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
-                  max_tokens: int | None = None, replicate: int = 0) -> str:
-        """One metered call of the session's architect model; returns its text."""
-        return self._architect.complete(messages, temperature=temperature, max_tokens=max_tokens,
-                                        replicate=replicate)
-
-    @property
-    def architect_tokens_used(self) -> int:
-        return self._architect.tokens_used
-
-    def record_event(self, kind: str, **data: Any) -> None:
-        """Write mechanism evidence (``merge_attempt``, ``union_built`` ...) to the ledger; free."""
-        self._service.record_optimizer_event(kind, data)
-
-
-Optimizer = Callable[[TaskView, int], Candidate]  # the contracts' Protocol, met by SessionView and TaskClient
-
-
 class Session:
     """One optimizer run on one task with one seed. See the module docstring."""
 
     def __init__(self, task: Task | str, profile: str = "default", budget: Budget | int = 100,
-                 seed: int = 0, worker=None, run_dir: str | Path = "runs/session", *,
-                 architect=None, policy: VisibilityPolicy | str = STANDARD_POLICY,
+                 seed: int = 0, run_dir: str | Path = "runs/session", *, models: SessionModels = SessionModels(),
+                 policy: VisibilityPolicy | str = STANDARD_POLICY, verifier: str = CANONICAL,
                  data_dir: str | None = None, allow_drift: bool = False, method: str = "unnamed",
-                 limits: RunLimits | None = None, options: Mapping[str, Any] | None = None,
-                 deployment_worker=None, jobs: int = 2, verifier: str = CANONICAL, judge=None,
+                 options: Mapping[str, Any] | None = None, execution: Execution = Execution(),
                  provenance: Mapping[str, Any] | None = None) -> None:
+        """``task`` is a task name (loaded with ``profile``, ``data_dir``, ``allow_drift``) or a
+        loaded :class:`Task`; ``models`` the chat clients it talks to (:class:`SessionModels`);
+        ``options`` the task options of the experiment; ``execution`` the sandbox limits and jobs;
+        ``provenance`` fields the record keeps (the optimizer's code hash, ...)."""
+        if not isinstance(models, SessionModels):  # e.g. a bare client: name the fix, not an AttributeError later
+            raise HeldoutError(f"models must be SessionModels(worker=..., architect=...), got {type(models).__name__}")
         loaded = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
         # the test split is held back until the final candidate is scored (see the module docstring)
         self._heldout_source: Task | tuple[str, str, str | None, bool] = (
@@ -456,7 +344,7 @@ class Session:
         self.run_dir = Path(run_dir)
         self.options = dict(options or {})
         self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
-        self.architect_client = architect
+        self.models = models
         self.ledger = Ledger.open(self.run_dir)
         bench = self.task.benchmark
         self.variant = parse_verifier(verifier, bench.verifier_options, bench.score_ceiling)
@@ -466,10 +354,11 @@ class Session:
                 raise HeldoutError(f"{bench.name} has no prompt formats")
             check(self.options["prompt_format"])
         self._started = time.time()
-        self.scorer = Scorer(bench, worker, limits, self.options, jobs, self.ledger, judge)
+        self.scorer = Scorer(bench, models.worker, execution.limits, self.options, execution.jobs, self.ledger,
+                             models.judge)
         # held-out scoring: the canonical verifier, the experiment's own options, never a variant's
-        self.deploy_scorer = Scorer(bench, deployment_worker or worker, limits, self.options, jobs, self.ledger,
-                                    judge)
+        self.deploy_scorer = Scorer(bench, models.deployment_worker or models.worker, execution.limits, self.options,
+                                    execution.jobs, self.ledger, models.judge)
         visible = {s: self.task.splits.get(s, []) for s in ("train", "val")}
         self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
                                          self._started, self.variant, seed)
@@ -483,7 +372,7 @@ class Session:
                                                    "environment": header["environment"]})
         self.view = SessionView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
-                             MeteredArchitect(architect, self.service))
+                             MeteredArchitect(models.architect, self.service))
         # (split, examples scored, of total, infrastructure failures so far) during held-out scoring
         self.heldout_progress: Callable[[str, int, int, int], None] | None = None
 
@@ -562,8 +451,7 @@ class Session:
                     self.ledger.append("test_metrics", {"candidate_id": cid, "metrics": metrics})
         record = RunRecord.build(session=self, final=final, status=status, error=error,
                                  test_verdicts=test_verdicts, val_verdicts=val_verdicts)
-        record.extra["test_metrics"] = metrics
-        record.extra["verifier"] = self.variant.name
+        record.extra["test_metrics"] = metrics  # the verifier is the experiment's (record.verifier), not restated
         record.extra.update(optimizer_statements(self.ledger))
         if final is not None and own is not None:
             record.extra["val_score_own_verifier"] = own

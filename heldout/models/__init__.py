@@ -5,11 +5,12 @@ model through llama.cpp (:mod:`heldout.models.backends.llama`, ``heldout serve-m
 
 from heldout.models.cache import CachedResponse, CacheError, ResponseCache
 from heldout.models.client import ModelClient, backoff_delay
-from heldout.models.types import CHANNELS, BatchError, ChannelUsage, ChatRequest, ChatResponse, ModelError, UsageMeter
+from heldout.models.types import (CHANNELS, BatchError, ChannelUsage, ChatClient, ChatRequest, ChatResponse, ModelError,
+                                  UsageMeter, check_chat_client)
 from heldout.models.recording import Recorder, Replay, ReplayError, ReplayMiss, read_recording
 
 __all__ = [
-    "CHANNELS", "BatchError", "CacheError", "CachedResponse", "ChannelUsage", "ChatRequest",
+    "CHANNELS", "BatchError", "CacheError", "CachedResponse", "ChannelUsage", "ChatClient", "ChatRequest",
     "ChatResponse", "ModelClient", "ModelError", "Recorder", "Replay", "ReplayError", "ReplayMiss",
-    "ResponseCache", "UsageMeter", "backoff_delay", "read_recording",
+    "ResponseCache", "UsageMeter", "backoff_delay", "check_chat_client", "read_recording",
 ]

@@ -2,13 +2,14 @@
 
 A request (:class:`ChatRequest`) is a chat or a completion; its cache key is the rule for when two
 requests are one. The client (:mod:`.client`), the response cache (:mod:`.cache`) and record/
-replay (:mod:`.recording`) all speak these types, and none of them imports another for them."""
+replay (:mod:`.recording`) all speak these types, and none of them imports another for them.
+:class:`ChatClient` is what a session asks of each of its models."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
 
@@ -274,3 +275,31 @@ class UsageMeter:
     def by_channel(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {name: usage.to_dict() for name, usage in sorted(self._channels.items())}
+
+
+@runtime_checkable
+class ChatClient(Protocol):
+    """What a session asks of each of its models (worker, judge, architect): the ``model`` name
+    its requests carry, and ``complete_many``, which answers requests in input order and, with
+    ``return_exceptions=True``, returns each failure (a :class:`ModelError`) in its place.
+    :class:`heldout.models.ModelClient` meets it over HTTP, :class:`heldout.models.workers.FunctionWorker`
+    with a local function."""
+
+    model: str
+
+    def complete_many(self, requests: Sequence[ChatRequest], *,
+                      return_exceptions: bool = False) -> list[ChatResponse | ModelError]: ...
+
+
+def check_chat_client(client: object, role: str) -> None:
+    """Refuse, as one configuration error naming what is missing, a model that is not a
+    :class:`ChatClient` (checked when a session is made: a model that cannot answer is the
+    harness's configuration, never the optimizer's failure)."""
+    model = getattr(client, "model", None)
+    missing = [] if isinstance(model, str) and model else ["a `model` name (a non-empty str)"]
+    if not callable(getattr(client, "complete_many", None)):
+        missing.append("a `complete_many(requests, *, return_exceptions=False)` method")
+    if missing:
+        raise ModelError(f"the {role} model ({type(client).__name__}) has no {' and no '.join(missing)}: a session's "
+                         "models are chat clients (heldout.models.ChatClient), such as ModelClient or "
+                         "FunctionWorker", kind="config")

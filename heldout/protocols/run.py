@@ -51,7 +51,7 @@ from heldout.evaluators.isolated import command_files, run_isolated, run_isolate
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
-from heldout.evaluators.scoring import model_failure_kind
+from heldout.evaluators.scoring import SessionModels, model_failure_kind
 from heldout.evaluators.session import Session
 from heldout.evaluators.signing import load_signing_key
 from heldout.models import ModelClient, ModelError, ResponseCache
@@ -545,8 +545,9 @@ def cell_session(cell: Cell, config: StudyConfig) -> Session:
     """The protected session of a cell (new, or resumed from its ledger)."""
     return Session(cell.task, profile=cell.profile,
                    budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
-                   seed=cell.seed, worker=_client(config.worker_model, config), run_dir=cell.run_dir(config.run_root),
-                   architect=_client(config.architect_model, config), policy=config.policy,
+                   seed=cell.seed, run_dir=cell.run_dir(config.run_root),
+                   models=SessionModels(worker=_client(config.worker_model, config),
+                                        architect=_client(config.architect_model, config)), policy=config.policy,
                    data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
                    options=cell.options, verifier=cell.verifier,
                    provenance={"optimizer": cell_method(cell, config).describe(),
