@@ -27,7 +27,7 @@ Refused with a clear error (exit 2), never silently paired:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Literal, Sequence
 
@@ -189,6 +189,19 @@ def _matrix(task: str, runs: list[Run], examples: list[str]) -> np.ndarray:
     return np.array(rows, dtype=np.float64)
 
 
+def _metric_sign(task: str, runs: list[Run], statements: list[str]) -> int:
+    """+1, or -1 for a lower-is-better metric (then stated); runs that disagree on it are refused."""
+    specs = {run.metric for run in runs}
+    if len(specs) > 1:
+        raise GateInputError(f"{task}: runs state different metrics (" + "; ".join(
+            sorted(f"{m.name}, {m.direction}" for m in specs)) + "): a cost read as a score turns the gate around")
+    metric = specs.pop()
+    if not metric.higher_is_better:
+        statements.append(f"{task}: {metric.name} is lower-is-better, so the gate reads minus the score: a "
+                          "'drop' is a rise in it, and the baseline, change and margin are shown negated")
+    return metric.sign
+
+
 def _ceiling(task: str) -> float | None:
     try:
         return float(get_benchmark(task).score_ceiling)
@@ -239,6 +252,9 @@ def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *,
         tasks[task] = TaskRuns(_matrix(task, [base[s] for s in b_seeds], examples),
                                _matrix(task, [cur[s] for s in c_seeds], examples), paired=pair_seeds == "id")
         per_task.append({"task": task, "baseline_seeds": b_seeds, "current_seeds": c_seeds, "examples": len(examples)})
-    gate = regression_check(tasks, alpha=alpha, min_effect=margin, ceilings={t: c for t in tasks
+    # the gate's rule reads "higher is better": a lower-is-better metric enters it negated, here and only here
+    signs = {t: _metric_sign(t, [*base_cells[t].values(), *cur_cells[t].values()], statements) for t in tasks}
+    tasks = {t: replace(runs, base=signs[t] * runs.base, cur=signs[t] * runs.cur) for t, runs in tasks.items()}
+    gate = regression_check(tasks, alpha=alpha, min_effect=margin, ceilings={t: signs[t] * c for t in tasks
                                                                               if (c := _ceiling(t)) is not None})
     return CheckResult(gate, pair_seeds, per_task, statements)
