@@ -194,7 +194,7 @@ def run_isolated_function(session: Session, target: str, *, search: Sequence[str
     sandbox. ``modules`` are the user's modules it runs, as found by path (a plugin's where its
     distribution put it: :func:`~heldout.optimizers.user_modules`); without them the module, and
     the user code ``options`` name (``program=MODULE:FACTORY``), are looked up (not imported) in
-    ``search`` (default :func:`~heldout.optimizers.search_path`). Their files, or their top-level
+    ``search`` (default :func:`~heldout.optimizers.user_modules.search_path`). Their files, or their top-level
     package directories, are copied in as regular files (:func:`copy_user_code`) and readable
     inside at ``/sandbox/user``."""
     if not is_function_spec(target):

@@ -17,7 +17,7 @@ from heldout.adapters.dspy import optimize_gepa as run_gepa
 from heldout.adapters.dspy import optimize_mipro as run_mipro
 from heldout.adapters.settings import DSPyGEPASettings, MIPROSettings, make_settings
 from heldout.contracts import Candidate, TaskView
-from heldout.optimizers import load_function
+from heldout.optimizers.loading import load_function
 
 
 def optimize_mipro(view: TaskView, seed: int, program: str | None = None, **settings: Any) -> Candidate:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from heldout.contracts import HeldoutError
-from heldout.optimizers import mean_train_score
+from heldout.optimizers.evaluation import mean_train_score
 
 _MARGIN = 1e-12  # keep strictly inside the constraints so zero-tolerance checks pass in floats
 

@@ -19,7 +19,7 @@ import re
 
 from heldout.benchmarks.lockpicking.rules import N_POSITIONS, Edge, RuleSystem
 from heldout.benchmarks.lockpicking.sql import rule_table_sql
-from heldout.optimizers import mean_train_score
+from heldout.optimizers.evaluation import mean_train_score
 from heldout.optimizers.merge import Decomposition, Parts, width_search
 
 _SET = re.compile(r"SUBSTR\(PROGRAM, (\d), 1\) IN \(([^)]*)\)")

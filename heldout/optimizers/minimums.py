@@ -15,7 +15,9 @@ import importlib
 from typing import Any, Mapping
 
 from heldout.contracts import HeldoutError
-from heldout.optimizers import check_options, is_heldout_code, optimizer_target, settings_type, split_spec
+from heldout.optimizers.loading import is_heldout_code
+from heldout.optimizers.registry import optimizer_target
+from heldout.optimizers.specs import check_options, settings_type, split_spec
 
 
 def minimum_budget(spec: str, options: Mapping[str, Any] | None, task: str, train: int, val: int) -> int | None:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from heldout.optimizers import (is_reference_optimizer, optimizer_code_sha256, optimizer_target, split_spec,
-                                user_code, user_modules)
+from heldout.optimizers.loading import optimizer_code_sha256, user_modules
+from heldout.optimizers.registry import optimizer_target
+from heldout.optimizers.specs import is_reference_optimizer, split_spec, user_code
 from heldout.optimizers.user_modules import UserModule
 
 ISOLATED = "isolated"
