@@ -21,10 +21,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 
 from heldout.models import ChatRequest, ModelClient, ResponseCache
+
+# a test fixture, run as its own process: the tests' rate-limited loopback endpoint
+RATE_LIMITED_SERVER = Path(__file__).resolve().parents[1] / "tests" / "ratelimit_server.py"
 
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
@@ -61,7 +65,7 @@ def bare_httpx(base_url: str, requests: list[ChatRequest], concurrency: int) -> 
 
 def start_rate_limited(rate: float, latency: float, burst: float) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "heldout.models.ratelimit_server", "--rate", str(rate), "--latency", str(latency),
+        [sys.executable, str(RATE_LIMITED_SERVER), "--rate", str(rate), "--latency", str(latency),
          "--burst", str(burst)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()
     if "listening on" not in line:

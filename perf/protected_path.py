@@ -32,9 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the sibling scripts
 
-from heldout import Session, load_task  # noqa: E402
+from heldout import Session, SessionModels, load_task  # noqa: E402
 from heldout.models import ChatRequest, ModelClient  # noqa: E402
-from heldout.evaluators.scoring import SessionModels
 from machine import verdict  # noqa: E402
 
 TASK, PROFILE = "bbh/word_sorting", "default"  # 50 train / 50 val / 150 test

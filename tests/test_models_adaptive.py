@@ -8,7 +8,7 @@ import asyncio
 
 from heldout.models import ChatRequest, ModelClient
 from heldout.models.client import AdaptiveLimit, parse_retry_after
-from heldout.models.ratelimit_server import RateLimitedServer
+from ratelimit_server import RateLimitedServer  # tests/, on the path
 
 
 def run(coro):

@@ -1,6 +1,8 @@
 """A loopback chat-completions server that enforces a request rate, for measuring and testing
-adaptive concurrency (issue 19). Kept apart from :mod:`heldout.models.testserver`, whose answers
-it does not need: every accepted request gets the same short completion after ``latency``.
+adaptive concurrency (issue 19): a fixture of tests/test_models_adaptive.py and
+perf/model_throughput.py, so it lives with them, not in the package. Kept apart from
+:mod:`heldout.models.testserver`, whose answers it does not need: every accepted request gets the
+same short completion after ``latency``.
 
 Admission is a token bucket: ``rate`` requests per second with ``burst`` tokens of headroom. A
 request that finds the bucket empty is answered at once with 429 and ``Retry-After`` = the time
@@ -139,7 +141,7 @@ class RateLimitedServer:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m heldout.models.ratelimit_server --rate 40 --latency 0.1``: serve until killed,
+    """``python tests/ratelimit_server.py --rate 40 --latency 0.1``: serve until killed,
     printing ``listening on URL`` first (so a measuring client need not share its interpreter)."""
     import argparse
 
