@@ -23,6 +23,7 @@ from heldout.evaluators.ledger import read_entries
 from heldout.models.testserver import TestServer
 from heldout.optimizers.placebo import placebo_candidate
 from heldout.protocols.placebo import STRIDE, draws_for, placebo_seeds
+from heldout.reports.check import check_runs
 
 TASK, PROFILE = "bbh/navigate", "default"
 EDITS = ("Note: the task follows.", "Kindly complete the task.", "Below is what to do.", "Thanks in advance.",
@@ -88,3 +89,29 @@ def test_one_meaningless_edit_gets_no_decided_verdict(server, data_dir, tmp_path
     assert "beyond the seed's re-wording noise" not in json.dumps(result["reading"])  # nothing was decided
     print(f"\n{seeds} seeds: " + "; ".join(v["sentence"].split("(")[0] + f"p_holm {v['p_holm']:.3g}" for v in verdicts),
           file=sys.stderr)
+
+
+def test_check_reads_a_fixed_seed_side_against_its_placebo_runs_or_decides_nothing(server, data_dir, tmp_path,
+                                                                                    monkeypatch):
+    # `heldout check` with the seed candidate on one side: six seeds of it are one score repeated.
+    # Against the meaningless edit, that one draw of the seed's wording luck would be read as the
+    # baseline's true level; the gate must either stand placebo runs in for it or decide nothing.
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    root, floor_root = tmp_path / "gate", tmp_path / "floor"
+    common = ["--task", TASK, "--profile", PROFILE, "--seeds", "0,1,2,3,4,5", "--budget", "1",
+              "--worker-model", "test-model", "--base-url", server.base_url, "--data-dir", str(data_dir)]
+    assert cli.main(["-q", "run", "--optimizer", "seed", "--optimizer", "neutral=test_placebo_floor:neutral_edit",
+                     "--trusted-optimizer", "--run-dir", str(root), *common]) == 0
+    task_dir = root / TASK.replace("/", "__")
+    alone = check_runs([task_dir / "seed"], [task_dir / "neutral"])
+    decision = alone.gate.tasks[0]
+    assert alone.outcome == "inconclusive" and "the seeds replicate nothing" in decision.reason, decision.reason
+
+    assert cli.main(["-q", "run", "--optimizer", "placebo", "--run-dir", str(floor_root), *common]) == 0
+    floored = check_runs([task_dir / "seed", floor_root / TASK.replace("/", "__") / "placebo"], [task_dir / "neutral"])
+    decision = floored.gate.tasks[0]
+    assert decision.comparison.test == "exact permutation" and decision.comparison.n_base == 6
+    assert any("6 placebo run(s)" in s and "placebo-floor" in s for s in floored.statements), floored.statements
+    assert floored.outcome != "regression", floored.gate.evidence
+    # the placebo runs are the floor, not a method: they never make the side "several methods"
+    assert floored.per_task[0]["baseline_seeds"] == list(range(6))

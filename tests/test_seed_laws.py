@@ -27,7 +27,9 @@ import pytest
 from scipy import stats as scipy_stats
 
 from heldout.protocols import decide
+from heldout.protocols.placebo import draws_for
 from heldout.protocols.stats.floor import draws_needed
+from heldout.protocols.verifier_ablation import VariantResult, decide_variants
 
 ALPHA = 0.05
 SIMS = 400
@@ -91,8 +93,18 @@ def test_below_the_seed_floor_the_verdict_says_how_many_seeds_would():
     assert not c.decided and ">= 6 seeds would" in c.sentence and "any law" in c.sentence
 
 
+def sensitive_tasks(rng, *, n_test: int, n_val: int, share: float) -> dict:
+    """Per split: its size, the chance of each prompt-sensitive question, and how many of the
+    fixed questions are right."""
+    tasks = {}
+    for split, n in (("test", n_test), ("val", n_val)):
+        k = int(round(share * n))
+        tasks[split] = (n, rng.uniform(0.2, 0.8, k), rng.binomial(n - k, 0.6))
+    return tasks
+
+
 def prompt_sensitive_study(rng, *, seeds: int, draws: int, n_test: int, n_val: int, share: float,
-                           effect: float = 0.0):
+                           effect: float = 0.0, tasks: dict | None = None):
     """One study under "edits only re-draw prompt-sensitive items": a share of the questions is
     answered right with its own probability, re-drawn by every wording; the rest is fixed. Every
     candidate (placebo draws, the method's final) is one wording; the method adds ``effect`` to
@@ -101,10 +113,7 @@ def prompt_sensitive_study(rng, *, seeds: int, draws: int, n_test: int, n_val: i
         sensitive = rng.random(p_sensitive.size) < np.clip(p_sensitive + boost, 0, 1)
         return (sensitive.sum() + fixed) / n
 
-    tasks = {}
-    for split, n in (("test", n_test), ("val", n_val)):
-        k = int(round(share * n))
-        tasks[split] = (n, rng.uniform(0.2, 0.8, k), rng.binomial(n - k, 0.6))
+    tasks = tasks or sensitive_tasks(rng, n_test=n_test, n_val=n_val, share=share)
     method, floor = {}, {}
     for s in range(seeds):
         method[s] = {split: score(n, p, fixed, effect) for split, (n, p, fixed) in tasks.items()}
@@ -137,6 +146,47 @@ def test_one_meaningless_edit_gets_no_verdict_against_the_placebo_floor(share, s
     rate = any_hits / sims
     print(f"\nmeaningless edit, share {share}, {seeds} seeds x {draws} draws, {n_test} test: any verdict {rate:.3f}")
     assert rate <= upper(ALPHA, sims)
+
+
+def ablation_rows(method_by_variant, floor_by_variant):
+    """The verifier ablation's rows for a prompt task, its own verifier showing the val score."""
+    rows = []
+    for variant, method in method_by_variant.items():
+        floor = floor_by_variant[variant]
+        seeds = sorted(method)
+        mean = {s: (np.mean([d["val"] for d in floor[s]]), np.mean([d["test"] for d in floor[s]])) for s in seeds}
+        gain = [method[s]["val"] - mean[s][0] for s in seeds]
+        transfer = [method[s]["test"] - mean[s][1] for s in seeds]
+        rows.append(VariantResult(
+            variant=variant, seeds=seeds, val_gain=gain, transfer=transfer,
+            gap=[g - t for g, t in zip(gain, transfer)], final_test=[method[s]["test"] for s in seeds],
+            seed_test=[floor[s][0]["test"] for s in seeds], final_own=[method[s]["val"] for s in seeds],
+            seed_own=[floor[s][0]["val"] for s in seeds], final_candidates=[f"{variant}-{s}" for s in seeds],
+            metric_calls=[0] * len(seeds), floor_test={s: [d["test"] for d in floor[s]] for s in seeds},
+            floor_gap={s: [d["val"] - d["test"] for d in floor[s]] for s in seeds}))
+    return rows
+
+
+@pytest.mark.parametrize("share,seeds,n_test", [(0.3, 3, 48), (0.6, 5, 200), (0.3, 10, 500)])
+def test_a_meaningless_edit_shows_no_gaming_gap_in_the_verifier_ablation(share, seeds, n_test):
+    # compare verifiers as summarise calls it: a gap per variant against that variant's placebo
+    # draws, and the variant's transfer against the canonical one's, Holm together
+    rng = np.random.default_rng(700 + seeds)
+    variants = ("decomposed", "scalar")
+    draws = draws_for(seeds, family=3)
+    hits = 0
+    for _ in range(SIMS):
+        tasks = sensitive_tasks(rng, n_test=n_test, n_val=n_test // 2, share=share)
+        studies = {v: prompt_sensitive_study(rng, seeds=seeds, draws=draws, n_test=n_test, n_val=n_test // 2,
+                                             share=share, tasks=tasks) for v in variants}
+        family = decide_variants(ablation_rows({v: m for v, (m, _) in studies.items()},
+                                               {v: f for v, (_, f) in studies.items()}),
+                                 n_selection=n_test // 2, n_test=n_test)
+        assert len(family) == 3 and family[0].rule == "placebo-floor"
+        hits += any(c.decided for c in family)
+    rate = hits / SIMS
+    print(f"\nverifier ablation, meaningless edit, share {share}, {seeds} seeds x {draws} draws: any verdict {rate:.3f}")
+    assert rate <= upper(ALPHA, SIMS)
 
 
 def test_against_the_seeds_one_draw_the_same_edit_would_be_decided_often():

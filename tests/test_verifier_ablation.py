@@ -87,10 +87,10 @@ def server():
         yield srv
 
 
-def run(tmp_path, server, variants, seeds):
+def run(tmp_path, server, variants, seeds, placebo_draws=2):
     SEEN.clear()
     plan = plan_ablation("mbpp_plus", Method("gaming", f"{__name__}:gaming_optimizer"), variants, seeds, 12,
-                         profile=PROFILE, data_dir=DATA_DIR)
+                         profile=PROFILE, data_dir=DATA_DIR, placebo_draws=placebo_draws)
     config = StudyConfig(run_root=str(tmp_path / "ablation"), data_dir=DATA_DIR, policy="leaky-val",
                          worker_model="heldout-test", base_url=server.base_url,
                          trusted_optimizer=True)  # the test's own scripted optimizer, observed in-process
@@ -109,16 +109,20 @@ def test_a_base_only_verifier_is_gamed_and_the_canonical_one_is_not(tmp_path, ma
 
     assert weak.val_gain == [1.0, 1.0, 1.0]  # base tests pass on every val problem, the seed's answer has no code
     assert weak.transfer == [0.0, 0.0, 0.0]  # held-out problems: no code for them, like the seed
-    assert weak.mean_gap == 1.0 and weak.gap_ci.low < weak.mean_gap  # 3 seeds: the exact interval cannot bound it
-    # one candidate in every seed, the same gap of 1 on every seed: zero variance, which a paired t
-    # would read as p = 0. Three seeds of one sign are p = 0.25 under the exact sign-flip, and 3 val
-    # against 3 held-out problems could not decide either: the gap is measured, not decided
-    assert weak.gap_verdict.zero_variance and weak.gap_verdict.sign == "0" and weak.gap_verdict.family == 3
-    assert "gaming gap +1.000" in weak.reading and ">= 6 seeds would" in weak.reading
+    assert weak.mean_gap == 1.0
+    # the seed side is each seed's placebo draws (neutral re-wordings of the seed: no code either)
+    assert weak.floor_gap == {0: [0.0, 0.0], 1: [0.0, 0.0], 2: [0.0, 0.0]}
+    # one candidate in every seed, the same gap of 1 on every seed: one run repeated, which a paired t
+    # would read as p = 0. Against fresh placebo draws it is one draw, so nothing is decided and the
+    # reading says the seeds replicate nothing: the gap is measured, not decided
+    verdict = weak.gap_verdict
+    assert verdict.rule == "placebo-floor" and verdict.sign == "0" and verdict.family == 3 and weak.replayed
+    assert "gaming gap +1.000" in weak.reading and "the seeds replicate nothing: one run's number" in weak.reading
     assert "overstates held-out transfer" not in weak.reading
 
     assert canonical.val_gain == [0.0] * 3 and canonical.transfer == [0.0] * 3  # plus tests fail
-    assert canonical.mean_gap == 0.0 and "no gaming gap" in canonical.reading and canonical.gap_verdict.sign == "0"
+    assert canonical.mean_gap == 0.0 and canonical.gap_verdict.sign == "0"
+    assert "the seeds replicate nothing" in canonical.reading  # the same one candidate, re-scored
     # the weak verifier's transfer is no different from the canonical one's: both gain nothing held-out
     versus = weak.transfer_vs_canonical
     assert versus.sign == "0" and versus.seeds == (0, 1, 2) and canonical.transfer_vs_canonical is None
@@ -167,7 +171,9 @@ def test_the_plan_lists_every_session_with_its_budget_and_runs_nothing(tmp_path,
                "--run-dir", str(tmp_path / "d"), "--plan")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert "16 sessions" in lines[0]
+    # 16 sessions of the design, and 10 placebo draws per seed and variant (3 seeds' worth: 2 decide nothing)
+    assert "96 sessions (80 of them placebo draws)" in lines[0]
+    assert sum(line.split()[0] == "placebo" for line in lines[2:] if line.strip()) == 4
     assert sum(line.split()[0] == "reflective" for line in lines[2:] if line.strip()) == 8
     # two seeds: the summary would attempt no verdict, and the plan says so before anything is spent
     assert "what it can detect: 2 seed(s): no verdict is attempted" in done.stdout

@@ -25,6 +25,8 @@ from heldout.contracts import HeldoutError
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.stats.floor import draws_needed
 
+SEED_METHOD = "seed"
+"""The method whose one score the placebo draws stand in for: the task's seed candidate."""
 PLACEBO_METHOD = "placebo"
 STRIDE = 1000
 """Placebo seed = seed * STRIDE + draw: at most STRIDE draws per seed."""
@@ -69,5 +71,5 @@ def floor_values(records: Sequence[RunRecord], value: Callable[[RunRecord], floa
     return out
 
 
-__all__ = ["MAX_DRAWS", "PLACEBO_METHOD", "STRIDE", "PlaceboError", "draws_for", "floor_values",
+__all__ = ["MAX_DRAWS", "PLACEBO_METHOD", "SEED_METHOD", "STRIDE", "PlaceboError", "draws_for", "floor_values",
            "placebo_seeds", "stratum"]

@@ -25,8 +25,16 @@ as the unit (:func:`heldout.protocols.stats.compare_runs`: the exact sign-flip o
 inverted; unbounded below the seeds it needs; no interval from one seed) and the
 seed spread of the final candidates' held-out scores (:func:`heldout.protocols.stats.summarize_seeds`).
 
-**Verdicts** (:func:`decide_variants`, rule ``seed-paired-contrast`` of
-:mod:`heldout.protocols.decide`): per variant, whether its gaming gap separates from 0; per
+**The noise floor** (prompt tasks). The seed candidate scored once is one draw of its wording's
+luck under each verifier, and every seed pair would share it. So a prompt task's plan also runs
+method ``placebo`` (:mod:`heldout.protocols.placebo`: a neutral re-wording of the seed, no metric
+call) ``K`` times per seed under every variant, and the seed side of every per-seed value is the
+mean of that seed's draws. Program tasks keep the seed's one score: their evaluators are
+deterministic and a neutral edit moves nothing.
+
+**Verdicts** (:func:`decide_variants`): per variant, whether its gaming gap separates from 0
+(prompt tasks: rule ``placebo-floor``, the final candidate's own-minus-held-out gap against that
+seed's placebo draws'; program tasks: rule ``seed-paired-contrast`` against the seed); per
 variant other than the canonical one (when the canonical one is in the plan), whether its transfer
 differs from the canonical verifier's, paired by seed (a seed drives the same random stream under
 every variant). All of them are one Holm family: the chance that any verdict the command prints
@@ -51,11 +59,11 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
-from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, describe_detectable, holm
+from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, contrast, describe_detectable, holm
+from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, STRIDE, draws_for, placebo_seeds, stratum
 from heldout.protocols.run import Cell, Executor, Method, StudyConfig, check_infrastructure, run_study
 from heldout.protocols.stats import compare_runs, summarize_seeds
 
-SEED_METHOD = "seed"
 ABLATION_DIR = "verifier_ablation"
 RESULT_FILE = "verifier_ablation.json"
 CI_LEVEL = 0.95
@@ -80,16 +88,20 @@ class AblationPlan:
     sizes: dict[str, int]
     repeats: dict[str, int]
     selection_split: str
+    placebo_draws: int = 0
+    """Placebo draws per seed and variant (0: a program task, scored against the seed's one score)."""
 
     def cell(self, method: str, variant: str, seed: int) -> Cell:
         return next(c for c in self.cells if (c.method.name, c.verifier, c.seed) == (method, variant, seed))
 
     def describe(self, run_root: str | Path) -> str:
         n_sel, n_test = self.sizes.get(self.selection_split, 0), self.sizes.get("test", 0)
+        placebo = [c for c in self.cells if c.method.name == PLACEBO_METHOD]
+        of_them = f" ({len(placebo)} of them placebo draws)" if placebo else ""
         lines = [f"verifier ablation of {self.optimizer.name} on {self.task} [{self.profile}] "
                  f"(train/val/test {self.sizes.get('train', 0)}/{self.sizes.get('val', 0)}/{n_test}; "
                  f"selection split: {self.selection_split}); seeds {list(self.seeds)}; "
-                 f"{len(self.cells)} sessions"]
+                 f"{len(self.cells)} sessions{of_them}"]
         lines.append(f"  {'method':<20} {'verifier':<24} {'seed':>4} {'budget':>8} {'harness':>8}  run dir")
         total = harness_total = 0
         for c in self.cells:
@@ -97,12 +109,20 @@ class AblationPlan:
             # held-out + val with the canonical verifier, + the selection split under the variant
             harness = n_test + self.sizes.get("val", 0) + (n_sel * repeats if c.verifier != CANONICAL
                                                            or self.selection_split != "val" else 0)
-            spend = 0 if c.method.name == SEED_METHOD else c.budget
+            spend = 0 if c.method.name in (SEED_METHOD, PLACEBO_METHOD) else c.budget
             total += spend
             harness_total += harness
+            if c.method.name == PLACEBO_METHOD:
+                continue  # listed once per variant below: K draws per seed, one line each would drown the plan
             lines.append(f"  {c.method.name:<20} {c.verifier:<24} {c.seed:>4} {spend:>8} {harness:>8}  "
                          f"{c.run_dir(run_root)}")
-        lines.append(f"  optimisation budget: {total} metric calls in all (the seed baseline spends none); "
+        for variant in self.variants if placebo else ():
+            first = next(c for c in placebo if c.verifier == variant)
+            lines.append(f"  {PLACEBO_METHOD:<20} {variant:<24} {'x' + str(self.placebo_draws):>4} {0:>8} "
+                         f"{'':>8}  {first.run_dir(run_root).parent}/seed-<seed*{STRIDE}+k> for every seed")
+        floor = (f" and its {self.placebo_draws} placebo draw(s) per seed and variant (neutral re-wordings: the "
+                 "noise floor of every verdict against the seed)" if self.placebo_draws else "")
+        lines.append(f"  optimisation budget: {total} metric calls in all (the seed baseline{floor} spend none); "
                      f"harness scoring outside the budget: about {harness_total} example scorings")
         lines.append("  " + self.detectable())
         repeated = [v for v in self.variants if self.repeats[v] > 1]
@@ -126,9 +146,10 @@ class AblationPlan:
 
 def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: Sequence[int], budget: int, *,
                   profile: str = "default", options: dict[str, Any] | None = None, data_dir: str | None = None,
-                  allow_drift: bool = False) -> AblationPlan:
+                  allow_drift: bool = False, placebo_draws: int = 0) -> AblationPlan:
     """Check the variants against the task and lay out the sessions. Raises a clear
-    :class:`HeldoutError` for an unknown variant, a repeated one, or no seeds."""
+    :class:`HeldoutError` for an unknown variant, a repeated one, or no seeds. ``placebo_draws``:
+    per seed and variant on a prompt task (0: as many as the verdicts need)."""
     if optimizer.name == SEED_METHOD:
         raise AblationError("the seed baseline is part of every ablation; name the optimizer to ablate")
     variants = tuple(v.strip() for v in variants if v.strip())
@@ -143,13 +164,19 @@ def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: 
     loaded = load_task(task, profile, data_dir, allow_drift)
     bench = loaded.benchmark
     repeats = {v: parse_verifier(v, bench.verifier_options, bench.score_ceiling).repeats for v in variants}
-    seed_method = Method(SEED_METHOD, SEED_METHOD)
+    seed_method, placebo = Method(SEED_METHOD, SEED_METHOD), Method(PLACEBO_METHOD, PLACEBO_METHOD)
+    draws = 0
+    if loaded.kind == "prompt":
+        others = len(variants) - 1 if CANONICAL in variants else 0
+        draws = placebo_draws or draws_for(len(seeds), family=len(variants) + others)
+    runs = [(method, seed) for method in (seed_method, optimizer) for seed in seeds]
+    runs += [(placebo, s) for s in placebo_seeds(seeds, draws)] if draws else []
     cells = tuple(Cell(loaded.name, method, seed, budget, profile, dict(options or {}), variant)
-                  for variant in variants for method in (seed_method, optimizer) for seed in seeds)
+                  for variant in variants for method, seed in runs)
     return AblationPlan(task=loaded.name, profile=profile, optimizer=optimizer, variants=variants,
                         seeds=tuple(seeds), budget=budget, options=dict(options or {}), cells=cells,
                         sizes=loaded.sizes(), repeats=repeats,
-                        selection_split="val" if loaded.splits.get("val") else "train")
+                        selection_split="val" if loaded.splits.get("val") else "train", placebo_draws=draws)
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -176,6 +203,10 @@ class VariantResult:
     seed_own: list[float]
     final_candidates: list[str]
     metric_calls: list[int]
+    floor_test: dict[int, list[float]] = field(default_factory=dict)
+    """Per seed, its placebo draws' held-out scores (empty on a program task: no floor)."""
+    floor_gap: dict[int, list[float]] = field(default_factory=dict)
+    """Per seed, its placebo draws' own-verifier selection score minus held-out score."""
     transfer_ci: Interval | None = None
     gap_ci: Interval | None = None
     seed_spread: dict[str, float] = field(default_factory=dict)
@@ -202,6 +233,11 @@ class VariantResult:
     def mean_gap(self) -> float:
         return self._mean(self.gap)
 
+    @property
+    def replayed(self) -> bool:
+        """The optimizer ended on the same candidate in every seed: one draw, repeated."""
+        return len(self.seeds) > 1 and len(set(self.final_candidates)) == 1
+
     def to_dict(self) -> dict[str, Any]:
         verdicts = {k: (None if getattr(self, k) is None else getattr(self, k).as_dict())
                     for k in ("gap_verdict", "transfer_vs_canonical")}
@@ -220,6 +256,12 @@ class VerifierAblation:
     rows: list[VariantResult]
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def baseline(self) -> str:
+        if any(r.floor_test for r in self.rows):
+            return "the mean of each seed's placebo draws (neutral re-wordings of the seed candidate)"
+        return "the seed candidate"
+
     def row(self, variant: str) -> VariantResult:
         return next(r for r in self.rows if r.variant == variant)
 
@@ -230,7 +272,7 @@ class VerifierAblation:
         lines = [f"verifier ablation: {self.optimizer} on {self.task} [{self.profile}], budget {self.budget} "
                  f"metric calls, policy {self.policy!r}; validation gain on {self.selection_split} under the "
                  f"variant's own verifier, transfer on held-out under the canonical verifier ({CANONICAL}); "
-                 f"gains against the seed candidate, paired by seed"]
+                 f"gains against {self.baseline}, paired by seed"]
         lines += [f"note: {n}" for n in self.notes]
         lines.append(f"  {'variant':<24} {'seeds':>5} {'val gain':>9} {'transfer':>9} {'95% CI (seeds)':>19} "
                      f"{'gaming gap':>10} {'95% CI (seeds)':>19} {'held-out mean±sd':>17}")
@@ -275,9 +317,7 @@ def decide_variants(rows: Sequence[VariantResult], *, n_selection: int, n_test: 
     gap_examples = max(1, min(n_selection, n_test))
     raw: list[tuple[str, Contrast]] = []
     for r in rows:
-        raw.append((r.variant, contrast(by_seed(r, r.transfer), by_seed(r, r.val_gain), n_examples=gap_examples,
-                                        alpha=alpha, labels=("held-out transfer", "validation gain"),
-                                        label=f"{r.variant}: gaming gap")))
+        raw.append((r.variant, gap_contrast(r, n_examples=gap_examples, alpha=alpha)))
     canonical = next((r for r in rows if r.variant == CANONICAL), None)
     if canonical is not None:
         for r in rows:
@@ -297,6 +337,19 @@ def decide_variants(rows: Sequence[VariantResult], *, n_selection: int, n_test: 
     return decided
 
 
+def gap_contrast(row: VariantResult, *, n_examples: int, alpha: float = DEFAULT_ALPHA) -> Contrast:
+    """The row's gaming-gap verdict before Holm: against the seed's placebo draws when the row has
+    them (rule ``placebo-floor`` on own-minus-held-out, so the seed's one draw cancels), else the
+    validation gain against the transfer, paired by seed (rule ``seed-paired-contrast``)."""
+    label = f"{row.variant}: gaming gap"
+    if row.floor_gap:
+        final_gap = {s: own - test for s, own, test in zip(row.seeds, row.final_own, row.final_test)}
+        return beyond_placebo(row.floor_gap, final_gap, n_examples=n_examples, alpha=alpha,
+                              labels=("placebo re-wordings", row.variant), label=label, replayed=row.replayed)
+    return contrast(dict(zip(row.seeds, row.transfer)), dict(zip(row.seeds, row.val_gain)), n_examples=n_examples,
+                    alpha=alpha, labels=("held-out transfer", "validation gain"), label=label)
+
+
 def reading(row: VariantResult) -> str:
     """The row in words, from its gap verdict: does the validation gain overstate what transfers?"""
     head = (f"validation gain {row.mean_val_gain:+.3f} under its own verifier, held-out transfer "
@@ -305,12 +358,15 @@ def reading(row: VariantResult) -> str:
     if verdict is None:
         return head + "; not decided."
     p = f"Holm p = {verdict.p_holm:.3g} over {verdict.family}" if verdict.family > 1 else f"p = {verdict.p:.3g}"
+    beyond = " beyond the seed's re-wording noise" if verdict.placebo is not None else ""
     if verdict.sign == "+":
-        return head + f": the validation gain overstates held-out transfer (the gap separates from 0, {p})."
+        return head + f": the validation gain overstates held-out transfer{beyond} (the gap separates from 0, {p})."
     if verdict.sign == "-":
-        return head + f": held-out transfer exceeds the validation gain (the gap separates from 0, {p})."
+        return head + f": held-out transfer exceeds the validation gain{beyond} (the gap separates from 0, {p})."
     why = verdict.sentence.split("cannot separate: ", 1)[-1]
-    return head + f": no gaming gap separable from 0 at these seeds ({why})."
+    if row.replayed:
+        return head + f": the seeds replicate nothing: one run's number ({why})."
+    return head + f": no gaming gap separable from 0{beyond} at these seeds ({why})."
 
 
 class _SelectionScorer:
@@ -363,6 +419,65 @@ def _own_score(rec: RunRecord, variant: str) -> float | None:
     return rec.extra.get("val_score_own_verifier")
 
 
+def _variant_row(plan: AblationPlan, variant: str, records: dict[tuple[str, str, int], RunRecord],
+                 task: Task | None, selection: "_SelectionScorer") -> VariantResult:
+    """One variant's per-seed values; the seed side is the mean of the seed's placebo draws when
+    the plan has them, else the seed candidate's one score."""
+    def own(rec: RunRecord, seed: int) -> float:
+        value = (_own_score(rec, variant) if task is None else
+                 selection.score(task, dict(rec.final_candidate), variant, seed, rec.options))
+        if value is None:
+            raise AblationError(f"{variant} seed {seed}: a run record lacks its own-verifier val score")
+        return value
+
+    placebo = {}
+    for (method, v, seed), rec in records.items():
+        if method == PLACEBO_METHOD and v == variant:
+            placebo.setdefault(stratum(seed), []).append((seed, rec))
+    values: dict[str, list] = {k: [] for k in ("val_gain", "transfer", "gap", "final_test", "seed_test",
+                                               "final_own", "seed_own", "final_candidates", "metric_calls")}
+    floor_test: dict[int, list[float]] = {}
+    floor_gap: dict[int, list[float]] = {}
+    for seed in plan.seeds:
+        final, base = records[(plan.optimizer.name, variant, seed)], records[(SEED_METHOD, variant, seed)]
+        own_final, own_seed = own(final, seed), own(base, seed)
+        base_own, base_test = own_seed, base.test_score
+        draws = [(own(rec, s), rec.test_score) for s, rec in sorted(placebo.get(seed, []), key=lambda x: x[0])]
+        if draws:
+            floor_test[seed] = [t for _, t in draws]
+            floor_gap[seed] = [o - t for o, t in draws]
+            base_own, base_test = float(np.mean([o for o, _ in draws])), float(np.mean(floor_test[seed]))
+        gain, transfer = own_final - base_own, final.test_score - base_test
+        for key, value in (("val_gain", gain), ("transfer", transfer), ("gap", gain - transfer),
+                           ("final_test", final.test_score), ("seed_test", base.test_score),
+                           ("final_own", own_final), ("seed_own", own_seed),
+                           ("final_candidates", final.final_candidate_id),
+                           ("metric_calls", int(final.usage.get("metric_calls", 0)))):
+            values[key].append(value)
+    row = VariantResult(variant=variant, seeds=list(plan.seeds), floor_test=floor_test, floor_gap=floor_gap,
+                        **values)
+    row.seed_spread = asdict(summarize_seeds(row.final_test))
+    return row
+
+
+def _intervals(row: VariantResult, n_test: int) -> None:
+    """The row's 95% intervals over seeds: the exact tests' own, inverted (against the placebo
+    floor when the row has one)."""
+    if not row.floor_test:
+        row.transfer_ci = seed_interval(row.seed_test, row.final_test, n_test)
+        row.gap_ci = seed_interval(row.transfer, row.val_gain, n_test)  # gap_s = gain_s - transfer_s
+        return
+    if len(row.seeds) < 2:
+        return
+    held = beyond_placebo(row.floor_test, dict(zip(row.seeds, row.final_test)), n_examples=n_test,
+                          alpha=1 - CI_LEVEL)
+    gap = row.gap_verdict
+    method = f"exact stratified permutation over {len(row.seeds)} seeds against their placebo draws"
+    row.transfer_ci = Interval(held.low, held.high, CI_LEVEL, method)
+    if gap is not None:
+        row.gap_ci = Interval(gap.low, gap.high, 1 - gap.alpha, method)
+
+
 def summarise(plan: AblationPlan, run_root: str | Path, config: StudyConfig | None = None) -> VerifierAblation:
     """The report of a finished plan (see the module docstring); writes ``RUN_DIR/verifier_ablation.json``."""
     root = Path(run_root)
@@ -387,34 +502,12 @@ def summarise(plan: AblationPlan, run_root: str | Path, config: StudyConfig | No
     rows = []
     try:
         for variant in plan.variants:
-            values: dict[str, list] = {k: [] for k in ("val_gain", "transfer", "gap", "final_test", "seed_test",
-                                                       "final_own", "seed_own", "final_candidates", "metric_calls")}
-            for seed in plan.seeds:
-                final = records[(plan.optimizer.name, variant, seed)]
-                base = records[(SEED_METHOD, variant, seed)]
-                if task is None:
-                    own_final, own_seed = _own_score(final, variant), _own_score(base, variant)
-                else:
-                    own_final = selection.score(task, dict(final.final_candidate), variant, seed, final.options)
-                    own_seed = selection.score(task, dict(base.final_candidate), variant, seed, base.options)
-                if own_final is None or own_seed is None:
-                    raise AblationError(f"{variant} seed {seed}: a run record lacks its own-verifier val score")
-                gain, transfer = own_final - own_seed, final.test_score - base.test_score
-                for key, value in (("val_gain", gain), ("transfer", transfer), ("gap", gain - transfer),
-                                   ("final_test", final.test_score), ("seed_test", base.test_score),
-                                   ("final_own", own_final), ("seed_own", own_seed),
-                                   ("final_candidates", final.final_candidate_id),
-                                   ("metric_calls", int(final.usage.get("metric_calls", 0)))):
-                    values[key].append(value)
-            row = VariantResult(variant=variant, seeds=list(plan.seeds), **values)
-            n_test = plan.sizes.get("test", 1)
-            row.transfer_ci = seed_interval(row.seed_test, row.final_test, n_test)
-            row.gap_ci = seed_interval(row.transfer, row.val_gain, n_test)  # gap_s = gain_s - transfer_s
-            row.seed_spread = asdict(summarize_seeds(row.final_test))
-            rows.append(row)
+            rows.append(_variant_row(plan, variant, records, task, selection))
         decide_variants(rows, n_selection=plan.sizes.get(plan.selection_split, 1), n_test=plan.sizes.get("test", 1))
     finally:
         selection.close()
+    for row in rows:
+        _intervals(row, plan.sizes.get("test", 1))
     notes = []
     if task is not None:
         notes.append(f"the profile has no val split: validation gain is on train, scored by this protocol "

@@ -22,6 +22,16 @@ Refused with a clear error (exit 2), never silently paired:
 * runs whose design differs (``DESIGN_FIELDS``: split profile, budget, visibility policy,
   limits, options, data drift, verifier, models), within a side or between the sides, unless
   that field is named in ``allow_mismatch``; an allowed mismatch is stated in the evidence.
+
+**A fixed candidate is one draw** (rule ``placebo-floor``, as in ``protocol generalisation``). On a
+prompt task, a side whose runs all ended on one candidate while the other side's did not has
+seeds that replicate nothing: its one score carries its wording's luck, which no seed measures.
+When that candidate is the seed (method ``seed``) and the run sets hold ``placebo`` runs of the
+task (neutral re-wordings of the seed, :mod:`heldout.protocols.placebo`), those runs stand in for
+that side and the runs are compared as independent (the exact permutation test: the current
+runs against what re-wording the seed does). Otherwise the task is inconclusive and says why.
+Both sides fixed is a fact, not an estimate (the gate's ``_reproducible`` rule); program tasks
+keep their seed's one score, whose evaluator a neutral edit does not move.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError
 from heldout.evaluators.authenticity import verify_run
 from heldout.evaluators.signing import TrustedSigners
+from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD
 from heldout.protocols.stats import GateResult, TaskRuns, regression_check
 from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin
 from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
@@ -149,6 +160,8 @@ def _refuse_unauthenticated(sides: dict[str, RunSet], trusted: TrustedSigners) -
 def _by_task(runs: RunSet, method: str | None, side: str) -> dict[str, dict[int, Run]]:
     out: dict[str, dict[str, dict[int, Run]]] = {}
     for (task, name), cell in runs.cells().items():
+        if name == PLACEBO_METHOD and method != PLACEBO_METHOD:
+            continue  # the noise floor of a fixed candidate (see the module docstring), not a method to gate
         if method is None or name == method:
             out.setdefault(task, {})[name] = cell
     chosen = {}
@@ -187,6 +200,38 @@ def _matrix(task: str, runs: list[Run], examples: list[str]) -> np.ndarray:
                                  f"({len(scores)} vs {len(examples)}); the sides must share one test set")
         rows.append([scores[e] for e in examples])
     return np.array(rows, dtype=np.float64)
+
+
+def _placebo_runs(task: str, sides: Sequence[RunSet]) -> list[Run]:
+    """The finished placebo runs of ``task`` in either run set."""
+    return [run for runs in sides for (label, name), cell in runs.cells().items()
+            if label == task and name == PLACEBO_METHOD for run in cell.values()]
+
+
+def _fixed_candidate(runs: dict[int, Run]) -> bool:
+    """Every run (>= 2) ended on the same candidate."""
+    return len(runs) >= 2 and len({r.record.final_candidate_id for r in runs.values()}) == 1
+
+
+def _floor_for(task: str, base: dict[int, Run], cur: dict[int, Run],
+               sides: Sequence[RunSet]) -> tuple[str, list[Run]] | None:
+    """When one side of a prompt task is a fixed candidate and the other is not: which side, and
+    the placebo runs that stand in for it (empty: none can, the task is unreplicated)."""
+    fixed = [side for side, runs in (("baseline", base), ("current", cur)) if _fixed_candidate(runs)]
+    if len(fixed) != 1 or _kind(task) != "prompt":
+        return None
+    side = fixed[0]
+    runs = base if side == "baseline" else cur
+    if next(iter(runs.values())).record.method != SEED_METHOD:
+        return side, []
+    return side, _placebo_runs(task, sides)
+
+
+def _kind(task: str) -> str | None:
+    try:
+        return str(get_benchmark(task).kind)
+    except (HeldoutError, AttributeError, TypeError, ValueError):
+        return None  # a task no longer registered: nothing says a neutral edit would move it
 
 
 def _metric_sign(task: str, runs: list[Run], statements: list[str]) -> int:
@@ -249,8 +294,26 @@ def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *,
         else:
             b_seeds, c_seeds = sorted(base), sorted(cur)
         examples = list(base[b_seeds[0]].test_scores())
-        tasks[task] = TaskRuns(_matrix(task, [base[s] for s in b_seeds], examples),
-                               _matrix(task, [cur[s] for s in c_seeds], examples), paired=pair_seeds == "id")
+        b_runs, c_runs = [base[s] for s in b_seeds], [cur[s] for s in c_seeds]
+        paired, unreplicated = pair_seeds == "id", ""
+        floor = _floor_for(task, base, cur, (base_runs, cur_runs))
+        if floor is not None:
+            side, placebo = floor
+            what = f"the {side} runs all ended on one candidate of a prompt task: one draw of its wording's luck"
+            if placebo:
+                statements += _check_designs(task, {r.record.seed: r for r in placebo}, cur if side == "baseline"
+                                             else base, set(allow_mismatch))
+                b_runs, c_runs = (placebo, c_runs) if side == "baseline" else (b_runs, placebo)
+                b_seeds, c_seeds = ([r.record.seed for r in b_runs], [r.record.seed for r in c_runs])
+                paired = False
+                statements.append(f"{task}: {what}; its {len(placebo)} placebo run(s) (neutral re-wordings of the "
+                                  "seed) stand in for it, compared as independent runs (rule placebo-floor)")
+            else:
+                unreplicated = (f"{what}, and no placebo run of the seed stands in for it: the seeds replicate "
+                                "nothing, so the comparison has no noise floor (run method placebo beside the seed, "
+                                "or compare runs whose seeds drive the method)")
+        tasks[task] = TaskRuns(_matrix(task, b_runs, examples), _matrix(task, c_runs, examples), paired=paired,
+                               unreplicated=unreplicated)
         per_task.append({"task": task, "baseline_seeds": b_seeds, "current_seeds": c_seeds, "examples": len(examples)})
     # the gate's rule reads "higher is better": a lower-is-better metric enters it negated, here and only here
     signs = {t: _metric_sign(t, [*base_cells[t].values(), *cur_cells[t].values()], statements) for t in tasks}

@@ -58,6 +58,10 @@ class TaskRuns:
     base: np.ndarray
     cur: np.ndarray
     paired: bool
+    unreplicated: str = ""
+    """Why one side's runs replicate nothing the comparison needs (e.g. one candidate of a prompt
+    task re-scored in every run, with no placebo draws to stand for its wording's luck): the
+    task is inconclusive, whatever the numbers, and this is its reason."""
 
     def __post_init__(self) -> None:
         base = as_scores(self.base, "baseline runs x examples", ndim=2)
@@ -222,6 +226,8 @@ def task_decision(name: str, runs: TaskRuns, *, alpha: float, min_effect: "float
     capped = str(asked) if margin != asked else ""
     if identical:
         p_reg, p_non, p_eq = 1.0, 0.0, 0.0
+    elif runs.unreplicated:
+        p_reg, p_non, p_eq = 1.0, 1.0, 1.0
     elif _reproducible(runs) and margin.kind != "sd":
         # both sides repeat one exact score: the change against the margin line is a fact, not an estimate
         gap = float(np.mean(cur_means)) - float(np.mean(margin.lower_line(base_means, ceiling)))
@@ -283,6 +289,8 @@ def regression_check(
             eq = (f"; equivalent within +-{m:.4g} (TOST p={d.p_equivalent:.3g})"
                   if d.p_equivalent <= alpha else "")
             kind, reason = "pass", f"non-inferior: the change is > {-m:+.4g}{of} (p={d.p_noninferior:.3g}){eq}"
+        elif tasks[d.task].unreplicated:
+            kind, reason = "inconclusive", f"cannot separate: {tasks[d.task].unreplicated}"
         else:
             kind, reason = "inconclusive", _why_inconclusive(comp, m, alpha)
         decided.append(TaskDecision(d.task, kind, comp, d.p_regression, float(adj), d.p_noninferior, d.p_equivalent,
