@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from heldout import __version__
 from heldout.cli import data
 from heldout.cli import evaluate
+from heldout.cli import ledger
 from heldout.cli.shared import (HeldoutParser, add_data_dir, add_json, add_local_model_arguments,
                                 add_optimizer_by_name, add_profile, add_session_environment, add_trusted_signers,
                                 command_line, local_backend, number, optimizer_trusted, print_json, require_run_dirs,
@@ -80,59 +81,6 @@ PROTOCOL_DEMO_SLOTS = 2  # model copies answering at once, one per core
 
 
 # -- ledger / run --------------------------------------------------------------------------------
-LEDGER_UNANCHORED_EXIT = 3
-"""``ledger verify``: the chain is intact but nothing signed it (and no HMAC anchor or published
-head vouches for it here). The codes are :data:`heldout.evaluators.signing.EXIT_CODES`: 0 authentic,
-1 tampered, 3 unsigned, 4 signed by a key not among the trusted signers; several runs: the worst."""
-
-
-def _ledger_dirs(roots: Sequence[str]) -> list[Path]:
-    """Every dir holding a ledger in and below each of ``roots``, each once, in order."""
-    from heldout.evaluators.ledger import LEDGER_FILE
-    dirs: list[Path] = []
-    for root in map(Path, roots):
-        if not root.exists():
-            raise HeldoutError(f"{root} does not exist")
-        found = sorted({p.parent for p in root.rglob(LEDGER_FILE)} | ({root} if (root / LEDGER_FILE).exists() else set()))
-        if not found:
-            raise HeldoutError(f"no ledger in or below {root} (looked for {LEDGER_FILE})")
-        dirs += [d for d in found if d not in dirs]
-    return dirs
-
-
-def ledger_verify_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", help="session or study dirs: every ledger.jsonl in and below them is checked")
-    p.add_argument("--head", default=None, metavar="HASH",
-                   help="the run's ledger head as its writer published it (the record's ledger_head): checks "
-                        "an unsigned run's authenticity without the writer's key")
-    add_trusted_signers(p)
-    add_json(p)
-
-
-def cmd_ledger_verify(args: argparse.Namespace) -> int:
-    """Every run in and below each DIR (a session dir or a whole study), one line each: ok
-    (authentic, by whom), INVALID (tampered), UNANCHORED (unsigned), UNTRUSTED (which key)."""
-    from heldout.evaluators.authenticity import verify_run
-    from heldout.evaluators.signing import Authenticity, worst
-    dirs = _ledger_dirs(args.run_dirs)
-    if args.head and len(dirs) != 1:
-        raise HeldoutError(f"--head names one run's published head; {len(dirs)} ledgers were found")
-    trusted = trusted_signers(args)
-    found = [verify_run(run_dir, trusted, args.head) for run_dir in dirs]
-    if args.json:
-        print_json([{"run_dir": str(f.run_dir), "status": f.status.value, "exit_code": f.exit_code, "ok": f.ledger.ok,
-                      "signer": f.check.signer, "fingerprint": f.check.fingerprint, "reason": f.check.reason,
-                      "anchored": f.ledger.anchored, "entries": f.ledger.entries, "head": f.ledger.head,
-                      "problems": f.ledger.problems} for f in found])
-    else:
-        for f in found:
-            print(f.line())
-        counts = {status: sum(f.status is status for f in found) for status in Authenticity}
-        if len(found) > 1:
-            print(f"{len(found)} run(s) checked: " + ", ".join(f"{n} {status.value}" for status, n in counts.items() if n))
-        if counts[Authenticity.UNTRUSTED] and not trusted:
-            print("no trusted signer: pass --trusted-signers FILE or --trust-key KEY (this machine has no signing key)")
-    return worst(f.check for f in found).exit_code
 
 
 def bundle_arguments(p: argparse.ArgumentParser) -> None:
@@ -148,50 +96,6 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     print(f"{args.out}: {len(index['runs'])} run(s), {len(index['files'])} file(s), signed by "
           f"{', '.join(index['signers']) or 'nobody'}; a reviewer checks it with "
           "heldout ledger verify DIR --trusted-signers FILE once unpacked")
-    return 0
-
-
-def ledger_sign_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dirs", nargs="+", help="session or study dirs written before signatures, on this machine")
-
-
-def cmd_ledger_sign(args: argparse.Namespace) -> int:
-    """Migrate HMAC-era runs: sign each run that verifies under this machine's ledger key."""
-    from heldout.evaluators.authenticity import sign_run
-    from heldout.evaluators.signing import load_signing_key
-    key = load_signing_key()
-    refused = 0
-    for run_dir in _ledger_dirs(args.run_dirs):
-        done, line = sign_run(run_dir, key)
-        refused += not done
-        print(line)
-    return 1 if refused else 0
-
-
-def key_show_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", default=os.environ.get("USER") or "me", help="the signer's name in the printed line")
-
-
-def cmd_key_show(args: argparse.Namespace) -> int:
-    """This user's public key as a trusted-signers line (the key is made on first use)."""
-    from heldout.evaluators.signing import load_signing_key
-    key = load_signing_key()
-    print(f"{args.name} {key.public_key}  # {key.fingerprint}")
-    print(f"(private key: {key.source}; commit the line above to a trusted-signers file)", file=sys.stderr)
-    return 0
-
-
-def key_generate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("out", help="the new private key's file (PEM; refused if it exists): e.g. for a CI secret")
-    p.add_argument("--name", default="ci", help="the signer's name in the printed line")
-
-
-def cmd_key_generate(args: argparse.Namespace) -> int:
-    from heldout.evaluators.signing import write_new_key
-    key = write_new_key(Path(args.out))
-    print(f"{args.name} {key.public_key}  # {key.fingerprint}")
-    print(f"(private key written to {args.out}, owner-only: store it as a secret, e.g. HELDOUT_SIGNING_KEY, "
-          "then delete the file; commit the line above to a trusted-signers file)", file=sys.stderr)
     return 0
 
 
@@ -1028,13 +932,13 @@ COMMANDS = (
     Command(("score",), "score a JSONL of {id, output} rows with a prompt task's canonical verifier",
             evaluate.score_arguments, evaluate.cmd_score),
     Command(("ledger", "verify"), "authentic (by whom), tampered, unsigned or signed by an untrusted key: "
-            "exit 0/1/3/4", ledger_verify_arguments, cmd_ledger_verify),
+            "exit 0/1/3/4", ledger.ledger_verify_arguments, ledger.cmd_ledger_verify),
     Command(("ledger", "sign"), "sign runs written before signatures (verified by this machine's ledger key)",
-            ledger_sign_arguments, cmd_ledger_sign),
-    Command(("key", "show"), "this user's public signing key, as a trusted-signers line", key_show_arguments,
-            cmd_key_show),
-    Command(("key", "generate"), "a new signing key in a file (for a CI secret)", key_generate_arguments,
-            cmd_key_generate, writes=()),
+            ledger.ledger_sign_arguments, ledger.cmd_ledger_sign),
+    Command(("key", "show"), "this user's public signing key, as a trusted-signers line", ledger.key_show_arguments,
+            ledger.cmd_key_show),
+    Command(("key", "generate"), "a new signing key in a file (for a CI secret)", ledger.key_generate_arguments,
+            ledger.cmd_key_generate, writes=()),
     Command(("bundle",), "one archive a reviewer needs: records, ledgers, manifests, report, environment, "
             "public keys; nothing secret", bundle_arguments, cmd_bundle),
     Command(("run",), "run optimizers on tasks in protected sessions", run_arguments, cmd_run,
