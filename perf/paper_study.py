@@ -90,6 +90,7 @@ def heldout(*args: str, kill_when=None) -> dict:
     out = bytearray()
     os.set_blocking(proc.stdout.fileno(), False)
     killed = False
+    seen: dict[int, float] = {}  # pid -> CPU seconds last read: a killed pool is never waited for
     while True:
         chunk = proc.stdout.read()
         if chunk:
@@ -97,15 +98,33 @@ def heldout(*args: str, kill_when=None) -> dict:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
-        if kill_when is not None and not killed and kill_when():
-            os.killpg(proc.pid, signal.SIGKILL)  # the harness and its pool, as a crash would take them
-            killed = True
+        if kill_when is not None:
+            seen.update(group_cpu(proc.pid))
+            if not killed and kill_when():
+                os.killpg(proc.pid, signal.SIGKILL)  # the harness and its pool, as a crash would take them
+                killed = True
         time.sleep(0.5)
     out.extend(proc.stdout.read() or b"")
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"wall": time.perf_counter() - started, "cpu": usage.ru_utime + usage.ru_stime,
-            "peak_mb": usage.ru_maxrss / 1024, "exit": proc.returncode, "killed": killed,
-            "tail": out.decode(errors="replace")[-1500:]}
+    cpu = sum(seen.values()) if killed else usage.ru_utime + usage.ru_stime
+    return {"wall": time.perf_counter() - started, "cpu": cpu, "peak_mb": usage.ru_maxrss / 1024,
+            "exit": proc.returncode, "killed": killed, "tail": out.decode(errors="replace")[-1500:]}
+
+
+def group_cpu(session: int) -> dict[int, float]:
+    """CPU seconds (user + system) of every live process of session ``session``, from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == session:  # field 6 of stat: the session id
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return found
 
 
 REQUEST_KINDS = ("evaluation", "val_scoring", "test_scoring", "architect_call")  # entries that were a model request
