@@ -1,19 +1,24 @@
-"""The README's main job: `heldout demo` runs a real small study and writes the report."""
+"""The README's main job: `heldout demo` runs a real small study and writes the report (the README's
+own block, run as written in a temporary folder)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import shlex
 
 import pytest
+
+from doc_blocks import blocks, run_shell
+
+README_DEMO = blocks("README.md", "shell")[2].code
 
 
 @pytest.mark.slow  # the whole demo study: 56 s at load 4.5 on 2 cores
 def test_demo_runs_the_study_and_writes_a_self_contained_report(tmp_path):
-    run_dir, out = tmp_path / "runs", tmp_path / "report"
-    res = subprocess.run([sys.executable, "-m", "heldout.cli", "demo", "--run-dir", str(run_dir),
-                          "--out", str(out), "--jobs", "2"], capture_output=True, text=True, timeout=900)
+    argv = shlex.split(README_DEMO)
+    assert argv[:2] == ["heldout", "demo"], README_DEMO
+    run_dir, out = tmp_path / argv[argv.index("--run-dir") + 1], tmp_path / argv[argv.index("--out") + 1]
+    res = run_shell(README_DEMO, tmp_path)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     html = (out / "report.html").read_text()
     assert "Table 1" in html and html.count("<img") >= 3 and "src=\"data:image/png;base64," in html
@@ -43,6 +48,5 @@ def test_demo_runs_the_study_and_writes_a_self_contained_report(tmp_path):
     md = (out / "report.md").read_text()
     assert "optimizers: local-search (" in md and "Worker model: none" in md
     # re-running the demo continues the same study instead of redoing or mixing it
-    again = subprocess.run([sys.executable, "-m", "heldout.cli", "demo", "--run-dir", str(run_dir),
-                            "--out", str(out), "--jobs", "2"], capture_output=True, text=True, timeout=900)
+    again = run_shell(README_DEMO, tmp_path)
     assert again.returncode == 0 and again.stderr.count("(already done)") == 30, again.stderr[-2000:]

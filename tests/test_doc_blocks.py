@@ -1,80 +1,82 @@
-"""The ```python blocks of the newcomer docs run as written (docs that cannot rot).
+"""Every shell and ```python block of README.md and docs/*.md runs in a test, or says in the Markdown
+why it cannot (docs that cannot rot).
 
-Each block is extracted from the Markdown and executed in a fresh interpreter, with the files the
-doc says to create laid out in a temporary folder; a block that needs a model gets the loopback
-test server (``heldout.models.testserver``) in place of the doc's ``http://127.0.0.1:8000/v1``.
-A block marked ``<!-- not-run: reason -->`` on the line before it is a deliberate fragment.
+``RUN_BY`` names the test that runs each block; a block marked ``<!-- not-run: reason -->`` on the
+line before its fence is a deliberate fragment or a command this suite cannot run (another machine,
+a GPU-free compile of minutes, the suite itself). A new block that is neither fails here. How the
+blocks run (the loopback model server, the real data, a temporary folder): tests/doc_blocks.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-
+from doc_blocks import DOC_URL, ROOT, Block, blocks, run_python
 from heldout.models.testserver import TestServer
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC_URL = "http://127.0.0.1:8000/v1"
-BLOCK = re.compile(r"(?:<!-- not-run: (?P<why>[^>]*) -->\n)?```python\n(?P<code>.*?)```", re.S)
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+
+# (doc, "shell" or "python", index among the doc's blocks of that kind) -> the test that runs it
+RUN_BY = {
+    ("README.md", "shell", 2): "tests/test_demo.py::test_demo_runs_the_study_and_writes_a_self_contained_report",
+    ("docs/write-a-task.md", "shell", 0): "tests/test_doc_packages.py::test_the_jsonl_route_block_freezes_verifies_and_runs_a_study",
+    ("docs/write-a-task.md", "shell", 1):
+        "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
+    ("docs/write-a-task.md", "shell", 2):
+        "tests/test_doc_packages.py::test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point",
+    ("docs/write-a-task.md", "python", 0):
+        "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
+    ("docs/write-a-task.md", "python", 1):
+        "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
+    ("docs/write-a-task.md", "python", 2):
+        "tests/test_doc_packages.py::test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point",
+    ("docs/write-a-task.md", "python", 3):
+        "tests/test_doc_blocks.py::test_write_a_task_family_module_imports_registers_and_scores",
+    ("docs/plug-an-optimizer.md", "shell", 0):
+        "tests/test_doc_figures.py::test_every_score_plug_an_optimizer_quotes_is_what_its_command_gives",
+    ("docs/plug-an-optimizer.md", "shell", 1):
+        "tests/test_doc_packages.py::test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name",
+    ("docs/plug-an-optimizer.md", "shell", 2):
+        "tests/test_doc_figures.py::test_every_score_plug_an_optimizer_quotes_is_what_its_command_gives",
+    ("docs/plug-an-optimizer.md", "python", 0):
+        "tests/test_doc_packages.py::test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name",
+    ("docs/plug-an-optimizer.md", "python", 1):
+        "tests/test_doc_blocks.py::test_plug_an_optimizer_module_and_session_run_against_the_loopback_model",
+}
 
 
-def python_blocks(doc: str) -> list[tuple[str, str | None]]:
-    """(code, not-run reason or None) for each ```python block, in order."""
-    text = (ROOT / doc).read_text(encoding="utf-8")
-    return [(m["code"], m["why"]) for m in BLOCK.finditer(text)]
+def every_block() -> list[Block]:
+    return [b for doc in DOCS for kind in ("shell", "python") for b in blocks(doc, kind)]
 
 
-def run_python(code: str, cwd: Path, path: Path | None = None, **extra_env: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, **extra_env)
-    if path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(path), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True,
-                          env=env, timeout=600)
+def test_every_block_of_the_docs_is_run_by_a_named_test_or_marked_with_its_reason():
+    found = {(b.doc, "python" if b.lang == "python" else "shell", b.index): b for b in every_block()}
+    unaccounted = [f"{doc} {kind} block {i}: {b.code[:60]!r}" for (doc, kind, i), b in found.items()
+                   if b.not_run is None and (doc, kind, i) not in RUN_BY]
+    assert unaccounted == [], "run each in a test (and name it in RUN_BY) or mark it <!-- not-run: reason -->"
+    marked_and_run = [key for key in RUN_BY if key in found and found[key].not_run is not None]
+    assert marked_and_run == [] and set(RUN_BY) <= set(found), (marked_and_run, set(RUN_BY) - set(found))
+    assert all(b.not_run.strip() for b in found.values() if b.not_run is not None), "a not-run marker needs its reason"
 
 
-def heldout(argv: list[str], cwd: Path, path: Path) -> subprocess.CompletedProcess:
-    return run_python(f"import sys\nfrom heldout.cli import main\nsys.exit(main({argv!r}))\n", cwd, path)
+def test_every_test_run_by_names_exists():
+    for test in set(RUN_BY.values()):
+        path, name = test.split("::")
+        assert re.search(rf"^def {name}\(", (ROOT / path).read_text(encoding="utf-8"), re.M), test
 
 
-def test_every_block_of_the_newcomer_docs_is_run_here_or_marked_as_a_fragment():
-    counts = {doc: len(python_blocks(doc)) for doc in ("README.md", "docs/write-a-task.md",
-                                                          "docs/plug-an-optimizer.md")}
-    unmarked_fragments = [code[:60] for code, why in python_blocks("docs/plug-an-optimizer.md")[2:] if why is None]
-    # the tests below run write-a-task's 3 blocks and plug-an-optimizer's first 2; a new block needs a test
-    assert counts == {"README.md": 0, "docs/write-a-task.md": 3, "docs/plug-an-optimizer.md": 3}
-    assert unmarked_fragments == [], "mark a fragment with <!-- not-run: reason --> or run it in a test"
-
-
-def test_write_a_task_plugin_installs_freezes_and_scores_as_its_comments_say(tmp_path):
-    helper, package, _ = (code for code, _ in python_blocks("docs/write-a-task.md"))
-    site = tmp_path / "site"
-    (site / "sumsq_tasks").mkdir(parents=True)
-    (site / "sumsq_tasks" / "entry_helper.py").write_text(helper)
-    (site / "sumsq_tasks" / "__init__.py").write_text(package)
-    info = site / "sumsq_tasks-0.1.dist-info"  # what `pip install` of the doc's pyproject.toml leaves
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sumsq-tasks\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[heldout.tasks]\nsumsq = sumsq_tasks\n")
-    frozen = heldout(["data", "freeze", "--task", "sumsq/basic", "--profile", "default",
-                      "--out", str(site / "sumsq_tasks" / "manifests")], tmp_path, site)
-    assert frozen.returncode == 0, frozen.stderr
-    val = heldout(["eval", "--task", "sumsq/basic", "--json"], tmp_path, site)
-    test = heldout(["eval", "--task", "sumsq/basic", "--split", "test", "--json"], tmp_path, site)
-    assert val.returncode == 0 and test.returncode == 0, val.stderr + test.stderr
-    val, test = json.loads(val.stdout), json.loads(test.stdout)
-    # the doc's comments: "the seed on val (eval's default): 0.0, 0 of 3" and "0.111, 1 of 9"
-    assert (val["split"], val["n"], val["score"]) == ("val", 3, 0.0)
-    assert (test["n"], round(test["score"], 3)) == (9, 0.111)
+def test_a_block_the_harness_must_run_cannot_hide_behind_another_fence_language(tmp_path):
+    # the adversary: a doc writer who fences a command as ```sh or ```console to keep it out of the tests
+    doc = tmp_path / "page.md"
+    doc.write_text("```sh\nheldout run\n```\n\n<!-- not-run: another machine -->\n```console\nray start\n```\n")
+    found = blocks(str(doc), "shell")  # an absolute path: ROOT / doc is doc itself
+    assert [(b.lang, b.not_run) for b in found] == [("sh", None), ("console", "another machine")]
 
 
 def test_write_a_task_family_module_imports_registers_and_scores(tmp_path):
-    _, _, family = (code for code, _ in python_blocks("docs/write-a-task.md"))
+    family = blocks("docs/write-a-task.md", "python")[3].code
+    assert "class Capitals(" in family
     check = family + (
         "\nfrom heldout.benchmarks.registry import get_benchmark\n"
         "task = get_benchmark('capitals')\n"
@@ -87,7 +89,7 @@ def test_write_a_task_family_module_imports_registers_and_scores(tmp_path):
 
 
 def test_plug_an_optimizer_module_and_session_run_against_the_loopback_model(tmp_path, data_dir):
-    my_opt, session, _ = (code for code, _ in python_blocks("docs/plug-an-optimizer.md"))
+    my_opt, session = (b.code for b in blocks("docs/plug-an-optimizer.md", "python")[:2])
     (tmp_path / "my_opt.py").write_text(my_opt)
     with TestServer() as server:
         assert DOC_URL in session
