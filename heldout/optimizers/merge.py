@@ -124,18 +124,7 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
     rngs = [random.Random(f"{seed}:{stream}:{k}") for k in range(width)]
     origin = dict(start or view.seed_candidate)
     parent = dict(origin)
-
-    def score(candidate: Candidate) -> float | None:
-        if view.remaining < per_eval:
-            return None
-        try:
-            results = view.evaluate(candidate, "train", ids)
-        except BudgetExceeded:
-            return None
-        if observe is not None:
-            observe(candidate, results)
-        return sum(r["score"] for r in results) / len(results) if results else 0.0
-
+    score = _train_scorer(view, ids, observe)
     parent_score = score(parent)
     if parent_score is None:
         return parent
@@ -143,16 +132,9 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
     round_no = idle = restarts = 0
     with ThreadPoolExecutor(max_workers=width) as pool:
         while view.remaining >= per_eval:
-            affordable = view.remaining // per_eval
-            # leave room for the union when two or more workers can still be paid for
-            workers = min(width, affordable - 1) if width > 1 and affordable >= 3 else min(width, affordable)
+            workers = _workers_paid_for(view.remaining // per_eval, width)
             parent_parts = decomposition.split(parent)
-            proposals_parts: list[Parts | None] = []
-            candidates: list[Candidate | None] = []
-            for k in range(workers):
-                proposal = propose(parent, dict(parent_parts), k, rngs[k])
-                candidates.append(None if proposal is None or proposal == parent else dict(proposal))
-                proposals_parts.append(None if candidates[-1] is None else decomposition.split(candidates[-1]))
+            candidates = [_new_or_none(propose(parent, dict(parent_parts), k, rngs[k]), parent) for k in range(workers)]
             if not any(candidates):
                 idle += 1  # a round with nothing new costs no metric call; a stochastic proposer may move next time
                 if idle < patience:
@@ -174,31 +156,9 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
             scores = list(pool.map(lambda c: None if c is None else score(c), candidates))
             if all(s is None for s, c in zip(scores, candidates) if c is not None):
                 break  # budget gone
-            choice, best, next_parent = "parent", parent_score, parent
-            scored = [(s, k) for k, s in enumerate(scores) if s is not None]
-            if scored:
-                top, k = min(scored, key=lambda sk: (-sk[0], sk[1]))
-                if top >= parent_score:  # neutral moves are taken
-                    choice, best, next_parent = f"worker-{k}", top, candidates[k]
-            if workers > 1:
-                view.record_event("merge_attempt", round=round_no, workers=workers,
-                                  edits={str(k): sorted(edited_parts(parent_parts, p))
-                                         for k, p in enumerate(proposals_parts) if p is not None},
-                                  scores=[s for s in scores], parent_score=parent_score)
-                union = build_union(parent_parts, proposals_parts, scores, parent_score)
-                for conflict in union.contested:
-                    view.record_event("contested", round=round_no, **conflict)
-                if len(union.contributors) >= 2:
-                    merged = decomposition.join(union.parts)
-                    union_score = score(merged)
-                    view.record_event("union_built", round=round_no, contributors=union.contributors,
-                                      merged_parts=union.merged_parts, parts_total=len(parent_parts),
-                                      score=union_score, best_single=best)
-                    if union_score is not None and union_score >= best:
-                        choice, best, next_parent = "union", union_score, merged
-                view.record_event("merge_round", round=round_no, chosen=choice, score=best,
-                                  parts_total=len(parent_parts))
-            parent, parent_score = dict(next_parent), best
+            next_parent, parent_score = _next_parent(view, round_no, decomposition, score, parent, parent_parts,
+                                                     parent_score, candidates, scores)
+            parent = dict(next_parent)
             if parent_score > best_seen_score:
                 best_seen, best_seen_score = dict(parent), parent_score
             round_no += 1
@@ -208,3 +168,61 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
     # without restarts the last parent is the best (neutral moves are taken); over restarts the
     # best seen wins, and a later restart that only ties it keeps the earlier candidate
     return parent if restarts == 0 else best_seen
+
+
+def _train_scorer(view, ids: list[str], observe: Callable[[Candidate, list[dict]], None] | None
+                  ) -> Callable[[Candidate], float | None]:
+    """A candidate's mean train score on ``ids``; None when the budget cannot pay for it."""
+    def score(candidate: Candidate) -> float | None:
+        if view.remaining < max(1, len(ids)):
+            return None
+        try:
+            results = view.evaluate(candidate, "train", ids)
+        except BudgetExceeded:
+            return None
+        if observe is not None:
+            observe(candidate, results)
+        return sum(r["score"] for r in results) / len(results) if results else 0.0
+    return score
+
+
+def _workers_paid_for(affordable: int, width: int) -> int:
+    """Workers this round: at most ``width``, leaving room for the union when two or more workers
+    can still be paid for (``affordable``: evaluations the budget still pays for)."""
+    return min(width, affordable - 1) if width > 1 and affordable >= 3 else min(width, affordable)
+
+
+def _new_or_none(proposal: Candidate | None, parent: Candidate) -> Candidate | None:
+    return None if proposal is None or proposal == parent else dict(proposal)
+
+
+def _next_parent(view, round_no: int, decomposition: Decomposition, score: Callable[[Candidate], float | None],
+                 parent: Candidate, parent_parts: Parts, parent_score: float,
+                 candidates: list[Candidate | None], scores: list[float | None]) -> tuple[Candidate, float]:
+    """Steps 3-7 of the module docstring for one scored round: (next parent, its score). A round
+    of two or more workers records its merge evidence."""
+    choice, best, next_parent = "parent", parent_score, parent
+    scored = [(s, k) for k, s in enumerate(scores) if s is not None]
+    if scored:
+        top, k = min(scored, key=lambda sk: (-sk[0], sk[1]))
+        if top >= parent_score:  # neutral moves are taken
+            choice, best, next_parent = f"worker-{k}", top, candidates[k]
+    if len(candidates) > 1:
+        proposals_parts = [None if c is None else decomposition.split(c) for c in candidates]
+        view.record_event("merge_attempt", round=round_no, workers=len(candidates),
+                          edits={str(k): sorted(edited_parts(parent_parts, p))
+                                 for k, p in enumerate(proposals_parts) if p is not None},
+                          scores=[s for s in scores], parent_score=parent_score)
+        union = build_union(parent_parts, proposals_parts, scores, parent_score)
+        for conflict in union.contested:
+            view.record_event("contested", round=round_no, **conflict)
+        if len(union.contributors) >= 2:
+            merged = decomposition.join(union.parts)
+            union_score = score(merged)
+            view.record_event("union_built", round=round_no, contributors=union.contributors,
+                              merged_parts=union.merged_parts, parts_total=len(parent_parts),
+                              score=union_score, best_single=best)
+            if union_score is not None and union_score >= best:
+                choice, best, next_parent = "union", union_score, merged
+        view.record_event("merge_round", round=round_no, chosen=choice, score=best, parts_total=len(parent_parts))
+    return next_parent, best
