@@ -168,15 +168,15 @@ class EvaluationService:
             raise BudgetExceeded(f"wall-time budget of {self.budget.wall_seconds} s is used up")
 
     # -- evaluation -----------------------------------------------------------------------------
-    def evaluate(self, candidate: Candidate, split: str, ids: Sequence[str] | None,
-                 parent: str | None = None) -> list[tuple[Example, Verdict]]:
+    def _check_split(self, split: Any) -> None:
         if type(split) is not str or split not in ("train", "val"):
             raise VisibilityError(f"split must be exactly 'train' or 'val', got {split!r}")
         self.policy.fields(split)  # refuses any split the policy hides
         if split not in self._examples:
             raise VisibilityError(f"unknown split {split!r}; the optimizer can use: {', '.join(self._examples)}")
-        candidate = check_candidate(candidate)
-        cid = candidate_id(candidate)
+
+    def _wanted(self, split: str, ids: Sequence[str] | None) -> list[str]:
+        """The requested ids of ``split`` (all of it for None): plain strings, each once, all in it."""
         pool = self._examples[split]
         wanted = list(pool) if ids is None else list(ids)
         if any(type(i) is not str for i in wanted):
@@ -186,6 +186,15 @@ class EvaluationService:
         unknown = [i for i in wanted if i not in pool]
         if unknown:
             raise VisibilityError(f"ids not in split {split!r}: {unknown[:5]}")
+        return wanted
+
+    def evaluate(self, candidate: Candidate, split: str, ids: Sequence[str] | None,
+                 parent: str | None = None) -> list[tuple[Example, Verdict]]:
+        self._check_split(split)
+        candidate = check_candidate(candidate)
+        cid = candidate_id(candidate)
+        pool = self._examples[split]
+        wanted = self._wanted(split, ids)
         with self._lock:
             self.check_running()
             self.check_wall_time()
