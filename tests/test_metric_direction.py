@@ -219,3 +219,14 @@ def test_the_plan_reads_the_room_left_as_a_drop_in_cost(study):
     planned = heldout(study["env"], "plan", "--task", TASK, "--seeds", "5", "--pilot", str(study["runs"] / "seed"))
     assert planned.returncode == 0, planned.stdout[-2000:] + planned.stderr[-2000:]
     assert "lower-is-better" in planned.stdout
+
+
+# -- compare arms: the seed's room to improve is measured downwards for a cost ---------------------------
+def test_the_arms_headroom_of_a_cost_is_the_seeds_distance_down_to_the_best():
+    from heldout.protocols.arms import Headroom
+
+    roomy = Headroom("val", seed_score=10.0, ceiling=6.0, min_headroom=0.1, higher_is_better=False)
+    assert roomy.room == 4.0 and not roomy.little
+    tight = Headroom("val", seed_score=6.2, ceiling=6.0, min_headroom=0.1, higher_is_better=False)
+    assert tight.little and "lower is better" in tight.describe()
+    assert Headroom("val", seed_score=0.5, ceiling=1.0, min_headroom=0.1).room == 0.5  # a score: upwards

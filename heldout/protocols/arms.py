@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from heldout.benchmarks.loading import load_task
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, MetricSpec
 from heldout.data_manifests import Manifest
 from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
@@ -203,26 +203,29 @@ def describe_plan(spec: ArmsSpec, plan: Sequence[PlannedRun]) -> str:
 # -- headroom ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Headroom:
-    """The seed candidate's score on ``split`` against the task's ceiling."""
+    """The seed candidate's score on ``split`` against the task's ceiling (its best score: the
+    lowest for a lower-is-better metric, whose room is then measured downwards, against the seed)."""
 
     split: str
     seed_score: float
     ceiling: float
     min_headroom: float
+    higher_is_better: bool = True
 
     @property
     def room(self) -> float:
-        return self.ceiling - self.seed_score
+        return (self.ceiling - self.seed_score) * (1 if self.higher_is_better else -1)
 
     @property
     def little(self) -> bool:
-        return self.room < self.min_headroom * self.ceiling
+        return self.room < self.min_headroom * (self.ceiling if self.higher_is_better else self.seed_score)
 
     def describe(self) -> str:
         text = (f"headroom: the seed scores {self.seed_score:.4g} on {self.split} of a ceiling "
                 f"{self.ceiling:.4g} (room {self.room:.4g})")
         if self.little:
-            text += (f"; WARNING: little room to improve (< {self.min_headroom:.0%} of the ceiling): arms that "
+            of = "the ceiling" if self.higher_is_better else "the seed's score (lower is better)"
+            text += (f"; WARNING: little room to improve (< {self.min_headroom:.0%} of {of}): arms that "
                      "all reach the ceiling cannot be told apart")
         return text
 
@@ -243,7 +246,8 @@ def check_headroom(spec: ArmsSpec, config: StudyConfig) -> Headroom:
     scorer = Scorer(bench, _client(config.worker_model, config), options=spec.options)
     verdicts = scorer.score_all(bench.seed_candidate(), task.splits.get(split, []), DEPLOYMENT, Usage(),
                                 f"the seed's {split} headroom")
-    return Headroom(split, bench.aggregate(verdicts) if verdicts else 0.0, bench.score_ceiling, spec.min_headroom)
+    return Headroom(split, bench.aggregate(verdicts) if verdicts else 0.0, bench.score_ceiling, spec.min_headroom,
+                    bench.metric_spec.higher_is_better)
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -477,6 +481,7 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
     broken: list[str] = []
     forks: dict[int, list[tuple[int, RunRecord]]] = {}
     n_examples = 0
+    metric = MetricSpec("score")  # until a finished record states the task's
     for run in plan:
         result = arms[run.arm]
         where = run.run_dir
@@ -489,6 +494,7 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
             broken.append(f"{where}: ledger does not verify ({'; '.join(ledger.problems[:2])})")
             continue
         record = RunRecord.load(where)
+        metric = MetricSpec.from_record(record.experiment)  # every run is of spec.task: one metric
         if record.status != "ok" or record.test_score is None:
             broken.append(f"{where}: the run {record.status}: {record.error}")
             continue
@@ -530,17 +536,18 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
         use_val = all(r.val_score is not None for _, r in members)
         fork_result.selection_split = "val" if use_val else "train (the task has no val split)"
         key = (lambda r: r.val_score) if use_val else _train_mean
-        chosen_k, chosen = min(members, key=lambda kr: (-key(kr[1]), kr[0]))
+        # the best in the metric's direction (a lower cost), ties to the lowest fork
+        chosen_k, chosen = min(members, key=lambda kr: (-metric.sign * key(kr[1]), kr[0]))
         fork_result.selected_fork[seed] = chosen_k
         fork_result.test[seed] = float(chosen.test_score)
-        fork_result.oracle[seed] = max(float(r.test_score) for _, r in members)
+        fork_result.oracle[seed] = metric.sign * max(metric.sign * float(r.test_score) for _, r in members)
     unspent, problems = _underspend(spec, plan, arms)
     broken += problems
     flags = _mechanism_flags(spec, arms[merge])
     pairs = [(b if b != fork else f"{fork} (selected)", a, arms[b].test, arms[a].test)
              for a, b in ((merge, fork), (merge, serial), (serial, fork))]
     comparisons = decide.family(pairs, n_examples=max(n_examples, 1), paired=True, alpha=alpha)
-    conclusion = _conclude(spec, arms, comparisons, flags, broken)
+    conclusion = _conclude(spec, arms, comparisons, flags, broken, metric.higher_is_better)
     return ArmsComparison(spec, arms, headroom, broken, comparisons, flags, conclusion, unspent)
 
 
@@ -585,22 +592,24 @@ def _mechanism_flags(spec: ArmsSpec, merge: ArmResult) -> list[str]:
 
 
 def _conclude(spec: ArmsSpec, arms: dict[str, ArmResult], comparisons: Sequence[decide.Contrast],
-              flags: Sequence[str], broken: Sequence[str]) -> str:
-    """The conclusion from the merge-vs-selected-fork contrast (Holm-adjusted with the other two)."""
+              flags: Sequence[str], broken: Sequence[str], higher_is_better: bool = True) -> str:
+    """The conclusion from the merge-vs-selected-fork contrast (Holm-adjusted with the other two);
+    the contrast's sign says higher or lower, the metric's direction which of them is better."""
     merge = spec.arm_names[2]
     if broken:
         return "comparison broken (see BROKEN): no conclusion"
     primary = comparisons[0]
+    better, worse = ("+", "-") if higher_is_better else ("-", "+")
     if flags:
         return (f"merging cannot explain any difference here ({flags[0].split(': ', 1)[1]}); "
                 f"{primary.sentence}")
-    if primary.sign == "+" and arms[merge].unions_accepted:
+    if primary.sign == better and arms[merge].unions_accepted:
         return (f"merging helped: {merge} beats the selected fork at equal {spec.fixed} "
                 f"({arms[merge].unions_accepted} union(s) accepted; Holm p = {primary.p_holm:.3g})")
-    if primary.sign == "+":
+    if primary.sign == better:
         return (f"{merge} beats the selected fork at equal {spec.fixed}, but no union was accepted: "
                 f"the gain is not credited to merging (Holm p = {primary.p_holm:.3g})")
-    if primary.sign == "-":
+    if primary.sign == worse:
         return f"merging hurt: the selected fork beats {merge} at equal {spec.fixed} (Holm p = {primary.p_holm:.3g})"
     return f"no evidence that merging helps: {primary.sentence}"
 
