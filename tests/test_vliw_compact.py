@@ -15,7 +15,8 @@ import pytest
 from heldout.benchmarks.vliw import simulate
 from heldout.benchmarks.vliw.benchmark import make_instance
 from heldout.benchmarks.vliw.build_runner import compact
-from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, _unique_inverse, decode_compact
+from heldout.benchmarks.vliw.compact_form import CompactFormError, _unique_inverse, decode_compact
+from heldout.benchmarks.vliw.fast import DecodedProgram
 from heldout.benchmarks.vliw.task import VliwTakehome
 from heldout.contracts import Example
 from vliw_programs import CONFORMANCE, SHAPE, assert_same_decoding, kernel, random_program, via_json

@@ -17,7 +17,8 @@ import pytest
 
 from heldout.benchmarks.vliw import build_runner
 from heldout.benchmarks.vliw.build_runner import MARSHAL_FORMAT, marshalled
-from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram
+from heldout.benchmarks.vliw.compact_form import CompactFormError
+from heldout.benchmarks.vliw.fast import DecodedProgram
 from heldout.benchmarks.vliw.marshal_form import REASONS, decode_marshal, parse
 from heldout.benchmarks.vliw.task import VliwTakehome
 from heldout.contracts import Example

@@ -1,7 +1,9 @@
 """The VLIW kernel simulator and the ``vliw/takehome`` task (issue 7; ``../shared/specs/vliw.md``).
 
 * :mod:`.reference` - the plain-Python machine: the executable specification;
-* :mod:`.fast` - the same machine as decoded integer arrays + a numba interpreter;
+* :mod:`.fast` - the same machine as decoded integer arrays, run by :mod:`.interpreter` (numba);
+* :mod:`.compact_form`, :mod:`.marshal_form` - the streams a sandboxed builder sends, decoded
+  as hostile input into those arrays (:mod:`.build_runner` is the builder's side);
 * :mod:`.machine` - the public API, ``simulate(program, memory, ...)``;
 * :mod:`.benchmark` - the forest/hash benchmark, memory image and reference algorithm;
 * :mod:`.task` - the registered task: builders run in the sandbox, hidden instances, cycles.

@@ -9,7 +9,7 @@ Three forms cross the result channel, tried in this order:
 * **compact** (a stream whose marshal bytes exceed 40 MB): the stream serialised, not decoded, as
   a few little-endian integer arrays (base64 text) plus a string table. Each distinct slot is sent
   once; bundles refer to slots by number. The parent decodes and validates it
-  (``fast.decode_compact``): nothing the child computes is trusted beyond "this is the stream".
+  (``compact_form.decode_compact``): nothing the child computes is trusted beyond "this is the stream".
 * **json** text (bundle key order kept), the fallback for anything the compact forms do not
   express exactly: non-dict bundles, non-str engine keys, slots that are not ``(str, int...)``
   or hold an operand beyond 2**62. The parent reads it through the plain decoder, so odd

@@ -1,7 +1,7 @@
 """The marshal form: the sandboxed builder sends its stream as ``marshal.dumps(program, 4)``
 (one pass in C, ~25 ms for the baseline's 147,735 bundles, where the compact arrays' Python
 pass took ~140 ms), and this module reads those bytes here, in a numba-compiled parser, straight
-into the compact form's arrays (:func:`fast.decode_wire`).
+into the compact form's arrays (:func:`compact_form.decode_wire`).
 
 ``marshal.loads`` is not used: it is not safe on hostile bytes (a five-byte list header asks for
 gigabytes), and it would rebuild the Python objects whose cost this form avoids. The parser reads
@@ -30,7 +30,8 @@ import numpy as np
 from numba import njit
 
 from heldout.benchmarks.vliw.build_runner import MARSHAL_FORMAT, MAX_MARSHAL_BYTES
-from heldout.benchmarks.vliw.fast import MAX_COMPACT_STRINGS, CompactFormError, DecodedProgram, decode_wire
+from heldout.benchmarks.vliw.compact_form import MAX_COMPACT_STRINGS, CompactFormError, decode_wire
+from heldout.benchmarks.vliw.fast import DecodedProgram
 
 MAX_EXPANDED_ITEMS = 1 << 25  # groups or slot positions after references are expanded
 

@@ -38,7 +38,8 @@ from heldout.contracts import (Candidate, Example, MalformedCandidate, RunContex
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES, SCORED_SHAPE, n_nodes_for
 from heldout.benchmarks.vliw.instances import make_instance
-from heldout.benchmarks.vliw.fast import CompactFormError, DecodedProgram, decode, decode_compact
+from heldout.benchmarks.vliw.compact_form import CompactFormError, decode_compact
+from heldout.benchmarks.vliw.fast import DecodedProgram, decode
 from heldout.benchmarks.vliw.marshal_form import MARSHAL_FORMAT, decode_marshal
 from heldout.benchmarks.vliw.machine import InvalidInput, load_program_json, simulate, utilisation
 from heldout.benchmarks.vliw.reference import CHECKED_ENGINES
