@@ -21,7 +21,8 @@ import pytest
 
 import heldout
 from heldout.cli import main
-from heldout.contracts import HeldoutError, regular_files
+from heldout.contracts import HeldoutError
+from heldout.files import regular_files
 from heldout.evaluators.isolated import command_files, copy_user_code
 from heldout.sandbox import SandboxError
 from heldout.sandbox.process import _write_code_dir

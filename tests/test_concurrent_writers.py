@@ -19,7 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from heldout.contracts import remove_stale_temp_files, write_text_atomically
+from heldout.files import remove_stale_temp_files, write_text_atomically
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
 from heldout.evaluators.records import RECORD_FILE
 from paced_studies import PACED_SEARCH, env, kill_after, start_cli

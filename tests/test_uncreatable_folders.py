@@ -21,7 +21,8 @@ from typing import Callable, Iterator
 import pytest
 
 from heldout.cli import COMMANDS
-from heldout.contracts import MAX_TOML_DEPTH, HeldoutError, check_folder, read_user_toml
+from heldout.contracts import HeldoutError
+from heldout.files import MAX_TOML_DEPTH, check_folder, read_user_toml
 from warm_cli import WarmCli
 
 PROMPT_TASK = "bbh/boolean_expressions"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from heldout.contracts import Candidate, MalformedCandidate, check_candidate, read_user_text, regular_files
+from heldout.contracts import Candidate, MalformedCandidate, check_candidate
+from heldout.files import read_user_text, regular_files
 
 MAX_CANDIDATE_BYTES = 8 * 1024 * 1024
 

@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from heldout.contracts import DataError, Example, HeldoutError, Source, check_name
+from heldout.contracts import DataError, Example, HeldoutError, Source
+from heldout.files import check_name
 from heldout.benchmarks.loading import resolve_data_dir
 from heldout.benchmarks.registry import all_tasks, get_benchmark
 from heldout.benchmarks.user_jsonl import ANSWER_FORMATS, read_user_examples

@@ -20,7 +20,8 @@ from pathlib import Path
 from heldout.benchmarks import extraction
 from heldout.benchmarks.judge import DEFAULT_RUBRIC, SCORER_OPTION, ModelJudge
 from heldout.benchmarks.prompt_task import PromptBenchmark, modes_scored, prompt_verdict
-from heldout.contracts import DataError, Example, RunContext, Source, Verdict, read_user_text
+from heldout.contracts import DataError, Example, RunContext, Source, Verdict
+from heldout.files import read_user_text
 
 MAX_USER_JSONL_BYTES = 1 << 30
 

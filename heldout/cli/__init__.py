@@ -26,7 +26,8 @@ from heldout.cli.shared import (HeldoutParser, add_data_dir, add_json, add_local
                                 add_optimizer_by_name, add_profile, add_session_environment, add_trusted_signers,
                                 command_line, local_backend, number, optimizer_trusted, print_json, require_run_dirs,
                                 trusted_signers)
-from heldout.contracts import HeldoutError, check_folder, read_user_json
+from heldout.contracts import HeldoutError
+from heldout.files import check_folder, read_user_json
 
 if TYPE_CHECKING:  # annotations only
     from heldout.protocols.stats.margin import Margin

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from heldout.contracts import (NAME, DataError, Example, HeldoutError, Source, canonical_json, read_user_json,
-                               sha256_text, write_text_atomically)
+from heldout.contracts import DataError, Example, HeldoutError, Source, canonical_json, sha256_text
+from heldout.files import NAME, read_user_json, write_text_atomically
 
 MANIFEST_DIR = Path(__file__).resolve().parent
 MANIFEST_FORMAT = 1

@@ -30,7 +30,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from heldout.contracts import HeldoutError, read_user_json, write_text_atomically
+from heldout.contracts import HeldoutError
+from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import (HEAD_FILE, HEAD_PURPOSE, LOCK_FILE, MAX_HEAD_BYTES, UNNAMED_MISMATCH, LedgerError,
                                        LedgerReport, LockHeld, head_payload, hold_lock, ledger_key, ledger_key_id,
                                        verify_ledger)

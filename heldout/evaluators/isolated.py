@@ -47,7 +47,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import HeldoutError, read_user_bytes, regular_files
+from heldout.contracts import HeldoutError
+from heldout.files import read_user_bytes, regular_files
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Session
 from heldout.evaluators.view_server import ViewServer

@@ -4,11 +4,21 @@ session, the system of record every report is derived from.
 Each line is one JSON entry ``{"seq", "prev", "kind", "time", "data", "hash"}`` where ``hash`` is
 the sha256 of the canonical JSON of the other fields and ``prev`` is the previous entry's hash
 (the first entry's ``prev`` is 64 zeros). An entry is written, flushed and fsynced before the
-result it records is returned; an entry that records no result (a candidate about to be
-evaluated) may be appended unsynced, and the fsync of the next entry makes it durable with it.
+result it records is returned. An entry that records no result (a candidate about to be
+evaluated) may be appended unsynced: it waits in memory and is written with the next synced entry.
+Inside :meth:`Ledger.batch` (a batch of evaluations, whose results are returned together) synced
+entries wait too, and the block's end writes them all in one write, one fsync and one head:
+the cost of an evaluation's record is then a share of one fsync, not one of its own.
 A sidecar ``ledger.head`` holds the count and last hash, so a dropped *tail* is caught too. This
 is tamper-evident, not tamper-proof: someone who rewrites the whole chain and the head can forge
 it; the run record keeps the head hash as a further anchor.
+
+**What the head claims is the ledger.** The head is rewritten only after the entries it names are
+written and synced, and a result is returned only after that, so an entry past the head was never
+acknowledged: killed between the fsync and the head, a writer leaves such a tail, and
+:meth:`Ledger.open` cuts it off (a ``unclaimed_tail_dropped`` entry records how many) when the head
+before it is genuine. The evaluations it recorded are run again on resume, as if never made; and
+entries someone appended behind the writer's back are dropped the same way, never adopted.
 
 **Anchors outside the ledger.** The head file carries an HMAC-SHA256 of (first entry's hash, count,
 last hash) under a key in the user's config dir (:func:`ledger_key_path`: ``$HELDOUT_LEDGER_KEY``,
@@ -40,6 +50,7 @@ nothing is ever written after a hole. The ledger then verifies as it stood befor
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -53,8 +64,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from heldout.contracts import (HeldoutError, canonical_json, read_user_bytes, read_user_json, sha256_text,
-                               write_text_atomically)
+from heldout.contracts import HeldoutError, canonical_json, sha256_text
+from heldout.files import read_user_bytes, read_user_json, write_text_atomically
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, config_dir,
                                         load_signing_key, verify_block)
 
@@ -322,6 +333,11 @@ class Ledger:
         os.chmod(self.path, 0o600)
         self._size = os.fstat(self._fd).st_size  # the end of the last entry the head claims
         self._failed: LedgerWriteError | None = None
+        # entries chained but not yet written: (the entry as stored, its line); see the module docstring
+        self._pending: list[tuple[dict[str, Any], bytes]] = []
+        # batches are per thread: another thread's synced append is durable on return, as always
+        # (it writes the batch's entries so far along with its own)
+        self._batching = threading.local()
 
     @classmethod
     def open(cls, run_dir: str | Path) -> "Ledger":
@@ -346,55 +362,91 @@ class Ledger:
                 fh.truncate(path.stat().st_size - len(torn))
         if not path.exists():
             return cls(run_dir, [], lock)
+        claimed = _claimed_count(run_dir, entries)
+        unclaimed = entries[claimed:] if claimed is not None else []
+        if unclaimed:  # written and synced, never named by the head: never acknowledged (module docstring)
+            keep = _bytes_of_lines(path, claimed)
+            cut = path.stat().st_size - keep
+            with open(path, "r+b") as fh:
+                fh.truncate(keep)
+            entries = entries[:claimed]
         report = verify_ledger(run_dir)
-        if _head_lags_by_one(run_dir, entries):
-            # killed after the entry was durable but before the head was updated: benign
-            report.problems = [p for p in report.problems
-                               if not p.startswith(("head file says", "head file's anchor"))]
         if not report.ok:
             raise LedgerError("refusing to resume on a ledger that does not verify:\n" + report.describe())
         ledger = cls(run_dir, entries, lock)
-        if torn:
-            ledger.append("torn_tail_repaired", {"bytes_dropped": len(torn)})
+        with ledger.batch():
+            if torn:
+                ledger.append("torn_tail_repaired", {"bytes_dropped": len(torn)})
+            if unclaimed:
+                ledger.append("unclaimed_tail_dropped", {"entries": len(unclaimed), "bytes_dropped": cut,
+                                                         "kinds": sorted({e["kind"] for e in unclaimed})})
         return ledger
 
     @property
     def head(self) -> str:
+        if self._pending:
+            return self._pending[-1][0]["hash"]
         return self._entries[-1]["hash"] if self._entries else GENESIS
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._pending)
 
     def entries(self, kind: str | None = None) -> Iterator[dict[str, Any]]:
-        return (e for e in list(self._entries) if kind is None or e["kind"] == kind)
+        every = list(self._entries) + [stored for stored, _ in self._pending]
+        return (e for e in every if kind is None or e["kind"] == kind)
 
     def append(self, kind: str, data: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
-        """Append one entry; with ``sync`` (the default) it is on disk when this returns. Only an
-        entry whose content nobody acts on before a later synced entry may pass ``sync=False``."""
+        """Append one entry; with ``sync`` (the default) it is on disk when this returns, or, inside
+        :meth:`batch`, when the batch ends. Only an entry whose content nobody acts on before a
+        later synced entry may pass ``sync=False`` (it is written with that entry)."""
         with self._lock:
             if self._failed is not None:
                 raise self._failed  # nothing is written after a hole
             if self._fd is None:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
-            entry = {"seq": len(self._entries), "prev": self.head, "kind": kind,
+            entry = {"seq": len(self), "prev": self.head, "kind": kind,
                      "time": round(time.time(), 6), "data": encodable(data)}
             entry["hash"] = entry_hash(entry)
             line = (json.dumps(entry, sort_keys=True, ensure_ascii=False, default=_json_default) + "\n").encode("utf-8")
-            stored = json.loads(line)
-            first = (self._entries[0] if self._entries else stored)["hash"]
-            count = len(self._entries) + 1
-            try:
-                _write_all(self._fd, line)
-                if sync:
-                    os.fsync(self._fd)  # and every unsynced entry before it
-                # the head names the entry only once its bytes are written
-                self._write_head(first, count, entry["hash"])
-            except OSError as exc:
-                self._take_back(exc)
-            self._size += len(line)
-            self._entries.append(stored)
-            self._appended = True
+            self._pending.append((json.loads(line), line))
+            if sync and not getattr(self._batching, "depth", 0):
+                self._flush()
             return entry
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """This thread's entries appended inside are written together when the block ends (one
+        write, one fsync, one head), also when it ends by an exception; the caller returns the
+        results they record only after the block. A failed write raises :class:`LedgerWriteError`
+        at the block's end."""
+        self._batching.depth = getattr(self._batching, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._batching.depth -= 1
+            with self._lock:
+                if not self._batching.depth and self._fd is not None and self._failed is None:
+                    self._flush()
+
+    def _flush(self) -> None:
+        """Write every pending entry, fsync, then let the head name the last (the caller holds the
+        lock). On a failure nothing pending joins the chain (:meth:`_take_back`)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        stored = [entry for entry, _ in pending]
+        data = b"".join(line for _, line in pending)
+        first = (self._entries[0] if self._entries else stored[0])["hash"]
+        try:
+            _write_all(self._fd, data)
+            os.fsync(self._fd)  # and every unsynced entry before it
+            # the head names the entries only once their bytes are written
+            self._write_head(first, len(self._entries) + len(stored), stored[-1]["hash"])
+        except OSError as exc:
+            self._take_back(exc)
+        self._size += len(data)
+        self._entries.extend(stored)
+        self._appended = True
 
     def _write_head(self, first: str, count: int, last: str, signature: dict[str, str] | None = None) -> None:
         head: dict[str, Any] = {"count": count, "hash": last, "mac": head_mac(self._key, first, count, last),
@@ -431,6 +483,11 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             if self._fd is not None:
+                if self._failed is None:
+                    try:
+                        self._flush()
+                    except LedgerWriteError:
+                        pass  # the ledger stays as it was before the unwritten entries; nothing to sign
                 self._sign_head()
                 self._appended = False
         if self._fd is not None:
@@ -478,21 +535,36 @@ def _lock_run_dir(run_dir: Path) -> int:
                           "wait for it, or use another --run-dir / seed") from None
 
 
-def _head_lags_by_one(run_dir: Path, entries: list[dict[str, Any]]) -> bool:
+def _claimed_count(run_dir: Path, entries: list[dict[str, Any]]) -> int | None:
+    """The number of entries the head names, when it names a genuine proper prefix of ``entries``
+    (its hash is the last of them and, under this machine's key, its anchor is genuine): the rest
+    were never acknowledged. None otherwise (no head, a head that names no prefix, a finished run:
+    its record is never cut under), and :func:`verify_ledger` then judges the ledger as it is."""
+    if os.path.lexists(run_dir / RECORD_FILE):
+        return None
     try:
         head = read_user_json(run_dir / HEAD_FILE, "ledger head file", max_bytes=MAX_HEAD_BYTES, error=LedgerError)
-    except LedgerError:
-        return False
-    previous = entries[-2]["hash"] if len(entries) >= 2 else GENESIS
-    if not (entries and head.get("count") == len(entries) - 1 and head.get("hash") == previous):
-        return False
+    except (LedgerError, FileNotFoundError):
+        return None
+    count = head.get("count")
+    if type(count) is not int or not 0 < count < len(entries) or head.get("hash") != entries[count - 1]["hash"]:
+        return None
     key = ledger_key(create=False)
     named = head.get("key_id")
-    if key is None or len(entries) < 2 or (isinstance(named, str) and named != ledger_key_id(key)):
-        return True  # anchored under no key or another machine's: nothing here to check it by
-    # the lagging head must itself be genuine (anchored), not a rewritten one
-    want = head_mac(key, entries[0]["hash"], len(entries) - 1, previous)
-    return isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want)
+    if key is None or (isinstance(named, str) and named != ledger_key_id(key)):
+        return count  # anchored under no key or another machine's: nothing here to check it by
+    # the head must itself be genuine (anchored), not one rewritten to cut the ledger short
+    want = head_mac(key, entries[0]["hash"], count, head["hash"])
+    return count if isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want) else None
+
+
+def _bytes_of_lines(path: Path, count: int) -> int:
+    """The length of the first ``count`` lines of ``path``, in bytes."""
+    size = 0
+    with open(path, "rb") as fh:
+        for _, line in zip(range(count), fh):
+            size += len(line)
+    return size
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from heldout.benchmarks.loading import Task
-from heldout.contracts import DataError, HeldoutError, Verdict, read_user_text
+from heldout.contracts import DataError, HeldoutError, Verdict
+from heldout.files import read_user_text
 
 MAX_ROWS = 1_000_000
 

@@ -35,8 +35,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import (Candidate, HeldoutError, MetricSpec, Verdict, candidate_id, canonical_json, read_user_json,
-                               sha256_text, write_text_atomically)
+from heldout.contracts import Candidate, HeldoutError, MetricSpec, Verdict, candidate_id, canonical_json, sha256_text
+from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
 from heldout.evaluators.signing import SigningKey
 

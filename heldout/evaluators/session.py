@@ -233,7 +233,8 @@ class EvaluationService:
         # an example is missing when any of its repeats failed for the infrastructure
         missing = [next((s[k] for s in scorings if is_infrastructure_failure(s[k])), None)
                    for k in range(len(to_run))]
-        with self._lock:
+        # one write, fsync and head for the whole batch, all before any result is returned
+        with self._lock, self._ledger.batch():
             for ex_id in memo_hits:
                 self.usage.add(OPTIMISATION, cache_hits=1)  # the session's memo answered it
                 data = self._memo[(cid, split, ex_id)]
@@ -547,13 +548,14 @@ class Session:
             chunk = todo[start:start + step]
             with self.service.interruptible():
                 verdicts = self.deploy_scorer.score_retrying(final, chunk, DEPLOYMENT, usage)
-            for ex, v in zip(chunk, verdicts):
-                if is_infrastructure_failure(v):
-                    failed.append(v)
-                    continue
-                self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": ex.id,
-                                                       "verifier": CANONICAL, "verdict": v.to_dict()})
-                recorded[ex.id] = v
+            with self.ledger.batch():  # the chunk's entries in one write, fsync and head
+                for ex, v in zip(chunk, verdicts):
+                    if is_infrastructure_failure(v):
+                        failed.append(v)
+                        continue
+                    self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": ex.id,
+                                                           "verifier": CANONICAL, "verdict": v.to_dict()})
+                    recorded[ex.id] = v
             done += len(chunk)
             if self.heldout_progress is not None:
                 self.heldout_progress(split, done, len(examples), len(failed))

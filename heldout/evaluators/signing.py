@@ -51,7 +51,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from heldout.contracts import HeldoutError, canonical_json, read_user_text
+from heldout.contracts import HeldoutError, canonical_json
+from heldout.files import read_user_text
 
 SCHEME = "heldout-ed25519-v1"
 KEY_ENV = "HELDOUT_SIGNING_KEY"

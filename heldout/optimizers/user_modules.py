@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 from urllib.parse import unquote, urlparse
 
-from heldout.contracts import HeldoutError, regular_files
+from heldout.contracts import HeldoutError
+from heldout.files import regular_files
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding heldout/
 USER_PREFIX = "heldout_user_"

@@ -52,7 +52,8 @@ from typing import Any, Sequence
 from scipy import stats as scipy_stats
 
 from heldout.benchmarks.loading import Task, load_task
-from heldout.contracts import HeldoutError, read_user_toml, write_text_atomically
+from heldout.contracts import HeldoutError
+from heldout.files import read_user_toml, write_text_atomically
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, read_entries
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, describe_detectable, holm

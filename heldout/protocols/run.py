@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from heldout.benchmarks.registry import get_benchmark
-from heldout.contracts import (HeldoutError, InfrastructureFailure, canonical_json, check_folder, check_name, read_user_json, remove_stale_temp_files,
-                               write_text_atomically)
+from heldout.contracts import HeldoutError, InfrastructureFailure, canonical_json
+from heldout.files import check_folder, check_name, read_user_json, remove_stale_temp_files, write_text_atomically
 from heldout.evaluators.isolated import command_files, run_isolated, run_isolated_function
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord

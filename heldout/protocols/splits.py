@@ -31,7 +31,8 @@ from scipy import sparse
 from heldout.benchmarks.extraction import normalize_answer
 from heldout.benchmarks.loading import Task, load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
-from heldout.contracts import DataError, Example, canonical_json, check_name
+from heldout.contracts import DataError, Example, canonical_json
+from heldout.files import check_name
 from heldout.data_manifests import MANIFEST_DIR, MANIFEST_PATH_ENV, Manifest, file_sha256, freeze, manifest_roots
 from heldout.data_manifests.profiles import PROBE_POOL, hash_order
 

@@ -55,7 +55,8 @@ import tomli_w
 
 from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import HeldoutError, check_folder, check_name, read_user_toml, write_text_atomically
+from heldout.contracts import HeldoutError
+from heldout.files import check_folder, check_name, read_user_toml, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
 from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,

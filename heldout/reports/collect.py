@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from heldout.contracts import HeldoutError, MetricSpec, Verdict, read_user_json
+from heldout.contracts import HeldoutError, MetricSpec, Verdict
+from heldout.files import read_user_json
 from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
 from heldout.protocols.generalisation import PROTOCOL_DIR as GENERALISATION_DIR

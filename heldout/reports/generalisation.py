@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from heldout.contracts import write_text_atomically
+from heldout.files import write_text_atomically
 from heldout.protocols.decide import Contrast, replicates_nothing
 from heldout.protocols.generalisation import CAVEAT, RUNS_DIR, GeneralisationResult
 from heldout.protocols.leakage import HELD_OUT_ROW

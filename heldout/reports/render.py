@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from heldout.contracts import HeldoutError, write_text_atomically
+from heldout.contracts import HeldoutError
+from heldout.files import write_text_atomically
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
 from heldout.evaluators.records import heldout_code, heldout_version

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from heldout.contracts import read_user_json
+from heldout.files import read_user_json
 from heldout.benchmarks.vliw.machine import DEFAULT_CYCLE_CAP, InvalidInput, simulate, words_sha256
 
 CASE_KEYS = {"name", "program", "mem", "scratch_init", "enable_pause", "runs"}
