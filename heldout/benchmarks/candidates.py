@@ -16,7 +16,7 @@ def read_candidate(path: str | Path, default_component: str) -> Candidate:
     ``{default_component: text}``; a folder becomes one component per (relative) file path.
     What is read goes into a sandbox, so it is regular files from inside the folder only: a
     symbolic link (the candidate file itself, or anything in the folder) or a FIFO, device or
-    socket is one :class:`MalformedCandidate` (:func:`~heldout.contracts.regular_files`)."""
+    socket is one :class:`MalformedCandidate` (:func:`~heldout.files.regular_files`)."""
     p = Path(path)
     if p.is_dir() and not p.is_symlink():
         files = regular_files(p, "candidate folder", error=MalformedCandidate)

@@ -219,7 +219,7 @@ def run_isolated_function(session: Session, target: str, *, search: Sequence[str
 def copy_user_code(tops: Mapping[str, Path], dest: Path, *, max_bytes: int = 256 << 20) -> None:
     """The user's code, each top (a module file or a package folder) copied into ``dest`` under its
     own name, as regular files only: a symlink or a special file anywhere is one
-    :class:`HeldoutError` (:func:`~heldout.contracts.regular_files`; each file is opened without
+    :class:`HeldoutError` (:func:`~heldout.files.regular_files`; each file is opened without
     following a link, so one swapped in meanwhile is refused too). Readable by every uid."""
     dest.mkdir(mode=0o755)
     total = 0

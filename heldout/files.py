@@ -1,0 +1,286 @@
+"""Files heldout reads from a user or a run dir, and files it writes: the one rule for each.
+
+Reading (:func:`read_user_bytes` and its text, JSON and TOML forms, :func:`regular_files` for a
+folder): only a regular file under a size limit, else one clear error naming what it is and
+where. Names and folders a user gives (:func:`check_name`, :func:`check_folder`). Writing
+(:func:`write_text_atomically`): through a temp name unique to its writer, renamed over the
+target, so a reader never sees half a file; :func:`remove_stale_temp_files` clears what a killed
+writer left. Standard library only, like :mod:`heldout.contracts` (an isolated optimizer's sandbox
+may import it)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from heldout.contracts import DataError, HeldoutError
+
+
+def read_user_bytes(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
+                    error: type[HeldoutError] = DataError, follow_symlinks: bool = True) -> bytes:
+    """The bytes of a file heldout reads from a user or a run dir (a study file, outputs, a
+    candidate, a ledger, a run record). The one rule for every such file: a missing path, a
+    directory, anything that is not a regular file (a FIFO, a device such as ``/dev/zero``, a
+    socket: refused before a read could block or never end), an unreadable file or one over
+    ``max_bytes`` is one ``error`` naming ``what`` and the path; nothing else is read. Without
+    ``follow_symlinks`` a path that is itself a symbolic link is refused too (what goes into a
+    sandbox: a link would carry the file it names, from anywhere on the host)."""
+    p = os.fspath(path)
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below refuses it
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+                     | (0 if follow_symlinks else os.O_NOFOLLOW))
+    except FileNotFoundError:
+        raise error(f"{what} {p} does not exist") from None
+    except OSError as exc:
+        if not follow_symlinks and exc.errno == errno.ELOOP:
+            raise error(f"{what} {p} is a symbolic link: refused (copy the file itself in)") from None
+        raise error(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise error(f"{what} {p} is a directory, not a file")
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{what} {p} is not a regular file (a device, FIFO or socket): refused")
+        if info.st_size > max_bytes:
+            raise error(f"{what} {p} is {info.st_size:,} bytes, over the limit of {max_bytes:,}")
+        chunks, size = [], 0
+        while size <= max_bytes:  # files that report size 0 (/proc) are capped as they are read
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise error(f"cannot read {what} {p}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise error(f"{what} {p} is over the limit of {max_bytes:,} bytes")
+    return b"".join(chunks)
+
+
+def read_user_text(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 64 * 1024 * 1024,
+                   error: type[HeldoutError] = DataError, follow_symlinks: bool = True) -> str:
+    """:func:`read_user_bytes` as text: bytes that are not UTF-8, or a NUL character, are one
+    ``error`` too (never a traceback)."""
+    p = os.fspath(path)
+    data = read_user_bytes(path, what, max_bytes=max_bytes, error=error, follow_symlinks=follow_symlinks)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {p} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+    if "\x00" in text:
+        raise error(f"{what} {p} holds a NUL character at offset {text.index(chr(0))}: not a text file")
+    return text
+
+
+def regular_files(folder: "str | os.PathLike[str]", what: str, *, error: type[HeldoutError] = HeldoutError,
+                  max_files: int = 10_000, skip: tuple[str, ...] = ("__pycache__",)) -> list[str]:
+    """The relative paths (``a/b.py``) of every file under ``folder``, the rule for anything heldout
+    copies into a sandbox (a candidate folder, a user's code): directories and regular files only,
+    none of them reached through a symbolic link. A symlink (to a file or a folder, inside or
+    pointing out) or a special file (FIFO, device, socket) anywhere below is one ``error`` naming it:
+    a link would carry whatever it names on the host into the sandbox. Folders named in ``skip``
+    (bytecode caches) are left out."""
+    root = os.fspath(folder)
+    if os.path.islink(root):
+        raise error(f"{what} {root} is a symbolic link: refused (name the folder itself)")
+    if not os.path.isdir(root):
+        raise error(f"{what} {root} is not a folder")
+    found: list[str] = []
+    todo = [""]
+    while todo:
+        rel = todo.pop()
+        try:
+            entries = sorted(os.scandir(os.path.join(root, rel) if rel else root), key=lambda e: e.name)
+        except OSError as exc:
+            raise error(f"cannot read {what} {os.path.join(root, rel)}: {exc.strerror or exc}") from None
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_symlink():
+                raise error(f"{what} {root}: {path} is a symbolic link: refused (only regular files are copied in)")
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in skip:
+                    todo.append(path)
+            elif entry.is_file(follow_symlinks=False):
+                found.append(path)
+                if len(found) > max_files:
+                    raise error(f"{what} {root} holds over {max_files:,} files: refused")
+            else:
+                raise error(f"{what} {root}: {path} is not a regular file (a FIFO, device or socket): refused")
+    return sorted(found)
+
+
+def read_user_json(path: "str | os.PathLike[str]", what: str, *, expect: type = dict,
+                   max_bytes: int = 64 * 1024 * 1024, error: type[HeldoutError] = DataError) -> Any:
+    """:func:`read_user_text` parsed as one JSON value of type ``expect`` (an object by default):
+    truncated JSON or a value of another type is one ``error``."""
+    text = read_user_text(path, what, max_bytes=max_bytes, error=error)
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise error(f"{what} {os.fspath(path)} is not valid JSON: {exc}") from None
+    if not isinstance(value, expect):
+        names = {dict: "a JSON object", list: "a JSON list"}
+        raise error(f"{what} {os.fspath(path)} holds {names.get(type(value), f'JSON {type(value).__name__}')}, "
+                    f"expected {names.get(expect, expect.__name__)}")
+    return value
+
+
+MAX_TOML_DEPTH = 16
+"""How deep arrays and tables may nest in a TOML file a user hands heldout (a study needs 3)."""
+
+
+def read_user_toml(path: "str | os.PathLike[str]", what: str, *, max_bytes: int = 1024 * 1024,
+                   error: type[HeldoutError] = DataError) -> dict[str, Any]:
+    """:func:`read_user_text` parsed as TOML (a study or protocol file): invalid TOML, or arrays and
+    tables nested deeper than :data:`MAX_TOML_DEPTH` (which would exhaust the parser's recursion,
+    ``[[[[...]]]]`` 5,000 deep), is one ``error``."""
+    text = read_user_text(path, what, max_bytes=max_bytes, error=error)
+    deep = f"{what} {os.fspath(path)} nests arrays or tables deeper than {MAX_TOML_DEPTH} levels: refused"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} {os.fspath(path)} is not valid TOML: {exc}") from None
+    except RecursionError:  # the parser recurses once per level
+        raise error(deep) from None
+    todo = [(data, 1)]
+    while todo:  # without recursion: the parsed value is the input
+        value, depth = todo.pop()
+        if depth > MAX_TOML_DEPTH:
+            raise error(deep)
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        todo.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return data
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+\-:?=&,@]{0,99}")
+"""What a name heldout turns into a file or folder (a method, a split profile) may hold."""
+
+
+def check_name(name: Any, what: str, *, error: type[HeldoutError] = HeldoutError) -> str:
+    """``name`` when it is a plain name by :data:`NAME` (an allow-list: no newline, NUL, slash,
+    "..", space, leading "-" or control character can reach the file system), else ``error``."""
+    if not isinstance(name, str) or not NAME.fullmatch(name) or name in (".", ".."):
+        raise error(f"{what} {name!r} is not allowed: use 1-100 letters, digits and ._+-:?=&,@, starting "
+                    "with a letter or digit (it names a file or folder)")
+    return name
+
+
+def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[HeldoutError] = HeldoutError) -> str:
+    """A folder heldout will create or write into (a run dir, a report's --out, a cache): refused
+    in one ``error`` before anything is written when it could not be made or written, so no command
+    fails half-way with a traceback. Rules: no control character (newline, NUL, ...); the path and
+    each name it adds within the system's length limits; the path, or else the nearest part of it
+    that exists, is a folder (not a file, a device, a FIFO, a link to nothing or a link loop) in
+    which a folder can be made (a read-only or pseudo file system, a folder without write
+    permission: refused). The last rule is asked of the kernel itself: a folder is made there and
+    removed at once (root bypasses permission bits, /proc and /sys refuse even root)."""
+    p = os.fspath(path)
+    if not isinstance(p, str) or not p or any(ord(c) < 32 or ord(c) == 127 for c in p):
+        raise error(f"{what} {p!r} holds a control character (newline, NUL, ...) or is empty: not a folder "
+                    "heldout will create")
+    path_max = _limit("/", "PC_PATH_MAX", 4096)
+    if len(os.fsencode(os.path.abspath(p))) >= path_max:
+        raise error(f"{what} is {len(os.fsencode(os.path.abspath(p))):,} bytes long as an absolute path, over the "
+                    f"system's limit of {path_max - 1:,}: choose a shorter path")
+    stem = p.rstrip(os.sep) or os.sep
+    existing, missing = stem, []
+    while not os.path.lexists(existing):  # a path under a file does not exist either: climb to what does
+        parent = os.path.dirname(existing) or os.curdir
+        missing.append(os.path.basename(existing))
+        if parent == existing:
+            break
+        existing = parent
+    if not os.path.isdir(existing):
+        if not missing:
+            raise error(f"{what} {p} exists and is not a folder")
+        raise error(f"{what} {p} cannot be created: {existing} is {_what_is_there(existing)}, not a folder")
+    name_max = _limit(existing, "PC_NAME_MAX", 255)
+    for name in missing:
+        if len(os.fsencode(name)) > name_max:
+            raise error(f"{what} {p} cannot be created: a name in it is {len(os.fsencode(name)):,} bytes long, over "
+                        f"the file system's limit of {name_max} ({name[:24]}...)")
+    probe = os.path.join(existing, f".heldout-probe-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.mkdir(probe, 0o700)
+    except OSError as exc:
+        where = "is not a folder heldout may write in" if not missing else f"cannot be created in {existing}"
+        raise error(f"{what} {p} {where}: {exc.strerror or exc}") from None
+    os.rmdir(probe)
+    return p
+
+
+def _limit(where: str, name: str, default: int) -> int:
+    try:
+        return os.pathconf(where, name)
+    except (OSError, ValueError):
+        return default
+
+
+def _what_is_there(path: str) -> str:
+    """How a path that is no folder reads in a message: "a file", "a link to nothing", ..."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        return "a link loop" if exc.errno == errno.ELOOP else "a link to nothing"
+    return "a file" if stat.S_ISREG(info.st_mode) else "a device, FIFO or socket"
+
+
+def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` in one step. Rule: a reader sees the old file or the new
+    one, never half of either; two writers never share a temp file (its name carries this
+    writer's pid and a random tag, so a concurrent writer cannot rename it away); a failed write
+    leaves no temp file behind. ``mode`` 0o600 for files only their owner may read."""
+    target = os.fspath(path)
+    tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+_TEMP_NAME = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def pid_is_running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host. A process we may not signal counts as running,
+    and so does a number no pid can be: a caller that cleans up after the dead leaves it alone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def remove_stale_temp_files(root: "str | os.PathLike[str]") -> list[Path]:
+    """Remove the temp files :func:`write_text_atomically` left under ``root`` when its writer was
+    killed between creating and renaming one (kill -9 of a study); returns them. Only a file whose
+    writer's pid is no live process here is removed, so a live writer's is never touched."""
+    removed = []
+    for path in Path(root).rglob("*.tmp"):
+        match = _TEMP_NAME.search(path.name)
+        if not match or not path.is_file() or pid_is_running(int(match.group(1))):
+            continue  # its writer may still rename it
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed
