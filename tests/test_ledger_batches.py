@@ -1,0 +1,202 @@
+"""Batched ledger writes (issue 60): a batch costs one write, one fsync and one head, and a writer
+killed with SIGKILL at any point of a batch leaves a ledger that reopens, verifies and holds
+exactly what was acknowledged. The adversary: entries appended behind the writer's back, a head
+rewritten to cut the ledger short, a finished run's ledger with a tail."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from heldout.evaluators import ledger as ledger_module
+from heldout.evaluators.ledger import (HEAD_FILE, LEDGER_FILE, RECORD_FILE, Ledger, LedgerError, entry_hash,
+                                       verify_ledger)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / LEDGER_FILE).read_text().splitlines()]
+
+
+def test_a_batch_is_one_write_one_fsync_and_one_head(tmp_path, monkeypatch):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("session_start", {})
+    syncs, heads = [], []
+    monkeypatch.setattr(ledger_module.os, "fsync", lambda fd: syncs.append(fd))
+    real_head = ledger._write_head
+    monkeypatch.setattr(ledger, "_write_head", lambda *a, **k: (heads.append(a[1]), real_head(*a, **k)))
+    with ledger.batch():
+        ledger.append("candidate", {"candidate_id": "c"}, sync=False)
+        for i in range(50):
+            ledger.append("evaluation", {"i": i})
+        assert len(lines(tmp_path)) == 1 and syncs == []  # nothing written inside the block
+    assert len(syncs) == 1 and heads == [52]
+    ledger.close()
+    report = verify_ledger(tmp_path)
+    assert report.ok and report.entries == 52
+
+
+def test_an_unsynced_entry_waits_for_the_next_synced_one(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("candidate", {"candidate_id": "c"}, sync=False)
+    assert not (tmp_path / LEDGER_FILE).read_bytes()
+    assert [e["kind"] for e in ledger.entries()] == ["candidate"]  # the writer's chain has it
+    ledger.append("evaluation", {"i": 0})
+    assert [e["kind"] for e in lines(tmp_path)] == ["candidate", "evaluation"]
+    ledger.close()
+    assert verify_ledger(tmp_path).ok
+
+
+def test_an_unsynced_entry_is_written_at_close(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("evaluation", {"i": 0})
+    ledger.append("note", {"i": 1}, sync=False)
+    ledger.close()
+    assert [e["kind"] for e in lines(tmp_path)] == ["evaluation", "note"] and verify_ledger(tmp_path).ok
+
+
+def test_a_batch_that_ends_by_an_exception_still_writes_its_entries(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    with pytest.raises(RuntimeError):
+        with ledger.batch():
+            ledger.append("evaluation", {"i": 0})
+            raise RuntimeError("the scorer failed")
+    assert len(lines(tmp_path)) == 1
+    ledger.close()
+    assert verify_ledger(tmp_path).ok
+
+
+def test_another_threads_synced_append_is_durable_when_it_returns(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    with ledger.batch():
+        ledger.append("evaluation", {"i": 0})
+        other = threading.Thread(target=ledger.append, args=("architect_call", {"t": 1}))
+        other.start()
+        other.join()
+        # the other thread's entry (and the batch's so far, which it follows) is on disk already
+        assert [e["kind"] for e in lines(tmp_path)] == ["evaluation", "architect_call"]
+    ledger.close()
+    assert verify_ledger(tmp_path).ok
+
+
+# -- SIGKILL at every point of a batch -----------------------------------------------------------
+# The child appends 5 acknowledged entries, then a batch of 20, and kills itself at STAGE of the
+# batch's flush: before its write, after half of its bytes, after the write (before the fsync),
+# after the fsync (before the head), after the head.
+KILLER = r"""
+import os, signal, sys
+from heldout.evaluators import ledger as L
+run_dir, stage = sys.argv[1], sys.argv[2]
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+ledger = L.Ledger.open(run_dir)
+for i in range(5):
+    ledger.append("evaluation", {"i": i, "acknowledged": True})
+real_write, real_fsync, real_head = L._write_all, L.os.fsync, ledger._write_head
+def write(fd, data):
+    if stage == "before write":
+        die()
+    if stage == "mid write":
+        real_write(fd, data[: len(data) // 2])
+        die()
+    real_write(fd, data)
+    if stage == "after write":
+        die()
+def fsync(fd):
+    real_fsync(fd)
+    if stage == "after fsync":
+        die()
+def head(*args, **kwargs):
+    real_head(*args, **kwargs)
+    if stage == "after head":
+        die()
+L._write_all, L.os.fsync, ledger._write_head = write, fsync, head
+with ledger.batch():
+    for i in range(20):
+        ledger.append("evaluation", {"i": 5 + i, "acknowledged": False})
+"""
+STAGES = ("before write", "mid write", "after write", "after fsync", "after head")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_acknowledged(tmp_path, stage):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", KILLER, str(run_dir), stage], env=env, capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    reopened = Ledger.open(run_dir)
+    kinds = [e["kind"] for e in reopened.entries()]
+    evaluations = [e["data"] for e in reopened.entries("evaluation")]
+    reopened.append("session_resumed", {})
+    reopened.close()
+    assert verify_ledger(run_dir).ok
+    if stage == "after head":  # the head named the batch: it was complete, and it stays
+        assert len(evaluations) == 25 and kinds == ["evaluation"] * 25
+    else:  # the batch was never acknowledged: exactly the five acknowledged entries stay
+        assert evaluations == [{"i": i, "acknowledged": True} for i in range(5)]
+    repairs = {"mid write": ["torn_tail_repaired", "unclaimed_tail_dropped"],
+               "after write": ["unclaimed_tail_dropped"], "after fsync": ["unclaimed_tail_dropped"]}
+    assert kinds[len(evaluations):] == repairs.get(stage, [])
+
+
+# -- the adversary -------------------------------------------------------------------------------
+def forged_entry(previous: dict, kind: str, data: dict) -> dict:
+    """A well-chained entry anyone can compute (the chain's hashes need no secret)."""
+    entry = {"seq": previous["seq"] + 1, "prev": previous["hash"], "kind": kind, "time": previous["time"],
+             "data": data}
+    entry["hash"] = entry_hash(entry)
+    return entry
+
+
+def test_entries_appended_behind_the_writers_back_are_dropped_on_resume_not_adopted(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    for i in range(3):
+        ledger.append("evaluation", {"i": i, "score": 0.0})
+    ledger.close()
+    last = lines(tmp_path)[-1]
+    forged = [forged_entry(last, "evaluation", {"i": 3, "score": 1.0})]
+    forged.append(forged_entry(forged[0], "evaluation", {"i": 4, "score": 1.0}))
+    with open(tmp_path / LEDGER_FILE, "a") as fh:
+        fh.writelines(json.dumps(e, sort_keys=True) + "\n" for e in forged)
+    assert not verify_ledger(tmp_path).ok  # the head names 3 entries, the file holds 5
+    reopened = Ledger.open(tmp_path)
+    assert [e["data"].get("score") for e in reopened.entries("evaluation")] == [0.0, 0.0, 0.0]
+    dropped = next(reopened.entries("unclaimed_tail_dropped"))["data"]
+    assert dropped["entries"] == 2 and dropped["kinds"] == ["evaluation"]
+    reopened.close()
+    assert verify_ledger(tmp_path).ok
+
+
+def test_a_head_rewritten_to_cut_the_ledger_short_is_refused_not_obeyed(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    for i in range(4):
+        ledger.append("evaluation", {"i": i})
+    ledger.close()
+    entries = lines(tmp_path)
+    head = json.loads((tmp_path / HEAD_FILE).read_text())
+    head.update(count=2, hash=entries[1]["hash"])  # the mac still anchors 4 entries: a forgery
+    head.pop("signature", None)
+    (tmp_path / HEAD_FILE).write_text(json.dumps(head))
+    with pytest.raises(LedgerError, match="does not verify"):
+        Ledger.open(tmp_path)
+    assert len(lines(tmp_path)) == 4  # nothing was cut
+
+
+def test_a_finished_runs_ledger_is_never_cut(tmp_path):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("evaluation", {"i": 0})
+    ledger.close()
+    (tmp_path / RECORD_FILE).write_text(json.dumps({"ledger_head": lines(tmp_path)[-1]["hash"]}))
+    with open(tmp_path / LEDGER_FILE, "a") as fh:
+        fh.write(json.dumps(forged_entry(lines(tmp_path)[-1], "evaluation", {"i": 1}), sort_keys=True) + "\n")
+    with pytest.raises(LedgerError, match="does not verify"):
+        Ledger.open(tmp_path)
+    assert len(lines(tmp_path)) == 2
