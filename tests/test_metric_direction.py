@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -203,6 +204,10 @@ def test_the_report_calls_the_shorter_tour_better(study):
     [cost] = [row for row in tables["cost"]["data"] if row["method"] != "seed"]
     assert cost["gain"] > 0  # a gain is an improvement: the tour got shorter
     assert any("Lower is better on tourcost/ring8" in note for note in tables["heldout"]["notes"])
+    page = (out / "report.html").read_text()
+    improved, worse = map(int, re.search(r"(\d+) improved, (\d+) worse", page).groups())
+    assert improved > worse  # the drill-down counts shorter tours as improved examples
+    assert "below it where lower is better: tourcost/ring8" in page
 
 
 # -- check: lowering the cost passes, raising it is a regression -----------------------------------------

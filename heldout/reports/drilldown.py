@@ -17,6 +17,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
+from heldout.contracts import Verdict
 from heldout.protocols.placebo import PLACEBO_METHOD
 from heldout.reports.collect import Run, RunSet
 from heldout.reports.tables import decimals, fmt
@@ -46,6 +47,7 @@ class ExampleChange:
     method_seeds: list[float]
     baseline_answer: str
     method_answer: str
+    higher_is_better: bool = True  # the metric's direction: a drop in a cost is an improvement
 
     @property
     def change(self) -> float:
@@ -53,7 +55,8 @@ class ExampleChange:
 
     @property
     def status(self) -> str:
-        return "improved" if self.change > EPSILON else "worsened" if self.change < -EPSILON else "same"
+        better = self.change if self.higher_is_better else -self.change
+        return "improved" if better > EPSILON else "worsened" if better < -EPSILON else "same"
 
 
 def _answer(verdict: dict[str, Any]) -> str:
@@ -69,7 +72,8 @@ def _answer(verdict: dict[str, Any]) -> str:
 
 
 def example_changes(base: dict[int, Run], other: dict[int, Run]) -> list[ExampleChange]:
-    """Per held-out example both arms scored in every seed, changed first (largest first)."""
+    """Per held-out example both arms scored in every seed, changed first (largest first); an
+    invalid verdict counts as the metric's failure score, as in every table."""
     def per_example(cell: dict[int, Run]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {}
         for run in cell.values():
@@ -78,13 +82,14 @@ def example_changes(base: dict[int, Run], other: dict[int, Run]) -> list[Example
         return {ex: vs for ex, vs in out.items() if len(vs) == len(cell)}
 
     b, m = per_example(base), per_example(other)
+    metric = next(iter(base.values())).metric
     changes = []
     for ex in b:
         if ex not in m:
             continue
-        bs, ms = [float(v["score"]) for v in b[ex]], [float(v["score"]) for v in m[ex]]
+        bs, ms = ([metric.reading(Verdict.from_dict(v)) for v in side[ex]] for side in (b, m))
         changes.append(ExampleChange(ex, sum(bs) / len(bs), sum(ms) / len(ms), bs, ms,
-                                     _answer(b[ex][0]), _answer(m[ex][0])))
+                                     _answer(b[ex][0]), _answer(m[ex][0]), metric.higher_is_better))
     return sorted(changes, key=lambda c: (c.status == "same", -abs(c.change), c.example_id))
 
 

@@ -260,7 +260,8 @@ def pareto_plot(runs: RunSet, kind: str) -> Figure | None:
 def paired_scatter(runs: RunSet, baseline: str,
                    groups: Mapping[str, Mapping[str, str]] | None = None) -> Figure | None:
     """Per task, each method's seed-averaged score per example (or per group when ``groups[task]``
-    maps example ids to groups) against the baseline's. Points above the diagonal improved."""
+    maps example ids to groups) against the baseline's. Points above the diagonal improved (below
+    it, for a lower-is-better metric)."""
     cells, tasks = runs.cells(), runs.tasks()
     pairs = [(t, m) for t in tasks for m in runs.methods()
              if m != baseline and (t, m) in cells and (t, baseline) in cells]
@@ -296,9 +297,11 @@ def paired_scatter(runs: RunSet, baseline: str,
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4))  # long tick labels (0.0005) must not touch
         _title(ax, task, 9)
     unit = "group (topic)" if by_group else "example"
+    costs = sorted({task for task, _ in pairs if not runs.metric(task).higher_is_better})
+    below = f" (below it where lower is better: {', '.join(costs)})" if costs else ""
     fig.suptitle(f"Per-{unit} held-out score: {baseline} vs optimised (seed-averaged)")
     return Figure("scatter", f"Per-{unit} scatter vs {baseline}", f"Each point is one held-out {unit}, its score "
-                  f"averaged over seeds; above the dotted diagonal the method beats {baseline}. Points are "
+                  f"averaged over seeds; above the dotted diagonal the method beats {baseline}{below}. Points are "
                   "jittered slightly so ties stay visible." + shown_note, _png(fig), fig)
 
 
