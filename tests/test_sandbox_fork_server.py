@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import pytest
 
 from heldout.contracts import RunLimits
-from heldout.sandbox import PROGRAM_PRELOAD, cgroups, process, run_calls, run_function, zygote
+from heldout.sandbox import PROGRAM_PRELOAD, cgroups, cleanup, monitor, run_calls, run_function, zygote
 from heldout.sandbox.root import SCRATCH_DIR, child_env
 
 pytestmark = pytest.mark.skipif(not zygote.fork_server_enabled(),
@@ -191,9 +191,9 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     bomb = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=300))
     assert bomb.forked and (not bomb.ok or bomb.value < 4), (bomb.value, bomb.error)
     assert zygote.server_for(PROGRAM_PRELOAD) is server
-    zygote.drain_cleanup()
+    cleanup.drain_cleanup()
     time.sleep(0.2)
-    zygote.drain_cleanup()
+    cleanup.drain_cleanup()
     nested = [d for d in server.group.dirs["memory"].iterdir() if d.name.startswith("heldout-run-")]
     assert len(nested) <= zygote.STOCKED_GROUPS  # the groups it left were removed, none piles up
 
@@ -245,7 +245,7 @@ def test_the_group_of_an_execution_no_spare_took_is_removed_and_what_is_in_it_li
         r = run("def f():\n    return 5\n")
         assert taken and r.ok and r.value == 5 and r.forked
         assert zygote.server_for(PROGRAM_PRELOAD) is server
-        zygote.drain_cleanup()
+        cleanup.drain_cleanup()
         assert other.poll() is None  # alive: the group was not killed
     finally:
         other.kill()
@@ -367,14 +367,14 @@ def test_a_dead_fork_server_is_replaced_and_the_execution_still_runs():
 
 def _in_the_program(monkeypatch) -> threading.Event:
     """Set once the next run's child said it is ready (its program is running)."""
-    ready, feed = threading.Event(), process._RunState.feed
+    ready, feed = threading.Event(), monitor.RunState.feed
 
     def watched(state, chunk):
         feed(state, chunk)
         if state.ready:
             ready.set()
 
-    monkeypatch.setattr(process._RunState, "feed", watched)
+    monkeypatch.setattr(monitor.RunState, "feed", watched)
     return ready
 
 
@@ -412,7 +412,7 @@ def test_an_execution_whose_fork_server_dies_under_it_runs_again_in_a_fresh_sand
 def test_a_run_that_exited_before_the_parent_read_its_ready_message_still_counts_as_forked(monkeypatch):
     # a busy parent reads "ready" only after the child finished and left its cgroup: the
     # group's charges prove it was there, so the fork server is kept (it was thrown away before)
-    feed = process._RunState.feed
+    feed = monitor.RunState.feed
 
     def slow_feed(state, chunk):
         time.sleep(0.3)
@@ -420,7 +420,7 @@ def test_a_run_that_exited_before_the_parent_read_its_ready_message_still_counts
 
     assert run("def f():\n    return 0\n").forked
     server = zygote.server_for(PROGRAM_PRELOAD)
-    monkeypatch.setattr(process._RunState, "feed", slow_feed)
+    monkeypatch.setattr(monitor.RunState, "feed", slow_feed)
     results = [run(f"def f():\n    return {i}\n") for i in range(3)]
     assert [(r.ok, r.value, r.forked) for r in results] == [(True, i, True) for i in range(3)]
     assert zygote.server_for(PROGRAM_PRELOAD) is server
@@ -479,7 +479,7 @@ def start_early(preload):
 
 
 zygote.ForkServer = Counted
-sys.modules["heldout.sandbox.process"].start_early = start_early
+sys.modules["heldout.sandbox.launcher"].start_early = start_early
 r = run_function({"p.py": "def f():\\n    return 7\\n"}, "p", "f", limits=RunLimits(wall_seconds=20),
                  preload=PROGRAM_PRELOAD)
 again = run_function({"p.py": "def f():\\n    return 8\\n"}, "p", "f", limits=RunLimits(wall_seconds=20),

@@ -4,6 +4,7 @@ cross the boundary as files; results come back as JSON lines that the parent che
 :mod:`heldout.sandbox.process`). By default an execution is forked by a per-preload-set fork
 server started inside the same sandbox (:mod:`heldout.sandbox.zygote`), at the same isolation."""
 
+from heldout.sandbox.monitor import decode_typed, wall_backstop
 from heldout.sandbox.process import (
     CANDIDATE_KINDS,
     PROGRAM_PRELOAD,
@@ -13,14 +14,12 @@ from heldout.sandbox.process import (
     SandboxError,
     SandboxResult,
     allow_unsafe_no_sandbox,
-    decode_typed,
     isolation_level,
     isolation_mode,
     require_sandbox,
     run_calls,
     run_function,
     unsafe_allowed,
-    wall_backstop,
 )
 
 __all__ = ["CANDIDATE_KINDS", "PROGRAM_PRELOAD", "STDLIB_PRELOAD", "ERROR_KINDS", "NoSandbox", "SandboxError",

@@ -1,6 +1,7 @@
-"""The fork server (zygote) side: this file's source is appended to :mod:`heldout.sandbox._child`'s
-and handed to ``python -s -c`` inside the same bubblewrap root as a fresh sandbox (never imported;
-the names of ``_child`` -- ``main``, ``isolate`` ... -- are its globals).
+"""The fork server (zygote) side: this file's source follows :mod:`heldout.sandbox._child`'s and
+:mod:`heldout.sandbox._spare`'s in one program handed to ``python -s -c`` inside the same
+bubblewrap root as a fresh sandbox (never imported; the names of both -- ``main``, ``isolate``,
+``_fork_spare`` ... -- are its globals).
 
 The zygote is trusted code that runs no candidate itself. It imports the modules it was asked to
 preload (a task's helper modules from a folder of its inbox, which every child's own code dir
@@ -50,20 +51,11 @@ memory down then, after the report."""
 
 import array
 import collections
-import errno
 import gc
-import importlib
 import selectors
 import socket
 
-CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x02000000, 0x04000000, 0x08000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_PARENT = 0x100, 0x200, 0x400, 0x8000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
-PROC_COVERS = ("sys", "sysrq-trigger", "irq", "bus")  # what bwrap's --proc makes read-only
-RESULT_FD = 3
+PR_SET_DUMPABLE = 4
 SETUP_FAILED = 125
 _own_fds = []  # the control socket, the wakeup pipe and its own PID namespace: no execution keeps them
 _own_pid_ns = [-1]
@@ -71,7 +63,6 @@ _own_pid_ns = [-1]
 # waits for an RCU grace period) while an execution takes ~6 ms: four keep one ready for
 # back-to-back executions (with two, a request waited for a spare still in its setup: p95 2.5x p50)
 SPARES = 4
-SCRATCH = "/sandbox/scratch"
 SHM, SHM_BYTES = "/dev/shm", 64 << 20  # the cap of a fresh sandbox's /dev/shm (root.SHM_MB; a test checks)
 _spares = collections.deque()  # (child pid, request socket, group id or None), oldest first
 _waiting = set()  # pids of the spares that said they wait for a request (their setup is done)
@@ -87,7 +78,6 @@ _dying = set()  # reapers killed and not yet reaped: their holders' teardowns ar
 # more pending teardowns than this (a busy machine starves a low priority) and the holders get the
 # default priority: the memory of finished executions must not pile up
 SLOW_TEARDOWNS = 4
-REAPER_STACK_BYTES = 16384
 _groups = collections.deque()  # (group id, its cgroup.procs fds): made by the harness for spares to join
 _ctl = [None]  # the control socket (the zygote's own: no spare keeps it)
 
@@ -100,25 +90,6 @@ def _refill():
 def _report(msg):
     _ctl[0].sendmsg([json.dumps(msg).encode()])  # noqa: F821
 
-_libc = libc()  # noqa: F821 - _child's: every child of this zygote inherits the handle
-
-
-def _check(ret, what):
-    if ret != 0:
-        err = ctypes.get_errno()  # noqa: F821
-        raise OSError(err, f"{what}: {os.strerror(err)}")  # noqa: F821
-
-
-def _mount(source, target, fstype, flags, data=None):
-    _check(_libc.mount(source and source.encode(), target.encode(), fstype and fstype.encode(), flags,
-                       data and data.encode()), f"mount {target}")
-
-
-def _bind_readonly(source, target):
-    _mount(source, target, None, MS_BIND | MS_REC)
-    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-
-
 def _exit_code(status):
     """bwrap's convention: the child's exit code, or 128 + the signal that killed it."""
     if os.WIFSIGNALED(status):  # noqa: F821
@@ -129,272 +100,6 @@ def _exit_code(status):
 def _reset_pid_ns():
     """The zygote's next child is in the zygote's own PID namespace again."""
     _check(_libc.setns(_own_pid_ns[0], CLONE_NEWPID), "reset the PID namespace for children")
-
-
-def _spare_setup(scratch, group_fds):
-    """The child, before its request: its namespaces, scratch and /proc (nothing shared with an
-    earlier or concurrent execution but the read-only root), its memory holder, then its own cgroup
-    (if the harness gave the spare one: the holder stays out of it)."""
-    _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)  # the zygote gone: so is this execution
-    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1048576,mode=1777")
-    _mount(None, "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    # /dev/shm is bwrap's one tmpfs for the zygote's life (a mount of its own: the remount of /dev
-    # leaves it writable): a fresh one per execution, or a file parked there reaches the next
-    # execution and a full one makes it fail with ENOSPC
-    _mount("tmpfs", SHM, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SHM_BYTES},mode=1777")
-    # hidepid=2 (invisible): the child, under its throw-away uid, sees no process it may not
-    # ptrace (the root reaper and memory holder are not there at all: the holder shares the child's
-    # memory, and the kernel lets a process read the maps of any process with its own memory)
-    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
-    for name in PROC_COVERS:
-        if os.path.exists("/proc/" + name):  # noqa: F821
-            _bind_readonly("/proc/" + name, "/proc/" + name)
-    try:
-        _hold_memory()  # it keeps the namespaces too: their teardown leaves the path with it
-    except OSError:
-        pass  # without a holder the child's own exit tears its memory down (slower, the same)
-    for fd in group_fds:
-        # joined now, before any request (a cgroup.procs write can wait for an RCU grace period,
-        # ~10 ms here: it is off the execution's path)
-        try:
-            os.write(fd, b"0")  # noqa: F821
-        except OSError as exc:
-            # ENODEV: the group is gone already. The zygote handed this spare to a request that
-            # brings its own group (which the child moves to) and reported its group gone, and
-            # the harness removed it before this join ran. No request can name it any more.
-            if exc.errno != errno.ENODEV:
-                raise
-        os.close(fd)  # noqa: F821
-
-
-_clone = _libc.clone
-_clone.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]  # noqa: F821
-_clone.restype = ctypes.c_int  # noqa: F821
-_PAUSE = ctypes.cast(_libc.pause, ctypes.c_void_p)  # noqa: F821
-# signal masks as libc's sigset_t (128 bytes), set through libc: signal.pthread_sigmask turns every
-# signal of the masks it returns into an enum member, 0.2 ms of every spare
-_ALL_SIGNALS, _SAVED_MASK = ctypes.create_string_buffer(128), ctypes.create_string_buffer(128)  # noqa: F821
-_libc.sigfillset(_ALL_SIGNALS)
-SIG_BLOCK, SIG_SETMASK = 0, 2
-
-
-def _parked_clone(flags, what):
-    """A process that shares the caller's memory (``CLONE_VM`` among ``flags``) and waits in
-    ``pause()`` on a stack of its own in that memory, every signal blocked: it runs no handler
-    there, so it never returns to user space and only SIGKILL ends it. Returns ``(pid, stack)``;
-    the stack must outlive the process."""
-    stack = ctypes.create_string_buffer(REAPER_STACK_BYTES)  # noqa: F821
-    top = (ctypes.addressof(stack) + REAPER_STACK_BYTES - 64) & ~15  # noqa: F821
-    err = _libc.pthread_sigmask(SIG_BLOCK, _ALL_SIGNALS, _SAVED_MASK)  # the clone inherits the mask
-    if err:
-        raise OSError(err, f"block signals: {os.strerror(err)}")  # noqa: F821
-    try:
-        pid = _clone(_PAUSE, top, flags | signal.SIGCHLD, None)  # noqa: F821
-        err = ctypes.get_errno()  # noqa: F821
-    finally:
-        _libc.pthread_sigmask(SIG_SETMASK, _SAVED_MASK, None)
-    if pid <= 0:
-        raise OSError(err, f"clone {what}: {os.strerror(err)}")  # noqa: F821
-    return pid, stack
-
-
-def _new_reaper():
-    """PID 1 of a new PID namespace: a parked clone sharing the zygote's memory, file table and
-    file-system state. Returns its pid."""
-    pid, stack = _parked_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_NEWPID, "a reaper")
-    _reapers[pid] = stack
-    return pid
-
-
-_holder = []  # in a spare child: its memory holder's stack (the holder waits on it)
-PARKED_SECONDS = 5.0
-HOLDER_NICENESS = 19
-
-
-def _hold_memory():
-    """The child's memory holder: a parked clone sharing the child's memory (and its new
-    namespaces), a child of the zygote in the execution's PID namespace. It is made before the
-    child joins its execution's group, so it is none of the run's processes, and before any fd
-    of the execution arrives (it keeps copies of the zygote's log, the spare's request socket and
-    its group's fds, and uses none). When the child exits, its memory is still in use, so the
-    exit does not tear down the page tables (~2 ms with numpy's image, the largest part of an
-    execution's exit). The holder does that when its namespace dies, after the exit is
-    reported, at a low priority (at the default one it competed with the next execution's
-    start, and nothing was gained: measured).
-
-    The candidate can write this memory. The holder never returns to user space once it sleeps
-    in ``pause()`` (every signal blocked; only root outside could stop or freeze it), so it runs
-    nothing the candidate wrote: the child waits until it sleeps there, and kills it and goes on
-    without a holder if it does not in time."""
-    pid, stack = _parked_clone(CLONE_VM | CLONE_PARENT, "a memory holder")
-    _holder.append(stack)
-    deadline = time.monotonic() + PARKED_SECONDS  # noqa: F821
-    try:
-        # its first system call is pause(); "S" (an interruptible sleep) is only ever that one
-        while not _sleeps(pid):
-            if time.monotonic() > deadline:  # noqa: F821
-                raise OSError(errno.ETIMEDOUT, "the memory holder did not park")
-            time.sleep(0.0001)  # noqa: F821
-        os.setpriority(os.PRIO_PROCESS, pid, HOLDER_NICENESS)  # noqa: F821
-    except BaseException:
-        os.kill(pid, 9)  # noqa: F821 - the zygote reaps it
-        raise
-
-
-def _sleeps(pid):
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        return f.read().rpartition(b")")[2].split()[0] == b"S"
-
-
-def _wait_for_request():
-    """The spare child: built in advance, used for exactly one execution. What does not depend
-    on the request is done before it arrives (off the execution's path)."""
-    numpy_random = sys.modules.get("numpy.random")  # noqa: F821
-    if numpy_random is not None:
-        numpy_random.seed()  # fresh entropy, as a fresh import would draw (random reseeds itself at fork)
-    # No warm-up here (running a throw-away job so that its copy-on-write faults come before the
-    # request): it took ~0.7 ms off the path of a lone execution but cost each spare ~1 ms of CPU,
-    # and back to back, where the machine is busy with the next spares and the last teardowns,
-    # that made the tail longer (p95 of 300 forked executions 9.5-11.4 ms with it, 7.9-9.2 without;
-    # p50 5.5-5.9 and 5.6-6.3 ms)
-    importlib.invalidate_caches()
-    sys.path_importer_cache.clear()  # noqa: F821
-    sock = socket.socket(fileno=_spare_end[0])
-    try:
-        sock.send(b"ready")  # the zygote routes requests to spares that said so (see _pick_spare)
-    except OSError:
-        os._exit(SETUP_FAILED)  # noqa: F821 - the zygote is gone
-    msg, fds = _recv(sock)
-    if not msg:
-        os._exit(SETUP_FAILED)  # noqa: F821 - the zygote is gone
-    req = json.loads(msg)  # noqa: F821
-    n_cg = int(req["n_cgroup_fds"])
-    stdin_r, stdout_w, result_w = fds[:3]
-    try:
-        for fd in fds[3:3 + n_cg]:  # a request that brings its group: the child moves there now
-            os.write(fd, b"0")  # noqa: F821 - what it starts follows
-            os.close(fd)  # noqa: F821
-        _check(_libc.unshare(CLONE_NEWCGROUP), "unshare the cgroup namespace")  # rooted at its own group
-        # the zygote's code dir is the inbox of every execution's code dir: covering it with
-        # this execution's own leaves the others out of reach
-        _bind_readonly(req["code"] + "/" + req["name"], req["code"])
-        _mount(None, req["scratch"], None, MS_REMOUNT | MS_NOSUID | MS_NODEV,
-               f"size={int(req['scratch_bytes'])},mode=1777")
-    except BaseException as exc:  # noqa: BLE001
-        os.write(stdout_w, f"fork server: execution setup failed: {exc!r}\n".encode())  # noqa: F821
-        os._exit(SETUP_FAILED)  # noqa: F821
-    _become_child(req, (stdin_r, stdout_w, result_w))
-
-
-def _become_child(req, fds):
-    stdin_r, stdout_w, result_w = fds
-    os.dup2(stdin_r, 0)  # noqa: F821
-    os.dup2(stdout_w, 1)  # noqa: F821
-    os.dup2(stdout_w, 2)  # noqa: F821
-    os.dup2(result_w, RESULT_FD)  # noqa: F821
-    os.closerange(RESULT_FD + 1, 1 << 16)  # noqa: F821 - the request socket, anything inherited
-    if dict(os.environ) != req["env"]:  # noqa: F821 - the zygote was started with the sandbox environment
-        os.environ.clear()  # noqa: F821
-        os.environ.update(req["env"])  # noqa: F821
-    sys.argv[:] = ["-c", str(RESULT_FD)]  # noqa: F821
-    main()  # noqa: F821 - the ordinary child; it never returns
-
-
-_spare_end = [-1]  # in a spare's processes: their end of the request socket
-
-
-def _prepare_spare():
-    """Make a spare execution (a reaper and its waiting child), in the next group the harness
-    made for one if there is any, and return ``(child pid, zygote's end of its request socket,
-    group id or None)``."""
-    gid, group_fds = _groups.popleft() if _groups else (None, [])
-    try:
-        pid, ours = _fork_spare(group_fds)
-    except BaseException:
-        if gid is not None:
-            _report({"group_gone": gid})
-        raise
-    finally:
-        for fd in group_fds:
-            os.close(fd)  # noqa: F821 - the reaper has its copies
-    _sel[0].register(ours, selectors.EVENT_READ, ("spare", pid))  # until it says it is ready
-    return pid, ours, gid
-
-
-def _spare_ready(sock, pid):
-    """A spare said it waits for a request (or died first). Its group, if it has one, is
-    reported then, not when it was forked: the harness names only groups whose spare is ready."""
-    spare = next((x for x in _spares if x[0] == pid), None)
-    if spare is None:
-        return  # handed to a request earlier in the same wake-up: this event is stale
-    try:
-        said = sock.recv(16)
-    except OSError:
-        said = b""
-    _sel[0].unregister(sock)
-    if said != b"ready":
-        return  # it died before it was ready: reaped (and its group reported gone) in the wait loop
-    _waiting.add(pid)
-    if spare[2] is not None:
-        _report({"spare": spare[2]})
-
-
-def _forget_spare(spare):
-    """``spare`` leaves the pool (handed to a request, or dead); the caller closes its socket."""
-    _spares.remove(spare)
-    _waiting.discard(spare[0])
-    try:
-        _sel[0].unregister(spare[1])
-    except (KeyError, ValueError):
-        pass  # it had said it was ready
-
-
-def _fork_spare(group_fds):
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    reaper = _new_reaper()
-    try:
-        # the pid cannot name another process: the reaper is the zygote's child, not yet reaped
-        ns = os.open(f"/proc/{reaper}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)  # noqa: F821
-        try:
-            _check(_libc.setns(ns, CLONE_NEWPID), "enter the reaper's PID namespace")  # for the next child
-        finally:
-            os.close(ns)  # noqa: F821
-        try:
-            pid = os.fork()  # noqa: F821 - PID 2 of the reaper's namespace
-        except BaseException:
-            _reset_pid_ns()
-            raise
-    except BaseException:
-        os.kill(reaper, 9)  # noqa: F821 - reaped with the others
-        raise
-    if pid:
-        _reset_pid_ns()
-        theirs.close()
-        _reaper_of[pid] = reaper
-        return pid, ours
-    try:
-        signal.set_wakeup_fd(-1)  # noqa: F821
-        # the zygote changed only SIGCHLD and the wakeup fd: every other disposition is a fresh Python's
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # noqa: F821
-        ours.close()
-        for fd in _own_fds:
-            os.close(fd)  # noqa: F821
-        for spare in _spares:
-            spare[1].close()
-        for handed in _handed.values():
-            handed.close()
-        for _, fd in _running.values():
-            os.close(fd)  # noqa: F821 - running executions' reports
-        for _, fds in _groups:
-            for fd in fds:
-                os.close(fd)  # noqa: F821 - other spares' groups
-        _spare_end[0] = theirs.detach()
-        _spare_setup(SCRATCH, group_fds)
-        _wait_for_request()
-    finally:
-        os._exit(SETUP_FAILED)  # noqa: F821 - never back into the zygote's loop
 
 
 def _reaped(pid, status, killed):
@@ -508,9 +213,28 @@ def _dispatch(msg, fds, want):
             return None
 
 
-def serve():
-    ctl = socket.socket(fileno=int(sys.argv[2]))  # noqa: F821
-    _ctl[0] = ctl
+def _preload(modules, helpers):
+    """Import the preload set (a task's helpers from ``helpers``, a folder no child looks in);
+    returns the names imported and, by name, why the others failed (a child then imports such a
+    module itself, and fails the same way)."""
+    preloaded, failed = [], {}
+    if helpers:
+        sys.path.insert(0, helpers)  # noqa: F821 - for the preload only: no child looks there
+    for name in modules:
+        try:
+            __import__(name)
+            preloaded.append(name)
+        except Exception as exc:  # noqa: BLE001
+            failed[name] = repr(exc)[:300]
+    if helpers:
+        sys.path.remove(helpers)  # noqa: F821
+        sys.path_importer_cache.pop(helpers, None)  # noqa: F821
+    return preloaded, failed
+
+
+def _start(ctl):
+    """Everything before the first spare, then the hello to the harness: True when the zygote
+    can serve (one thread, its own PID namespace for the spares)."""
     os.chdir("/")  # noqa: F821
     # every reaper shares this memory and file table and is PID 1 of its execution's namespace:
     # nothing in there may read or write them through /proc/1 or a pidfd (a candidate runs under
@@ -518,19 +242,8 @@ def serve():
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     use_python_path(json.loads(sys.argv[4]))  # noqa: F821 - before the preload: numpy is in site-packages
     helpers = sys.argv[5] if len(sys.argv) > 5 else ""  # noqa: F821 - the task's helper modules, if any
-    preloaded, failed = [], {}
     seccomp_program()  # noqa: F821 - built once, here: every child inherits it
-    if helpers:
-        sys.path.insert(0, helpers)  # noqa: F821 - for the preload only: no child looks there
-    for name in json.loads(sys.argv[3]):  # noqa: F821
-        try:
-            __import__(name)
-            preloaded.append(name)
-        except Exception as exc:  # noqa: BLE001 - a child then imports it itself (and fails the same way)
-            failed[name] = repr(exc)[:300]
-    if helpers:
-        sys.path.remove(helpers)  # noqa: F821
-        sys.path_importer_cache.pop(helpers, None)  # noqa: F821
+    preloaded, failed = _preload(json.loads(sys.argv[3]), helpers)  # noqa: F821
     threads = len(os.listdir("/proc/self/task"))  # noqa: F821 - forking a threaded process is unsafe
     gc.collect()
     gc.freeze()
@@ -544,7 +257,64 @@ def serve():
         problem = problem or str(exc)
     ctl.sendmsg([json.dumps({"ready": problem is None, "problem": problem, "threads": threads,  # noqa: F821
                              "preloaded": preloaded, "failed": failed}).encode()])
-    if problem is not None:
+    return problem is None
+
+
+def _kill_execution(ident, killed):
+    """The harness asked for execution ``ident`` to be killed."""
+    for pid, (running, _) in _running.items():
+        if running == ident and pid in _reaper_of:
+            killed.add(pid)
+            # the child first: its reaper goes when it is reaped (see _reaped), and the whole
+            # execution with it. Killed together, the holder could die first and leave the
+            # child to tear its memory down on the exit's path
+            os.kill(pid, 9)  # noqa: F821
+
+
+def _on_control(ctl, killed):
+    """One message of the harness: a group for a spare, a kill, or a request (handed to a spare).
+    False when the harness is gone."""
+    msg, fds = _recv(ctl)
+    if not msg:
+        for reaper in _reapers:
+            os.kill(reaper, 9)  # noqa: F821 - the harness is gone: so is everything here
+        return False
+    req = json.loads(msg)  # noqa: F821
+    if "stock" in req:
+        _groups.append((int(req["stock"]), fds))
+        return True
+    if "kill" in req:
+        _kill_execution(req["kill"], killed)
+    else:
+        exit_pipe = fds.pop()  # the zygote's, not the child's
+        child = _dispatch(msg, fds, req.get("group"))
+        if child is None:
+            # no spare left (it is not there yet, or the one in the request's group died):
+            # report the execution as failed to set up
+            _report_exit(exit_pipe, {"code": SETUP_FAILED, "no_spare": True})
+        else:
+            _running[child] = (req["id"], exit_pipe)
+    for fd in fds:
+        os.close(fd)  # noqa: F821
+    return True
+
+
+def _reap_all(killed):
+    """Reap every child of the zygote that has exited."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)  # noqa: F821
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _reaped(pid, status, killed)
+
+
+def serve():
+    ctl = socket.socket(fileno=int(sys.argv[2]))  # noqa: F821
+    _ctl[0] = ctl
+    if not _start(ctl):
         return
     wake_r, wake_w = os.pipe()  # noqa: F821
     os.set_blocking(wake_w, False)  # noqa: F821
@@ -560,49 +330,13 @@ def serve():
         for key, _ in sel.select(timeout=1.0):
             if key.data == "wake":
                 os.read(wake_r, 4096)  # noqa: F821
-                continue
-            if key.data != "ctl":
+            elif key.data != "ctl":
                 _spare_ready(key.fileobj, key.data[1])
-                continue
-            msg, fds = _recv(ctl)
-            if not msg:
-                for reaper in _reapers:
-                    os.kill(reaper, 9)  # noqa: F821 - the harness is gone: so is everything here
+            elif not _on_control(ctl, killed):
                 return
-            req = json.loads(msg)  # noqa: F821
-            if "stock" in req:
-                _groups.append((int(req["stock"]), fds))
-                continue
-            if "kill" in req:
-                for pid, (ident, _) in _running.items():
-                    if ident == req["kill"] and pid in _reaper_of:
-                        killed.add(pid)
-                        # the child first: its reaper goes when it is reaped (see _reaped), and
-                        # the whole execution with it. Killed together, the holder could die
-                        # first and leave the child to tear its memory down on the exit's path
-                        os.kill(pid, 9)  # noqa: F821
-                for fd in fds:
-                    os.close(fd)  # noqa: F821
-                continue
-            exit_pipe = fds.pop()  # the zygote's, not the child's
-            child = _dispatch(msg, fds, req.get("group"))
-            if child is None:
-                # no spare left (it is not there yet, or the one in the request's group died):
-                # report the execution as failed to set up
-                _report_exit(exit_pipe, {"code": SETUP_FAILED, "no_spare": True})
-            else:
-                _running[child] = (req["id"], exit_pipe)
-            for fd in fds:
-                os.close(fd)  # noqa: F821
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)  # noqa: F821
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            _reaped(pid, status, killed)
+        _reap_all(killed)
         _refill()
+
 
 if __name__ == "__main__" and sys.argv[1:2] == ["zygote"]:  # noqa: F821
     serve()

@@ -37,10 +37,8 @@ import collections
 import itertools
 import json
 import os
-import queue
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -50,14 +48,16 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from heldout.sandbox.cgroups import RunGroup, limits_level
+from heldout.sandbox.cleanup import after_run, drain_cleanup
 from heldout.sandbox.root import CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, child_env, python_path
 
 FORK_SERVER_ENV = "HELDOUT_FORK_SERVER"  # "0": a fresh sandbox per execution (the opt-out)
 _HERE = Path(__file__).resolve().parent
-SOURCE = (_HERE / "_child.py").read_text(encoding="utf-8") + "\n" + (_HERE / "_zygote.py").read_text(encoding="utf-8")
+# one program: the sandboxed child, a spare execution's making, the zygote's loop (which runs it)
+SOURCE = "\n".join((_HERE / name).read_text(encoding="utf-8") for name in ("_child.py", "_spare.py", "_zygote.py"))
 START_SECONDS = 30.0  # to import the preload set under load
 EXIT_REPORT_SECONDS = 5.0  # after its processes were killed, an execution's exit is reported at once
 RETRY_SECONDS = 60.0
@@ -438,13 +438,10 @@ class ForkServer:
         except OSError:
             pass
         proc = getattr(self, "proc", None)
-        self.group.kill_all()
-        if proc is not None:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        if proc is None:
+            self.group.kill_all()
+        else:
+            self.group.kill_run(proc.pid)
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -518,37 +515,12 @@ def server_for(preload: Sequence[str] | Preload) -> ForkServer | None:
         return server
 
 
-
-_cleanup_queue: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
-_cleanup_thread: threading.Thread | None = None
-
-
-def after_run(task: Callable[[], None]) -> None:
-    """Run ``task`` (removing a finished execution's cgroup or code dir) on a background thread,
-    so that a caller does not wait for the kernel to finish tearing down the processes it killed."""
-    global _cleanup_thread
-    with _lock:
-        if _cleanup_thread is None or not _cleanup_thread.is_alive():
-            _cleanup_thread = threading.Thread(target=_clean, name="heldout-fork-server-cleanup", daemon=True)
-            _cleanup_thread.start()
-    _cleanup_queue.put(task)
-
-
-def _clean() -> None:
-    while True:
-        task = _cleanup_queue.get()
-        try:
-            task()
-        except Exception:  # noqa: BLE001 - a leftover dir is swept by the next harness
-            pass
-
-
 def _forget_after_fork() -> None:
     """In a child forked from a process that used fork servers (a process-pool worker): the
     parent's zygotes, threads and locks are the parent's. The child starts its own zygotes; it
     never talks to the parent's (their control sockets would carry two callers' executions) and
     never waits on a thread that was not copied into it."""
-    global _lock, _retired_lock, _starter, _cleanup_queue, _cleanup_thread, _forked
+    global _lock, _retired_lock, _starter, _forked
     _lock = threading.Lock()
     _retired_lock = threading.Lock()
     _servers.clear()  # dropped, not closed: closing would kill the parent's zygotes
@@ -558,18 +530,9 @@ def _forget_after_fork() -> None:
     _last_failure.clear()
     _forked = 0
     _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heldout-fork-server-start")
-    _cleanup_queue = queue.SimpleQueue()
-    _cleanup_thread = None
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def drain_cleanup(timeout: float = 30.0) -> None:
-    """Wait until every queued cleanup ran (tests and exit)."""
-    done = threading.Event()
-    after_run(done.set)
-    done.wait(timeout)
 
 
 def discard(server: ForkServer, why: str) -> None:
@@ -629,6 +592,6 @@ def stats() -> dict[str, int]:
 
 atexit.register(shutdown)
 
-__all__ = ["after_run", "drain_cleanup", "last_failure", "ForkServer", "ForkServerDown", "Execution", "Preload",
+__all__ = ["last_failure", "ForkServer", "ForkServerDown", "Execution", "Preload",
            "server_for", "start_early", "discard", "shutdown", "stats",
            "fork_server_enabled", "supported", "wait_readable", "FORK_SERVER_ENV"]

@@ -1,0 +1,315 @@
+"""How an execution starts and ends: forked by the fork server of the run's preload set
+(:mod:`heldout.sandbox.zygote`) or in a fresh bubblewrap sandbox (:mod:`heldout.sandbox.root`),
+each in a cgroup of its own (:mod:`heldout.sandbox.cgroups`). Every call into those three modules
+that an execution makes is made here; :mod:`heldout.sandbox.monitor` watches what this module
+started, and :mod:`heldout.sandbox.process` reads the outcome.
+
+A :class:`Launcher` serves one ``run_calls``: it takes the zygote for the run (or none) and falls
+back to fresh sandboxes when the zygote cannot serve it. Each execution it starts is a
+:class:`Launched`: the harness's ends of its pipes, its group, its CPU clock, and :meth:`Launched.end`,
+which kills what is left, reaps it and reads the group's limit counters into :class:`Ended`."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from heldout.contracts import RunLimits
+from heldout.sandbox.cgroups import RunGroup
+from heldout.sandbox.cleanup import after_run
+from heldout.sandbox.root import (CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env,
+                                  python_path)
+from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, Preload, discard, fork_server_enabled,
+                                    server_for, start_early)
+
+DEFAULT_SCRATCH_MB = 64
+UNSERVED_RETRIES = 8  # times an execution asks the fork server again when no spare took it
+_CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def scratch_mb(limits: RunLimits) -> int:
+    """Total size of the private scratch tmpfs."""
+    return int(limits.scratch_mb or DEFAULT_SCRATCH_MB)
+
+
+class UseFreshSandbox(Exception):
+    """The fork server could not run this execution (nothing of the candidate ran, or what ran
+    is thrown away): run it in a fresh sandbox. ``unserved``: the zygote had no spare to give it
+    (not a fault of the fork server's: the execution may ask it once more)."""
+
+    def __init__(self, message: str, unserved: bool = False) -> None:
+        super().__init__(message)
+        self.unserved = unserved
+
+
+class CouldNotStart(Exception):
+    """A fresh sandbox's Python could not be started (the harness's fault, never the candidate's);
+    ``level`` is the isolation it was to have."""
+
+    def __init__(self, message: str, level: str) -> None:
+        super().__init__(message)
+        self.level = level
+
+
+@dataclass
+class Ended:
+    """What the harness learns once an execution's processes are gone: the exit code (bwrap's
+    convention; -SIGKILL when none was reported), the CPU seconds its processes used, whether
+    its group hit the memory or process limit, and its peak memory."""
+
+    returncode: int
+    cpu_seconds: float
+    memory_hit: bool
+    processes_hit: bool
+    peak_memory_mb: float | None
+
+
+class Launcher:
+    """Where one run's executions start: children of the zygote for ``preload`` (with
+    ``setup_files``' helpers among it), unless ``fork_server`` is False, the fork server is off
+    here, or the run is unsandboxed; then, or once the zygote fails it, fresh sandboxes."""
+
+    def __init__(self, preload: Sequence[str], setup_files: dict[str, Any] | None,
+                 fork_server: bool, isolation_forced_off: bool) -> None:
+        self.preload = Preload.of(preload, setup_files)  # the task's helpers among it: imported by the zygote
+        self.wants_server = fork_server and fork_server_enabled()
+        self.server: ForkServer | None = None
+        self.unserved = 0
+        if self.wants_server and not bwrap_probed() and not isolation_forced_off:
+            start_early(self.preload)  # the first execution of a process: the zygote starts while bwrap is probed
+
+    def connect(self, level: str) -> None:
+        """Take the zygote for the run, now that its isolation ``level`` is known (none for an
+        unsandboxed run, or when none can be had right now)."""
+        self.server = server_for(self.preload) if self.wants_server and level != "none" else None
+
+    @property
+    def forked(self) -> bool:
+        """Every execution so far was a zygote's child."""
+        return self.server is not None
+
+    def new_code_dir(self) -> Path | None:
+        """An empty code dir in the zygote's inbox, or None: the caller makes a fresh one."""
+        return self.server.new_code_dir() if self.server is not None else None
+
+    def remove_code_dir(self, code: Path) -> None:
+        """The run is over: its code dir goes (off the caller's path when a zygote may still
+        hold it open)."""
+        if self.server is not None:
+            after_run(lambda: shutil.rmtree(code, ignore_errors=True))
+        else:
+            shutil.rmtree(code, ignore_errors=True)
+
+    def fall_back(self, failure: UseFreshSandbox) -> bool:
+        """After ``failure``: True when the execution asks the same zygote again (no spare took
+        it: its prepared spare had died, or a concurrent request took it; throwing the zygote away
+        for it made concurrent runs fresh ones), False when the zygote is thrown away and the run
+        goes on in fresh sandboxes (its code dir must then be written anew, outside the inbox)."""
+        if failure.unserved and self.unserved < UNSERVED_RETRIES:
+            self.unserved += 1
+            return True
+        discard(self.server, str(failure))
+        self.server = None
+        return False
+
+    def start(self, job: dict[str, Any], code: Path, level: str, limits: RunLimits) -> "Launched":
+        """Start one execution of ``job`` (its code dir ``code``): a zygote's child (raises
+        :class:`UseFreshSandbox` if it cannot) or a fresh sandbox (raises :class:`CouldNotStart`)."""
+        job["python_path"] = python_path()
+        privileged = os.geteuid() == 0
+        job["uid"] = random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged and level != "none" else None
+        if self.server is not None:
+            return _start_forked(job, code, limits, self.server)
+        return _start_fresh(job, code, level, limits)
+
+
+@dataclass
+class Launched:
+    """A started execution, however it was started: the harness's ends of its pipes, its cgroup,
+    how to kill and reap it, and its CPU clock."""
+
+    result_fd: int
+    stdout_fd: int
+    job_fd: int
+    group: RunGroup
+    level: str  # the isolation it runs under, as results record it
+    kill: Callable[[], None]  # every process of the run
+    reap: Callable[[bool], tuple[int | None, float]]  # (need the exit code?) -> (exit code, CPU seconds)
+    cpu: Callable[[], float | None]  # the CPU seconds every process of the run used so far
+    forked: Execution | None = None
+    server: ForkServer | None = None
+
+    def in_its_group(self) -> bool:
+        """A child that says it is isolated must be in its cgroup (checked on the host; a fast
+        run may have exited already, so its charges count too)."""
+        return self.group.was_joined()
+
+    def abandon(self) -> None:
+        """The harness failed while watching: kill and reap whatever runs."""
+        self.kill()
+        self.reap(False)
+
+    def end(self, *, killed: bool, finished: bool, by_itself: bool, set_up: bool, tail: str) -> Ended:
+        """The execution's end, once its pipes are closed. ``killed``: the harness stopped it;
+        ``finished``: it said it was done; ``by_itself``: it ended without its outcome (the exit
+        code then words the message); ``set_up``: its isolation was complete (a forked child
+        that was not is thrown away: :class:`UseFreshSandbox`, as is one whose zygote went away
+        under it); ``tail``: its last output, for that message."""
+        # a forked run that ended by itself is killed by ``reap`` without waiting for its
+        # cgroup to empty: the zygote's exit report already means its whole tree is gone
+        if self.forked is None or killed:
+            self.kill()
+        returncode, cpu_used = self.reap(by_itself)
+        # a forked run that ended without its outcome, and whose exit the zygote never reported: the
+        # zygote went away under it (its runs die with it), so nothing says the program ended the run
+        lost = returncode is None and by_itself
+        # the CPU used and the limit counters only word the message of a run that did not finish
+        group_cpu = None if finished else self.group.cpu_seconds()
+        ended = Ended(-signal.SIGKILL if returncode is None else returncode,
+                      cpu_used if group_cpu is None else max(cpu_used, group_cpu),
+                      not finished and self.group.memory_exceeded(), not finished and self.group.processes_exceeded(),
+                      self.group.peak_memory_mb())
+        unserved = self._release_group()
+        if self.forked is not None and not set_up:
+            # the fork server could not isolate this child (nothing of the candidate ran before
+            # "ready"): it is thrown away and the execution runs in a fresh sandbox
+            raise UseFreshSandbox(f"the fork server could not set up an execution (exit code {ended.returncode}): "
+                                  f"{tail[-500:]}", unserved=unserved)
+        if lost:
+            # what ran is thrown away: the execution runs again, whole, in a fresh sandbox
+            raise UseFreshSandbox("the fork server went away during an execution (it never reported the run's exit)")
+        return ended
+
+    def _release_group(self) -> bool:
+        """Remove the execution's group; True when no spare of the zygote took the execution."""
+        if self.forked is None:
+            self.group.close()
+            return False
+        if self.server is not None and self.server.unserved(self.forked):
+            # what may be left in its group is a spare the zygote gave another request, which
+            # moves it out: the group is only removed, never killed
+            after_run(self.group.remove)
+            return True
+        after_run(self.group.close)  # every process is dead or SIGKILLed; emptying the group can wait
+        return False
+
+
+def _start_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits) -> Launched:
+    read_fd, write_fd = os.pipe()
+    if level == "none":
+        scratch = tempfile.mkdtemp(prefix="heldout-sbx-")
+        job.update(code=str(code), scratch=scratch)
+        prefix: list[str] = []
+    else:
+        scratch = SCRATCH_DIR
+        job.update(code=CODE_DIR, scratch=scratch)
+        prefix = [*bwrap_argv(AllowList(code=code, scratch_mb=scratch_mb(limits)), privileged=os.geteuid() == 0),
+                  "--"]
+    # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
+    cmd = [*prefix, sys.executable, *PYTHON_FLAGS, "-c", _CHILD_SOURCE, str(write_fd)]
+    if level == "none":
+        group = RunGroup("rlimit")
+    else:
+        group = RunGroup.create(memory_mb=limits.memory_mb, max_processes=limits.max_processes)
+    level_name = level if level == "none" else f"bwrap+{group.level}"
+    try:
+        proc = subprocess.Popen(group.attach_argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True,
+                                env=child_env(scratch), cwd=scratch if level == "none" else "/")
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        group.close()
+        raise CouldNotStart(f"sandbox could not start Python: {exc}", level_name) from exc
+    os.close(write_fd)
+
+    def kill() -> None:
+        group.kill_run(proc.pid)
+
+    def reap(need_code: bool) -> tuple[int | None, float]:
+        cpu = _reap(proc)
+        if level == "none":
+            shutil.rmtree(scratch, ignore_errors=True)
+        return proc.returncode, cpu
+
+    job_fd = os.dup(proc.stdin.fileno())
+    stdout_fd = os.dup(proc.stdout.fileno())
+    proc.stdin.close()
+    proc.stdout.close()
+    # without a CPU controller the run's processes are found under the one the harness started
+    cpu = group.cpu_clock() if group.counts_cpu() else (lambda: _tree_cpu_seconds(proc.pid))
+    return Launched(read_fd, stdout_fd, job_fd, group, level_name, kill, reap, cpu)
+
+
+def _start_forked(job: dict[str, Any], code: Path, limits: RunLimits, server: ForkServer) -> Launched:
+    job.update(code=CODE_DIR, scratch=SCRATCH_DIR)
+    try:
+        ex = server.start(code, child_env(SCRATCH_DIR), scratch_mb(limits), limits.memory_mb, limits.max_processes)
+    except ForkServerDown as exc:
+        raise UseFreshSandbox(str(exc)) from exc
+
+    def kill() -> None:
+        server.kill(ex)
+
+    def reap(need_code: bool) -> tuple[int | None, float]:
+        # a run whose streams closed by themselves is exiting: it is killed only after its exit
+        # was reported, which means every process of the run has exited (see wait_exit)
+        # (the wait is on the caller's path on purpose: no process of a run may still run, or
+        # hold memory or files, when its result is returned)
+        if not need_code:
+            server.end(ex)
+        code = server.wait_exit(ex)
+        if code is None:  # no report: whatever is left of the run is killed here, and waited for
+            server.kill(ex, wait=True)
+        server.finished(ex)
+        return code, 0.0
+
+    return Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap,
+                    ex.group.cpu_clock(), ex, server)
+
+
+def _tree_cpu_seconds(root: int) -> float | None:
+    """CPU seconds used by process ``root`` and its descendants (alive, and reaped by one of them),
+    from ``/proc``: the run's clock where no cgroup counts its CPU. None once ``root`` is gone."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        # utime, stime, and cutime, cstime: the children it reaped
+        used[pid] = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    if root not in used:
+        return None
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / _CLOCK_TICKS
+
+
+def _reap(proc: subprocess.Popen) -> float:
+    """Wait for ``proc``, record its exit code and return the CPU seconds it and its reaped
+    descendants used."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+__all__ = ["CouldNotStart", "Ended", "Launched", "Launcher", "UseFreshSandbox", "scratch_mb"]
