@@ -65,7 +65,7 @@ LIB_DIR = CODE_DIR  # the staged heldout modules and the runner
 SOCK_DIR = SANDBOX_DIR + "/sock"
 USER_DIR = SANDBOX_DIR + "/user"
 # what of heldout an isolated optimizer may import: code only, and none of it knows a label
-OPTIMIZER_MODULES = ("contracts.py", "adapters", "optimizers")
+OPTIMIZER_MODULES = ("contracts.py", "files.py", "adapters", "optimizers")
 _MODULE_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_]\w*$")
 
 
