@@ -36,18 +36,20 @@ def test_a_mistyped_run_dir_is_answered_before_the_statistics_load(argv, tmp_pat
     assert done.stdout.split() == ["2"] and "run dir runs/mistyped does not exist" in done.stderr, done
 
 
-@pytest.mark.parametrize("name,module,attr", [
-    ("FIXED_UNITS", "heldout.protocols.arms", "FIXED_UNITS"),
-    ("DEFAULT_MARGIN", "heldout.protocols.stats.margin", "DEFAULT_MARGIN"),
-    ("PAPER_FORMATS", "heldout.reports.paper", "FORMATS"),
-    ("DESIGN_FIELDS", "heldout.reports.check", "DESIGN_FIELDS"),
-    ("TABLES", "heldout.reports.store", "TABLES"),
+@pytest.mark.parametrize("copy,source", [
+    ("heldout.cli.study:FIXED_UNITS", "heldout.protocols.arms_plan:FIXED_UNITS"),
+    ("heldout.cli.results:DEFAULT_MARGIN", "heldout.protocols.stats.margin:DEFAULT_MARGIN"),
+    ("heldout.cli.results:PAPER_FORMATS", "heldout.reports.paper:FORMATS"),
+    ("heldout.cli.results:DESIGN_FIELDS", "heldout.reports.check:DESIGN_FIELDS"),
+    ("heldout.cli.results:TABLES", "heldout.reports.store:TABLES"),
 ])
-def test_the_parsers_copied_choices_equal_their_source(name, module, attr):
+def test_the_parsers_copied_choices_equal_their_source(copy, source):
     import importlib
 
-    import heldout.cli as cli
-    assert getattr(cli, name) == getattr(importlib.import_module(module), attr)
+    def value(where: str):
+        module, name = where.split(":")
+        return getattr(importlib.import_module(module), name)
+    assert value(copy) == value(source)
 
 
 def _install_broken_plugin(site, name="brokenplug"):
