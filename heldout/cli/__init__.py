@@ -23,10 +23,11 @@ from heldout.cli import evaluate
 from heldout.cli import ledger
 from heldout.cli import results
 from heldout.cli import study
-from heldout.cli.shared import (HeldoutParser, add_data_dir, add_json, add_local_model_arguments, command_line,
-                                local_backend, number, print_json)
+from heldout.cli import leak
+from heldout.cli.shared import (HeldoutParser, add_data_dir, add_local_model_arguments, command_line, local_backend,
+                                number, print_json)
 from heldout.contracts import HeldoutError
-from heldout.files import check_folder, read_user_json
+from heldout.files import check_folder
 
 # The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
 # matched budget per task (no model, no network; a minute or two on 2 cores).
@@ -79,68 +80,6 @@ PROTOCOL_DEMO_SLOTS = 2  # model copies answering at once, one per core
 
 
 # -- split / leak --------------------------------------------------------------------------------
-
-
-def leak_scan_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("candidate", help="candidate file or folder (a .json dict of components, or text)")
-    p.add_argument("--task", required=True, help="the task whose training split is searched for")
-    p.add_argument("--profile", required=True, help="the split profile whose training examples are looked for")
-    add_data_dir(p)
-    add_json(p)
-
-
-def cmd_leak_scan(args: argparse.Namespace) -> int:
-    from heldout.benchmarks.loading import load_task
-    from heldout.protocols.leakage import scan_candidate
-    task = load_task(args.task, args.profile, args.data_dir)
-    scan = scan_candidate(task.benchmark.candidate_from_path(args.candidate), task)
-    if args.json:
-        print_json(scan.to_dict())
-    else:
-        print(scan.describe())
-    return 1 if scan.red_flags else 0  # a red flag is data the optimizer never saw: fail the command
-
-
-def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", help="a study's run dir (searched recursively for run records)")
-    # --baseline-method, as in `report`: `--baseline` names run dirs (in `check`), never a method
-    p.add_argument("--baseline-method", default="seed", help="'seed' (the task's seed candidate) or a method name")
-    p.add_argument("--worker-model", default=None, help="default: the study's (study.json)")
-    p.add_argument("--base-url", default=None, help="the worker model's OpenAI-compatible endpoint (default: the study's)")
-    p.add_argument("--cache-dir", default=None, help="response cache folder (default: the study's)")
-    p.add_argument("--jobs", type=int, default=2, help="examples scored at once")
-    add_data_dir(p)
-    add_json(p)
-
-
-def cmd_leak_ablate(args: argparse.Namespace) -> int:
-    from heldout.models import ModelClient, ResponseCache
-    from heldout.protocols.leakage import ablate
-    from heldout.protocols.reviewer_evidence import study_evidence
-    from heldout.reports.evidence_tables import evidence_tables, tables_text
-    study = Path(args.run_dir) / "study.json"
-    config = read_user_json(study, "the study's record").get("config", {}) if os.path.lexists(study) else {}
-    if not isinstance(config, dict):
-        raise HeldoutError(f"the study's record {study}: config must be an object, got {type(config).__name__}")
-    model = args.worker_model or config.get("worker_model")
-    cache_dir = args.cache_dir or config.get("cache_dir")
-    worker = (ModelClient(model, base_url=args.base_url or config.get("base_url"),
-                          cache=ResponseCache(cache_dir) if cache_dir else None) if model else None)
-    result = ablate(args.run_dir, baseline=args.baseline_method, worker=worker,
-                    data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
-    # what a reviewer asks beside the verdicts: per-item gains, lineage, key per component, recipe baseline
-    evidence = study_evidence(args.run_dir, baseline=args.baseline_method, worker=worker,
-                              data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
-    if args.json:
-        print_json({**result.to_dict(), "evidence": [e.as_dict() for e in evidence]})
-    else:
-        print(result.describe())
-        for e in evidence:
-            print(f"\nevidence for {e.method} on {e.task} [{e.profile}] against {args.baseline_method}"
-                  + (f": {e.missing}" if e.evidence is None else ""))
-            if e.evidence is not None:
-                print(tables_text(evidence_tables(e.evidence)))
-    return 0
 
 
 # -- compare -------------------------------------------------------------------------------------
@@ -416,9 +355,9 @@ COMMANDS = (
     Command(("split", "check"), "prove zero group overlap (exit 1 otherwise) and scan for near-duplicates",
             data.split_check_arguments, data.cmd_split_check),
     Command(("leak", "scan"), "training questions/answers found in a candidate's text",
-            leak_scan_arguments, cmd_leak_scan),
+            leak.leak_scan_arguments, leak.cmd_leak_scan),
     Command(("leak", "ablate"), "score seed and final candidates on test / exact train / shared-topic probe",
-            leak_ablate_arguments, cmd_leak_ablate, writes=("cache_dir",)),
+            leak.leak_ablate_arguments, leak.cmd_leak_ablate, writes=("cache_dir",)),
     Command(("compare", "verifiers"), "optimise under each verifier variant, re-score with the canonical one",
             study.compare_verifiers_arguments, study.cmd_compare_verifiers, writes=("run_dir", "cache_dir")),
     Command(("compare", "arms"), "serial vs best-of-N fork vs merge-of-N at an equal budget",
