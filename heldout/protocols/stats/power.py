@@ -286,27 +286,16 @@ def plan_gate(
     gate will hold to it together (Holm over tasks for regressions, every task for a pass)."""
     alpha = check_alpha(alpha)
     margin = Margin.parse(min_effect)
-    if int(tasks) != tasks or tasks < 1:
-        raise StatsInputError(f"tasks must be an integer >= 1, got {tasks!r}")
+    _check_plan_inputs(seeds=seeds, n_examples=n_examples, p_base=p_base, run_sd=run_sd, binary=binary, tasks=tasks)
     tasks = int(tasks)
     alpha_reg = alpha / tasks
     power = _check_power(power)
-    if int(seeds) != seeds or seeds < 1:
-        raise StatsInputError(f"seeds must be an integer >= 1, got {seeds!r}")
-    if int(n_examples) != n_examples or n_examples < 1:
-        raise StatsInputError(f"n_examples must be an integer >= 1, got {n_examples!r}")
-    if binary and not 0.0 <= p_base <= 1.0:
-        raise StatsInputError(f"p_base must be a proportion in [0, 1] for 0/1 scores, got {p_base!r}")
-    if not binary and run_sd is None:
-        raise StatsInputError("scores that are not 0/1 need a run-to-run SD (give --run-sd or a --pilot of >= 2 runs)")
     notes: list[str] = []
     binomial = p_base * (1.0 - p_base) if binary else 0.0
     if run_sd is None:
         between, source = 0.0, "binomial floor, no run-to-run spread known: optimistic"
         notes.append("no pilot spread: give --run-sd or --pilot with >= 2 runs; real optimizers vary more")
     else:
-        if not math.isfinite(run_sd) or run_sd < 0:
-            raise StatsInputError(f"run_sd must be a finite number >= 0, got {run_sd!r}")
         pilot_n = pilot_n_examples or n_examples
         between = math.sqrt(max(run_sd**2 - binomial / pilot_n, 0.0))
         source = "from the pilot" if pilot_n_examples else "given"
@@ -340,6 +329,20 @@ def plan_gate(
     return GatePlan(int(seeds), int(n_examples), paired, alpha, power, float(p_base), sd, between, source, test, min_seeds,
                     mde, target, seeds_for, examples_for, headroom, tuple(notes), margin=str(margin),
                     margin_units=margin_units, tasks=tasks, mde_pass=mde_pass)
+
+
+def _check_plan_inputs(*, seeds: int, n_examples: int, p_base: float, run_sd: float | None, binary: bool,
+                       tasks: int) -> None:
+    """:func:`plan_gate`'s inputs, each refused with what it must be."""
+    for name, value in (("tasks", tasks), ("seeds", seeds), ("n_examples", n_examples)):
+        if int(value) != value or value < 1:
+            raise StatsInputError(f"{name} must be an integer >= 1, got {value!r}")
+    if binary and not 0.0 <= p_base <= 1.0:
+        raise StatsInputError(f"p_base must be a proportion in [0, 1] for 0/1 scores, got {p_base!r}")
+    if not binary and run_sd is None:
+        raise StatsInputError("scores that are not 0/1 need a run-to-run SD (give --run-sd or a --pilot of >= 2 runs)")
+    if run_sd is not None and (not math.isfinite(run_sd) or run_sd < 0):
+        raise StatsInputError(f"run_sd must be a finite number >= 0, got {run_sd!r}")
 
 
 def _grow(start: int, limit: int):
