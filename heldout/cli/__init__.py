@@ -12,9 +12,7 @@ import contextlib
 import errno
 import os
 import sys
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Sequence
 
 from heldout import __version__
@@ -24,32 +22,13 @@ from heldout.cli import ledger
 from heldout.cli import results
 from heldout.cli import study
 from heldout.cli import leak
-from heldout.cli.shared import (HeldoutParser, add_data_dir, add_local_model_arguments, command_line, local_backend,
-                                number, print_json)
+from heldout.cli import demo
+from heldout.cli import model_server
+from heldout.cli import vliw
+from heldout.cli import completion
+from heldout.cli.shared import HeldoutParser
 from heldout.contracts import HeldoutError
 from heldout.files import check_folder
-
-# The README's main job: seed vs the reference searches, 3 seeds each, on three embedded tasks with a
-# matched budget per task (no model, no network; a minute or two on 2 cores).
-DEMO_TASKS = {"lockpicking/six": 300, "circle_packing/square26": 20, "heilbronn/triangle11": 20}
-DEMO_METHODS = ("seed", "local-search")
-DEMO_SEEDS = (0, 1, 2, 3, 4)  # 5 per arm: the exact permutation test over runs, Holm over 3 tasks, can conclude
-# `heldout demo --real-model`: the same study shape with a real (tiny) model as worker and architect
-# on two prompt tasks, small enough for a laptop CPU: a 16/0/24 split profile, one reflective round.
-REAL_MODEL_DEMO_TASKS = {"bbh/boolean_expressions": 16, "gsm_hard": 16}
-REAL_MODEL_DEMO_SEEDS = (0, 1, 2)  # each seed costs ~12 min of one CPU core with the real model
-REAL_MODEL_DEMO_PROFILE = "cpu-demo"
-REAL_MODEL_DEMO_METHODS = ("seed", "reflective")
-REAL_MODEL_DEMO_ANSWER_TOKENS = 80  # per worker answer
-REAL_MODEL_DEMO_ARCHITECT_TOKENS = 256  # per architect answer (the server's cap)
-# `heldout demo --protocol`: the generalisation-first protocol on a small topic-disjoint profile (one
-# MMLU-Pro source per pool; HotpotQA's distractor prompts, ~2,200 tokens, overflow SmolLM2's context)
-PROTOCOL_DEMO_TASK, PROTOCOL_DEMO_PROFILE = "mmlu_pro/business", "cpu-demo"
-PROTOCOL_DEMO_OPTIMIZERS = ("reflective", "gepa")
-PROTOCOL_DEMO_SEEDS = (0, 1, 2)
-PROTOCOL_DEMO_BUDGET = 30  # metric calls per session: gepa's minimum on 16 train / 12 val (2 x 12 + 2 x 3): the
-# seed and one child on the 12 val questions and one reflection minibatch (at 24 gepa could only return the seed)
-PROTOCOL_DEMO_SLOTS = 2  # model copies answering at once, one per core
 
 
 # -- argument wiring shared by several commands --------------------------------------------------
@@ -89,191 +68,12 @@ PROTOCOL_DEMO_SLOTS = 2  # model copies answering at once, one per core
 
 
 # -- vliw ----------------------------------------------------------------------------------------
-def vliw_simulate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("cases", help="CASES.json: a list of {name, program, mem[, scratch_init, enable_pause, runs]}")
-    p.add_argument("--engine", choices=("fast", "reference"), default="fast", help="simulator engine")
-    p.add_argument("--cycle-cap", type=int, default=10_000_000, help="stop a program after this many cycles")
-
-
-def cmd_vliw_simulate(args: argparse.Namespace) -> int:
-    from heldout.benchmarks.vliw.conformance import load_cases, run_case
-    for case in load_cases(args.cases):
-        print_json(run_case(case, engine=args.engine, cycle_cap=args.cycle_cap))
-    return 0
 
 
 # -- local model ---------------------------------------------------------------------------------
 
 
-def serve_model_arguments(p: argparse.ArgumentParser) -> None:
-    add_local_model_arguments(p)
-    p.add_argument("--port", type=int, default=8000, help="0: let the OS choose (printed)")
-    p.add_argument("--max-tokens", type=int, default=512, help="the most tokens one answer may have")
-    p.add_argument("--api-key", default=None, help="require this bearer token")
-    p.add_argument("--slots", type=number(int, 1, "--slots"), default=1,
-                   help="requests answered at once, each by its own model copy (SmolLM2-135M measured: VmRSS 219 MB "
-                        "with 1 slot, 356 MB with 2); give each slot a core: slots x threads <= cores")
-
-
-def cmd_serve_model(args: argparse.Namespace) -> int:
-    # Each slot is its own llama.cpp context over the same memory-mapped weights: N slots answer N
-    # requests at once, and which slot answers never changes the text (see SlotPool).
-    from heldout.models.backends.pool import SlotPool
-    from heldout.models.server import ChatServer
-    pool = SlotPool([local_backend(args, args.max_tokens) for _ in range(args.slots)])
-    first = pool.copies[0]
-    server = ChatServer(pool, api_key=args.api_key, port=args.port, name="local-model")
-    try:
-        stats = server.serve_until_signalled(
-            f"heldout serve-model: {pool.model_id} ({first.model_file.path.name}, {args.slots} slot(s) of "
-            f"{args.threads} thread(s), context {args.ctx}) listening on {{url}}")
-    except OSError as exc:
-        raise HeldoutError(f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror or exc}") from None
-    per_slot = ", ".join(str(n) for n in pool.answered)
-    print(f"served {stats.ok} of {stats.calls} calls (per slot: {per_slot})", file=sys.stderr, flush=True)
-    return 0
-
-
-def demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--real-model", action="store_true",
-                   help="seed vs reflective on two prompt tasks with a real local model (the [local-model] extra)")
-    p.add_argument("--run-dir", default=None,
-                   help="study folder (default runs/demo, runs/demo-real-model with --real-model)")
-    p.add_argument("--out", default=None,
-                   help="report folder (default runs/demo-report, runs/demo-real-model-report with --real-model)")
-    p.add_argument("--jobs", type=number(int, 1, "--jobs"), default=2, help="sessions in parallel (the real-model demo runs one)")
-    p.add_argument("--protocol", action="store_true",
-                   help="the generalisation-first protocol (reflective and gepa, 3 seeds) on mmlu_pro/business "
-                        "[cpu-demo] with a real local model as worker and architect (the [local-model] extra)")
-    p.add_argument("--base-url", default=None,
-                   help="with --protocol: this OpenAI-compatible endpoint instead of the bundled model")
-    p.add_argument("--worker-model", default=None, help="with --base-url: the model id to ask for")
-    add_data_dir(p, "dataset mirror for --real-model and --protocol (default $HELDOUT_DATA_DIR)")
-    add_local_model_arguments(p)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from heldout.models.server import ChatServer
-    from heldout.protocols.run import LocalExecutor, StudyConfig, build_cells, open_study, run_study
-    from heldout.protocols.study import parse_methods
-    from heldout.reports import build_report, write_report
-    started = time.monotonic()
-    hint = command_line(args)
-    if args.protocol:
-        return _demo_protocol(args, started, hint)
-    if args.base_url or args.worker_model:
-        raise HeldoutError("--base-url and --worker-model go with --protocol")
-    run_dir = check_folder(args.run_dir or ("runs/demo-real-model" if args.real_model else "runs/demo"), "--run-dir")
-    out = check_folder(args.out or ("runs/demo-real-model-report" if args.real_model else "runs/demo-report"), "--out")
-    if args.real_model:
-        backend = local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS)
-        cells = build_cells(list(REAL_MODEL_DEMO_TASKS), parse_methods(REAL_MODEL_DEMO_METHODS, []),
-                            list(REAL_MODEL_DEMO_SEEDS), dict(REAL_MODEL_DEMO_TASKS), REAL_MODEL_DEMO_PROFILE,
-                            {"max_tokens": REAL_MODEL_DEMO_ANSWER_TOKENS})
-        with ChatServer(backend, name="local-model") as server:
-            # One model answers one request at a time: two in flight keep it busy without queueing
-            # requests into client timeouts. Identical requests (the seed arm's test answers in every
-            # seed) are answered once, through the response cache.
-            config = StudyConfig(run_root=run_dir, data_dir=args.data_dir, worker_model=backend.model_id,
-                                 architect_model=backend.model_id, base_url=server.base_url,
-                                 cache_dir=str(Path(run_dir) / "response-cache"), model_concurrency=2)
-            open_study(cells, config, resume=None)  # the demo's settings never change: re-running continues it
-            results = run_study(cells, config, LocalExecutor(1), resume_hint=hint)
-        served = server.stats
-        print(f"{backend.model_id} answered {served.ok} requests ({served.prompt_tokens} prompt + "
-              f"{served.completion_tokens} completion tokens); the rest came from the response cache")
-    else:
-        cells = build_cells(list(DEMO_TASKS), parse_methods(DEMO_METHODS, []), list(DEMO_SEEDS),
-                            dict(DEMO_TASKS), "default", {})
-        config = StudyConfig(run_root=run_dir)
-        open_study(cells, config, resume=None)
-        results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint=hint)
-    failed = [r for r in results if r["status"] != "ok"]
-    report = build_report([run_dir], baseline="seed", data_dir=args.data_dir)
-    if args.real_model:
-        report.tables[0].notes.append(
-            f"Every number here comes from one model, {backend.model_id} ({backend.model_file.path.name}), as "
-            f"worker and architect, run by llama.cpp on the CPU with {args.threads} thread(s); worker answers at "
-            f"temperature 0 capped at {REAL_MODEL_DEMO_ANSWER_TOKENS} tokens; split profile "
-            f"{REAL_MODEL_DEMO_PROFILE} (16 train / 24 test examples per task).")
-    for kind, path in write_report(report, out).items():
-        print(f"{kind}: {path}")
-    print(f"demo took {time.monotonic() - started:.0f} s")
-    if failed:
-        print(f"{len(failed)} cell(s) failed: " + "; ".join(
-            f"{r['task']} {r['method']} s{r['seed']}: {r.get('error')}" for r in failed))
-    return 1 if failed else 0
-
-
-def _demo_protocol(args: argparse.Namespace, started: float, hint: str) -> int:
-    """`heldout demo --protocol`: one generalisation protocol per optimizer under RUN_DIR/<optimizer>,
-    the bundled model in-process (PROTOCOL_DEMO_SLOTS copies) unless --base-url names an endpoint."""
-    from heldout.protocols.generalisation import (GeneralisationInterrupted, GeneralisationSpec, plan_generalisation,
-                                                  run_generalisation)
-    from heldout.models.backends.pool import SlotPool
-    from heldout.models.server import ChatServer
-    from heldout.protocols.run import StudyConfig
-    from heldout.protocols.study import parse_methods
-    from heldout.reports.generalisation import write_generalisation_report
-    if args.real_model:
-        raise HeldoutError("--protocol and --real-model are two demos; choose one")
-    if bool(args.base_url) != bool(args.worker_model):
-        raise HeldoutError("--base-url and --worker-model go together")
-    root = Path(check_folder(args.run_dir or "runs/demo-protocol", "--run-dir"))
-    plans = []
-    for name in PROTOCOL_DEMO_OPTIMIZERS:
-        (method,) = parse_methods([name], [])
-        spec = GeneralisationSpec(task=PROTOCOL_DEMO_TASK, profile=PROTOCOL_DEMO_PROFILE, optimizer=method,
-                                  seeds=PROTOCOL_DEMO_SEEDS, budget=PROTOCOL_DEMO_BUDGET,
-                                  options={"max_tokens": REAL_MODEL_DEMO_ANSWER_TOKENS})
-        plans.append(plan_generalisation(spec, data_dir=args.data_dir))
-    with contextlib.ExitStack() as stack:
-        if args.base_url:
-            base_url, model_id, described = args.base_url, args.worker_model, f"{args.worker_model} at {args.base_url}"
-        else:
-            pool = SlotPool([local_backend(args, REAL_MODEL_DEMO_ARCHITECT_TOKENS) for _ in range(PROTOCOL_DEMO_SLOTS)])
-            server = stack.enter_context(ChatServer(pool, name="local-model"))
-            base_url, model_id = server.base_url, pool.model_id
-            described = (f"{pool.model_id} ({pool.copies[0].model_file.path.name}) run by llama.cpp on the CPU, "
-                         f"{PROTOCOL_DEMO_SLOTS} copies of {args.threads} thread(s)")
-        for plan in plans:
-            name = plan.spec.optimizer.name
-            config = StudyConfig(run_root=str(root / name), data_dir=args.data_dir, worker_model=model_id,
-                                 architect_model=model_id, base_url=base_url,
-                                 cache_dir=str(root / "response-cache"), model_concurrency=PROTOCOL_DEMO_SLOTS)
-            try:
-                result = run_generalisation(plan, root / name, config, progress=args.verbosity >= 0,
-                                            resume_hint=hint)
-            except GeneralisationInterrupted as exc:
-                print(f"heldout: {exc}", file=sys.stderr)
-                return 130
-            written = write_generalisation_report(result, root / name)
-            seed_test = [g.seed_test for g in result.comparison.per_seed]
-            print(f"{name}: {result.reading[-1].text}")
-            print(f"  report: {written['md']}  (html: {written['html']})")
-            print(f"  what a model this small can show: the seed prompt scores {min(seed_test):.3f}-"
-                  f"{max(seed_test):.3f} on the {plan.sizes.get('test', 0)} held-out questions (chance with 10 "
-                  f"options: 0.100); {plan.detectable()[0]}. It shows the protocol end to end (split proof, seeds, "
-                  f"ablation, autopsy, ledgers), not whether {name} generalises on a model that can answer.")
-    print(f"worker and architect: {described}; demo took {time.monotonic() - started:.0f} s")
-    return 0
-
-
 # -- completion ----------------------------------------------------------------------------------
-COMPLETION_SHELLS = ("bash", "zsh", "fish")
-
-
-def completion_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("shell", choices=COMPLETION_SHELLS, help="e.g. `eval \"$(heldout completion bash)\"` in ~/.bashrc")
-
-
-def cmd_completion(args: argparse.Namespace) -> int:
-    try:
-        import argcomplete
-    except ImportError:  # the optional extra heldout[completion]
-        raise HeldoutError("shell completion needs argcomplete: pip install 'heldout[completion]'") from None
-    print(argcomplete.shellcode(["heldout"], shell=args.shell))
-    return 0
 
 
 # -- the parser: one entry per command -----------------------------------------------------------
@@ -310,7 +110,7 @@ GROUPS = {
 # in the order `heldout --help` lists them
 COMMANDS = (
     Command(("completion",), "print a shell completion script (needs argcomplete: heldout[completion])",
-            completion_arguments, cmd_completion),
+            completion.completion_arguments, completion.cmd_completion),
     Command(("tasks", "list"), "every task with kind, metric, split profiles and sizes",
             data.tasks_list_arguments, data.cmd_tasks_list),
     Command(("data", "verify"), "check manifests against the data", data.data_verify_arguments, data.cmd_data_verify),
@@ -338,10 +138,10 @@ COMMANDS = (
     Command(("export", "inspect"),
             "Inspect eval logs (held-out scoring, optionally optimisation) for `inspect view`",
             results.export_inspect_arguments, results.cmd_export_inspect, writes=("out",)),
-    Command(("demo",), "run the small study of the README and write its report", demo_arguments, cmd_demo,
+    Command(("demo",), "run the small study of the README and write its report", demo.demo_arguments, demo.cmd_demo,
             writes=("run_dir", "out")),
     Command(("serve-model",), "an OpenAI-compatible endpoint on 127.0.0.1 for a local GGUF model",
-            serve_model_arguments, cmd_serve_model),
+            model_server.serve_model_arguments, model_server.cmd_serve_model),
     Command(("report",), "tables, figures, report.md/.html and results.json from run dirs",
             results.report_arguments, results.cmd_report, writes=("out",)),
     Command(("verify",), "re-derive every number of a study (or a copy) from its ledgers: exit 0 verified, "
@@ -366,7 +166,7 @@ COMMANDS = (
             "ablation, verifier ablation and prompt autopsy, in one report",
             study.protocol_generalisation_arguments, study.cmd_protocol_generalisation, writes=("run_dir", "cache_dir")),
     Command(("vliw", "simulate"), "run conformance cases; one JSON line per case",
-            vliw_simulate_arguments, cmd_vliw_simulate),
+            vliw.vliw_simulate_arguments, vliw.cmd_vliw_simulate),
 )
 
 
