@@ -66,12 +66,13 @@ def as_here(code: str, server_url: str | None, data_dir: Path | None) -> str:
 
 def run_shell(code: str, cwd: Path, *, bin_dir: Path | None = None, server_url: str | None = None,
               data_dir: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run a shell block with ``bash -e -o pipefail`` (a failing line fails the block)."""
+    """Run a shell block with ``bash -e -o pipefail -x`` (a failing line fails the block; stderr shows
+    each command before its output, so a failure names its line)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HELDOUT_MANIFEST_PATH")}
     env["PATH"] = os.pathsep.join([str(bin_dir or Path(sys.executable).parent), env.get("PATH", "")])
     if data_dir is not None:
         env["HELDOUT_DATA_DIR"] = str(data_dir)
-    return subprocess.run(["bash", "-e", "-o", "pipefail", "-c", as_here(code, server_url, data_dir)],
+    return subprocess.run(["bash", "-e", "-o", "pipefail", "-x", "-c", as_here(code, server_url, data_dir)],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

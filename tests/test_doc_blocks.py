@@ -9,10 +9,12 @@ blocks run (the loopback model server, the real data, a temporary folder): tests
 
 from __future__ import annotations
 
+import json
 import re
+import tarfile
 from pathlib import Path
 
-from doc_blocks import DOC_URL, ROOT, Block, blocks, run_python
+from doc_blocks import DOC_URL, ROOT, Block, blocks, run_python, run_shell
 from heldout.models.testserver import TestServer
 
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -20,6 +22,7 @@ DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").g
 # (doc, "shell" or "python", index among the doc's blocks of that kind) -> the test that runs it
 RUN_BY = {
     ("README.md", "shell", 2): "tests/test_demo.py::test_demo_runs_the_study_and_writes_a_self_contained_report",
+    ("README.md", "shell", 3): "tests/test_doc_blocks.py::test_the_readme_everyday_commands_run_in_order_as_written",
     ("docs/write-a-task.md", "shell", 0): "tests/test_doc_packages.py::test_the_jsonl_route_block_freezes_verifies_and_runs_a_study",
     ("docs/write-a-task.md", "shell", 1):
         "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
@@ -98,3 +101,20 @@ def test_plug_an_optimizer_module_and_session_run_against_the_loopback_model(tmp
     assert out.returncode == 0, out.stderr
     status, score, verifier = out.stdout.split()[:3]
     assert status == "ok" and 0.0 <= float(score) <= 1.0 and verifier
+
+
+def test_the_readme_everyday_commands_run_in_order_as_written(tmp_path, data_dir):
+    block = blocks("README.md", "shell")[3]
+    assert block.code.startswith("heldout tasks list") and block.not_run is None
+    done = run_shell(block.code, tmp_path, data_dir=data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "study").rglob("run_record.json")]
+    assert sorted((r["method"], r["seed"], r["status"]) for r in records) == \
+        [(m, s, "ok") for m in ("local-search", "seed") for s in (0, 1, 2)]
+    assert (tmp_path / "runs/study-report/report.html").is_file() and list((tmp_path / "runs/study-parquet").glob("*.parquet"))
+    assert "local-search" in done.stdout and "lockpicking/six" in done.stdout  # the query's rows
+    (signer,) = (tmp_path / "allowed_signers").read_text().splitlines()
+    assert signer.startswith("me ")
+    with tarfile.open(tmp_path / "review.tar.gz") as bundle:  # "nothing secret"
+        names = bundle.getnames()
+    assert names and not [n for n in names if n.endswith((".key", "signing.key", "ledger.key"))]
