@@ -30,6 +30,7 @@ Rules (each one named, each one tested):
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -69,10 +70,14 @@ def fold(text: str) -> str:
 
 
 # "the/my/final/correct answer is|:|=" anywhere; "Answer:" / "answer =" opening a line; "####".
+# The lookahead names every first character a match can have (a word of the first form, the
+# second's padding or "answer", "#"), so most positions fail at once: the same matches, found
+# in about three quarters of the time.
 _CUE = re.compile(
+    r"(?=[tmocrfba \t>#*_-])(?:"
     r"\b(?:the|my|our|final|correct|right|best)\s+(?:(?:final|correct|right|best)\s+)?answer\b[\s*_`]*(?:is\b|:|=)"
     r"|(?:^|(?<=\n)|(?<=[.!?]\s))[ \t>#*_-]*answer\b[\s*_`]*[:=]"
-    r"|####",
+    r"|####)",
     re.IGNORECASE,
 )
 _NEGATION = re.compile(
@@ -96,16 +101,23 @@ def is_negated(segment: str) -> bool:
 
 def cue_ends(text: str) -> list[int]:
     """Where each answer cue ends, in reading order."""
-    return [m.end() for m in _CUE.finditer(text)]
+    return list(_cue_ends(text))
+
+
+# A task's scorer reads one output several times (published, strict and flexible rules, the run-on
+# cut), and the cue scan is most of a read's time on a chain of thought: scanned once per text.
+@functools.lru_cache(maxsize=32)
+def _cue_ends(text: str) -> tuple[int, ...]:
+    return tuple(m.end() for m in _CUE.finditer(text))
 
 
 def cut_run_on(text: str, markers: tuple[str, ...] = QUESTION_MARKERS) -> str:
     """Drop an invented next example: after the first cue, the first line opening with a marker."""
-    first = _CUE.search(text)
-    if first is None or not markers:
+    ends = _cue_ends(text)
+    if not ends or not markers:
         return text
     alternatives = "|".join(re.escape(m[:-1]) + r"\s*:" if m.endswith(":") else re.escape(m) for m in markers)
-    run_on = re.compile(rf"\n[ \t]*(?:{alternatives})").search(text, first.end())
+    run_on = re.compile(rf"\n[ \t]*(?:{alternatives})").search(text, ends[0])
     return text[: run_on.start()] if run_on else text
 
 
