@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 import heldout
-from heldout.contracts import Completion, HeldoutError, InfrastructureFailure
+from heldout.contracts import Completion, HeldoutError, InfrastructureFailure, Message
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE
-from heldout.evaluators.scoring import Execution, SessionModels
+from heldout.evaluators.scoring import DEPLOYMENT, OPTIMISATION, Decoding, Execution, Scorer, SessionModels, Usage
 from heldout.evaluators.session import Session
 from heldout.models import ModelError
 from heldout.models.workers import FunctionWorker
@@ -95,3 +95,39 @@ def test_execution_jobs_is_a_positive_int(jobs):
 
 def test_the_public_api_names_the_groups():
     assert heldout.SessionModels is SessionModels and heldout.Execution is Execution
+
+
+class RecordingModel(FunctionWorker):
+    """A local model that keeps every request it is sent (to read what the harness asked for)."""
+
+    def __init__(self, answer: str = "So the answer is a.", model: str = "recording") -> None:
+        super().__init__(lambda prompt: answer, model)
+        self.requests = []
+
+    def complete_many(self, requests, *, return_exceptions=False):
+        self.requests += list(requests)
+        return super().complete_many(requests, return_exceptions=return_exceptions)
+
+
+def test_decoding_reaches_the_models_requests_and_never_the_tasks_options(word_sorting):
+    worker, judge = RecordingModel(), RecordingModel(model="judge")
+    options = {"temperature": 0.7, "max_tokens": 5, "judge_temperature": 0.3, "judge_max_tokens": 9,
+               "prompt_format": "zero_shot"}
+    scorer = Scorer(word_sorting.benchmark, worker, options=options, judge=judge)
+    assert scorer.decoding == Decoding(0.7, 5, 0.3, 9) and scorer.options == {"prompt_format": "zero_shot"}
+    context = scorer.context(DEPLOYMENT, Usage())
+    assert dict(context.options) == {"prompt_format": "zero_shot"}  # what a task reads: task options only
+    context.judge.complete([Message("user", "rate it")])
+    (judged,) = judge.requests
+    assert (judged.channel, judged.temperature, judged.max_tokens) == ("judge-deployment", 0.3, 9)
+    scorer.score({"instruction": "Sort."}, word_sorting.splits["train"][:2], OPTIMISATION, Usage())
+    assert {(r.channel, r.temperature, r.max_tokens) for r in worker.requests} == {("worker-optimisation", 0.7, 5)}
+
+
+@pytest.mark.parametrize("bad", [{"temperature": "hot"}, {"max_tokens": 0}, {"judge_temperature": True},
+                                 {"judge_max_tokens": 2.5}])
+def test_a_bad_decoding_is_refused_before_the_session_writes_anything(bad, word_sorting, tmp_path):
+    with pytest.raises(HeldoutError, match=f"decoding {next(iter(bad))} must be"):
+        Session(word_sorting, budget=5, run_dir=tmp_path / "run", options=bad,
+                models=SessionModels(worker=FunctionWorker(sort_the_list)))
+    assert not (tmp_path / "run").exists()

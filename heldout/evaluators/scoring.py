@@ -49,6 +49,39 @@ class SessionModels:
                 check_chat_client(client, role)
 
 
+DECODING_OPTIONS = ("temperature", "max_tokens", "judge_temperature", "judge_max_tokens")
+"""The options of an experiment that say how its models decode, not what its task does."""
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a session's models decode, kept apart from the task options a task's
+    :class:`RunContext` carries: the worker's ``temperature`` and ``max_tokens`` (None: the task's
+    prompt setting's, else 0.0 and no cap) and the judge's (0.0 and no cap unless set)."""
+
+    temperature: float | None = None
+    max_tokens: int | None = None
+    judge_temperature: float = 0.0
+    judge_max_tokens: int | None = None
+
+    def __post_init__(self) -> None:  # refused when the session is made, not once per request later
+        for name in ("temperature", "judge_temperature"):
+            value = getattr(self, name)
+            if value is not None and (type(value) not in (int, float) or not 0.0 <= value <= 2.0):
+                raise HeldoutError(f"decoding {name} must be a number in [0, 2], got {value!r}")
+        for name in ("max_tokens", "judge_max_tokens"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise HeldoutError(f"decoding {name} must be a positive int, got {value!r}")
+
+    @classmethod
+    def split(cls, options: Mapping[str, Any]) -> tuple["Decoding", dict[str, Any]]:
+        """An experiment's options as a study states them, in one mapping: (its decoding, its task
+        options)."""
+        decoding = cls(**{k: options[k] for k in DECODING_OPTIONS if k in options})
+        return decoding, {k: v for k, v in options.items() if k not in DECODING_OPTIONS}
+
+
 @dataclass(frozen=True)
 class Execution:
     """How a session runs candidates: ``limits`` for each sandboxed execution (None: the task's
@@ -114,18 +147,18 @@ class MeteredWorker:
     counted by the session when the evaluation was admitted."""
 
     def __init__(self, client: ChatClient, usage: "Usage", channel: str, ledger: Ledger | None,
-                 decoding: Mapping[str, Any]) -> None:
+                 temperature: float, max_tokens: int | None) -> None:
         self._client = client
         self._usage = usage
         self._channel = channel
         self._ledger = ledger
-        self._decoding = decoding
+        self._temperature, self._max_tokens = temperature, max_tokens
         self.model = client.model
 
     def complete(self, messages: Sequence[Message]) -> Completion:
         request = ChatRequest(messages=tuple({"role": m.role, "content": m.content} for m in messages),
-                              model=self._client.model, temperature=self._decoding.get("temperature", 0.0),
-                              max_tokens=self._decoding.get("max_tokens"), channel=self._channel)
+                              model=self._client.model, temperature=self._temperature,
+                              max_tokens=self._max_tokens, channel=self._channel)
         response = self._client.complete_many([request])[0]
         self._usage.record(self._channel, response)
         if self._ledger is not None:
@@ -158,8 +191,9 @@ def model_failure_kind(exc: BaseException) -> str:
 class Scorer:
     """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
     execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
-    ``options`` are the task options of the experiment (canonical scoring); an evaluation may add
-    a verifier variant's options on top. Never raises for a bad candidate."""
+    ``options`` are the experiment's options as a study states them: their :class:`Decoding` goes
+    to the models' requests, the rest, the task options (canonical scoring), to the task's context;
+    an evaluation may add a verifier variant's options on top. Never raises for a bad candidate."""
 
     def __init__(self, benchmark, worker: ChatClient | None = None, limits: RunLimits | None = None,
                  options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None,
@@ -168,16 +202,17 @@ class Scorer:
         self.worker = worker
         self.judge = judge  # a separate judge model, metered on the ``judge-*`` channels
         self.limits = limits or benchmark.default_limits
-        self.options = dict(options or {})
+        self.decoding, self.options = Decoding.split(options or {})  # self.options: the task options
         self.jobs = max(1, jobs)
         self.ledger = ledger
 
     def context(self, channel: str, usage: "Usage", extra: Mapping[str, Any] | None = None) -> RunContext:
-        worker = None if self.worker is None else MeteredWorker(self.worker, usage, channel, self.ledger, self.options)
+        decoding = self.decoding
+        worker = None if self.worker is None else MeteredWorker(
+            self.worker, usage, channel, self.ledger, 0.0 if decoding.temperature is None else decoding.temperature,
+            decoding.max_tokens)
         judge = None if self.judge is None else MeteredWorker(
-            self.judge, usage, JUDGE_CHANNEL[channel], self.ledger,
-            {"temperature": self.options.get("judge_temperature", 0.0),
-             "max_tokens": self.options.get("judge_max_tokens")})
+            self.judge, usage, JUDGE_CHANNEL[channel], self.ledger, decoding.judge_temperature, decoding.judge_max_tokens)
         return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})}, judge=judge)
 
     def score(self, candidate: Candidate, examples: Sequence[Example], channel: str,
@@ -229,8 +264,12 @@ class Scorer:
         setting = getattr(self.benchmark, "prompt_setting", None)
         setting = setting(context.option("prompt_format") if context is not None else None) if setting else None
         stop = (("stop", list(setting.stop)),) if setting is not None and setting.stop else ()
-        temperature = self.options.get("temperature", setting.temperature if setting is not None else 0.0)
-        max_tokens = self.options.get("max_tokens", setting.max_tokens if setting is not None else None)
+        temperature = self.decoding.temperature
+        if temperature is None:
+            temperature = setting.temperature if setting is not None else 0.0
+        max_tokens = self.decoding.max_tokens
+        if max_tokens is None:
+            max_tokens = setting.max_tokens if setting is not None else None
         sent = (setting or ZERO_SHOT_SETTING).request_fields  # a task that names no setting is sent as a chat
         requests = [ChatRequest(**sent(self.benchmark.render(candidate, ex, context)),
                                 model=self.worker.model, temperature=temperature, max_tokens=max_tokens,

@@ -63,7 +63,7 @@ from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
 from heldout.evaluators.records import (RECORD_FILE, ExperimentMismatch, RunRecord, check_same_experiment,
                                         describe_experiment)
-from heldout.evaluators.scoring import (DEPLOYMENT, OPTIMISATION, Execution, Scorer, SessionModels, Usage,
+from heldout.evaluators.scoring import (DEPLOYMENT, OPTIMISATION, Decoding, Execution, Scorer, SessionModels, Usage,
                                         infrastructure_failures)
 from heldout.evaluators.view import MeteredArchitect, SessionView
 
@@ -352,7 +352,8 @@ class Session:
         self.seed = seed
         self.method = method
         self.run_dir = Path(run_dir)
-        self.options = dict(options or {})
+        self.options = dict(options or {})  # as the study states them: task options and the models' decoding
+        Decoding.split(self.options)  # a bad decoding is refused here, before the ledger is opened
         self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
         self.models = models
         self.ledger = Ledger.open(self.run_dir)
