@@ -23,6 +23,7 @@ DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").g
 RUN_BY = {
     ("README.md", "shell", 2): "tests/test_demo.py::test_demo_runs_the_study_and_writes_a_self_contained_report",
     ("README.md", "shell", 3): "tests/test_doc_blocks.py::test_the_readme_everyday_commands_run_in_order_as_written",
+    ("README.md", "shell", 5): "tests/test_doc_blocks.py::test_the_readme_protocol_commands_plan_and_run_as_written",
     ("docs/write-a-task.md", "shell", 0): "tests/test_doc_packages.py::test_the_jsonl_route_block_freezes_verifies_and_runs_a_study",
     ("docs/write-a-task.md", "shell", 1):
         "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
@@ -118,3 +119,14 @@ def test_the_readme_everyday_commands_run_in_order_as_written(tmp_path, data_dir
     with tarfile.open(tmp_path / "review.tar.gz") as bundle:  # "nothing secret"
         names = bundle.getnames()
     assert names and not [n for n in names if n.endswith((".key", "signing.key", "ledger.key"))]
+
+
+def test_the_readme_protocol_commands_plan_and_run_as_written(tmp_path, data_dir):
+    block = blocks("README.md", "shell")[5]
+    assert block.code.startswith("heldout split check") and block.not_run is None
+    done = run_shell(block.code, tmp_path, data_dir=data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "cs").rglob("run_record.json")]
+    assert sorted((r["method"], r["seed"], r["status"]) for r in records) == [("constant-search", s, "ok") for s in (0, 1)]
+    assert done.stdout.count("what it can detect") >= 2  # both plans say what their seeds can separate
+    assert not (tmp_path / "runs" / "arms").exists() and not (tmp_path / "runs" / "gen").exists()  # a plan runs nothing
