@@ -293,7 +293,7 @@ def test_the_documented_workflow_installs_the_sandbox_signs_with_the_secret_and_
 
     import yaml
 
-    from heldout.cli import build_parser
+    from heldout.cli.commands import build_parser
 
     doc = (REPO / "docs" / "ci-regression-gate.md").read_text()
     workflow = yaml.safe_load(re.search(r"```yaml\n(.*?)```", doc, re.S).group(1))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from heldout.benchmarks.bbh import SEPO_TASKS
-from heldout.cli import build_parser
+from heldout.cli.commands import build_parser
 from heldout.cli.study import study_from_flags
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.study import (

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from heldout.cli import COMMANDS
+from heldout.cli.commands import COMMANDS
 from heldout.contracts import HeldoutError
 from heldout.files import MAX_TOML_DEPTH, check_folder, read_user_toml
 from warm_cli import WarmCli
