@@ -23,7 +23,9 @@ from heldout.evaluators.ledger import read_entries
 from heldout.evaluators.session import Session
 from heldout.optimizers import resolve_optimizer
 from heldout.optimizers.merge import build_union
-from heldout.protocols.arms import ArmsError, ArmsSpec, arms_table, check_headroom, compare_arms, plan_arms
+from heldout.protocols.arms import check_headroom
+from heldout.protocols.arms_comparison import arms_table, compare_arms
+from heldout.protocols.arms_plan import ArmsError, ArmsSpec, plan_arms
 from heldout.protocols.decide import contrast
 from heldout.protocols.run import StudyConfig
 
@@ -201,13 +203,13 @@ def test_plan_lists_exactly_the_runs_that_then_execute(tmp_path, capsys):
 
 
 def test_an_arm_that_cannot_spend_its_allowance_is_reported_as_stopped_not_broken(tmp_path, capsys):
-    # B = 30 with 4 train examples per evaluation: each fork's 7 calls pay for one evaluation (4),
-    # so the fork arm spends 16 of its 28 while serial and merge spend 28: the optimizer's doing,
-    # at equal allowed budgets, so the comparison stands and says why the arm stopped
-    code, out = compare(tmp_path / "arms", budget=30, width=4, capsys=capsys)
+    # B = 44 with 4 train examples per evaluation: each fork's 11 calls pay for two evaluations (its
+    # minimum, 8), so the fork arm spends 32 of its 44 while serial and merge spend 44: the optimizer's
+    # doing, at equal allowed budgets, so the comparison stands and says why the arm stopped
+    code, out = compare(tmp_path / "arms", budget=44, width=4, capsys=capsys)
     assert code == 0, out
     assert "BROKEN" not in out
-    assert ("stopped by itself: fork-of-4 stopped at 16 of 28 metric_calls at seed 0 (the largest arm spent 28): "
+    assert ("stopped by itself: fork-of-4 stopped at 32 of 44 metric_calls at seed 0 (the largest arm spent 44): "
             "the 3 metric calls left cannot pay for one evaluation of 4 train examples") in out
     assert "conclusion: comparison broken" not in out
 

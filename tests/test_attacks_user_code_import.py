@@ -29,7 +29,8 @@ from heldout.evaluators.records import RunRecord
 from heldout.models.testserver import TestServer
 from heldout.optimizers import (check_function, check_optimizer, find_module_source, optimizer_code_sha256,
                                 optimizer_target)
-from heldout.protocols.arms import ArmsSpec, validate_arms
+from heldout.protocols.arms import validate_arms
+from heldout.protocols.arms_plan import ArmsSpec
 from heldout.protocols.study import load_study, parse_methods
 from heldout.sandbox import isolation_mode
 

@@ -29,7 +29,8 @@ from heldout.evaluators.scoring import model_failure_kind
 from heldout.models import ModelError
 from heldout.models.server import FaultPlan
 from heldout.models.testserver import TestServer
-from heldout.protocols.run import Cell, Method, StudyConfig, open_study, run_study
+from heldout.protocols.run import Cell, Method, StudyConfig, run_study
+from heldout.protocols.study_dir import open_study
 from heldout.reports.check import GateInputError, check_runs
 from heldout.reports.render import build_report
 

@@ -28,8 +28,10 @@ from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest
 from heldout.evaluators.records import RunRecord
 from heldout.models.testserver import TestServer
-from heldout.protocols.generalisation import (GAP_READINGS, GeneralisationError, GeneralisationSpec, accepted_candidates,
-                                             compare_heldout, gap_reading, load_generalisation_file)
+from heldout.protocols.generalisation import (GAP_READINGS, GeneralisationError, GeneralisationSpec, compare_heldout,
+                                             gap_reading)
+from heldout.protocols.generalisation_file import load_generalisation_file
+from heldout.protocols.prompt_autopsy import accepted_candidates
 from heldout.protocols.placebo import STRIDE
 from heldout.protocols.study import parse_methods
 from heldout.protocols.splits import SplitSizes, build_split, check_split

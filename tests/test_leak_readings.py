@@ -25,8 +25,10 @@ from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
-from heldout.protocols.leakage import (READINGS, MethodAblation, ablate, decide_rows, headline, reading_rule,
-                                       reading_signs, scan_candidate, subset_gain)
+from heldout.protocols.leak_readings import READINGS, headline, reading_rule, reading_signs
+from heldout.protocols.leak_scan import scan_candidate
+from heldout.protocols.leak_statistics import MethodAblation, subset_gain
+from heldout.protocols.leakage import ablate, decide_rows
 from heldout.protocols.splits import SplitSizes, build_split, check_split
 from heldout.reports.collect import collect_runs
 from heldout.reports.render import build_report, render_markdown

@@ -26,9 +26,10 @@ from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
-from heldout.protocols.leakage import (ABLATION_DIR, SUBSETS, MethodAblation, SubsetGain, ablate, answer_key_rows,
-                                       decide_rows, find_records, reading, scan_candidate,
-                                       subset_gain)
+from heldout.protocols.leak_readings import reading
+from heldout.protocols.leak_scan import answer_key_rows, scan_candidate
+from heldout.protocols.leak_statistics import MethodAblation, SubsetGain, subset_gain
+from heldout.protocols.leakage import ABLATION_DIR, SUBSETS, ablate, decide_rows, find_records
 from heldout.protocols.splits import PROBE, SplitSizes, build_split
 
 import synthetic_code_words as synthetic

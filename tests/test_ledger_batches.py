@@ -200,3 +200,14 @@ def test_a_finished_runs_ledger_is_never_cut(tmp_path):
     with pytest.raises(LedgerError, match="does not verify"):
         Ledger.open(tmp_path)
     assert len(lines(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("value", ["lone \ud800 surrogate", b"raw \xff bytes", {b"key": 1}, ("a", "tuple")])
+def test_what_json_cannot_carry_as_utf8_is_still_made_encodable(tmp_path, value):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("evaluation", {"output": value})
+    ledger.close()
+    assert verify_ledger(tmp_path).ok
+    recorded = lines(tmp_path)[0]["data"]["output"]
+    assert recorded == ledger_module.encodable(value)
+    assert "\ud800" not in json.dumps(recorded, ensure_ascii=False)

@@ -228,7 +228,7 @@ def test_the_plan_reads_the_room_left_as_a_drop_in_cost(study):
 
 # -- compare arms: the seed's room to improve is measured downwards for a cost ---------------------------
 def test_the_arms_headroom_of_a_cost_is_the_seeds_distance_down_to_the_best():
-    from heldout.protocols.arms import Headroom
+    from heldout.protocols.arms_plan import Headroom
 
     roomy = Headroom("val", seed_score=10.0, ceiling=6.0, min_headroom=0.1, higher_is_better=False)
     assert roomy.room == 4.0 and not roomy.little

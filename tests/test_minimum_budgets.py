@@ -178,3 +178,63 @@ def test_the_report_states_the_selecting_split_and_what_is_not_reproducible_per_
     assert rows["gepa"]["selected_on"] == ["train"] and rows["seed"]["selected_on"] == ["none"]
     assert rows["openevolve"]["selected_on"] == ["train"] and "uuid4" in rows["openevolve"]["not_reproducible"][0]
     assert rows["gepa"]["not_reproducible"] == []
+
+
+# -- the same rule in every command that plans cells: one line, exit 2, nothing written -------------
+def test_compare_arms_refuses_a_fork_below_its_methods_minimum(tmp_path, capsys):
+    """A fork gets B/N: at B = 200 over 4 forks each fork has 50 of the width search's 100 (2 x 50
+    train) on lockpicking, while the serial and merge arms have enough."""
+    run_dir = tmp_path / "arms"
+    arms = ["-q", "compare", "arms", "--task", "lockpicking/six", "--optimizer", "local-search", "--width", "4",
+            "--seeds", "0,1,2", "--run-dir", str(run_dir)]
+    for command in ([*arms, "--budget", "200"], [*arms, "--budget", "200", "--plan"]):
+        line = refused(command, capsys)
+        assert line.startswith("heldout: error: compare arms: budget 50 for lockpicking/six"), line
+        assert "local-search.fork-0-of-4's minimum useful budget of 100 metric calls" in line
+        assert "nothing was run or written" in line and not run_dir.exists()
+    assert main([*arms, "--budget", "400", "--plan"]) == 0  # 100 a fork: the minimum itself is accepted
+
+
+def test_compare_verifiers_refuses_a_variant_whose_repeats_put_the_method_below_its_minimum(tmp_path, capsys,
+                                                                                          data_dir, server):
+    run_dir = tmp_path / "verifiers"
+    ablation = ["-q", "compare", "verifiers", "--task", "bbh/word_sorting", "--optimizer", "reflective",
+                "--variants", "decomposed,repeated:2", "--seeds", "0,1,2", "--run-dir", str(run_dir),
+                "--data-dir", str(data_dir), "--worker-model", "w", "--base-url", server.base_url]
+    for command in ([*ablation, "--budget", "31"], [*ablation, "--budget", "31", "--plan"]):
+        line = refused(command, capsys)
+        assert line.startswith("heldout: error: compare verifiers: budget 31 for bbh/word_sorting"), line
+        assert "minimum useful budget of 32 metric calls (16 program calls x 2 under --verifier repeated:2)" in line
+        assert not run_dir.exists()
+    assert main([*ablation, "--budget", "32", "--plan"]) == 0
+
+
+def test_protocol_generalisation_refuses_a_budget_below_the_methods_minimum(tmp_path, capsys, data_dir, server):
+    run_dir = tmp_path / "protocol"
+    protocol = ["-q", "protocol", "generalisation", "--task", "bbh/word_sorting", "--optimizer", "reflective",
+                "--profile", "default", "--allow-topic-shared", "--seeds", "0,1,2", "--run-dir", str(run_dir),
+                "--data-dir", str(data_dir), "--worker-model", "w", "--base-url", server.base_url]
+    for command in ([*protocol, "--budget", "15"], [*protocol, "--budget", "15", "--plan"]):
+        line = refused(command, capsys)
+        assert line.startswith("heldout: error: protocol generalisation: budget 15 for bbh/word_sorting"), line
+        assert "reflective's minimum useful budget of 16 metric calls" in line and not run_dir.exists()
+    assert main([*protocol, "--budget", "16", "--plan"]) == 0
+
+
+def test_leak_ablate_refuses_a_study_whose_runs_were_below_their_methods_minimum(readable_dir, capsys, data_dir,
+                                                                                  server):
+    """A study made through the Python API is not planned by a command: its run below the minimum
+    ends ``ok`` on the seed's prompt, and the ablation would read the seed's luck as the method's."""
+    from heldout.protocols.run import Cell, Method, StudyConfig, run_study
+    study = readable_dir / "study"
+    config = StudyConfig(run_root=str(study), data_dir=str(data_dir), worker_model="w", architect_model="w",
+                         base_url=server.base_url)
+    [summary] = run_study([Cell("bbh/word_sorting", Method("reflective", "reflective"), 0, 4)], config,
+                          progress=False)
+    assert summary["status"] == "ok"  # what the rule is for: the seed's score under the method's name
+    before = sorted(p.relative_to(study) for p in study.rglob("*"))
+    line = refused(["-q", "leak", "ablate", str(study), "--worker-model", "w", "--base-url", server.base_url,
+                    "--data-dir", str(data_dir)], capsys)
+    assert line.startswith("heldout: error: leak ablate: budget 4 for bbh/word_sorting"), line
+    assert "reflective's minimum useful budget of 16 metric calls" in line and "re-run it with at least" in line
+    assert sorted(p.relative_to(study) for p in study.rglob("*")) == before  # no ablation folder, no evidence

@@ -19,7 +19,9 @@ import pytest
 from heldout.evaluators.session import Session
 from heldout.optimizers import resolve_optimizer
 from heldout.protocols import decide
-from heldout.protocols.leakage import SEED_BLIND, MethodAblation, decide_rows, subset_gain
+from heldout.protocols.leak_readings import SEED_BLIND
+from heldout.protocols.leak_statistics import MethodAblation, subset_gain
+from heldout.protocols.leakage import decide_rows
 from heldout.reports.plan import plan_study
 from heldout.reports.collect import ReportError
 

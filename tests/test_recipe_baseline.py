@@ -23,7 +23,7 @@ import heldout
 from heldout import cli
 from heldout.data_manifests import MANIFEST_PATH_ENV
 from heldout.models.testserver import TestServer
-from heldout.protocols.leakage import scan_candidate
+from heldout.protocols.leak_scan import scan_candidate
 from heldout.protocols.recipe import (RECIPE_READINGS, component_shares, key_tokens, recipe_candidate,
                                      recipe_reading)
 from heldout.reports.render import build_report

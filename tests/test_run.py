@@ -25,9 +25,9 @@ from heldout.protocols.run import (
     StudyConfig,
     build_cells,
     cell_session,
-    open_study,
     run_study,
 )
+from heldout.protocols.study_dir import open_study
 from heldout.protocols.study import parse_budgets, parse_methods, parse_seeds
 
 REPO = Path(__file__).resolve().parents[1]

@@ -118,7 +118,9 @@ def run_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from heldout.protocols.executors import make_executor
-    from heldout.protocols.run import check_infrastructure, open_study, run_study
+    from heldout.protocols.preflight import check_infrastructure
+    from heldout.protocols.run import run_study
+    from heldout.protocols.study_dir import open_study
     from heldout.protocols.study import load_study, save_resolved
     if args.study:
         given = [f"--{f.replace('_', '-')}" for f in STUDY_FLAGS if getattr(args, f) not in (None, [], False)]
@@ -300,7 +302,8 @@ def protocol_generalisation_arguments(p: argparse.ArgumentParser) -> None:
 def generalisation_from_args(args: argparse.Namespace):
     """The protocol's spec and folder from ``--study`` or from the flags (one or the other), with
     ``args``' session settings (models, policy, data dir, ...) filled in from the file."""
-    from heldout.protocols.generalisation import GeneralisationSpec, load_generalisation_file
+    from heldout.protocols.generalisation import GeneralisationSpec
+    from heldout.protocols.generalisation_file import load_generalisation_file
     from heldout.protocols.study import parse_methods, parse_seeds
     if args.study:
         given = [f"--{f.replace('_', '-')}" for f in GENERALISATION_FLAGS if getattr(args, f) not in (None, False)]

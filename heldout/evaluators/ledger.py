@@ -405,7 +405,7 @@ class Ledger:
             if self._fd is None:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
             entry = {"seq": len(self), "prev": self.head, "kind": kind,
-                     "time": round(time.time(), 6), "data": encodable(data)}
+                     "time": round(time.time(), 6), "data": data if _plain_json(data) else encodable(data)}
             entry["hash"] = entry_hash(entry)
             line = (json.dumps(entry, sort_keys=True, ensure_ascii=False, default=_json_default) + "\n").encode("utf-8")
             self._pending.append((json.loads(line), line))
@@ -576,6 +576,17 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` is already what :func:`encodable` makes of it, as JSON: it serialises
+    without help and as UTF-8 (no bytes, numpy values or lone surrogates). One pass in C, where
+    :func:`encodable` walks every value in Python: a model's output is checked, not rebuilt."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError):
+        return False
+    return True
 
 
 def encodable(value: Any) -> Any:

@@ -8,7 +8,8 @@ It chains the parts heldout already has, in this order, and re-implements none o
    refused (:class:`GeneralisationError`, one line) unless ``allow_topic_shared``; that choice is
    recorded in ``RUN_DIR/generalisation.json``, the protocol ledger ``RUN_DIR/protocol/`` and
    the report, and every reading then starts NOT PROVEN.
-2. **The multi-seed study** (:func:`heldout.protocols.run.open_study` / :func:`run_study`):
+2. **The multi-seed study** (:func:`heldout.protocols.study_dir.open_study` /
+   :func:`heldout.protocols.run.run_study`):
    methods ``seed`` (the task's seed candidate) and the optimizer, every seed, budget B, under
    ``RUN_DIR/runs``. Re-running the command continues it: finished cells are skipped,
    interrupted ones resume from their ledgers (``open_study(resume=None)``).
@@ -19,21 +20,16 @@ It chains the parts heldout already has, in this order, and re-implements none o
    gain, validation gain, and the gap (validation gain against held-out gain, paired by seed).
 4. **Topic-shared ablation** (:func:`heldout.protocols.leakage.ablate` on ``RUN_DIR/runs``):
    exact training questions, fresh questions of memorised / other trained families, held-out
-   topics; its verdicts and its reading (:data:`heldout.protocols.leakage.READINGS`) are used
+   topics; its verdicts and its reading (:data:`heldout.protocols.leak_readings.READINGS`) are used
    as they are.
 5. **Verifier ablation** for the named variants
    (:func:`heldout.protocols.verifier_ablation.run_ablation` under ``RUN_DIR/verifiers``);
    skipped when none are named.
-6. **Prompt autopsy** (:func:`autopsy`): for every accepted candidate of each seed's run (each
-   candidate that became the best-so-far in the run record's ``trajectory``, then the final
-   candidate), its answer-key share (:func:`heldout.protocols.leakage.scan_candidate`) beside its
-   validation reward (the record's ``lineage`` mean on val, i.e. what the optimizer's own
-   evaluations saw; the harness's val score for the final candidate when the optimizer never
-   evaluated it on val) and, for the final candidate only, its held-out score. Held-out scores of
-   intermediate candidates are not in the records and are not scored here: scoring them would
-   spend test evaluations on candidates the optimizer chose. The Spearman correlation of share
-   with validation reward across the accepted candidates is description, not a verdict: along
-   one lineage both tend to rise together, so the candidates are not independent.
+6. **Prompt autopsy** (:mod:`heldout.protocols.prompt_autopsy`): for every accepted candidate of
+   each seed's run, its answer-key share beside its validation reward and, for the final
+   candidate only, its held-out score; their Spearman correlation is description, not a verdict.
+
+A protocol file (``--study``) is read by :mod:`heldout.protocols.generalisation_file`.
 
 The **reading** (:func:`read_protocol`) is a list of sentences, each with the number or verdict
 it comes from; the one sentence that answers the study's question comes from
@@ -49,21 +45,22 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from scipy import stats as scipy_stats
-
 from heldout.benchmarks.loading import Task, load_task
-from heldout.contracts import HeldoutError
-from heldout.files import read_user_toml, write_text_atomically
-from heldout.evaluators.ledger import LEDGER_FILE, Ledger, read_entries
+from heldout.contracts import HeldoutError, MetricSpec
+from heldout.files import write_text_atomically
+from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, describe_detectable, holm
-from heldout.protocols.leakage import (HELD_OUT_ROW, SUBSETS, Ablation, MethodAblation, ablate, find_records,
-                                       reading_signs, scan_candidate, split_verdict)
-from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, \
-    check_infrastructure, open_study, run_study
+from heldout.protocols.minimum_budgets import check_minimum_budgets
+from heldout.protocols.leak_readings import HELD_OUT_ROW, reading_signs
+from heldout.protocols.leak_statistics import MethodAblation
+from heldout.protocols.leakage import SUBSETS, Ablation, ablate, find_records, split_verdict
+from heldout.protocols.preflight import check_infrastructure
+from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, run_study
+from heldout.protocols.study_dir import open_study
 from heldout.protocols.placebo import PLACEBO_METHOD, draws_for, floor_values, placebo_seeds
+from heldout.protocols.prompt_autopsy import CAVEAT, Autopsy, accepted_candidates, autopsy, ledger_components
 from heldout.protocols.splits import PROBE, check_profile
-from heldout.protocols.study import parse_methods, refused_trust
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
 from heldout.protocols.reviewer_evidence import ReviewerEvidence, gather, pair_by_seed
 
@@ -72,9 +69,6 @@ RUNS_DIR = "runs"
 VERIFIERS_DIR = "verifiers"
 PROTOCOL_DIR = "protocol"
 SPEC_FILE = "generalisation.json"
-CAVEAT = ("along one lineage each accepted candidate extends its parent, so answer-key share and validation reward "
-          "tend to rise together and the candidates are not independent: the correlation is description, not a "
-          "verdict")
 
 
 class GeneralisationError(HeldoutError):
@@ -110,79 +104,6 @@ class GeneralisationSpec:
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "optimizer": self.optimizer.describe(), "seeds": list(self.seeds),
                 "variants": list(self.variants), "placebo_draws": self.draws()}
-
-
-@dataclass(frozen=True)
-class GeneralisationFile:
-    """A protocol study file: the spec, the folder and the session settings, as the flags of
-    ``heldout protocol generalisation`` give them (:func:`load_generalisation_file`)."""
-
-    spec: GeneralisationSpec
-    run_dir: str
-    settings: dict[str, Any]  # policy, worker_model, architect_model, base_url, cache_dir, data_dir, ...
-
-
-FILE_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
-    "protocol": ((str,), '"generalisation"'),
-    "run_dir": ((str,), "the protocol's folder"),
-    "task": ((str,), "one prompt task"),
-    "profile": ((str,), 'split profile (default "topic-disjoint")'),
-    "optimizer": ((str,), "a reference name or NAME=module:function"),
-    "seeds": ((list,), "seeds (default [0, 1, 2])"),
-    "budget": ((int,), "metric calls per session"),
-    "variants": ((list,), "verifier variants to ablate (default none)"),
-    "allow_topic_shared": ((bool,), "run on a profile not proven topic-disjoint"),
-    "placebo_draws": ((int,), "neutral re-wordings of the seed scored per seed (default: as the test needs)"),
-    "options": ((dict,), "task options (tolerance, max_tokens)"),
-    "policy": ((str,), "visibility policy"),
-    "models": ((dict,), "worker, architect, base_url, cache_dir"),
-    "data_dir": ((str,), "dataset mirror"),
-    "allow_drift": ((bool,), "run on data that drifted from the manifest"),
-    "trusted_optimizer": ((bool,), "refused when true: only --trusted-optimizer (or HELDOUT_TRUSTED_OPTIMIZER=1) "
-                                   "grants trust"),
-}
-MODEL_KEYS = {"worker": "worker_model", "architect": "architect_model", "base_url": "base_url", "cache_dir": "cache_dir"}
-
-
-def load_generalisation_file(path: str | Path) -> GeneralisationFile:
-    """Read a TOML protocol file whose keys are the command's flags (:data:`FILE_KEYS`; unknown
-    keys and wrong types are refused in one line naming the key); the optimizer string is read
-    as the ``--optimizer`` flag is (:func:`heldout.protocols.study.parse_methods`)."""
-    origin = str(path)
-    data = read_user_toml(path, "protocol file", max_bytes=1024 * 1024, error=GeneralisationError)
-    for key, value in data.items():
-        if key not in FILE_KEYS:
-            raise GeneralisationError(f"{origin}: unknown key {key!r} (allowed: {', '.join(FILE_KEYS)})")
-        types, what = FILE_KEYS[key]
-        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
-            raise GeneralisationError(f"{origin}: {key} must be {what}, got {value!r}")
-    if data.get("trusted_optimizer"):  # a shared file never decides that its own optimizer is trusted
-        raise GeneralisationError(refused_trust(origin))
-    if data.get("protocol", "generalisation") != "generalisation":
-        raise GeneralisationError(f"{origin}: protocol must be \"generalisation\", got {data['protocol']!r}")
-    for key in ("run_dir", "task", "optimizer", "budget"):
-        if key not in data:
-            raise GeneralisationError(f"{origin}: missing key {key!r} ({FILE_KEYS[key][1]})")
-    seeds, variants = data.get("seeds", [0, 1, 2]), data.get("variants", [])
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise GeneralisationError(f"{origin}: seeds must be distinct non-negative integers, got {seeds!r}")
-    if not all(isinstance(v, str) for v in variants):
-        raise GeneralisationError(f"{origin}: variants must be strings, got {variants!r}")
-    unknown = sorted(set(data.get("models", {})) - set(MODEL_KEYS))
-    if unknown:
-        raise GeneralisationError(f"{origin}: unknown key 'models.{unknown[0]}' (allowed: {', '.join(MODEL_KEYS)})")
-    if data["budget"] < 1:
-        raise GeneralisationError(f"{origin}: budget must be >= 1, got {data['budget']}")
-    if not 0 <= data.get("placebo_draws", 0) <= 99:
-        raise GeneralisationError(f"{origin}: placebo_draws must be 1..99, got {data['placebo_draws']}")
-    (method,) = parse_methods([data["optimizer"]], [])
-    spec = GeneralisationSpec(task=data["task"], profile=data.get("profile", "topic-disjoint"), optimizer=method,
-                              seeds=tuple(seeds), budget=data["budget"], variants=tuple(variants),
-                              allow_topic_shared=data.get("allow_topic_shared", False),
-                              placebo_draws=data.get("placebo_draws", 0), options=dict(data.get("options", {})))
-    settings = {MODEL_KEYS[k]: v for k, v in data.get("models", {}).items()}
-    settings.update({k: data[k] for k in ("policy", "data_dir", "allow_drift") if k in data})
-    return GeneralisationFile(spec=spec, run_dir=data["run_dir"], settings=settings)
 
 
 @dataclass(frozen=True)
@@ -305,9 +226,11 @@ def plan_generalisation(spec: GeneralisationSpec, *, data_dir: str | None = None
                   + build_cells([task.name], [Method(PLACEBO_METHOD, PLACEBO_METHOD)],
                                 placebo_seeds(spec.seeds, spec.draws()), {task.name: spec.budget}, spec.profile,
                                 dict(spec.options)))
+    check_minimum_budgets(cells, "protocol generalisation")
     verifier_plan = (plan_ablation(task.name, spec.optimizer, spec.variants, spec.seeds, spec.budget,
                                    profile=spec.profile, options=dict(spec.options), data_dir=data_dir,
-                                   allow_drift=allow_drift) if spec.variants else None)
+                                   allow_drift=allow_drift, origin="protocol generalisation") if spec.variants
+                     else None)
     return GeneralisationPlan(spec=spec, split=split, sizes=task.sizes(), cells=cells, verifier_plan=verifier_plan)
 
 
@@ -316,7 +239,8 @@ def plan_generalisation(spec: GeneralisationSpec, *, data_dir: str | None = None
 class SeedGain:
     """One seed: the seed candidate's scores (its one draw), the mean scores of that seed's placebo
     draws (the noise floor; None without draws) and the final candidate's. Gains are over the
-    floor when it exists, else over the seed."""
+    floor when it exists, else over the seed. Scores are in the metric's direction: a
+    lower-is-better metric's are negated (:func:`compare_heldout`), so a gain is an improvement."""
 
     seed: int
     seed_val: float
@@ -375,10 +299,12 @@ def compare_heldout(records: Sequence[RunRecord], optimizer: str, sizes: dict[st
     seeds = sorted(s for m, s in by if m == optimizer and (SEED_METHOD, s) in by)
     if not seeds:
         raise GeneralisationError(f"no seed with finished runs of both {optimizer!r} and {SEED_METHOD!r}")
-    floor_test = floor_values(records, lambda r: r.test_score, seeds)
-    floor_val = floor_values(records, lambda r: r.val_score, seeds)
+    # every gain and verdict below reads "higher is better": a lower-is-better metric enters negated, here only
+    sign = MetricSpec.from_record(by[(optimizer, seeds[0])].experiment).sign
+    floor_test = floor_values(records, lambda r: None if r.test_score is None else sign * r.test_score, seeds)
+    floor_val = floor_values(records, lambda r: None if r.val_score is None else sign * r.val_score, seeds)
     floor_gap = floor_values(records, lambda r: None if r.val_score is None or r.test_score is None
-                             else r.val_score - r.test_score, seeds)
+                             else sign * (r.val_score - r.test_score), seeds)
     missing = [s for s in seeds if not floor_test.get(s)]
     if missing:
         raise GeneralisationError(f"seed(s) {missing} have no finished placebo draw: the verdicts against the seed "
@@ -390,7 +316,7 @@ def compare_heldout(records: Sequence[RunRecord], optimizer: str, sizes: dict[st
         if any(v is None for v in values):
             raise GeneralisationError(f"seed {s}: a run record lacks its val or held-out score (the profile needs "
                                       "val and test examples)")
-        gains.append(SeedGain(s, *(float(v) for v in values), floor_val=_mean(floor_val.get(s)),  # type: ignore[arg-type]
+        gains.append(SeedGain(s, *(sign * float(v) for v in values), floor_val=_mean(floor_val.get(s)),  # type: ignore[arg-type]
                               floor_test=_mean(floor_test.get(s))))
     n_val, n_test = max(1, sizes.get("val", 1)), max(1, sizes.get("test", 1))
     # A seed-blind optimizer returns one candidate in every seed: its seeds re-score one run.
@@ -406,116 +332,6 @@ def compare_heldout(records: Sequence[RunRecord], optimizer: str, sizes: dict[st
     held, val, gap = holm([held, val, gap], alpha)
     return HeldoutComparison(per_seed=gains, heldout=held, validation=val, gap=gap,
                              placebo_draws={s: len(floor_test.get(s, [])) for s in seeds})
-
-
-# -- step 6: the prompt autopsy --------------------------------------------------------------------
-@dataclass(frozen=True)
-class AutopsyRow:
-    """One accepted candidate of one seed's run. ``val_reward`` is the mean val score the
-    optimizer's own evaluations gave it (``val_source`` "optimizer"), or for a final candidate it
-    never evaluated on val, the harness's val score ("harness"); None when neither exists.
-    ``heldout`` is set for the final candidate only. ``accepted``: it became the best-so-far
-    during the run (a final candidate the run returned without that is ``final`` only)."""
-
-    seed: int
-    step: int
-    candidate_id: str
-    parent: str | None
-    first_metric_call: int | None
-    final: bool
-    share: float
-    key_words: int
-    words: int
-    encoded: int
-    families: int
-    val_reward: float | None
-    val_source: str
-    heldout: float | None
-    accepted: bool = True
-
-
-@dataclass
-class Autopsy:
-    rows: list[AutopsyRow]
-    spearman_rho: float | None
-    spearman_p: float | None
-    n_candidates: int
-    correlation_note: str
-    notes: list[str] = field(default_factory=list)
-
-    def final_shares(self) -> list[float]:
-        return [r.share for r in self.rows if r.final]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"rows": [asdict(r) for r in self.rows], "spearman_rho": self.spearman_rho,
-                "spearman_p": self.spearman_p, "n_candidates": self.n_candidates,
-                "correlation_note": self.correlation_note, "caveat": CAVEAT, "notes": self.notes}
-
-
-def _components(run_dir: Path) -> dict[str, dict[str, str]]:
-    """candidate id -> components, from the session ledger's ``candidate`` / ``final_candidate`` entries."""
-    entries, _ = read_entries(run_dir / LEDGER_FILE)
-    return {e["data"]["candidate_id"]: dict(e["data"]["components"]) for e in entries
-            if e.get("kind") in ("candidate", "final_candidate") and isinstance(e.get("data"), dict)}
-
-
-def accepted_candidates(record: RunRecord) -> list[str]:
-    """The candidates the run accepted, in order: each one that became the best-so-far (the
-    record's ``trajectory``), then the final candidate if it is not among them."""
-    order = list(dict.fromkeys(t["candidate_id"] for t in record.trajectory if t.get("candidate_id")))
-    if record.final_candidate_id and record.final_candidate_id not in order:
-        order.append(record.final_candidate_id)
-    return order
-
-
-def autopsy(records: Sequence[RunRecord], run_dirs: dict[int, Path], task: Task) -> Autopsy:
-    """The prompt autopsy of the optimizer's runs (see the module docstring, step 6)."""
-    rows: list[AutopsyRow] = []
-    missing = 0
-    for rec in sorted(records, key=lambda r: r.seed):
-        lineage = {entry["candidate_id"]: entry for entry in rec.lineage}
-        texts = _components(run_dirs[rec.seed])
-        if rec.final_candidate and rec.final_candidate_id:
-            texts[rec.final_candidate_id] = dict(rec.final_candidate)
-        best_so_far = {t["candidate_id"] for t in rec.trajectory if t.get("candidate_id")}
-        for step, cid in enumerate(accepted_candidates(rec)):
-            if cid not in texts:
-                missing += 1
-                continue
-            scan = scan_candidate(texts[cid], task)
-            info = lineage.get(cid, {})
-            final = cid == rec.final_candidate_id
-            val = info.get("means", {}).get("val")
-            source = "optimizer"
-            if val is None and final and rec.val_score is not None:
-                val, source = float(rec.val_score), "harness"
-            rows.append(AutopsyRow(seed=rec.seed, step=step, candidate_id=cid, parent=info.get("parent"),
-                                   first_metric_call=info.get("first_metric_call"), final=final, share=scan.share,
-                                   key_words=scan.key_words, words=scan.words, encoded=len(scan.encoded),
-                                   families=len(scan.memorised_families),
-                                   val_reward=None if val is None else float(val),
-                                   val_source=source if val is not None else "none",
-                                   heldout=float(rec.test_score) if final and rec.test_score is not None else None,
-                                   accepted=cid in best_so_far))
-    paired = [(r.share, r.val_reward) for r in rows if r.val_reward is not None]
-    rho = p = None
-    if len(paired) < 3:
-        note = f"Spearman correlation not computed: {len(paired)} accepted candidate(s) with a validation reward (>= 3 needed)"
-    elif len({s for s, _ in paired}) < 2 or len({v for _, v in paired}) < 2:
-        constant = "answer-key share" if len({s for s, _ in paired}) < 2 else "validation reward"
-        note = f"Spearman correlation undefined: the {constant} is the same for all {len(paired)} accepted candidates"
-    else:
-        result = scipy_stats.spearmanr([s for s, _ in paired], [v for _, v in paired])
-        rho, p = float(result.statistic), float(result.pvalue)
-        note = (f"Spearman rho of answer-key share with validation reward over {len(paired)} accepted candidates: "
-                f"{rho:+.2f} (p {p:.3g}, description only)")
-    notes = ["Held-out reward of intermediate candidates: not in the run records (the harness scores only the "
-             "final candidate on test), and not scored here, which would spend test scoring on candidates the "
-             "optimizer chose; the held-out column holds final candidates only."]
-    if missing:
-        notes.append(f"{missing} accepted candidate(s) have no components in their session ledger and are left out")
-    return Autopsy(rows=rows, spearman_rho=rho, spearman_p=p, n_candidates=len(paired), correlation_note=note,
-                   notes=notes)
 
 
 # -- the reading -----------------------------------------------------------------------------------
@@ -609,7 +425,7 @@ class GeneralisationResult:
 def read_protocol(result: GeneralisationResult) -> tuple[list[Sentence], str]:
     """The reading: one sentence per part, each naming its source, then the answer from
     :data:`GAP_READINGS`. The ablation's and the verifier ablation's sentences are theirs
-    (:func:`heldout.protocols.leakage.reading`, :func:`heldout.protocols.verifier_ablation.reading`)."""
+    (:func:`heldout.protocols.leak_readings.reading`, :func:`heldout.protocols.verifier_ablation.reading`)."""
     split, comp, auto = result.split, result.comparison, result.autopsy
     out = []
     if split.proven:
@@ -711,7 +527,7 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
             verifier = run_ablation(plan.verifier_plan, verifier_config, executor, progress=progress)
         pairs = pair_by_seed(records, SEED_METHOD, spec.optimizer.name)
         evidence = gather(pairs, task, accepted={r.seed: accepted_candidates(r) for _, r in pairs},
-                          texts={s: _components(d) for s, d in mine.items()},
+                          texts={s: ledger_components(d) for s, d in mine.items()},
                           worker=_client(config.worker_model, study_config), run_dir=root, jobs=jobs)
         result = GeneralisationResult(spec=spec, split=plan.split, comparison=comparison, ablation=ablation,
                                       autopsy=post, verifier=verifier, study_results=results, evidence=evidence)
@@ -723,11 +539,8 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
     return result
 
 
-__all__ = ["CAVEAT", "GAP_READINGS", "SEED_BLIND_ANSWER", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE",
-           "VERIFIERS_DIR",
-           "Autopsy", "AutopsyRow", "FILE_KEYS", "GapReading", "GeneralisationError", "GeneralisationFile",
-           "GeneralisationInterrupted", "load_generalisation_file",
-           "GeneralisationPlan", "GeneralisationResult",
-           "GeneralisationSpec", "HeldoutComparison", "SeedGain", "Sentence", "SplitProof", "accepted_candidates",
-           "autopsy", "compare_heldout", "gap_reading", "plan_generalisation", "prove_split", "read_protocol",
+__all__ = ["GAP_READINGS", "SEED_BLIND_ANSWER", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE", "VERIFIERS_DIR",
+           "GapReading", "GeneralisationError", "GeneralisationInterrupted", "GeneralisationPlan",
+           "GeneralisationResult", "GeneralisationSpec", "HeldoutComparison", "SeedGain", "Sentence", "SplitProof",
+           "compare_heldout", "gap_reading", "plan_generalisation", "prove_split", "read_protocol",
            "run_generalisation"]

@@ -43,10 +43,11 @@ import bisect
 import math
 import random
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from heldout.benchmarks.loading import Task
-from heldout.contracts import Example, candidate_id, check_candidate
+from heldout.benchmarks.loading import Task, load_task
+from heldout.contracts import Example, HeldoutError, candidate_id, check_candidate
+from heldout.evaluators.records import RunRecord
 from heldout.protocols.splits import PROBE, answer_text, question_text, words
 
 FLAG_RULE = "held-out-overlap-beyond-chance"
@@ -539,5 +540,37 @@ def scan_candidate(candidate: Mapping[str, str], task: Task, rules: ScanRules = 
     return scan_examples(candidate, {}, task=task.name, profile=task.profile, rules=rules, index=index)
 
 
-__all__ = ["FLAG_RULE", "ChanceOverlap", "ExampleIndex", "LeakScan", "MatchedSpan", "ScanRules",
+# -- the report hook -----------------------------------------------------------------------------
+def answer_key_rows(records: Iterable[RunRecord], *, data_dir: str | None = None,
+                    prompt_only: bool = False) -> list[dict[str, Any]]:
+    """One row per final candidate (task, profile, method, seed, share, encoded, families,
+    red_flags), for a report's answer-key table. A task whose data cannot be loaded gives a row
+    with ``share`` None and the reason, never an exception. ``prompt_only`` leaves out tasks that
+    are not prompt tasks with training data."""
+    tasks: dict[tuple[str, str], Task | str] = {}
+    rows = []
+    for rec in records:
+        if not rec.final_candidate:
+            continue
+        key = (rec.task, rec.profile)
+        if key not in tasks:
+            try:
+                tasks[key] = load_task(rec.task, rec.profile, data_dir)
+            except HeldoutError as exc:
+                tasks[key] = str(exc)
+        row: dict[str, Any] = {"task": rec.task, "profile": rec.profile, "method": rec.method, "seed": rec.seed,
+                               "candidate_id": rec.final_candidate_id}
+        loaded = tasks[key]
+        if isinstance(loaded, str):
+            rows.append({**row, "share": None, "problem": loaded})
+            continue
+        if prompt_only and (loaded.kind != "prompt" or not loaded.splits.get("train")):
+            continue  # a program, or a task with no training data: there is no answer key to hold
+        scan = scan_candidate(rec.final_candidate, loaded)
+        rows.append({**row, "share": scan.share, "words": scan.words, "encoded": len(scan.encoded),
+                     "families": len(scan.memorised_families), "red_flags": len(scan.red_flags)})
+    return rows
+
+
+__all__ = ["FLAG_RULE", "ChanceOverlap", "ExampleIndex", "LeakScan", "MatchedSpan", "ScanRules", "answer_key_rows",
            "candidate_text", "decide_flag", "flag_statistic", "scan_candidate", "scan_examples", "task_index"]

@@ -1,7 +1,7 @@
 """The recipe baseline: a final candidate with its answer key cut out, scored beside the seed and
 the final, the direct test of "does the key earn reward".
 
-**Where the key is.** The leak scan (:func:`heldout.protocols.leakage.scan_candidate`) finds the
+**Where the key is.** The leak scan (:func:`heldout.protocols.leak_scan.scan_candidate`) finds the
 key as word positions in the normalised text of the whole candidate (components in name order,
 one line apart). :func:`key_tokens` maps those positions back to the whitespace-separated tokens
 of each component's own text (normalisation drops punctuation and articles inside a token and
@@ -37,7 +37,7 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, holm
-from heldout.protocols.leakage import LeakScan, scan_candidate
+from heldout.protocols.leak_scan import LeakScan, scan_candidate
 from heldout.protocols.splits import words
 
 RECIPE_DIR = "recipe"

@@ -15,7 +15,8 @@ from heldout.benchmarks.loading import Task, load_task
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.protocols.gain_evidence import (DimensionGain, ItemEvidence, LineageDelta, accepted_order,
                                              dimension_gains, ledger_components, lineage_deltas, seed_item_gains)
-from heldout.protocols.leakage import ABLATION_DIR, scan_candidate
+from heldout.protocols.leak_scan import scan_candidate
+from heldout.protocols.leakage import ABLATION_DIR
 from heldout.protocols.recipe import RecipeBaseline, component_shares, recipe_baseline
 
 

@@ -6,9 +6,11 @@ Layout: ``RUN_ROOT/study.json`` (the study's settings) and
 
 One run dir = one experiment:
 
-* :func:`open_study` writes ``study.json`` once; re-opening the dir with other settings is an
-  :class:`~heldout.evaluators.records.ExperimentMismatch` naming the differing settings, and an
-  existing study is continued only when asked (``resume=True``, ``heldout run --resume``);
+* :func:`~heldout.protocols.study_dir.open_study` writes ``study.json`` once; re-opening the dir
+  with other settings is an :class:`~heldout.evaluators.records.ExperimentMismatch` naming the
+  differing settings, and an existing study is continued only when asked (``resume=True``,
+  ``heldout run --resume``); what a study needs to run is checked before that, writing nothing
+  (:func:`~heldout.protocols.preflight.check_infrastructure`);
 * a cell with a finished record is skipped only when the record is of the same experiment;
   a cell with a ledger but no record is re-opened and its session resumes from the ledger (spent
   budget stays spent, recorded evaluations are replayed faithfully, nothing is double counted);
@@ -29,7 +31,6 @@ A distributed engine plugs in by implementing the same interface."""
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
 import queue
@@ -38,29 +39,22 @@ import shutil
 import signal
 import sys
 import threading
-import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, InfrastructureFailure, canonical_json
-from heldout.files import check_folder, check_name, read_user_json, remove_stale_temp_files, write_text_atomically
-from heldout.evaluators.isolated import command_files, run_isolated, run_isolated_function
-from heldout.evaluators.ledger import LockHeld, hold_lock
+from heldout.files import check_folder, check_name
+from heldout.evaluators.isolated import command_files, run_isolated_method
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
-from heldout.evaluators.scoring import SessionModels, model_failure_kind
+from heldout.evaluators.scoring import SessionModels
 from heldout.evaluators.session import Session
-from heldout.evaluators.signing import load_signing_key
-from heldout.models import ModelClient, ModelError, ResponseCache
-from heldout.sandbox import SandboxError, require_sandbox
+from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import resolve_optimizer
 from heldout.optimizers.resolved import ResolvedMethod, resolve_method
-
-STUDY_FILE = "study.json"
-STUDY_FORMAT = 2
+from heldout.protocols.progress import Progress
 
 
 class StudyInterrupted(BaseException):
@@ -156,78 +150,6 @@ class Executor(Protocol):
 
     def stop(self) -> None:
         ...
-
-
-# -- progress ------------------------------------------------------------------------------------
-class Progress:
-    """Console progress of a study: per running cell the metric calls used / budget, the
-    best-so-far (optimizer-visible) and an ETA. A tqdm bar per cell on a terminal; plain lines
-    (at each quarter of a cell's budget, and when it ends) otherwise."""
-
-    def __init__(self, total: int, stream=None, enabled: bool = True) -> None:
-        self.stream = stream or sys.stderr
-        self.enabled = enabled
-        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.total = total
-        self.done = 0
-        self._bars: dict[str, Any] = {}
-        self._quarter: dict[str, int] = {}
-        self._started: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def update(self, label: str, used: int, budget: int, best: float | None) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            start = self._started.setdefault(label, time.monotonic())
-            best_text = "-" if best is None else f"{best:.6g}"
-            if self.tty:
-                bar = self._bars.get(label)
-                if bar is None:
-                    from tqdm import tqdm
-
-                    bar = self._bars[label] = tqdm(total=max(budget, 1), desc=label, unit="call", leave=False,
-                                                   file=self.stream, position=len(self._bars))
-                bar.n = used
-                bar.set_postfix_str(f"best {best_text}", refresh=True)
-                return
-            quarter = (4 * used) // max(budget, 1)
-            if quarter > self._quarter.get(label, 0):
-                self._quarter[label] = quarter
-                elapsed = time.monotonic() - start
-                eta = elapsed / used * (budget - used) if used else float("nan")
-                print(f"  {label}: {used}/{budget} metric calls, best-so-far {best_text}, ETA {eta:.0f} s",
-                      file=self.stream, flush=True)
-
-    def scoring(self, label: str, split: str, done: int, total: int, errors: int) -> None:
-        """Held-out scoring of a cell: examples scored of the split's total, and infrastructure
-        failures so far (each is retried; any left makes the cell incomplete)."""
-        if not self.enabled:
-            return
-        with self._lock:
-            bar = self._bars.pop(label, None)
-            if bar is not None:  # the optimisation bar is done
-                bar.close()
-            failures = f", {errors} infrastructure failure(s)" if errors else ""
-            print(f"  {label}: held-out {split} {done}/{total} scored{failures}", file=self.stream, flush=True)
-
-    def finished(self, cell: Cell, summary: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            self.done += 1
-            bar = self._bars.pop(cell.label, None)
-            if bar is not None:
-                bar.close()
-            status = summary["status"]
-            detail = ""
-            if summary.get("skipped"):
-                detail = " (already done)"
-            if status == "ok":
-                detail += f", test {summary.get('test_score')}"
-            elif summary.get("error"):
-                detail += f": {summary['error']}"
-            print(f"[{self.done}/{self.total}] {cell.label}: {status}{detail}", file=self.stream, flush=True)
 
 
 _WORKER_EVENTS: Any = None  # the progress queue of a pool worker (set by _worker_init)
@@ -380,138 +302,8 @@ class StudyConfig:
                              "model_retries")}
 
 
-def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
-    """What ``study.json`` holds: the cells and the experiment settings, each named so a
-    difference can be stated."""
-    return {
-        "format_version": STUDY_FORMAT,
-        "tasks": sorted({c.task for c in cells}),
-        "methods": {name: asdict(m) for name, m in sorted({c.method.name: c.method for c in cells}.items())},
-        "seeds": sorted({c.seed for c in cells}),
-        "budgets": {t: sorted({c.budget for c in cells if c.task == t}) for t in sorted({c.task for c in cells})},
-        "profiles": sorted({c.profile for c in cells}),
-        "verifiers": sorted({c.verifier for c in cells}),
-        "options": [dict(o) for o in {canonical_json(c.options): c.options for c in cells}.values()],
-        **{f"config.{k}": v for k, v in config.experiment().items()},
-        "cells": [{**{k: v for k, v in asdict(c).items() if k != "resolved"}, "method": asdict(c.method)}
-                  for c in cells],
-    }
-
-
-STUDY_LOCK = "study.lock"
-_CLAIMED: dict[str, int] = {}  # run roots this process holds the study lock of (fd per root)
-
-
-class StudyInUse(HeldoutError):
-    """Another process is running (or resuming) the study in this run dir."""
-
-
-def claim_study_dir(root: Path) -> None:
-    """Hold an exclusive lock on the study in ``root`` for the rest of this process (the kernel
-    releases it when the process ends, so kill -9 then ``--resume`` works). Idempotent within one
-    process; a second process gets :class:`StudyInUse` naming the holder, and writes nothing."""
-    key = str(root.resolve())
-    if key in _CLAIMED:
-        return
-    try:
-        _CLAIMED[key] = hold_lock(root / STUDY_LOCK)
-    except LockHeld as held:
-        raise StudyInUse(f"{root} is in use by another study process ({held.holder}): one study process per "
-                         "run dir; wait for it to finish, then --resume") from None
-
-
-def open_study(cells: list[Cell], config: StudyConfig, *, resume: bool | None = False) -> Path:
-    """Claim ``config.run_root`` for this study. A new dir gets ``study.json``; an existing one
-    is continued only with ``resume`` (``None``: continue when the settings are the same) and
-    only when its settings equal these; otherwise :class:`ExperimentMismatch` names the
-    differing settings. Nothing is written to an existing study dir that is refused (the caller
-    runs :func:`check_infrastructure` first, so a study that cannot run writes nothing). The dir is
-    then held by this process (:func:`claim_study_dir`): two ``--resume`` started together on one
-    study get one runner and one clear :class:`StudyInUse`, never a torn ``study.json``."""
-    root = Path(config.run_root)
-    _settle_study(root, cells, config, resume, write=False)  # refuse before touching anything
-    root.mkdir(parents=True, exist_ok=True)
-    claim_study_dir(root)
-    # what a study killed mid-write left (a temp file never renamed into place) goes now, while
-    # this process holds the dir and nothing of it runs yet
-    remove_stale_temp_files(root)
-    return _settle_study(root, cells, config, resume, write=True)  # again: the dir may have changed meanwhile
-
-
-#: seconds the one request of :func:`check_infrastructure` may take (a local CPU model answers one
-#: token in well under this; an endpoint that does not is no endpoint a study can run on)
-PREFLIGHT_TIMEOUT = 60.0
-
-
-def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
-    """What every command that starts or continues a study checks before any file of it is
-    written (a refused command writes nothing): a worker model for prompt tasks, one short request
-    to each model endpoint the study names, and the sandbox where a cell runs untrusted code (a
-    program task, an isolated optimizer). A missing model is a :class:`HeldoutError`; a dead or
-    mistyped URL, a wrong model name or a missing bubblewrap an :class:`InfrastructureFailure`;
-    each one line within seconds, not a study of zeros."""
-    # the key every session signs with: a corrupt key or CI secret is one line now, not a study left behind
-    load_signing_key(create=False)
-    kinds = {cell.task: get_benchmark(cell.task).kind for cell in cells}
-    prompt = sorted(task for task, kind in kinds.items() if kind == "prompt")
-    if prompt and not config.worker_model:
-        # found only in its first session, it would leave a study behind that the corrected
-        # command then meets as "another study"
-        raise HeldoutError(f"{prompt[0]} is a prompt task: the study needs a worker model (--worker-model and "
-                           "--base-url, or worker and base_url under [models] in a study file); nothing was written")
-    for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
-        if not model or (role == "architect" and model == config.worker_model):
-            continue
-        where = config.base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
-        try:
-            client = ModelClient(model, base_url=config.base_url, concurrency=1, max_retries=1,
-                                 timeout=max(PREFLIGHT_TIMEOUT, config.model_timeout))
-        except ModelError as exc:
-            raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
-        try:
-            client.complete(client.request([{"role": "user", "content": "Reply with OK."}], max_tokens=1,
-                                           temperature=0.0, channel="worker-deployment" if role == "worker" else role))
-        except ModelError as exc:
-            if model_failure_kind(exc) == "model_error":
-                raise InfrastructureFailure(
-                    f"the {role} model {model!r} at {where} does not answer ({' '.join(str(exc).split())[:300]}); "
-                    "nothing was run or written: start the endpoint or fix --base-url / --worker-model") from None
-        finally:
-            client.close()
-    untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config) or kinds[c.task] == "program"]
-    if untrusted:
-        try:
-            require_sandbox()
-        except SandboxError as exc:
-            raise InfrastructureFailure(f"{untrusted[0].label} runs untrusted code: {exc}; nothing was run or "
-                                        "written") from None
-
-
-def _settle_study(root: Path, cells: list[Cell], config: StudyConfig, resume: bool | None, *, write: bool) -> Path:
-    path = root / STUDY_FILE
-    wanted = study_description(cells, config)
-    if not path.exists():
-        if resume is True:
-            raise HeldoutError(f"nothing to resume: {root} holds no study ({STUDY_FILE}); drop --resume to start one")
-        if root.exists() and any(p.name != STUDY_LOCK for p in root.iterdir()):
-            raise ExperimentMismatch(f"{root} is not empty and holds no {STUDY_FILE}; use a new run dir")
-        if write:
-            write_text_atomically(path, json.dumps(wanted, indent=1))
-        return path
-    recorded = read_user_json(path, "the study's record", error=ExperimentMismatch)
-    differing = [f"{key}: {_short(recorded.get(key))} -> {_short(wanted.get(key))}"
-                 for key in wanted if key != "cells" and canonical_json(recorded.get(key)) != canonical_json(wanted[key])]
-    if differing:
-        raise ExperimentMismatch(f"{root} holds another study; it differs in {'; '.join(differing)}. "
-                                 "Use a new run dir (nothing in this one was changed)")
-    if resume is False:
-        raise ExperimentMismatch(f"{root} already holds this study; pass --resume to continue it "
-                                 "(finished cells are kept, interrupted ones resume from their ledgers)")
-    return path
-
-
-def _short(value: Any, limit: int = 100) -> str:
-    text = canonical_json(value)
+def shortened(text: str, limit: int = 100) -> str:
+    """``text`` cut to ``limit`` characters (``...`` marks a cut), for a message naming settings."""
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -532,17 +324,9 @@ def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
             "optimizer code": cell_method(cell, config).code_sha256, "optimizer options": dict(cell.method.options)}
 
 
-def record_settings(record: RunRecord) -> dict[str, Any]:
-    exp = record.experiment
-    return {"task": record.task, "profile": record.profile, "seed": record.seed, "method": record.method,
-            "budget": record.budget, "policy": record.policy.get("name"), "options": record.options,
-            "worker": (exp.get("worker") or {}).get("model"), "architect": (exp.get("architect") or {}).get("model"),
-            "verifier": exp.get("verifier"), "optimizer code": (exp.get("optimizer") or {}).get("code_sha256"),
-            "optimizer options": (exp.get("optimizer") or {}).get("options", {})}
-
-
 def cell_session(cell: Cell, config: StudyConfig) -> Session:
     """The protected session of a cell (new, or resumed from its ledger)."""
+    method = cell_method(cell, config)
     return Session(cell.task, profile=cell.profile,
                    budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
                    seed=cell.seed, run_dir=cell.run_dir(config.run_root),
@@ -550,8 +334,7 @@ def cell_session(cell: Cell, config: StudyConfig) -> Session:
                                         architect=_client(config.architect_model, config)), policy=config.policy,
                    data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
                    options=cell.options, verifier=cell.verifier,
-                   provenance={"optimizer": cell_method(cell, config).describe(),
-                               "isolation": cell_method(cell, config).isolation})
+                   provenance={"optimizer": method.describe(), "isolation": method.isolation})
 
 
 def cell_method(cell: Cell, config: StudyConfig) -> ResolvedMethod:
@@ -584,22 +367,39 @@ def _waiting():
         _WAITING = outer
 
 
+def finished_summary(run_dir: Path, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The summary of the finished run in ``run_dir``, when it was made under the settings
+    ``wanted`` (:func:`cell_settings`); :class:`ExperimentMismatch` naming what differs otherwise."""
+    record = RunRecord.load(run_dir)
+    exp = record.experiment
+    optimizer = exp.get("optimizer") or {}
+    recorded = {"task": record.task, "profile": record.profile, "seed": record.seed, "method": record.method,
+                "budget": record.budget, "policy": record.policy.get("name"), "options": record.options,
+                "worker": (exp.get("worker") or {}).get("model"), "architect": (exp.get("architect") or {}).get("model"),
+                "verifier": exp.get("verifier"), "optimizer code": optimizer.get("code_sha256"),
+                "optimizer options": optimizer.get("options", {})}
+    texts = {k: (canonical_json(recorded[k]), canonical_json(wanted[k])) for k in wanted}
+    differing = [f"{k}: {shortened(was)} -> {shortened(now)}" for k, (was, now) in texts.items() if was != now]
+    if differing:
+        raise ExperimentMismatch(f"{run_dir} holds a finished run of another experiment; it differs in "
+                                 f"{'; '.join(differing)}. Use a new run dir")
+    return {"status": record.status, "skipped": True, "test_score": record.test_score, "error": record.error,
+            "run_dir": str(run_dir)}
+
+
 def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None,
              scoring: Callable[[str, int, int, int], None] | None = None) -> dict[str, Any]:
-    """Run (or resume, or skip) one cell. Never raises for a failing optimizer: the record says;
-    a failing infrastructure gives status ``incomplete`` (no record; ``--resume`` finishes it).
-    Raises :class:`ExperimentMismatch` when the cell's dir holds another experiment."""
+    """Run (or resume, or skip) one cell, top-down: what it runs (decided once), a finished run of
+    the same settings kept, its protected session opened (new, or resumed from its ledger), the
+    method run in it (isolated, or in-process for heldout's own code). Never raises for a failing
+    optimizer: the record says; a failing infrastructure gives status ``incomplete`` (no record;
+    ``--resume`` finishes it). Raises :class:`ExperimentMismatch` when the cell's dir holds another
+    experiment."""
     run_dir = cell.run_dir(config.run_root)
+    method = cell_method(cell, config)
+    settings = cell_settings(cell, config)
     if (run_dir / RECORD_FILE).exists():
-        record = RunRecord.load(run_dir)
-        recorded, wanted = record_settings(record), cell_settings(cell, config)
-        differing = [f"{k}: {_short(recorded[k])} -> {_short(wanted[k])}" for k in wanted
-                     if canonical_json(recorded[k]) != canonical_json(wanted[k])]
-        if differing:
-            raise ExperimentMismatch(f"{run_dir} holds a finished run of another experiment; it differs in "
-                                     f"{'; '.join(differing)}. Use a new run dir")
-        return {"status": record.status, "skipped": True, "test_score": record.test_score, "error": record.error,
-                "run_dir": str(run_dir)}
+        return finished_summary(run_dir, settings)
     global _WAITING, _INTERRUPTED
 
     def checkpoint(used: int, budget: int, best: float | None) -> None:
@@ -612,16 +412,13 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
     session.service.progress = checkpoint
     session.service.interruptible = _waiting
     session.heldout_progress = scoring
-    method = cell_method(cell, config)
     try:
         changed = method.code_changed()  # the record must name the code that runs, not the code once decided
         if changed:
             record = session.finish(None, status="failed", error=changed)
-        elif method.command:
-            record = run_isolated(session, method.command)
         elif method.isolated:
-            # user code: isolated by default (the trust model); heldout's reference names run in-process
-            record = run_isolated_function(session, method.target, options=method.options, modules=method.modules)
+            # commands and user code: isolated by default (the trust model); heldout's reference names run in-process
+            record = run_isolated_method(session, method)
         else:
             session.service.record_event("optimizer_trust", {"optimizer": method.spec, "trusted": True,
                                                              "isolation": "trusted, not isolated"})
@@ -707,7 +504,7 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
         runner = _CellRunner(config, report if in_process else None)
         for cell, summary in executor.map(runner, cells):
             results.append({"task": cell.task, "method": cell.method.name, "seed": cell.seed, **summary})
-            report.finished(cell, summary)
+            report.finished(cell.label, summary)
     except StudyInterrupted:
         pass  # in-process: raised by the signal handler; the summary below says what happened
     finally:

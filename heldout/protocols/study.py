@@ -281,7 +281,9 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
     if executor["jobs"] < 1:
         raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
     _check_against_tasks(tasks, profiles, verifiers, options, origin)
-    check_minimum_budgets(tasks, profiles, verifiers, budgets, methods, origin)  # a run below it is the seed
+    # a run below it is the seed; one seed per cell stands for all (they share the budget)
+    check_minimum_budgets([cell for profile in profiles for cell in build_cells(
+        tasks, methods, seeds[:1], budgets, profile, options, verifiers)], origin)
     config = StudyConfig(run_root=run_dir, data_dir=data_dir, allow_drift=allow_drift,
                          policy=policy, architect_tokens=limits.get("architect_tokens"),
                          wall_seconds=limits.get("wall_seconds"), worker_model=models.get("worker"),

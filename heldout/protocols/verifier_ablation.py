@@ -59,9 +59,11 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
+from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, contrast, describe_detectable, holm
 from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, STRIDE, draws_for, placebo_seeds, stratum
-from heldout.protocols.run import Cell, Executor, Method, StudyConfig, check_infrastructure, run_study
+from heldout.protocols.preflight import check_infrastructure
+from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study
 from heldout.protocols.stats import compare_runs, summarize_seeds
 
 ABLATION_DIR = "verifier_ablation"
@@ -146,7 +148,7 @@ class AblationPlan:
 
 def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: Sequence[int], budget: int, *,
                   profile: str = "default", options: dict[str, Any] | None = None, data_dir: str | None = None,
-                  allow_drift: bool = False, placebo_draws: int = 0) -> AblationPlan:
+                  allow_drift: bool = False, placebo_draws: int = 0, origin: str = "compare verifiers") -> AblationPlan:
     """Check the variants against the task and lay out the sessions. Raises a clear
     :class:`HeldoutError` for an unknown variant, a repeated one, or no seeds. ``placebo_draws``:
     per seed and variant on a prompt task (0: as many as the verdicts need)."""
@@ -173,6 +175,7 @@ def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: 
     runs += [(placebo, s) for s in placebo_seeds(seeds, draws)] if draws else []
     cells = tuple(Cell(loaded.name, method, seed, budget, profile, dict(options or {}), variant)
                   for variant in variants for method, seed in runs)
+    check_minimum_budgets(cells, origin)  # below its minimum a method can only return the seed
     return AblationPlan(task=loaded.name, profile=profile, optimizer=optimizer, variants=variants,
                         seeds=tuple(seeds), budget=budget, options=dict(options or {}), cells=cells,
                         sizes=loaded.sizes(), repeats=repeats,

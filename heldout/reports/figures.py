@@ -307,7 +307,7 @@ def paired_scatter(runs: RunSet, baseline: str,
 
 def autopsy_plot(rows: Sequence[Any], caveat: str) -> Figure | None:
     """``rows``: the autopsy's accepted candidates (``seed``, ``step``, ``share``, ``val_reward``,
-    ``final``; :class:`heldout.protocols.generalisation.AutopsyRow`). One panel: x the answer-key
+    ``final``; :class:`heldout.protocols.prompt_autopsy.AutopsyRow`). One panel: x the answer-key
     share, y the validation reward, each seed's candidates joined in lineage order, the final one
     drawn as a star. None when no candidate has a validation reward (nothing to draw)."""
     drawn = [r for r in rows if r.val_reward is not None]

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from heldout.files import write_text_atomically
 from heldout.protocols.decide import Contrast, replicates_nothing
-from heldout.protocols.generalisation import CAVEAT, RUNS_DIR, GeneralisationResult
-from heldout.protocols.leakage import HELD_OUT_ROW
+from heldout.protocols.generalisation import RUNS_DIR, GeneralisationResult
+from heldout.protocols.prompt_autopsy import CAVEAT
+from heldout.protocols.leak_readings import HELD_OUT_ROW
 from heldout.reports.collect import collect_runs
 from heldout.reports.evidence_tables import evidence_tables
 from heldout.reports.figures import autopsy_plot

@@ -1,8 +1,8 @@
 """Tables for run dirs a protocol command wrote, so ``heldout report RUN_DIR`` shows what the
 protocol compared and not only the runs it left behind.
 
-* **compare arms** (a run dir holding :data:`heldout.protocols.arms.ARMS_FILE`): the arms table
-  of :func:`heldout.protocols.arms.compare_arms` (one row per arm, the fork arm twice: the
+* **compare arms** (a run dir holding :data:`heldout.protocols.arms_plan.ARMS_FILE`): the arms table
+  of :func:`heldout.protocols.arms_comparison.compare_arms` (one row per arm, the fork arm twice: the
   shippable selected branch and the oracle), its seed-paired verdicts, confounds, flags and
   conclusion. The fork arm's branches spend ``budget / width`` each, so the ordinary tables show
   them as a task of their own; the arms table is the equal-spend comparison."""
@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Iterable
 
 from heldout.contracts import HeldoutError
-from heldout.protocols.arms import ARMS_FILE, compare_arms
+from heldout.protocols.arms_comparison import compare_arms
+from heldout.protocols.arms_plan import ARMS_FILE
 from heldout.reports.tables import Cell, Table
 
 

@@ -24,7 +24,7 @@ from heldout.evaluators.records import heldout_code, heldout_version
 from heldout.reports.collect import RunSet, collect_runs
 from heldout.reports.drilldown import drilldown_html
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
-from heldout.protocols.leakage import answer_key_rows
+from heldout.protocols.leak_scan import answer_key_rows
 from heldout.reports.paired_table import heldout_table
 from heldout.reports.protocol_tables import protocol_tables
 from heldout.reports.tables import (

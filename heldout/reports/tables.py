@@ -492,7 +492,7 @@ def selection_table(runs: RunSet) -> Table:
 
 
 def answer_key_table(runs: RunSet, rows: Sequence[dict[str, Any]]) -> Table:
-    """Each final candidate's answer-key share (:func:`heldout.protocols.leakage.answer_key_rows`
+    """Each final candidate's answer-key share (:func:`heldout.protocols.leak_scan.answer_key_rows`
     over the report's runs: prompt tasks with training data), so a gain bought with pasted
     training answers is visible beside the scores."""
     label = {(r.record.task, r.record.profile, r.record.method, r.record.seed): r.label for r in runs.runs}

@@ -1,0 +1,66 @@
+"""What every command that starts or continues a study checks before any file of it is written
+(:func:`check_infrastructure`): a refused command writes nothing, and each refusal is one line
+within seconds, not a study of zeros."""
+
+from __future__ import annotations
+
+import os
+
+from heldout.benchmarks.registry import get_benchmark
+from heldout.contracts import HeldoutError, InfrastructureFailure
+from heldout.evaluators.scoring import model_failure_kind
+from heldout.evaluators.signing import load_signing_key
+from heldout.models import ModelClient, ModelError
+from heldout.protocols.run import Cell, StudyConfig, cell_is_isolated
+from heldout.sandbox import SandboxError, require_sandbox
+
+#: seconds the one request of :func:`check_infrastructure` may take (a local CPU model answers one
+#: token in well under this; an endpoint that does not is no endpoint a study can run on)
+PREFLIGHT_TIMEOUT = 60.0
+
+
+def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
+    """What every command that starts or continues a study checks before any file of it is
+    written (a refused command writes nothing): a worker model for prompt tasks, one short request
+    to each model endpoint the study names, and the sandbox where a cell runs untrusted code (a
+    program task, an isolated optimizer). A missing model is a :class:`HeldoutError`; a dead or
+    mistyped URL, a wrong model name or a missing bubblewrap an :class:`InfrastructureFailure`;
+    each one line within seconds, not a study of zeros."""
+    # the key every session signs with: a corrupt key or CI secret is one line now, not a study left behind
+    load_signing_key(create=False)
+    kinds = {cell.task: get_benchmark(cell.task).kind for cell in cells}
+    prompt = sorted(task for task, kind in kinds.items() if kind == "prompt")
+    if prompt and not config.worker_model:
+        # found only in its first session, it would leave a study behind that the corrected
+        # command then meets as "another study"
+        raise HeldoutError(f"{prompt[0]} is a prompt task: the study needs a worker model (--worker-model and "
+                           "--base-url, or worker and base_url under [models] in a study file); nothing was written")
+    for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
+        if not model or (role == "architect" and model == config.worker_model):
+            continue
+        where = config.base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
+        try:
+            client = ModelClient(model, base_url=config.base_url, concurrency=1, max_retries=1,
+                                 timeout=max(PREFLIGHT_TIMEOUT, config.model_timeout))
+        except ModelError as exc:
+            raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
+        try:
+            client.complete(client.request([{"role": "user", "content": "Reply with OK."}], max_tokens=1,
+                                           temperature=0.0, channel="worker-deployment" if role == "worker" else role))
+        except ModelError as exc:
+            if model_failure_kind(exc) == "model_error":
+                raise InfrastructureFailure(
+                    f"the {role} model {model!r} at {where} does not answer ({' '.join(str(exc).split())[:300]}); "
+                    "nothing was run or written: start the endpoint or fix --base-url / --worker-model") from None
+        finally:
+            client.close()
+    untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config) or kinds[c.task] == "program"]
+    if untrusted:
+        try:
+            require_sandbox()
+        except SandboxError as exc:
+            raise InfrastructureFailure(f"{untrusted[0].label} runs untrusted code: {exc}; nothing was run or "
+                                        "written") from None
+
+
+__all__ = ["PREFLIGHT_TIMEOUT", "check_infrastructure"]
