@@ -6,7 +6,9 @@ little): the VLIW per-candidate cost against its ceiling (the candidate's own bu
 the frozen instances on heldout's fastest simulator) and against a stand-in for the original
 harness (perf/vliw_candidate.py); the Lockpicking exhaustive check (perf/lockpicking_exhaustive.py);
 the model endpoint against bare httpx at the same concurrency and against a rate-limited server
-(perf/model_throughput.py); a sandboxed execution through the fork server against a bare
+(perf/model_throughput.py); the protected path, a session evaluating batches of 50 against a
+chain-of-thought loopback server at 0 and 50 ms latency, against the bare ``ModelClient`` sending the
+same requests (perf/protected_path.py); a sandboxed execution through the fork server against a bare
 ``python -c pass`` at p50 and p95 (perf/sandbox_throughput.py); MBPP+ against evalplus
 (perf/mbpp_plus_run.py); a grid on Ray against serial and against a local pool
 (perf/ray_grid.py, needs the [ray] extra); the results store's and ``heldout report``'s scaling
@@ -45,6 +47,7 @@ import local_model_throughput  # noqa: E402
 import lockpicking_exhaustive  # noqa: E402
 import mbpp_plus_run  # noqa: E402
 import model_throughput  # noqa: E402
+import protected_path  # noqa: E402
 import ray_grid  # noqa: E402
 import report_scaling  # noqa: E402
 import sandbox_throughput  # noqa: E402
@@ -91,6 +94,7 @@ def main() -> int:
     sections = [("vliw", lambda: vliw_candidate.figures(repeat=3)),
                 ("lockpicking", lambda: lockpicking_exhaustive.figures(repeat=5)),
                 ("model endpoint", model_throughput.figures),
+                ("protected path", lambda: protected_path.figures(args.data_dir)),
                 ("sandbox", sandbox_throughput.figures),
                 ("mbpp+ subset", lambda: mbpp_plus_run.figures(args.data_dir, limit=30)),
                 ("ray grid", ray_grid.figures),
