@@ -14,9 +14,10 @@ import re
 import tarfile
 from pathlib import Path
 
-from doc_blocks import DOC_URL, ROOT, Block, blocks, run_python, run_shell
+from doc_blocks import DOC_URL, FENCE, ROOT, Block, blocks, run_python, run_shell
 from heldout.models.testserver import TestServer
 
+COMMAND = re.compile(r"^(?:heldout|python|pip|bash|scripts/\w+) ", re.M)
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 
 # (doc, "shell" or "python", index among the doc's blocks of that kind) -> the test that runs it
@@ -62,6 +63,14 @@ def test_every_block_of_the_docs_is_run_by_a_named_test_or_marked_with_its_reaso
     marked_and_run = [key for key in RUN_BY if key in found and found[key].not_run is not None]
     assert marked_and_run == [] and set(RUN_BY) <= set(found), (marked_and_run, set(RUN_BY) - set(found))
     assert all(b.not_run.strip() for b in found.values() if b.not_run is not None), "a not-run marker needs its reason"
+
+
+def test_a_command_is_never_in_an_unlabelled_fence():
+    # the adversary: a command fenced without a language, which no test would look at
+    hidden = [f"{doc}: {m['code'][:60]!r}" for doc in DOCS
+              for m in FENCE.finditer((ROOT / doc).read_text(encoding="utf-8"))
+              if m["lang"] == "" and COMMAND.search(m["code"])]
+    assert hidden == [], "label these ```bash (and run or mark them)"
 
 
 def test_every_test_run_by_names_exists():
