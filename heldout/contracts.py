@@ -426,7 +426,7 @@ class TaskView(Protocol):
     * ``remaining`` / ``metric_calls_budget``: metric calls left / in all; ``policy`` and
       ``verifier`` name the visibility policy and the verifier variant in force.
 
-    The in-process view (:class:`heldout.evaluators.session.SessionView`) holds no test example,
+    The in-process view (:class:`heldout.evaluators.view.SessionView`) holds no test example,
     and neither does anything that refers to it, until the session has scored the final candidate.
     """
 

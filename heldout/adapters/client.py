@@ -1,7 +1,7 @@
 """The client an isolated optimizer uses to reach its task view (standard library only).
 
 An isolated optimizer (``heldout run ... --optimizer-cmd "CMD"``) runs in a separate, sandboxed
-process. The harness serves its session's :class:`~heldout.evaluators.session.SessionView` over HTTP
+process. The harness serves its session's :class:`~heldout.evaluators.view.SessionView` over HTTP
 (:mod:`heldout.evaluators.view_server`) and passes the address in the environment:
 
 * ``HELDOUT_VIEW_SOCKET``: path of a Unix socket (used when set; it works inside a network
@@ -87,7 +87,7 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 class TaskClient:
-    """Methods mirror :class:`~heldout.evaluators.session.SessionView`. Thread-safe (one connection
+    """Methods mirror :class:`~heldout.evaluators.view.SessionView`. Thread-safe (one connection
     per request). ``timeout`` bounds each request; evaluations of slow tasks may need more."""
 
     def __init__(self, token: str, *, url: str | None = None, socket_path: str | None = None,

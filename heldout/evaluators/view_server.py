@@ -1,6 +1,6 @@
 """Serve one session's TaskView over HTTP, for optimizers that run as separate processes.
 
-The server exposes exactly what :class:`~heldout.evaluators.session.SessionView` exposes, behind a
+The server exposes exactly what :class:`~heldout.evaluators.view.SessionView` exposes, behind a
 per-session random bearer token, on a Unix socket (reachable from a child in a fresh network
 namespace, when the socket's directory is visible to it) and/or on 127.0.0.1:
 
