@@ -55,7 +55,7 @@ def test_a_function_model_drives_a_session_to_a_scored_record(word_sorting, tmp_
 @pytest.mark.parametrize("role", ["worker", "architect", "judge", "deployment_worker"])
 def test_a_model_that_is_not_a_chat_client_is_one_configuration_error(role, word_sorting, tmp_path):
     run_dir = tmp_path / "run"
-    with pytest.raises(ModelError, match=rf"the {role.replace('_', ' ')} model \(TaskWorkerOnly\) has no "
+    with pytest.raises(ModelError, match=rf"the {role.replace('_', ' ')} model \(TaskWorkerOnly\) lacks "
                                          r"a `complete_many\(") as caught:
         Session(word_sorting, budget=5, run_dir=run_dir, models=SessionModels(**{role: TaskWorkerOnly()}))
     assert caught.value.kind == "config" and "optimizer" not in str(caught.value)
@@ -63,7 +63,7 @@ def test_a_model_that_is_not_a_chat_client_is_one_configuration_error(role, word
 
 
 def test_a_model_without_a_name_is_refused_naming_the_name():
-    with pytest.raises(ModelError, match=r"the worker model \(FunctionWorker\) has no a `model` name"):
+    with pytest.raises(ModelError, match=r"the worker model \(FunctionWorker\) lacks a `model` name"):
         SessionModels(worker=FunctionWorker(sort_the_list, model=""))
 
 

@@ -1,7 +1,9 @@
 """Model clients: OpenAI-compatible chat completions and completions for workers and architects, a persistent
 response cache, record/replay, and one OpenAI-compatible loopback server (:mod:`heldout.models.server`)
 with two backends: the deterministic test double (:mod:`heldout.models.testserver`) and a real GGUF
-model through llama.cpp (:mod:`heldout.models.backends.llama`, ``heldout serve-model``)."""
+model through llama.cpp (:mod:`heldout.models.backends.llama`, ``heldout serve-model``).
+:class:`ChatClient` is what a session asks of a model; :class:`~heldout.models.workers.FunctionWorker`
+makes a local function one."""
 
 from heldout.models.cache import CachedResponse, CacheError, ResponseCache
 from heldout.models.client import ModelClient, backoff_delay

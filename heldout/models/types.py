@@ -300,6 +300,6 @@ def check_chat_client(client: object, role: str) -> None:
     if not callable(getattr(client, "complete_many", None)):
         missing.append("a `complete_many(requests, *, return_exceptions=False)` method")
     if missing:
-        raise ModelError(f"the {role} model ({type(client).__name__}) has no {' and no '.join(missing)}: a session's "
+        raise ModelError(f"the {role} model ({type(client).__name__}) lacks {' and '.join(missing)}: a session's "
                          "models are chat clients (heldout.models.ChatClient), such as ModelClient or "
                          "FunctionWorker", kind="config")
