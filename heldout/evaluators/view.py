@@ -1,19 +1,17 @@
 """The optimizer's side of a session: :class:`SessionView`, the in-process
 :class:`heldout.contracts.TaskView`, and :class:`MeteredArchitect`, the architect model as the view
-offers it. Both only forward to the session's :class:`~heldout.evaluators.session.EvaluationService`,
+offers it. Both only forward to the session's :class:`~heldout.evaluators.evaluation.EvaluationService`,
 which counts, checks and records; neither holds a test example."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from heldout.contracts import BudgetExceeded, Candidate, Example, HeldoutError, VisibilityError
+from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.policy import VERDICT_FIELDS, Budget
 from heldout.evaluators.scoring import ARCHITECT, model_failure_kind
 from heldout.models import ChatClient, ChatRequest
-
-if TYPE_CHECKING:  # the service builds the view; the view only calls it
-    from heldout.evaluators.session import EvaluationService
 
 
 class MeteredArchitect:
