@@ -30,6 +30,10 @@ class Collected:
         self.items = list(items)
 
 
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def main(argv: list[str]) -> int:
     collected, listing = Collected(), io.StringIO()
     with contextlib.redirect_stdout(listing):  # pytest's own listing of every test: not what is asked
@@ -42,7 +46,7 @@ def main(argv: list[str]) -> int:
     items = collected.items
     slow = sum(1 for item in items if item.get_closest_marker("slow"))
     modules = len({item.nodeid.split("::")[0] for item in items})
-    print(f"{len(items)} tests in {modules} modules, {slow} marked slow; "
+    print(f"{counted(len(items), 'test')} in {counted(modules, 'module')}, {slow} marked slow; "
           f"the fast loop (-m 'not slow') runs {len(items) - slow}")
     return 0
 
