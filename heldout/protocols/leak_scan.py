@@ -332,7 +332,8 @@ class ExampleIndex:
         run = max(runs, key=lambda s: s.end - s.start, default=None)
         answer = next((s for s in spans if s.field in ("answer", "family_answer")), None)
         where = run or answer
-        assert where is not None  # held-out matches hold a question run or an answer
+        if where is None:  # held-out matches hold a question run or an answer; a raise, never -O's silence
+            raise HeldoutError(f"leak scan: item {i} matched with neither a question run nor an answer (a bug)")
         share = min((run.end - run.start) / n, 1.0) if run is not None else 0.0
         return share + float(answer is not None), (where.start, where.end)
 
