@@ -66,3 +66,11 @@ def test_the_checker_sees_every_form_of_importing_a_cli_module(tmp_path):
     probe.write_text("from heldout.cli import study\nfrom heldout.cli.results import cmd_report\n"
                      "import heldout.cli.demo\nfrom heldout.cli import main\n")
     assert cli_imports(probe) == {"study", "results", "demo", "__init__"}
+
+
+def test_global_shell_completion_finds_its_marker_for_the_script_and_for_python_m():
+    """argcomplete's global completion reads the marker from the module the console script names
+    (heldout.cli's __init__.py) and, for ``python -m heldout.cli``, from the package's __main__.py."""
+    check = pytest.importorskip("argcomplete._check_module")
+    for path in (check.find("heldout.cli", return_package=True), check.find("heldout.cli")):
+        assert "PYTHON_ARGCOMPLETE_OK" in Path(path).read_text(encoding="utf-8")[:1024], path
