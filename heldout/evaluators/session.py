@@ -76,7 +76,9 @@ class Session:
                  provenance: Mapping[str, Any] | None = None) -> None:
         """``task`` is a task name (loaded with ``profile``, ``data_dir``, ``allow_drift``) or a
         loaded :class:`Task`; ``models`` the chat clients it talks to (:class:`SessionModels`);
-        ``options`` the task options of the experiment; ``execution`` the sandbox limits and jobs;
+        ``options`` the experiment's options as a study states them: task options, and the models'
+        :class:`~heldout.evaluators.scoring.Decoding` (``temperature``, ``max_tokens``, ``judge_*``),
+        which scoring keeps apart; ``execution`` the sandbox limits and jobs;
         ``provenance`` fields the record keeps (the optimizer's code hash, ...)."""
         if not isinstance(models, SessionModels):  # e.g. a bare client: name the fix, not an AttributeError later
             raise HeldoutError(f"models must be SessionModels(worker=..., architect=...), got {type(models).__name__}")
