@@ -19,7 +19,8 @@ from heldout.benchmarks.vliw import build_runner
 from heldout.benchmarks.vliw.build_runner import MARSHAL_FORMAT, marshalled
 from heldout.benchmarks.vliw.compact_form import CompactFormError
 from heldout.benchmarks.vliw.fast import DecodedProgram
-from heldout.benchmarks.vliw.marshal_form import REASONS, decode_marshal, parse
+from heldout.benchmarks.vliw.marshal_form import decode_marshal, parse
+from heldout.benchmarks.vliw.marshal_parser import REASONS
 from heldout.benchmarks.vliw.task import VliwTakehome
 from heldout.contracts import Example
 from vliw_programs import CONFORMANCE, SHAPE, assert_same_decoding, kernel, random_program, via_json
