@@ -6,7 +6,17 @@ The names below are loaded when first used (PEP 562), so ``import heldout.cli`` 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import os
+import sys
+
+# When heldout is the program (the console script, or ``python -m heldout`` while -m finds it), a
+# user's folder on the import path (-m's working directory, ``PYTHONPATH=.``) must not supply the
+# modules the harness imports next: a ``typing.py`` there would run as the harness, key in reach.
+# Only modules Python loaded at start-up are imported above this line. As a library, the path is
+# the importer's own business and is left alone.
+if sys.argv and (sys.argv[0] == "-m" or os.path.basename(sys.argv[0]) == "heldout"):
+    _cwd = os.path.realpath(os.getcwd())
+    sys.path[:] = [entry for entry in sys.path if entry not in ("", ".") and os.path.realpath(entry) != _cwd]
 
 __version__ = "0.1.0"
 
@@ -28,7 +38,7 @@ _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}
 __all__ = sorted(_MODULE_OF)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'heldout' has no attribute {name!r}")

@@ -38,7 +38,7 @@ try:  # in the harness the marker's folder exists; in a sandbox it does not
 except OSError:
     pass
 '''
-SHADOWS = ("typing_extensions.py", "sniffio.py", "gepa.py", "numpy/__init__.py", "httpx.py", "sitecustomize.py",
+SHADOWS = ("typing.py", "typing_extensions.py", "sniffio.py", "gepa.py", "numpy/__init__.py", "httpx.py", "sitecustomize.py",
            "usercustomize.py", "heldout_shadow.pth")
 
 OPTIMIZER = '''\
