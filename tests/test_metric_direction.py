@@ -235,3 +235,44 @@ def test_the_arms_headroom_of_a_cost_is_the_seeds_distance_down_to_the_best():
     tight = Headroom("val", seed_score=6.2, ceiling=6.0, min_headroom=0.1, higher_is_better=False)
     assert tight.little and "lower is better" in tight.describe()
     assert Headroom("val", seed_score=0.5, ceiling=1.0, min_headroom=0.1).room == 0.5  # a score: upwards
+
+
+# -- protocol generalisation: a held-out gain is a drop in cost beyond the placebo floor ------------------
+def _record(method, seed, test, val, metric):
+    from heldout.evaluators.records import RunRecord
+
+    return RunRecord(task="t", profile="p", seed=seed, method=method, status="ok", budget={}, policy={}, limits={},
+                     options={}, drift=None, final_candidate={"prompt": f"{method} {seed}"},
+                     final_candidate_id=f"{method}-{seed}", test_verdicts=[], val_verdicts=[], test_score=test,
+                     val_score=val, usage={}, trajectory=[], lineage=[], experiment=metric.record_fields())
+
+
+def test_the_generalisation_verdicts_call_a_lower_cost_a_gain():
+    from heldout.protocols.generalisation import compare_heldout
+    from heldout.protocols.placebo import placebo_seeds
+
+    cost = MetricSpec("seconds", higher_is_better=False, failure_score=60.0)
+    seeds = [0, 1, 2, 3, 4]
+    records = [_record("seed", s, 10.0, 10.0, cost) for s in seeds]
+    records += [_record("placebo", p, 10.0 + 0.1 * (p % 3), 10.0 + 0.1 * (p % 3), cost)
+                for p in placebo_seeds(seeds, 3)]
+    records += [_record("opt", s, 7.0 - 0.1 * s, 6.5 - 0.1 * s, cost) for s in seeds]
+    comparison = compare_heldout(records, "opt", {"val": 20, "test": 40})
+    assert comparison.pooled("heldout_gain") > 2.5 and comparison.pooled("val_gain") > 3.0
+    assert comparison.heldout.decided and comparison.heldout.sign == "+", comparison.heldout.sentence
+
+
+# -- compare verifiers: validation gain and held-out transfer are improvements, a drop in cost -----------
+def test_the_verifier_ablation_reads_a_lower_cost_as_a_gain_and_a_transfer():
+    from types import SimpleNamespace
+
+    from heldout.protocols.verifier_ablation import _variant_row
+
+    cost = MetricSpec("seconds", higher_is_better=False, failure_score=60.0)
+    seeds = [0, 1, 2, 3, 4]
+    records = {("seed", "decomposed", s): _record("seed", s, 10.0, 10.0, cost) for s in seeds}
+    records.update({("opt", "decomposed", s): _record("opt", s, 8.0, 6.0, cost) for s in seeds})
+    plan = SimpleNamespace(seeds=seeds, optimizer=SimpleNamespace(name="opt"))
+    row = _variant_row(plan, "decomposed", records, None, None)
+    # the validation gain (4 seconds saved) overstates the held-out transfer (2 seconds saved)
+    assert row.mean_val_gain == 4.0 and row.mean_transfer == 2.0 and row.mean_gap == 2.0

@@ -54,7 +54,7 @@ import numpy as np
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import Candidate, HeldoutError, candidate_id
+from heldout.contracts import Candidate, HeldoutError, MetricSpec, candidate_id
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
@@ -425,13 +425,19 @@ def _own_score(rec: RunRecord, variant: str) -> float | None:
 def _variant_row(plan: AblationPlan, variant: str, records: dict[tuple[str, str, int], RunRecord],
                  task: Task | None, selection: "_SelectionScorer") -> VariantResult:
     """One variant's per-seed values; the seed side is the mean of the seed's placebo draws when
-    the plan has them, else the seed candidate's one score."""
+    the plan has them, else the seed candidate's one score. Every score enters in the metric's
+    direction (a lower-is-better metric's negated, here only), so every gain is an improvement."""
+    sign = MetricSpec.from_record(next(iter(records.values())).experiment).sign
+
     def own(rec: RunRecord, seed: int) -> float:
         value = (_own_score(rec, variant) if task is None else
                  selection.score(task, dict(rec.final_candidate), variant, seed, rec.options))
         if value is None:
             raise AblationError(f"{variant} seed {seed}: a run record lacks its own-verifier val score")
-        return value
+        return sign * value
+
+    def test(rec: RunRecord) -> float:
+        return sign * rec.test_score
 
     placebo = {}
     for (method, v, seed), rec in records.items():
@@ -444,15 +450,15 @@ def _variant_row(plan: AblationPlan, variant: str, records: dict[tuple[str, str,
     for seed in plan.seeds:
         final, base = records[(plan.optimizer.name, variant, seed)], records[(SEED_METHOD, variant, seed)]
         own_final, own_seed = own(final, seed), own(base, seed)
-        base_own, base_test = own_seed, base.test_score
-        draws = [(own(rec, s), rec.test_score) for s, rec in sorted(placebo.get(seed, []), key=lambda x: x[0])]
+        base_own, base_test = own_seed, test(base)
+        draws = [(own(rec, s), test(rec)) for s, rec in sorted(placebo.get(seed, []), key=lambda x: x[0])]
         if draws:
             floor_test[seed] = [t for _, t in draws]
             floor_gap[seed] = [o - t for o, t in draws]
             base_own, base_test = float(np.mean([o for o, _ in draws])), float(np.mean(floor_test[seed]))
-        gain, transfer = own_final - base_own, final.test_score - base_test
+        gain, transfer = own_final - base_own, test(final) - base_test
         for key, value in (("val_gain", gain), ("transfer", transfer), ("gap", gain - transfer),
-                           ("final_test", final.test_score), ("seed_test", base.test_score),
+                           ("final_test", test(final)), ("seed_test", test(base)),
                            ("final_own", own_final), ("seed_own", own_seed),
                            ("final_candidates", final.final_candidate_id),
                            ("metric_calls", int(final.usage.get("metric_calls", 0)))):
