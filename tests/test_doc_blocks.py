@@ -139,3 +139,16 @@ def test_the_readme_protocol_commands_plan_and_run_as_written(tmp_path, data_dir
     assert sorted((r["method"], r["seed"], r["status"]) for r in records) == [("constant-search", s, "ok") for s in (0, 1)]
     assert done.stdout.count("what it can detect") >= 2  # both plans say what their seeds can separate
     assert not (tmp_path / "runs" / "arms").exists() and not (tmp_path / "runs" / "gen").exists()  # a plan runs nothing
+
+
+def test_the_study_file_of_studies_and_exports_dry_runs_and_spends_nothing(tmp_path, data_dir):
+    (study,) = [m["code"] for m in FENCE.finditer((ROOT / "docs/studies-and-exports.md").read_text(encoding="utf-8"))
+                if m["lang"] == "toml"]
+    (tmp_path / "study.toml").write_text(study)
+    done = run_shell("heldout run study.toml --dry-run\n", tmp_path, data_dir=data_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # every task of bbh/sepo and gsm_hard x 3 methods x 2 verifiers x 3 seeds: each cell listed, none run
+    cells = re.match(r"(\d+) cell\(s\); total budget \d+ metric calls", done.stdout.splitlines()[-1])
+    assert cells and int(cells[1]) % 18 == 0, done.stdout[-500:]
+    assert all(f" {method} " in done.stdout for method in ("seed", "refl4", "mine"))
+    assert not (tmp_path / "runs").exists()
