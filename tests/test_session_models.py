@@ -12,7 +12,7 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE
 from heldout.evaluators.scoring import DEPLOYMENT, OPTIMISATION, Decoding, Execution, Scorer, SessionModels, Usage
 from heldout.evaluators.session import Session
-from heldout.models import ModelError
+from heldout.models import ChatClient, ModelClient, ModelError
 from heldout.models.workers import FunctionWorker
 
 
@@ -131,3 +131,9 @@ def test_a_bad_decoding_is_refused_before_the_session_writes_anything(bad, word_
         Session(word_sorting, budget=5, run_dir=tmp_path / "run", options=bad,
                 models=SessionModels(worker=FunctionWorker(sort_the_list)))
     assert not (tmp_path / "run").exists()
+
+
+def test_heldouts_own_models_meet_the_chat_client_protocol_and_a_task_worker_does_not():
+    assert isinstance(ModelClient("m", base_url="http://127.0.0.1:9/v1"), ChatClient)
+    assert isinstance(FunctionWorker(sort_the_list), ChatClient)
+    assert not isinstance(TaskWorkerOnly(), ChatClient)
