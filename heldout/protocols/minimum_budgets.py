@@ -72,7 +72,7 @@ def recorded_cells(records: Iterable[RunRecord]) -> list[Cell]:
             continue
         method = Method(record.method, reference[optimizer["target"]], options=dict(optimizer.get("options") or {}))
         cells.append(Cell(record.task, method, record.seed, int(metric_calls), record.profile, dict(record.options),
-                          record.experiment.get("verifier") or "decomposed"))
+                          record.verifier))
     return cells
 
 
