@@ -48,6 +48,7 @@ class Run:
     ledger: list[dict[str, Any]] | None = field(default=None, repr=False)
     """The ledger entries as verified, when :func:`collect_runs` was asked to keep them (the
     results store loads these, not a later read of a file that may have changed since)."""
+    _test_scores: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.label = self.label or self.record.task
@@ -59,9 +60,13 @@ class Run:
 
     def test_scores(self) -> dict[str, float]:
         """Per held-out example, the value it counts as: its score, or the metric's
-        ``failure_score`` when the verdict is invalid (a crash is never the best cost)."""
-        metric = self.metric
-        return {v["example_id"]: metric.reading(Verdict.from_dict(v)) for v in self.record.test_verdicts}
+        ``failure_score`` when the verdict is invalid (a crash is never the best cost). Read once
+        per run: the tables ask for it per example."""
+        if self._test_scores is None:
+            metric = self.metric
+            self._test_scores = {v["example_id"]: metric.reading(Verdict.from_dict(v))
+                                 for v in self.record.test_verdicts}
+        return dict(self._test_scores)
 
 
 @dataclass(frozen=True)

@@ -88,8 +88,8 @@ def _compare(cells: dict[tuple[str, str], Cellset], task: str, labels: tuple[str
     ids = [ex for ex in b_vals if ex in m_vals] if unit == "examples" else None
 
     def per_run(c: Cellset) -> list[float]:
-        return [float(np.mean([r.test_scores()[e] for e in ids])) if ids else float(r.record.test_score or 0.0)
-                for r in c.values()]
+        return [float(np.mean([scores[e] for e in ids])) if ids else float(r.record.test_score or 0.0)
+                for r in c.values() for scores in (r.test_scores(),)]
 
     runs_level = floor = None
     if min(len(cell), len(base_cell)) >= 2 and n_examples >= 1:
