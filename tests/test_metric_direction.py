@@ -276,3 +276,26 @@ def test_the_verifier_ablation_reads_a_lower_cost_as_a_gain_and_a_transfer():
     row = _variant_row(plan, "decomposed", records, None, None)
     # the validation gain (4 seconds saved) overstates the held-out transfer (2 seconds saved)
     assert row.mean_val_gain == 4.0 and row.mean_transfer == 2.0 and row.mean_gap == 2.0
+
+
+# -- the adversary: one task's runs that disagree on the direction are never compared --------------------
+def test_runs_of_one_task_that_disagree_on_the_direction_are_refused_in_one_line_writing_nothing(study):
+    flipped_site = study["root"] / "flipped-site"
+    flipped_site.mkdir(exist_ok=True)
+    (flipped_site / "tourcost_tasks.py").write_text(PLUGIN.replace("higher_is_better=False", "higher_is_better=True"))
+    (flipped_site / "tourcost-0.1.dist-info").mkdir(exist_ok=True)
+    for name in ("METADATA", "entry_points.txt"):
+        source = study["root"] / "site" / "tourcost-0.1.dist-info" / name
+        (flipped_site / "tourcost-0.1.dist-info" / name).write_text(source.read_text())
+    env = dict(study["env"], PYTHONPATH=os.pathsep.join([str(flipped_site), os.environ.get("PYTHONPATH", "")]))
+    flipped = study["root"] / "flipped"
+    done = heldout(env, "run", "--task", TASK, "--optimizer", "seed", "--seeds", "0,1", "--budget", "160",
+                   "--run-dir", str(flipped))
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = study["root"] / "mixed-report"
+    mixed = heldout(study["env"], "report", str(study["runs"] / "tourcost_search"), str(flipped), "--out", str(out))
+    assert mixed.returncode == 2 and "state different metrics" in mixed.stderr, mixed.stderr[-2000:]
+    assert len(mixed.stderr.strip().splitlines()) == 1 and not out.exists()
+    gate = heldout(study["env"], "check", "--baseline", str(flipped), "--current", str(study["runs"] / "seed"),
+                   "--pair-seeds", "independent")
+    assert gate.returncode == 2 and "state different metrics" in gate.stderr, gate.stderr[-2000:]
