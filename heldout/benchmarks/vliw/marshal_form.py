@@ -33,7 +33,7 @@ import numpy as np
 from heldout.benchmarks.vliw.build_runner import MARSHAL_FORMAT, MAX_MARSHAL_BYTES
 from heldout.benchmarks.vliw.compact_form import MAX_COMPACT_STRINGS, CompactFormError, decode_wire
 from heldout.benchmarks.vliw.fast import DecodedProgram
-from heldout.benchmarks.vliw.marshal_parser import FULL, parse_stream
+from heldout.benchmarks.vliw.marshal_parser import FULL, REASONS, parse_stream
 
 MAX_EXPANDED_ITEMS = 1 << 25  # groups or slot positions after references are expanded
 
@@ -49,7 +49,8 @@ class Workspace:
     so forged bytes cannot make the parent allocate more than ~2 GB; past a cap the stream is
     declined (and built as JSON, under the builder's output limit)."""
 
-    ARRAYS = ("groups", "slot positions", "distinct slots", "operands", "strings", "references", "operands of one slot")
+    # in the order of the parser's "full: ..." statuses (FULL + the array's number)
+    ARRAYS = tuple(reason.removeprefix("full: ") for reason in REASONS[FULL:])
     CAPS = {"groups": MAX_EXPANDED_ITEMS, "slot positions": MAX_EXPANDED_ITEMS, "distinct slots": 1 << 23,
             "operands": 1 << 25, "strings": MAX_COMPACT_STRINGS, "references": 1 << 22,
             "operands of one slot": 1 << 16}

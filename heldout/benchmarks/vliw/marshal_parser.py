@@ -30,7 +30,7 @@ REASONS = ("parsed", "truncated", "unexpected type", "bad reference", "integer b
            "trailing bytes", "too deeply nested", "full: groups", "full: slot positions", "full: distinct slots",
            "full: operands", "full: strings", "full: references", "full: operands of one slot")
 _TRUNCATED, _UNEXPECTED, _BAD_REF, _BIG_INT, _TOO_LARGE, _TRAILING, _TOO_DEEP = 1, 2, 3, 4, 5, 6, 7
-FULL = 8  # FULL + the workspace array's number in marshal_form.Workspace.ARRAYS
+FULL = 8  # FULL + k: workspace array k is full (named in REASONS[FULL + k]; marshal_form.Workspace reads them)
 
 
 @njit(cache=True)
