@@ -58,13 +58,12 @@ from heldout.protocols.leakage import SUBSETS, Ablation, ablate, find_records, s
 from heldout.protocols.preflight import check_infrastructure
 from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, run_study
 from heldout.protocols.study_dir import open_study
-from heldout.protocols.placebo import PLACEBO_METHOD, draws_for, floor_values, placebo_seeds
+from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, draws_for, floor_values, placebo_seeds
 from heldout.protocols.prompt_autopsy import CAVEAT, Autopsy, accepted_candidates, autopsy, ledger_components
 from heldout.protocols.splits import PROBE, check_profile
 from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
 from heldout.protocols.reviewer_evidence import ReviewerEvidence, gather, pair_by_seed
 
-SEED_METHOD = "seed"
 RUNS_DIR = "runs"
 VERIFIERS_DIR = "verifiers"
 PROTOCOL_DIR = "protocol"
@@ -195,7 +194,8 @@ class GeneralisationPlan:
         else:
             lines.append("verifier ablation sessions:")
             lines += ["  " + line for line in self.verifier_plan.describe(root / VERIFIERS_DIR).splitlines()]
-            verifier_calls = sum(0 if c.method.name == SEED_METHOD else c.budget for c in self.verifier_plan.cells)
+            verifier_calls = sum(c.budget for c in self.verifier_plan.cells
+                                 if c.method.name not in (SEED_METHOD, PLACEBO_METHOD))
         total = self.optimisation_budget() + verifier_calls
         lines.append(f"total: {total} optimisation metric calls (study {self.optimisation_budget()}, verifier "
                      f"ablation {verifier_calls}); harness scoring outside the budgets: about {harness} held-out/val "
