@@ -121,32 +121,37 @@ class Launcher:
         self.server = None
         return False
 
-    def start(self, job: dict[str, Any], code: Path, level: str, limits: RunLimits) -> "Launched":
+    def launch(self, job: dict[str, Any], code: Path, level: str, limits: RunLimits) -> "Launched":
         """Start one execution of ``job`` (its code dir ``code``): a zygote's child (raises
         :class:`UseFreshSandbox` if it cannot) or a fresh sandbox (raises :class:`CouldNotStart`)."""
         job["python_path"] = python_path()
         privileged = os.geteuid() == 0
         job["uid"] = random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged and level != "none" else None
-        if self.server is not None:
-            return _start_forked(job, code, limits, self.server)
-        return _start_fresh(job, code, level, limits)
+        how: type[ForkedRun] | type[FreshRun] = FreshRun if self.server is None else ForkedRun
+        return how.start(job, code, level, limits, self.server)
 
 
-@dataclass
 class Launched:
-    """A started execution, however it was started: the harness's ends of its pipes, its cgroup,
-    how to kill and reap it, and its CPU clock."""
+    """A started execution, however it was started: the harness's ends of its pipes
+    (``result_fd``, ``stdout_fd``, ``job_fd``), its cgroup, the isolation it runs under, and
+    how it is killed, reaped and clocked (:class:`FreshRun`, :class:`ForkedRun`)."""
 
-    result_fd: int
-    stdout_fd: int
-    job_fd: int
-    group: RunGroup
-    level: str  # the isolation it runs under, as results record it
-    kill: Callable[[], None]  # every process of the run
-    reap: Callable[[bool], tuple[int | None, float]]  # (need the exit code?) -> (exit code, CPU seconds)
-    cpu: Callable[[], float | None]  # the CPU seconds every process of the run used so far
-    forked: Execution | None = None
-    server: ForkServer | None = None
+    forked: Execution | None = None  # the zygote's child, for a forked run
+
+    def __init__(self, result_fd: int, stdout_fd: int, job_fd: int, group: RunGroup, level: str,
+                 cpu: Callable[[], float | None]) -> None:
+        self.result_fd, self.stdout_fd, self.job_fd = result_fd, stdout_fd, job_fd
+        self.group = group
+        self.level = level  # as results record it
+        self.cpu = cpu  # the CPU seconds every process of the run used so far
+
+    def kill(self) -> None:
+        """Kill every process of the run."""
+        raise NotImplementedError
+
+    def reap(self, need_code: bool) -> tuple[int | None, float]:
+        """Wait for the run's end: its exit code (None when none was reported) and CPU seconds."""
+        raise NotImplementedError
 
     def in_its_group(self) -> bool:
         """A child that says it is isolated must be in its cgroup (checked on the host; a fast
@@ -178,7 +183,7 @@ class Launched:
                       cpu_used if group_cpu is None else max(cpu_used, group_cpu),
                       not finished and self.group.memory_exceeded(), not finished and self.group.processes_exceeded(),
                       self.group.peak_memory_mb())
-        unserved = self._release_group()
+        unserved = self.release_group()
         if self.forked is not None and not set_up:
             # the fork server could not isolate this child (nothing of the candidate ran before
             # "ready"): it is thrown away and the execution runs in a fresh sandbox
@@ -189,92 +194,111 @@ class Launched:
             raise UseFreshSandbox("the fork server went away during an execution (it never reported the run's exit)")
         return ended
 
-    def _release_group(self) -> bool:
+    def release_group(self) -> bool:
         """Remove the execution's group; True when no spare of the zygote took the execution."""
-        if self.forked is None:
-            self.group.close()
-            return False
-        if self.server is not None and self.server.unserved(self.forked):
+        self.group.close()
+        return False
+
+
+class FreshRun(Launched):
+    """An execution in a fresh sandbox: bwrap (or, unsandboxed, a bare process group) started by
+    the harness in a new cgroup."""
+
+    def __init__(self, proc: subprocess.Popen, result_fd: int, group: RunGroup, level: str,
+                 scratch: str | None) -> None:
+        job_fd, stdout_fd = os.dup(proc.stdin.fileno()), os.dup(proc.stdout.fileno())
+        proc.stdin.close()
+        proc.stdout.close()
+        # without a CPU controller the run's processes are found under the one the harness started
+        cpu = group.cpu_clock() if group.counts_cpu() else (lambda: _tree_cpu_seconds(proc.pid))
+        super().__init__(result_fd, stdout_fd, job_fd, group, level, cpu)
+        self.proc = proc
+        self.scratch = scratch  # an unsandboxed run's host scratch dir, removed once it is reaped
+
+    @classmethod
+    def start(cls, job: dict[str, Any], code: Path, level: str, limits: RunLimits, server: None) -> "FreshRun":
+        read_fd, write_fd = os.pipe()
+        unsandboxed = level == "none"
+        scratch = tempfile.mkdtemp(prefix="heldout-sbx-") if unsandboxed else SCRATCH_DIR
+        job.update(code=str(code) if unsandboxed else CODE_DIR, scratch=scratch)
+        # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
+        cmd = [sys.executable, *PYTHON_FLAGS, "-c", _CHILD_SOURCE, str(write_fd)]
+        if not unsandboxed:
+            allow = AllowList(code=code, scratch_mb=scratch_mb(limits))
+            cmd = [*bwrap_argv(allow, privileged=os.geteuid() == 0), "--", *cmd]
+        env = child_env(scratch)
+        if unsandboxed:
+            group = RunGroup("rlimit")
+        else:
+            group = RunGroup.create(memory_mb=limits.memory_mb, max_processes=limits.max_processes)
+        level_name = level if unsandboxed else f"bwrap+{group.level}"
+        try:
+            proc = subprocess.Popen(group.attach_argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True,
+                                    env=env, cwd=scratch if unsandboxed else "/")
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            group.close()
+            raise CouldNotStart(f"sandbox could not start Python: {exc}", level_name) from exc
+        os.close(write_fd)
+        return cls(proc, read_fd, group, level_name, scratch if unsandboxed else None)
+
+    def kill(self) -> None:
+        self.group.kill_run(self.proc.pid)
+
+    def reap(self, need_code: bool) -> tuple[int | None, float]:
+        cpu = _reap(self.proc)
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        return self.proc.returncode, cpu
+
+
+class ForkedRun(Launched):
+    """An execution forked by the zygote, in a cgroup of its own nested in the zygote's."""
+
+    def __init__(self, execution: Execution, server: ForkServer) -> None:
+        group = execution.group
+        super().__init__(execution.result, execution.stdout, execution.stdin, group, f"bwrap+{group.level}",
+                         group.cpu_clock())
+        self.forked = execution
+        self.server = server
+
+    @classmethod
+    def start(cls, job: dict[str, Any], code: Path, level: str, limits: RunLimits,
+              server: ForkServer) -> "ForkedRun":
+        job.update(code=CODE_DIR, scratch=SCRATCH_DIR)
+        try:
+            execution = server.start(code, child_env(SCRATCH_DIR), scratch_mb(limits), limits.memory_mb,
+                                     limits.max_processes)
+        except ForkServerDown as exc:
+            raise UseFreshSandbox(str(exc)) from exc
+        return cls(execution, server)
+
+    def kill(self) -> None:
+        self.server.kill(self.forked)
+
+    def reap(self, need_code: bool) -> tuple[int | None, float]:
+        # a run whose streams closed by themselves is exiting: it is killed only after its exit
+        # was reported, which means every process of the run has exited (see wait_exit)
+        # (the wait is on the caller's path on purpose: no process of a run may still run, or
+        # hold memory or files, when its result is returned)
+        if not need_code:
+            self.server.end(self.forked)
+        code = self.server.wait_exit(self.forked)
+        if code is None:  # no report: whatever is left of the run is killed here, and waited for
+            self.server.kill(self.forked, wait=True)
+        self.server.finished(self.forked)
+        return code, 0.0
+
+    def release_group(self) -> bool:
+        if self.server.unserved(self.forked):
             # what may be left in its group is a spare the zygote gave another request, which
             # moves it out: the group is only removed, never killed
             after_run(self.group.remove)
             return True
         after_run(self.group.close)  # every process is dead or SIGKILLed; emptying the group can wait
         return False
-
-
-def _start_fresh(job: dict[str, Any], code: Path, level: str, limits: RunLimits) -> Launched:
-    read_fd, write_fd = os.pipe()
-    if level == "none":
-        scratch = tempfile.mkdtemp(prefix="heldout-sbx-")
-        job.update(code=str(code), scratch=scratch)
-        prefix: list[str] = []
-    else:
-        scratch = SCRATCH_DIR
-        job.update(code=CODE_DIR, scratch=scratch)
-        prefix = [*bwrap_argv(AllowList(code=code, scratch_mb=scratch_mb(limits)), privileged=os.geteuid() == 0),
-                  "--"]
-    # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
-    cmd = [*prefix, sys.executable, *PYTHON_FLAGS, "-c", _CHILD_SOURCE, str(write_fd)]
-    if level == "none":
-        group = RunGroup("rlimit")
-    else:
-        group = RunGroup.create(memory_mb=limits.memory_mb, max_processes=limits.max_processes)
-    level_name = level if level == "none" else f"bwrap+{group.level}"
-    try:
-        proc = subprocess.Popen(group.attach_argv(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=(write_fd,), start_new_session=True,
-                                env=child_env(scratch), cwd=scratch if level == "none" else "/")
-    except OSError as exc:
-        os.close(read_fd)
-        os.close(write_fd)
-        group.close()
-        raise CouldNotStart(f"sandbox could not start Python: {exc}", level_name) from exc
-    os.close(write_fd)
-
-    def kill() -> None:
-        group.kill_run(proc.pid)
-
-    def reap(need_code: bool) -> tuple[int | None, float]:
-        cpu = _reap(proc)
-        if level == "none":
-            shutil.rmtree(scratch, ignore_errors=True)
-        return proc.returncode, cpu
-
-    job_fd = os.dup(proc.stdin.fileno())
-    stdout_fd = os.dup(proc.stdout.fileno())
-    proc.stdin.close()
-    proc.stdout.close()
-    # without a CPU controller the run's processes are found under the one the harness started
-    cpu = group.cpu_clock() if group.counts_cpu() else (lambda: _tree_cpu_seconds(proc.pid))
-    return Launched(read_fd, stdout_fd, job_fd, group, level_name, kill, reap, cpu)
-
-
-def _start_forked(job: dict[str, Any], code: Path, limits: RunLimits, server: ForkServer) -> Launched:
-    job.update(code=CODE_DIR, scratch=SCRATCH_DIR)
-    try:
-        ex = server.start(code, child_env(SCRATCH_DIR), scratch_mb(limits), limits.memory_mb, limits.max_processes)
-    except ForkServerDown as exc:
-        raise UseFreshSandbox(str(exc)) from exc
-
-    def kill() -> None:
-        server.kill(ex)
-
-    def reap(need_code: bool) -> tuple[int | None, float]:
-        # a run whose streams closed by themselves is exiting: it is killed only after its exit
-        # was reported, which means every process of the run has exited (see wait_exit)
-        # (the wait is on the caller's path on purpose: no process of a run may still run, or
-        # hold memory or files, when its result is returned)
-        if not need_code:
-            server.end(ex)
-        code = server.wait_exit(ex)
-        if code is None:  # no report: whatever is left of the run is killed here, and waited for
-            server.kill(ex, wait=True)
-        server.finished(ex)
-        return code, 0.0
-
-    return Launched(ex.result, ex.stdout, ex.stdin, ex.group, f"bwrap+{ex.group.level}", kill, reap,
-                    ex.group.cpu_clock(), ex, server)
 
 
 def _tree_cpu_seconds(root: int) -> float | None:
@@ -312,4 +336,5 @@ def _reap(proc: subprocess.Popen) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-__all__ = ["CouldNotStart", "Ended", "Launched", "Launcher", "UseFreshSandbox", "scratch_mb"]
+__all__ = ["CouldNotStart", "Ended", "ForkedRun", "FreshRun", "Launched", "Launcher", "UseFreshSandbox",
+           "scratch_mb"]

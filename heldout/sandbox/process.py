@@ -351,7 +351,7 @@ def _execute(run: _Run, job: dict[str, Any], limits: RunLimits) -> SandboxResult
     reads its group's counters), and its watch and end make the result. Raises
     :class:`UseFreshSandbox` when the fork server could not run it."""
     try:
-        started = run.launcher.start(job, run.code, run.level, limits)
+        started = run.launcher.launch(job, run.code, run.level, limits)
     except CouldNotStart as exc:
         return SandboxResult(False, None, str(exc), "sandbox_error", "", 0.0, limits, exc.level)
     pending = run.pending
