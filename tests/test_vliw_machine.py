@@ -11,6 +11,7 @@ import random
 import pytest
 
 from heldout.benchmarks.vliw import InvalidInput, simulate, words_sha256
+from heldout.benchmarks.vliw.fast import SLOT_FORMS
 from heldout.benchmarks.vliw.reference import MASK, SCRATCH_SIZE
 
 ENGINES = ("reference", "fast")
@@ -114,6 +115,18 @@ def test_unknown_opcodes_and_wrong_shapes_fault(engine, engine_name, slot):
     r = run(engine, [{engine_name: [slot]}])
     assert r.fault is not None and r.fault.kind == "bad_slot" and r.fault.bundle == 0
     assert r.cycles == 0
+
+
+@pytest.mark.parametrize("engine_name,opcode,count", sorted((e, op, n) for (e, op), (n, _) in SLOT_FORMS.items()))
+def test_every_slot_form_of_the_decoder_is_one_the_reference_machine_accepts(engine, engine_name, opcode, count):
+    # the fast decoder's table of forms against the specification: each form runs (operand 8 is a
+    # valid scratch address, room for a vector); one operand more or fewer is a bad slot on both
+    accepted = run(engine, [{engine_name: [(opcode, *[8] * count)]}], cycle_cap=50)
+    assert accepted.fault is None or accepted.fault.kind != "bad_slot"
+    for wrong in (count - 1, count + 1):
+        if wrong >= 0:
+            refused = run(engine, [{engine_name: [(opcode, *[8] * wrong)]}], cycle_cap=50)
+            assert refused.fault is not None and refused.fault.kind == "bad_slot"
 
 
 # -- LOAD / STORE --------------------------------------------------------------------------------
