@@ -294,8 +294,9 @@ class RunGroup:
     def kill_run(self, pid: int) -> None:
         """Kill everything a run started: the group (every process, wherever it went), then the
         run's own process ``pid`` (bwrap: its PID namespace dies with it) and its process group.
-        The one kill sequence of the sandbox and the isolated optimizer. Leaves ``pid`` unreaped:
-        os.kill, not Popen.kill(), whose poll could reap it before the caller's wait4."""
+        The one kill sequence: a fresh run's, a fork server's at its close, the isolated
+        optimizer's. Leaves ``pid`` unreaped: os.kill, not Popen.kill(), whose poll could reap it
+        before the caller's wait4."""
         self.kill_all()
         for kill in (os.killpg, os.kill):
             try:

@@ -240,8 +240,8 @@ def run_calls(files: dict[str, str], module: str, function: str,
            "hide": default_hidden_paths() if level == "none" else [],
            # trusted code whose calls the parent does not time: outcomes come a few at a time
            "hold_outcomes": inputs_up_front}
-    run = _Run(launcher, level, limits, job, encoded_calls, per_call, group_of, inputs_up_front)
-    run.code = _write_code_dir(files, setup_files or {}, launcher.new_code_dir())
+    code = _write_code_dir(files, setup_files or {}, launcher.new_code_dir())
+    run = _Run(launcher, level, limits, job, encoded_calls, per_call, group_of, inputs_up_front, code)
     start = time.perf_counter()
     try:
         run.all_calls(start, lambda: _write_code_dir(files, setup_files or {}))
@@ -295,11 +295,11 @@ class _Run:
 
     def __init__(self, launcher: Launcher, level: str, limits: RunLimits, job: dict[str, Any],
                  encoded_calls: list[str], per_call: list[float | None], group_of: list[str | None],
-                 inputs_up_front: bool) -> None:
+                 inputs_up_front: bool, code: Path) -> None:
         self.launcher, self.level, self.limits, self.job = launcher, level, limits, job
         self.encoded_calls, self.per_call, self.group_of = encoded_calls, per_call, group_of
         self.inputs_up_front = inputs_up_front
-        self.code = Path()
+        self.code = code  # the code dir (written anew, outside the zygote's inbox, if the run falls back)
         self.outcomes: dict[int, dict[str, Any]] = {}
         self.pending = list(range(len(encoded_calls)))
         self.failed_groups: set[str | None] = set()
@@ -327,8 +327,8 @@ class _Run:
                 return
 
     def _record(self, last: SandboxResult) -> bool:
-        """Keep an execution's outcomes; True when calls are left for a fresh execution: a call
-        outlived its limit and the parent killed the run."""
+        """Keep an execution's outcomes; True when the run goes on: a call outlived its limit and
+        the parent killed the execution, so the calls after it (those still due) go to a new one."""
         self.peak = max(filter(None, (self.peak, last.peak_memory_mb)), default=None)
         pending = self.pending
         for local in last.calls:

@@ -22,7 +22,7 @@ a group are then off the execution's path. Without a prepared spare, the request
 group and its child joins it, as the harness checks for every forked child.
 
 A zygote that cannot start, dies, stops answering, or whose child could not be set up is thrown
-away; :mod:`heldout.sandbox.process` then runs the execution in a fresh sandbox, and the next
+away; :mod:`heldout.sandbox.launcher` then runs the execution in a fresh sandbox, and the next
 execution starts a new zygote (after :data:`RETRY_SECONDS` if starting failed). A zygote thrown
 away retires: it takes no new execution and is closed after the last one it runs (each of those
 was checked in its own group; closing it at once would kill them). An execution whose zygote
