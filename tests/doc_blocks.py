@@ -45,6 +45,15 @@ def blocks(doc: str, kind: str) -> list[Block]:
     return [Block(doc, m["lang"], i, m["code"], m["why"]) for i, m in enumerate(found)]
 
 
+def the_block(doc: str, snippet: str) -> Block:
+    """The one shell or python block of ``doc`` that holds ``snippet`` (a block is named by what it
+    says, so blocks added or moved around it do not change which one a test runs)."""
+    found = [b for kind in ("shell", "python") for b in blocks(doc, kind) if snippet in b.code]
+    if len(found) != 1:
+        raise LookupError(f"{doc}: {len(found)} blocks hold {snippet!r}, not one")
+    return found[0]
+
+
 def python_blocks(doc: str) -> list[tuple[str, str | None]]:
     """(code, not-run reason or None) for each ```python block, in order."""
     return [(b.code, b.not_run) for b in blocks(doc, "python")]

@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
-from doc_blocks import blocks, run_shell
+from doc_blocks import run_shell, the_block
 
-README_DEMO = blocks("README.md", "shell")[2].code
+README_DEMO = the_block("README.md", "heldout demo --run-dir").code
 
 
 @pytest.mark.slow  # the whole demo study: 56 s at load 4.5 on 2 cores

@@ -14,39 +14,41 @@ import re
 import tarfile
 from pathlib import Path
 
-from doc_blocks import DOC_URL, FENCE, ROOT, Block, blocks, run_python, run_shell
+from doc_blocks import DOC_URL, FENCE, ROOT, Block, blocks, run_python, run_shell, the_block
 from heldout.models.testserver import TestServer
 
 COMMAND = re.compile(r"^(?:heldout|python|pip|bash|scripts/\w+) ", re.M)
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
 
-# (doc, "shell" or "python", index among the doc's blocks of that kind) -> the test that runs it
+PACKAGES = "tests/test_doc_packages.py::"
+# (doc, a snippet only that block holds) -> the test that runs the block
 RUN_BY = {
-    ("README.md", "shell", 2): "tests/test_demo.py::test_demo_runs_the_study_and_writes_a_self_contained_report",
-    ("README.md", "shell", 3): "tests/test_doc_blocks.py::test_the_readme_everyday_commands_run_in_order_as_written",
-    ("README.md", "shell", 5): "tests/test_doc_blocks.py::test_the_readme_protocol_commands_plan_and_run_as_written",
-    ("docs/write-a-task.md", "shell", 0): "tests/test_doc_packages.py::test_the_jsonl_route_block_freezes_verifies_and_runs_a_study",
-    ("docs/write-a-task.md", "shell", 1):
-        "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
-    ("docs/write-a-task.md", "shell", 2):
-        "tests/test_doc_packages.py::test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point",
-    ("docs/write-a-task.md", "python", 0):
-        "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
-    ("docs/write-a-task.md", "python", 1):
-        "tests/test_doc_packages.py::test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
-    ("docs/write-a-task.md", "python", 2):
-        "tests/test_doc_packages.py::test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point",
-    ("docs/write-a-task.md", "python", 3):
+    ("README.md", "heldout demo --run-dir"): "tests/test_demo.py::test_demo_runs_the_study_and_writes_a_self_contained_report",
+    ("README.md", "heldout tasks list"): "tests/test_doc_blocks.py::test_the_readme_everyday_commands_run_in_order_as_written",
+    ("README.md", "heldout split check"): "tests/test_doc_blocks.py::test_the_readme_protocol_commands_plan_and_run_as_written",
+    ("docs/write-a-task.md", "heldout data freeze --jsonl sums.jsonl"):
+        PACKAGES + "test_the_jsonl_route_block_freezes_verifies_and_runs_a_study",
+    ("docs/write-a-task.md", "pip install -e ./sumsq-tasks"):
+        PACKAGES + "test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
+    ("docs/write-a-task.md", "pip install -e ./sums-tasks"):
+        PACKAGES + "test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point",
+    ("docs/write-a-task.md", "def call(n):"):
+        PACKAGES + "test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
+    ("docs/write-a-task.md", "class SumOfSquares(Benchmark):"):
+        PACKAGES + "test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say",
+    ("docs/write-a-task.md", "register(UserJsonlTask("):
+        PACKAGES + "test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point",
+    ("docs/write-a-task.md", "class Capitals(PromptBenchmark):"):
         "tests/test_doc_blocks.py::test_write_a_task_family_module_imports_registers_and_scores",
-    ("docs/plug-an-optimizer.md", "shell", 0):
+    ("docs/plug-an-optimizer.md", "--optimizer mine=my_opt:optimize"):
         "tests/test_doc_figures.py::test_every_score_plug_an_optimizer_quotes_is_what_its_command_gives",
-    ("docs/plug-an-optimizer.md", "shell", 1):
-        "tests/test_doc_packages.py::test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name",
-    ("docs/plug-an-optimizer.md", "shell", 2):
+    ("docs/plug-an-optimizer.md", "pip install -e ./my-package"):
+        PACKAGES + "test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name",
+    ("docs/plug-an-optimizer.md", "--optimizer gepa --optimizer-cmd"):
         "tests/test_doc_figures.py::test_every_score_plug_an_optimizer_quotes_is_what_its_command_gives",
-    ("docs/plug-an-optimizer.md", "python", 0):
-        "tests/test_doc_packages.py::test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name",
-    ("docs/plug-an-optimizer.md", "python", 1):
+    ("docs/plug-an-optimizer.md", "def optimize(view, seed):"):
+        PACKAGES + "test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name",
+    ("docs/plug-an-optimizer.md", "session.run(my_opt.optimize)"):
         "tests/test_doc_blocks.py::test_plug_an_optimizer_module_and_session_run_against_the_loopback_model",
 }
 
@@ -56,13 +58,15 @@ def every_block() -> list[Block]:
 
 
 def test_every_block_of_the_docs_is_run_by_a_named_test_or_marked_with_its_reason():
-    found = {(b.doc, "python" if b.lang == "python" else "shell", b.index): b for b in every_block()}
-    unaccounted = [f"{doc} {kind} block {i}: {b.code[:60]!r}" for (doc, kind, i), b in found.items()
-                   if b.not_run is None and (doc, kind, i) not in RUN_BY]
+    run_by = {(doc, the_block(doc, snippet).code): test for (doc, snippet), test in RUN_BY.items()}
+    assert len(run_by) == len(RUN_BY), "two RUN_BY snippets name one block"
+    found = every_block()
+    unaccounted = [f"{b.doc} {b.lang} block {b.index}: {b.code[:60]!r}" for b in found
+                   if b.not_run is None and (b.doc, b.code) not in run_by]
     assert unaccounted == [], "run each in a test (and name it in RUN_BY) or mark it <!-- not-run: reason -->"
-    marked_and_run = [key for key in RUN_BY if key in found and found[key].not_run is not None]
-    assert marked_and_run == [] and set(RUN_BY) <= set(found), (marked_and_run, set(RUN_BY) - set(found))
-    assert all(b.not_run.strip() for b in found.values() if b.not_run is not None), "a not-run marker needs its reason"
+    marked_and_run = [b.code[:60] for b in found if b.not_run is not None and (b.doc, b.code) in run_by]
+    assert marked_and_run == [], "a block a test runs needs no not-run marker"
+    assert all(b.not_run.strip() for b in found if b.not_run is not None), "a not-run marker needs its reason"
 
 
 def test_a_command_is_never_in_an_unlabelled_fence():
@@ -88,8 +92,7 @@ def test_a_block_the_harness_must_run_cannot_hide_behind_another_fence_language(
 
 
 def test_write_a_task_family_module_imports_registers_and_scores(tmp_path):
-    family = blocks("docs/write-a-task.md", "python")[3].code
-    assert "class Capitals(" in family
+    family = the_block("docs/write-a-task.md", "class Capitals(PromptBenchmark):").code
     check = family + (
         "\nfrom heldout.benchmarks.registry import get_benchmark\n"
         "task = get_benchmark('capitals')\n"
@@ -102,7 +105,8 @@ def test_write_a_task_family_module_imports_registers_and_scores(tmp_path):
 
 
 def test_plug_an_optimizer_module_and_session_run_against_the_loopback_model(tmp_path, data_dir):
-    my_opt, session = (b.code for b in blocks("docs/plug-an-optimizer.md", "python")[:2])
+    my_opt = the_block("docs/plug-an-optimizer.md", "def optimize(view, seed):").code
+    session = the_block("docs/plug-an-optimizer.md", "session.run(my_opt.optimize)").code
     (tmp_path / "my_opt.py").write_text(my_opt)
     with TestServer() as server:
         assert DOC_URL in session
@@ -114,8 +118,8 @@ def test_plug_an_optimizer_module_and_session_run_against_the_loopback_model(tmp
 
 
 def test_the_readme_everyday_commands_run_in_order_as_written(tmp_path, data_dir):
-    block = blocks("README.md", "shell")[3]
-    assert block.code.startswith("heldout tasks list") and block.not_run is None
+    block = the_block("README.md", "heldout tasks list")
+    assert block.not_run is None
     done = run_shell(block.code, tmp_path, data_dir=data_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "study").rglob("run_record.json")]
@@ -131,8 +135,8 @@ def test_the_readme_everyday_commands_run_in_order_as_written(tmp_path, data_dir
 
 
 def test_the_readme_protocol_commands_plan_and_run_as_written(tmp_path, data_dir):
-    block = blocks("README.md", "shell")[5]
-    assert block.code.startswith("heldout split check") and block.not_run is None
+    block = the_block("README.md", "heldout split check")
+    assert block.not_run is None
     done = run_shell(block.code, tmp_path, data_dir=data_dir)
     assert done.returncode == 0, done.stderr[-3000:]
     records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "cs").rglob("run_record.json")]

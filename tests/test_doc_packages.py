@@ -19,10 +19,27 @@ from pathlib import Path
 
 import pytest
 
-from doc_blocks import FENCE, ROOT, blocks, json_objects, offline_venv, run_shell
+from doc_blocks import FENCE, ROOT, json_objects, offline_venv, run_shell, the_block
 from heldout.models.testserver import TestServer
 
 TASK_DOC, OPT_DOC = "docs/write-a-task.md", "docs/plug-an-optimizer.md"
+
+
+def jsonl_route():
+    return the_block(TASK_DOC, "heldout data freeze --jsonl sums.jsonl")
+
+
+def sumsq_block():
+    return the_block(TASK_DOC, "pip install -e ./sumsq-tasks")
+
+
+def sums_block():
+    return the_block(TASK_DOC, "pip install -e ./sums-tasks")
+
+
+def plugin_block():
+    return the_block(OPT_DOC, "pip install -e ./my-package")
+
 COMMENT_FIGURE = re.compile(r"#.*?(?P<score>\d+\.\d+), (?P<right>\d+) of (?P<n>\d+)")
 QUOTED_MINE = re.compile(r"`mine` (?P<score>\d+\.\d+)")
 
@@ -33,7 +50,8 @@ def toml_blocks(doc: str) -> list[str]:
 
 def lay_out_packages(root: Path) -> None:
     """The three packages exactly as the docs describe them, under ``root``."""
-    entry_helper, sumsq_init, _, _ = (b.code for b in blocks(TASK_DOC, "python"))
+    entry_helper = the_block(TASK_DOC, "def call(n):").code
+    sumsq_init = the_block(TASK_DOC, "class SumOfSquares(Benchmark):").code
     sumsq_toml = toml_blocks(TASK_DOC)[0]
     files = {
         "sumsq-tasks/pyproject.toml": sumsq_toml,
@@ -42,11 +60,11 @@ def lay_out_packages(root: Path) -> None:
         # "a pyproject.toml like sumsq's (sums for sumsq, and "sums.jsonl" added to its package-data)"
         "sums-tasks/pyproject.toml": sumsq_toml.replace("sumsq", "sums").replace(
             '["manifests/**/*.json"]', '["sums.jsonl", "manifests/**/*.json"]'),
-        "sums-tasks/sums_tasks/__init__.py": blocks(TASK_DOC, "python")[2].code,
+        "sums-tasks/sums_tasks/__init__.py": the_block(TASK_DOC, "register(UserJsonlTask(").code,
         "sums-tasks/sums_tasks/sums.jsonl": route_one_jsonl(),
         "my-package/pyproject.toml": toml_blocks(OPT_DOC)[0],
         "my-package/my_package/__init__.py": "",
-        "my-package/my_package/search.py": blocks(OPT_DOC, "python")[0].code,  # my_opt.py, saved as search.py
+        "my-package/my_package/search.py": the_block(OPT_DOC, "def optimize(view, seed):").code,  # my_opt.py
     }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -126,7 +144,7 @@ def regular_bin(tmp_path_factory) -> Path:
 
 
 def test_the_jsonl_route_block_freezes_verifies_and_runs_a_study(tmp_path, data_dir):
-    block = blocks(TASK_DOC, "shell")[0]
+    block = jsonl_route()
     with TestServer() as server:
         done = run_shell(block.code, tmp_path, server_url=server.base_url, data_dir=data_dir)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -136,7 +154,7 @@ def test_the_jsonl_route_block_freezes_verifies_and_runs_a_study(tmp_path, data_
 
 def test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_say(tmp_path, editable_bin):
     lay_out_packages(tmp_path)
-    block = blocks(TASK_DOC, "shell")[1]
+    block = sumsq_block()
     assert block.code.startswith("pip install -e ./sumsq-tasks\n")
     done = run_shell(block.code, tmp_path, bin_dir=editable_bin)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -147,8 +165,8 @@ def test_the_task_package_installs_editable_freezes_and_scores_as_its_comments_s
 
 def test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point(tmp_path, editable_bin):
     lay_out_packages(tmp_path)
-    block = blocks(TASK_DOC, "shell")[2]
-    assert block.code.startswith("pip install -e ./sums-tasks\n") and "UserJsonlTask(" in blocks(TASK_DOC, "python")[2].code
+    block = sums_block()
+    assert block.code.startswith("pip install -e ./sums-tasks\n")
     with TestServer() as server:
         done = run_shell(block.code, tmp_path, bin_dir=editable_bin, server_url=server.base_url)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -157,7 +175,7 @@ def test_a_packaged_jsonl_file_is_one_user_jsonl_task_found_by_its_entry_point(t
 
 def test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name(tmp_path, editable_bin, data_dir):
     lay_out_packages(tmp_path)
-    block = blocks(OPT_DOC, "shell")[1]
+    block = plugin_block()
     assert block.code.startswith("pip install -e ./my-package")
     with TestServer() as server:
         done = run_shell(block.code, tmp_path, bin_dir=editable_bin, server_url=server.base_url, data_dir=data_dir)
@@ -171,18 +189,18 @@ def test_the_optimizer_package_installed_editable_runs_by_its_entry_point_name(t
 
 def test_regular_installs_serve_the_tasks_and_the_optimizer_without_their_source(tmp_path, regular_bin, data_dir):
     tmp_path.chmod(0o755)
-    after_freeze = blocks(TASK_DOC, "shell")[1].code.split("\n", 2)[2]  # its study ran in the editable test
+    after_freeze = sumsq_block().code.split("\n", 2)[2]  # its study ran in the editable test
     uses = "".join(line + "\n" for line in after_freeze.splitlines() if not line.startswith("heldout run "))
     sumsq = run_shell(uses, tmp_path, bin_dir=regular_bin)
     assert sumsq.returncode == 0, sumsq.stderr[-3000:]
-    assert_quoted(json_objects(sumsq.stdout), blocks(TASK_DOC, "shell")[1].code)
-    plugin_run = blocks(OPT_DOC, "shell")[1].code.split("\n", 1)[1]
-    sums_eval = blocks(TASK_DOC, "shell")[2].code.split("\n", 2)[2]
+    assert_quoted(json_objects(sumsq.stdout), sumsq_block().code)
+    plugin_run = plugin_block().code.split("\n", 1)[1]
+    sums_eval = sums_block().code.split("\n", 2)[2]
     with TestServer() as server:
         sums = run_shell(sums_eval, tmp_path, bin_dir=regular_bin, server_url=server.base_url)
         plugin = run_shell(plugin_run, tmp_path, bin_dir=regular_bin, server_url=server.base_url, data_dir=data_dir)
     assert sums.returncode == 0 and plugin.returncode == 0, sums.stderr[-2000:] + plugin.stderr[-2000:]
-    assert_quoted(json_objects(sums.stdout), blocks(TASK_DOC, "shell")[2].code)
+    assert_quoted(json_objects(sums.stdout), sums_block().code)
     (record,) = records(tmp_path / "runs" / "plugin")
     assert record["status"] == "ok" and round(record["test_score"], 3) == mine_figure(), record.get("error")
     where = subprocess.run([str(regular_bin / "python"), "-c", "import my_package.search as m; print(m.__file__)"],
