@@ -203,6 +203,8 @@ def test_regular_installs_serve_the_tasks_and_the_optimizer_without_their_source
     assert_quoted(json_objects(sums.stdout), sums_block().code)
     (record,) = records(tmp_path / "runs" / "plugin")
     assert record["status"] == "ok" and round(record["test_score"], 3) == mine_figure(), record.get("error")
-    where = subprocess.run([str(regular_bin / "python"), "-c", "import my_package.search as m; print(m.__file__)"],
+    where = subprocess.run([str(regular_bin / "python"), "-c", "import my_package.search, sumsq_tasks, sums_tasks as s\n"
+                            "for m in (my_package.search, sumsq_tasks, s): print(m.__file__)"],
                            capture_output=True, text=True, cwd=tmp_path)
-    assert "site-packages" in where.stdout, where  # the installed copy, not a source folder
+    files = where.stdout.splitlines()
+    assert len(files) == 3 and all("site-packages" in f for f in files), where  # installed copies, no source folder
