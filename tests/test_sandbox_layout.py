@@ -1,0 +1,96 @@
+"""The sandbox's rooms: one execution reads top-down (process -> monitor -> launcher ->
+zygote/cgroups/root), the launcher makes every zygote and cgroup call an execution needs, there is
+one kill sequence, and each module is small enough to read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from heldout.sandbox import zygote
+
+SANDBOX = Path(__file__).resolve().parents[1] / "heldout" / "sandbox"
+MODULES = sorted(SANDBOX.glob("*.py"))
+# what each module may take from the other sandbox modules (module -> names; "*": any name). The
+# child-side sources (_child, _spare, _zygote) are never imported: they run inside the sandbox.
+MAY_TAKE = {
+    "__init__": {"monitor": {"decode_typed", "wall_backstop"}, "process": {"*"}},
+    # the isolation level is the harness's policy, not an execution's: the one cgroup and root name
+    "process": {"launcher": {"*"}, "monitor": {"*"}, "cgroups": {"limits_level"}, "root": {"probe_bwrap"}},
+    "monitor": {"launcher": {"Launched"}},  # the type of what it watches
+    "launcher": {"zygote": {"*"}, "cgroups": {"*"}, "root": {"*"}, "cleanup": {"*"}},
+    "zygote": {"cgroups": {"*"}, "root": {"*"}, "cleanup": {"*"}},
+}
+
+
+def sandbox_names(path: Path) -> dict[str, set[str]]:
+    """The names ``path`` takes from each heldout.sandbox module, by module (``*`` for the module
+    itself, imported whole)."""
+    taken: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("heldout.sandbox."):
+            taken.setdefault(node.module.split(".")[2], set()).update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "heldout.sandbox":
+            for alias in node.names:
+                taken.setdefault(alias.name, set()).add("*")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("heldout.sandbox."):
+                    taken.setdefault(alias.name.split(".")[2], set()).add("*")
+    return taken
+
+
+def _allowed(module: str, source: str, names: set[str]) -> bool:
+    allowed = MAY_TAKE.get(module, {}).get(source, set())
+    return "*" in allowed or names <= allowed
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
+def test_a_module_takes_from_the_sandbox_only_what_its_place_allows(path):
+    wrong = {source: sorted(names) for source, names in sandbox_names(path).items()
+             if not _allowed(path.stem, source, names)}
+    assert not wrong, f"heldout/sandbox/{path.name} takes {wrong}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
+def test_no_module_over_600_lines_and_no_function_over_80(path):
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 600, f"{path.name}: {len(text.splitlines())} lines"
+    long = [f"{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80]
+    assert not long, f"{path.name}: {long}"
+
+
+def _signals_process_groups(path: Path) -> bool:
+    """Whether ``path`` names ``os.killpg`` (a kill sequence typed out) anywhere."""
+    return any(isinstance(node, ast.Attribute) and node.attr == "killpg"
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+
+def test_the_harness_kills_a_run_through_one_sequence():
+    """RunGroup.kill_run is the one kill sequence: no other harness module of the sandbox, nor the
+    isolated optimizer, types it again (the child-side programs kill inside the sandbox)."""
+    harness = [p for p in MODULES if not p.stem.startswith("_")] + [SANDBOX.parent / "evaluators" / "isolated.py"]
+    typed_out = [p.name for p in harness if _signals_process_groups(p)]
+    assert typed_out == ["cgroups.py"]
+
+
+def test_the_checkers_see_every_form_of_import_and_of_a_typed_out_kill(tmp_path):
+    """The rules above would pass vacuously if the checkers missed a form."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from heldout.sandbox import zygote\nfrom heldout.sandbox.cgroups import RunGroup\n"
+                     "import heldout.sandbox.root\nimport os\nos.killpg(1, 9)\n")
+    assert sandbox_names(probe) == {"zygote": {"*"}, "cgroups": {"RunGroup"}, "root": {"*"}}
+    assert not _allowed("monitor", "cgroups", {"RunGroup"}) and not _allowed("process", "zygote", {"*"})
+    assert _signals_process_groups(probe)
+
+
+def test_the_zygotes_program_is_the_child_a_spare_and_the_loop_in_that_order():
+    """One program: _spare's module-level code uses _child's names, and _zygote's last line runs
+    the loop, which every function before it must already be defined for."""
+    order = [zygote.SOURCE.index((SANDBOX / name).read_text(encoding="utf-8"))
+             for name in ("_child.py", "_spare.py", "_zygote.py")]
+    assert order == sorted(order)
+    compile(zygote.SOURCE, "zygote", "exec")
