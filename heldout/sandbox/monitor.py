@@ -308,8 +308,9 @@ class CallFeeder:
     each call's input only when the parent starts that call's clock (:meth:`send`, from
     :class:`RunState`), so no input is in the candidate's process before its call, and work on an
     input is timed. Frames are ``<length>\n<bytes>``; ``send(None)`` or :meth:`close` ends the
-    stream. With ``up_front`` (trusted code only: see :func:`heldout.sandbox.process.run_calls`) every call follows the
-    header at once, then the end of the stream, and :meth:`send` has nothing left to do.
+    stream. With ``up_front`` (trusted code only: see :func:`heldout.sandbox.process.run_calls`)
+    every call follows the header at once, then the end of the stream, and :meth:`send` has
+    nothing left to do.
 
     The pipe is non-blocking: a frame goes out on the caller's thread when the pipe takes all of
     it and nothing is waiting before it (the common case: one write, no other thread to wake,
