@@ -204,6 +204,8 @@ def test_the_report_calls_the_shorter_tour_better(study):
     [cost] = [row for row in tables["cost"]["data"] if row["method"] != "seed"]
     assert cost["gain"] > 0  # a gain is an improvement: the tour got shorter
     assert any("Lower is better on tourcost/ring8" in note for note in tables["heldout"]["notes"])
+    assert all("metric: tour length (lower is better)" in table["notes"][0] for table in tables.values()
+               if table["notes"] and table["notes"][0].startswith("Settings - "))
     page = (out / "report.html").read_text()
     improved, worse = map(int, re.search(r"(\d+) improved, (\d+) worse", page).groups())
     assert improved > worse  # the drill-down counts shorter tours as improved examples

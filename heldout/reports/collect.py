@@ -180,7 +180,7 @@ class RunSet:
         runs = [r for r in self.runs if task is None or r.label == task]
         seen: dict[str, set[str]] = {"profile": set(), "policy": set(), "budget": set(),
                                      "tolerance": set(), "drift": set(), "worker model": set(),
-                                     "verifier": set(), "prompt setting": set()}
+                                     "verifier": set(), "prompt setting": set(), "metric": set()}
         for run in runs:
             rec = run.record
             seen["profile"].add(rec.profile)
@@ -192,6 +192,7 @@ class RunSet:
             key = rec.pooling_key()
             seen["worker model"].add(key["worker model"])
             seen["verifier"].add(key["verifier"])
+            seen["metric"].add(f"{run.metric.name} ({run.metric.direction})")
             setting = rec.experiment.get("prompt_setting")
             if setting:  # prompt tasks: the setting, how it was sent, whether it reproduces a published one
                 sent_as = setting.get("sent_as")  # records before completions existed do not say

@@ -9,7 +9,7 @@
 * :func:`budget_table`   - best-so-far (optimizer-visible score) at metric-call checkpoints.
 
 Rule: every table carries the settings it was computed under (split profile, visibility policy,
-budget, tolerance, drift override) in its notes; mixed settings are flagged, not hidden.
+budget, tolerance, drift override, the metric and its direction) in its notes; mixed settings are flagged, not hidden.
 
 Direction rule: "best", wins and gains read each task's metric as its runs recorded it
 (:meth:`heldout.reports.collect.RunSet.metric`): on a lower-is-better task the best is the
@@ -69,7 +69,7 @@ def settings_note(runs: RunSet, tasks: Sequence[str] | None = None) -> str:
     ``MIXED: a | b`` so nobody reads a mixed table as a matched one."""
     labels = {"profile": "split profile", "policy": "visibility policy", "budget": "budget",
               "tolerance": "tolerance", "drift": "data drift override", "worker model": "worker model",
-              "verifier": "verifier", "prompt setting": "prompt setting"}
+              "verifier": "verifier", "prompt setting": "prompt setting", "metric": "metric"}
     chosen = list(tasks) if tasks else runs.tasks()
     per_task = {t: runs.settings(t) for t in chosen}
     parts = []
