@@ -179,6 +179,11 @@ def test_the_plan_lists_every_session_with_its_budget_and_runs_nothing(tmp_path,
     assert "what it can detect: 2 seed(s): no verdict is attempted" in done.stdout
     assert "optimisation budget: 240 metric calls" in done.stdout and "repeated:2 spend K" in done.stdout
     assert not (tmp_path / "d").exists()
+    fewer = cli("compare", "verifiers", "--task", "mbpp_plus", "--profile", PROFILE, "--optimizer", "reflective",
+                "--variants", "decomposed,scalar", "--seeds", "0,1,2", "--budget", "30", "--placebo-draws", "2",
+                "--run-dir", str(tmp_path / "d"), "--plan")
+    assert fewer.returncode == 0, fewer.stderr
+    assert "24 sessions (12 of them placebo draws)" in fewer.stdout.splitlines()[0]
 
 
 def test_a_bad_variant_is_one_clear_line(tmp_path, manifest_root):

@@ -232,6 +232,9 @@ def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, required=True, help="metric calls per session")
     p.add_argument("--run-dir", required=True, help="ablation folder (resumable)")
     p.add_argument("--plan", action="store_true", help="print the sessions and budgets and exit")
+    p.add_argument("--placebo-draws", type=number(int, 1, "--placebo-draws"), default=None,
+                   help="on a prompt task, neutral re-wordings of the seed scored per seed and variant, the noise "
+                   "floor of each gaming-gap verdict (default: as many as the exact test needs at the seed count)")
     add_profile(p)
     p.add_argument("--policy", default="standard", choices=sorted(POLICIES), help="visibility policy")
     p.add_argument("--jobs", type=int, default=1, help="sessions in parallel (process pool)")
@@ -246,7 +249,8 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
     (method,) = parse_methods([args.optimizer], [])
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
     plan = plan_ablation(args.task, method, args.variants.split(","), parse_seeds(args.seeds), args.budget,
-                         profile=args.profile, options=options, data_dir=args.data_dir, allow_drift=args.allow_drift)
+                         profile=args.profile, options=options, data_dir=args.data_dir, allow_drift=args.allow_drift,
+                         placebo_draws=args.placebo_draws or 0)
     if args.plan:
         print(plan.describe(args.run_dir))
         return 0
