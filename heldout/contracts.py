@@ -425,6 +425,10 @@ class TaskView(Protocol):
       ledger; it costs no budget.
     * ``remaining`` / ``metric_calls_budget``: metric calls left / in all; ``policy`` and
       ``verifier`` name the visibility policy and the verifier variant in force.
+    * ``metric``: the task's :class:`MetricSpec`. **The direction rule for optimizers:** a result's
+      ``score`` is the metric's reading (an invalid verdict shows ``metric.failure_score``), and
+      every comparison an optimizer makes reads ``metric.higher_is_better``: ``metric.sign *
+      score`` is higher-is-better on every task, so a search that maximises it lowers a cost.
 
     The in-process view (:class:`heldout.evaluators.view.SessionView`) holds no test example,
     and neither does anything that refers to it, until the session has scored the final candidate.
@@ -438,6 +442,7 @@ class TaskView(Protocol):
     seed_candidate: Candidate
     train: list[dict[str, Any]]
     val: list[dict[str, Any]]
+    metric: MetricSpec
 
     @property
     def remaining(self) -> int: ...

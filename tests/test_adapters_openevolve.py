@@ -148,7 +148,7 @@ def test_refused_evaluation_scores_zero_and_never_raises(bridged):
 
 def test_val_rows_reach_openevolve_as_a_score_only():
     shown = oe._metrics({"train": [{"id": "t1", "score": 1.0, "valid": True, "feedback": "fine", "target": 3}],
-                         "val": [{"id": "v1", "score": 0.0}]})
+                         "val": [{"id": "v1", "score": 0.0}]}, 1)
     assert shown.metrics["val_score"] == 0.0 and shown.metrics["combined_score"] == 0.5
     assert "[train t1]" in shown.artifacts["feedback"] and "v1" not in shown.artifacts["feedback"]
 

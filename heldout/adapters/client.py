@@ -22,9 +22,9 @@ run counts as successful only if the process exits with status 0 and has submitt
     client.submit_final(seed)
 
 :class:`TaskClient` implements the :class:`heldout.contracts.TaskView` Protocol, like the
-in-process view: the same names (``task_name``, ``train``, ``val``, ``remaining``, ``evaluate``,
-``architect``, ``record_event`` ...) and the same errors, so one optimizer function runs in both
-modes. Refusals arrive as exceptions with the server's message: :class:`BudgetExceeded` (HTTP 402,
+in-process view: the same names (``task_name``, ``train``, ``val``, ``metric``, ``remaining``,
+``evaluate``, ``architect``, ``record_event`` ...) and the same errors, so one optimizer function
+runs in both modes. Refusals arrive as exceptions with the server's message: :class:`BudgetExceeded` (HTTP 402,
 nothing ran) and :class:`VisibilityError` (403, e.g. the test split), the classes of
 :mod:`heldout.contracts`, also instances of :class:`RequestRefused` (which any other 4xx/5xx
 raises) with the HTTP status. This module needs only the standard library and
@@ -40,7 +40,7 @@ import socket
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from heldout.contracts import BudgetExceeded, HeldoutError, InfrastructureFailure, VisibilityError
+from heldout.contracts import BudgetExceeded, HeldoutError, InfrastructureFailure, MetricSpec, VisibilityError
 
 URL_ENV = "HELDOUT_VIEW_URL"
 SEED_ENV = "HELDOUT_SEED"  # the session seed the harness gives an isolated optimizer
@@ -148,7 +148,7 @@ class TaskClient:
     @property
     def task(self) -> dict[str, Any]:
         """Everything ``GET /task`` returns (fetched once): task, description, kind,
-        seed_candidate, train, val, policy, budget, remaining (at fetch time)."""
+        seed_candidate, train, val, policy, budget, remaining (at fetch time), metric."""
         if self._task is None:
             self._task = self.request("GET", "/task")
         return self._task
@@ -173,6 +173,14 @@ class TaskClient:
     @property
     def verifier(self) -> str:
         return str(self.task.get("verifier", "decomposed"))
+
+    @property
+    def metric(self) -> MetricSpec:
+        """The task's metric, as the in-process view has it: compare scores by its direction."""
+        fields = self.task.get("metric")
+        if not isinstance(fields, dict):  # guessing higher-is-better would make a cost worse
+            raise HeldoutError("the view server stated no metric for this task")
+        return MetricSpec.from_record(fields)
 
     @property
     def metric_calls_budget(self) -> int:

@@ -14,7 +14,10 @@ or isolated, and ``len(worker_lm.history)`` is the number of metric calls DSPy b
 Metrics. :func:`metric` (``metric(example, prediction, trace=None)``, for ``dspy.Evaluate`` and
 ``MIPROv2``) and :func:`feedback_metric` (``(gold, pred, trace, pred_name, pred_trace)``, for
 ``dspy.GEPA``) read the view's verdict carried by the prediction: the score, and feedback built
-only from the fields the policy showed. They cost nothing; the program call already paid.
+only from the fields the policy showed. They cost nothing; the program call already paid. DSPy's
+optimizers only maximise, so the score they return is *oriented*: ``view.metric.sign * score``,
+a lower-is-better metric's (a cost's) negated; the ``dspy_run`` event states it
+(``scores_fed_to_dspy``).
 
 The architect. :func:`architect_lm` is a ``dspy.LM`` over ``view.architect``: MIPROv2's prompt
 model and dspy.GEPA's reflection LM, metered like every other method's optimisation tokens.
@@ -255,15 +258,16 @@ class HeldoutProgram(dspy.Module):
                 prediction = self.predict(**{k: inputs.get(k, "") for k in self._fields})
         finally:
             _ROLLOUT.reset(token)
-        return _with_verdict(prediction, rollout.shown)
+        return _with_verdict(prediction, rollout.shown, self._worker.bridge.view.metric.sign)
 
 
-def _with_verdict(prediction: "dspy.Prediction", shown: dict[str, Any]) -> "dspy.Prediction":
+def _with_verdict(prediction: "dspy.Prediction", shown: dict[str, Any], sign: int) -> "dspy.Prediction":
     """The program's answer carrying the view's verdict, for the metrics. A copy: the predictor's
     own prediction sits in DSPy's trace, from which demos and dspy.GEPA's reflective records are
     written, and the verdict (the harness's readings of the output) is no text a model should see."""
     answered = dspy.Prediction(**{k: v for k, v in prediction.items()})
     answered.heldout_verdict = shown
+    answered.heldout_sign = sign  # the metric's direction: DSPy maximises what the metrics return
     return answered
 
 
@@ -353,7 +357,7 @@ class UserProgram(dspy.Module):
         if not isinstance(prediction, dspy.Prediction):
             raise self._worker.bridge.fail(rollout, HeldoutError(
                 f"the program returned {type(prediction).__name__}, not a dspy.Prediction"))
-        return _with_verdict(prediction, rollout.shown)
+        return _with_verdict(prediction, rollout.shown, self._worker.bridge.view.metric.sign)
 
 
 def heldout_examples(view: TaskView, split: str) -> list["dspy.Example"]:
@@ -377,16 +381,21 @@ def _verdict(prediction: Any) -> dict[str, Any]:
     return verdict
 
 
+def _oriented_score(prediction: Any) -> float:
+    """The view's score of this prediction times the metric's sign (DSPy maximises it)."""
+    verdict = _verdict(prediction)  # first: a prediction of another program gets the clear error
+    return prediction.heldout_sign * float(verdict.get("score", 0.0))
+
+
 def metric(example: Any, prediction: Any, trace: Any = None) -> float:
-    """The 3-argument DSPy metric: the view's score of this prediction (already paid for)."""
-    return float(_verdict(prediction).get("score", 0.0))
+    """The 3-argument DSPy metric: the view's oriented score of this prediction (already paid for)."""
+    return _oriented_score(prediction)
 
 
 def feedback_metric(gold: Any, pred: Any, trace: Any = None, pred_name: str | None = None,
                     pred_trace: Any = None) -> "dspy.Prediction":
-    """The 5-argument metric ``dspy.GEPA`` asks for: the score and policy-filtered feedback."""
-    verdict = _verdict(pred)
-    return dspy.Prediction(score=float(verdict.get("score", 0.0)), feedback=feedback_text(verdict))
+    """The 5-argument metric ``dspy.GEPA`` asks for: the oriented score and policy-filtered feedback."""
+    return dspy.Prediction(score=_oriented_score(pred), feedback=feedback_text(_verdict(pred)))
 
 
 # -- the named methods ------------------------------------------------------------------------------
@@ -416,9 +425,15 @@ def _record(view: TaskView, bridge: ViewBridge, program: HeldoutProgram | UserPr
     view.record_event(EVENT, worker_lm_calls=len(program.worker.history), bridge_worker_calls=bridge.worker_calls,
                       settings=asdict(settings),
                       refusals=bridge.refusals, program=type(program).__name__, metric_calls_charged=bridge.metric_calls,
-                      charged_beyond_dspy_count=bridge.metric_calls - bridge.worker_calls, **data)
+                      charged_beyond_dspy_count=bridge.metric_calls - bridge.worker_calls,
+                      scores_fed_to_dspy=_orientation(view.metric), **data)
     if bridge.failure is not None:  # DSPy scored the failed calls 0 and went on; the run does not
         raise ProgramFailed(bridge.failure)
+
+
+def _orientation(metric: Any) -> str:
+    return f"{metric.name} as it is ({metric.direction})" if metric.higher_is_better else \
+        f"-1 * {metric.name} ({metric.direction}; DSPy maximises)"
 
 
 @contextlib.contextmanager

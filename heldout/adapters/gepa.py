@@ -18,6 +18,11 @@
   as a verdict with score 0 and its error; outputs, scores and trajectories always have the
   batch's length. A whole request refused for any reason other than the budget (a malformed
   candidate, say) also scores 0 per example, with the refusal as the error.
+* **GEPA only maximises**, so it is fed the *oriented* score ``view.metric.sign * score``: a
+  lower-is-better metric (a cost) reaches GEPA negated, and a refused request's examples the
+  metric's failure score, oriented, never a 0 that would be the best cost there is. The
+  ``gepa_run`` event states the orientation (``scores_fed_to_gepa``), and its
+  ``val_aggregate_scores`` are GEPA's, so oriented.
 * **Ids are split-prefixed** (``train:160``, ``val:42``) and GEPA's data loaders are keyed by
   them, never by list position, so a train result can never pass for a val result at the same
   index.
@@ -124,7 +129,8 @@ class ViewGEPAAdapter:
         except InfrastructureFailure:
             raise  # the endpoint or sandbox failed: never a 0 for the candidate; the session has stopped
         except HeldoutError as exc:  # the whole request refused (e.g. a malformed candidate)
-            results = [{"id": ex_id, "score": 0.0, "valid": False, "error": f"refused: {exc}"}
+            failure = float(self.view.metric.failure_score or 0.0)
+            results = [{"id": ex_id, "score": failure, "valid": False, "error": f"refused: {exc}"}
                        for _, ex_id in refs]
         spent = before - self.view.remaining
         self.metric_calls += spent
@@ -132,7 +138,9 @@ class ViewGEPAAdapter:
             self.val_examples += len(results)
             self.val_metric_calls += spent
         outputs = [dict(r) for r in results]
-        scores = [float(r.get("score", 0.0)) for r in results]
+        # GEPA maximises: the oriented score makes its "best" the metric's best (a lower cost)
+        sign = self.view.metric.sign
+        scores = [sign * float(r.get("score", 0.0)) for r in results]
         trajectories = None
         if capture_traces:
             trajectories = [Trajectory(item["id"], item["input"], dict(r)) for item, r in zip(batch, results)]
@@ -196,9 +204,16 @@ def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings())
                       adapter_metric_calls=adapter.metric_calls, refusals=adapter.refusals,
                       val_calls_gepa_did_not_count=adapter.val_metric_calls - adapter.val_examples,
                       candidates=len(result.candidates), best_idx=result.best_idx,
-                      val_aggregate_scores=[float(s) for s in result.val_aggregate_scores])
+                      val_aggregate_scores=[float(s) for s in result.val_aggregate_scores],
+                      scores_fed_to_gepa=_orientation(view))
     best = result.best_candidate
     return dict(best) if isinstance(best, dict) else seed_candidate
+
+
+def _orientation(view: TaskView) -> str:
+    metric = view.metric
+    return f"{metric.name} as it is ({metric.direction})" if metric.higher_is_better else \
+        f"-1 * {metric.name} ({metric.direction}; GEPA maximises)"
 
 
 def main() -> int:

@@ -17,11 +17,13 @@ importing these functions):
   ``evaluate_stage2`` on the rest of train and on val, its metrics covering both stages.
 
 Metrics: ``combined_score`` (the mean score over what was evaluated), ``train_score``,
-``val_score`` (when val was evaluated), ``valid`` (the share of valid verdicts) and the mean of each
+``val_score`` (when val was evaluated), each *oriented* (``view.metric.sign`` times the mean,
+because OpenEvolve only maximises: a lower-is-better metric's cost arrives negated, and the
+``openevolve_run`` event says so in ``scores_fed_to_openevolve``), ``valid`` (the share of valid verdicts) and the mean of each
 shown dimension. Artifacts (what OpenEvolve feeds back to its LLM): feedback built only from the
 fields the visibility policy showed (train: feedback, errors, dimensions; val: nothing but the
 score, which is already a metric). An evaluation the budget cannot pay for is refused by the view
-(nothing runs) and scores 0 with ``budget_refused`` = 1. :func:`optimize` sizes OpenEvolve's
+(nothing runs) and scores the metric's failure score (oriented) with ``budget_refused`` = 1. :func:`optimize` sizes OpenEvolve's
 iterations to the remaining budget, so that only happens if the budget is shared.
 
 Run isolated: ``--optimizer-cmd "openevolve=python -m heldout.adapters.openevolve"``.
@@ -124,8 +126,10 @@ class ViewBridge:
     def _handle(self, op: str, args: dict[str, Any]) -> tuple[str, Any]:
         try:
             if op == "shape":
+                metric = self.view.metric
                 return "ok", {"component": self.component, "seed": dict(self.view.seed_candidate),
-                              "train": [ex["id"] for ex in self.view.train], "val": [ex["id"] for ex in self.view.val]}
+                              "train": [ex["id"] for ex in self.view.train], "val": [ex["id"] for ex in self.view.val],
+                              "sign": metric.sign, "failure_score": float(metric.failure_score or 0.0)}
             if op == "evaluate":
                 with self._lock:  # one evaluation at a time: the counts stay exact
                     before = self.view.remaining
@@ -205,12 +209,25 @@ def _stage1_ids(train: Sequence[str]) -> list[str]:
     return list(train[:max(1, math.ceil(len(train) / 4))]) if train else []
 
 
-def _metrics(results: dict[str, list[dict[str, Any]]]) -> EvaluationResult:
+def _oriented_mean(rows: Sequence[dict[str, Any]], sign: int) -> float:
+    """The rows' mean score times the metric's sign: OpenEvolve maximises its metrics."""
+    return sign * sum(r["score"] for r in rows) / len(rows) if rows else 0.0
+
+
+def _failed(**metrics: float) -> dict[str, float]:
+    """A failed evaluation's metrics: the metric's failure score, oriented, never a 0 that would be
+    the best cost there is."""
+    shape = _shape()
+    return {"combined_score": shape["sign"] * shape["failure_score"], **metrics}
+
+
+def _metrics(results: dict[str, list[dict[str, Any]]], sign: int) -> EvaluationResult:
+    """OpenEvolve's metrics of what the view showed; ``sign`` is the metric's (+1 or -1)."""
     rows = [r for split in ("train", "val") for r in results.get(split, [])]
-    metrics: dict[str, float] = {"combined_score": sum(r["score"] for r in rows) / len(rows) if rows else 0.0}
+    metrics: dict[str, float] = {"combined_score": _oriented_mean(rows, sign)}
     for split in ("train", "val"):
         if results.get(split):
-            metrics[f"{split}_score"] = sum(r["score"] for r in results[split]) / len(results[split])
+            metrics[f"{split}_score"] = _oriented_mean(results[split], sign)
     shown_valid = [r["valid"] for r in rows if "valid" in r]
     if shown_valid:
         metrics["valid"] = sum(map(float, shown_valid)) / len(shown_valid)
@@ -240,10 +257,10 @@ def _fetch(program_path: str, parts: dict[str, list[str]]) -> Results | Evaluati
             if ids:
                 results[split] = _call("evaluate", candidate=candidate, split=split, ids=ids)
     except BudgetExceeded as exc:
-        return EvaluationResult(metrics={"combined_score": 0.0, "budget_refused": 1.0},
+        return EvaluationResult(metrics=_failed(budget_refused=1.0),
                                 artifacts={"error": f"heldout refused the evaluation: {exc}"})
     except HeldoutError as exc:
-        return EvaluationResult(metrics={"combined_score": 0.0}, artifacts={"error": str(exc)})
+        return EvaluationResult(metrics=_failed(), artifacts={"error": str(exc)})
     return results
 
 
@@ -262,7 +279,7 @@ def evaluate(program_path: str) -> EvaluationResult:
     """The program on every train and val example of the view."""
     shape = _shape()
     results = _fetch(program_path, {"train": shape["train"], "val": shape["val"]})
-    return results if isinstance(results, EvaluationResult) else _metrics(results)
+    return results if isinstance(results, EvaluationResult) else _metrics(results, _shape()["sign"])
 
 
 def evaluate_stage1(program_path: str) -> EvaluationResult:
@@ -271,7 +288,7 @@ def evaluate_stage1(program_path: str) -> EvaluationResult:
     if isinstance(results, EvaluationResult):
         return results
     _stage1_memo()[_key(program_path)] = results
-    return _metrics(results)
+    return _metrics(results, _shape()["sign"])
 
 
 def evaluate_stage2(program_path: str) -> EvaluationResult:
@@ -285,7 +302,8 @@ def evaluate_stage2(program_path: str) -> EvaluationResult:
     later = _fetch(program_path, rest) if any(rest.values()) else {}
     if isinstance(later, EvaluationResult):
         return later
-    return _metrics({split: first.get(split, []) + later.get(split, []) for split in ("train", "val")})
+    return _metrics({split: first.get(split, []) + later.get(split, []) for split in ("train", "val")},
+                    shape["sign"])
 
 
 EVALUATOR_SOURCE = ("# written by heldout.adapters.openevolve: OpenEvolve's evaluator file\n"
@@ -305,6 +323,17 @@ def write_evaluator_file(directory: str) -> str:
 # one seed may try different children at the same spend.
 SEEDED = ("config.random_seed", "config.database.random_seed")
 NOT_REPRODUCIBLE = "OpenEvolve 0.4.0 draws program ids from uuid4 and its sampling depends on them and on timings"
+def _orientation(view: TaskView) -> str:
+    metric = view.metric
+    return f"{metric.name} as it is ({metric.direction})" if metric.higher_is_better else \
+        f"-1 * {metric.name} ({metric.direction}; OpenEvolve maximises)"
+
+
+def _oriented_threshold(view: TaskView, threshold: float | None) -> float:
+    """The cascade's threshold on OpenEvolve's (oriented) combined_score."""
+    return float("-inf") if threshold is None else view.metric.sign * threshold
+
+
 def evaluation_cost(view: TaskView) -> int:
     """Metric calls of one full evaluation (both cascade stages)."""
     return len(view.train) + len(view.val)
@@ -338,7 +367,7 @@ def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolv
         config.database.population_size = 50
         config.database.random_seed = seed
         config.evaluator.cascade_evaluation = True
-        config.evaluator.cascade_thresholds = [settings.cascade_threshold]
+        config.evaluator.cascade_thresholds = [_oriented_threshold(view, settings.cascade_threshold)]
         config.evaluator.parallel_evaluations = 1
         config.evaluator.timeout = settings.timeout_seconds
         config.evaluator.max_retries = 0
@@ -352,7 +381,7 @@ def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolv
                           settings=asdict(settings), seeded=SEEDED, not_reproducible=NOT_REPRODUCIBLE,
                           openevolve_evaluations=believed,
                           bridge_metric_calls=bridge.metric_calls, refusals=bridge.refusals,
-                          best_score=float(result.best_score))
+                          best_score=float(result.best_score), scores_fed_to_openevolve=_orientation(view))
         return {**seed_candidate, bridge.component: best_code}
     finally:
         bridge.close()

@@ -174,7 +174,10 @@ class OpenEvolveSettings:
     max_iterations: int = 6
     num_islands: int = 1
     diff_based_evolution: bool = True
-    cascade_threshold: float = 0.0
+    cascade_threshold: float | None = None
+    """The stage-1 mean score, in the metric's own units, a program must reach (a score at least
+    it; a lower-is-better metric's cost at most it) to be scored on the rest; None: every program
+    goes on (what 0.0 did for a score in [0, 1], and what no number does for a cost)."""
     timeout_seconds: int = 300
 
     def minimum_metric_calls(self, train: int, val: int) -> int:

@@ -54,8 +54,8 @@ from typing import Any, Callable, Mapping, NoReturn
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, MalformedCandidate, Optimizer, Verdict,
-                               candidate_id, check_candidate, is_infrastructure_failure)
+from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, MalformedCandidate, MetricSpec, Optimizer,
+                               Verdict, candidate_id, check_candidate, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
 from heldout.evaluators.records import (RECORD_FILE, ExperimentMismatch, RunRecord, check_same_experiment,
@@ -124,7 +124,8 @@ class Session:
                                                    "environment": header["environment"]})
         self.view = SessionView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
-                             MeteredArchitect(models.architect, self.service))
+                             MeteredArchitect(models.architect, self.service),
+                             MetricSpec.of(getattr(bench, "metric", "score")))
         # (split, examples scored, of total, infrastructure failures so far) during held-out scoring
         self.heldout_progress: Callable[[str, int, int, int], None] | None = None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import BudgetExceeded, Candidate, Example, HeldoutError, VisibilityError
+from heldout.contracts import BudgetExceeded, Candidate, Example, HeldoutError, MetricSpec, VisibilityError
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.policy import VERDICT_FIELDS, Budget
 from heldout.evaluators.scoring import ARCHITECT, model_failure_kind
@@ -64,16 +64,17 @@ class MeteredArchitect:
 class SessionView:
     """The in-process implementation of :class:`heldout.contracts.TaskView`: the seed candidate,
     train examples (inputs + targets), val examples (inputs only), ``evaluate`` (verdicts filtered
-    by the visibility policy and shown through the session's verifier variant), the remaining
-    budget, a metered architect and ``record_event``. Never test examples. The isolated client
+    by the visibility policy and shown through the session's verifier variant), the task's
+    ``metric`` (a shown ``score`` is its reading), the remaining budget, a metered architect and
+    ``record_event``. Never test examples. The isolated client
     (:class:`heldout.adapters.client.TaskClient`) has the same names and raises the same errors."""
 
     __slots__ = ("task_name", "description", "kind", "seed_candidate", "train", "val", "policy",
-                 "verifier", "_service", "_architect")
+                 "verifier", "metric", "_service", "_architect")
 
     def __init__(self, task_name: str, description: str, kind: str, seed: Candidate,
                  train: Sequence[Example], val: Sequence[Example], service: EvaluationService,
-                 architect: MeteredArchitect) -> None:
+                 architect: MeteredArchitect, metric: MetricSpec) -> None:
         self.task_name = task_name
         self.description = description
         self.kind = kind
@@ -82,6 +83,7 @@ class SessionView:
         self.val = [{"id": ex.id, "input": ex.input} for ex in val]
         self.policy = service.policy.name
         self.verifier = service.variant.name
+        self.metric = metric
         self._service = service
         self._architect = architect
 
@@ -100,15 +102,16 @@ class SessionView:
     def evaluate(self, candidate: Candidate, split: str = "train", ids: Sequence[str] | None = None,
                  parent: str | None = None) -> list[dict[str, Any]]:
         """Score ``candidate`` on ``ids`` of ``split`` (all of it when None). Returns one dict per
-        example with the fields the visibility policy allows. Raises BudgetExceeded (nothing ran)
-        or VisibilityError."""
+        example with the fields the visibility policy allows; ``score`` is the metric's reading,
+        so an invalid verdict of a cost shows its failure score, never the 0.0 that would be the
+        best cost there is. Raises BudgetExceeded (nothing ran) or VisibilityError."""
         if type(split) is not str or split not in ("train", "val"):
             raise VisibilityError(f"split must be exactly 'train' or 'val', got {split!r}")
         allowed = self._service.policy.fields(split)
         out = []
         for example, verdict in self._service.evaluate(candidate, split, ids, parent):
             shown = {"id": example.id}
-            full = {**verdict.to_dict(), "target": example.target}
+            full = {**verdict.to_dict(), "score": self.metric.reading(verdict), "target": example.target}
             shown.update({k: full[k] for k in VERDICT_FIELDS if k in allowed})
             out.append(shown)
         return out

@@ -6,7 +6,8 @@ namespace, when the socket's directory is visible to it) and/or on 127.0.0.1:
 
 =========================  ==================================================================
 ``GET  /task``             task, description, kind, seed_candidate, train, val, policy, budget,
-                           remaining
+                           remaining, metric (the spec's record fields: its name, direction,
+                           aggregation and failure score)
 ``POST /evaluate``         ``{candidate, split="train", ids=null, parent=null}`` -> ``{results,
                            remaining}``; results are filtered by the visibility policy
 ``POST /architect``        ``{messages, temperature=1.0, max_tokens=null, replicate=0}`` ->
@@ -304,7 +305,8 @@ class ViewServer:
         return {"task": view.task_name, "description": view.description, "kind": view.kind,
                 "seed_candidate": view.seed_candidate, "train": view.train, "val": view.val,
                 "policy": self.session.policy.to_dict(), "verifier": view.verifier,
-                "budget": asdict(view.budget), "remaining": view.remaining}
+                "budget": asdict(view.budget), "remaining": view.remaining,
+                "metric": view.metric.record_fields()}
 
     def _remaining(self, _: Any) -> dict[str, Any]:
         return {"remaining": self.view.remaining, "metric_calls": self.session.service.usage.metric_calls,

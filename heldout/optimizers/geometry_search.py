@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from heldout.contracts import HeldoutError
-from heldout.optimizers.evaluation import mean_train_score
+from heldout.optimizers.evaluation import oriented_train_score
 
 _MARGIN = 1e-12  # keep strictly inside the constraints so zero-tolerance checks pass in floats
 
@@ -83,7 +83,7 @@ def optimize(view, seed: int, restarts: int = 3):
         return _into_triangle(moved)
 
     def score(state: np.ndarray) -> float | None:
-        return mean_train_score(view, {"program.py": _program(entry, make(state))}, ids)
+        return oriented_train_score(view, {"program.py": _program(entry, make(state))}, ids)
 
     best_state, best = None, float("-inf")
     per_restart = max(1, view.remaining // max(1, len(ids)) // restarts)

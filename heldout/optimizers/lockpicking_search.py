@@ -19,7 +19,7 @@ import re
 
 from heldout.benchmarks.lockpicking.rules import N_POSITIONS, Edge, RuleSystem
 from heldout.benchmarks.lockpicking.sql import rule_table_sql
-from heldout.optimizers.evaluation import mean_train_score
+from heldout.optimizers.evaluation import oriented_train_score
 from heldout.optimizers.merge import Decomposition, Parts, width_search
 
 _SET = re.compile(r"SUBSTR\(PROGRAM, (\d), 1\) IN \(([^)]*)\)")
@@ -75,7 +75,7 @@ def optimize(view, seed: int, width: int | None = None, stream: int = 0):
     batch_size = min(MINIBATCH, len(ids))
 
     def score(system: RuleSystem, batch: list[str]) -> float | None:
-        return mean_train_score(view, {"scorer.sql": rule_table_sql(system)}, batch)
+        return oriented_train_score(view, {"scorer.sql": rule_table_sql(system)}, batch)
 
     def local_accuracy(system: RuleSystem) -> int:
         return sum(system.label(ex["input"]["program"]) == ex["target"] for ex in train)

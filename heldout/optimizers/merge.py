@@ -20,6 +20,11 @@ One round, from one parent:
    wins, then the lowest worker index, then the parent (neutral moves are taken, like the serial
    hill climbers do).
 
+Scores are *oriented* (:func:`heldout.optimizers.evaluation.oriented_mean`: the metric's sign
+times the mean shown score), so "scored highest" and "at least the parent's" mean better in the
+metric's direction, a lower cost on a lower-is-better task; on such a task the recorded scores are
+those oriented ones and a ``score_orientation`` event says so.
+
 Width 1 is plain hill climbing on the same proposals (the serial and fork arms), and records no
 merge events. Budget: a round of ``w`` workers costs ``w`` (+1 for the union) evaluations of the
 train ids; the last rounds narrow to what the budget still pays for, so the whole budget is spent
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from heldout.contracts import BudgetExceeded, Candidate
+from heldout.optimizers.evaluation import oriented_mean, state_orientation
 
 Parts = dict[str, str]
 Proposer = Callable[[Candidate, Parts, int, random.Random], "Candidate | None"]
@@ -124,6 +130,7 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
     rngs = [random.Random(f"{seed}:{stream}:{k}") for k in range(width)]
     origin = dict(start or view.seed_candidate)
     parent = dict(origin)
+    state_orientation(view, "merge_attempt, union_built, merge_round and restart scores")
     score = _train_scorer(view, ids, observe)
     parent_score = score(parent)
     if parent_score is None:
@@ -172,7 +179,7 @@ def width_search(view, seed: int, propose: Proposer, *, width: int = 1, stream: 
 
 def _train_scorer(view, ids: list[str], observe: Callable[[Candidate, list[dict]], None] | None
                   ) -> Callable[[Candidate], float | None]:
-    """A candidate's mean train score on ``ids``; None when the budget cannot pay for it."""
+    """A candidate's oriented mean train score on ``ids``; None when the budget cannot pay for it."""
     def score(candidate: Candidate) -> float | None:
         if view.remaining < max(1, len(ids)):
             return None
@@ -182,7 +189,7 @@ def _train_scorer(view, ids: list[str], observe: Callable[[Candidate, list[dict]
             return None
         if observe is not None:
             observe(candidate, results)
-        return sum(r["score"] for r in results) / len(results) if results else 0.0
+        return oriented_mean(view, results)
     return score
 
 

@@ -2,7 +2,8 @@
 
 Loop: score the current instruction on a train minibatch; show the architect the instruction and
 the failures with their feedback; ask for an improved instruction (returned in a fenced block);
-score it on the same minibatch; keep it when it is no worse. Uses the metered architect, so its
+score it on the same minibatch; keep it when it is no worse in the metric's direction (the
+failures shown are, on a lower-is-better metric, the batch's highest costs). Uses the metered architect, so its
 optimisation tokens land on the same scale as any other method's.
 
 With ``width`` given, the rounds of :func:`heldout.optimizers.merge.width_search` run on one
@@ -17,18 +18,27 @@ import random
 import re
 
 from heldout.contracts import BudgetExceeded, candidate_id
+from heldout.optimizers.evaluation import oriented_mean
 from heldout.optimizers.merge import width_search
 
 MINIBATCH = 8
 _FENCE = re.compile(r"```(?:[a-zA-Z]*\n)?(.*?)```", re.DOTALL)
 
 
-def _mean(results) -> float:
-    return sum(r["score"] for r in results) / len(results) if results else 0.0
+def _failures(metric, results) -> list[dict]:
+    """Up to 4 examples to reflect on: a higher-is-better score short of 1.0 (in batch order); on a
+    lower-is-better metric, which has no perfect score, the 4 highest costs."""
+    if metric.higher_is_better:
+        return [r for r in results if r["score"] < 1.0][:4]
+    return sorted(results, key=lambda r: metric.sign * r["score"])[:4]
 
 
-def _reflection_prompt(instruction: str, results, train_by_id) -> list[dict[str, str]]:
-    failures = [r for r in results if r["score"] < 1.0][:4]
+def _shortfall(metric) -> str:
+    return "got them wrong" if metric.higher_is_better else f"scored worst on them ({metric.name}, lower is better)"
+
+
+def _reflection_prompt(instruction: str, results, train_by_id, metric) -> list[dict[str, str]]:
+    failures = _failures(metric, results)
     shown = "\n\n".join(
         f"Input:\n{str(train_by_id[r['id']]['input'])[:1500]}\nExpected: {r.get('target')}\n"
         f"Feedback: {r.get('feedback', '')[:500]}" for r in failures) or "(no failures on this batch)"
@@ -36,7 +46,7 @@ def _reflection_prompt(instruction: str, results, train_by_id) -> list[dict[str,
         {"role": "system", "content": "You improve instructions for a language model."},
         {"role": "user", "content": (
             "Here is the current instruction:\n```\n" + instruction + "\n```\n\n"
-            "It was used on these examples and got them wrong:\n\n" + shown + "\n\n"
+            f"It was used on these examples and {_shortfall(metric)}:\n\n" + shown + "\n\n"
             "Please rewrite the instruction to fix these failures while keeping what works. "
             "Return only the improved instruction inside one ``` block.")},
     ]
@@ -59,13 +69,13 @@ def optimize(view, seed: int, width: int | None = None, stream: int = 0):
         batch = rng.sample(sorted(train_by_id), min(MINIBATCH, len(train_by_id)))
         try:
             current = view.evaluate(best, "train", batch)
-            reply = view.architect(_reflection_prompt(best[component], current, train_by_id))
+            reply = view.architect(_reflection_prompt(best[component], current, train_by_id, view.metric))
             blocks = _FENCE.findall(reply)
             proposal = {**best, component: (blocks[-1] if blocks else reply).strip()}
             trial = view.evaluate(proposal, "train", batch)
         except BudgetExceeded:
             break
-        if proposal[component] and _mean(trial) >= _mean(current):
+        if proposal[component] and oriented_mean(view, trial) >= oriented_mean(view, current):
             best = proposal
     return best
 
@@ -84,7 +94,8 @@ def _optimize_width(view, seed: int, width: int, stream: int):
         results = list(seen.get(candidate_id(parent), []))
         rng.shuffle(results)  # each worker reflects on its own sample of the failures
         try:
-            reply = view.architect(_reflection_prompt(parent[component], results, train_by_id), replicate=worker)
+            reply = view.architect(_reflection_prompt(parent[component], results, train_by_id, view.metric),
+                                   replicate=worker)
         except BudgetExceeded:
             return None
         blocks = _FENCE.findall(reply)
