@@ -85,7 +85,7 @@ def test_protocol_generalisation_refused_for_a_missing_model_writes_nothing_and_
         tmp_path, models, capsys):
     run_dir = tmp_path / "protocol"
     protocol = ["-q", "protocol", "generalisation", "--task", PROMPT_TASK, "--profile", "default",
-                "--allow-topic-shared", "--optimizer", "reflective", "--seeds", "0", "--budget", "5",
+                "--allow-topic-shared", "--optimizer", "reflective", "--seeds", "0", "--budget", "16",
                 "--run-dir", str(run_dir)]
     assert "is a prompt task" in refused(protocol, capsys)
     assert not run_dir.exists()
@@ -99,7 +99,7 @@ def test_compare_verifiers_refused_for_a_missing_model_writes_nothing_and_the_co
         tmp_path, models, capsys):
     run_dir = tmp_path / "ablation"
     ablation = ["compare", "verifiers", "--task", PROMPT_TASK, "--optimizer", "reflective", "--variants", "scalar",
-                "--seeds", "0", "--budget", "5", "--run-dir", str(run_dir)]
+                "--seeds", "0", "--budget", "16", "--run-dir", str(run_dir)]
     assert "is a prompt task" in refused(ablation, capsys)
     assert not run_dir.exists()
     assert "unknown optimizer" in refused(with_flag(ablation, "--optimizer", "no-such-optimizer"), capsys)
@@ -111,7 +111,7 @@ def test_compare_verifiers_refused_for_a_missing_model_writes_nothing_and_the_co
 def test_compare_arms_refused_for_a_missing_model_writes_nothing_and_the_corrected_command_runs(
         tmp_path, models, capsys):
     run_dir = tmp_path / "arms"
-    arms = ["compare", "arms", "--task", PROMPT_TASK, "--optimizer", "reflective", "--budget", "6", "--width", "2",
+    arms = ["compare", "arms", "--task", PROMPT_TASK, "--optimizer", "reflective", "--budget", "32", "--width", "2",
             "--seeds", "0,1,2", "--run-dir", str(run_dir)]
     assert "is a prompt task" in refused(arms, capsys)
     assert not run_dir.exists()
