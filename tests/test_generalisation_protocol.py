@@ -511,3 +511,14 @@ def test_the_protocol_run_in_the_users_folder_imports_none_of_its_modules(server
     records = [RunRecord.load(p.parent) for p in (tmp_path / "run").rglob("run_record.json")]
     mine = [r for r in records if r.method == "mine"]
     assert len(mine) == 3 and all(r.status == "ok" and r.isolation.startswith("isolated (bwrap") for r in mine)
+
+
+@pytest.mark.parametrize("baseline", ["seed", "placebo"])
+def test_the_protocols_own_baselines_are_refused_as_the_optimizer_to_study(baseline, data_dir, tmp_path, capsys):
+    # an optimizer named placebo would put its runs among the placebo draws it is compared with
+    run_dir = tmp_path / "own"
+    code = cli.main(["protocol", "generalisation", "--task", TASK, "--profile", SHARED, "--allow-topic-shared",
+                     "--optimizer", baseline, "--budget", "10", "--run-dir", str(run_dir), "--data-dir", str(data_dir)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is the protocol's baseline" in err
+    assert not run_dir.exists()

@@ -209,8 +209,10 @@ def plan_generalisation(spec: GeneralisationSpec, *, data_dir: str | None = None
                         allow_drift: bool = False) -> GeneralisationPlan:
     """Check the design (a real optimizer, >= 1 seed, budget >= 1), prove the split, and lay out
     the sessions. Writes nothing."""
-    if spec.optimizer.name == SEED_METHOD:
-        raise GeneralisationError("the seed candidate is the protocol's baseline; name the optimizer to study")
+    if spec.optimizer.name in (SEED_METHOD, PLACEBO_METHOD):
+        # the placebo's cells are the floor: an optimizer of that name would be read as its own draws
+        raise GeneralisationError(f"{spec.optimizer.name!r} is the protocol's baseline (the seed candidate and its "
+                                  "placebo draws); name the optimizer to study (or run it under another name)")
     if not spec.seeds:
         raise GeneralisationError("name at least one seed (>= 3 for a verdict)")
     if spec.budget < 1:

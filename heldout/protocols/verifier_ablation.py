@@ -152,8 +152,9 @@ def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: 
     """Check the variants against the task and lay out the sessions. Raises a clear
     :class:`HeldoutError` for an unknown variant, a repeated one, or no seeds. ``placebo_draws``:
     per seed and variant on a prompt task (0: as many as the verdicts need)."""
-    if optimizer.name == SEED_METHOD:
-        raise AblationError("the seed baseline is part of every ablation; name the optimizer to ablate")
+    if optimizer.name in (SEED_METHOD, PLACEBO_METHOD):
+        raise AblationError(f"{optimizer.name!r} is part of every ablation (the seed baseline and its placebo "
+                            "draws, the noise floor); name the optimizer to ablate (or run it under another name)")
     variants = tuple(v.strip() for v in variants if v.strip())
     if not variants:
         raise AblationError("name at least one verifier variant (e.g. decomposed,scalar,coarse:3)")
