@@ -8,7 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from heldout.cli.shared import add_data_dir, add_json, print_json
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, MetricSpec
 
 # Start-up time: each command imports its modules when it runs, and an `_arguments` function the
 # modules its choices come from, so the parser loads none of them (heldout/cli/__init__.py).
@@ -23,6 +23,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     from heldout.benchmarks.registry import all_tasks, task_groups
     from heldout.data_manifests import Manifest
     rows = []
+    metrics: dict[str, str] = {}  # task -> its metric and direction, as the table shows them
     groups = task_groups()
     for bench in all_tasks():
         try:
@@ -30,18 +31,20 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
             profiles = {p: manifest.sizes(p) for p in manifest.profiles}
         except HeldoutError as exc:
             profiles = {"error": str(exc)}
-        rows.append({**bench.describe(), "profiles": profiles,
+        metric = MetricSpec.of(getattr(bench, "metric", "score"))
+        metrics[bench.name] = f"{metric.name} ({metric.direction})"
+        rows.append({**bench.describe(), "higher_is_better": metric.higher_is_better, "profiles": profiles,
                      "groups": [name for name, members in groups.items() if bench.name in members]})
     if args.json:
         print_json(rows if not args.groups else groups)
         return 0
-    print(f"{'task':<48} {'kind':<8} {'metric':<22} profiles (train/val/test)")
+    print(f"{'task':<48} {'kind':<8} {'metric (direction)':<34} profiles (train/val/test)")
     for row in rows:
         profs = "  ".join(
             f"{p}:{'/'.join(str(s.get(k, 0)) for k in ('train', 'val', 'test'))}"
             for p, s in row["profiles"].items() if isinstance(s, dict)
         )
-        print(f"{row['name']:<48} {row['kind']:<8} {row['metric']:<22} {profs}")
+        print(f"{row['name']:<48} {row['kind']:<8} {metrics[row['name']]:<34} {profs}")
     print(f"{len(rows)} tasks")
     print("\ngroups (--task GROUP, or a glob such as 'mmlu_pro/*'):")
     for name, members in groups.items():
