@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -205,9 +204,16 @@ def mean_score(verdicts: Sequence[Verdict]) -> float:
 #: Aggregations a :class:`MetricSpec` can name and :meth:`MetricSpec.aggregate` computes; a task
 #: with an aggregate of its own (VLIW's 147,734 / max cycles) names it in words and overrides
 #: ``aggregate``.
+def _median(values: Sequence[float]) -> float:
+    # imported here for start-up time alone: statistics pulls in decimal, fractions and random,
+    # and contracts loads with every `heldout` command (perf/cli_start.py)
+    import statistics
+    return statistics.median(values)
+
+
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "mean": lambda values: sum(values) / len(values),  # bit for bit mean_score, so old records re-derive
-    "median": statistics.median, "min": min, "max": max}
+    "median": _median, "min": min, "max": max}
 
 
 @dataclass(frozen=True)
