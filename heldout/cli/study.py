@@ -14,6 +14,7 @@ from heldout.contracts import HeldoutError
 from heldout.files import check_folder
 
 if TYPE_CHECKING:  # annotations only
+    from heldout.protocols.run import StudyConfig
     from heldout.protocols.study import Study
 
 # Start-up time: each command imports its modules when it runs, and an `_arguments` function the
@@ -222,6 +223,14 @@ def cmd_compare_arms(args: argparse.Namespace) -> int:
     return 1 if result.broken else 0
 
 
+def protocol_config(args: argparse.Namespace) -> "StudyConfig":
+    """The study settings of compare verifiers and protocol generalisation, from their flags."""
+    from heldout.protocols.run import StudyConfig
+    return StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
+                       policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
+                       base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=optimizer_trusted(args))
+
+
 def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
     from heldout.benchmarks.verifiers import describe_variants
     from heldout.evaluators.policy import POLICIES
@@ -243,7 +252,7 @@ def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_compare_verifiers(args: argparse.Namespace) -> int:
-    from heldout.protocols.run import LocalExecutor, StudyConfig
+    from heldout.protocols.run import LocalExecutor
     from heldout.protocols.study import parse_methods, parse_seeds
     from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
     (method,) = parse_methods([args.optimizer], [])
@@ -254,9 +263,7 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
     if args.plan:
         print(plan.describe(args.run_dir))
         return 0
-    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
-                         policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
-                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=optimizer_trusted(args))
+    config = protocol_config(args)
     result = run_ablation(plan, config, LocalExecutor(args.jobs), progress=True)
     if args.json:
         print_json(result.to_dict())
@@ -337,7 +344,7 @@ def generalisation_from_args(args: argparse.Namespace):
 
 def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
     from heldout.protocols.generalisation import GeneralisationInterrupted, plan_generalisation, run_generalisation
-    from heldout.protocols.run import LocalExecutor, StudyConfig
+    from heldout.protocols.run import LocalExecutor
     from heldout.reports.generalisation import write_generalisation_report
     spec = generalisation_from_args(args)
     if args.study:  # the file's run_dir (a --run-dir flag was checked with every command's folders)
@@ -346,9 +353,7 @@ def cmd_protocol_generalisation(args: argparse.Namespace) -> int:
     if args.plan:
         print(plan.describe(args.run_dir))
         return 0
-    config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, allow_drift=args.allow_drift,
-                         policy=args.policy, worker_model=args.worker_model, architect_model=args.architect_model,
-                         base_url=args.base_url, cache_dir=args.cache_dir, trusted_optimizer=optimizer_trusted(args))
+    config = protocol_config(args)
     hint = command_line(args)
     try:
         result = run_generalisation(plan, args.run_dir, config, executor=LocalExecutor(args.jobs),
