@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             parent_score = scores.mean(best, batch)
             child_score = scores.mean(child, batch, parent=best_id)
             steps += 1
-            if child_score >= parent_score and child != best:
+            # no worse in the metric's direction: a lower cost is better on a lower-is-better task
+            if client.metric.sign * (child_score - parent_score) >= 0 and child != best:
                 best, best_id = child, client.submit_final(child)
                 print(f"step {steps}: {parent_score:.4g} -> {child_score:.4g}", flush=True)
     except BudgetExceeded as exc:
