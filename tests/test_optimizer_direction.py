@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -175,6 +177,38 @@ def test_the_isolated_view_shows_the_same_metric_and_the_same_crash_cost_as_the_
 
 
 # -- the libraries that only maximise are fed the oriented score ---------------------------------------------
+GEPA_PROBE = textwrap.dedent('''
+    """GEPA's adapter over a real session of the cost task: the scores it hands GEPA, as JSON."""
+    import json
+    import sys
+
+    from heldout.adapters.gepa import SplitLoader, ViewGEPAAdapter
+    from heldout.evaluators.session import Budget, Session
+
+    session = Session("costfit/pair2", budget=Budget(12), run_dir=sys.argv[1], method="probe")
+    adapter, loader = ViewGEPAAdapter(session.view), SplitLoader("train", session.view.train)
+    batch = loader.fetch(loader.all_ids()[:2])
+    seed = dict(session.view.seed_candidate)
+    print(json.dumps({
+        "seed": adapter.evaluate(batch, seed).scores,
+        "shown": [r["score"] for r in session.view.evaluate(seed, "train", [ex["id"] for ex in session.view.train[:2]])],
+        "crash": adapter.evaluate(batch, {"params.txt": "crash"}).scores,
+        "refused": adapter.evaluate(batch, {"params.txt": 7}).scores,  # not text: the whole request refused
+    }))
+''')
+
+
+def test_gepa_is_fed_a_cost_negated_and_a_crash_or_a_refusal_as_the_worst_cost(tasks, tmp_path):
+    pytest.importorskip("gepa", reason="the [gepa] extra is not installed (CI installs it)")
+    (tmp_path / "probe.py").write_text(GEPA_PROBE)
+    done = subprocess.run([sys.executable, str(tmp_path / "probe.py"), str(tmp_path / "run")], capture_output=True,
+                          text=True, env=tasks["env"], timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    fed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert fed["seed"] == [-cost for cost in fed["shown"]] and all(cost > 1.0 for cost in fed["shown"])
+    assert fed["crash"] == fed["refused"] == [-100.0, -100.0]  # below the seed's: GEPA never prefers them
+
+
 def test_openevolve_is_fed_a_cost_negated_so_its_maximum_is_the_lowest_cost():
     rows = {"train": [{"id": "a", "score": 3.0}, {"id": "b", "score": 5.0}], "val": [{"id": "c", "score": 1.0}]}
     as_cost = oe._metrics(rows, -1).metrics
