@@ -406,8 +406,8 @@ def _helper_bytecode(text: str) -> bytes:
     pyc = _helper_pycs.get(key)
     if pyc is None:
         code = compile(source, "helper", "exec", dont_inherit=True)
-        pyc = importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little") + importlib.util.source_hash(source) \
-            + marshal.dumps(code)
+        pyc = (importlib.util.MAGIC_NUMBER + (0b11).to_bytes(4, "little") + importlib.util.source_hash(source)
+               + marshal.dumps(code))
         _helper_pycs[key] = pyc
     return pyc
 

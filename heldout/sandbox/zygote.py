@@ -303,8 +303,8 @@ class ForkServer:
         out_r, out_w = os.pipe()
         res_r, res_w = os.pipe()
         exit_r, exit_w = os.pipe()
-        cgroup_fds = [] if gid is not None else \
-            [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
+        cgroup_fds = ([] if gid is not None
+                      else [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()])
         request = {"id": ident, "name": code.name, "code": CODE_DIR, "scratch": SCRATCH_DIR, "group": gid,
                    "scratch_bytes": int(scratch_mb) * 1024 * 1024, "env": env, "n_cgroup_fds": len(cgroup_fds)}
         passed = [stdin_r, out_w, res_w, *cgroup_fds, exit_w]  # the last one stays with the zygote
