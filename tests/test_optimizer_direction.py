@@ -209,6 +209,26 @@ def test_gepa_is_fed_a_cost_negated_and_a_crash_or_a_refusal_as_the_worst_cost(t
     assert fed["crash"] == fed["refused"] == [-100.0, -100.0]  # below the seed's: GEPA never prefers them
 
 
+def test_dspys_metrics_return_a_cost_negated_so_its_optimizers_maximise_towards_the_lowest_cost():
+    dspy = pytest.importorskip("dspy", reason="the [dspy] extra is not installed (CI installs it)")
+    from heldout.adapters.dspy import _with_verdict, feedback_metric, metric
+
+    shown = {"id": "a", "score": 4.5, "feedback": "tour length 4.5"}
+    as_cost = _with_verdict(dspy.Prediction(answer="x"), shown, -1)
+    assert metric(None, as_cost) == -4.5 and feedback_metric(None, as_cost).score == -4.5
+    assert metric(None, _with_verdict(dspy.Prediction(answer="x"), shown, 1)) == 4.5
+
+
+def test_reflective_shows_the_architect_a_costs_highest_examples_and_an_accuracys_misses():
+    from heldout.contracts import MetricSpec
+    from heldout.optimizers.reflective import _failures
+
+    rows = [{"id": str(i), "score": s} for i, s in enumerate((1.0, 9.0, 0.0, 4.0, 7.0, 2.0))]
+    cost = MetricSpec("seconds", higher_is_better=False, failure_score=60.0)
+    assert [r["id"] for r in _failures(cost, rows)] == ["1", "4", "3", "5"]
+    assert [r["id"] for r in _failures(MetricSpec("accuracy"), rows)] == ["2"]
+
+
 def test_openevolve_is_fed_a_cost_negated_so_its_maximum_is_the_lowest_cost():
     rows = {"train": [{"id": "a", "score": 3.0}, {"id": "b", "score": 5.0}], "val": [{"id": "c", "score": 1.0}]}
     as_cost = oe._metrics(rows, -1).metrics
