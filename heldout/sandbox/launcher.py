@@ -78,57 +78,63 @@ class Launcher:
     ``setup_files``' helpers among it), unless ``fork_server`` is False, the fork server is off
     here, or the run is unsandboxed; then, or once the zygote fails it, fresh sandboxes."""
 
-    def __init__(self, preload: Sequence[str], setup_files: dict[str, Any] | None,
-                 fork_server: bool, isolation_forced_off: bool) -> None:
+    def __init__(self, preload: Sequence[str], setup_files: dict[str, Any] | None, fork_server: bool,
+                 isolation_forced_off: bool, write_code_dir: Callable[[Path | None], Path]) -> None:
         self.preload = Preload.of(preload, setup_files)  # the task's helpers among it: imported by the zygote
         self.wants_server = fork_server and fork_server_enabled()
         self.server: ForkServer | None = None
         self.unserved = 0
+        # writes the run's code dir into the empty dir given (a zygote's), or a fresh one (None)
+        self._write_code_dir = write_code_dir
+        self.code: Path | None = None
         if self.wants_server and not bwrap_probed() and not isolation_forced_off:
             start_early(self.preload)  # the first execution of a process: the zygote starts while bwrap is probed
 
     def connect(self, level: str) -> None:
         """Take the zygote for the run, now that its isolation ``level`` is known (none for an
-        unsandboxed run, or when none can be had right now)."""
+        unsandboxed run, or when none can be had right now), and write the run's code dir: in the
+        zygote's inbox, or a fresh one."""
         self.server = server_for(self.preload) if self.wants_server and level != "none" else None
+        self.code = self._write_code_dir(self.server.new_code_dir() if self.server is not None else None)
 
     @property
     def forked(self) -> bool:
         """Every execution so far was a zygote's child."""
         return self.server is not None
 
-    def new_code_dir(self) -> Path | None:
-        """An empty code dir in the zygote's inbox, or None: the caller makes a fresh one."""
-        return self.server.new_code_dir() if self.server is not None else None
+    def fall_back(self, failure: UseFreshSandbox) -> None:
+        """After ``failure``: the execution asks the same zygote again when no spare took it (its
+        prepared spare had died, or a concurrent request took it; throwing the zygote away for it
+        made concurrent runs fresh ones); otherwise the zygote is thrown away and the run goes on
+        in fresh sandboxes, its code dir written anew outside the zygote's inbox."""
+        if failure.unserved and self.unserved < UNSERVED_RETRIES:
+            self.unserved += 1
+            return
+        discard(self.server, str(failure))
+        self.server = None
+        if self.code is not None:
+            shutil.rmtree(self.code, ignore_errors=True)
+        self.code = self._write_code_dir(None)
 
-    def remove_code_dir(self, code: Path) -> None:
+    def close(self) -> None:
         """The run is over: its code dir goes (off the caller's path when a zygote may still
         hold it open)."""
+        code, self.code = self.code, None
+        if code is None:
+            return
         if self.server is not None:
             after_run(lambda: shutil.rmtree(code, ignore_errors=True))
         else:
             shutil.rmtree(code, ignore_errors=True)
 
-    def fall_back(self, failure: UseFreshSandbox) -> bool:
-        """After ``failure``: True when the execution asks the same zygote again (no spare took
-        it: its prepared spare had died, or a concurrent request took it; throwing the zygote away
-        for it made concurrent runs fresh ones), False when the zygote is thrown away and the run
-        goes on in fresh sandboxes (its code dir must then be written anew, outside the inbox)."""
-        if failure.unserved and self.unserved < UNSERVED_RETRIES:
-            self.unserved += 1
-            return True
-        discard(self.server, str(failure))
-        self.server = None
-        return False
-
-    def launch(self, job: dict[str, Any], code: Path, level: str, limits: RunLimits) -> "Launched":
-        """Start one execution of ``job`` (its code dir ``code``): a zygote's child (raises
+    def launch(self, job: dict[str, Any], level: str, limits: RunLimits) -> "Launched":
+        """Start one execution of ``job`` in the run's code dir: a zygote's child (raises
         :class:`UseFreshSandbox` if it cannot) or a fresh sandbox (raises :class:`CouldNotStart`)."""
         job["python_path"] = python_path()
         privileged = os.geteuid() == 0
         job["uid"] = random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged and level != "none" else None
         how: type[ForkedRun] | type[FreshRun] = FreshRun if self.server is None else ForkedRun
-        return how.start(job, code, level, limits, self.server)
+        return how.start(job, self.code, level, limits, self.server)
 
 
 class Launched:

@@ -60,7 +60,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import limits_level
@@ -227,26 +227,26 @@ def run_calls(files: dict[str, str], module: str, function: str,
     if inputs_up_front and (per_call_seconds is not None or stop_on_error):
         raise SandboxError("inputs_up_front runs the calls back to back: it cannot time each call "
                            "(per_call_seconds) nor stop at a failing one (stop_on_error)")
-    launcher = Launcher(preload, setup_files, fork_server, os.environ.get(ISOLATION_ENV) == "none")
+    launcher = Launcher(preload, setup_files, fork_server, os.environ.get(ISOLATION_ENV) == "none",
+                        lambda home: _write_code_dir(files, setup_files or {}, home))
     level = require_sandbox()
     per_call = list(per_call_seconds) if per_call_seconds is not None else [None] * len(calls)
     group_of = list(groups) if groups is not None else [None] * len(calls)
     if not (len(per_call) == len(group_of) == len(calls)):
         raise SandboxError("per_call_seconds and groups need one entry per call")
     encoded_calls = _encode_calls(calls, per_call, group_of)
-    launcher.connect(level)
+    launcher.connect(level)  # the zygote, and the code dir written where it can see it
     job = {"module": module, "function": function, "encoding": encoding, "stop_on_error": stop_on_error,
            "allow_processes": allow_processes, "limits": _limits_dict(limits),
            "hide": default_hidden_paths() if level == "none" else [],
            # trusted code whose calls the parent does not time: outcomes come a few at a time
            "hold_outcomes": inputs_up_front}
-    code = _write_code_dir(files, setup_files or {}, launcher.new_code_dir())
-    run = _Run(launcher, level, limits, job, encoded_calls, per_call, group_of, inputs_up_front, code)
+    run = _Run(launcher, level, limits, job, encoded_calls, per_call, group_of, inputs_up_front)
     start = time.perf_counter()
     try:
-        run.all_calls(start, lambda: _write_code_dir(files, setup_files or {}))
+        run.all_calls(start)
     finally:
-        launcher.remove_code_dir(run.code)
+        launcher.close()
     ordered = [run.outcomes[i] for i in sorted(run.outcomes)]
     result = _combine(ordered, run.last, limits, level, len(calls), stop_on_error)
     result.seconds = time.perf_counter() - start
@@ -295,18 +295,17 @@ class _Run:
 
     def __init__(self, launcher: Launcher, level: str, limits: RunLimits, job: dict[str, Any],
                  encoded_calls: list[str], per_call: list[float | None], group_of: list[str | None],
-                 inputs_up_front: bool, code: Path) -> None:
+                 inputs_up_front: bool) -> None:
         self.launcher, self.level, self.limits, self.job = launcher, level, limits, job
         self.encoded_calls, self.per_call, self.group_of = encoded_calls, per_call, group_of
         self.inputs_up_front = inputs_up_front
-        self.code = code  # the code dir (written anew, outside the zygote's inbox, if the run falls back)
         self.outcomes: dict[int, dict[str, Any]] = {}
         self.pending = list(range(len(encoded_calls)))
         self.failed_groups: set[str | None] = set()
         self.last: SandboxResult | None = None
         self.peak: float | None = None
 
-    def all_calls(self, start: float, fresh_code_dir: Callable[[], Path]) -> None:
+    def all_calls(self, start: float) -> None:
         """Execute until no call is left, or the run's wall time is (nearly) spent; when the
         fork server cannot serve an execution, ask it again or go on in fresh sandboxes."""
         while self.pending:
@@ -319,9 +318,7 @@ class _Run:
             try:
                 self.last = _execute(self, dict(self.job), limits)
             except UseFreshSandbox as exc:
-                if not self.launcher.fall_back(exc):
-                    shutil.rmtree(self.code, ignore_errors=True)
-                    self.code = fresh_code_dir()
+                self.launcher.fall_back(exc)
                 continue
             if not self._record(self.last):
                 return
@@ -351,7 +348,7 @@ def _execute(run: _Run, job: dict[str, Any], limits: RunLimits) -> SandboxResult
     reads its group's counters), and its watch and end make the result. Raises
     :class:`UseFreshSandbox` when the fork server could not run it."""
     try:
-        started = run.launcher.launch(job, run.code, run.level, limits)
+        started = run.launcher.launch(job, run.level, limits)
     except CouldNotStart as exc:
         return SandboxResult(False, None, str(exc), "sandbox_error", "", 0.0, limits, exc.level)
     pending = run.pending
