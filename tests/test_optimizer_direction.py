@@ -191,7 +191,7 @@ GEPA_PROBE = textwrap.dedent('''
     seed = dict(session.view.seed_candidate)
     print(json.dumps({
         "seed": adapter.evaluate(batch, seed).scores,
-        "shown": [r["score"] for r in session.view.evaluate(seed, "train", [ex["id"] for ex in session.view.train[:2]])],
+        "shown": [r["score"] for r in session.view.evaluate(seed, "train", [e["id"] for e in session.view.train[:2]])],
         "crash": adapter.evaluate(batch, {"params.txt": "crash"}).scores,
         "refused": adapter.evaluate(batch, {"params.txt": 7}).scores,  # not text: the whole request refused
     }))
@@ -242,6 +242,7 @@ def test_tasks_list_shows_the_direction_beside_the_metric(tasks):
     assert listed.returncode == 0, listed.stderr[-2000:]
     [ring] = [line for line in listed.stdout.splitlines() if line.startswith(RING)]
     assert "tour length (lower is better)" in ring
-    assert "(higher is better)" in next(line for line in listed.stdout.splitlines() if line.startswith("lockpicking/six"))
+    [six] = [line for line in listed.stdout.splitlines() if line.startswith("lockpicking/six")]
+    assert "(higher is better)" in six
     rows = json.loads(heldout(tasks["env"], "tasks", "list", "--json").stdout)
     assert {r["name"]: r["higher_is_better"] for r in rows if r["name"] in (RING, FIT)} == {RING: False, FIT: False}

@@ -19,12 +19,13 @@ importing these functions):
 Metrics: ``combined_score`` (the mean score over what was evaluated), ``train_score``,
 ``val_score`` (when val was evaluated), each *oriented* (``view.metric.sign`` times the mean,
 because OpenEvolve only maximises: a lower-is-better metric's cost arrives negated, and the
-``openevolve_run`` event says so in ``scores_fed_to_openevolve``), ``valid`` (the share of valid verdicts) and the mean of each
-shown dimension. Artifacts (what OpenEvolve feeds back to its LLM): feedback built only from the
-fields the visibility policy showed (train: feedback, errors, dimensions; val: nothing but the
-score, which is already a metric). An evaluation the budget cannot pay for is refused by the view
-(nothing runs) and scores the metric's failure score (oriented) with ``budget_refused`` = 1. :func:`optimize` sizes OpenEvolve's
-iterations to the remaining budget, so that only happens if the budget is shared.
+``openevolve_run`` event says so in ``scores_fed_to_openevolve``), ``valid`` (the share of valid
+verdicts) and the mean of each shown dimension. Artifacts (what OpenEvolve feeds back to its LLM):
+feedback built only from the fields the visibility policy showed (train: feedback, errors,
+dimensions; val: nothing but the score, which is already a metric). An evaluation the budget
+cannot pay for is refused by the view (nothing runs) and scores the metric's failure score
+(oriented) with ``budget_refused`` = 1. :func:`optimize` sizes OpenEvolve's iterations to the
+remaining budget, so that only happens if the budget is shared.
 
 Run isolated: ``--optimizer-cmd "openevolve=python -m heldout.adapters.openevolve"``.
 """
