@@ -15,14 +15,16 @@
   batch that raised), GEPA's engine logs it and its stop check, fed by :attr:`exhausted`, ends the
   run before the next iteration. GEPA returns its best candidate so far.
 * **Never raising for one bad example**: a crashing or unscorable example comes back from the view
-  as a verdict with score 0 and its error; outputs, scores and trajectories always have the
-  batch's length. A whole request refused for any reason other than the budget (a malformed
-  candidate, say) also scores 0 per example, with the refusal as the error.
+  as a verdict with the metric's failure score (0 for a score) and its error; outputs, scores
+  and trajectories always have the batch's length. A whole request refused for any reason other
+  than the budget (a malformed candidate, say) also scores the failure score per example, with
+  the refusal as the error.
 * **GEPA only maximises**, so it is fed the *oriented* score ``view.metric.sign * score``: a
   lower-is-better metric (a cost) reaches GEPA negated, and a refused request's examples the
   metric's failure score, oriented, never a 0 that would be the best cost there is. The
   ``gepa_run`` event states the orientation (``scores_fed_to_gepa``), and its
-  ``val_aggregate_scores`` are GEPA's, so oriented.
+  ``val_aggregate_scores`` are GEPA's, so oriented. ``perfect_score`` is a score's: on a
+  lower-is-better metric GEPA's skip of "perfect" minibatches is off (no perfect cost is known).
 * **Ids are split-prefixed** (``train:160``, ``val:42``) and GEPA's data loaders are keyed by
   them, never by list position, so a train result can never pass for a val result at the same
   index.
@@ -192,7 +194,10 @@ def optimize(view: TaskView, seed: int, settings: GEPASettings = GEPASettings())
             seed_candidate=seed_candidate, trainset=train, valset=val, adapter=adapter,
             reflection_lm=adapter.reflection_lm, candidate_selection_strategy=settings.candidate_selection_strategy,
             reflection_minibatch_size=min(settings.reflection_minibatch_size, len(train)),
-            perfect_score=settings.perfect_score, use_merge=settings.use_merge,
+            # perfect_score is in a score's units; the view knows no perfect cost, so on a
+            # lower-is-better metric GEPA never skips a minibatch as perfect (its default otherwise)
+            perfect_score=settings.perfect_score, skip_perfect_score=view.metric.higher_is_better,
+            use_merge=settings.use_merge,
             max_metric_calls=budget, stop_callbacks=[adapter.should_stop], seed=seed,
             raise_on_exception=False, run_dir=None, display_progress_bar=False)
     except BudgetExceeded as exc:  # before GEPA's loop: the seed's validation pass did not fit
