@@ -583,6 +583,9 @@ def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGE
     teleprompter = dspy.GEPA(metric=feedback_metric, max_metric_calls=view.remaining, reflection_lm=architect_lm(view),
                              reflection_minibatch_size=settings.reflection_minibatch_size, use_merge=settings.use_merge,
                              num_threads=settings.num_threads, seed=seed, track_stats=True,
+                             # oriented like the metric it is fed; no perfect cost is known to the view
+                             failure_score=view.metric.sign * float(view.metric.failure_score or 0.0),
+                             skip_perfect_score=view.metric.higher_is_better,
                              gepa_kwargs={"stop_callbacks": [bridge.should_stop]})
     try:
         with dspy.context(lm=student.worker), _failures_first(bridge):
