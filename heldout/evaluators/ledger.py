@@ -57,7 +57,6 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,9 +64,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
-from heldout.files import read_user_bytes, read_user_json, write_text_atomically
+from heldout.evaluators.ledger_json import encodable, json_default, plain_json
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, config_dir,
                                         load_signing_key, verify_block)
+from heldout.files import read_user_bytes, read_user_json, write_text_atomically
 
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
@@ -405,9 +405,9 @@ class Ledger:
             if self._fd is None:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
             entry = {"seq": len(self), "prev": self.head, "kind": kind,
-                     "time": round(time.time(), 6), "data": data if _plain_json(data) else encodable(data)}
+                     "time": round(time.time(), 6), "data": data if plain_json(data) else encodable(data)}
             entry["hash"] = entry_hash(entry)
-            line = (json.dumps(entry, sort_keys=True, ensure_ascii=False, default=_json_default) + "\n").encode("utf-8")
+            line = (json.dumps(entry, sort_keys=True, ensure_ascii=False, default=json_default) + "\n").encode("utf-8")
             self._pending.append((json.loads(line), line))
             if sync and not getattr(self._batching, "depth", 0):
                 self._flush()
@@ -573,40 +573,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def _plain_json(value: Any) -> bool:
-    """Whether ``value`` is already what :func:`encodable` makes of it, as JSON: it serialises
-    without help and as UTF-8 (no bytes, numpy values or lone surrogates). One pass in C, where
-    :func:`encodable` walks every value in Python: a model's output is checked, not rebuilt."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError):
-        return False
-    return True
-
-
-def encodable(value: Any) -> Any:
-    """``value`` with every text UTF-8 encodable, so any model output can be recorded: a lone
-    surrogate becomes U+FFFD, ``bytes`` are decoded as UTF-8 (bad bytes -> U+FFFD), numpy values
-    become plain data. Control characters are kept (JSON escapes them losslessly)."""
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, dict):
-        return {encodable(k) if isinstance(k, (str, bytes)) else k: encodable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [encodable(v) for v in value]
-    if hasattr(value, "tolist"):
-        return encodable(value.tolist())
-    return value
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"ledger entries hold plain data only, got {type(value).__name__}")
