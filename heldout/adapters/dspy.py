@@ -2,14 +2,12 @@
 count against heldout's budget.
 
 How the worker is reached. A heldout prompt task is a DSPy program, :class:`HeldoutProgram`: one
-``dspy.Predict`` (``<task inputs> -> answer``) whose signature instructions (plus any demos
-DSPy attaches) *are* the candidate. DSPy runs that predictor as usual (its chat adapter, its trace,
-its LM history) on :func:`worker_lm`, a ``dspy.LM`` whose engine talks to no endpoint: each call
-is one ``view.evaluate`` of the current candidate on the current example, so the harness renders
-the task's prompt, calls its metered worker, scores the answer and charges **one metric call**,
-and the LM returns what the view showed (the worker's output on train; a placeholder on val, whose
-outputs the standard policy hides). DSPy therefore never talks to the worker itself, in-process
-or isolated, and ``len(worker_lm.history)`` is the number of metric calls DSPy believes it made.
+``dspy.Predict`` (``<task inputs> -> answer``) whose instructions (plus any demos) *are* the
+candidate, run as usual on :func:`worker_lm`, a ``dspy.LM`` whose engine talks to no endpoint:
+each call is one ``view.evaluate`` of the candidate on the example (the harness renders, calls its
+metered worker, scores, charges **one metric call**) and returns what the view showed (train: the
+output; val: a placeholder, as the standard policy hides it). DSPy never talks to the worker
+itself, and ``len(worker_lm.history)`` is the number of metric calls DSPy believes it made.
 
 Metrics. :func:`metric` (``metric(example, prediction, trace=None)``, for ``dspy.Evaluate`` and
 ``MIPROv2``) and :func:`feedback_metric` (``(gold, pred, trace, pred_name, pred_trace)``, for
@@ -34,16 +32,13 @@ DSPy counts one metric call per program call; under ``--verifier repeated:K`` th
 and the ``dspy_run`` event names the difference (``charged_beyond_dspy_count``, (K - 1) per call).
 
 The user's own program. :class:`UserProgram` wraps any ``dspy.Module`` the user builds (a
-``ChainOfThought``, a pipeline of several predictors) so MIPROv2 and dspy.GEPA optimise it on the
-same protected worker. Its candidate is what DSPy's chat adapter renders for the LM: each
-predictor's system message (field descriptions, structure, instructions) followed by its demos as
-DSPy formats them, the predictors one after another under a ``## Step N`` heading when there are
-several. The user message is the task's, as for every method, so the harness re-scores exactly
-this candidate on test with no user code running. One program call is one metric call: its first
-LM call is the view evaluation, and every LM call of that program call reads the same worker text
-(:class:`ShownTextAdapter`). A program call that raises stops the run: the error goes to the
-ledger (``dspy_program_error``), the view refuses every later call, and the optimizer ends with
-:class:`ProgramFailed`, so the cell is ``failed`` with that error, never ``ok`` on scores of 0.
+``ChainOfThought``, a pipeline) so MIPROv2 and dspy.GEPA optimise it on the same protected worker.
+Its candidate is what DSPy's chat adapter renders: each predictor's system message and demos, under
+a ``## Step N`` heading when there are several; the user message is the task's, so the harness
+re-scores exactly this candidate on test with no user code running. One program call is one
+metric call: its first LM call is the view evaluation, every later one reads the same worker text
+(:class:`ShownTextAdapter`). A program call that raises stops the run (``dspy_program_error`` in
+the ledger, every later call refused, :class:`ProgramFailed`): the cell fails, never ``ok`` on 0s.
 
 Run isolated: ``--optimizer-cmd "dspy-mipro=python -m heldout.adapters.dspy mipro"`` (or ``gepa``).
 """
@@ -60,7 +55,7 @@ from typing import Any, Callable, Sequence
 
 from heldout.adapters.client import run_from_env
 from heldout.adapters.settings import (DSPyGEPASettings, MIPROSettings, mipro_cost, refuse_below_minimum,
-                                       verifier_repeats)
+                                       val_size_for_budget, verifier_repeats)
 from heldout.adapters.shown import feedback_text, output_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
 
@@ -550,20 +545,6 @@ def optimize_mipro(view: TaskView, seed: int, settings: MIPROSettings = MIPROSet
 
 def _repeats(view: TaskView) -> int:
     return verifier_repeats(getattr(view, "verifier", None))
-
-
-def gepa_minimum_cost(val_size: int, minibatch: int) -> int:
-    """The fewest metric calls in which dspy.GEPA can accept a candidate: the seed on the val set,
-    the parent and one proposed child on a reflection minibatch, and the child on the val set."""
-    return 2 * val_size + 2 * minibatch
-
-
-def val_size_for_budget(val_size: int, minibatch: int, budget: int) -> int:
-    """How many val examples (the first ones) dspy.GEPA validates on so that ``budget`` can pay
-    for accepting one candidate (:func:`gepa_minimum_cost`): all of them when it can, else as many
-    as fit (0: none). With the whole val set on a small budget, the budget would go to the
-    seed's partial val pass and the run could only return the seed."""
-    return max(0, min(val_size, (budget - 2 * minibatch) // 2))
 
 
 def optimize_gepa(view: TaskView, seed: int, settings: DSPyGEPASettings = DSPyGEPASettings(),

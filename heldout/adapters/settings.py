@@ -56,6 +56,20 @@ def verifier_repeats(verifier: str | None) -> int:
     return repeats
 
 
+def gepa_minimum_cost(val_size: int, minibatch: int) -> int:
+    """The fewest metric calls in which GEPA (or dspy.GEPA) can accept a candidate: the seed on the val set,
+    the parent and one proposed child on a reflection minibatch, and the child on the val set."""
+    return 2 * val_size + 2 * minibatch
+
+
+def val_size_for_budget(val_size: int, minibatch: int, budget: int) -> int:
+    """How many val examples (the first ones) dspy.GEPA validates on so that ``budget`` can pay
+    for accepting one candidate (:func:`gepa_minimum_cost`): all of them when it can, else as many
+    as fit (0: none). With the whole val set on a small budget, the budget would go to the
+    seed's partial val pass and the run could only return the seed."""
+    return max(0, min(val_size, (budget - 2 * minibatch) // 2))
+
+
 def mipro_cost(val_size: int, trials: int, settings: "MIPROSettings") -> int:
     """A bound on the metric calls of MIPROv2's trials, used to size it to the budget: the default
     program on the full val set, a minibatch per trial, a full val pass every
@@ -83,7 +97,7 @@ class GEPASettings:
     def minimum_metric_calls(self, train: int, val: int) -> int:
         """GEPA validates on the whole val set (train when the profile has none): the seed there,
         parent and child on one reflection minibatch, and the child there."""
-        return 2 * (val or train) + 2 * min(self.reflection_minibatch_size, train)
+        return gepa_minimum_cost(val or train, min(self.reflection_minibatch_size, train))
 
 
 @dataclass(frozen=True)
@@ -239,6 +253,7 @@ def make_settings(settings_type: type, options: Mapping[str, Any]):
     return settings_type(**{k: setting_value(settings_type, k, v) for k, v in options.items()})
 
 
-__all__ = ["BudgetTooSmall", "refuse_below_minimum", "mipro_cost", "verifier_repeats", "GEPASettings",
+__all__ = ["BudgetTooSmall", "refuse_below_minimum", "mipro_cost", "gepa_minimum_cost", "val_size_for_budget",
+           "verifier_repeats", "GEPASettings",
            "MIPROSettings", "DSPyGEPASettings", "OpenEvolveSettings", "METHOD_SETTINGS", "setting_value",
            "make_settings"]
