@@ -470,21 +470,23 @@ class ModelClient:
             return lambda: http.post(url, content=body, headers={"Content-Type": "application/json"})
         return lambda: http.post(url, body)
 
+    def _connections(self, url: str) -> "httpx.AsyncClient | _Connections":
+        """The engine's HTTP connections: httpx's client when a proxy applies to ``url``, else
+        heldout's own keep-alive connections to the endpoint."""
+        if _proxied(url):
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), headers=headers,
+                                     limits=httpx.Limits(max_connections=self.concurrency,
+                                                         max_keepalive_connections=self.concurrency))
+        raw = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json"), (b"User-Agent", b"heldout")]
+        if self.api_key:
+            raw.append((b"Authorization", f"Bearer {self.api_key}".encode()))
+        return _Connections(url, raw, self.timeout)
+
     async def _fetch(self, request: ChatRequest, key: str, engine: _Engine) -> ChatResponse:
         url = f"{self.base_url}/{request.endpoint}"
         if engine.http is None:
-            if _proxied(url):
-                headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-                engine.http = httpx.AsyncClient(
-                    timeout=httpx.Timeout(self.timeout), headers=headers,
-                    limits=httpx.Limits(max_connections=self.concurrency,
-                                        max_keepalive_connections=self.concurrency))
-            else:
-                headers = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json"),
-                           (b"User-Agent", b"heldout")]
-                if self.api_key:
-                    headers.append((b"Authorization", f"Bearer {self.api_key}".encode()))
-                engine.http = _Connections(url, headers, self.timeout)
+            engine.http = self._connections(url)
         body = json.dumps(request.payload(), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
         post = self._poster(engine.http, url, body)
         channel = request.channel
