@@ -95,13 +95,16 @@ def test_the_readme_types_no_test_count_and_names_the_command_that_prints_it():
 
 
 def test_count_tests_prints_what_pytest_collects():
-    # tests/test_doc_layout.py: its own tests, none parametrized and none slow; test_demo.py: one slow test
+    # tests/test_doc_layout.py: its own tests, none parametrized, the slow ones listed in
+    # tests/slow_tests.txt; test_demo.py: one slow test
     own = len(re.findall(r"^def test_", Path(__file__).read_text(encoding="utf-8"), re.M))
+    listed = (ROOT / "tests" / "slow_tests.txt").read_text(encoding="utf-8").splitlines()
+    own_slow = sum(line.startswith("tests/test_doc_layout.py::") for line in listed)
     done = subprocess.run([sys.executable, str(ROOT / "scripts/count_tests.py"), __file__, str(ROOT / "tests/test_demo.py")],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout == (f"{own + 1} tests in 2 modules, 1 marked slow; "
-                           f"the fast loop (-m 'not slow') runs {own}\n")
+    assert done.stdout == (f"{own + 1} tests in 2 modules, {own_slow + 1} marked slow; "
+                           f"the fast loop (-m 'not slow') runs {own - own_slow}\n")
 
 
 def test_count_tests_fails_loudly_when_a_module_does_not_import(tmp_path):
