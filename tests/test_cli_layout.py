@@ -40,15 +40,6 @@ def test_a_module_imports_only_the_cli_modules_its_place_allows(path):
     assert cli_imports(path) <= allowed, f"heldout/cli/{path.name} imports {sorted(cli_imports(path) - allowed)}"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
-def test_no_module_over_600_lines_and_no_function_over_80(path):
-    text = path.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 600, f"{path.name}: {len(text.splitlines())} lines"
-    long = [f"{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(ast.parse(text))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80]
-    assert not long, f"{path.name}: {long}"
-
-
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c.words) for c in COMMANDS])
 def test_a_commands_arguments_and_body_sit_side_by_side_in_one_group_module(command):
     module = command.run.__module__

@@ -54,15 +54,6 @@ def test_a_module_takes_from_the_sandbox_only_what_its_place_allows(path):
     assert not wrong, f"heldout/sandbox/{path.name} takes {wrong}"
 
 
-@pytest.mark.parametrize("path", MODULES, ids=[p.stem for p in MODULES])
-def test_no_module_over_600_lines_and_no_function_over_80(path):
-    text = path.read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= 600, f"{path.name}: {len(text.splitlines())} lines"
-    long = [f"{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(ast.parse(text))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80]
-    assert not long, f"{path.name}: {long}"
-
-
 def _signals_process_groups(path: Path) -> bool:
     """Whether ``path`` names ``os.killpg`` (a kill sequence typed out) anywhere."""
     return any(isinstance(node, ast.Attribute) and node.attr == "killpg"
