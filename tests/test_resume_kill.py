@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from heldout.evaluators.ledger import LEDGER_FILE, Ledger, verify_ledger
+from heldout.evaluators.ledger import HEAD_FILE, LEDGER_FILE, Ledger, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.sandbox import isolation_mode
 
@@ -77,7 +77,10 @@ def start(script: Path, run_dir: Path, *args: str) -> subprocess.Popen:
 
 
 def kill_after(proc: subprocess.Popen, ledger: Path, kind: str, n: int, limit: float = 120.0) -> int:
-    """SIGKILL ``proc`` once ``n`` entries of ``kind`` are in the ledger; returns how many were."""
+    """SIGKILL ``proc`` once ``n`` entries of ``kind`` are in the ledger; returns how many of them
+    were acknowledged: named by the head. A batch the kill caught written but not yet named was
+    never returned to the optimizer, and a resume drops it (the ledger's rule), so it is not
+    something a resume may reuse."""
     give_up = time.monotonic() + limit
     while count_lines(ledger, kind) < n:
         assert proc.poll() is None, f"harness ended before it could be killed: {proc.communicate()}"
@@ -85,7 +88,8 @@ def kill_after(proc: subprocess.Popen, ledger: Path, kind: str, n: int, limit: f
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    return count_lines(ledger, kind)
+    named = json.loads((ledger.parent / HEAD_FILE).read_text())["count"]
+    return sum(json.loads(line)["kind"] == kind for line in ledger.read_text().splitlines()[:named])
 
 
 def scored(verdicts: list[dict]) -> list[dict]:
@@ -131,7 +135,7 @@ def clean_and_killed(tmp_path_factory):
 def test_kill_minus_nine_then_resume_equals_an_uninterrupted_run(clean_and_killed):
     clean, killed, at_kill = clean_and_killed
     reference, resumed = RunRecord.load(clean), RunRecord.load(killed)
-    assert reference.status == "ok" and 30 <= at_kill < reference.usage["metric_calls"]
+    assert reference.status == "ok" and 0 < at_kill < reference.usage["metric_calls"]
     assert verify_ledger(killed).ok
     # nothing lost: every evaluation recorded before the kill was reused, not re-run
     assert resumed.usage["replayed"] == at_kill
@@ -210,7 +214,7 @@ def test_kill_minus_nine_of_an_isolated_session_kills_the_optimizer_and_resumes(
         assert outcome["status"] == "ok" and outcome["resumed"], (outcome, again.stderr)
         assert verify_ledger(killed).ok
         resumed, reference = RunRecord.load(killed), RunRecord.load(clean)
-        assert 20 <= at_kill < reference.usage["metric_calls"]
+        assert 0 < at_kill < reference.usage["metric_calls"]
         assert resumed.usage["replayed"] == at_kill
         assert evaluation_keys(killed) == evaluation_keys(clean)
         assert comparable(resumed) == comparable(reference)
