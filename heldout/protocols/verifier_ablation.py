@@ -59,8 +59,8 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
-from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, contrast, describe_detectable, holm
+from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, STRIDE, draws_for, placebo_seeds, stratum
 from heldout.protocols.preflight import check_infrastructure
 from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study
