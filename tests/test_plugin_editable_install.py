@@ -17,12 +17,11 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
+from doc_blocks import offline_venv
 from heldout.sandbox import isolation_mode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,14 +72,9 @@ def installed(tmp_path_factory):
     (project / "rs_opt" / "search.py").write_text(SEARCH)
     for path in [project, *project.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
+    python = offline_venv(root / "venv") / "python"  # sees this interpreter's heldout, pip and setuptools
     site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    # this interpreter's packages (heldout, pip, setuptools), their own .pth files processed too
-    Path(site, "heldout_test_parent.pth").write_text(
-        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     pip = subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
                           "--disable-pip-version-check", "-q", "-e", str(project)],
                          capture_output=True, text=True, timeout=600, cwd=root)
