@@ -228,10 +228,8 @@ def _floor_for(task: str, base: dict[int, Run], cur: dict[int, Run],
 
 
 def _kind(task: str) -> str | None:
-    try:
-        return str(get_benchmark(task).kind)
-    except (HeldoutError, AttributeError, TypeError, ValueError):
-        return None  # a task no longer registered: nothing says a neutral edit would move it
+    """None for a task no longer registered: nothing says a neutral edit would move it."""
+    return _registered(task, "kind", str)
 
 
 def _metric_sign(task: str, runs: list[Run], statements: list[str]) -> int:
@@ -248,10 +246,17 @@ def _metric_sign(task: str, runs: list[Run], statements: list[str]) -> int:
 
 
 def _ceiling(task: str) -> float | None:
+    """None for a task no longer registered: only a headroom margin needs its ceiling, and says so."""
+    return _registered(task, "score_ceiling", float)
+
+
+def _registered(task: str, attribute: str, kind: type) -> Any:
+    """``attribute`` of the task's registered benchmark as ``kind``; None when the runs name a task
+    this install no longer registers (or one without it): the records alone are still gated."""
     try:
-        return float(get_benchmark(task).score_ceiling)
+        return kind(getattr(get_benchmark(task), attribute))
     except (HeldoutError, AttributeError, TypeError, ValueError):
-        return None  # a task no longer registered: only a headroom margin needs its ceiling, and says so
+        return None
 
 
 def check_runs(baseline: Iterable[str | Path], current: Iterable[str | Path], *, alpha: float = 0.05,
