@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 from heldout.contracts import MetricSpec, Verdict
+from plugin_site import task_plugin_site
 
 TASK = "tourcost/ring8"
 SEEDS = "0,1,2,3,4"  # 5 seed pairs: the gate's one-sided exact sign-flip reaches 1/32 < 0.05
@@ -114,16 +115,8 @@ def heldout(env, *argv, timeout=600):
 def study(tmp_path_factory):
     """The plugin installed, its manifest frozen, and a finished study: seed and the search on 5 seeds."""
     root = tmp_path_factory.mktemp("direction")
-    site, manifests = root / "site", root / "manifests"
-    site.mkdir()
-    (site / "tourcost_tasks.py").write_text(PLUGIN)
-    (site / "tourcost_search.py").write_text(SEARCH)
-    info = site / "tourcost-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tourcost\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[heldout.tasks]\ntourcost = tourcost_tasks\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-               HELDOUT_MANIFEST_PATH=str(manifests))
+    _, manifests, env = task_plugin_site(root, "tourcost", {"tourcost_tasks": PLUGIN, "tourcost_search": SEARCH},
+                                         {"tourcost": "tourcost_tasks"})
     frozen = heldout(env, "data", "freeze", "--task", TASK, "--profile", "default", "--sizes", "8/4/12",
                      "--out", str(manifests))
     assert frozen.returncode == 0, frozen.stderr[-2000:]

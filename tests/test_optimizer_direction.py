@@ -14,7 +14,6 @@ and 0.0 is the best cost there is; an optimizer that read it so would keep the c
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +22,7 @@ import pytest
 
 from heldout.adapters import openevolve as oe
 from heldout.evaluators.records import RunRecord
+from plugin_site import task_plugin_site
 from test_metric_direction import PLUGIN as RING_PLUGIN
 from test_metric_direction import heldout
 
@@ -91,17 +91,9 @@ SHOW = textwrap.dedent('''
 def tasks(tmp_path_factory):
     """Both plugins installed and frozen (8 train, 4 val, 12 test examples)."""
     root = tmp_path_factory.mktemp("optimizer-direction")
-    site, manifests = root / "site", root / "manifests"
-    site.mkdir()
-    (site / "tourcost_tasks.py").write_text(RING_PLUGIN)
-    (site / "costfit_tasks.py").write_text(FIT_PLUGIN)
-    (site / "show_metric.py").write_text(SHOW)
-    info = site / "costtasks-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: costtasks\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[heldout.tasks]\ntourcost = tourcost_tasks\ncostfit = costfit_tasks\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-               HELDOUT_MANIFEST_PATH=str(manifests))
+    site, manifests, env = task_plugin_site(
+        root, "costtasks", {"tourcost_tasks": RING_PLUGIN, "costfit_tasks": FIT_PLUGIN, "show_metric": SHOW},
+        {"tourcost": "tourcost_tasks", "costfit": "costfit_tasks"})
     for task in (RING, FIT):
         frozen = heldout(env, "data", "freeze", "--task", task, "--profile", "default", "--sizes", "8/4/12",
                          "--out", str(manifests))
