@@ -1,6 +1,6 @@
 """A metric with a direction: a cost-like task declared lower-is-better, end to end.
 
-The task is a real plugin (a dist-info entry point on the path, frozen with ``heldout data
+The task is a real plugin (installed by pip, its entry point found on the path, frozen with ``heldout data
 freeze``): ``tourcost/ring8`` scores a visiting order of 8 jittered points on a circle by the
 length of the closed tour, lower is better. ``heldout run`` runs the seed (a scrambled order) and
 a seed-driven search that shortens the tour; ``heldout report``, ``check`` and ``plan`` must read

@@ -1,6 +1,6 @@
 """The metric's direction reaches the optimizers: what an optimizer sees of a lower-is-better task.
 
-Two real plugin tasks, installed as a dist-info entry point and frozen with ``heldout data freeze``:
+Two real plugin tasks, installed by pip (their entry points) and frozen with ``heldout data freeze``:
 ``tourcost/ring8`` (tests/test_metric_direction.py: the length of a closed tour of 8 points, a
 permutation) and ``costfit/pair2`` (the squared distance of two tunable numbers to each example's
 point, a cost a literal search can lower). The rule under test (:class:`heldout.contracts.TaskView`):
