@@ -25,6 +25,7 @@ from heldout.evaluators.view_server import ViewServer
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
 from heldout.optimizers import lockpicking_search
+from plugin_site import pip_installed_site
 
 REPO = Path(__file__).resolve().parents[1]
 PACKED_KERNEL = REPO / "heldout" / "benchmarks" / "vliw" / "kernels" / "packed.py"
@@ -211,14 +212,8 @@ TASK = register(DistinctWords())
 
 
 def test_a_plugin_package_adds_a_task_through_the_entry_point(tmp_path):
-    site = tmp_path / "site"
-    pkg = site / "wordy_tasks"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(textwrap.dedent(PLUGIN))
-    dist = site / "wordy_tasks-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: wordy-tasks\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[heldout.tasks]\nwordy = wordy_tasks\n")
+    site = pip_installed_site(tmp_path, "wordy-tasks", {"wordy_tasks/__init__.py": textwrap.dedent(PLUGIN)},
+                              {"heldout.tasks": {"wordy": "wordy_tasks"}})
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
     freeze = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import wordy_tasks
@@ -228,7 +223,7 @@ def test_a_plugin_package_adds_a_task_through_the_entry_point(tmp_path):
         ex = t.load_raw()
         ids = [e.id for e in ex]
         freeze(t.name, t.version, t.source, ex, {{"default": {{"train": ids[:4], "val": ids[4:6], "test": ids[6:]}}}}
-               ).save(Path({str(pkg / "manifests")!r}))
+               ).save(Path({str(site / "wordy_tasks" / "manifests")!r}))
         """)], capture_output=True, text=True, env={**os.environ, **env}, cwd=tmp_path)
     assert freeze.returncode == 0, freeze.stderr
 
