@@ -94,12 +94,16 @@ def test_another_threads_synced_append_is_durable_when_it_returns(tmp_path):
 KILLER = r"""
 import os, signal, sys
 from heldout.evaluators import ledger as L
-run_dir, stage = sys.argv[1], sys.argv[2]
+run_dir, stage, long_outputs = sys.argv[1], sys.argv[2], sys.argv[3] == "long outputs"
+def data(i, acknowledged):  # long outputs: stored compressed, a repeat as a reference to an earlier line
+    if not long_outputs:
+        return {"i": i, "acknowledged": acknowledged}
+    return {"i": i, "acknowledged": acknowledged, "verdict": {"output": f"reasoning {i % 3} " * 200}}
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
 ledger = L.Ledger.open(run_dir)
 for i in range(5):
-    ledger.append("evaluation", {"i": i, "acknowledged": True})
+    ledger.append("evaluation", data(i, True))
 real_write, real_fsync, real_head = L._write_all, L.os.fsync, ledger._write_head
 def write(fd, data):
     if stage == "before write":
@@ -121,16 +125,17 @@ def head(*args, **kwargs):
 L._write_all, L.os.fsync, ledger._write_head = write, fsync, head
 with ledger.batch():
     for i in range(20):
-        ledger.append("evaluation", {"i": 5 + i, "acknowledged": False})
+        ledger.append("evaluation", data(5 + i, False))
 """
 STAGES = ("before write", "mid write", "after write", "after fsync", "after head")
 
 
+@pytest.mark.parametrize("payload", ["short", "long outputs"])
 @pytest.mark.parametrize("stage", STAGES)
-def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_acknowledged(tmp_path, stage):
+def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_acknowledged(tmp_path, stage, payload):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", KILLER, str(run_dir), stage], env=env, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", KILLER, str(run_dir), stage, payload], env=env, capture_output=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
     reopened = Ledger.open(run_dir)
     kinds = [e["kind"] for e in reopened.entries()]
@@ -141,7 +146,11 @@ def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_
     if stage == "after head":  # the head named the batch: it was complete, and it stays
         assert len(evaluations) == 25 and kinds == ["evaluation"] * 25
     else:  # the batch was never acknowledged: exactly the five acknowledged entries stay
-        assert evaluations == [{"i": i, "acknowledged": True} for i in range(5)]
+        assert [(e["i"], e["acknowledged"]) for e in evaluations] == [(i, True) for i in range(5)]
+    if payload == "long outputs":  # stored packed, read back whole
+        assert "packed" in (run_dir / LEDGER_FILE).read_text()
+        assert [e["verdict"]["output"] for e in evaluations] == [f"reasoning {i % 3} " * 200
+                                                                   for i in range(len(evaluations))]
     repairs = {"mid write": ["torn_tail_repaired", "unclaimed_tail_dropped"],
                "after write": ["unclaimed_tail_dropped"], "after fsync": ["unclaimed_tail_dropped"]}
     assert kinds[len(evaluations):] == repairs.get(stage, [])

@@ -3,7 +3,9 @@ session, the system of record every report is derived from.
 
 Each line is one JSON entry ``{"seq", "prev", "kind", "time", "data", "hash"}`` where ``hash`` is
 the sha256 of the canonical JSON of the other fields and ``prev`` is the previous entry's hash
-(the first entry's ``prev`` is 64 zeros). An entry is written, flushed and fsynced before the
+(the first entry's ``prev`` is 64 zeros). A long model output in ``data`` is stored compressed, or
+as a reference to the earlier line that holds the same output, with a ``packed`` field saying
+where (:mod:`heldout.evaluators.ledger_json`); the hash is of the entry as recorded, unpacked. An entry is written, flushed and fsynced before the
 result it records is returned. An entry that records no result (a candidate about to be
 evaluated) may be appended unsynced: it waits in memory and is written with the next synced entry.
 Inside :meth:`Ledger.batch` (a batch of evaluations, whose results are returned together) synced
@@ -64,7 +66,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
-from heldout.evaluators.ledger_json import encodable, json_default, plain_json
+from heldout.evaluators.ledger_json import (MAX_UNPACKED_CHARS, UnpackError, encodable, pack_outputs, plain_json,
+                                            unpack_outputs)
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, config_dir,
                                         load_signing_key, verify_block)
 from heldout.files import read_user_bytes, read_user_json, write_text_atomically
@@ -194,18 +197,27 @@ class LedgerReport:
 
 
 def read_entries(path: Path) -> tuple[list[dict[str, Any]], bytes]:
-    """All complete entries, plus the bytes of a torn (unterminated) last line, if any."""
+    """All complete entries (packed outputs put back, :mod:`heldout.evaluators.ledger_json`),
+    plus the bytes of a torn (unterminated) last line, if any."""
     raw = read_user_bytes(path, "ledger", max_bytes=MAX_LEDGER_BYTES, error=LedgerError) if os.path.lexists(path) else b""
     torn = b""
     if raw and not raw.endswith(b"\n"):
         cut = raw.rfind(b"\n") + 1
         raw, torn = raw[:cut], raw[cut:]
-    entries = []
+    entries: list[dict[str, Any]] = []
+    budget = [MAX_UNPACKED_CHARS]
     for lineno, line in enumerate(raw.splitlines(), 1):
         try:
-            entries.append(json.loads(line))
+            entry = json.loads(line)
         except ValueError as exc:
             raise LedgerError(f"{path} line {lineno} is not JSON: {exc}") from exc
+        if isinstance(entry, dict) and "packed" in entry:
+            try:
+                unpack_outputs(entry.get("data"), entry.pop("packed"), entries, budget)
+            except UnpackError as exc:
+                raise LedgerError(f"{path} line {lineno} (seq {entry.get('seq')}, {entry.get('kind')}): its stored "
+                                  f"output cannot be read back (the line was edited): {exc}") from None
+        entries.append(entry)
     return entries, torn
 
 
@@ -335,6 +347,7 @@ class Ledger:
         self._failed: LedgerWriteError | None = None
         # entries chained but not yet written: (the entry as stored, its line); see the module docstring
         self._pending: list[tuple[dict[str, Any], bytes]] = []
+        self._long_texts: dict[str, tuple[int, list[Any]]] = {}  # outputs this writer stored: each is stored once
         # batches are per thread: another thread's synced append is durable on return, as always
         # (it writes the batch's entries so far along with its own)
         self._batching = threading.local()
@@ -406,9 +419,14 @@ class Ledger:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
             entry = {"seq": len(self), "prev": self.head, "kind": kind,
                      "time": round(time.time(), 6), "data": data if plain_json(data) else encodable(data)}
-            entry["hash"] = entry_hash(entry)
-            line = (json.dumps(entry, sort_keys=True, ensure_ascii=False, default=json_default) + "\n").encode("utf-8")
-            self._pending.append((json.loads(line), line))
+            canonical = canonical_json(entry)
+            entry["hash"] = sha256_text(canonical)  # entry_hash(entry), from the text at hand
+            recorded = json.loads(canonical)  # the entry as any reader gets it back
+            recorded["hash"] = entry["hash"]
+            stored, packed = pack_outputs(recorded["data"], recorded["seq"], self._long_texts)
+            line = json.dumps({**recorded, "data": stored, "packed": packed} if packed else recorded,
+                              sort_keys=True, ensure_ascii=False)
+            self._pending.append((recorded, (line + "\n").encode("utf-8")))
             if sync and not getattr(self._batching, "depth", 0):
                 self._flush()
             return entry
