@@ -24,7 +24,7 @@ from heldout.protocols.run import (
     Method,
     StudyConfig,
     build_cells,
-    cell_session,
+    run_cell,
     run_study,
 )
 from heldout.protocols.study_dir import open_study
@@ -169,20 +169,15 @@ class _Interrupt(BaseException):
     """Stands in for a kill: leaves the cell's ledger without a record."""
 
 
-class InterruptingView:
-    """The real view, interrupted after ``n`` evaluate calls."""
-
-    def __init__(self, view, n: int) -> None:
-        self._view, self._left = view, n
-
-    def __getattr__(self, name):
-        return getattr(self._view, name)
-
-    def evaluate(self, *args, **kw):
-        if self._left == 0:
+def _interrupt_after(n: int):
+    """A progress callback that stands in for a kill after the cell's ``n``-th evaluation (each
+    reported once its results are in the ledger)."""
+    def progress(used: int, budget: int, best: float | None) -> None:
+        nonlocal n
+        n -= 1
+        if n == 0:
             raise _Interrupt()
-        self._left -= 1
-        return self._view.evaluate(*args, **kw)
+    return progress
 
 
 @pytest.mark.parametrize("task, profile, budget", [("lockpicking/six", "paper", 200),
@@ -193,9 +188,8 @@ def test_an_interrupted_cell_resumes_to_the_same_result_as_an_uninterrupted_one(
     cell = Cell(task, Method("local-search"), seed=3, budget=budget, profile=profile)
     reference = run_study([cell], StudyConfig(run_root=str(tmp_path / "ref")), progress=False)[0]
     config = StudyConfig(run_root=str(tmp_path / "cut"))
-    optimize = resolve_optimizer("local-search")
     with pytest.raises(_Interrupt):
-        cell_session(cell, config).run(lambda view, seed: optimize(InterruptingView(view, 4), seed))
+        run_cell(cell, config, progress=_interrupt_after(4))
     assert not (cell.run_dir(config.run_root) / RECORD_FILE).exists()
     resumed = run_study([cell], config, progress=False)[0]
     a, b = RunRecord.load(cell.run_dir(config.run_root)), RunRecord.load(cell.run_dir(tmp_path / "ref"))

@@ -46,7 +46,6 @@ the optimizer and scores exactly the held-out examples still missing.
 from __future__ import annotations
 
 import json
-import math
 import time
 import traceback
 from pathlib import Path
@@ -55,14 +54,14 @@ from typing import Any, Callable, Mapping, NoReturn
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, MalformedCandidate, MetricSpec, Optimizer,
-                               Verdict, candidate_id, check_candidate, is_infrastructure_failure)
+                               check_candidate)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
 from heldout.evaluators.records import (RECORD_FILE, ExperimentMismatch, RunRecord, check_same_experiment,
                                         describe_experiment)
-from heldout.evaluators.scoring import (DEPLOYMENT, Decoding, Execution, Scorer, SessionModels, Usage,
-                                        infrastructure_failures)
+from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels
 from heldout.evaluators.evaluation import EvaluationService
+from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring, TaskSource, with_test_split
 from heldout.evaluators.view import MeteredArchitect, SessionView
 
 class Session:
@@ -84,7 +83,7 @@ class Session:
             raise HeldoutError(f"models must be SessionModels(worker=..., architect=...), got {type(models).__name__}")
         loaded = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
         # the test split is held back until the final candidate is scored (see the module docstring)
-        self._heldout_source: Task | tuple[str, str, str | None, bool] = (
+        self._heldout_source: Task | TaskSource = (
             task if isinstance(task, Task) else (task, profile, data_dir, allow_drift))
         self.task = loaded.without("test")
         del loaded
@@ -173,44 +172,37 @@ class Session:
         raise InfrastructureFailure(f"incomplete ({phase}): {problem}")
 
     def finish(self, final: Candidate | None, status: str = "ok", error: str | None = None) -> RunRecord:
-        """Score ``final`` on val and test and write the run record; :class:`InfrastructureFailure`
-        (no record, the ledger resumable) when the session was stopped by its infrastructure or an
-        example could not be scored for the infrastructure's sake."""
+        """Score ``final`` on val and test (:mod:`.heldout_scoring`) and write the run record;
+        :class:`InfrastructureFailure` (no record, the ledger resumable) when the session was
+        stopped by its infrastructure or an example could not be scored for the infrastructure's sake."""
         if self.service.stopped is not None:  # whatever the optimizer made of it, the run is not complete
             self.end_incomplete("optimisation", self.service.stopped)
         try:
-            self._attach_heldout()
-            return self._finish(final, status, error)
+            self.task = with_test_split(self.task, self._heldout_source)
+            final = None if final is None else check_candidate(final)
+            scoring = HeldoutScoring(self.scorer, self.deploy_scorer, self.variant, self.ledger, self.seed,
+                                     self.service.interruptible, self.heldout_progress)
+            scores = HeldoutScores() if final is None else scoring.score(self.task, final, self.service.usage)
+            return self._end(final, status, error, scores)
         except (InfrastructureFailure, LedgerError) as exc:  # an endpoint, a sandbox or the disk
             self.end_incomplete("held-out scoring", str(exc))
 
-    def _finish(self, final: Candidate | None, status: str, error: str | None) -> RunRecord:
-        test_verdicts: list[Verdict] = []
-        val_verdicts: list[Verdict] = []
-        usage = self.service.usage
-        metrics: dict[str, float] = {}
-        own: float | None = None
-        if final is not None:
-            final = check_candidate(final)
-            cid = candidate_id(final)
-            self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
-            val_verdicts = self._score_final(final, "val", usage)
-            test_verdicts = self._score_final(final, "test", usage)
-            own = self._score_val_own_verifier(final, usage)
-            if test_verdicts:
-                metrics = self.task.benchmark.extra_metrics(final, test_verdicts,
-                                                            self.deploy_scorer.context(DEPLOYMENT, usage))
-                if metrics:
-                    self.ledger.append("test_metrics", {"candidate_id": cid, "metrics": metrics})
+    def _end(self, final: Candidate | None, status: str, error: str | None, scores: HeldoutScores) -> RunRecord:
+        """The run record, room for it on disk, then the session's last entries (what the held-out
+        scoring left for the end, and ``session_end`` naming the record) in one ledger batch."""
         record = RunRecord.build(session=self, final=final, status=status, error=error,
-                                 test_verdicts=test_verdicts, val_verdicts=val_verdicts)
-        record.extra["test_metrics"] = metrics  # the verifier is the experiment's (record.verifier), not restated
+                                 test_verdicts=scores.test, val_verdicts=scores.val)
+        record.extra["test_metrics"] = scores.test_metrics  # the verifier is the experiment's (record.verifier)
         record.extra.update(optimizer_statements(self.ledger))
-        if final is not None and own is not None:
-            record.extra["val_score_own_verifier"] = own
+        if scores.val_score_own_verifier is not None:
+            record.extra["val_score_own_verifier"] = scores.val_score_own_verifier
         self._reserve_room_for(record)
-        self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
-                                           "metric_calls": usage.metric_calls, "record_sha256": record.digest()})
+        with self.ledger.batch():
+            for kind, data in scores.end_entries:
+                self.ledger.append(kind, data)
+            self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
+                                               "metric_calls": self.service.usage.metric_calls,
+                                               "record_sha256": record.digest()})
         record.ledger_head = self.ledger.head
         record.ledger_entries = len(self.ledger)
         if self.ledger.signing_key is not None:
@@ -218,23 +210,6 @@ class Session:
         record.save(self.run_dir)
         self.ledger.close()
         return record
-
-    def _attach_heldout(self) -> None:
-        """The task with its test split again, once the optimizer has finished: reloaded (and
-        verified against the manifest) for a session made from a task name, the caller's task for
-        one handed a loaded :class:`Task`. A split that no longer loads as it did is an
-        infrastructure failure (the session stays resumable)."""
-        if "test" not in self.task.held_back:
-            return
-        source = self._heldout_source
-        try:
-            full = source if isinstance(source, Task) else load_task(*source)
-        except HeldoutError as exc:
-            raise InfrastructureFailure(f"cannot load the test split to score the final candidate: {exc}") from None
-        if full.sizes() != self.task.sizes():
-            raise InfrastructureFailure(f"the test split of {full.name} loads with sizes {full.sizes()}, not "
-                                        f"{self.task.sizes()} as when the session started")
-        self.task = full
 
     def _reserve_room_for(self, record: RunRecord) -> None:
         """Write the record once under a scratch name before ``session_end``: a disk that fills
@@ -248,64 +223,6 @@ class Session:
                                         "free space, then rerun the same command with --resume") from None
         finally:
             probe.unlink(missing_ok=True)
-
-    def _score_val_own_verifier(self, final: Candidate, usage: Usage) -> float | None:
-        """Under a verifier variant, the final candidate's val score as the optimizer's own verifier
-        would show it (what it optimised; the verifier ablation's "validation gain"). None when the
-        session runs the canonical verifier (then it is the val score itself) or has no val split."""
-        examples = self.task.splits.get("val", [])
-        if self.variant.canonical or not examples:
-            return None
-        cid = candidate_id(final)
-        with self.service.interruptible():
-            scorings = [self.scorer.score_all(final, examples, DEPLOYMENT, usage, "val (own verifier)",
-                                              self.variant.options, r)
-                        for r in range(self.variant.repeats)]
-        shown = [self.variant.show([s[k] for s in scorings], ex, seed=self.seed, candidate_id=cid)
-                 for k, ex in enumerate(examples)]
-        for ex, v in zip(examples, shown):
-            self.ledger.append("val_scoring_own_verifier", {"candidate_id": cid, "example_id": ex.id,
-                                                            "verifier": self.variant.name, "verdict": v.to_dict()})
-        return self.task.benchmark.aggregate(shown)
-
-    def _score_final(self, final: Candidate, split: str, usage: Usage) -> list[Verdict]:
-        """Scored by the harness with the canonical verifier, outside the optimizer's budget. What
-        this session's ledger already holds for this final candidate (scored before an
-        interruption or an infrastructure failure; the harness's own entries of the same
-        experiment, in a chain :meth:`Ledger.open` checked) is kept; only the examples still
-        missing are scored, in chunks, with progress after each. An example that the
-        infrastructure failed to score raises :class:`InfrastructureFailure` (never a 0)."""
-        examples = self.task.splits.get(split, [])
-        cid = candidate_id(final)
-        recorded: dict[str, Verdict] = {}
-        for entry in self.ledger.entries(f"{split}_scoring"):
-            data = entry["data"]
-            if data["candidate_id"] == cid and data.get("verifier") == CANONICAL:
-                verdict = Verdict.from_dict(data["verdict"])
-                if not is_infrastructure_failure(verdict):  # a ledger written before this rule may hold some
-                    recorded[data["example_id"]] = verdict
-        todo = [ex for ex in examples if ex.id not in recorded]
-        done, failed = len(examples) - len(todo), []
-        step = _progress_chunk(len(todo), self.deploy_scorer)
-        for start in range(0, len(todo), step):
-            chunk = todo[start:start + step]
-            with self.service.interruptible():
-                verdicts = self.deploy_scorer.score_retrying(final, chunk, DEPLOYMENT, usage)
-            with self.ledger.batch():  # the chunk's entries in one write, fsync and head
-                for ex, v in zip(chunk, verdicts):
-                    if is_infrastructure_failure(v):
-                        failed.append(v)
-                        continue
-                    self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": ex.id,
-                                                           "verifier": CANONICAL, "verdict": v.to_dict()})
-                    recorded[ex.id] = v
-            done += len(chunk)
-            if self.heldout_progress is not None:
-                self.heldout_progress(split, done, len(examples), len(failed))
-        if failed:
-            raise InfrastructureFailure(infrastructure_failures(
-                split, failed + [recorded[ex.id] for ex in examples if ex.id in recorded]) or "")
-        return [recorded[ex.id] for ex in examples]
 
 
 #: what an optimizer states about its run (an ``optimizer_event`` of these kinds) and the record keeps:
@@ -329,11 +246,3 @@ def optimizer_statements(ledger: Ledger) -> dict[str, Any]:
         elif kind == NOT_REPRODUCIBLE_EVENT:
             stated["not_reproducible"] = {"what": str(data.get("what", ""))[:300]}
     return stated
-
-
-def _progress_chunk(count: int, scorer: Scorer) -> int:
-    """How many held-out examples are scored between two progress reports: about 25 reports a
-    split, but never fewer in a chunk than twice the calls the worker keeps in flight (a chunk
-    waits for its slowest call, so a smaller one would leave the endpoint idle)."""
-    in_flight = max(1, int(getattr(scorer.worker, "concurrency", 0) or 0), scorer.jobs)
-    return max(1, 2 * in_flight, math.ceil(count / 25))

@@ -324,19 +324,6 @@ def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
             "optimizer code": cell_method(cell, config).code_sha256, "optimizer options": dict(cell.method.options)}
 
 
-def cell_session(cell: Cell, config: StudyConfig) -> Session:
-    """The protected session of a cell (new, or resumed from its ledger)."""
-    method = cell_method(cell, config)
-    return Session(cell.task, profile=cell.profile,
-                   budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
-                   seed=cell.seed, run_dir=cell.run_dir(config.run_root),
-                   models=SessionModels(worker=_client(config.worker_model, config),
-                                        architect=_client(config.architect_model, config)), policy=config.policy,
-                   data_dir=config.data_dir, allow_drift=config.allow_drift, method=cell.method.name,
-                   options=cell.options, verifier=cell.verifier,
-                   provenance={"optimizer": method.describe(), "isolation": method.isolation})
-
-
 def cell_method(cell: Cell, config: StudyConfig) -> ResolvedMethod:
     """The one decided value of what ``cell`` runs: the one its study made, else made now, with the
     trust the person granted for this study (``config.trusted_optimizer``)."""
@@ -408,7 +395,15 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
         _checkpoint()
 
     _INTERRUPTED = False
-    session = cell_session(cell, config)
+    # the cell's protected session: new, or resumed from the ledger in its run dir
+    session = Session(cell.task, profile=cell.profile,
+                      budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
+                      seed=cell.seed, run_dir=run_dir,
+                      models=SessionModels(worker=_client(config.worker_model, config),
+                                           architect=_client(config.architect_model, config)),
+                      policy=config.policy, data_dir=config.data_dir, allow_drift=config.allow_drift,
+                      method=cell.method.name, options=cell.options, verifier=cell.verifier,
+                      provenance={"optimizer": method.describe(), "isolation": method.isolation})
     session.service.progress = checkpoint
     session.service.interruptible = _waiting
     session.heldout_progress = scoring

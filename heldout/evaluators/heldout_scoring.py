@@ -1,0 +1,166 @@
+"""Held-out scoring: the final candidate scored by the harness once the optimizer has returned,
+outside its budget, and what the session's end must record of it.
+
+* The task gets its test split back (:func:`with_test_split`): reloaded and verified against the
+  manifest for a session made from a task name, so no test example is in the process while the
+  optimizer runs (see :mod:`heldout.evaluators.session`).
+* :meth:`HeldoutScoring.score` scores val and test with the canonical verifier and the experiment's
+  own options (the deployment scorer), in chunks. Each chunk's verdicts reach the ledger as one
+  batch before the next chunk is scored: after an interruption, an infrastructure failure or a
+  kill the ledger keeps what was scored, and a resumed session scores only the examples still
+  missing. Under a verifier variant, val is scored once more as the optimizer's own verifier shows
+  it; then the benchmark's extra test metrics.
+* What it returns (:class:`HeldoutScores`) holds the entries the session writes with its
+  ``session_end`` in one batch: the own-verifier verdicts and the test metrics, which no resume
+  reads back (they are scored again), so they need no write of their own.
+
+An example that the infrastructure failed to score raises :class:`InfrastructureFailure`, never
+a verdict that scores it 0."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager
+
+from heldout.benchmarks.loading import Task, load_task
+from heldout.benchmarks.verifiers import CANONICAL, Variant
+from heldout.contracts import (Candidate, Example, HeldoutError, InfrastructureFailure, Verdict, candidate_id,
+                               is_infrastructure_failure)
+from heldout.evaluators.ledger import Ledger
+from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage, infrastructure_failures
+
+#: where a session made from a task name finds its test split again: (name, profile, data dir, allow drift)
+TaskSource = tuple[str, str, "str | None", bool]
+
+
+def with_test_split(task: Task, source: Task | TaskSource) -> Task:
+    """``task`` with its test split again, once the optimizer has finished: reloaded (and verified
+    against the manifest) from ``source``'s name, or ``source`` itself when the session was handed
+    a loaded :class:`Task`. A split that no longer loads as it did is an infrastructure failure
+    (the session stays resumable)."""
+    if "test" not in task.held_back:
+        return task
+    try:
+        full = source if isinstance(source, Task) else load_task(*source)
+    except HeldoutError as exc:
+        raise InfrastructureFailure(f"cannot load the test split to score the final candidate: {exc}") from None
+    if full.sizes() != task.sizes():
+        raise InfrastructureFailure(f"the test split of {full.name} loads with sizes {full.sizes()}, not "
+                                    f"{task.sizes()} as when the session started")
+    return full
+
+
+@dataclass
+class HeldoutScores:
+    """The final candidate's held-out verdicts, and the ledger entries its session's end writes
+    together with ``session_end`` (see the module docstring)."""
+
+    val: list[Verdict] = field(default_factory=list)
+    test: list[Verdict] = field(default_factory=list)
+    val_score_own_verifier: float | None = None
+    test_metrics: dict[str, float] = field(default_factory=dict)
+    end_entries: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class HeldoutScoring:
+    """How a session scores its final candidate: ``deploy_scorer`` (the canonical verifier, the
+    experiment's options, the deployment worker) for val and test; ``scorer`` under ``variant`` for
+    the optimizer's own view of val; ``interruptible`` around each wait on scoring (a stop may
+    interrupt it: no ledger write happens there); ``progress`` after each chunk (split, examples
+    scored, of total, infrastructure failures so far)."""
+
+    scorer: Scorer
+    deploy_scorer: Scorer
+    variant: Variant
+    ledger: Ledger
+    seed: int = 0
+    interruptible: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    progress: Callable[[str, int, int, int], None] | None = None
+
+    def score(self, task: Task, final: Candidate, usage: Usage) -> HeldoutScores:
+        """``final`` (checked) scored on ``task``'s val and test, the canonical verdicts written
+        chunk by chunk behind a ``final_candidate`` entry."""
+        cid = candidate_id(final)
+        self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
+        scores = HeldoutScores()
+        scores.val = self._score_canonical(final, cid, "val", task.splits.get("val", []), usage)
+        scores.test = self._score_canonical(final, cid, "test", task.splits.get("test", []), usage)
+        self._score_own_verifier(final, cid, task, usage, scores)
+        if scores.test:
+            scores.test_metrics = task.benchmark.extra_metrics(final, scores.test,
+                                                               self.deploy_scorer.context(DEPLOYMENT, usage))
+            if scores.test_metrics:
+                scores.end_entries.append(("test_metrics", {"candidate_id": cid, "metrics": scores.test_metrics}))
+        return scores
+
+    def _score_canonical(self, final: Candidate, cid: str, split: str, examples: list[Example],
+                         usage: Usage) -> list[Verdict]:
+        """What the ledger already holds for this candidate (scored before an interruption or an
+        infrastructure failure; the harness's own entries of the same experiment, in a chain
+        :meth:`Ledger.open` checked) is kept; only the examples still missing are scored, in
+        chunks, each chunk's entries one ledger batch, with progress after each."""
+        recorded = recorded_verdicts(self.ledger, split, cid)
+        todo = [ex for ex in examples if ex.id not in recorded]
+        done, failed = len(examples) - len(todo), []
+        step = progress_chunk(len(todo), self.deploy_scorer)
+        for start in range(0, len(todo), step):
+            chunk = todo[start:start + step]
+            with self.interruptible():
+                verdicts = self.deploy_scorer.score_retrying(final, chunk, DEPLOYMENT, usage)
+            failed += [v for v in verdicts if is_infrastructure_failure(v)]
+            scored = {ex.id: v for ex, v in zip(chunk, verdicts) if not is_infrastructure_failure(v)}
+            with self.ledger.batch():  # the chunk's entries in one write, fsync and head
+                for example_id, verdict in scored.items():
+                    self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": example_id,
+                                                           "verifier": CANONICAL, "verdict": verdict.to_dict()})
+            recorded.update(scored)
+            done += len(chunk)
+            if self.progress is not None:
+                self.progress(split, done, len(examples), len(failed))
+        if failed:
+            raise InfrastructureFailure(infrastructure_failures(
+                split, failed + [recorded[ex.id] for ex in examples if ex.id in recorded]) or "")
+        return [recorded[ex.id] for ex in examples]
+
+    def _score_own_verifier(self, final: Candidate, cid: str, task: Task, usage: Usage,
+                            scores: HeldoutScores) -> None:
+        """Under a verifier variant, the final candidate's val score as the optimizer's own verifier
+        would show it (what it optimised; the verifier ablation's "validation gain"). Nothing when
+        the session runs the canonical verifier (then it is the val score itself) or has no val split."""
+        examples = task.splits.get("val", [])
+        if self.variant.canonical or not examples:
+            return
+        with self.interruptible():
+            scorings = [self.scorer.score_all(final, examples, DEPLOYMENT, usage, "val (own verifier)",
+                                              self.variant.options, r)
+                        for r in range(self.variant.repeats)]
+        shown = [self.variant.show([s[k] for s in scorings], ex, seed=self.seed, candidate_id=cid)
+                 for k, ex in enumerate(examples)]
+        scores.end_entries += [("val_scoring_own_verifier", {"candidate_id": cid, "example_id": ex.id,
+                                                             "verifier": self.variant.name, "verdict": v.to_dict()})
+                               for ex, v in zip(examples, shown)]
+        scores.val_score_own_verifier = task.benchmark.aggregate(shown)
+
+
+def recorded_verdicts(ledger: Ledger, split: str, cid: str) -> dict[str, Verdict]:
+    """Example id -> the canonical verdict ``ledger`` holds for candidate ``cid`` on ``split``; an
+    infrastructure failure is no verdict (a ledger written before that rule may hold some)."""
+    recorded: dict[str, Verdict] = {}
+    for entry in ledger.entries(f"{split}_scoring"):
+        data = entry["data"]
+        if data["candidate_id"] == cid and data.get("verifier") == CANONICAL:
+            verdict = Verdict.from_dict(data["verdict"])
+            if not is_infrastructure_failure(verdict):
+                recorded[data["example_id"]] = verdict
+    return recorded
+
+
+def progress_chunk(count: int, scorer: Scorer) -> int:
+    """How many held-out examples are scored between two progress reports: about 25 reports a
+    split, but never fewer in a chunk than twice the calls the worker keeps in flight (a chunk
+    waits for its slowest call, so a smaller one would leave the endpoint idle)."""
+    in_flight = max(1, int(getattr(scorer.worker, "concurrency", 0) or 0), scorer.jobs)
+    return max(1, 2 * in_flight, math.ceil(count / 25))
