@@ -163,16 +163,27 @@ def final_cue(text: str, grammar: Grammar) -> CueSegment | None:
 def read(text: str | None, grammar: Grammar, mode: str,
          markers: tuple[str, ...] = QUESTION_MARKERS) -> Reading:
     """Run the stages of ``mode`` (``strict`` or ``flexible``) over sanitised text."""
-    check_mode(mode)
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r} is a reference rule, not a stage sequence: use the family's scorer")
+    return read_modes(text, grammar, (mode,), markers)[mode]
+
+
+def read_modes(text: str | None, grammar: Grammar, modes: tuple[str, ...],
+               markers: tuple[str, ...] = QUESTION_MARKERS) -> dict[str, Reading]:
+    """:func:`read` in each of ``modes``, the text prepared and its final cue found once for all."""
+    for mode in modes:
+        check_mode(mode)
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is a reference rule, not a stage sequence: use the family's scorer")
     if text is None:
-        return Reading(None, "no_output")
+        return {mode: Reading(None, "no_output") for mode in modes}
     body = cut_run_on(fold(text) if grammar.fold else text, markers)
     if not body.strip():
-        return Reading(None, "empty")
+        return {mode: Reading(None, "empty") for mode in modes}
     ctx = Context(body, grammar, final_cue(body, grammar))
-    for name in MODES[mode]:
+    return {mode: _run_stages(ctx, MODES[mode]) for mode in modes}
+
+
+def _run_stages(ctx: Context, names: tuple[str, ...]) -> Reading:
+    for name in names:
         got = STAGES[name](ctx)
         if got is not None:
             return got

@@ -27,12 +27,17 @@ from heldout.benchmarks.extraction.formats import (
     options_grammar,
     span_grammar,
 )
-from heldout.benchmarks.extraction.pipeline import EXTRACTION_MODES, Grammar, Reading, check_mode, read
+from heldout.benchmarks.extraction.pipeline import EXTRACTION_MODES, Grammar, Reading, check_mode, read, read_modes
 from heldout.benchmarks.extraction.text import QUESTION_MARKERS, sanitize_text
 
 
 def _read(text: Any, grammar: Grammar, mode: str, markers: tuple[str, ...] = QUESTION_MARKERS) -> Reading:
     return read(sanitize_text(text), grammar, mode, markers)
+
+
+def _strict_and_flexible(clean: str | None, grammar: Grammar) -> dict[str, Reading]:
+    """Both stage modes of sanitised text (prepared once: one fold, run-on cut and final cue)."""
+    return read_modes(clean, grammar, ("strict", "flexible"))
 
 
 def _result(readings: dict[str, Reading], correct: Callable[[Any], bool]) -> dict[str, Any]:
@@ -161,19 +166,18 @@ def score_bbh(text: Any, target: str, fmt: str, *, options: Sequence[str] = ()) 
     after SQuAD-style normalisation in strict and flexible."""
     _check_bbh_format(fmt)
     gold = _canonical_bbh_target(target, fmt)
-    published = _published(extract_bbh(text, fmt, "published"))
+    clean = sanitize_text(text)
+    published = _published(reference.bbh_answer(clean) if clean is not None else None)
     raw_target = str(target)
     if fmt == "choice" and not _CHOICE_TARGET.fullmatch(gold):
         norm_gold = normalize_answer(gold)
-        readings = {mode: _read(text, span_grammar(), mode) for mode in ("strict", "flexible")}
+        readings = _strict_and_flexible(clean, span_grammar())
         readings["published"] = published
         out = _result(readings, lambda got: normalize_answer(got) == norm_gold)
     else:
         grammar, lower = bbh_grammar(fmt, options), fmt == "yes_no" and gold.islower()
-        readings = {}
-        for mode in ("strict", "flexible"):
-            got = _read(text, grammar, mode)
-            readings[mode] = Reading(got.answer.lower(), None) if lower and got.answer else got
+        readings = {mode: Reading(got.answer.lower(), None) if lower and got.answer else got
+                    for mode, got in _strict_and_flexible(clean, grammar).items()}
         readings["published"] = published
         if fmt in WORDS:
             out = _result(readings, lambda got: got.lower() == gold.lower())
@@ -214,9 +218,9 @@ def score_choice(text: Any, gold_letter: str, n_options: int, *, options: Sequen
     gold = str(gold_letter).strip().strip("()").upper()
     if len(gold) != 1 or gold not in _letters(n_options):
         raise ValueError(f"gold letter {gold_letter!r} is not one of the {n_options} options")
-    grammar = options_grammar(n_options, options, paren_out=False)
-    readings = {mode: _read(text, grammar, mode) for mode in ("strict", "flexible")}
-    readings["published"] = _published(extract_choice_letter(text, n_options, "published"))
+    clean = sanitize_text(text)
+    readings = _strict_and_flexible(clean, options_grammar(n_options, options, paren_out=False))
+    readings["published"] = _published(reference.mmlu_pro_answer(clean) if clean is not None else None)
     return _result(readings, lambda got: got == gold)
 
 
@@ -309,10 +313,9 @@ def score_number(text: Any, target: float) -> dict[str, Any]:
         raise ValueError(f"GSM-Hard target must be a number, got {target!r}") from None
     if not math.isfinite(t):
         raise ValueError(f"GSM-Hard target must be finite, got {target!r}")
-    grammar = number_grammar()
-    raw = {mode: _read(text, grammar, mode) for mode in ("strict", "flexible")}
-    value = {mode: _finite(raw[mode].answer) for mode in raw}
     clean = sanitize_text(text)
+    raw = _strict_and_flexible(clean, number_grammar())
+    value = {mode: _finite(raw[mode].answer) for mode in raw}
     pal_answer = _pal_text_reading(clean)[0] if clean is not None else ""
     out: dict[str, Any] = {
         "strict": int(value["strict"] is not None and numbers_match(value["strict"], t)),
@@ -408,18 +411,23 @@ def hotpot_prediction(text: Any) -> Reading:
     reads it (``Answer: **X**``, ``So the answer is\nX``, ``Final answer: X`` all give X; a negated
     or empty final cue gives no prediction); an output with no answer cue at all is taken whole, as
     a bare answer. The official normalisation then compares it with the gold."""
-    strict = _read(text, span_grammar(), "strict")
+    clean = sanitize_text(text)
+    return _hotpot_prediction(clean, read(clean, span_grammar(), "strict"))
+
+
+def _hotpot_prediction(clean: str | None, strict: Reading) -> Reading:
     if strict.why != "no_cue":
         return strict
-    whole = (sanitize_text(text) or "").strip()
+    whole = (clean or "").strip()
     return Reading(whole) if whole else Reading(None, "empty")
 
 
 def score_span(text: Any, gold: str) -> dict[str, Any]:
     """Every mode: exact match (0/1) as ``<mode>``, plus ``f1_<mode>``, ``precision_<mode>``,
     ``recall_<mode>`` (floats), ``extracted_<mode>`` and ``why_<mode>``."""
-    readings = {mode: _read(text, span_grammar(), mode) for mode in ("strict", "flexible")}
-    readings["published"] = hotpot_prediction(text)
+    clean = sanitize_text(text)
+    readings = _strict_and_flexible(clean, span_grammar())
+    readings["published"] = _hotpot_prediction(clean, readings["strict"])
     out = _result(readings, lambda got: exact_match(got, gold) == 1)
     for mode in EXTRACTION_MODES:
         overlap = token_scores(readings[mode].answer, gold)

@@ -52,6 +52,8 @@ def sanitize_text(value: Any) -> str | None:
         value = bytes(value).decode("utf-8", errors="replace")
     if not isinstance(value, str):
         return None
+    if type(value) is str and value.isascii() and not _CONTROL.search(value):
+        return value  # nothing to replace or drop (most outputs): no copy
     return _CONTROL.sub("", _SURROGATE.sub("\ufffd", value))
 
 
@@ -65,6 +67,8 @@ def _vulgar_fraction(m: re.Match[str]) -> str:
 
 def fold(text: str) -> str:
     """NFKC, vulgar fractions as `` n/d`` (a mixed number keeps its space), ``'`` for ``’``."""
+    if text.isascii():
+        return text  # ASCII is NFKC already and holds no fraction, curly apostrophe or fraction slash
     text = _VULGAR.sub(_vulgar_fraction, text)
     return unicodedata.normalize("NFKC", text).replace("\u2019", "'").replace("\u2044", "/")
 
@@ -104,11 +108,64 @@ def cue_ends(text: str) -> list[int]:
     return list(_cue_ends(text))
 
 
+# Every cue holds an anchor: "answer" (any case), or "####". What a cue holds before its "answer"
+# (the words of the first form and whitespace, or the second form's padding) is made of these
+# characters (and whitespace); the letters' case-insensitive equivalents outside ASCII (dotted and
+# dotless i, long s) are named, and tests/test_cue_scan.py checks the set against the regex.
+_BEFORE_ANCHOR = frozenset("themyourfinalcgbsTHEMYOURFINALCGBS\u0130\u0131\u017f>#*_-")
+_ANSWER = re.compile("answer", re.IGNORECASE)
+_LONG_RUN = 64  # a longer run before an anchor is searched by the regex itself (one scan, in C)
+
+
 # A task's scorer reads one output several times (published, strict and flexible rules, the run-on
 # cut), and the cue scan is most of a read's time on a chain of thought: scanned once per text.
 @functools.lru_cache(maxsize=32)
 def _cue_ends(text: str) -> tuple[int, ...]:
-    return tuple(m.end() for m in _CUE.finditer(text))
+    """The ends of ``_CUE.finditer(text)``'s matches, found by trying the regex only where a match
+    can start: in the run of anchor-prefix characters that ends at an anchor. Positions before
+    ``pos`` are tried already or inside a match, so each position is tried at most once."""
+    ends: list[int] = []
+    pos = 0
+    for anchor in _anchors(text):
+        if anchor < pos:
+            continue
+        start = anchor
+        while start > pos and (text[start - 1] in _BEFORE_ANCHOR or text[start - 1].isspace()):
+            start -= 1
+        if anchor - start > _LONG_RUN:
+            found = _CUE.search(text, start)  # the leftmost match from here, wherever it is
+        else:
+            found = next(filter(None, (_CUE.match(text, p) for p in range(start, anchor + 1))), None)
+            if found is None:
+                pos = anchor + 1
+                continue
+        if found is None:
+            break
+        ends.append(found.end())
+        pos = found.end()
+    return tuple(ends)
+
+
+def _anchors(text: str) -> list[int]:
+    """Where each "answer" (any case) and each "####" (overlapping ones too) starts, in order."""
+    if text.isascii():  # ASCII: lower() keeps every index, and "answer"'s letters have no other case
+        lowered, found, k = text.lower(), [], 0
+        while (k := lowered.find("answer", k)) >= 0:
+            found.append(k)
+            k += 6
+    else:
+        found = [m.start() for m in _ANSWER.finditer(text)]
+    k = 0
+    while (k := text.find("####", k)) >= 0:
+        found.append(k)
+        k += 1
+    return sorted(found)
+
+
+@functools.lru_cache(maxsize=16)
+def _run_on(markers: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(m[:-1]) + r"\s*:" if m.endswith(":") else re.escape(m) for m in markers)
+    return re.compile(rf"\n[ \t]*(?:{alternatives})")
 
 
 def cut_run_on(text: str, markers: tuple[str, ...] = QUESTION_MARKERS) -> str:
@@ -116,8 +173,7 @@ def cut_run_on(text: str, markers: tuple[str, ...] = QUESTION_MARKERS) -> str:
     ends = _cue_ends(text)
     if not ends or not markers:
         return text
-    alternatives = "|".join(re.escape(m[:-1]) + r"\s*:" if m.endswith(":") else re.escape(m) for m in markers)
-    run_on = re.compile(rf"\n[ \t]*(?:{alternatives})").search(text, ends[0])
+    run_on = _run_on(tuple(markers)).search(text, ends[0])
     return text[: run_on.start()] if run_on else text
 
 
