@@ -21,7 +21,9 @@ same run:
 * the protected path (perf/protected_path.py): a session's wall and CPU per metric call against
   the bare ModelClient sending the same requests, at 0 and 50 ms latency;
 * the study's CPU per metric call (every process of ``heldout run``) against the bare client's;
-* ledger bytes per entry and per evaluation, against the bytes of the model output it records;
+* ledger bytes per entry, against the bytes of the model outputs the ledger records (every
+  evaluation's and held-out scoring's), and against the same entries written unpacked (as before
+  packing: the reference);
 * each reading command's wall and peak memory at each scale, and its growth exponent (the
   log-log slope of wall, and of memory, against the study's ledger entries; target <= 1.1), with
   peak memory against the machine's.
@@ -130,24 +132,38 @@ def group_cpu(session: int) -> dict[int, float]:
 REQUEST_KINDS = ("evaluation", "val_scoring", "test_scoring", "architect_call")  # entries that were a model request
 
 
+def output_bytes(data: object) -> int:
+    """The UTF-8 bytes of the model output an entry records (its verdict's ``output``), 0 if none."""
+    verdict = data.get("verdict") if isinstance(data, dict) else None
+    output = verdict.get("output") if isinstance(verdict, dict) else None
+    if output is None:
+        return 0
+    return len((output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)).encode())
+
+
 def ledger_figures(runs: Path) -> dict:
-    """Entries and bytes over every ledger of the study; the model requests they record (a memo
-    hit counts too: an upper bound); the bytes of the outputs the evaluations record."""
-    entries = evaluations = requests = size = output_bytes = 0
+    """Entries and bytes over every ledger of the study, as read back (packed outputs put back);
+    the bytes the same entries take as lines written unpacked (the ledger before issue 60's
+    packing); the model requests they record (a memo hit counts too: an upper bound); the bytes of
+    the outputs the evaluations record, and of every output recorded (evaluations and held-out
+    scoring); the run records' bytes."""
+    from heldout.evaluators.ledger import read_entries
+    figures = dict.fromkeys(("entries", "evaluations", "requests", "bytes", "unpacked_bytes", "output_bytes",
+                             "all_output_bytes", "record_bytes"), 0)
     for ledger in runs.rglob("ledger.jsonl"):
-        size += ledger.stat().st_size
-        with open(ledger, "rb") as fh:
-            for line in fh:
-                entries += 1
-                entry = json.loads(line)
-                if entry["kind"] in REQUEST_KINDS:
-                    requests += 1
-                if entry["kind"] == "evaluation":
-                    evaluations += 1
-                    output = entry["data"]["verdict"].get("output") or ""
-                    output_bytes += len((output if isinstance(output, str) else json.dumps(output)).encode())
-    return {"entries": entries, "evaluations": evaluations, "requests": requests, "bytes": size,
-            "output_bytes": output_bytes}
+        figures["bytes"] += ledger.stat().st_size
+        record = ledger.parent / "run_record.json"
+        figures["record_bytes"] += record.stat().st_size if record.exists() else 0
+        for entry in read_entries(ledger)[0]:
+            figures["entries"] += 1
+            figures["unpacked_bytes"] += len(json.dumps(entry, sort_keys=True, ensure_ascii=False).encode()) + 1
+            figures["requests"] += entry["kind"] in REQUEST_KINDS
+            recorded = output_bytes(entry["data"])
+            figures["all_output_bytes"] += recorded
+            if entry["kind"] == "evaluation":
+                figures["evaluations"] += 1
+                figures["output_bytes"] += recorded
+    return figures
 
 
 def run_scale(scale: float, root: Path, base_url: str, jobs: int, data_dir: str) -> dict:
@@ -220,10 +236,16 @@ def figures(scales: list[float], root: Path, latency: float, jobs: int, data_dir
                              f"process) over {requests} model requests ({led['evaluations']} evaluations, held-out "
                              f"scoring, architect calls); {n} ledger entries"})
         rows.append({"name": f"{label}: ledger bytes per entry", "value": led["bytes"] / n, "unit": "B",
-                     "ratio": led["bytes"] / max(1, led["output_bytes"]), "target": "x the model output it records",
+                     "ratio": led["bytes"] / max(1, led["all_output_bytes"]), "target": "x the model outputs it records",
                      "passed": None,
                      "note": f"{led['bytes'] / 2 ** 20:.1f} MiB over {n} entries ({led['evaluations']} evaluations); "
-                             f"outputs {led['output_bytes'] / max(1, led['evaluations']):.0f} B per evaluation"})
+                             f"outputs {led['all_output_bytes'] / 2 ** 20:.1f} MiB in all, "
+                             f"{led['output_bytes'] / max(1, led['evaluations']):.0f} B per evaluation"})
+        rows.append({"name": f"{label}: ledger bytes, packed / unpacked", "value": led["unpacked_bytes"] / n,
+                     "unit": "B", "ratio": led["bytes"] / max(1, led["unpacked_bytes"]),
+                     "target": "x the same entries stored unpacked", "passed": None,
+                     "note": f"unpacked (as written before packing) {led['unpacked_bytes'] / 2 ** 20:.1f} MiB; "
+                             f"run records {led['record_bytes'] / 2 ** 20:.1f} MiB beside the ledgers"})
         for name in ("resume",) + READERS:
             got = r[name]
             rows.append({"name": f"{label}: heldout {name}", "value": got["wall"], "unit": "s",
