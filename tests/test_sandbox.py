@@ -351,6 +351,45 @@ def test_run_calls_per_call_timeout_and_stop_on_error():
     assert [c["ok"] for c in r.calls] == [True, False]
 
 
+
+def test_the_timer_of_a_call_that_ended_in_time_never_times_out_what_follows_it():
+    # a call's CPU timer stays armed after the call (the next call re-arms it): call 0 returns
+    # with 0.1 s of its 0.3 s left and an output whose conversion takes longer than that, so the
+    # timer fires while call 0's outcome is made; neither call 0 nor call 1 may be timed out by it
+    src = ("import time\nBIG = [{'k': i} for i in range(300_000)]\n"
+           "def f(x):\n    if x == 0:\n        start = time.process_time()\n"
+           "        while time.process_time() - start < 0.2:\n            pass\n"
+           "        return BIG\n    return x\n")
+    r = run_calls({"prog.py": src}, "prog", "f", [([0], {}), ([1], {})],
+                  limits=LIMITS.replace(max_output_bytes=64 << 20), per_call_seconds=[0.3, 0.3])
+    assert r.ok, (r.error_kind, r.error)
+    assert len(r.value[0]) == 300_000 and r.value[1] == 1
+
+
+def test_a_program_that_reads_its_call_stream_ahead_finds_no_later_input():
+    # the stream is the parent's gate: while a call runs, no later call's input is in a pipe the
+    # program can read, nor in its runner's buffer (each frame is written when its clock starts)
+    src = ("import gc, os, select, stat\n"
+           "def f(x):\n    early = []\n    for fd in range(0, 64):\n        try:\n"
+           "            if not stat.S_ISFIFO(os.fstat(fd).st_mode):\n                continue\n"
+           "        except OSError:\n            continue\n"
+           "        p = select.poll()\n        p.register(fd, select.POLLIN)\n"
+           "        if any(events & select.POLLIN for _, events in p.poll(0)):\n"
+           "            early.append('pipe')\n"
+           "    later = [b'input-%d' % k for k in range(int(x[-1]) + 1, 4)]\n"
+           "    for v in gc.get_referents(*gc.get_objects()):  # what every container holds\n"
+           "        if type(v) in (bytes, bytearray) and any(m in v and m is not v for m in later):\n"
+           "            early.append('buffer')\n"
+           "    return [x, sorted(set(early))]\n")
+    calls = [([f"input-{k}"], {}) for k in range(4)]
+    for timed in ({"per_call_seconds": [2.0] * 4}, {}):
+        r = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, **timed)
+        assert r.ok and r.value == [[f"input-{k}", []] for k in range(4)], (r.error, r.value)
+    # control: trusted code given its inputs up front finds the later ones already read in
+    r = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, inputs_up_front=True)
+    assert r.ok and r.value[0] == ["input-0", ["buffer"]], r.value
+
+
 def test_limits_are_applied_in_the_child():
     lim = RunLimits(wall_seconds=20, cpu_seconds=7, memory_mb=900, max_processes=33, max_file_mb=3, max_open_files=77)
     r = run_function({"prog.py": "import resource as R\ndef f():\n    return [R.getrlimit(x)[0] for x in "

@@ -17,7 +17,6 @@ Only the standard library is used (numpy is converted when the candidate already
 
 import builtins
 import ctypes
-import io
 import itertools
 import json
 import math
@@ -312,8 +311,21 @@ def tail_of_traceback(exc):
     return text[-TAIL:]
 
 
+# the running call's deadline per timer signal, on the timer's own clock (None: no call is
+# timed): a POSIX timer is not disarmed when its call ends (two syscalls a call fewer), so a
+# signal of an ended call's timer can still come, and is told apart here
+_deadlines = {}
+
+
 def on_alarm(signum, frame):
-    raise CallTimeout(signum)
+    deadline = _deadlines.get(signum)
+    if deadline is None:
+        return  # the call it timed has ended
+    now = time.process_time() if signum == signal.SIGPROF else time.monotonic()
+    # a POSIX timer never fires early, so a signal before the running call's deadline is an
+    # ended call's, delivered late (the itimers, which may fire early, are disarmed instead)
+    if now >= deadline or _timers.get(_CLOCK_OF[signum]) is None:
+        raise CallTimeout(signum)
 
 
 class _Sigevent(ctypes.Structure):
@@ -330,36 +342,57 @@ class _Itimerspec(ctypes.Structure):
 
 
 CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID, SIGEV_THREAD_ID = 1, 2, 4
-# the per-call timers of this process by clock: timer ids, made at the first timed call (timers do
-# not survive a fork), or None where the kernel made none (the itimers then stand in)
+# the per-call timers of this process by clock: (timer id, its itimerspec, timer_settime), made at
+# the first timed call (timers do not survive a fork), or None where the kernel made none (the
+# itimers then stand in)
 _timers = {}
 _FALLBACK = {CLOCK_PROCESS_CPUTIME_ID: (signal.ITIMER_PROF, signal.SIGPROF),
              CLOCK_MONOTONIC: (signal.ITIMER_REAL, signal.SIGALRM)}
+_CLOCK_OF = {signal.SIGPROF: CLOCK_PROCESS_CPUTIME_ID, signal.SIGALRM: CLOCK_MONOTONIC}
 
 
-def set_call_timer(clock, seconds):
+def _make_timer(clock):
+    timer = ctypes.c_void_p()
+    # to the main thread, where the calls run (its kernel id is the pid)
+    event = _Sigevent(None, _FALLBACK[clock][1], SIGEV_THREAD_ID, os.getpid())
+    try:
+        if libc().timer_create(clock, ctypes.byref(event), ctypes.byref(timer)) != 0:
+            return None
+        settime = libc().timer_settime
+    except (AttributeError, OSError):
+        return None
+    settime.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    spec = _Itimerspec()
+    return timer.value, spec, ctypes.byref(spec), settime
+
+
+def set_call_timer(clock, seconds, deadline=None):
     """A signal to the calls' (main) thread after ``seconds`` of ``clock`` (0: disarm): of the
-    process's CPU time, all its threads together (SIGPROF), or of wall time (SIGALRM). POSIX
+    process's CPU time, all its threads together (SIGPROF), or of wall time (SIGALRM); the
+    handler raises only at or past ``deadline`` on that clock (see :func:`on_alarm`). POSIX
     timers, because the CPU clock counts exactly (ITIMER_PROF samples by ticks: it fired at
     0.87 s of a 1 s limit on a test VM) and a signal sent to the thread itself interrupts its
     sleep or wait even while other threads compute (a signal to the process may land on one of
     them, and Python runs its handler only once the main thread wakes)."""
     if clock not in _timers:
-        timer = ctypes.c_void_p()
-        # to the main thread, where the calls run (its kernel id is the pid)
-        event = _Sigevent(None, _FALLBACK[clock][1], SIGEV_THREAD_ID, os.getpid())
-        try:
-            made = libc().timer_create(clock, ctypes.byref(event), ctypes.byref(timer)) == 0
-        except (AttributeError, OSError):
-            made = False
-        _timers[clock] = timer if made else None
-    timer = _timers[clock]
-    if timer is None:
+        _timers[clock] = _make_timer(clock)
+    made = _timers[clock]
+    _deadlines[_FALLBACK[clock][1]] = deadline if seconds else None
+    if made is None:
         signal.setitimer(_FALLBACK[clock][0], seconds)
         return
+    timer, spec, spec_ref, settime = made
     whole = int(seconds)
-    spec = _Itimerspec(_Timespec(0, 0), _Timespec(whole, int((seconds - whole) * 1e9)))
-    libc().timer_settime(timer, 0, ctypes.byref(spec), None)
+    spec.value.sec, spec.value.nsec = whole, int((seconds - whole) * 1e9)
+    settime(timer, 0, spec_ref, None)
+
+
+def end_call_timer(clock):
+    """The call ``clock`` timed has ended: its signal no longer raises (a POSIX timer stays
+    armed until the next call re-arms it; an itimer is disarmed)."""
+    _deadlines[_FALLBACK[clock][1]] = None
+    if _timers.get(clock) is None:
+        signal.setitimer(_FALLBACK[clock][0], 0)
 
 
 def on_xcpu(signum, frame):
@@ -388,16 +421,16 @@ def run_call(index, fn, call, typed, cpu_limit, max_bytes):
 
     try:
         if seconds:
-            set_call_timer(CLOCK_PROCESS_CPUTIME_ID, seconds)
+            set_call_timer(CLOCK_PROCESS_CPUTIME_ID, seconds, cpu_start + seconds)
         if wall:
-            set_call_timer(CLOCK_MONOTONIC, wall)
+            set_call_timer(CLOCK_MONOTONIC, wall, time.monotonic() + wall)
         try:
             value = fn(*call.get("args", []), **call.get("kwargs", {}))
         finally:
             if seconds:
-                set_call_timer(CLOCK_PROCESS_CPUTIME_ID, 0)
+                end_call_timer(CLOCK_PROCESS_CPUTIME_ID)
             if wall:
-                set_call_timer(CLOCK_MONOTONIC, 0)
+                end_call_timer(CLOCK_MONOTONIC)
     except CallTimeout as exc:
         if exc.args and exc.args[0] == signal.SIGALRM:
             return failed("timeout", f"timeout after {wall:.3g} s wall (the per-call backstop of its "
@@ -447,8 +480,8 @@ def main():
     _chan = os.fdopen(fd, "wb", buffering=0)
     sys.dont_write_bytecode = True
     try:
-        calls_in = os.fdopen(os.dup(0), "rb", buffering=0)  # the job's header, then its calls
-        job = json.loads(read_frame(calls_in))
+        frames = Frames(os.dup(0))  # the job's header, then its calls
+        job = json.loads(frames.next())
         use_python_path(job["python_path"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)  # the candidate's stdin is empty
@@ -480,15 +513,13 @@ def main():
     # the parent times each call from the moment it sends it, and sends the next one only after
     # this call's outcome: it also decides which calls run (stop_on_error, failed groups)
     write(encode({"start": 0}))
-    hold = job.get("hold_outcomes") is True
-    if hold:  # every input is in the pipe already (trusted code): read them through a buffer
-        calls_in = io.BufferedReader(calls_in, 1 << 16)
+    hold = job.get("hold_outcomes") is True  # every input is in the pipe already (trusted code)
     released = time.monotonic()
     while True:
-        line = read_frame(calls_in)
+        line = frames.next()
         if not line:
             break  # the parent closed the call stream: no call is left
-        call = json.loads(line)
+        call = json.loads(line.decode("utf-8"))
         ok, outcome = run_call(call["index"], fn, call, typed, cpu_limit, job["limits"]["max_output_bytes"])
         if not hold:
             write(outcome)
@@ -505,25 +536,35 @@ def main():
     os._exit(0)
 
 
-def read_frame(stream):
-    """One frame of the job stream: a decimal length, a newline, that many bytes (read exactly,
-    so nothing beyond the frame is read ahead into this process); b"" at the stream's end."""
-    digits = bytearray()
-    while True:
-        byte = stream.read(1)
-        if not byte:
-            return b""
-        if byte == b"\n":
-            break
-        digits += byte
-    size = int(digits)
-    out = bytearray()
-    while len(out) < size:
-        chunk = stream.read(size - len(out))
-        if not chunk:
-            raise EOFError("the job stream ended inside a frame")
-        out += chunk
-    return bytes(out)
+class Frames:
+    """The job stream's frames: a decimal length, a newline, that many bytes; b"" at the stream's
+    end. Read a pipe-full at a time (one read a frame, where reading the length byte by byte
+    took six): reading ahead finds nothing early, because the parent writes a call's frame only
+    when it starts that call's clock, after the outcome of the call before (the pipe is the
+    parent's gate, not this reader, which the program could replace: trusted up-front runs aside,
+    whose frames are all there by design)."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def next(self):
+        buffer, want = self.buffer, 0
+        while True:
+            newline = buffer.find(b"\n")
+            if newline >= 0:
+                end = newline + 1 + int(buffer[:newline])
+                if len(buffer) >= end:
+                    frame = bytes(buffer[newline + 1:end])
+                    del buffer[:end]
+                    return frame
+                want = end - len(buffer)
+            chunk = os.read(self.fd, max(1 << 16, want))
+            if not chunk:
+                if buffer:
+                    raise EOFError("the job stream ended inside a frame")
+                return b""
+            buffer += chunk
 
 
 # run as `python -s -c SOURCE RESULT_FD` inside the sandbox (with the fork server's source appended,
