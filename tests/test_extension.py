@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from plugin_site import pip_installed_site, with_site
+
 HEAVY = ("numba", "scipy", "statsmodels", "matplotlib", "datasets", "duckdb")
 
 
@@ -52,36 +54,40 @@ def test_the_parsers_copied_choices_equal_their_source(copy, source):
     assert value(copy) == value(source)
 
 
-def _install_broken_plugin(site, name="brokenplug"):
-    """A real installed distribution (dist-info on the path) whose heldout.tasks entry point raises on import."""
-    (site / f"{name}_tasks.py").write_text("raise RuntimeError('this plugin is broken on purpose')\n")
-    info = site / f"{name}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[heldout.tasks]\n{name} = {name}_tasks\n")
+@pytest.fixture(scope="module")
+def broken_plugin_site(tmp_path_factory):
+    """A badly made plugin package, installed by pip (read only by the tests): its ``heldout.tasks``
+    entry point raises on import, and of its ``heldout.optimizers`` entry points one takes a
+    reference name (``seed``), one names a module, not ``module:function`` (``odd``: setuptools
+    itself refuses a value that names no object), and one is good (``ok-name``)."""
+    return pip_installed_site(
+        tmp_path_factory.mktemp("broken-plugin"), "brokenplug",
+        {"brokenplug_tasks.py": "raise RuntimeError('this plugin is broken on purpose')\n",
+         "brokenplug_search.py": "def optimize(view, seed):\n    return dict(view.seed_candidate)\n"},
+        {"heldout.tasks": {"brokenplug": "brokenplug_tasks"},
+         "heldout.optimizers": {"seed": "brokenplug_search:optimize", "odd": "brokenplug_search",
+                                "ok-name": "brokenplug_search:optimize"}})
 
 
 def _heldout(site, *argv):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     code = "import sys\nfrom heldout.cli import main\nsys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=with_site(site),
+                          timeout=300)
 
 
-def test_a_broken_task_plugin_is_skipped_with_a_warning_naming_it_and_the_rest_are_listed(tmp_path):
-    _install_broken_plugin(tmp_path)
-    result = _heldout(tmp_path, "tasks", "list")
+def test_a_broken_task_plugin_is_skipped_with_a_warning_naming_it_and_the_rest_are_listed(broken_plugin_site):
+    result = _heldout(broken_plugin_site, "tasks", "list")
     assert result.returncode == 0, result.stderr
     assert "brokenplug" in result.stderr and "broken on purpose" in result.stderr
     assert "lockpicking/six" in result.stdout
 
 
-def test_asking_for_a_broken_plugins_task_by_name_still_fails_naming_the_plugin(tmp_path):
-    _install_broken_plugin(tmp_path)
+def test_asking_for_a_broken_plugins_task_by_name_still_fails_naming_the_plugin(broken_plugin_site):
     code = ("from heldout.benchmarks.registry import get_benchmark\n"
             "from heldout.contracts import HeldoutError\n"
             "try:\n    get_benchmark('brokenplug/anything')\nexcept HeldoutError as exc:\n    print(exc)\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=with_site(broken_plugin_site), timeout=300)
     assert "task plugin 'brokenplug'" in out.stdout and "broken on purpose" in out.stdout, out.stderr
 
 
@@ -151,15 +157,8 @@ def test_a_program_task_that_forgets_its_kind_is_refused_at_register_naming_the_
     assert out.stdout.strip() == "registered program", out.stdout + out.stderr
 
 
-def _install_optimizer_plugin(site, entries: str, name="myopts"):
-    """A real installed distribution whose ``heldout.optimizers`` entry points are ``entries``."""
-    (site / f"{name}_search.py").write_text(
-        "from heldout.optimizers.geometry_search import optimize as search\n\n"
-        "def optimize(view, seed):\n    return search(view, seed)\n")
-    info = site / f"{name}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[heldout.optimizers]\n{entries}\n")
+MY_SEARCH = ("from heldout.optimizers.geometry_search import optimize as search\n\n"
+             "def optimize(view, seed):\n    return search(view, seed)\n")
 
 
 def _run_record(run_dir):
@@ -168,32 +167,10 @@ def _run_record(run_dir):
     return json.loads(path.read_text())
 
 
-def _pip_install_optimizer_plugin(root, name="myopts"):
-    """A plugin project built and installed by pip (``--target``: a folder then on PYTHONPATH);
-    its ``heldout.optimizers`` entry point ``my-search`` names ``myopts_search:optimize``."""
-    project = root / "project"
-    project.mkdir()
-    (project / f"{name}_search.py").write_text(
-        "from heldout.optimizers.geometry_search import optimize as search\n\n"
-        "def optimize(view, seed):\n    return search(view, seed)\n")
-    (project / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
-        f'[project]\nname = "{name}"\nversion = "0.1"\n'
-        f'[project.entry-points."heldout.optimizers"]\nmy-search = "{name}_search:optimize"\n'
-        f'[tool.setuptools]\npy-modules = ["{name}_search"]\n')
-    site = root / "site"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                          "--disable-pip-version-check", "-q", "--target", str(site), str(project)],
-                         capture_output=True, text=True, timeout=600, cwd=root)
-    assert pip.returncode == 0, pip.stderr[-3000:]
-    for path in [root, *root.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)  # the sandbox's uid reads the installed module
-    return site
-
-
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
 def test_an_installed_optimizer_plugin_runs_by_its_name_and_isolated_like_any_user_code(tmp_path):
-    site = _pip_install_optimizer_plugin(tmp_path)
+    site = pip_installed_site(tmp_path, "myopts", {"myopts_search.py": MY_SEARCH},
+                              {"heldout.optimizers": {"my-search": "myopts_search:optimize"}})
     run_dir = tmp_path / "study"
     result = _heldout(site, "run", "--task", "circle_packing/square26", "--optimizer", "my-search", "--seeds", "0",
                       "--budget", "6", "--run-dir", str(run_dir))
@@ -204,13 +181,13 @@ def test_an_installed_optimizer_plugin_runs_by_its_name_and_isolated_like_any_us
     assert record["experiment"]["optimizer"]["target"] == "myopts_search:optimize"
 
 
-def test_a_plugin_may_not_take_a_reference_name_and_one_with_a_bad_target_is_left_out_with_a_warning(tmp_path):
-    _install_optimizer_plugin(tmp_path, "seed = myopts_search:optimize\nodd = not a target\nok-name = myopts_search:optimize")
+def test_a_plugin_may_not_take_a_reference_name_and_one_with_a_bad_target_is_left_out_with_a_warning(
+        broken_plugin_site):
     code = ("import warnings\nwarnings.simplefilter('always')\n"
             "from heldout.optimizers import optimizer_target, plugin_optimizers\n"
             "print(optimizer_target('seed'))\nprint(sorted(plugin_optimizers()))\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=with_site(broken_plugin_site), timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["heldout.optimizers.seed:optimize", "['ok-name']"]
     assert "skipped optimizer plugin 'seed': the name is heldout's own" in out.stderr
