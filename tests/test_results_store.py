@@ -138,3 +138,38 @@ def test_a_runset_collected_without_its_ledgers_is_a_clear_error(tmp_path):
     write_run(tmp_path, "synthetic/a", "m", 0)
     with pytest.raises(StoreError, match=r"no verified ledger entries.*keep_ledgers=True"):
         ResultsStore.from_runset(collect_runs([tmp_path]))
+
+
+def test_a_store_loads_each_runs_ledger_as_it_is_verified_not_every_ledger_at_once(tmp_path, monkeypatch):
+    """A paper-sized study's entries do not fit in memory at once: the store verifies a run, loads
+    its entries into its database file and lets them go before it reads the next ledger."""
+    import heldout.reports.collect as collect
+    import heldout.reports.store as store_module
+    for seed in range(3):
+        write_run(tmp_path, "synthetic/a", "m", seed)
+    events = []
+    real_check, real_add = collect.check_run, store_module._LedgerTable.add
+    monkeypatch.setattr(collect, "check_run", lambda run_dir: (events.append("verify"), real_check(run_dir))[1])
+    monkeypatch.setattr(store_module._LedgerTable, "add",
+                        lambda self, run, entries: (events.append("load"), real_add(self, run, entries))[1])
+    store = ResultsStore.open([tmp_path])
+    assert events == ["verify", "load"] * 3
+    kept = ResultsStore.from_runset(collect_runs([tmp_path], keep_ledgers=True))  # every ledger held at once
+    every_entry = "SELECT * FROM ledger ORDER BY run_id, seq"
+    assert store.query(every_entry).rows == kept.query(every_entry).rows and store.count("ledger") > 20
+    scratch = Path(store._scratch.name)
+    assert (scratch / "store.duckdb").is_file()
+    store.close()
+    assert not scratch.exists()
+
+
+def test_a_query_that_reads_no_ledger_entry_loads_none(tmp_path, monkeypatch, capsys):
+    from heldout.reports.store import reads_ledger
+    import heldout.reports.store as store_module
+    assert not reads_ledger("SELECT task, avg(test_score) FROM runs WHERE ledger_entries > 0 GROUP BY ALL")
+    assert reads_ledger("WITH e AS (SELECT * FROM Ledger) SELECT count(*) FROM e JOIN runs USING (run_id)")
+    assert reads_ledger("SELECT count(*) FROM query_table('ledger')")  # named in a string: still read
+    write_run(tmp_path, "synthetic/a", "m", 0)
+    monkeypatch.setattr(store_module._LedgerTable, "add", lambda *a: pytest.fail("a ledger was loaded"))
+    assert cli_main(["runs", "query", str(tmp_path), "SELECT count(*) AS n FROM runs"]) == 0
+    assert "1" in capsys.readouterr().out

@@ -47,8 +47,9 @@ def runs_query_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_runs_query(args: argparse.Namespace) -> int:
-    from heldout.reports.store import ResultsStore
-    result = ResultsStore.open([args.run_dir]).query(args.sql)
+    from heldout.reports.store import ResultsStore, reads_ledger
+    # a query that reads no ledger entry loads none: its memory follows the runs, not the entries
+    result = ResultsStore.open([args.run_dir], with_ledger=reads_ledger(args.sql)).query(args.sql)
     if args.json:
         for row in result.to_dicts():
             print_json(row)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from heldout.contracts import HeldoutError, MetricSpec, Verdict
 from heldout.files import read_user_json
@@ -302,10 +302,13 @@ def _test_scores_mismatch(record: RunRecord, entries: list[dict[str, Any]]) -> s
     return None
 
 
-def collect_runs(paths: Iterable[str | Path], keep_ledgers: bool = False) -> RunSet:
+def collect_runs(paths: Iterable[str | Path], keep_ledgers: bool = False,
+                 on_counted: Callable[[Run, list[dict[str, Any]]], None] | None = None) -> RunSet:
     """Load and verify every run under ``paths``. Raises :class:`ReportError` when no run dir
     is found at all; excluded runs are returned, not raised (the report lists them).
-    ``keep_ledgers``: keep each run's verified ledger entries on it (``Run.ledger``)."""
+    ``keep_ledgers``: keep each run's verified ledger entries on it (``Run.ledger``).
+    ``on_counted(run, entries)``: called with each run as it is counted, and its ledger entries
+    as verified, which are then let go (a reader of every entry holds one ledger at a time)."""
     result = RunSet()
     by_key: dict[tuple[str, str, str, int], Run] = {}
     any_found = False
@@ -327,6 +330,8 @@ def collect_runs(paths: Iterable[str | Path], keep_ledgers: bool = False) -> Run
             continue
         by_key[key] = run
         (result.runs if record.status == "ok" else result.failed).append(run)
+        if on_counted is not None:
+            on_counted(run, entries)
     if not any_found:
         raise ReportError("no run records found under " + ", ".join(str(p) for p in paths))
     _label_profiles(result)

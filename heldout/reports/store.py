@@ -19,12 +19,18 @@ Tables (one row per ...):
                 ``example_id``, ``score``, ``data`` (the entry's JSON)
 ``excluded``    run dir left out: ``run_id``, ``reason``
 
+The ledger table is filled one run at a time as each is verified, into a database file of the
+store's own (its memory stays flat however many entries a study holds); ``runs query`` fills it
+only when its SQL names it (:func:`reads_ledger`).
+
 An export is one Parquet file per table; :meth:`ResultsStore.open` reads either run dirs or an
 export dir, so queries over a frozen export need no re-verification."""
 
 from __future__ import annotations
 
 import json
+import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -32,7 +38,7 @@ from typing import Any, Iterable, Sequence
 import duckdb
 import pyarrow as pa
 
-from heldout.reports.collect import ReportError, RunSet, collect_runs
+from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
 
 TABLES = ("runs", "verdicts", "ledger", "excluded")
 
@@ -79,19 +85,33 @@ class QueryResult:
 
 
 class ResultsStore:
-    """An in-memory DuckDB database holding the tables above (see the module docstring)."""
+    """A DuckDB database holding the tables above (see the module docstring): in memory, or, when
+    it holds the ledger table, in a file of its own scratch dir (removed with the store), so the
+    entries of a study of any size are loaded one run at a time and live on disk, not in memory."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, scratch: tempfile.TemporaryDirectory | None = None) -> None:
         self.con = con
+        self._scratch = scratch
 
     # -- building -----------------------------------------------------------------------------------
     @classmethod
-    def open(cls, paths: Iterable[str | Path]) -> "ResultsStore":
-        """Run dirs (verified now), or one Parquet export dir (as exported)."""
+    def open(cls, paths: Iterable[str | Path], with_ledger: bool = True) -> "ResultsStore":
+        """Run dirs (verified now), or one Parquet export dir (as exported). ``with_ledger``: load
+        every run's ledger entries into the ``ledger`` table (a query that reads no entry, see
+        :func:`reads_ledger`, leaves it empty and the store's size follows the runs, not the entries)."""
         paths = [Path(p) for p in paths]
         if len(paths) == 1 and all((paths[0] / f"{t}.parquet").exists() for t in TABLES):
             return cls.from_parquet(paths[0])
-        return cls.from_runset(collect_runs(paths, keep_ledgers=True))
+        scratch = tempfile.TemporaryDirectory(prefix="heldout-store-") if with_ledger else None
+        con = _connect(scratch)
+        ledger = _LedgerTable(con)
+        try:
+            runset = collect_runs(paths, on_counted=ledger.add if with_ledger else None)
+        except BaseException:
+            con.close()
+            raise
+        cls._load_runs(con, runset)
+        return cls(con, scratch)
 
     @classmethod
     def from_runset(cls, runset: RunSet) -> "ResultsStore":
@@ -101,7 +121,16 @@ class ResultsStore:
         if unkept:
             raise StoreError(f"run {unkept[0]} carries no verified ledger entries: collect the runs with "
                              "collect_runs(paths, keep_ledgers=True)")
-        con = duckdb.connect(":memory:")
+        con = _connect(None)
+        ledger = _LedgerTable(con)
+        for run in runset.runs + runset.failed:
+            ledger.add(run, run.ledger or [])
+        cls._load_runs(con, runset)
+        return cls(con)
+
+    @staticmethod
+    def _load_runs(con: duckdb.DuckDBPyConnection, runset: RunSet) -> None:
+        """The runs, verdicts and excluded tables of ``runset``."""
         runs, verdicts = [], []
         for run in runset.runs + runset.failed:
             rec, run_id = run.record, str(run.path)
@@ -121,29 +150,6 @@ class ResultsStore:
                                    ("excluded", excluded, _EXCLUDED)):
             arrow = pa.Table.from_pylist(rows, schema=schema)  # noqa: F841 (read by DuckDB by name)
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM arrow")
-        cls._load_ledgers(con, [(str(r.path), r.ledger, r.record.ledger_entries) for r in runset.runs + runset.failed])
-        return cls(con)
-
-    @staticmethod
-    def _load_ledgers(con: duckdb.DuckDBPyConnection,
-                      ledgers: Sequence[tuple[str, list[dict[str, Any]], int]]) -> None:
-        """Every counted ledger's entries as verified, cut at the entry count its record is
-        anchored to."""
-        columns: dict[str, list[Any]] = {name: [] for name in _LEDGER.names}
-        for run_id, entries, anchored in ledgers:
-            for entry in entries[:anchored]:
-                data = entry["data"]
-                verdict = data.get("verdict") if isinstance(data, dict) else None
-                score = verdict.get("score") if isinstance(verdict, dict) else None
-                for name, value in (("run_id", run_id), ("seq", entry["seq"]), ("kind", entry["kind"]),
-                                    ("time", entry["time"]), ("split", data.get("split")),
-                                    ("candidate_id", data.get("candidate_id")),
-                                    ("example_id", data.get("example_id")),
-                                    ("score", float(score) if isinstance(score, (int, float)) else None),
-                                    ("data", json.dumps(data, sort_keys=True, ensure_ascii=False))):
-                    columns[name].append(value)
-        arrow = pa.Table.from_pydict(columns, schema=_LEDGER)  # noqa: F841 (read by DuckDB by name)
-        con.execute("CREATE TABLE ledger AS SELECT * EXCLUDE (data), data::JSON AS data FROM arrow")
 
     @classmethod
     def from_parquet(cls, export_dir: str | Path) -> "ResultsStore":
@@ -172,6 +178,13 @@ class ResultsStore:
             raise StoreError(f"no table {table!r}; tables: {', '.join(TABLES)}")
         return self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
+    def close(self) -> None:
+        """Close the database and remove its scratch dir (also done when the store is let go)."""
+        self.con.close()
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
     def export_parquet(self, out_dir: str | Path) -> list[Path]:
         """One Parquet file per table in ``out_dir`` (created); returns the files written."""
         out = Path(out_dir)
@@ -182,3 +195,53 @@ class ResultsStore:
             self.con.execute(f"COPY (SELECT * FROM {name}) TO $path (FORMAT parquet)", {"path": str(path)})
             written.append(path)
         return written
+
+
+def reads_ledger(sql: str) -> bool:
+    """Whether ``sql`` may read the ``ledger`` table: whether it names it at all, as a word (a
+    parser would miss ``query_table('ledger')``; a query that names it without reading it only
+    loads what it does not need)."""
+    return _LEDGER_WORD.search(sql) is not None
+
+
+_LEDGER_WORD = re.compile(r"(?<!\w)ledger(?!\w)", re.IGNORECASE)
+
+
+# a store holding ledger entries spills to its file past this much memory (DuckDB's buffer pool)
+_MEMORY_LIMIT = "512MB"
+
+
+def _connect(scratch: tempfile.TemporaryDirectory | None) -> duckdb.DuckDBPyConnection:
+    if scratch is None:
+        return duckdb.connect(":memory:")
+    con = duckdb.connect(str(Path(scratch.name) / "store.duckdb"))
+    con.execute(f"SET memory_limit = '{_MEMORY_LIMIT}'")
+    con.execute("SET temp_directory = $dir", {"dir": str(Path(scratch.name) / "spill")})
+    return con
+
+
+class _LedgerTable:
+    """The ``ledger`` table, filled one run at a time: each counted run's entries as verified, cut
+    at the entry count its record is anchored to (an entry appended later is not read)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+        con.execute("CREATE TABLE ledger (run_id VARCHAR, seq BIGINT, kind VARCHAR, time DOUBLE, split VARCHAR, "
+                    "candidate_id VARCHAR, example_id VARCHAR, score DOUBLE, data JSON)")
+
+    def add(self, run: Run, entries: Sequence[dict[str, Any]]) -> None:
+        run_id = str(run.path)
+        columns: dict[str, list[Any]] = {name: [] for name in _LEDGER.names}
+        for entry in entries[:run.record.ledger_entries]:
+            data = entry["data"]
+            verdict = data.get("verdict") if isinstance(data, dict) else None
+            score = verdict.get("score") if isinstance(verdict, dict) else None
+            for name, value in (("run_id", run_id), ("seq", entry["seq"]), ("kind", entry["kind"]),
+                                ("time", entry["time"]), ("split", data.get("split")),
+                                ("candidate_id", data.get("candidate_id")),
+                                ("example_id", data.get("example_id")),
+                                ("score", float(score) if isinstance(score, (int, float)) else None),
+                                ("data", json.dumps(data, sort_keys=True, ensure_ascii=False))):
+                columns[name].append(value)
+        arrow = pa.Table.from_pydict(columns, schema=_LEDGER)  # noqa: F841 (read by DuckDB by name)
+        self.con.execute("INSERT INTO ledger SELECT * EXCLUDE (data), data::JSON AS data FROM arrow")

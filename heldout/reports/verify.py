@@ -214,11 +214,14 @@ def find_reports(root: Path) -> list[Path]:
 # -- run records --------------------------------------------------------------------------------------
 def verify_run_dir(run_dir: Path, trusted: TrustedSigners, bundled: Path | None = None) -> RunVerification:
     checked = RunVerification(run_dir, verify_run(run_dir, trusted))
+    # the entries as verified are the ones re-derived (one read); the run's verdict keeps none of
+    # them, so a study's verification holds one ledger at a time, not every ledger it read
+    entries, checked.authenticity.ledger.checked = checked.authenticity.ledger.checked, []
     if not (run_dir / RECORD_FILE).exists():
         checked.notes.append("no run record (an unfinished session): it states no number")
         return checked
     try:
-        entries, _ = read_entries(run_dir / LEDGER_FILE)
+        entries = entries or read_entries(run_dir / LEDGER_FILE)[0]  # none verified: say why it cannot be read
         record = RunRecord.load(run_dir)
     except (HeldoutError, LedgerError, TypeError) as exc:
         checked.notes.append(f"cannot re-derive: {exc}")  # the authenticity line says why (INVALID)
