@@ -23,7 +23,6 @@ import json
 import os
 import queue
 import select
-import selectors
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -73,13 +72,14 @@ class Watch:
         hit; then close the harness's ends of the pipes (a writer blocked on a full one fails)."""
         state, started = self.state, self.started
         deadline = time.monotonic() + self.limits.wall_seconds
-        streams = selectors.DefaultSelector()
-        streams.register(started.result_fd, selectors.EVENT_READ, "result")
-        streams.register(started.stdout_fd, selectors.EVENT_READ, "stdout")
-        open_streams = 2
+        # poll, not a selector: two descriptors, read once a call (~4 us a call less)
+        streams, result_fd = select.poll(), started.result_fd
+        open_fds = {result_fd, started.stdout_fd}
+        for fd in open_fds:
+            streams.register(fd, select.POLLIN)
         next_cpu_check = time.monotonic() + CPU_CHECK_SECONDS  # at the start the run has used nothing
         try:
-            while open_streams:
+            while open_fds:
                 now = time.monotonic()
                 call_deadline = state.call_deadline()
                 self.killed_for = self._past_a_clock(now, deadline, call_deadline)
@@ -89,23 +89,22 @@ class Watch:
                 if self.killed_for is not None:
                     break
                 wait = min(deadline, call_deadline or deadline, next_cpu_check) - now
-                for key, _ in streams.select(timeout=max(0.0, min(wait, 0.5))):
-                    chunk = os.read(key.fd, 65536)
+                for fd, _ in streams.poll(1000 * max(0.0, min(wait, 0.5))):
+                    chunk = os.read(fd, 65536)
                     if not chunk:
-                        streams.unregister(key.fd)
-                        open_streams -= 1
-                    elif key.data == "result":
+                        streams.unregister(fd)
+                        open_fds.discard(fd)
+                    elif fd == result_fd:
                         self._result(chunk)
                     else:
                         self._stdout(chunk)
                 if self.killed_for or state.done or state.fatal or state.bad:
                     break
-            if state.done and not self.killed_for and started.stdout_fd in streams.get_map():
+            if state.done and not self.killed_for and started.stdout_fd in open_fds:
                 # prints flushed before "done" may still sit in the pipe: keep what is already there
                 self._stdout(_ready_bytes(started.stdout_fd, self.stdout_cap - self._stdout_total), late=True)
         finally:
             self.feeder.close()
-            streams.close()
             os.close(started.result_fd)
             os.close(started.stdout_fd)
 
@@ -206,9 +205,13 @@ class RunState:
         if b"\n" not in chunk:
             self.buffer += chunk
             return
-        head, *middle, rest = chunk.split(b"\n")
-        lines = [bytes(self.buffer) + head, *middle]
-        self.buffer = bytearray(rest)
+        lines = chunk.split(b"\n")
+        rest = lines.pop()
+        if self.buffer:
+            lines[0] = bytes(self.buffer) + lines[0]
+            self.buffer = bytearray()
+        if rest:  # (the commonest chunk is whole lines, an outcome each: nothing is kept)
+            self.buffer += rest
         for line in lines:
             # (isspace, not strip: no copy of a large line)
             if line and not line.isspace() and self.bad is None and self.fatal is None and not self.done:
