@@ -33,9 +33,10 @@ import time
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from heldout.contracts import Candidate, HeldoutError, MetricSpec, Verdict, candidate_id, canonical_json, sha256_text
+from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, MetricSpec, Verdict, candidate_id,
+                               canonical_json, sha256_text)
 from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
 from heldout.evaluators.signing import SigningKey
@@ -256,6 +257,39 @@ def check_same_experiment(recorded: Mapping[str, Any] | None, now: Mapping[str, 
             "Use a new run dir (nothing in this one was changed)")
 
 
+#: what an optimizer states about its run (an ``optimizer_event`` of these kinds) and the record keeps:
+#: the split that selected its final candidate, and what its library could not make reproducible
+SELECTION_EVENT, NOT_REPRODUCIBLE_EVENT = "final_selection", "not_reproducible"
+SELECTION_SPLITS = ("val", "train", "train+val", "none")
+
+
+def optimizer_statements(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``selection`` ({split, how}) and ``not_reproducible`` ({what}) as the optimizer last stated
+    them in its ``optimizer_event`` ledger entries ``events``, each None when it stated nothing
+    (user code need not). The optimizer's word, not the harness's measurement; the report says so.
+    A split outside :data:`SELECTION_SPLITS` is kept as "unknown"; texts are cut to 300 characters."""
+    stated: dict[str, Any] = {"selection": None, "not_reproducible": None}
+    for entry in events:
+        kind, data = entry["data"].get("kind"), entry["data"].get("data") or {}
+        if kind == SELECTION_EVENT:
+            split = data.get("split")
+            stated["selection"] = {"split": split if split in SELECTION_SPLITS else "unknown",
+                                   "how": str(data.get("how", ""))[:300]}
+        elif kind == NOT_REPRODUCIBLE_EVENT:
+            stated["not_reproducible"] = {"what": str(data.get("what", ""))[:300]}
+    return stated
+
+
+def check_resumable(entries: Iterable[Mapping[str, Any]], now: Mapping[str, Any], run_dir: str | Path) -> None:
+    """One run dir = one experiment: :class:`ExperimentMismatch` for a ledger (its ``entries``)
+    that another experiment started (:func:`check_same_experiment`) or that holds a finished session."""
+    entries = list(entries)
+    check_same_experiment(next((e["data"] for e in entries if e["kind"] == "session_start"), None), now, run_dir)
+    if any(e["kind"] == "session_end" for e in entries):
+        raise ExperimentMismatch(f"{run_dir} holds a finished session (its ledger has a session_end entry); "
+                                 "nothing to resume, use a new run dir")
+
+
 @dataclass
 class RunRecord:
     """Final candidate, its held-out verdicts (scored once by the harness after the optimizer
@@ -295,7 +329,22 @@ class RunRecord:
 
     @classmethod
     def build(cls, session, final: Candidate | None, status: str, error: str | None,
-              test_verdicts: list[Verdict], val_verdicts: list[Verdict]) -> "RunRecord":
+              test_verdicts: list[Verdict], val_verdicts: list[Verdict], test_metrics: Mapping[str, float] | None = None,
+              val_score_own_verifier: float | None = None) -> "RunRecord":
+        """The record of ``session``'s run: its experiment as the ledger's ``session_start`` states
+        it, the held-out verdicts, usage, trajectory and lineage; in ``extra`` the benchmark's test
+        metrics, what the optimizer stated (:func:`optimizer_statements`) and, under a verifier
+        variant, the val score as the optimizer's own verifier shows it."""
+        record = cls._built(session, final, status, error, test_verdicts, val_verdicts)
+        record.extra["test_metrics"] = dict(test_metrics or {})  # the verifier is the experiment's (record.verifier)
+        record.extra.update(optimizer_statements(session.ledger.entries("optimizer_event")))
+        if val_score_own_verifier is not None:
+            record.extra["val_score_own_verifier"] = val_score_own_verifier
+        return record
+
+    @classmethod
+    def _built(cls, session, final: Candidate | None, status: str, error: str | None,
+               test_verdicts: list[Verdict], val_verdicts: list[Verdict]) -> "RunRecord":
         service = session.service
         usage = service.usage
         start = next((e["data"] for e in session.ledger.entries("session_start")), None) or session.header()
@@ -355,6 +404,20 @@ class RunRecord:
         self.signature = key.sign(RECORD_PURPOSE, self.signed_payload())
 
     # -- io ---------------------------------------------------------------------------------------
+    def reserve_room(self, run_dir: str | Path) -> None:
+        """Write the record once under a scratch name before its session's ``session_end``: a disk
+        that fills between that entry and the record would leave a finished ledger without a
+        record, which no resume can finish; failing here (:class:`InfrastructureFailure`) leaves
+        the session resumable instead."""
+        probe = Path(run_dir) / f".{RECORD_FILE}.room"
+        try:
+            probe.write_text(json.dumps(self.content(), default=str) + " " * 4096)
+        except OSError as exc:
+            raise InfrastructureFailure(f"cannot write the run record in {run_dir}: {exc.strerror or exc}; "
+                                        "free space, then rerun the same command with --resume") from None
+        finally:
+            probe.unlink(missing_ok=True)
+
     def save(self, run_dir: str | Path) -> Path:
         path = Path(run_dir) / RECORD_FILE
         # owner-only, like the ledger

@@ -45,7 +45,6 @@ the optimizer and scores exactly the held-out examples still missing.
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from pathlib import Path
@@ -57,8 +56,7 @@ from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, M
                                check_candidate)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
-from heldout.evaluators.records import (RECORD_FILE, ExperimentMismatch, RunRecord, check_same_experiment,
-                                        describe_experiment)
+from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_resumable, describe_experiment
 from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring, TaskSource, with_test_split
@@ -110,17 +108,22 @@ class Session:
         # held-out scoring: the canonical verifier, the experiment's own options, never a variant's
         self.deploy_scorer = Scorer(bench, models.deployment_worker or models.worker, execution.limits, self.options,
                                     execution.jobs, self.ledger, models.judge)
+        self.resumed = len(self.ledger) > 0
+        header = self.header()
+        if self.resumed:  # one run dir = one experiment; refused, nothing is appended or overwritten
+            try:
+                check_resumable(self.ledger.entries(), header, self.run_dir)
+            except ExperimentMismatch:
+                self.ledger.close()
+                raise
         visible = {s: self.task.splits.get(s, []) for s in ("train", "val")}
         self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
                                          self._started, self.variant, seed)
-        self.resumed = len(self.ledger) > 0
-        header = self.header()
-        if not self.resumed:
-            self.ledger.append("session_start", header)
-        else:
-            self._check_resumable(header)
+        if self.resumed:
             self.ledger.append("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls,
                                                    "environment": header["environment"]})
+        else:
+            self.ledger.append("session_start", header)
         self.view = SessionView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
                              MeteredArchitect(models.architect, self.service),
@@ -131,19 +134,6 @@ class Session:
     def header(self) -> dict[str, Any]:
         """The full description of this session's experiment (see :mod:`heldout.evaluators.records`)."""
         return describe_experiment(self)
-
-    def _check_resumable(self, header: dict[str, Any]) -> None:
-        """One run dir = one experiment: refuse a finished session and a ledger another
-        experiment started (nothing is appended or overwritten)."""
-        try:
-            start = next((e["data"] for e in self.ledger.entries("session_start")), None)
-            check_same_experiment(start, header, self.run_dir)
-            if next(self.ledger.entries("session_end"), None) is not None:
-                raise ExperimentMismatch(f"{self.run_dir} holds a finished session (its ledger has a session_end "
-                                         "entry); nothing to resume, use a new run dir")
-        except ExperimentMismatch:
-            self.ledger.close()
-            raise
 
     # -- the harness ----------------------------------------------------------------------------
     def run(self, optimizer: Optimizer) -> RunRecord:
@@ -172,77 +162,34 @@ class Session:
         raise InfrastructureFailure(f"incomplete ({phase}): {problem}")
 
     def finish(self, final: Candidate | None, status: str = "ok", error: str | None = None) -> RunRecord:
-        """Score ``final`` on val and test (:mod:`.heldout_scoring`) and write the run record;
-        :class:`InfrastructureFailure` (no record, the ledger resumable) when the session was
-        stopped by its infrastructure or an example could not be scored for the infrastructure's sake."""
-        if self.service.stopped is not None:  # whatever the optimizer made of it, the run is not complete
-            self.end_incomplete("optimisation", self.service.stopped)
+        """Score ``final`` on val and test (:mod:`.heldout_scoring`), then write the run record and
+        the session's last entries; :class:`InfrastructureFailure` (no record, the ledger
+        resumable) when the session was stopped by its infrastructure or an example could not be
+        scored for the infrastructure's sake."""
         try:
+            if self.service.stopped is not None:  # whatever the optimizer made of it, the run is not complete
+                raise InfrastructureFailure(self.service.stopped)
             self.task = with_test_split(self.task, self._heldout_source)
             final = None if final is None else check_candidate(final)
             scoring = HeldoutScoring(self.scorer, self.deploy_scorer, self.variant, self.ledger, self.seed,
                                      self.service.interruptible, self.heldout_progress)
             scores = HeldoutScores() if final is None else scoring.score(self.task, final, self.service.usage)
-            return self._end(final, status, error, scores)
+            record = RunRecord.build(session=self, final=final, status=status, error=error, test_verdicts=scores.test,
+                                     val_verdicts=scores.val, test_metrics=scores.test_metrics,
+                                     val_score_own_verifier=scores.val_score_own_verifier)
+            record.reserve_room(self.run_dir)
+            with self.ledger.batch():  # what the scoring left for the end, and session_end naming the record
+                for kind, data in scores.end_entries:
+                    self.ledger.append(kind, data)
+                self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
+                                                   "metric_calls": self.service.usage.metric_calls,
+                                                   "record_sha256": record.digest()})
+            record.ledger_head, record.ledger_entries = self.ledger.head, len(self.ledger)
+            if self.ledger.signing_key is not None:
+                record.sign(self.ledger.signing_key)
+            record.save(self.run_dir)
+            self.ledger.close()
+            return record
         except (InfrastructureFailure, LedgerError) as exc:  # an endpoint, a sandbox or the disk
-            self.end_incomplete("held-out scoring", str(exc))
-
-    def _end(self, final: Candidate | None, status: str, error: str | None, scores: HeldoutScores) -> RunRecord:
-        """The run record, room for it on disk, then the session's last entries (what the held-out
-        scoring left for the end, and ``session_end`` naming the record) in one ledger batch."""
-        record = RunRecord.build(session=self, final=final, status=status, error=error,
-                                 test_verdicts=scores.test, val_verdicts=scores.val)
-        record.extra["test_metrics"] = scores.test_metrics  # the verifier is the experiment's (record.verifier)
-        record.extra.update(optimizer_statements(self.ledger))
-        if scores.val_score_own_verifier is not None:
-            record.extra["val_score_own_verifier"] = scores.val_score_own_verifier
-        self._reserve_room_for(record)
-        with self.ledger.batch():
-            for kind, data in scores.end_entries:
-                self.ledger.append(kind, data)
-            self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
-                                               "metric_calls": self.service.usage.metric_calls,
-                                               "record_sha256": record.digest()})
-        record.ledger_head = self.ledger.head
-        record.ledger_entries = len(self.ledger)
-        if self.ledger.signing_key is not None:
-            record.sign(self.ledger.signing_key)
-        record.save(self.run_dir)
-        self.ledger.close()
-        return record
-
-    def _reserve_room_for(self, record: RunRecord) -> None:
-        """Write the record once under a scratch name before ``session_end``: a disk that fills
-        between that entry and the record would leave a finished ledger without a record, which no
-        resume can finish; failing here leaves the session resumable instead."""
-        probe = self.run_dir / f".{RECORD_FILE}.room"
-        try:
-            probe.write_text(json.dumps(record.content(), default=str) + " " * 4096)
-        except OSError as exc:
-            raise InfrastructureFailure(f"cannot write the run record in {self.run_dir}: {exc.strerror or exc}; "
-                                        "free space, then rerun the same command with --resume") from None
-        finally:
-            probe.unlink(missing_ok=True)
-
-
-#: what an optimizer states about its run (an ``optimizer_event`` of these kinds) and the record keeps:
-#: the split that selected its final candidate, and what its library could not make reproducible
-SELECTION_EVENT, NOT_REPRODUCIBLE_EVENT = "final_selection", "not_reproducible"
-SELECTION_SPLITS = ("val", "train", "train+val", "none")
-
-
-def optimizer_statements(ledger: Ledger) -> dict[str, Any]:
-    """``selection`` ({split, how}) and ``not_reproducible`` ({what}) as the optimizer last stated
-    them in the ledger, each None when it stated nothing (user code need not). The optimizer's word,
-    not the harness's measurement; the report says so. A split outside :data:`SELECTION_SPLITS` is
-    kept as "unknown"; texts are cut to 300 characters."""
-    stated: dict[str, Any] = {"selection": None, "not_reproducible": None}
-    for entry in ledger.entries("optimizer_event"):
-        kind, data = entry["data"].get("kind"), entry["data"].get("data") or {}
-        if kind == SELECTION_EVENT:
-            split = data.get("split")
-            stated["selection"] = {"split": split if split in SELECTION_SPLITS else "unknown",
-                                   "how": str(data.get("how", ""))[:300]}
-        elif kind == NOT_REPRODUCIBLE_EVENT:
-            stated["not_reproducible"] = {"what": str(data.get("what", ""))[:300]}
-    return stated
+            stopped = self.service.stopped
+            self.end_incomplete("optimisation" if stopped else "held-out scoring", stopped or str(exc))
