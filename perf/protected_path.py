@@ -54,15 +54,16 @@ def start_cot_server(latency: float) -> tuple[subprocess.Popen, str]:
 
 class RecordingClient(ModelClient):
     """The session's worker: a ModelClient that keeps each batch it was asked to send (a list
-    reference per batch, nothing copied), so the bare run sends exactly the same."""
+    reference per batch, nothing copied), so the bare run sends exactly the same. The session asks
+    for its answers as they arrive (``complete_each``); the bare client waits for each batch whole."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.batches: list[list[ChatRequest]] = []
 
-    def complete_many(self, requests, **kwargs):
+    def complete_each(self, requests):
         self.batches.append(list(requests))
-        return super().complete_many(requests, **kwargs)
+        return super().complete_each(requests)
 
 
 def batch_optimizer(view, seed):

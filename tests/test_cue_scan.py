@@ -33,7 +33,8 @@ FRAGMENTS = [
     "the answer is ", "The Answer: ", "ANSWER", "answer", "answers", "answer=", "my final answer is", "Our best answer",
     "the correct answer =", "theanswer is", "this answer is", "the  \n\t answer is", "the\u2003answer:", "####", "#",
     "> ", "- ", "* ", "_", "`", "**", "\n", ". ", "? ", "!\t", " ", "x", "(B)", "12", "Q: ", "\u0130", "\u0131",
-    "\u017f", "be\u017ft answer is", "TH\u0130 answer", "\u212a", "é", "\u00a0", "\u2028",
+    "\u017f", "be\u017ft answer is", "TH\u0130 answer", "\u212a", "é", "\u00a0", "\u2028", "answering", "answer_",
+    "answer9", "answer ** is", "answer is", "answer`=", "ANSWERis", "the answering answer:", "answer\u00e9",
     "fin" * 30, " " * 70, "#" * 70, "the " * 20,
 ]
 
@@ -62,3 +63,11 @@ def test_every_character_a_cue_can_hold_before_its_anchor_is_walked_back_over():
     missing = [hex(c) for c in range(sys.maxunicode + 1)
                if prefix_char.fullmatch(chr(c)) and chr(c) not in walked and not chr(c).isspace()]
     assert missing == []
+    assert not [ch for ch in walked if re.fullmatch("(?i)w", ch)]  # so no run crosses an "answer"
+
+
+def test_a_match_is_tried_only_where_the_cue_regexs_own_lookahead_lets_it_start():
+    lookahead = re.compile(r"(?i)[tmocrfba \t>#*_-]")
+    starts = {chr(c) for c in range(sys.maxunicode + 1) if lookahead.fullmatch(chr(c))}
+    assert starts == set(extraction_text._CUE_FIRST)
+    assert CUE.pattern.startswith(r"(?=[tmocrfba \t>#*_-])")

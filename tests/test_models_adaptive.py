@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from heldout.models import ChatRequest, ModelClient
-from heldout.models.client import AdaptiveLimit, parse_retry_after
+from heldout.models.pacing import AdaptiveLimit, parse_retry_after
 from ratelimit_server import RateLimitedServer  # tests/, on the path
 
 

@@ -275,18 +275,24 @@ class Scorer:
                                 model=self.worker.model, temperature=temperature, max_tokens=max_tokens,
                                 channel=channel, replicate=replicate, extra=stop)
                     for ex in examples]
-        responses = self.worker.complete_many(requests, return_exceptions=True)
-        verdicts = []
-        for ex, resp in zip(examples, responses):
-            if isinstance(resp, BaseException):
-                verdicts.append(Verdict.failure(ex.id, f"worker call failed: {resp}", model_failure_kind(resp)))
-                continue
-            usage.record(channel, resp)
-            verdict = self.benchmark.score_text(resp.text, ex, context)
-            verdict.usage = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
-                             "seconds": resp.seconds, "cached": float(resp.cached)}
-            verdicts.append(verdict)
-        return verdicts
+        # each output is scored as it arrives, while the others are in flight, when the client can say
+        complete_each = getattr(self.worker, "complete_each", None)
+        answers = complete_each(requests) if callable(complete_each) else \
+            enumerate(self.worker.complete_many(requests, return_exceptions=True))
+        verdicts: list[Verdict | None] = [None] * len(examples)
+        for i, resp in answers:
+            verdicts[i] = self._verdict(examples[i], resp, channel, usage, context)
+        return [v if v is not None else Verdict.failure(ex.id, "the worker returned no answer for it", "model_error")
+                for ex, v in zip(examples, verdicts)]
+
+    def _verdict(self, ex: Example, resp: Any, channel: str, usage: Usage, context: RunContext) -> Verdict:
+        if isinstance(resp, BaseException):
+            return Verdict.failure(ex.id, f"worker call failed: {resp}", model_failure_kind(resp))
+        usage.record(channel, resp)
+        verdict = self.benchmark.score_text(resp.text, ex, context)
+        verdict.usage = {"prompt_tokens": resp.prompt_tokens, "completion_tokens": resp.completion_tokens,
+                         "seconds": resp.seconds, "cached": float(resp.cached)}
+        return verdict
 
 
 def infrastructure_failures(what: str, verdicts: Sequence[Verdict]) -> str | None:

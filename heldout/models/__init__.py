@@ -6,7 +6,8 @@ model through llama.cpp (:mod:`heldout.models.backends.llama`, ``heldout serve-m
 makes a local function one."""
 
 from heldout.models.cache import CachedResponse, CacheError, ResponseCache
-from heldout.models.client import ModelClient, backoff_delay
+from heldout.models.client import ModelClient
+from heldout.models.pacing import backoff_delay
 from heldout.models.types import (CHANNELS, BatchError, ChannelUsage, ChatClient, ChatRequest, ChatResponse, ModelError,
                                   UsageMeter, check_chat_client)
 from heldout.models.recording import Recorder, Replay, ReplayError, ReplayMiss, read_recording

@@ -15,145 +15,24 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import email.utils
 import json
 import os
-import random
+import queue
 import threading
 import time
 import urllib.request
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import httpcore
 import httpx
 
+from heldout.models.pacing import AdaptiveLimit, backoff_delay, parse_retry_after, retryable_status
 from heldout.models.types import BatchError, ChatRequest, ChatResponse, ModelError, UsageMeter
 
 if TYPE_CHECKING:
     from heldout.models.cache import ResponseCache
     from heldout.models.recording import Recorder, Replay
-
-def parse_retry_after(header: str | None) -> float | None:
-    """A ``Retry-After`` header (seconds or an HTTP date) in seconds, clamped to [0, 60]; None
-    when absent or unreadable."""
-    if not header:
-        return None
-    try:
-        seconds = float(header)
-    except ValueError:
-        try:
-            seconds = email.utils.parsedate_to_datetime(header).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    return min(max(seconds, 0.0), 60.0)
-
-
-def backoff_delay(attempt: int, retry_after: str | None, *, base: float, cap: float,
-                  rng: random.Random | None = None) -> float:
-    """Seconds to wait before retry number ``attempt`` (1-based). A ``Retry-After`` header
-    (seconds or an HTTP date) is honoured as given, up to 60 s; otherwise exponential backoff
-    with equal jitter: uniform in [d/2, d] for d = min(cap, base * 2**(attempt-1))."""
-    seconds = parse_retry_after(retry_after)
-    if seconds is not None:
-        return seconds
-    d = min(cap, base * 2 ** (attempt - 1))
-    return d / 2 + (rng or random).uniform(0, d / 2)
-
-
-def _retryable_status(status: int) -> bool:
-    return status == 429 or status == 408 or status >= 500
-
-
-class AdaptiveLimit:
-    """How many endpoint calls may be in flight, learned from the endpoint (like TCP's window).
-
-    Rule: start at ``initial`` and grow by one per success (slow start: doubling per round
-    trip) up to ``ssthresh``, then by 1/window per success (additive increase), never past
-    ``limit``. A 429 cuts the window to 0.7 of itself and sets ``ssthresh`` to it, once per round of requests
-    (answers to requests sent before the last cut do not cut again), and a ``Retry-After`` holds
-    every new call until it has passed. Calls are paced: successive starts are at least
-    round-trip / window apart (round trip = moving average of successful calls), so a window's
-    calls do not arrive as one burst at a rate limiter. Only used inside the client's event loop."""
-
-    DECREASE = 0.7  # gentler than halving (as CUBIC): the window's sawtooth stays near the rate
-
-    def __init__(self, limit: int, initial: int = 2) -> None:
-        self.limit = limit
-        self.window = float(min(initial, limit))
-        self.ssthresh = float(limit)
-        self.in_flight = 0
-        self.epoch = 0               # bumped at every cut
-        self.hold_until = 0.0        # loop time before which no new call starts
-        self.round_trip = 0.0        # moving average of successful calls' seconds (0: unknown)
-        self.next_start = 0.0        # loop time of the earliest next start (pacing)
-        self._waiting: collections.deque[asyncio.Future] = collections.deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    async def acquire(self) -> int:
-        """Wait for a free place in the window (and the end of any hold or pacing gap), first
-        come first served; returns the epoch the call starts in."""
-        loop = asyncio.get_running_loop()
-        turn = loop.create_future()
-        self._waiting.append(turn)
-        self._wake()
-        try:
-            await turn
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self.release()  # granted just as we were cancelled: give the place back
-            else:
-                self._waiting.remove(turn)
-            raise
-        return self.epoch
-
-    def _wake(self) -> None:
-        """Grant places to waiters in order while the window, hold and pacing allow; when only
-        time stands in the way, come back then (one timer, not one per waiter)."""
-        loop = asyncio.get_running_loop()
-        while self._waiting and self.in_flight < int(self.window):
-            now = loop.time()
-            start_at = max(self.hold_until, self.next_start)
-            if start_at > now:
-                if self._timer is None or self._timer.when() > start_at:
-                    if self._timer is not None:
-                        self._timer.cancel()
-                    self._timer = loop.call_at(start_at, self._on_timer)
-                return
-            turn = self._waiting.popleft()
-            if turn.done():  # cancelled while waiting
-                continue
-            self.in_flight += 1
-            self.next_start = now + self.round_trip / self.window
-            turn.set_result(None)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._wake()
-
-    def release(self) -> None:
-        self.in_flight -= 1
-        self._wake()
-
-    def succeeded(self, seconds: float | None = None) -> None:
-        if seconds is not None:
-            self.round_trip = seconds if self.round_trip == 0 else 0.875 * self.round_trip + 0.125 * seconds
-        if self.window < self.ssthresh:
-            self.window = min(self.limit, self.window + 1.0)
-        else:
-            self.window = min(self.limit, self.window + 1.0 / self.window)
-        self._wake()
-
-    def throttled(self, epoch: int, retry_after: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        if retry_after is not None:
-            self.hold_until = max(self.hold_until, loop.time() + retry_after)
-        if epoch == self.epoch:  # first news of this round's overload
-            self.epoch += 1
-            self.window = max(1.0, self.window * self.DECREASE)
-            self.ssthresh = self.window
-        self._wake()
-
 
 class _Connections:
     """The endpoint's connections, one per call in flight, each kept alive for the next call.
@@ -338,16 +217,10 @@ class ModelClient:
         Raises :class:`BatchError` (a :class:`ModelError`, clear message) when some request still
         fails after retries; every other response is cached, recorded and kept in
         ``error.results``. With ``return_exceptions=True`` the failures are returned in place."""
-        requests = list(requests)
-        for i, req in enumerate(requests):
-            if not isinstance(req, ChatRequest):
-                raise TypeError(f"request {i} is a {type(req).__name__}, not a ChatRequest")
+        requests = self._checked(requests)
         if not requests:
             return []
         engine = self._get_engine()
-        if threading.current_thread() is engine.thread:
-            raise RuntimeError("complete_many called from the client's own event loop; await "
-                               "acomplete there instead")
         future = engine.submit(self._complete_all(requests, engine))
         try:
             results = future.result()
@@ -358,12 +231,60 @@ class ModelClient:
             raise BatchError(results)
         return results
 
+    def complete_each(self, requests: Sequence[ChatRequest]) -> Iterator[tuple[int, ChatResponse | ModelError]]:
+        """Answer every request as :meth:`complete_many` does with ``return_exceptions=True``, but
+        yield ``(index, answer)`` as each answer arrives, so the caller works on one answer while
+        the others are in flight (a session scores each output then). Leaving the loop early
+        cancels what is still running. A subclass that overrides :meth:`complete_many` is served
+        by it (its answers then come in input order, once all are in)."""
+        requests = self._checked(requests)
+        if type(self).complete_many is not ModelClient.complete_many:
+            yield from enumerate(self.complete_many(requests, return_exceptions=True))
+            return
+        if not requests:
+            return
+        engine = self._get_engine()
+        arrived: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+
+        async def one(i: int, req: ChatRequest) -> None:
+            try:
+                arrived.put((i, await self._acomplete(req, engine)))
+            except ModelError as exc:
+                arrived.put((i, exc))
+            except BaseException as exc:  # a bug or a cancellation: raised in the caller's thread
+                arrived.put((i, _Raised(exc)))
+                raise
+
+        async def every() -> None:
+            await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+
+        future = engine.submit(every())
+        try:
+            for _ in range(len(requests)):
+                i, answer = arrived.get()
+                if isinstance(answer, _Raised):
+                    raise answer.exc
+                yield i, answer
+        finally:
+            future.cancel()  # nothing left when all arrived; else the caller left early or was interrupted
+
     def complete(self, request: ChatRequest) -> ChatResponse:
         """One request, synchronously; raises :class:`ModelError` when it fails."""
         result = self.complete_many([request], return_exceptions=True)[0]
         if isinstance(result, ModelError):
             raise result
         return result
+
+    def _checked(self, requests: Sequence[ChatRequest]) -> list[ChatRequest]:
+        requests = list(requests)
+        for i, req in enumerate(requests):
+            if not isinstance(req, ChatRequest):
+                raise TypeError(f"request {i} is a {type(req).__name__}, not a ChatRequest")
+        engine = self._engine
+        if requests and engine is not None and threading.current_thread() is engine.thread:
+            raise RuntimeError("complete_many called from the client's own event loop; await "
+                               "acomplete there instead")
+        return requests
 
     async def _complete_all(self, requests: list[ChatRequest], engine: _Engine) -> list[Any]:
         async def one(req: ChatRequest) -> Any:
@@ -532,7 +453,7 @@ class ModelClient:
                         f"{url} answered HTTP {reply.status_code}: {reply.text[:200]!r}",
                         kind="http_status", request_key=key, status=reply.status_code,
                         attempts=attempt)
-                    if not _retryable_status(reply.status_code):
+                    if not retryable_status(reply.status_code):
                         self.usage.add(channel, failures=1)
                         raise problem
                     retry_after = reply.headers.get("retry-after")
@@ -555,6 +476,13 @@ class ModelClient:
         if self.recorder is not None:
             self.recorder.write(request, response)
         return response
+
+
+class _Raised:
+    """An exception of one request's task other than a :class:`ModelError`, carried to the caller."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
 def _parse_completion(reply: httpx.Response, completion: bool = False) -> tuple[str, int, int]:

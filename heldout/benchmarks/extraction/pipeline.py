@@ -38,7 +38,8 @@ HEADLINE_MODE = "published"
 
 @dataclass(frozen=True)
 class Grammar:
-    """How one answer format is read. Each reader returns the canonical answer or None.
+    """How one answer format is read. Each reader returns the canonical answer or None, and is a
+    pure function of its text (a read may ask it twice about one text and use its first answer).
 
     ``strict``: the cleaned text after a cue starts with the answer in its strict form;
     ``loose``: the first candidate of a looser grammar in that text;
@@ -178,8 +179,24 @@ def read_modes(text: str | None, grammar: Grammar, modes: tuple[str, ...],
     body = cut_run_on(fold(text) if grammar.fold else text, markers)
     if not body.strip():
         return {mode: Reading(None, "empty") for mode in modes}
+    grammar = _remembering(grammar)
     ctx = Context(body, grammar, final_cue(body, grammar))
     return {mode: _run_stages(ctx, MODES[mode]) for mode in modes}
+
+
+def _remembering(grammar: Grammar) -> Grammar:
+    """``grammar`` for one text, each reader remembering what it read: the final-cue rule and the
+    stages of every mode read the same cue's text again (readers are pure functions of it)."""
+    def remember(reader: Callable[[str], Any]) -> Callable[[str], Any]:
+        seen: dict[str, Any] = {}
+
+        def read_once(segment: str) -> Any:
+            if segment not in seen:
+                seen[segment] = reader(segment)
+            return seen[segment]
+        return read_once
+    return Grammar(grammar.name, remember(grammar.strict), remember(grammar.loose), remember(grammar.last),
+                   remember(grammar.hedged), grammar.fold)
 
 
 def _run_stages(ctx: Context, names: tuple[str, ...]) -> Reading:

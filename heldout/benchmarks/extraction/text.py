@@ -111,9 +111,12 @@ def cue_ends(text: str) -> list[int]:
 # Every cue holds an anchor: "answer" (any case), or "####". What a cue holds before its "answer"
 # (the words of the first form and whitespace, or the second form's padding) is made of these
 # characters (and whitespace); the letters' case-insensitive equivalents outside ASCII (dotted and
-# dotless i, long s) are named, and tests/test_cue_scan.py checks the set against the regex.
+# dotless i, long s) are named, and tests/test_cue_scan.py checks the set against the regex. No "w"
+# is among them, so that text never runs across an "answer".
 _BEFORE_ANCHOR = frozenset("themyourfinalcgbsTHEMYOURFINALCGBS\u0130\u0131\u017f>#*_-")
+_CUE_FIRST = frozenset("tmocrfbaTMOCRFBA \t>#*_-")  # where _CUE's lookahead lets a match start
 _ANSWER = re.compile("answer", re.IGNORECASE)
+_ANSWER_TAIL = re.compile(r"answer\b[\s*_`]*(?:is\b|:|=)", re.IGNORECASE)  # how every cue's "answer" goes on
 _LONG_RUN = 64  # a longer run before an anchor is searched by the regex itself (one scan, in C)
 
 
@@ -123,11 +126,14 @@ _LONG_RUN = 64  # a longer run before an anchor is searched by the regex itself 
 def _cue_ends(text: str) -> tuple[int, ...]:
     """The ends of ``_CUE.finditer(text)``'s matches, found by trying the regex only where a match
     can start: in the run of anchor-prefix characters that ends at an anchor. Positions before
-    ``pos`` are tried already or inside a match, so each position is tried at most once."""
+    ``pos`` are tried already or hold no match, so each position is tried at most once."""
     ends: list[int] = []
     pos = 0
     for anchor in _anchors(text):
         if anchor < pos:
+            continue
+        if text[anchor] != "#" and not _ANSWER_TAIL.match(text, anchor):
+            pos = anchor + 1  # no cue holds this "answer" ("answering"), nor runs across it to a later one
             continue
         start = anchor
         while start > pos and (text[start - 1] in _BEFORE_ANCHOR or text[start - 1].isspace()):
@@ -135,7 +141,8 @@ def _cue_ends(text: str) -> tuple[int, ...]:
         if anchor - start > _LONG_RUN:
             found = _CUE.search(text, start)  # the leftmost match from here, wherever it is
         else:
-            found = next(filter(None, (_CUE.match(text, p) for p in range(start, anchor + 1))), None)
+            found = next((m for p in range(start, anchor + 1)
+                          if text[p] in _CUE_FIRST and (m := _CUE.match(text, p))), None)
             if found is None:
                 pos = anchor + 1
                 continue

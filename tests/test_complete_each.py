@@ -1,0 +1,103 @@
+"""``ModelClient.complete_each``: every answer of a batch, handed over as it arrives (a session scores
+each output while the rest are in flight), the same answers ``complete_many`` gives, against a real
+loopback server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from heldout import load_task
+from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
+from heldout.models import ChatRequest, ModelClient, ModelError
+from heldout.models.testserver import TestServer, reply_for
+
+FAST = {"backoff_base": 0.001, "backoff_cap": 0.01}
+
+
+def word_sorting(i: int) -> ChatRequest:
+    return ChatRequest(messages=({"role": "user", "content": f"Sort the following words alphabetically: List: w{i} b a c"},),
+                       model="test-model")
+
+
+def test_answers_come_as_they_arrive_and_are_complete_manys_answers():
+    requests = [word_sorting(i) for i in range(24)]
+    # a seeded third of the requests is held 0.4 s by the server: they arrive last
+    with TestServer(stall_rate=0.3, stall_seconds=0.4, seed=5) as srv, \
+            ModelClient("test-model", srv.base_url, concurrency=24) as client:
+        arrived = list(client.complete_each(requests))
+        stalled = srv.stats.stalls
+    assert sorted(i for i, _ in arrived) == list(range(24))
+    assert all(answer.text == reply_for(list(requests[i].messages)) for i, answer in arrived)
+    assert 0 < stalled < 24
+    assert [i for i, _ in arrived] != list(range(24))  # not input order: the held ones came last
+    first_seconds = [answer.seconds for _, answer in arrived[: 24 - stalled]]
+    assert max(first_seconds) < 0.4
+
+
+def test_a_failed_request_is_its_model_error_in_place_and_the_others_are_answered():
+    requests = [word_sorting(i) for i in range(20)]
+    with TestServer(error_rate=0.4, seed=2) as srv, \
+            ModelClient("test-model", srv.base_url, max_retries=0, **FAST) as client:
+        arrived = dict(client.complete_each(requests))
+    failed = [i for i, a in arrived.items() if isinstance(a, ModelError)]
+    assert len(arrived) == 20 and failed and len(failed) < 20
+    assert all(arrived[i].status == 500 for i in failed)
+    assert all(arrived[i].text == reply_for(list(requests[i].messages)) for i in arrived if i not in failed)
+
+
+def test_leaving_the_loop_early_cancels_the_requests_still_in_flight():
+    with TestServer(latency=0.3) as srv, ModelClient("test-model", srv.base_url, concurrency=2) as client:
+        answers = client.complete_each([word_sorting(i) for i in range(10)])
+        next(answers)
+        answers.close()
+        time.sleep(0.8)  # what was not cancelled would have been sent by now
+        calls = srv.stats.calls
+    assert calls <= 4
+
+
+def test_a_subclass_that_overrides_complete_many_is_served_by_it():
+    class Counting(ModelClient):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.asked = []
+
+        def complete_many(self, requests, **kwargs):
+            self.asked.append(len(requests))
+            return super().complete_many(requests, **kwargs)
+
+    with TestServer() as srv, Counting("test-model", srv.base_url) as client:
+        arrived = list(client.complete_each([word_sorting(i) for i in range(5)]))
+    assert client.asked == [5] and [i for i, _ in arrived] == [0, 1, 2, 3, 4]
+
+
+def test_a_request_that_is_no_chat_request_is_refused_before_anything_is_sent():
+    with TestServer() as srv, ModelClient("test-model", srv.base_url) as client:
+        with pytest.raises(TypeError, match="request 1 is a dict"):
+            list(client.complete_each([word_sorting(0), {"messages": []}]))
+        assert srv.stats.calls == 0
+
+
+def test_the_scorer_gives_the_same_verdicts_scoring_each_answer_as_it_arrives(word_sorting_task):
+    examples = word_sorting_task.splits["train"][:12]
+    candidate = word_sorting_task.benchmark.seed_candidate()
+
+    class Whole(ModelClient):  # overrides complete_many: answers in one piece, in input order
+        def complete_many(self, requests, **kwargs):
+            return super().complete_many(requests, **kwargs)
+
+    verdicts = {}
+    with TestServer(stall_rate=0.3, stall_seconds=0.2, seed=1) as srv:
+        for client_class in (ModelClient, Whole):
+            with client_class("test-model", srv.base_url) as worker:
+                scorer = Scorer(word_sorting_task.benchmark, worker)
+                got = scorer.score(candidate, examples, OPTIMISATION, Usage())
+            verdicts[client_class] = [{**v.to_dict(), "usage": None} for v in got]
+    assert verdicts[ModelClient] == verdicts[Whole]
+    assert [v["example_id"] for v in verdicts[ModelClient]] == [ex.id for ex in examples]
+
+
+@pytest.fixture(scope="module")
+def word_sorting_task(data_dir):
+    return load_task("bbh/word_sorting", "default", data_dir)
