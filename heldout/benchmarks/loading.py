@@ -59,6 +59,18 @@ class Task:
         return replace(self, splits={k: v for k, v in self.splits.items() if k not in held},
                        held_back={**self.held_back, **held})
 
+    def restored(self, source: "Task | tuple[str, str, str | None, bool]") -> "Task":
+        """This task with the splits :meth:`without` held back: ``source`` itself when it is a
+        loaded task, else reloaded (and verified against the manifest) from ``source``'s
+        ``(name, profile, data_dir, allow_drift)``. :class:`DataError` when it no longer loads with
+        the sizes this copy kept."""
+        if not self.held_back:
+            return self
+        full = source if isinstance(source, Task) else load_task(*source)
+        if full.sizes() != self.sizes():
+            raise DataError(f"{full.name} loads with split sizes {full.sizes()}, not {self.sizes()} as before")
+        return full
+
     def split(self, name: str) -> list[Example]:
         if name in self.held_back:
             raise DataError(f"the {name} split of {self.name!r} is held back until the session scores its final "
@@ -106,9 +118,9 @@ def load_task(name: str, profile: str = "default", data_dir: str | os.PathLike |
     :class:`DriftError` naming the task, the ids and the changed fields, unless ``allow_drift``
     is set, in which case the task loads with ``task.drift`` describing what changed."""
     benchmark = get_benchmark(name)
+    resolved = resolve_data_dir(data_dir) if not benchmark.source.embedded else None
     manifest = manifest_holding(name, profile)
     splits_ids = manifest.profile(profile)
-    resolved = resolve_data_dir(data_dir) if not benchmark.source.embedded else None
     examples = benchmark.load_raw(resolved)
     report = manifest.verify(examples, manifest.profile_ids(profile))
     drift = None

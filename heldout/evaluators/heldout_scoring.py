@@ -1,10 +1,8 @@
 """Held-out scoring: the final candidate scored by the harness once the optimizer has returned,
 outside its budget, and what the session's end must record of it.
 
-* The task gets its test split back (:func:`with_test_split`): reloaded and verified against the
-  manifest for a session made from a task name, so no test example is in the process while the
-  optimizer runs (see :mod:`heldout.evaluators.session`).
-* :meth:`HeldoutScoring.score` scores val and test with the canonical verifier and the experiment's
+* :meth:`HeldoutScoring.score` (on the session's task with its test split back:
+  :meth:`~heldout.benchmarks.loading.Task.restored`) scores val and test with the canonical verifier and the experiment's
   own options (the deployment scorer), in chunks. Each chunk's verdicts reach the ledger as one
   batch before the next chunk is scored: after an interruption, an infrastructure failure or a
   kill the ledger keeps what was scored, and a resumed session scores only the examples still
@@ -24,33 +22,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
-from heldout.benchmarks.loading import Task, load_task
+from heldout.benchmarks.loading import Task
 from heldout.benchmarks.verifiers import CANONICAL, Variant
-from heldout.contracts import (Candidate, Example, HeldoutError, InfrastructureFailure, Verdict, candidate_id,
-                               is_infrastructure_failure)
+from heldout.contracts import Candidate, Example, InfrastructureFailure, Verdict, candidate_id, is_infrastructure_failure
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage, infrastructure_failures
-
-#: where a session made from a task name finds its test split again: (name, profile, data dir, allow drift)
-TaskSource = tuple[str, str, "str | None", bool]
-
-
-def with_test_split(task: Task, source: Task | TaskSource) -> Task:
-    """``task`` with its test split again, once the optimizer has finished: reloaded (and verified
-    against the manifest) from ``source``'s name, or ``source`` itself when the session was handed
-    a loaded :class:`Task`. A split that no longer loads as it did is an infrastructure failure
-    (the session stays resumable)."""
-    if "test" not in task.held_back:
-        return task
-    try:
-        full = source if isinstance(source, Task) else load_task(*source)
-    except HeldoutError as exc:
-        raise InfrastructureFailure(f"cannot load the test split to score the final candidate: {exc}") from None
-    if full.sizes() != task.sizes():
-        raise InfrastructureFailure(f"the test split of {full.name} loads with sizes {full.sizes()}, not "
-                                    f"{task.sizes()} as when the session started")
-    return full
-
 
 @dataclass
 class HeldoutScores:
@@ -82,13 +58,27 @@ class HeldoutScoring:
 
     def score(self, task: Task, final: Candidate, usage: Usage) -> HeldoutScores:
         """``final`` (checked) scored on ``task``'s val and test, the canonical verdicts written
-        chunk by chunk behind a ``final_candidate`` entry."""
+        chunk by chunk behind a ``final_candidate`` entry; then, under a verifier variant, val as
+        the optimizer's own verifier shows it (what it optimised; the verifier ablation's "validation
+        gain"; the val score itself under the canonical verifier, so not scored again); then the
+        benchmark's extra test metrics."""
         cid = candidate_id(final)
         self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
-        scores = HeldoutScores()
-        scores.val = self._score_canonical(final, cid, "val", task.splits.get("val", []), usage)
-        scores.test = self._score_canonical(final, cid, "test", task.splits.get("test", []), usage)
-        self._score_own_verifier(final, cid, task, usage, scores)
+        canonical = {split: self._score_canonical(final, cid, split, task.splits.get(split, []), usage)
+                     for split in ("val", "test")}
+        scores = HeldoutScores(val=canonical["val"], test=canonical["test"])
+        val = task.splits.get("val", [])
+        if not self.variant.canonical and val:
+            with self.interruptible():
+                scorings = [self.scorer.score_all(final, val, DEPLOYMENT, usage, "val (own verifier)",
+                                                  self.variant.options, r)
+                            for r in range(self.variant.repeats)]
+            shown = [self.variant.show([s[k] for s in scorings], ex, seed=self.seed, candidate_id=cid)
+                     for k, ex in enumerate(val)]
+            scores.end_entries += [("val_scoring_own_verifier", {"candidate_id": cid, "example_id": ex.id,
+                                                                 "verifier": self.variant.name, "verdict": v.to_dict()})
+                                   for ex, v in zip(val, shown)]
+            scores.val_score_own_verifier = task.benchmark.aggregate(shown)
         if scores.test:
             scores.test_metrics = task.benchmark.extra_metrics(final, scores.test,
                                                                self.deploy_scorer.context(DEPLOYMENT, usage))
@@ -124,25 +114,6 @@ class HeldoutScoring:
             raise InfrastructureFailure(infrastructure_failures(
                 split, failed + [recorded[ex.id] for ex in examples if ex.id in recorded]) or "")
         return [recorded[ex.id] for ex in examples]
-
-    def _score_own_verifier(self, final: Candidate, cid: str, task: Task, usage: Usage,
-                            scores: HeldoutScores) -> None:
-        """Under a verifier variant, the final candidate's val score as the optimizer's own verifier
-        would show it (what it optimised; the verifier ablation's "validation gain"). Nothing when
-        the session runs the canonical verifier (then it is the val score itself) or has no val split."""
-        examples = task.splits.get("val", [])
-        if self.variant.canonical or not examples:
-            return
-        with self.interruptible():
-            scorings = [self.scorer.score_all(final, examples, DEPLOYMENT, usage, "val (own verifier)",
-                                              self.variant.options, r)
-                        for r in range(self.variant.repeats)]
-        shown = [self.variant.show([s[k] for s in scorings], ex, seed=self.seed, candidate_id=cid)
-                 for k, ex in enumerate(examples)]
-        scores.end_entries += [("val_scoring_own_verifier", {"candidate_id": cid, "example_id": ex.id,
-                                                             "verifier": self.variant.name, "verdict": v.to_dict()})
-                               for ex, v in zip(examples, shown)]
-        scores.val_score_own_verifier = task.benchmark.aggregate(shown)
 
 
 def recorded_verdicts(ledger: Ledger, split: str, cid: str) -> dict[str, Verdict]:

@@ -45,10 +45,11 @@ the optimizer and scores exactly the held-out examples still missing.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Mapping, NoReturn
+from typing import Any, Callable, Iterator, Mapping, NoReturn
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
@@ -59,7 +60,7 @@ from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, Visibil
 from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_resumable, describe_experiment
 from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels
 from heldout.evaluators.evaluation import EvaluationService
-from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring, TaskSource, with_test_split
+from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring
 from heldout.evaluators.view import MeteredArchitect, SessionView
 
 class Session:
@@ -81,7 +82,7 @@ class Session:
             raise HeldoutError(f"models must be SessionModels(worker=..., architect=...), got {type(models).__name__}")
         loaded = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
         # the test split is held back until the final candidate is scored (see the module docstring)
-        self._heldout_source: Task | TaskSource = (
+        self._heldout_source: Task | tuple[str, str, str | None, bool] = (
             task if isinstance(task, Task) else (task, profile, data_dir, allow_drift))
         self.task = loaded.without("test")
         del loaded
@@ -166,10 +167,13 @@ class Session:
         the session's last entries; :class:`InfrastructureFailure` (no record, the ledger
         resumable) when the session was stopped by its infrastructure or an example could not be
         scored for the infrastructure's sake."""
-        try:
+        with self._incomplete_on_failure("held-out scoring"):
             if self.service.stopped is not None:  # whatever the optimizer made of it, the run is not complete
                 raise InfrastructureFailure(self.service.stopped)
-            self.task = with_test_split(self.task, self._heldout_source)
+            try:  # the test split again, held back while the optimizer ran (see the module docstring)
+                self.task = self.task.restored(self._heldout_source)
+            except HeldoutError as exc:
+                raise InfrastructureFailure(f"cannot load the test split to score the final candidate: {exc}") from None
             final = None if final is None else check_candidate(final)
             scoring = HeldoutScoring(self.scorer, self.deploy_scorer, self.variant, self.ledger, self.seed,
                                      self.service.interruptible, self.heldout_progress)
@@ -190,6 +194,14 @@ class Session:
             record.save(self.run_dir)
             self.ledger.close()
             return record
-        except (InfrastructureFailure, LedgerError) as exc:  # an endpoint, a sandbox or the disk
+
+    @contextlib.contextmanager
+    def _incomplete_on_failure(self, phase: str) -> Iterator[None]:
+        """Around a phase of the session: a failure of its infrastructure (an endpoint, a sandbox,
+        the disk) ends the session incomplete (:meth:`end_incomplete`); in the optimisation phase
+        when the session had already stopped for one."""
+        try:
+            yield
+        except (InfrastructureFailure, LedgerError) as exc:
             stopped = self.service.stopped
-            self.end_incomplete("optimisation" if stopped else "held-out scoring", stopped or str(exc))
+            self.end_incomplete("optimisation" if stopped else phase, stopped or str(exc))

@@ -277,7 +277,11 @@ class LockpickingBenchmark(Benchmark):
         if form == "prompt":
             return _exhaustive_result(None, 0, "not deterministic: a prompt candidate")
         truth = _exhaustive_truth()
-        if form == "sql":
+        if form == "python":
+            result = self._python_exhaustive(candidate, truth, limits)
+            if result["exhaustive_error_kind"] == "sandbox_error":
+                return result
+        else:
             try:
                 checked = sqlmod.check_sql(candidate[SQL])
                 if checked.uses_ai:
@@ -288,10 +292,6 @@ class LockpickingBenchmark(Benchmark):
                 return _exhaustive_result(None, 0, str(exc))
             agree = int(((~np.ma.getmaskarray(got)) & (np.ma.getdata(got) == truth)).sum())
             result = _exhaustive_result(agree / truth.size, truth.size, None)
-        else:
-            result = self._python_exhaustive(candidate, truth, limits)
-            if result["exhaustive_error_kind"] == "sandbox_error":
-                return result
         self._remember(self._exhaustive, key, result)
         return result
 
