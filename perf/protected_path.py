@@ -10,7 +10,9 @@ session sent, in the same batches, and nothing else. Session, bare, session, bar
 is the mean of its two runs, so a change of load during the run hits both.
 
 Targets (issue 60): session wall within 1.3x of the bare client's at 0 ms latency, 1.10x at 50 ms
-and concurrency 16. CPU per metric call is this process's CPU time (every thread) over the
+and concurrency 16. The *floor* is the same requests with only the work the protected path cannot
+drop (each output scored as it arrives, each batch's verdicts appended to a real ledger with one
+write, fsync and head): how close to the bare client any session can come on this machine. CPU per metric call is this process's CPU time (every thread) over the
 requests; the server's CPU is its own process's.
 
     python perf/protected_path.py [--latency 0 --latency 0.05] [--data-dir ../shared/data] [--profile out.prof]
@@ -33,6 +35,8 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the sibling scripts
 
 from heldout import Session, SessionModels, load_task  # noqa: E402
+from heldout.contracts import candidate_id  # noqa: E402
+from heldout.evaluators.ledger import Ledger  # noqa: E402
 from heldout.models import ChatRequest, ModelClient  # noqa: E402
 from machine import verdict  # noqa: E402
 
@@ -113,6 +117,44 @@ def run_bare(base_url: str, batches: list[list[ChatRequest]]) -> Timed:
         return Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
 
 
+def scored_examples(task, batches: list[list[ChatRequest]]) -> list[list]:
+    """The example of each request the session sent, batch by batch: the optimizer's batches of
+    train examples, then val and test in order (the held-out scoring's chunks)."""
+    order = [ex for _ in range(ROUNDS) for ex in task.splits["train"][:BATCH]] + task.splits["val"] + task.splits["test"]
+    out, k = [], 0
+    for batch in batches:
+        out.append(order[k:k + len(batch)])
+        k += len(batch)
+    for batch, examples in zip(batches, out):  # the order above is the session's: checked, not assumed
+        for request, ex in zip(batch, examples):
+            if ex.input["question"] not in request.messages[-1]["content"]:
+                raise SystemExit(f"request and example {ex.id} disagree: the session's order changed")
+    return out
+
+
+def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Path) -> Timed:
+    """The same requests with only the work the protected path cannot drop: each output scored as
+    it arrives (the task's own ``score_text``), and each batch's verdicts appended to a real ledger
+    (hash chain, one write, fsync and head per batch) before the next batch is sent."""
+    examples = scored_examples(task, batches)
+    with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client:
+        wall, cpu = time.perf_counter(), time.process_time()
+        ledger = Ledger.open(run_dir)
+        cid, calls = candidate_id({"instruction": "floor"}), 0
+        for batch, exs in zip(batches, examples):
+            calls += len(batch)
+            verdicts = [None] * len(batch)
+            for i, answer in client.complete_each(batch):
+                verdicts[i] = task.benchmark.score_text(answer.text, exs[i])
+            with ledger.batch():
+                for ex, verdict in zip(exs, verdicts):
+                    ledger.append("evaluation", {"candidate_id": cid, "split": "train", "example_id": ex.id,
+                                                 "cached": False, "metric_calls": calls, "verdict": verdict.to_dict(),
+                                                 "cost": 1})
+        ledger.close()
+        return Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
+
+
 def measure(latency: float, data_dir: str | None, profile_to: str | None = None) -> dict:
     """Session, bare, session, bare at ``latency``; the means and each run."""
     task = load_task(TASK, PROFILE, data_dir)
@@ -120,11 +162,12 @@ def measure(latency: float, data_dir: str | None, profile_to: str | None = None)
     root = Path(tempfile.mkdtemp(prefix="heldout-perf-protected-"))
     profiler = cProfile.Profile() if profile_to else None
     try:
-        sessions, bares = [], []
+        sessions, bares, floors = [], [], []
         for k in range(2):
             timed, batches = run_session(base_url, task, root / f"session-{k}", profiler if k == 1 else None)
             sessions.append(timed)
             bares.append(run_bare(base_url, batches))
+            floors.append(run_floor(base_url, task, batches, root / f"floor-{k}"))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -135,8 +178,9 @@ def measure(latency: float, data_dir: str | None, profile_to: str | None = None)
     return {"latency": latency, "requests": sessions[0].requests,
             "session_wall": mean(sessions, "wall"), "bare_wall": mean(bares, "wall"),
             "session_cpu": mean(sessions, "cpu"), "bare_cpu": mean(bares, "cpu"),
+            "floor_wall": mean(floors, "wall"), "floor_cpu": mean(floors, "cpu"),
             "ledger_bytes": sessions[0].ledger_bytes, "ledger_entries": sessions[0].ledger_entries,
-            "runs": {"session": sessions, "bare": bares}}
+            "runs": {"session": sessions, "bare": bares, "floor": floors}}
 
 
 def rows_of(m: dict) -> list[dict]:
@@ -150,6 +194,8 @@ def rows_of(m: dict) -> list[dict]:
              "target": f"<= {target:.2f}x bare ModelClient (same run)", "passed": ratio <= target,
              "note": f"session {walls('session')} s, bare {walls('bare')} s; CPU per metric call "
                      f"{1000 * m['session_cpu'] / n:.2f} ms against {1000 * m['bare_cpu'] / n:.2f} ms bare; "
+                     f"floor (bare + scoring each output as it arrives + a ledger batch per batch) "
+                     f"{m['floor_wall'] / m['bare_wall']:.2f}x bare, {1000 * m['floor_cpu'] / n:.2f} ms CPU per call; "
                      f"ledger {m['ledger_bytes'] / m['ledger_entries']:.0f} B/entry"}]
 
 
