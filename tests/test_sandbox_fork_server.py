@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import pytest
 
 from heldout.contracts import RunLimits
-from heldout.sandbox import PROGRAM_PRELOAD, cgroups, cleanup, monitor, run_calls, run_function, zygote
+from heldout.sandbox import PROGRAM_PRELOAD, cgroups, cleanup, control, monitor, run_calls, run_function, zygote
 from heldout.sandbox.root import SCRATCH_DIR, child_env
 
 pytestmark = pytest.mark.skipif(not zygote.fork_server_enabled(),
@@ -195,7 +195,7 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     time.sleep(0.2)
     cleanup.drain_cleanup()
     nested = [d for d in server.group.dirs["memory"].iterdir() if d.name.startswith("heldout-run-")]
-    assert len(nested) <= zygote.STOCKED_GROUPS  # the groups it left were removed, none piles up
+    assert len(nested) <= control.STOCKED_GROUPS  # the groups it left were removed, none piles up
 
 
 def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_one(monkeypatch):

@@ -21,7 +21,8 @@ MAY_TAKE = {
     "process": {"launcher": {"*"}, "monitor": {"*"}, "cgroups": {"limits_level"}, "root": {"probe_bwrap"}},
     "monitor": {"launcher": {"Launched"}},  # the type of what it watches
     "launcher": {"zygote": {"*"}, "cgroups": {"*"}, "root": {"*"}, "cleanup": {"*"}},
-    "zygote": {"cgroups": {"*"}, "root": {"*"}, "cleanup": {"*"}},
+    "zygote": {"cgroups": {"*"}, "root": {"*"}, "cleanup": {"*"}, "control": {"ControlChannel", "GroupStock"}},
+    "control": {"cgroups": {"RunGroup"}, "cleanup": {"after_run"}},  # talking to a zygote, and its stocked groups
 }
 
 

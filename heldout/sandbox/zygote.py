@@ -15,9 +15,9 @@ limit are enforced here, and the run's processes are killed here through the exe
 cgroup (host pids, whatever the zygote says). The zygote's exit report only feeds messages.
 
 Each execution has its own cgroup, nested in the zygote's. The harness makes a few empty ones in
-advance (:data:`STOCKED_GROUPS`) and hands them to the zygote, whose spares join them before any
-request comes; a request goes to the spare of a group the harness took, with that group's limits
-already set. Joining (a ``cgroup.procs`` write can wait ~10 ms for an RCU grace period) and making
+advance (:class:`~heldout.sandbox.control.GroupStock`) and hands them to the zygote, whose spares
+join them before any request comes; a request goes to the spare of a group the harness took, with
+that group's limits already set. Joining (a ``cgroup.procs`` write can wait ~10 ms for an RCU grace period) and making
 a group are then off the execution's path. Without a prepared spare, the request brings a new
 group and its child joins it, as the harness checks for every forked child.
 
@@ -31,9 +31,7 @@ dies under it, before its outcome, runs again whole in a fresh sandbox.
 
 from __future__ import annotations
 
-import array
 import atexit
-import collections
 import itertools
 import json
 import os
@@ -52,6 +50,7 @@ from typing import Sequence
 
 from heldout.sandbox.cgroups import RunGroup, limits_level
 from heldout.sandbox.cleanup import after_run, drain_cleanup
+from heldout.sandbox.control import ControlChannel, GroupStock
 from heldout.sandbox.root import CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, child_env, python_path
 
 FORK_SERVER_ENV = "HELDOUT_FORK_SERVER"  # "0": a fresh sandbox per execution (the opt-out)
@@ -62,9 +61,6 @@ START_SECONDS = 30.0  # to import the preload set under load
 EXIT_REPORT_SECONDS = 5.0  # after its processes were killed, an execution's exit is reported at once
 RETRY_SECONDS = 60.0
 MAX_SERVERS = 4
-# execution groups made in advance, for the zygote's spares to join before a request comes: the
-# four spares' groups and two queued, so that a refill right after a request still finds one
-STOCKED_GROUPS = 6
 # the zygote's own group holds every execution's group; each execution has its own limits
 OUTER_MEMORY_MB = 1 << 20
 OUTER_PROCESSES = 1 << 14
@@ -132,132 +128,86 @@ def wait_readable(fd: int, seconds: float) -> bool:
     return bool(poller.poll(max(0.0, seconds) * 1000))
 
 
+def _spawn(preload: Preload, inbox: Path, group: RunGroup, control: socket.socket, log) -> subprocess.Popen:
+    """Start a zygote for ``preload`` in a bubblewrap sandbox, in ``group``, with ``inbox`` as its
+    code dir (the task's helpers in a folder of it, out of every child's sight), ``control`` its
+    end of the control channel and ``log`` its stdout and stderr."""
+    helpers_dir = ""
+    if preload.helpers:
+        (inbox / HELPERS_DIR).mkdir(mode=0o755)
+        for name, text in preload.helpers:
+            (inbox / HELPERS_DIR / name).write_text(text, encoding="utf-8")
+        helpers_dir = f"{CODE_DIR}/{HELPERS_DIR}"
+    argv = bwrap_argv(AllowList(code=inbox, scratch_mb=1), privileged=True)
+    cmd = group.attach_argv([*argv, "--", sys.executable, *PYTHON_FLAGS, "-c", SOURCE, "zygote",
+                             str(control.fileno()), json.dumps(list(preload.modules)), json.dumps(python_path()),
+                             helpers_dir])
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(control.fileno(),),
+                            start_new_session=True, env=child_env(SCRATCH_DIR), cwd="/")
+
+
 class ForkServer:
-    """One zygote (see the module docstring). Thread-safe: executions may run concurrently."""
+    """One zygote (see the module docstring): its process, the executions it runs and when it
+    stops taking them. Talking to it is :class:`~heldout.sandbox.control.ControlChannel`'s, the
+    groups stocked for its spares :class:`~heldout.sandbox.control.GroupStock`'s. Thread-safe:
+    executions may run concurrently."""
 
     def __init__(self, preload: Preload) -> None:
         self.preload = preload
         self.inbox = Path(tempfile.mkdtemp(prefix="heldout-inbox-")).resolve()
         self.group = RunGroup.create(memory_mb=OUTER_MEMORY_MB, max_processes=OUTER_PROCESSES)
         self._ids = itertools.count(1)
-        self._send_lock = threading.Lock()
         self._mutex = threading.Lock()  # guards the state below
         self._unserved: set[int] = set()  # executions the zygote had no spare for
         self._down: str | None = None
-        self._stock: dict[int, RunGroup] = {}  # groups handed to the zygote, by group id
-        self._ready: collections.deque[int] = collections.deque()  # of those, joined by a spare
-        self._stocking = 0
-        self._group_ids = itertools.count(1)
         self._active: set[int] = set()  # executions started and not yet reaped
         self._retiring = False
         self._closed = False
         self._log = tempfile.TemporaryFile()
-        self.ctl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.channel = ControlChannel(ours)
+        self.stock = GroupStock(self.group, self.channel, lambda: self._down is None)
         try:
             if self.group.level == "rlimit":
                 raise ForkServerDown("no cgroup for the fork server")
-            helpers_dir = ""
-            if preload.helpers:
-                (self.inbox / HELPERS_DIR).mkdir(mode=0o755)
-                for name, text in preload.helpers:
-                    (self.inbox / HELPERS_DIR / name).write_text(text, encoding="utf-8")
-                helpers_dir = f"{CODE_DIR}/{HELPERS_DIR}"
-            argv = bwrap_argv(AllowList(code=self.inbox, scratch_mb=1), privileged=True)
-            cmd = self.group.attach_argv([*argv, "--", sys.executable, *PYTHON_FLAGS, "-c", SOURCE, "zygote",
-                                          str(theirs.fileno()), json.dumps(list(preload.modules)),
-                                          json.dumps(python_path()), helpers_dir])
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-                                         pass_fds=(theirs.fileno(),), start_new_session=True,
-                                         env=child_env(SCRATCH_DIR), cwd="/")
+            self.proc = _spawn(preload, self.inbox, self.group, theirs, self._log)
         except BaseException:
             theirs.close()
             self.close()
             raise
         theirs.close()
-        self.ctl.settimeout(START_SECONDS)
+        self.preloaded = self._hello()
+        threading.Thread(target=self._read_reports, name="heldout-fork-server-reports", daemon=True).start()
+        self.stock.refill()
+
+    def _hello(self) -> list[str]:
+        """The zygote's first message (it is ready, with what it preloaded), or ForkServerDown."""
+        sock = self.channel.sock
+        sock.settimeout(START_SECONDS)
         try:
-            hello = json.loads(self.ctl.recv(1 << 16) or b"null")
+            hello = json.loads(sock.recv(1 << 16) or b"null")
         except (OSError, ValueError) as exc:
             self.close()
             raise ForkServerDown(f"the fork server did not start: {exc!r} {self.log_tail()}") from exc
         if not isinstance(hello, dict) or hello.get("ready") is not True:
             self.close()
             raise ForkServerDown(f"the fork server did not start: {hello!r} {self.log_tail()}")
-        self.preloaded = list(hello.get("preloaded") or [])
-        self.ctl.settimeout(None)
-        threading.Thread(target=self._read_reports, name="heldout-fork-server-reports", daemon=True).start()
-        self._restock()
+        sock.settimeout(None)
+        return list(hello.get("preloaded") or [])
 
-    # -- control channel ----------------------------------------------------------------------------
     def _read_reports(self) -> None:
-        while True:
-            try:
-                data = self.ctl.recv(1 << 16)
-                msg = json.loads(data) if data else None
-            except (OSError, ValueError):
-                msg = None
-            gone = None
-            with self._mutex:
-                if not isinstance(msg, dict):
-                    self._down = self._down or "the fork server closed its control channel"
-                    return
-                if type(msg.get("spare")) is int and msg["spare"] in self._stock:
-                    self._ready.append(msg["spare"])
-                elif type(msg.get("group_gone")) is int:
-                    gone = self._stock.pop(msg["group_gone"], None)
-            if gone is not None:
-                # its spare died, or its child moved to a request's own group: nothing is left in
-                # it to kill
-                after_run(gone.remove)
-
-    def _restock(self) -> None:
-        """Keep :data:`STOCKED_GROUPS` execution groups (no limits yet) at the zygote, for its
-        spares to join in advance: making a group and joining it (a ``cgroup.procs`` write can wait
-        ~10 ms for an RCU grace period) are then off the executions' path."""
-        while True:
-            with self._mutex:
-                if self._down is not None or len(self._stock) + self._stocking >= STOCKED_GROUPS:
-                    return
-                self._stocking += 1
-            try:
-                group = RunGroup.create(memory_mb=None, max_processes=None, parent=self.group)
-                if group.level == "rlimit":
-                    return
-                gid = next(self._group_ids)
-                with self._mutex:
-                    self._stock[gid] = group  # before the zygote can name it
-                fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
-                try:
-                    with self._send_lock:
-                        self.ctl.sendmsg([json.dumps({"stock": gid}).encode()],
-                                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-                except OSError:
-                    with self._mutex:
-                        self._stock.pop(gid, None)
-                    after_run(group.close)
-                    return
-                finally:
-                    for fd in fds:
-                        os.close(fd)
-            finally:
-                with self._mutex:
-                    self._stocking -= 1
+        while (message := self.channel.receive()) is not None:
+            self.stock.on_report(message)
+        self.mark_down("the fork server closed its control channel")
 
     def _take_ready_group(self) -> tuple[int | None, RunGroup | None]:
         """A stocked group that a spare has joined (its id and the group), or (None, None)."""
-        with self._mutex:
-            while self._ready:
-                gid = self._ready.popleft()
-                group = self._stock.pop(gid, None)
-                if group is not None:
-                    return gid, group
-        return None, None
+        return self.stock.take_ready()
 
     def spares_in_groups(self) -> int:
         """How many of the zygote's spares wait, ready, in a group of their own (the rest, made
         before a group was there for them, wait in the zygote's group)."""
-        with self._mutex:
-            return len(self._ready)
+        return self.stock.spares_in_groups()
 
     def alive(self) -> bool:
         return self._down is None and self.proc.poll() is None
@@ -309,9 +259,7 @@ class ForkServer:
                    "scratch_bytes": int(scratch_mb) * 1024 * 1024, "env": env, "n_cgroup_fds": len(cgroup_fds)}
         passed = [stdin_r, out_w, res_w, *cgroup_fds, exit_w]  # the last one stays with the zygote
         try:
-            with self._send_lock:
-                self.ctl.sendmsg([json.dumps(request).encode()],
-                                 [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", passed))])
+            self.channel.send(request, passed)
         except OSError as exc:
             for fd in (stdin_w, out_r, res_r, exit_r):
                 os.close(fd)
@@ -325,7 +273,7 @@ class ForkServer:
         global _forked
         with _lock:
             _forked += 1
-        after_run(self._restock)  # off the caller's path: the child waits for its job
+        after_run(self.stock.refill)  # off the caller's path: the child waits for its job
         return Execution(ident, stdin_w, out_r, res_r, exit_r, group)
 
     def kill(self, execution: Execution, wait: bool = True) -> None:
@@ -339,8 +287,7 @@ class ForkServer:
         """Ask the zygote to kill the execution's reaper (the cheap way for a run that already
         said it is done: :meth:`wait_exit` then tells when all of it is gone)."""
         try:
-            with self._send_lock:
-                self.ctl.sendmsg([json.dumps({"kill": execution.ident}).encode()])
+            self.channel.send({"kill": execution.ident})
         except OSError:
             pass
 
@@ -431,12 +378,8 @@ class ForkServer:
         self.mark_down("closed")
         with self._mutex:
             self._closed = True
-            self._stock.clear()  # nested in the zygote's group: removed with it
-            self._ready.clear()
-        try:
-            self.ctl.close()
-        except OSError:
-            pass
+        self.stock.clear()
+        self.channel.close()
         proc = getattr(self, "proc", None)
         if proc is None:
             self.group.kill_all()
