@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from heldout.evaluators.ledger import HEAD_FILE, HEAD_PURPOSE, LEDGER_FILE, entry_hash, head_payload
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.signing import SigningKey, parse_private_key
+from warm_cli import WarmCli
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = "heilbronn/triangle11"  # one held-out instance: the seed candidate is ~80% worse on every seed
@@ -39,9 +40,17 @@ def home(root: Path, name: str, secret: str | None = None) -> dict[str, str]:
     return env
 
 
-def heldout(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=300)
+@pytest.fixture(scope="module")
+def cli() -> WarmCli:
+    """The real command, each call a process of its own with the environment of the machine it
+    plays (forked from one that imported heldout once: heldout reads homes and keys when it runs)."""
+    warm = WarmCli()
+    yield warm
+    warm.close()
+
+
+def heldout(cli: WarmCli, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return cli.run(*args, cwd=REPO, env=env)
 
 
 def run_dirs(study: Path) -> list[Path]:
@@ -49,12 +58,12 @@ def run_dirs(study: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def world(cli, tmp_path_factory):
     """A CI secret key; a baseline made on runner A and, on runner B, an identical rerun and a planted
     regression, all signed with the secret; a PR study B signed with B's own key; a reviewer home."""
     root = tmp_path_factory.mktemp("machines")
     secret_file = root / "ci-key.pem"
-    made = heldout(home(root, "maintainer"), "key", "generate", str(secret_file), "--name", "ci")
+    made = heldout(cli, home(root, "maintainer"), "key", "generate", str(secret_file), "--name", "ci")
     assert made.returncode == 0, made.stderr
     signers_line = made.stdout.strip()
     secret = secret_file.read_text()
@@ -76,9 +85,9 @@ def world(tmp_path_factory):
             "reviewer": home(root, "reviewer"), "secret": secret}
 
 
-def test_the_gate_passes_an_identical_rerun_from_another_runner_with_the_public_key_only(world):
+def test_the_gate_passes_an_identical_rerun_from_another_runner_with_the_public_key_only(cli, world):
     root, reviewer = world["root"], world["reviewer"]
-    done = heldout(reviewer, "check", "--baseline", str(root / "baseline"), "--current", str(root / "rerun"),
+    done = heldout(cli, reviewer, "check", "--baseline", str(root / "baseline"), "--current", str(root / "rerun"),
                    "--trust-key", f"ci={world['public_key']}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("PASS") and "identical" in done.stdout
@@ -90,16 +99,16 @@ def test_the_gate_passes_an_identical_rerun_from_another_runner_with_the_public_
     assert heads[0] != heads[1]
 
 
-def test_the_gate_fails_a_planted_regression_checked_with_the_committed_signers_file(world):
+def test_the_gate_fails_a_planted_regression_checked_with_the_committed_signers_file(cli, world):
     root = world["root"]
-    done = heldout(world["reviewer"], "check", "--baseline", str(root / "baseline"), "--current",
+    done = heldout(cli, world["reviewer"], "check", "--baseline", str(root / "baseline"), "--current",
                    str(root / "regression"), "--trusted-signers", str(world["signers"]))
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.startswith("REGRESSION")
 
 
-def test_the_reviewer_verifies_authenticity_and_names_the_signer(world):
-    done = heldout(world["reviewer"], "ledger", "verify", str(world["root"] / "baseline"),
+def test_the_reviewer_verifies_authenticity_and_names_the_signer(cli, world):
+    done = heldout(cli, world["reviewer"], "ledger", "verify", str(world["root"] / "baseline"),
                    "--trusted-signers", str(world["signers"]))
     assert done.returncode == 0, done.stdout
     lines = done.stdout.splitlines()
@@ -107,13 +116,13 @@ def test_the_reviewer_verifies_authenticity_and_names_the_signer(world):
     assert lines[5] == "5 run(s) checked: 5 authentic"
 
 
-def test_a_study_signed_by_a_key_not_trusted_fails_naming_its_fingerprint(world):
+def test_a_study_signed_by_a_key_not_trusted_fails_naming_its_fingerprint(cli, world):
     root, reviewer = world["root"], world["reviewer"]
     laptop = load_key_of(root / "laptop")
-    done = heldout(reviewer, "ledger", "verify", str(root / "own-key"), "--trusted-signers", str(world["signers"]))
+    done = heldout(cli, reviewer, "ledger", "verify", str(root / "own-key"), "--trusted-signers", str(world["signers"]))
     assert done.returncode == 4
     assert all(line.startswith("UNTRUSTED") and laptop.fingerprint in line for line in done.stdout.splitlines()[:2])
-    gate = heldout(reviewer, "check", "--baseline", str(root / "baseline"), "--current", str(root / "own-key"),
+    gate = heldout(cli, reviewer, "check", "--baseline", str(root / "baseline"), "--current", str(root / "own-key"),
                    "--trusted-signers", str(world["signers"]))
     assert gate.returncode == 2 and gate.stdout == ""
     err = gate.stderr.splitlines()
@@ -122,25 +131,26 @@ def test_a_study_signed_by_a_key_not_trusted_fails_naming_its_fingerprint(world)
                and len(line) - len(str(root)) < 250 for line in err[1:])
 
 
-def test_no_trusted_signer_and_no_key_never_passes(world):
+def test_no_trusted_signer_and_no_key_never_passes(cli, world):
     root = world["root"]
-    done = heldout(world["reviewer"], "check", "--baseline", str(root / "baseline"), "--current", str(root / "rerun"))
+    done = heldout(cli, world["reviewer"], "check", "--baseline", str(root / "baseline"), "--current",
+                   str(root / "rerun"))
     assert done.returncode == 2
     assert "no trusted signer was given and this machine has no signing key" in done.stderr.splitlines()[0]
 
 
-def test_a_copied_study_with_one_record_number_edited_and_re_signed_is_tampered(world, tmp_path):
+def test_a_copied_study_with_one_record_number_edited_and_re_signed_is_tampered(cli, world, tmp_path):
     copy = copy_study(world, tmp_path)
     run_dir = run_dirs(copy)[2]
     record = RunRecord.load(run_dir)
     record.test_score = 0.01  # the forger's number ...
     record.sign(forger())  # ... signed with the forger's key
     record.save(run_dir)
-    done = heldout(world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    done = heldout(cli, world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
     assert done.returncode == 1
     line = next(line for line in done.stdout.splitlines() if str(run_dir) in line)
     assert line.startswith("INVALID") and "was edited after the session wrote it" in line
-    gate = heldout(world["reviewer"], "check", "--baseline", str(copy), "--current", str(world["root"] / "rerun"),
+    gate = heldout(cli, world["reviewer"], "check", "--baseline", str(copy), "--current", str(world["root"] / "rerun"),
                    "--trusted-signers", str(world["signers"]))
     # the gate collects no run whose record disagrees with its ledger: one line names it and why
     err = gate.stderr.splitlines()
@@ -148,73 +158,74 @@ def test_a_copied_study_with_one_record_number_edited_and_re_signed_is_tampered(
     assert len(err[0].partition(str(run_dir))[2]) < 250
 
 
-def test_a_copied_study_with_one_ledger_entry_edited_rehashed_and_re_signed_is_untrusted(world, tmp_path):
+def test_a_copied_study_with_one_ledger_entry_edited_rehashed_and_re_signed_is_untrusted(cli, world, tmp_path):
     """The full forgery: a score raised in the ledger, the chain rehashed after it, session_end and
     the record made to match, head and record signed anew. Consistent, so only the key gives it away."""
     copy = copy_study(world, tmp_path)
     run_dir = run_dirs(copy)[0]
     key = forger()
     forge_score(run_dir, key)
-    done = heldout(world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    done = heldout(cli, world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
     assert done.returncode == 4
     line = next(line for line in done.stdout.splitlines() if str(run_dir) in line)
     assert line.startswith("UNTRUSTED") and key.fingerprint in line and "not among the trusted signers" in line
     # the forger's own key would call it authentic: the forgery is consistent, the key is the only defence
-    assert heldout(world["reviewer"], "ledger", "verify", str(run_dir), "--trust-key", key.public_key).returncode == 0
-    gate = heldout(world["reviewer"], "check", "--baseline", str(world["root"] / "baseline"), "--current", str(copy),
-                   "--trusted-signers", str(world["signers"]))
+    assert heldout(cli, world["reviewer"], "ledger", "verify", str(run_dir), "--trust-key",
+                   key.public_key).returncode == 0
+    gate = heldout(cli, world["reviewer"], "check", "--baseline", str(world["root"] / "baseline"), "--current",
+                   str(copy), "--trusted-signers", str(world["signers"]))
     assert gate.returncode == 2 and f"current run UNTRUSTED SIGNER {run_dir}" in gate.stderr
 
 
-def test_a_forged_entry_keeping_the_old_signatures_is_tampered(world, tmp_path):
+def test_a_forged_entry_keeping_the_old_signatures_is_tampered(cli, world, tmp_path):
     copy = copy_study(world, tmp_path)
     run_dir = run_dirs(copy)[1]
     forge_score(run_dir, key=None)
-    done = heldout(world["reviewer"], "ledger", "verify", str(run_dir), "--trusted-signers", str(world["signers"]))
+    done = heldout(cli, world["reviewer"], "ledger", "verify", str(run_dir), "--trusted-signers", str(world["signers"]))
     assert done.returncode == 1 and "does not match the content (edited after it was signed)" in done.stdout
 
 
-def test_a_study_stripped_of_its_signatures_is_unsigned_and_the_gate_refuses_it(world, tmp_path):
+def test_a_study_stripped_of_its_signatures_is_unsigned_and_the_gate_refuses_it(cli, world, tmp_path):
     copy = copy_study(world, tmp_path)
     for run_dir in run_dirs(copy):
         strip_signatures(run_dir)
-    done = heldout(world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    done = heldout(cli, world["reviewer"], "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
     assert done.returncode == 3 and done.stdout.startswith("UNANCHORED") and "unsigned" in done.stdout
-    gate = heldout(world["reviewer"], "check", "--baseline", str(world["root"] / "baseline"), "--current", str(copy),
-                   "--trusted-signers", str(world["signers"]))
+    gate = heldout(cli, world["reviewer"], "check", "--baseline", str(world["root"] / "baseline"), "--current",
+                   str(copy), "--trusted-signers", str(world["signers"]))
     assert gate.returncode == 2 and "current run UNSIGNED" in gate.stderr
 
 
-def test_an_hmac_era_study_verifies_where_it_was_written_is_unanchored_elsewhere_and_migrates(world, tmp_path):
+def test_an_hmac_era_study_verifies_where_it_was_written_is_unanchored_elsewhere_and_migrates(cli, world, tmp_path):
     copy = copy_study(world, tmp_path)  # written on runner-a: its ledger key anchors the heads
     for k, run_dir in enumerate(run_dirs(copy)):
         strip_signatures(run_dir, key_id=k % 2 == 0)  # heads that name their HMAC key, and older ones
     runner_a = home(world["root"], "runner-a")
-    here = heldout(runner_a, "ledger", "verify", str(copy))
+    here = heldout(cli, runner_a, "ledger", "verify", str(copy))
     assert here.returncode == 0 and "anchored by this machine's ledger key (HMAC" in here.stdout
     # another machine with a ledger key of its own: not INVALID, since nothing shows tampering
     other = home(tmp_path, "other")
     key_file = Path(other["XDG_CONFIG_HOME"]) / "heldout" / "ledger.key"
     key_file.parent.mkdir(parents=True)
     key_file.write_text(os.urandom(32).hex())
-    there = heldout(other, "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    there = heldout(cli, other, "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
     lines = there.stdout.splitlines()
     assert there.returncode == 3 and all(line.startswith("UNANCHORED") for line in lines[:5]), there.stdout
     assert sum("its HMAC anchor is another machine's ledger key" in line for line in lines) == 3
     assert sum("another machine's key or a rewritten head" in line for line in lines) == 2
     # migration: the writer signs what its ledger key vouches for; then anyone with the public key verifies
-    signed = heldout({**runner_a, "HELDOUT_SIGNING_KEY": world["secret"]}, "ledger", "sign", str(copy))
+    signed = heldout(cli, {**runner_a, "HELDOUT_SIGNING_KEY": world["secret"]}, "ledger", "sign", str(copy))
     assert signed.returncode == 0 and signed.stdout.count("signed    ") == 5
-    after = heldout(other, "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
+    after = heldout(cli, other, "ledger", "verify", str(copy), "--trusted-signers", str(world["signers"]))
     assert after.returncode == 0, after.stdout
     # ... and a run edited before migration is refused, not laundered
     forge_score(run_dirs(copy)[0], key=None)
-    assert heldout(runner_a, "ledger", "sign", str(run_dirs(copy)[0])).returncode == 1
+    assert heldout(cli, runner_a, "ledger", "sign", str(run_dirs(copy)[0])).returncode == 1
 
 
 @pytest.mark.parametrize("bad", ["a signers file that is a folder", "a signers line of one word",
                                  "a signers file naming nobody", "a key that is not one"])
-def test_a_bad_trust_list_is_one_line_and_exit_2_before_any_run_is_read(world, tmp_path, bad):
+def test_a_bad_trust_list_is_one_line_and_exit_2_before_any_run_is_read(cli, world, tmp_path, bad):
     signers = tmp_path / "allowed_signers"
     flags = ["--trusted-signers", str(signers)]
     if bad == "a signers file that is a folder":
@@ -227,7 +238,7 @@ def test_a_bad_trust_list_is_one_line_and_exit_2_before_any_run_is_read(world, t
         flags = ["--trust-key", "ci=ed25519:not-base64!"]
     for command in (["ledger", "verify", str(world["root"] / "baseline")],
                     ["check", "--baseline", str(world["root"] / "baseline"), "--current", str(world["root"] / "rerun")]):
-        done = heldout(world["reviewer"], *command, *flags)
+        done = heldout(cli, world["reviewer"], *command, *flags)
         assert done.returncode == 2 and done.stdout == "", (bad, done.stdout)
         assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith("heldout: error:"), done.stderr
 
