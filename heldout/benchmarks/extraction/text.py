@@ -52,6 +52,19 @@ def sanitize_text(value: Any) -> str | None:
         value = bytes(value).decode("utf-8", errors="replace")
     if not isinstance(value, str):
         return None
+    if type(value) is str and len(value) <= MAX_OUTPUT_CHARS:
+        return _sanitize_str(value)
+    return _sanitized(value)
+
+
+# A verdict sanitises its output, then its task's scorer sanitises what it is given again: the
+# second time is a lookup (equal texts have equal results; an output over the cap is not kept).
+@functools.lru_cache(maxsize=8)
+def _sanitize_str(value: str) -> str:
+    return _sanitized(value)
+
+
+def _sanitized(value: str) -> str:
     if type(value) is str and value.isascii() and not _CONTROL.search(value):
         return value  # nothing to replace or drop (most outputs): no copy
     return _CONTROL.sub("", _SURROGATE.sub("\ufffd", value))
