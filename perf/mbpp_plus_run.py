@@ -29,9 +29,11 @@ candidate that return at once (every execution, round trip, comparison and the s
 program work), plus (2) the **programs' own work**: the canonical solutions on every input,
 called in a bare interpreter, once for the expected outputs and once as the candidate, spread
 perfectly over the workers. Beside it, the same number of round trips over bare pipes between two
-processes. This floor is heldout's, not a physical ceiling: where the bare round trips are a small
-part of evalplus's time and the zero-work floor is above it, the row fails on heldout's harness
-per input, and the sentence says so.
+processes, and the zero-work floor again with one input per problem: what the executions cost
+(zygote, forks, expected-output runs, schedule) whatever their inputs, the rest of the floor being
+the inputs' round trips. This floor is heldout's, not a physical ceiling: where the bare round
+trips are a small part of evalplus's time and the zero-work floor is above it, the row fails on
+heldout's harness, and the sentence says which part (per execution or per input).
 
     python perf/mbpp_plus_run.py [--data-dir ../shared/data] [--workers 2] [--limit N]
 """
@@ -73,10 +75,12 @@ import json, sys, time
 from heldout.contracts import RunLimits
 from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
 path, workers, limit = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+one_input = sys.argv[4:5] == ["one"]  # each problem's first base input alone: the per-execution part
 items = []
 for p in load_problems(path)[:limit]:
     nothing = f"def {p['entry_point']}(*args, **kwargs):\n    return ()\n"
-    items.append(({**p, "prompt": "", "canonical_solution": nothing}, nothing))
+    cut = {"base_input": p["base_input"][:1], "plus_input": []} if one_input else {}
+    items.append(({**p, **cut, "prompt": "", "canonical_solution": nothing}, nothing))
 start = time.perf_counter()
 results = check_many(items, workers=workers, limits=RunLimits(wall_seconds=120, cpu_seconds=120, memory_mb=4096))
 seconds = time.perf_counter() - start
@@ -161,12 +165,15 @@ def pipe_round_trip_seconds(trips: int = 2000) -> float:
 def harness_floor(jsonl: Path, workers: int, limit: int | None) -> dict:
     """heldout's floor on these problems (see the module docstring): the zero-work floor plus
     the programs' own work twice (expected outputs, candidate) over ``workers``; beside it, what
-    the floor's round trips would cost as bare pipe round trips."""
-    floor = _last_json_line([sys.executable, "-c", FLOOR_RUNNER, str(jsonl), str(workers), json.dumps(limit)],
-                            _heldout_env())
+    the floor's round trips would cost as bare pipe round trips, and the zero-work floor again
+    with one input per problem (what the executions cost whatever their inputs: the rest is
+    the inputs' round trips)."""
+    floor, one = (_last_json_line([sys.executable, "-c", FLOOR_RUNNER, str(jsonl), str(workers), json.dumps(limit),
+                                   *extra], _heldout_env()) for extra in ((), ("one",)))
     own = _last_json_line([sys.executable, "-c", OWN_WORK_RUNNER, str(jsonl), json.dumps(limit)], _heldout_env())
     spread = 2 * own["seconds"] / workers
     return {"floor": floor["seconds"], "floor_inputs": floor["inputs_run"], "own": own["seconds"],
+            "one_input": one["seconds"], "one_input_inputs": one["inputs_run"],
             "seconds": floor["seconds"] + spread, "pipe": pipe_round_trip_seconds()}
 
 
@@ -239,10 +246,17 @@ def floor_text(got: dict) -> str:
     if got.get("evalplus"):
         reference = got["evalplus"]["seconds"]
         text += f" = {c['seconds'] / reference:.2f}x evalplus"
+    extra_inputs = c["floor_inputs"] - c["one_input_inputs"]
+    if extra_inputs > 0:
+        per_input = max(0.0, c["floor"] - c["one_input"]) / extra_inputs * workers
+        text += (f"; of the zero-work floor, {c['one_input']:.2f} s is its executions with one input each, then "
+                 f"{per_input * 1e6:.0f} us of wall per further input and worker")
+    if got.get("evalplus"):
         text += (f"; the same round trips over bare pipes ({c['pipe'] * 1e6:.0f} us each) would take {bare:.2f} s"
                  f" = {bare / reference:.2f}x")
         if c["floor"] > reference and bare < 0.5 * reference:
-            text += ": the gap is heldout's harness per input, not the programs nor the pipe"
+            part = "per execution" if c["one_input"] > c["floor"] / 2 else "per input"
+            text += f": the gap is heldout's harness {part}, not the programs nor the pipe"
     return text
 
 
