@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -140,6 +141,18 @@ def keyed_study(server, data_dir, tmp_path_factory):
     return run_dir
 
 
+RULE_VARIANTS = ("--variants", "decomposed,scalar")
+
+
+@pytest.fixture(scope="module")
+def rule_study(server, data_dir, tmp_path_factory):
+    """The generic rule's protocol with two named verifier variants (read only by its tests; a test
+    that runs the protocol again does so on a copy)."""
+    run_dir = tmp_path_factory.mktemp("rule") / "study"
+    assert protocol(run_dir, server, data_dir, "generic_rule", *RULE_VARIANTS) == 0
+    return run_dir
+
+
 def test_a_verbatim_key_shows_in_the_autopsy_and_is_never_read_as_transfer(keyed_study, capsys):
     result = saved(keyed_study)
     assert result["split"]["proven"] and not result["split"]["allowed_topic_shared"]
@@ -250,18 +263,19 @@ def test_a_family_level_key_is_read_as_memorisation_at_the_topic_level(server, d
     assert "Memorisation pays at the topic level" in text and "Transfer:" not in text
 
 
-def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(server, data_dir, tmp_path, capsys):
-    run_dir = tmp_path / "rule"
-    assert protocol(run_dir, server, data_dir, "generic_rule") == 0
-    result = saved(run_dir)
+def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(rule_study, server, data_dir, tmp_path,
+                                                                          capsys):
+    result = saved(rule_study)
     assert result["autopsy"]["rows"] and all(r["share"] == 0.0 for r in result["autopsy"]["rows"])
     assert "Spearman correlation undefined: the answer-key share is the same" in result["autopsy"]["correlation_note"]
     assert "No final candidate holds an answer key" in " ".join(s["text"] for s in result["reading"])
     assert result["answer"] != "memorisation" and "Memorisation" not in " ".join(s["text"] for s in result["reading"])
+    run_dir = tmp_path / "rule"
+    shutil.copytree(rule_study, run_dir)
     records = sorted(run_dir.glob("runs/*/generic_rule/seed-*/run_record.json"))
     before = [p.read_text() for p in records]
     capsys.readouterr()
-    assert protocol(run_dir, server, data_dir, "generic_rule", "--json") == 0
+    assert protocol(run_dir, server, data_dir, "generic_rule", *RULE_VARIANTS, "--json") == 0
     again = json.loads(capsys.readouterr().out)
     assert [p.read_text() for p in records] == before  # finished cells are skipped, not rerun
     assert again["comparison"] == result["comparison"]
@@ -319,9 +333,8 @@ def test_allow_topic_shared_runs_and_the_report_says_so(server, data_dir, tmp_pa
     assert start["data"]["split"]["allowed_topic_shared"] is True
 
 
-def test_named_variants_add_the_verifier_table_and_its_readings(server, data_dir, tmp_path):
-    run_dir = tmp_path / "variants"
-    assert protocol(run_dir, server, data_dir, "generic_rule", "--variants", "decomposed,scalar") == 0
+def test_named_variants_add_the_verifier_table_and_its_readings(rule_study):
+    run_dir = rule_study
     result = saved(run_dir)
     assert [r["variant"] for r in result["verifier"]["rows"]] == ["decomposed", "scalar"]
     sources = [s["source"] for s in result["reading"]]
