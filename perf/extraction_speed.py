@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE.parent / "tests")]
 
 from adversarial_outputs import adversarial_outputs, published_reading  # noqa: E402
-from heldout.benchmarks.extraction.text import _cue_ends  # noqa: E402
+from heldout.benchmarks.extraction.text import forget_texts  # noqa: E402
 from machine import verdict  # noqa: E402
 from reference_rules import official_mmlu_pro  # noqa: E402
 
@@ -41,7 +41,7 @@ TARGET_MS = 50.0
 def median_seconds(fn: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
-        _cue_ends.cache_clear()  # every repeat scans its text afresh, as a new output is
+        forget_texts()  # every repeat reads its text afresh, as a new output is
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)

@@ -25,8 +25,14 @@ def regex_scan(text: str) -> list[int]:
 
 
 def anchored_scan(text: str) -> list[int]:
-    extraction_text._cue_ends.cache_clear()
-    return cue_ends(text)
+    """The scan next to anchors, however dense they are (it hands dense ones to the plain scan)."""
+    extraction_text.forget_texts()
+    dense = extraction_text._CHARS_PER_ANCHOR
+    extraction_text._CHARS_PER_ANCHOR = 0
+    try:
+        return cue_ends(text)
+    finally:
+        extraction_text._CHARS_PER_ANCHOR = dense
 
 
 FRAGMENTS = [
@@ -55,6 +61,12 @@ def test_long_runs_before_an_anchor_and_anchors_that_are_no_cue_give_the_regex_m
     ]
     for text in texts:
         assert anchored_scan(text) == regex_scan(text)
+
+
+def test_outputs_dense_with_anchors_are_scanned_plainly_with_the_same_cues():
+    for text in ["The answer is maybe 7 or " * 4_000 + "The answer is 12", "So the answer is (A). " * 50]:
+        extraction_text.forget_texts()
+        assert cue_ends(text) == regex_scan(text) == anchored_scan(text)
 
 
 def test_every_character_a_cue_can_hold_before_its_anchor_is_walked_back_over():

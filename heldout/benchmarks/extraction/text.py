@@ -64,6 +64,13 @@ def _sanitize_str(value: str) -> str:
     return _sanitized(value)
 
 
+def forget_texts() -> None:
+    """Forget the texts read so far (the sanitised texts and cue scans kept for a second read), so
+    a measurement that reads one text again reads it as a new output."""
+    _sanitize_str.cache_clear()
+    _cue_ends.cache_clear()
+
+
 def _sanitized(value: str) -> str:
     if type(value) is str and value.isascii() and not _CONTROL.search(value):
         return value  # nothing to replace or drop (most outputs): no copy
@@ -131,6 +138,9 @@ _CUE_FIRST = frozenset("tmocrfbaTMOCRFBA \t>#*_-")  # where _CUE's lookahead let
 _ANSWER = re.compile("answer", re.IGNORECASE)
 _ANSWER_TAIL = re.compile(r"answer\b[\s*_`]*(?:is\b|:|=)", re.IGNORECASE)  # how every cue's "answer" goes on
 _LONG_RUN = 64  # a longer run before an anchor is searched by the regex itself (one scan, in C)
+# an anchor costs about as much to try as the regex's scan of 55 characters (perf/extraction_speed.py's
+# cue-dense outputs): with more than one anchor in this many characters, the plain scan is cheaper
+_CHARS_PER_ANCHOR = 55
 
 
 # A task's scorer reads one output several times (published, strict and flexible rules, the run-on
@@ -140,9 +150,12 @@ def _cue_ends(text: str) -> tuple[int, ...]:
     """The ends of ``_CUE.finditer(text)``'s matches, found by trying the regex only where a match
     can start: in the run of anchor-prefix characters that ends at an anchor. Positions before
     ``pos`` are tried already or hold no match, so each position is tried at most once."""
+    anchors = _anchors(text)
+    if len(anchors) * _CHARS_PER_ANCHOR > len(text):  # dense anchors: one scan in C costs less
+        return tuple(m.end() for m in _CUE.finditer(text))
     ends: list[int] = []
     pos = 0
-    for anchor in _anchors(text):
+    for anchor in anchors:
         if anchor < pos:
             continue
         if text[anchor] != "#" and not _ANSWER_TAIL.match(text, anchor):
