@@ -15,8 +15,8 @@ holds more than S of the entries). At each scale the run is killed with SIGKILL 
 ``--jobs`` cells have finished and resumed with ``--resume``; then every command that reads the
 whole study runs on it in a fresh interpreter, with its wall time and peak memory (its own
 ``wait4`` rusage): ``heldout report``, ``heldout check`` (the study against itself, one method),
-``heldout runs query``, ``heldout verify``. It prints, each beside the reference measured in the
-same run:
+``heldout runs query`` (over the runs table, and over every ledger entry), ``heldout verify``. It
+prints, each beside the reference measured in the same run:
 
 * the protected path (perf/protected_path.py): a session's wall and CPU per metric call against
   the bare ModelClient sending the same requests, at 0 and 50 ms latency;
@@ -64,7 +64,7 @@ METHODS = ("reflective", "placebo", "gepa", "dspy-mipro", "dspy-gepa")
 SEEDS = (0, 1, 2)
 FULL_BUDGET = 2000
 TARGET_EXPONENT = 1.1
-READERS = ("report", "check", "runs query", "verify")
+READERS = ("report", "check", "runs query", "runs query (ledger)", "verify")
 
 
 def study_file(root: Path, scale: float, base_url: str, jobs: int, data_dir: str) -> tuple[Path, int, int]:
@@ -191,6 +191,8 @@ def run_scale(scale: float, root: Path, base_url: str, jobs: int, data_dir: str)
     result["report"] = heldout("report", str(runs), "--out", str(out))
     result["check"] = heldout("check", "--baseline", str(runs), "--current", str(runs), "--method", METHODS[0])
     result["runs query"] = heldout("runs", "query", str(runs), "SELECT task, method, avg(test_score) FROM runs GROUP BY ALL")
+    result["runs query (ledger)"] = heldout("runs", "query", str(runs),
+                                            "SELECT kind, count(*), sum(length(data::VARCHAR)) FROM ledger GROUP BY ALL")
     result["verify"] = heldout("verify", str(runs), "--data-dir", data_dir)
     for name in READERS:
         if result[name]["exit"] not in (0, 1):  # check and verify say 1 for a verdict, never for a crash
