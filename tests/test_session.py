@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import heldout
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, LedgerError, verify_ledger
-from heldout.evaluators.records import RunRecord
+from heldout.evaluators.records import ExperimentMismatch, RunRecord
 from heldout.contracts import BudgetExceeded, VisibilityError
 from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.scoring import SessionModels
@@ -167,6 +167,30 @@ def test_resume_reuses_recorded_results_without_double_counting(tmp_path):
     assert resumed.view.remaining == 85 and len(again) == 15
     assert resumed.service.usage.replayed == 10
     assert verify_ledger(tmp_path).ok
+
+
+def test_a_run_dir_holding_a_finished_session_is_refused_and_left_as_it_was(tmp_path):
+    task = heldout.load_task("lockpicking/six", profile="generalise")
+    record = Session(task, budget=10, run_dir=tmp_path, verifier="tests:count-only").run(lambda view, seed: view.seed_candidate)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ExperimentMismatch, match="holds a finished session"):
+        Session(task, budget=10, run_dir=tmp_path, verifier="tests:count-only")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    # the end: what held-out scoring left for it, then session_end naming the record, in that order
+    kinds = [json.loads(line)["kind"] for line in (tmp_path / LEDGER_FILE).read_text().splitlines()]
+    own = len(task.split("val"))
+    assert kinds[-own - 2:] == ["val_scoring_own_verifier"] * own + ["test_metrics", "session_end"]
+    assert record.extra["val_score_own_verifier"] is not None and "exhaustive_accuracy" in record.extra["test_metrics"]
+
+
+def test_a_task_gets_its_held_back_split_back_only_with_the_sizes_it_kept():
+    task = heldout.load_task("lockpicking/six", profile="generalise")
+    held = task.without("test")
+    assert held.restored(task) is task and task.restored(held) is task  # nothing held back: itself
+    restored = held.restored(("lockpicking/six", "generalise", None, False))  # reloaded by name, verified
+    assert [ex.id for ex in restored.split("test")] == [ex.id for ex in task.split("test")]
+    with pytest.raises(heldout.DataError, match="loads with split sizes"):  # 50 test examples, not 300
+        held.restored(heldout.load_task("lockpicking/six", profile="paper"))
 
 
 def _ledger_lines(run_dir: Path) -> list[str]:
