@@ -18,7 +18,8 @@ caller holds that object anyway. A trusted in-process optimizer can still load t
 trust, not containment, and the record says so.)
 
 What a session may spend and show is in :mod:`.policy` (Budget, VisibilityPolicy); how a
-candidate is scored, and metered, in :mod:`.scoring` (Scorer, Usage).
+candidate is scored, and metered, in :mod:`.scoring` (Scorer, Usage); how its final candidate is
+scored on val and test, chunk by chunk into the ledger, in :mod:`.heldout_scoring`.
 
 A metric call is one worker call, or one program execution, on one example. Cache hits count
 as metric calls (so arms stay comparable) but cost no endpoint call. An evaluation that would
