@@ -366,6 +366,18 @@ def test_the_timer_of_a_call_that_ended_in_time_never_times_out_what_follows_it(
     assert len(r.value[0]) == 300_000 and r.value[1] == 1
 
 
+def test_a_calls_limit_is_its_own_and_earlier_calls_slack_does_not_carry_over():
+    # what batching the inputs would give away (docs/DESIGN.md, inputs before their call): three
+    # instant calls leave 0.9 s of their limits unused, and the fourth, 0.5 s of work under a
+    # 0.3 s limit, still times out (the per-input limits are not one budget on their sum)
+    src = ("import time\ndef f(x):\n    start = time.process_time()\n"
+           "    while x == 3 and time.process_time() - start < 0.5:\n        pass\n    return x\n")
+    r = run_calls({"prog.py": src}, "prog", "f", [([k], {}) for k in range(4)], limits=LIMITS,
+                  per_call_seconds=[0.3] * 4)
+    assert [c["ok"] for c in r.calls] == [True, True, True, False]
+    assert r.calls[3]["error_kind"] == "timeout" and "per-call" in r.calls[3]["error"]
+
+
 def test_a_program_that_reads_its_call_stream_ahead_finds_no_later_input():
     # the stream is the parent's gate: while a call runs, no later call's input is in a pipe the
     # program can read, nor in its runner's buffer (each frame is written when its clock starts)
