@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from warm_cli import WarmCli
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,6 +43,16 @@ os.environ["HELDOUT_LEDGER_KEY"] = os.path.join(_TEST_CONFIG, "ledger.key")
 # ... and sign them with a signing key of their own (never the user's ~/.config/heldout/signing.key)
 os.environ["HELDOUT_SIGNING_KEY_FILE"] = os.path.join(_TEST_CONFIG, "signing.key")
 os.environ.pop("HELDOUT_SIGNING_KEY", None)
+
+
+@pytest.fixture(scope="session")
+def warm_cli():
+    """The real ``heldout`` command for tests about what a command answers, not how the interpreter
+    starts: each call a process of its own, forked from one server (per pytest worker) that imported
+    heldout once (tests/warm_cli.py says what it cannot show). Stateless between calls."""
+    warm = WarmCli()
+    yield warm
+    warm.close()
 
 
 # `slow`: the measured list in slow_tests.txt (a test id, a test function with all its parameter sets, or
