@@ -34,9 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def cli(*args: str, cwd: Path = REPO, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=ENV, timeout=600, **kw)
+def cli(warm_cli, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """The real command (tests/conftest.py: warm_cli), in ``cwd``."""
+    return warm_cli.run(*args, cwd=cwd, env=ENV, timeout=600)
 
 
 def test_methods_budgets_and_seeds_parse_with_clear_errors():
@@ -56,10 +56,10 @@ def test_methods_budgets_and_seeds_parse_with_clear_errors():
             parse_seeds(bad)
 
 
-def test_a_mistyped_optimizer_fails_before_any_run_dir_exists(tmp_path):
+def test_a_mistyped_optimizer_fails_before_any_run_dir_exists(warm_cli, tmp_path):
     with pytest.raises(HeldoutError, match="unknown optimizer 'lokal-search'.*local-search"):
         parse_methods(["lokal-search"], [])
-    res = cli("run", "--task", "lockpicking/six", "--optimizer", "nope.module:fn", "--budget", "5",
+    res = cli(warm_cli, "run", "--task", "lockpicking/six", "--optimizer", "nope.module:fn", "--budget", "5",
               "--run-dir", str(tmp_path / "study"))
     assert res.returncode == 2 and "cannot load optimizer" in res.stderr and len(res.stderr.splitlines()) == 1
     assert not (tmp_path / "study").exists()
@@ -71,14 +71,15 @@ def test_a_mistyped_optimizer_fails_before_any_run_dir_exists(tmp_path):
     (["--budget", "5", "--policy", "nope"], "choose from 'leaky-val', 'standard'"),
     (["--budget", "5", "--jobs", "0"], "whole number >= 1"),
 ])
-def test_every_bad_run_flag_is_a_one_line_error_naming_what_is_accepted(flags, accepted, tmp_path):
-    res = cli("run", "--task", "lockpicking/six", "--optimizer", "seed", "--run-dir", str(tmp_path / "s"), *flags)
+def test_every_bad_run_flag_is_a_one_line_error_naming_what_is_accepted(warm_cli, flags, accepted, tmp_path):
+    res = cli(warm_cli, "run", "--task", "lockpicking/six", "--optimizer", "seed", "--run-dir", str(tmp_path / "s"),
+              *flags)
     assert res.returncode == 2 and accepted in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
 
 
-def test_bad_report_checkpoints_are_a_one_line_error(tmp_path):
-    res = cli("report", str(tmp_path), "--out", str(tmp_path / "r"), "--checkpoints", "abc")
+def test_bad_report_checkpoints_are_a_one_line_error(warm_cli, tmp_path):
+    res = cli(warm_cli, "report", str(tmp_path), "--out", str(tmp_path / "r"), "--checkpoints", "abc")
     assert res.returncode == 2 and "whole numbers >= 1" in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
 
@@ -119,13 +120,13 @@ def test_a_study_continues_when_its_model_endpoint_comes_back_on_another_address
         open_study(cells, StudyConfig(**{**first.__dict__, "worker_model": "other"}), resume=True)
 
 
-def test_reopening_a_study_with_another_budget_names_the_setting_and_changes_nothing(tmp_path):
+def test_reopening_a_study_with_another_budget_names_the_setting_and_changes_nothing(warm_cli, tmp_path):
     run_dir = tmp_path / "study"
-    assert cli("run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "local-search",
+    assert cli(warm_cli, "run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "local-search",
                "--budget", "20", "--run-dir", str(run_dir)).returncode == 0
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     for extra in ([], ["--resume"]):
-        res = cli("run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "local-search",
+        res = cli(warm_cli, "run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "local-search",
                   "--budget", "40", "--run-dir", str(run_dir), *extra)
         assert res.returncode == 2 and "budgets" in res.stderr and "[20] -> {" not in res.stderr, res.stderr
         assert '"lockpicking/six":[20]' in res.stderr and '"lockpicking/six":[40]' in res.stderr
@@ -213,9 +214,9 @@ def test_progress_inside_a_run_shows_metric_calls_budget_and_best_so_far(tmp_pat
     assert "10/40 metric calls" in err or "20/40 metric calls" in err
 
 
-def test_cli_run_with_in_process_optimizers(tmp_path):
-    res = cli("run", "--task", "circle_packing/square26", "--optimizer", "seed", "--optimizer", "local-search",
-              "--seeds", "0", "--budget", "6", "--run-dir", str(tmp_path), "--json")
+def test_cli_run_with_in_process_optimizers(warm_cli, tmp_path):
+    res = cli(warm_cli, "run", "--task", "circle_packing/square26", "--optimizer", "seed", "--optimizer",
+              "local-search", "--seeds", "0", "--budget", "6", "--run-dir", str(tmp_path), "--json")
     assert res.returncode == 0, res.stderr
     rows = {r["method"]: r for r in json.loads(res.stdout)}
     assert rows["seed"]["test_score"] == pytest.approx(2.4975)
@@ -223,9 +224,9 @@ def test_cli_run_with_in_process_optimizers(tmp_path):
     assert (tmp_path / "study.json").exists()
 
 
-def test_module_function_optimizers_load_from_the_current_directory(tmp_path):
+def test_module_function_optimizers_load_from_the_current_directory(warm_cli, tmp_path):
     (tmp_path / "my_opt.py").write_text("def optimize(view, seed):\n    return dict(view.seed_candidate)\n")
-    res = cli("run", "--task", "lockpicking/six", "--optimizer", "mine=my_opt:optimize", "--budget", "5",
+    res = cli(warm_cli, "run", "--task", "lockpicking/six", "--optimizer", "mine=my_opt:optimize", "--budget", "5",
               "--run-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     record = RunRecord.load(tmp_path / "runs" / "lockpicking__six" / "mine" / "seed-0")
@@ -233,16 +234,16 @@ def test_module_function_optimizers_load_from_the_current_directory(tmp_path):
     assert len(record.experiment["optimizer"]["code_sha256"]) == 64
 
 
-def test_ledger_verify_checks_every_ledger_of_a_study_one_line_each(tmp_path):
+def test_ledger_verify_checks_every_ledger_of_a_study_one_line_each(warm_cli, tmp_path):
     run_dir = tmp_path / "study"
-    assert cli("run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0,1", "--budget", "5",
+    assert cli(warm_cli, "run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0,1", "--budget", "5",
                "--run-dir", str(run_dir)).returncode == 0
-    res = cli("ledger", "verify", str(run_dir))
+    res = cli(warm_cli, "ledger", "verify", str(run_dir))
     lines = res.stdout.splitlines()
     assert res.returncode == 0 and sum(line.startswith("ok ") for line in lines) == 2, res.stdout
     ledger = run_dir / "lockpicking__six" / "seed" / "seed-1" / LEDGER_FILE
     ledger.write_text(ledger.read_text().replace('"seed": 1', '"seed": 7', 1))
-    res = cli("ledger", "verify", str(run_dir))
+    res = cli(warm_cli, "ledger", "verify", str(run_dir))
     assert res.returncode == 1 and sum(line.startswith("INVALID ") for line in res.stdout.splitlines()) == 1
 
 
@@ -263,7 +264,7 @@ def optimize(view, seed):
 # SIGINT as a terminal's Ctrl-C on isolated optimizers (the default for module:function code);
 # SIGTERM to the parent alone on trusted in-process ones (they stop at the end of an evaluate call)
 @pytest.mark.parametrize("sig, trust", [(signal.SIGINT, []), (signal.SIGTERM, ["--trusted-optimizer"])])
-def test_an_interrupt_stops_the_study_promptly_with_a_summary_and_it_resumes(sig, trust, tmp_path):
+def test_an_interrupt_stops_the_study_promptly_with_a_summary_and_it_resumes(warm_cli, sig, trust, tmp_path):
     (tmp_path / "slow_opt.py").write_text(textwrap.dedent(SLOW))
     run_dir = tmp_path / "study"
     args = [sys.executable, "-m", "heldout.cli", "run", "--task", "lockpicking/six", "--optimizer",
@@ -284,6 +285,6 @@ def test_an_interrupt_stops_the_study_promptly_with_a_summary_and_it_resumes(sig
     assert "2 interrupted" in err and "--resume" in err and "Traceback" not in err
     assert len(ledgers()) == 2 and not list(run_dir.rglob(RECORD_FILE))  # no new cell started
     assert all(verify_ledger(p.parent).ok for p in ledgers())
-    resumed = cli("run", *args[4:], "--resume", cwd=tmp_path)
+    resumed = cli(warm_cli, "run", *args[4:], "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert len(list(run_dir.rglob(RECORD_FILE))) == 5
