@@ -308,7 +308,8 @@ def launch_isolated(session: Session, launch: Launch, limits: OptimizerLimits = 
     if outcome.get("setup_error"):  # the harness's sandbox failed, not the optimizer: no record, resumable
         session.end_incomplete("optimisation", f"the optimizer's sandbox could not be set up: {outcome['setup_error']}")
     error = exit_error(outcome, final is not None, wall)
-    return session.finish(final) if error is None else session.finish(None, status="failed", error=error)
+    failed = error is not None
+    return session.finish(None if failed else final, status="failed" if failed else "ok", error=error)
 
 
 def _wall_limit(budget_wall_seconds: float | None, limits: OptimizerLimits) -> float:
