@@ -198,6 +198,16 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     assert len(nested) <= control.STOCKED_GROUPS  # the groups it left were removed, none piles up
 
 
+def test_a_forked_child_that_says_it_is_isolated_outside_its_group_is_run_again_fresh(monkeypatch):
+    """The host checks, when a forked child says it is ready, that the child is in its own group;
+    a child that is not (the group's check says so, here by hand) is thrown away with its zygote
+    and the execution runs whole in a fresh sandbox."""
+    assert run("def f():\n    return 0\n").forked
+    monkeypatch.setattr(cgroups.RunGroup, "was_joined", lambda self: False)
+    r = run("def f():\n    return 7\n")
+    assert r.ok and r.value == 7 and not r.forked
+
+
 def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_one(monkeypatch):
     """A spare killed in its group after the harness took that group for a request (from outside:
     no candidate can reach a spare): the execution asks the same fork server once more and is

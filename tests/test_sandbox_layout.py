@@ -5,11 +5,13 @@ one kill sequence, and each module is small enough to read."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
-from heldout.sandbox import zygote
+from heldout.contracts import RunLimits
+from heldout.sandbox import process, run_calls, zygote
 
 SANDBOX = Path(__file__).resolve().parents[1] / "heldout" / "sandbox"
 MODULES = sorted(SANDBOX.glob("*.py"))
@@ -86,3 +88,44 @@ def test_the_zygotes_program_is_the_child_a_spare_and_the_loop_in_that_order():
              for name in ("_child.py", "_spare.py", "_zygote.py")]
     assert order == sorted(order)
     compile(zygote.SOURCE, "zygote", "exec")
+
+
+def entries_into_sandbox_modules(run) -> dict[str, int]:
+    """How often ``run()`` enters each sandbox module during one execution (process._execute):
+    a call from a frame of another module into a function of that one (a reader of the execution
+    opens that file again each time)."""
+    entered: dict[str, int] = {}
+    inside = [False]
+
+    def module(frame) -> str | None:
+        path = Path(frame.f_code.co_filename)
+        return path.stem if path.parent == SANDBOX else None
+
+    def profile(frame, event, arg) -> None:
+        if frame.f_code is process._execute.__code__:
+            if event in ("call", "return"):  # (its C calls come with its frame too)
+                inside[0] = event == "call"
+        elif event == "call" and inside[0]:
+            here = module(frame)
+            if here is not None and here != (module(frame.f_back) if frame.f_back else None):
+                entered[here] = entered.get(here, 0) + 1
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+def test_one_execution_enters_the_launcher_twice_to_start_it_and_to_end_it():
+    """issue 59: process._execute reads top-down; the launcher is entered to start the execution
+    and to end it, nothing in between (the monitor is handed what it calls: the group's own
+    check that a forked child joined its group, the CPU clock)."""
+    limits = RunLimits(wall_seconds=20, cpu_seconds=20, memory_mb=512)
+    two_calls = lambda: run_calls({"p.py": "def f(x):\n    return x\n"}, "p", "f", [([1], {}), ([2], {})],  # noqa: E731
+                                  limits=limits, per_call_seconds=[2.0, 2.0])
+    assert two_calls().ok  # the zygote started, outside the count
+    entered = entries_into_sandbox_modules(two_calls)
+    assert entered.get("monitor", 0) >= 1  # control: the tracer sees the execution
+    assert entered.get("launcher", 0) <= 2, entered

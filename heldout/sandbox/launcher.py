@@ -150,6 +150,8 @@ class Launched:
         self.group = group
         self.level = level  # as results record it
         self.cpu = cpu  # the CPU seconds every process of the run used so far
+        # a forked run's: whether its child joined its cgroup (see ForkedRun)
+        self.in_its_group: Callable[[], bool] | None = None
 
     def kill(self) -> None:
         """Kill every process of the run."""
@@ -158,11 +160,6 @@ class Launched:
     def reap(self, need_code: bool) -> tuple[int | None, float]:
         """Wait for the run's end: its exit code (None when none was reported) and CPU seconds."""
         raise NotImplementedError
-
-    def in_its_group(self) -> bool:
-        """A child that says it is isolated must be in its cgroup (checked on the host; a fast
-        run may have exited already, so its charges count too)."""
-        return self.group.was_joined()
 
     def abandon(self) -> None:
         """The harness failed while watching: kill and reap whatever runs."""
@@ -269,6 +266,10 @@ class ForkedRun(Launched):
                          group.cpu_clock())
         self.forked = execution
         self.server = server
+        # a child that says it is isolated must be in its cgroup (checked on the host; a fast run
+        # may have exited already, so its charges count too): the group's own check, which the
+        # monitor calls without coming back into this module
+        self.in_its_group = group.was_joined
 
     @classmethod
     def start(cls, job: dict[str, Any], code: Path, level: str, limits: RunLimits,

@@ -134,7 +134,8 @@ class Watch:
             return
         was_ready = self.state.ready
         self.state.feed(chunk)
-        if self.started.forked is not None and self.state.ready and not was_ready and not self.started.in_its_group():
+        joined = self.started.in_its_group
+        if joined is not None and self.state.ready and not was_ready and not joined():
             # otherwise the fork server is not to be trusted with more runs
             self.killed_for = "fork_server"
 
