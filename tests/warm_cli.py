@@ -90,15 +90,16 @@ os._exit(code & 0xFF)
 class WarmCli:
     """``run(*args, cwd=, env=)`` gives what ``subprocess.run([python, -m, heldout.cli, *args])``
     gives (returncode, stdout, stderr as text); one command at a time. A command that runs past
-    ``timeout`` is killed with the server (later calls then fail)."""
+    ``timeout`` is killed with the server (the next call starts a new one)."""
 
     def __init__(self) -> None:
-        self._proc = subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(WARM_MODULES)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        self._proc = self._server()
         self._out = Path(tempfile.mkdtemp(prefix="heldout-warm-cli-"))
 
     def run(self, *args: str, cwd: Path, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
+        if self._proc.poll() is not None:  # killed with a command that hung: the next caller gets a new one
+            self._proc = self._server()
         files = {name: self._out / name for name in ("stdout", "stderr")}
         for path in files.values():
             path.write_bytes(b"")
@@ -114,6 +115,11 @@ class WarmCli:
             raise RuntimeError(f"the warm CLI server died (exit {self._proc.wait()})")
         out, err = (files[n].read_text(encoding="utf-8", errors="replace") for n in ("stdout", "stderr"))
         return subprocess.CompletedProcess(["heldout", *args], int(reply), out, err)
+
+    @staticmethod
+    def _server() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(WARM_MODULES)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
 
     def close(self) -> None:
         if self._proc.poll() is None:
