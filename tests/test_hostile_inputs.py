@@ -23,7 +23,6 @@ from typing import Callable
 
 import pytest
 
-from warm_cli import WarmCli
 
 SESSION = "lockpicking__six/seed/seed-0"  # the one session of the finished run below
 STUDY = """tasks = ["lockpicking/six"]
@@ -35,14 +34,6 @@ name = {name}
 {how}
 """
 HUGE = 20 * 1024 * 1024  # a 20 MB line: over every text limit but the examples file's
-
-
-@pytest.fixture(scope="module")
-def cli() -> WarmCli:
-    """The real command, each call a process of its own (forked from one that imported heldout once)."""
-    warm = WarmCli()
-    yield warm
-    warm.close()
 
 
 @pytest.fixture(scope="module")
@@ -301,13 +292,14 @@ def _snapshot(root: Path) -> list[tuple[str, bool]]:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_hostile_input_is_one_clear_line_and_exit_2_and_nothing_written(case, tmp_path, data_dir, finished_run, cli):
+def test_a_hostile_input_is_one_clear_line_and_exit_2_and_nothing_written(case, tmp_path, data_dir, finished_run,
+                                                                          warm_cli):
     work = Work(tmp_path / "work", finished_run)
     work.root.mkdir()
     args = CASES[case](work)
     before = _snapshot(tmp_path)
     env = {**os.environ, "HELDOUT_DATA_DIR": str(data_dir)}
-    done = cli.run(*args, cwd=tmp_path, env=env)
+    done = warm_cli.run(*args, cwd=tmp_path, env=env)
     assert done.returncode == 2, (case, done.stdout[-500:], done.stderr[-1500:])
     assert "Traceback" not in done.stderr, done.stderr[-1500:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -323,12 +315,12 @@ VERDICTS: dict[str, Callable[[Work], str]] = {
 
 
 @pytest.mark.parametrize("case", sorted(VERDICTS))
-def test_ledger_verify_calls_a_broken_ledger_invalid_in_one_line_with_exit_1(case, tmp_path, finished_run, cli):
+def test_ledger_verify_calls_a_broken_ledger_invalid_in_one_line_with_exit_1(case, tmp_path, finished_run, warm_cli):
     work = Work(tmp_path / "work", finished_run)
     work.root.mkdir()
     run = VERDICTS[case](work)
     before = _snapshot(tmp_path)
-    done = cli.run("ledger", "verify", run, cwd=tmp_path)
+    done = warm_cli.run("ledger", "verify", run, cwd=tmp_path)
     assert done.returncode == 1, (case, done.stdout[-500:], done.stderr[-1500:])
     assert "Traceback" not in done.stderr and not done.stderr.strip(), done.stderr[-1500:]
     lines = done.stdout.splitlines()
