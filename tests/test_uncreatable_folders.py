@@ -23,17 +23,9 @@ import pytest
 from heldout.cli.commands import COMMANDS
 from heldout.contracts import HeldoutError
 from heldout.files import MAX_TOML_DEPTH, check_folder, read_user_toml
-from warm_cli import WarmCli
 
 PROMPT_TASK = "bbh/boolean_expressions"
 LONG_NAME = "n" * 300  # over every Linux file system's 255-byte name
-
-
-@pytest.fixture(scope="module")
-def cli() -> Iterator[WarmCli]:
-    warm = WarmCli()
-    yield warm
-    warm.close()
 
 
 @pytest.fixture(scope="module")
@@ -167,14 +159,14 @@ def _snapshot(root: Path) -> list[str]:
 @pytest.mark.parametrize("bad", sorted(BAD_PATHS))
 @pytest.mark.parametrize("command", sorted(COMMANDS_WRITING))
 def test_a_folder_that_cannot_be_made_is_one_line_and_exit_2_and_nothing_is_written(command, bad, tmp_path,
-                                                                                   finished_run, data_dir, cli):
+                                                                                   finished_run, data_dir, warm_cli):
     work = tmp_path / "work"
     work.mkdir()
     with read_only_folder(tmp_path / "read-only") as read_only:
         path = BAD_PATHS[bad](Place(work, read_only))
         args = COMMANDS_WRITING[command](path, work, finished_run)
         before, run_before = _snapshot(tmp_path), _snapshot(finished_run)
-        done = cli.run(*args, cwd=work, env={**os.environ, "HELDOUT_DATA_DIR": str(data_dir)})
+        done = warm_cli.run(*args, cwd=work, env={**os.environ, "HELDOUT_DATA_DIR": str(data_dir)})
         assert done.returncode == 2, (done.stdout[-500:], done.stderr[-1500:])
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("heldout: error: ") and "Traceback" not in done.stderr, \
@@ -207,12 +199,12 @@ def _nested_arrays(depth: int) -> str:
     ("protocol file", lambda path: ["protocol", "generalisation", "--study", path]),
 ])
 @pytest.mark.parametrize("nesting", ["arrays 5,000 deep", "inline tables 5,000 deep", "arrays 17 deep"])
-def test_a_toml_file_nested_too_deep_is_one_line_and_exit_2(file_kind, argv, nesting, tmp_path, cli):
+def test_a_toml_file_nested_too_deep_is_one_line_and_exit_2(file_kind, argv, nesting, tmp_path, warm_cli):
     value = {"arrays 5,000 deep": _nested_arrays(5000), "inline tables 5,000 deep": "{a = " * 5000 + "1" + "}" * 5000,
              "arrays 17 deep": _nested_arrays(MAX_TOML_DEPTH + 1)}[nesting]
     path = tmp_path / "deep.toml"
     path.write_text(f"tasks = {value}\n")
-    done = cli.run(*argv(str(path)), cwd=tmp_path)
+    done = warm_cli.run(*argv(str(path)), cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-1500:]
     assert done.stderr.strip() == (f"heldout: error: {file_kind} {path} nests arrays or tables deeper than "
                                    f"{MAX_TOML_DEPTH} levels: refused")
