@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -220,33 +219,34 @@ def test_mbpp_plus_renders_prompt_and_hides_tests_from_the_input(data_dir):
     assert "plus_input" not in json.dumps(ex.input)
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True)
+def run_cli(warm_cli, *args: str) -> subprocess.CompletedProcess:
+    """The real command (tests/conftest.py: warm_cli), in this process's folder."""
+    return warm_cli.run(*args, cwd=Path.cwd())
 
 
-def test_cli_data_verify_passes_on_real_data_and_fails_on_a_tampered_copy(data_dir, tmp_path):
-    ok = run_cli("data", "verify", "--data-dir", str(data_dir), "bbh", "gsm_hard", "hotpotqa", "mbpp_plus")
+def test_cli_data_verify_passes_on_real_data_and_fails_on_a_tampered_copy(warm_cli, data_dir, tmp_path):
+    ok = run_cli(warm_cli, "data", "verify", "--data-dir", str(data_dir), "bbh", "gsm_hard", "hotpotqa", "mbpp_plus")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "30 of 30 manifests verify" in ok.stdout
     path = copy_mirror(data_dir, tmp_path, "gsm_hard/gsmhardv2.jsonl")
     path.write_text(path.read_text().replace("-9867630.0", "-9867631.0", 1))
-    bad = run_cli("data", "verify", "--data-dir", str(tmp_path), "gsm_hard")
+    bad = run_cli(warm_cli, "data", "verify", "--data-dir", str(tmp_path), "gsm_hard")
     assert bad.returncode == 1 and "FAILED" in bad.stdout and "0 (target)" in bad.stdout
 
 
-def test_cli_tasks_list_json_shows_profiles_and_sizes():
-    out = run_cli("tasks", "list", "--json")
+def test_cli_tasks_list_json_shows_profiles_and_sizes(warm_cli):
+    out = run_cli(warm_cli, "tasks", "list", "--json")
     assert out.returncode == 0, out.stderr
     rows = {r["name"]: r for r in json.loads(out.stdout)}
     assert rows["bbh/snarks"]["profiles"]["sepo"] == {"train": 50, "val": 0, "test": 128}
     assert rows["mbpp_plus"]["kind"] == "prompt"
 
 
-def test_cli_data_freeze_adds_a_profile_without_touching_hashes(data_dir, tmp_path):
+def test_cli_data_freeze_adds_a_profile_without_touching_hashes(warm_cli, data_dir, tmp_path):
     out_root = tmp_path / "manifests"
     (out_root / "gsm_hard.json").parent.mkdir(parents=True)
     shutil.copyfile(Manifest.path_for("gsm_hard"), out_root / "gsm_hard.json")
-    res = run_cli("data", "freeze", "--task", "gsm_hard", "--profile", "mine", "--sizes", "10/5/20",
+    res = run_cli(warm_cli, "data", "freeze", "--task", "gsm_hard", "--profile", "mine", "--sizes", "10/5/20",
                   "--data-dir", str(data_dir), "--out", str(out_root))
     assert res.returncode == 0, res.stderr
     frozen = Manifest.load("gsm_hard", out_root)
@@ -254,11 +254,11 @@ def test_cli_data_freeze_adds_a_profile_without_touching_hashes(data_dir, tmp_pa
     assert frozen.hashes == Manifest.load("gsm_hard").hashes
 
 
-def test_cli_data_freeze_builds_a_manifest_for_a_users_own_jsonl(tmp_path):
+def test_cli_data_freeze_builds_a_manifest_for_a_users_own_jsonl(warm_cli, tmp_path):
     src = tmp_path / "mine.jsonl"
     src.write_text("".join(json.dumps({"id": f"q{i}", "input": {"q": i}, "target": i * 2, "group": f"g{i % 7}"}) + "\n"
                            for i in range(40)))
-    res = run_cli("data", "freeze", "--task", "user/doubling", "--jsonl", str(src), "--profile", "topics",
+    res = run_cli(warm_cli, "data", "freeze", "--task", "user/doubling", "--jsonl", str(src), "--profile", "topics",
                   "--by-group", "--out", str(tmp_path / "m"))
     assert res.returncode == 0, res.stderr
     manifest = Manifest.load("user/doubling", tmp_path / "m")
