@@ -155,23 +155,21 @@ def test_a_missing_key_or_bad_toml_is_named(tmp_path):
         load_study(bad)
 
 
-def test_dry_run_prints_every_cell_and_the_total_and_spends_nothing(tmp_path):
+def test_dry_run_prints_every_cell_and_the_total_and_spends_nothing(warm_cli, tmp_path):
     file = tmp_path / "study.toml"
     file.write_text(f'run_dir = "{tmp_path / "runs"}"\n' + SAME_AS_FILE)
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(file), "--dry-run"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = warm_cli.run("run", str(file), "--dry-run", cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert len(lines) == 1 + 81 + 1
     assert lines[-1].startswith(f"81 cell(s); total budget {9 * (8 * 40 + 60)} metric calls, 405000 architect tokens")
     assert any("bbh/navigate" in line and "mine" in line and "seed-2" in line for line in lines)
     assert not (tmp_path / "runs").exists()
-    mixed = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(file), "--task", "gsm_hard"],
-                           capture_output=True, text=True, cwd=REPO, timeout=120)
+    mixed = warm_cli.run("run", str(file), "--task", "gsm_hard", cwd=REPO, timeout=120)
     assert mixed.returncode == 2 and "drop --task" in mixed.stderr
 
 
-def test_a_study_runs_saves_its_resolved_file_and_refuses_another_study(tmp_path):
+def test_a_study_runs_saves_its_resolved_file_and_refuses_another_study(warm_cli, tmp_path):
     runs = tmp_path / "runs"
     file = tmp_path / "study.toml"
     study = (f'run_dir = "{runs}"\ntasks = ["lockpicking/six"]\nbudget = 100\n'
@@ -179,12 +177,10 @@ def test_a_study_runs_saves_its_resolved_file_and_refuses_another_study(tmp_path
              # method options are the optimizer's keyword arguments, checked before anything runs
              '[[methods]]\nname = "wide"\noptimizer = "local-search"\noptions = {{ {options} }}\n')
     file.write_text(study.format(options="bogus = 1"))
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(file), "--json"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = warm_cli.run("run", str(file), "--json", cwd=REPO, timeout=300)
     assert done.returncode == 2 and "option 'bogus' is not one of" in done.stderr and not runs.exists(), done.stderr
     file.write_text(study.format(options="width = 2"))
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(file), "--json"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = warm_cli.run("run", str(file), "--json", cwd=REPO, timeout=300)
     assert done.returncode == 0, done.stderr
     results = {r["method"]: r for r in json.loads(done.stdout)}
     assert results["seed"]["status"] == "ok" and results["wide"]["status"] == "ok"
@@ -213,7 +209,7 @@ def test_shell_completion_completes_subcommands_and_flags(tmp_path):
     assert answers.read_text().split() == ["--dry-run"]
 
 
-def test_quiet_and_verbose_are_a_top_level_pair(tmp_path):
+def test_quiet_and_verbose_are_a_top_level_pair(warm_cli, tmp_path):
     parser = build_parser()
     assert parser.parse_args(["-q", "tasks", "list"]).verbosity == -1
     assert parser.parse_args(["--verbose", "tasks", "list"]).verbosity == 1
@@ -222,10 +218,8 @@ def test_quiet_and_verbose_are_a_top_level_pair(tmp_path):
         parser.parse_args(["-q", "-v", "tasks", "list"])
     bad = tmp_path / "bad.toml"
     bad.write_text('run_dir = "r"\ntasks = ["lockpicking/six"]\nbudget = 3\nmethodz = []\n')
-    loud = subprocess.run([sys.executable, "-m", "heldout.cli", "-v", "run", str(bad), "--dry-run"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
-    plain = subprocess.run([sys.executable, "-m", "heldout.cli", "run", str(bad), "--dry-run"],
-                           capture_output=True, text=True, cwd=REPO, timeout=120)
+    loud = warm_cli.run("-v", "run", str(bad), "--dry-run", cwd=REPO, timeout=120)
+    plain = warm_cli.run("run", str(bad), "--dry-run", cwd=REPO, timeout=120)
     assert loud.returncode == plain.returncode == 2
     assert plain.stderr.strip().splitlines() == [f"heldout: error: {bad}: unknown key 'methodz' (allowed: "
                                                  + plain.stderr.split("(allowed: ", 1)[1].strip()]
