@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -159,15 +158,14 @@ def test_canonical_feedback_never_reaches_the_optimizer_under_scalar(tmp_path, m
                                 for d in held_out)
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HELDOUT_DATA_DIR": DATA_DIR}
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+def cli(warm_cli, *args: str) -> subprocess.CompletedProcess:
+    """The real command (tests/conftest.py: warm_cli)."""
+    return warm_cli.run(*args, cwd=REPO, env={**os.environ, "HELDOUT_DATA_DIR": DATA_DIR})
 
 
-def test_the_plan_lists_every_session_with_its_budget_and_runs_nothing(tmp_path, manifest_root):
-    done = cli("compare", "verifiers", "--task", "mbpp_plus", "--profile", PROFILE, "--optimizer", "reflective",
-               "--variants", "decomposed,scalar,coarse:3,repeated:2", "--seeds", "0,1", "--budget", "30",
+def test_the_plan_lists_every_session_with_its_budget_and_runs_nothing(warm_cli, tmp_path, manifest_root):
+    done = cli(warm_cli, "compare", "verifiers", "--task", "mbpp_plus", "--profile", PROFILE, "--optimizer",
+               "reflective", "--variants", "decomposed,scalar,coarse:3,repeated:2", "--seeds", "0,1", "--budget", "30",
                "--run-dir", str(tmp_path / "d"), "--plan")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -179,17 +177,17 @@ def test_the_plan_lists_every_session_with_its_budget_and_runs_nothing(tmp_path,
     assert "what it can detect: 2 seed(s): no verdict is attempted" in done.stdout
     assert "optimisation budget: 240 metric calls" in done.stdout and "repeated:2 spend K" in done.stdout
     assert not (tmp_path / "d").exists()
-    fewer = cli("compare", "verifiers", "--task", "mbpp_plus", "--profile", PROFILE, "--optimizer", "reflective",
-                "--variants", "decomposed,scalar", "--seeds", "0,1,2", "--budget", "30", "--placebo-draws", "2",
-                "--run-dir", str(tmp_path / "d"), "--plan")
+    fewer = cli(warm_cli, "compare", "verifiers", "--task", "mbpp_plus", "--profile", PROFILE, "--optimizer",
+                "reflective", "--variants", "decomposed,scalar", "--seeds", "0,1,2", "--budget", "30",
+                "--placebo-draws", "2", "--run-dir", str(tmp_path / "d"), "--plan")
     assert fewer.returncode == 0, fewer.stderr
     assert "24 sessions (12 of them placebo draws)" in fewer.stdout.splitlines()[0]
 
 
-def test_a_bad_variant_is_one_clear_line(tmp_path, manifest_root):
-    done = cli("compare", "verifiers", "--task", "mbpp_plus", "--profile", PROFILE, "--optimizer", "reflective",
-               "--variants", "decomposed,tests:count-only", "--budget", "5", "--run-dir", str(tmp_path / "d"),
-               "--plan")
+def test_a_bad_variant_is_one_clear_line(warm_cli, tmp_path, manifest_root):
+    done = cli(warm_cli, "compare", "verifiers", "--task", "mbpp_plus", "--profile", PROFILE, "--optimizer",
+               "reflective", "--variants", "decomposed,tests:count-only", "--budget", "5", "--run-dir",
+               str(tmp_path / "d"), "--plan")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "no test set 'count-only'" in done.stderr and "base-only" in done.stderr
     for baseline in ("seed", "placebo"):  # the floor's own cells: an optimizer of that name would be read as them
