@@ -31,12 +31,22 @@ REPO = Path(__file__).resolve().parents[1]
 PACKED_KERNEL = REPO / "heldout" / "benchmarks" / "vliw" / "kernels" / "packed.py"
 
 
-def cli(*args: str, env: dict | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+def command_env(env: dict | None) -> dict[str, str]:
     base = dict(os.environ)
-    if base.get("HELDOUT_DATA_DIR"):  # the subprocess may run elsewhere: pass the data dir absolute
+    if base.get("HELDOUT_DATA_DIR"):  # the command may run elsewhere: pass the data dir absolute
         base["HELDOUT_DATA_DIR"] = str((REPO / base["HELDOUT_DATA_DIR"]).resolve())
+    return {**base, **(env or {})}
+
+
+def cli(*args: str, env: dict | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """``python -m heldout.cli``, started cold (its PYTHONPATH may add a plugin's site)."""
     return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**base, **(env or {})}, timeout=600)
+                          cwd=cwd, env=command_env(env), timeout=600)
+
+
+def warm(warm_cli, *args: str, env: dict | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """The same command through the session's warm_cli (tests/conftest.py), for a plain environment."""
+    return warm_cli.run(*args, cwd=cwd, env=command_env(env), timeout=600)
 
 
 # -- contracts -------------------------------------------------------------------------------------
@@ -70,10 +80,10 @@ def test_every_task_meets_its_protocol():
 
 
 # -- the VLIW metric in records and reports ------------------------------------------------------------
-def test_vliw_records_and_reports_the_task_metric(tmp_path):
+def test_vliw_records_and_reports_the_task_metric(warm_cli, tmp_path):
     run_root = tmp_path / "study"
-    done = cli("run", "--task", "vliw/takehome", "--optimizer", "seed", "--seeds", "0", "--budget", "1",
-               "--run-dir", str(run_root), "--json")
+    done = warm(warm_cli, "run", "--task", "vliw/takehome", "--optimizer", "seed", "--seeds", "0", "--budget", "1",
+                "--run-dir", str(run_root), "--json")
     assert done.returncode == 0, done.stderr
     record = json.loads(next(run_root.rglob("run_record.json")).read_text())
     assert record["test_score"] == 1.0  # 147734 / max cycles over the hidden instances, exactly
@@ -85,7 +95,7 @@ def test_vliw_records_and_reports_the_task_metric(tmp_path):
     assert cycles == 1905 and record.test_score == 147734 / 1905
 
     out = tmp_path / "report"
-    done = cli("report", str(run_root), str(tmp_path / "packed"), "--out", str(out))
+    done = warm(warm_cli, "report", str(run_root), str(tmp_path / "packed"), "--out", str(out))
     assert done.returncode == 0, done.stderr
     text = (out / "report.md").read_text()
     assert "1.000" in text and f"{147734 / 1905:.3f}"[:5] in text
@@ -239,27 +249,27 @@ def test_a_plugin_package_adds_a_task_through_the_entry_point(tmp_path):
     assert record["status"] == "ok" and record["test_score"] == pytest.approx(sum(2 / k for k in range(7, 11)) / 4)
 
 
-def test_a_user_jsonl_frozen_with_data_freeze_runs(tmp_path):
+def test_a_user_jsonl_frozen_with_data_freeze_runs(warm_cli, tmp_path):
     rows = [{"id": f"q{k}", "input": f"What is {k} plus {k}?", "target": 2 * k} for k in range(12)]
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     manifests = tmp_path / "manifests"
-    frozen = cli("data", "freeze", "--task", "mine/sums", "--jsonl", str(data), "--answer-format", "number",
-                 "--profile", "default", "--out", str(manifests))
+    frozen = warm(warm_cli, "data", "freeze", "--task", "mine/sums", "--jsonl", str(data), "--answer-format", "number",
+                  "--profile", "default", "--out", str(manifests))
     assert frozen.returncode == 0, frozen.stderr
     env = {"HELDOUT_MANIFEST_PATH": str(manifests)}
-    assert cli("data", "verify", "mine/sums", env=env).returncode == 0
+    assert warm(warm_cli, "data", "verify", "mine/sums", env=env).returncode == 0
     with TestServer() as server:
-        ran = cli("run", "--task", "mine/sums", "--optimizer", "seed", "--seeds", "0", "--budget", "3",
-                  "--worker-model", "test", "--base-url", server.base_url, "--run-dir", str(tmp_path / "runs"),
-                  "--json", env=env)
+        ran = warm(warm_cli, "run", "--task", "mine/sums", "--optimizer", "seed", "--seeds", "0", "--budget", "3",
+                   "--worker-model", "test", "--base-url", server.base_url, "--run-dir", str(tmp_path / "runs"),
+                   "--json", env=env)
     assert ran.returncode == 0, ran.stderr
     record = json.loads(next((tmp_path / "runs").rglob("run_record.json")).read_text())
     assert record["status"] == "ok" and len(record["test_verdicts"]) > 0
     # tampering with the frozen copy is drift, not a silent reshuffle
     copy = manifests / "mine" / "sums.jsonl"
     copy.write_text(copy.read_text().replace('"target": 4', '"target": 5'))
-    assert cli("data", "verify", "mine/sums", env=env).returncode == 1
+    assert warm(warm_cli, "data", "verify", "mine/sums", env=env).returncode == 1
 
 
 def test_each_verifier_variant_changes_one_knob_and_combinations_are_named():
