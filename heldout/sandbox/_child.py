@@ -322,9 +322,10 @@ def on_alarm(signum, frame):
     if deadline is None:
         return  # the call it timed has ended
     now = time.process_time() if signum == signal.SIGPROF else time.monotonic()
-    # a POSIX timer never fires early, so a signal before the running call's deadline is an
-    # ended call's, delivered late (the itimers, which may fire early, are disarmed instead)
-    if now >= deadline or _timers.get(_CLOCK_OF[signum]) is None:
+    # a POSIX timer never fires early, so a signal well before the running call's deadline is an
+    # ended call's, delivered late (the millisecond: the kernel's sample of a clock and a reading
+    # of it may differ by a little; the itimers, which may fire early, are disarmed instead)
+    if now >= deadline - 1e-3 or _timers.get(_CLOCK_OF[signum]) is None:
         raise CallTimeout(signum)
 
 
