@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from heldout.protocols.leak_scan import scan_candidate
 from heldout.protocols.recipe import (RECIPE_READINGS, component_shares, key_tokens, recipe_candidate,
                                      recipe_reading)
 from heldout.reports.render import build_report
+from latex_tables import compile_tables
 
 TASK = "user/key_and_rule"
 PROFILE = "shared"
@@ -257,3 +259,13 @@ def test_leak_ablate_gives_the_same_evidence_and_recipe_baseline(study, server, 
                      "test-model", "--base-url", server.base_url]) in (0, 2)
     out = capsys.readouterr()
     assert "no seed of" in out.out + out.err or "baseline method 'nobody'" in out.out + out.err
+
+
+def test_the_generalisation_reports_latex_tables_compile_without_an_overfull_box(study, tmp_path):
+    """Every table `protocol generalisation` writes to report/paper/ (the reading's sentences, the
+    autopsy, the recipe baseline): long text wraps, nothing runs past the column."""
+    tex = sorted((study / "report" / "paper").glob("*.tex"))
+    assert {"reading.tex", "recipe.tex", "item_gains.tex", "lineage.tex"} <= {p.name for p in tex}
+    code, log = compile_tables(tex, tmp_path)
+    assert code == 0, log[-3000:]
+    assert "Overfull \\hbox" not in log, re.findall(r"Overfull \\hbox.*", log)[:5]
