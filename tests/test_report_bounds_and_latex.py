@@ -7,12 +7,13 @@ one), Table 1's † legend must name the test it came from, and every LaTeX tabl
 must compile in a one-column and a two-column paper with no overfull box and a caption that
 defines every mark the table uses. The runs are real sessions of the loopback model on the
 key-and-rule task of ``test_recipe_baseline``; TeX is Debian's ``pdflatex`` (scripts/_setup.sh
-installs it for the tests), skipped with the reason where it is absent."""
+installs it for the tests), skipped with the reason where it is absent. The tables of a
+generalisation protocol's report compile in tests/test_recipe_baseline.py, beside the study they
+come from (one protocol run, not one more here)."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -28,9 +29,9 @@ from heldout.reports.paper import caption_text, latex_table, write_paper
 from heldout.reports.collect import RunSet
 from heldout.reports.render import Report, build_report, render_html, write_report
 from heldout.reports.tables import Cell, Table
-from test_recipe_baseline import PROFILE, RULE, TASK, is_code_family, manifests, rows, server, study  # noqa: F401
+from latex_tables import compile_tables
+from test_recipe_baseline import PROFILE, RULE, TASK, is_code_family, manifests, rows, server  # noqa: F401
 
-PDFLATEX = shutil.which("pdflatex")
 CHROMIUM = Path("/usr/bin/chromium")
 DROPPED = "f01"  # the fact family seed 2's near-perfect candidate does not key
 
@@ -167,24 +168,6 @@ def test_a_verdict_written_as_a_sentence_gets_room_in_the_rendered_report(tmp_pa
     assert "wider_than_page=false" in check, check
 
 
-def compile_tables(tex_files: list[Path], work: Path) -> tuple[int, str]:
-    """Every table in a one-column and a two-column article; returns (exit code, the logs)."""
-    if PDFLATEX is None:
-        pytest.skip("no TeX engine: pdflatex is absent (scripts/_setup.sh installs texlive-latex-base and "
-                    "texlive-latex-recommended for the tests; apt was not available here)")
-    body = "\n".join(f"\\input{{{p}}}\\clearpage" for p in tex_files)
-    logs, worst = [], 0
-    for name, options in (("onecolumn", ""), ("twocolumn", "twocolumn")):
-        doc = work / f"{name}.tex"
-        doc.write_text(f"\\documentclass[{options}]{{article}}\n\\usepackage[T1]{{fontenc}}\n"
-                       "\\usepackage{booktabs,array,graphicx}\n\\begin{document}\n" + body + "\n\\end{document}\n")
-        done = subprocess.run([PDFLATEX, "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=work,
-                              capture_output=True, text=True, timeout=120)
-        worst = max(worst, done.returncode)
-        logs.append((work / f"{name}.log").read_text(errors="replace"))
-    return worst, "\n".join(logs)
-
-
 def test_every_latex_table_compiles_without_an_overfull_box_and_defines_its_marks(near_bound, tmp_path):
     root, report = near_bound
     tex = sorted((root / "report" / "paper").glob("*.tex"))
@@ -201,13 +184,3 @@ def test_every_latex_table_compiles_without_an_overfull_box_and_defines_its_mark
     for mark in ("±", "†"):
         assert mark in " ".join(c.text for row in table1.rows for c in row)
         assert f"{mark} the best" in caption or f"mean {mark} std" in caption, (mark, caption)
-
-
-def test_the_generalisation_reports_latex_tables_compile_without_an_overfull_box(study, tmp_path):  # noqa: F811
-    """Every table `protocol generalisation` writes to report/paper/ (the reading's sentences, the
-    autopsy, the recipe baseline): long text wraps, nothing runs past the column."""
-    tex = sorted((study / "report" / "paper").glob("*.tex"))
-    assert {"reading.tex", "recipe.tex", "item_gains.tex", "lineage.tex"} <= {p.name for p in tex}
-    code, log = compile_tables(tex, tmp_path)
-    assert code == 0, log[-3000:]
-    assert "Overfull \\hbox" not in log, re.findall(r"Overfull \\hbox.*", log)[:5]
