@@ -3,11 +3,11 @@ outside its budget, and what the session's end must record of it.
 
 * :meth:`HeldoutScoring.score` (on the session's task with its test split back:
   :meth:`~heldout.benchmarks.loading.Task.restored`) scores val and test with the canonical
-  verifier and the experiment's own options (the deployment scorer), in chunks. Each chunk's verdicts reach the ledger as one
-  batch before the next chunk is scored: after an interruption, an infrastructure failure or a
-  kill the ledger keeps what was scored, and a resumed session scores only the examples still
-  missing. Under a verifier variant, val is scored once more as the optimizer's own verifier shows
-  it; then the benchmark's extra test metrics.
+  verifier and the experiment's own options (the deployment scorer), in chunks. Each chunk's
+  verdicts reach the ledger as one batch before the next chunk is scored: after an interruption,
+  an infrastructure failure or a kill the ledger keeps what was scored, and a resumed session
+  scores only the examples still missing. Under a verifier variant, val is scored once more as
+  the optimizer's own verifier shows it; then the benchmark's extra test metrics.
 * What it returns (:class:`HeldoutScores`) holds the entries the session writes with its
   ``session_end`` in one batch: the own-verifier verdicts and the test metrics, which no resume
   reads back (they are scored again), so they need no write of their own.
@@ -24,7 +24,8 @@ from typing import Any, Callable, ContextManager
 
 from heldout.benchmarks.loading import Task
 from heldout.benchmarks.verifiers import CANONICAL, Variant
-from heldout.contracts import Candidate, Example, InfrastructureFailure, Verdict, candidate_id, is_infrastructure_failure
+from heldout.contracts import (Candidate, Example, InfrastructureFailure, Verdict, candidate_id,
+                               is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage, infrastructure_failures
 

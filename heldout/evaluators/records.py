@@ -329,7 +329,8 @@ class RunRecord:
 
     @classmethod
     def build(cls, session, final: Candidate | None, status: str, error: str | None,
-              test_verdicts: list[Verdict], val_verdicts: list[Verdict], test_metrics: Mapping[str, float] | None = None,
+              test_verdicts: list[Verdict], val_verdicts: list[Verdict],
+              test_metrics: Mapping[str, float] | None = None,
               val_score_own_verifier: float | None = None) -> "RunRecord":
         """The record of ``session``'s run: its experiment as the ledger's ``session_start`` states
         it, the held-out verdicts, usage, trajectory and lineage; in ``extra`` the benchmark's test
