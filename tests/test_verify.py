@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Callable
@@ -27,15 +25,14 @@ RUNS = [f"{TASK_DIR}/{method}/seed-{seed}" for method in ("seed", "local-search"
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
+def study(warm_cli, tmp_path_factory) -> Path:
     """A real study (seed and local-search, two seeds each, on the embedded lockpicking/six) and its
     report, made by the real commands, in the study dir as docs/ci-regression-gate.md lays it out."""
     root = tmp_path_factory.mktemp("verify")
     for args in (["run", "--task", "lockpicking/six", "--optimizer", "seed", "--optimizer", "local-search",
                   "--seeds", "0,1", "--budget", "20", "--run-dir", "study"],
                  ["report", "study", "--out", "study/report"]):
-        done = subprocess.run([sys.executable, "-m", "heldout.cli", "-q", *args], cwd=root, capture_output=True,
-                              text=True, timeout=600)
+        done = warm_cli.run("-q", *args, cwd=root, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
     return root / "study"
 
