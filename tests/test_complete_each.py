@@ -101,3 +101,30 @@ def test_the_scorer_gives_the_same_verdicts_scoring_each_answer_as_it_arrives(wo
 @pytest.fixture(scope="module")
 def word_sorting_task(data_dir):
     return load_task("bbh/word_sorting", "default", data_dir)
+
+
+def test_a_scorer_interrupted_while_scoring_leaves_no_request_running(word_sorting_task):
+    examples = word_sorting_task.splits["train"][:12]
+
+    class Stop(Exception):
+        pass
+
+    class StoppedWhileScoring:  # the task, with a stop request arriving as the first output is scored
+        def __init__(self, benchmark):
+            self._benchmark = benchmark
+
+        def __getattr__(self, name):
+            return getattr(self._benchmark, name)
+
+        def score_text(self, *args):
+            raise Stop
+
+    with TestServer(latency=0.3) as srv, ModelClient("test-model", srv.base_url, concurrency=2) as worker:
+        scorer = Scorer(StoppedWhileScoring(word_sorting_task.benchmark), worker)
+        try:
+            scorer.score(word_sorting_task.benchmark.seed_candidate(), examples, OPTIMISATION, Usage())
+        except Stop as stopped:
+            held = stopped  # the traceback (and the scoring frame) stays alive, as a handler's would
+            time.sleep(0.8)  # what was not cancelled would have been sent by now
+            calls = srv.stats.calls
+    assert held and calls <= 4

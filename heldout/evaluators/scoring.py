@@ -280,8 +280,11 @@ class Scorer:
         answers = complete_each(requests) if callable(complete_each) else \
             enumerate(self.worker.complete_many(requests, return_exceptions=True))
         verdicts: list[Verdict | None] = [None] * len(examples)
-        for i, resp in answers:
-            verdicts[i] = self._verdict(examples[i], resp, channel, usage, context)
+        try:
+            for i, resp in answers:
+                verdicts[i] = self._verdict(examples[i], resp, channel, usage, context)
+        finally:  # interrupted (a stop request) while scoring: the requests still in flight end now
+            getattr(answers, "close", lambda: None)()
         return [v if v is not None else Verdict.failure(ex.id, "the worker returned no answer for it", "model_error")
                 for ex, v in zip(examples, verdicts)]
 
