@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import email.utils
+import gc
 import random
 import socket
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -197,6 +200,33 @@ def test_a_closed_client_starts_again_on_the_next_call():
         client.complete(word_sorting(1))  # after close: a fresh loop and connection pool
         client.close()
         assert srv.stats.ok == 2
+
+
+def test_a_client_reachable_from_its_callers_context_is_still_collected_with_its_thread_and_sockets():
+    """A library keeps its settings in a context variable (DSPy's LM), and those settings reach the
+    session and so this client. The client's loop must not keep that context: else the loop's
+    thread, a GC root, keeps the client alive, and a study of many cells in one process piles up
+    loop threads and keep-alive connections until the endpoint refuses (seen at 150 cells)."""
+    settings = contextvars.ContextVar("library_settings")
+
+    def one_cell(server_url: str) -> weakref.ref:
+        client = ModelClient("test-model", server_url)
+        settings.set({"lm": client})
+        client.complete_many([word_sorting(0), word_sorting(1)])
+        return weakref.ref(client)
+
+    def loop_threads() -> int:
+        return sum(t.name == "heldout-model-client" for t in threading.enumerate())
+
+    with TestServer() as srv:
+        before = loop_threads()
+        cells = [contextvars.copy_context().run(one_cell, srv.base_url) for _ in range(3)]
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while loop_threads() > before and time.monotonic() < deadline:  # finalizers stop the loops
+            time.sleep(0.01)
+        assert [cell() for cell in cells] == [None, None, None]
+        assert loop_threads() == before
 
 
 def test_async_api_can_be_used_directly():

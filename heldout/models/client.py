@@ -15,6 +15,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import json
 import os
 import queue
@@ -114,7 +115,9 @@ class _Engine:
 
     def __init__(self, concurrency: int, adaptive: bool = False) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        # made in an empty context: the loop's own reader (its self-pipe) keeps the context it was
+        # made in as long as the loop lives (see submit)
+        self.loop = contextvars.Context().run(asyncio.new_event_loop)
         self.gate = asyncio.Semaphore(concurrency)
         self.adaptive: AdaptiveLimit | None = None
         if adaptive:  # created on the loop's thread-independent state; used only inside the loop
@@ -129,7 +132,11 @@ class _Engine:
         self.loop.run_forever()
 
     def submit(self, coro: Any) -> concurrent.futures.Future:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        # In an empty context, not the caller's: a task, and every socket reader it registers, keeps
+        # the context it started in for as long as the loop runs. A caller's context can hold a
+        # library's settings (DSPy's LM, reaching the session and this very client), so keep-alive
+        # connections made in it would keep the client, its thread and sockets alive for good.
+        return contextvars.Context().run(asyncio.run_coroutine_threadsafe, coro, self.loop)
 
     def stop(self) -> None:
         async def close_http() -> None:
