@@ -395,40 +395,47 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
         _checkpoint()
 
     _INTERRUPTED = False
-    # the cell's protected session: new, or resumed from the ledger in its run dir
-    session = Session(cell.task, profile=cell.profile,
-                      budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
-                      seed=cell.seed, run_dir=run_dir,
-                      models=SessionModels(worker=_client(config.worker_model, config),
-                                           architect=_client(config.architect_model, config)),
-                      policy=config.policy, data_dir=config.data_dir, allow_drift=config.allow_drift,
-                      method=cell.method.name, options=cell.options, verifier=cell.verifier,
-                      provenance={"optimizer": method.describe(), "isolation": method.isolation})
-    session.service.progress = checkpoint
-    session.service.interruptible = _waiting
-    session.heldout_progress = scoring
+    # the cell made these clients, so the cell closes them: their connections and loop threads end with it
+    models = SessionModels(worker=_client(config.worker_model, config),
+                           architect=_client(config.architect_model, config))
     try:
-        changed = method.code_changed()  # the record must name the code that runs, not the code once decided
-        if changed:
-            record = session.finish(None, status="failed", error=changed)
-        elif method.isolated:
-            # commands and user code: isolated by default (the trust model); heldout's reference names run in-process
-            record = run_isolated_method(session, method)
-        else:
-            session.service.record_event("optimizer_trust", {"optimizer": method.spec, "trusted": True,
-                                                             "isolation": "trusted, not isolated"})
-            record = session.run(resolve_optimizer(method.spec, method.method_options))
-    except StudyInterrupted:
-        session.ledger.close()
-        return {"status": "interrupted", "skipped": False, "test_score": None,
-                "error": "interrupted; its ledger is consistent and the cell resumes from it",
-                "run_dir": str(run_dir)}
-    except InfrastructureFailure as exc:
-        session.ledger.close()
-        return {"status": "incomplete", "skipped": False, "test_score": None, "error": str(exc),
-                "run_dir": str(run_dir)}
+        # the cell's protected session: new, or resumed from the ledger in its run dir
+        session = Session(cell.task, profile=cell.profile,
+                          budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
+                          seed=cell.seed, run_dir=run_dir,
+                          models=models,
+                          policy=config.policy, data_dir=config.data_dir, allow_drift=config.allow_drift,
+                          method=cell.method.name, options=cell.options, verifier=cell.verifier,
+                          provenance={"optimizer": method.describe(), "isolation": method.isolation})
+        session.service.progress = checkpoint
+        session.service.interruptible = _waiting
+        session.heldout_progress = scoring
+        try:
+            changed = method.code_changed()  # the record must name the code that runs, not the code once decided
+            if changed:
+                record = session.finish(None, status="failed", error=changed)
+            elif method.isolated:
+                # commands and user code: isolated by default (the trust model); heldout's reference names run in-process
+                record = run_isolated_method(session, method)
+            else:
+                session.service.record_event("optimizer_trust", {"optimizer": method.spec, "trusted": True,
+                                                                 "isolation": "trusted, not isolated"})
+                record = session.run(resolve_optimizer(method.spec, method.method_options))
+        except StudyInterrupted:
+            session.ledger.close()
+            return {"status": "interrupted", "skipped": False, "test_score": None,
+                    "error": "interrupted; its ledger is consistent and the cell resumes from it",
+                    "run_dir": str(run_dir)}
+        except InfrastructureFailure as exc:
+            session.ledger.close()
+            return {"status": "incomplete", "skipped": False, "test_score": None, "error": str(exc),
+                    "run_dir": str(run_dir)}
+        finally:
+            _WAITING = False
     finally:
-        _WAITING = False
+        for client in (models.worker, models.architect):
+            if client is not None:
+                client.close()
     return {"status": record.status, "skipped": False, "test_score": record.test_score,
             "error": record.error, "run_dir": str(run_dir)}
 
