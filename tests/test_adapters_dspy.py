@@ -5,10 +5,13 @@ the policy shows, and an isolated run leaves the same record as an in-process on
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +157,27 @@ def test_dspy_gepa_validates_on_as_many_val_examples_as_a_small_budget_can_pay_f
     seed_val = [r for r in rows if r["split"] == "val" and r["candidate_id"] == rows[0]["candidate_id"]]
     assert len({r["example_id"] for r in seed_val}) == used  # the seed's val pass is whole
     assert record.usage["metric_calls"] <= budget
+
+
+def test_dspy_gepa_sessions_leave_no_model_client_threads_behind(word_sorting, readable_dir):
+    """A study runs cell after cell in one worker process. DSPy keeps its settings (the LM, which
+    reaches the session and its clients) in a context variable; the clients must still end with
+    their session, else loop threads and keep-alive connections pile up until the endpoint refuses
+    every later cell (seen at 150 cells of perf/paper_study.py)."""
+    def loop_threads() -> int:
+        return sum(t.name == "heldout-model-client" for t in threading.enumerate())
+
+    before = loop_threads()
+    with TestServer() as srv:
+        for k in range(2):
+            record = session(word_sorting, srv, readable_dir / f"run-{k}", 40, "dspy-gepa").run(
+                resolve_optimizer("dspy-gepa"))
+            assert record.status == "ok", record.error
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while loop_threads() > before and time.monotonic() < deadline:  # finalizers stop the loops
+            time.sleep(0.01)
+    assert loop_threads() == before
 
 
 def test_dspy_gepa_counts_refused_rollouts_as_the_only_difference(word_sorting, readable_dir):
