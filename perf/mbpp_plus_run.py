@@ -93,9 +93,11 @@ ran = sum(r.base.passed + (r.plus.passed if r.plus else 0) for r in results)
 print(json.dumps({"seconds": seconds, "inputs_run": ran}))
 """
 # the programs' own work: each canonical solution called on every input in a bare interpreter
-# (a fresh copy of the input per call, as the sandbox's helper passes it; the copy is not timed)
+# (a fresh copy of the input per call, deserialised as the sandbox's helper passes it; neither
+# is timed)
 OWN_WORK_RUNNER = r"""
 import copy, json, sys, time
+from heldout.benchmarks.mbpp_plus._child import deserialize
 from heldout.benchmarks.mbpp_plus.execution import load_problems
 path, limit = sys.argv[1], json.loads(sys.argv[2])
 seconds = 0.0
@@ -104,7 +106,7 @@ for p in load_problems(path)[:limit]:
     exec(compile(p["prompt"] + p["canonical_solution"], p["task_id"], "exec"), space)
     fn = space[p["entry_point"]]
     for inp in list(p["base_input"]) + list(p["plus_input"]):
-        args = copy.deepcopy(inp)
+        args = deserialize(p["task_id"], copy.deepcopy(inp))  # as the task's helper passes them
         start = time.perf_counter()
         fn(*args)
         seconds += time.perf_counter() - start
