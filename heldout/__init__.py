@@ -30,7 +30,7 @@ _HOME = {
     "heldout.data_manifests": ("DriftError",),
     "heldout.evaluators.records": ("RunRecord",),
     "heldout.evaluators.policy": ("Budget", "VisibilityPolicy"),
-    "heldout.evaluators.scoring": ("Execution", "SessionModels"),
+    "heldout.evaluators.scoring": ("Decoding", "Execution", "SessionModels"),
     "heldout.evaluators.session": ("Session",),
 }
 _MODULE_OF = {name: module for module, names in _HOME.items() for name in names}

@@ -20,7 +20,7 @@ import pytest
 import heldout
 from heldout.evaluators.ledger import verify_ledger
 from heldout.evaluators.session import Budget, Session
-from heldout.evaluators.scoring import SessionModels
+from heldout.evaluators.scoring import Decoding, SessionModels
 from heldout.models import ChatRequest, ModelClient, ModelError
 from heldout.models.backends.llama import LlamaBackend, LocalModelError, LocalModelUnavailable, resolve_model
 from heldout.models.backends.pool import SlotPool
@@ -156,7 +156,7 @@ def test_answer_extraction_runs_on_real_model_output(server, data_dir):
 def test_a_session_ledger_counts_every_real_model_call(server, data_dir, tmp_path):
     worker = ModelClient("smollm2-135m-instruct", server.base_url, timeout=TIMEOUT, concurrency=2)
     session = Session("bbh/boolean_expressions", profile="cpu-demo", budget=Budget(4), seed=0, models=SessionModels(worker=worker),
-                      run_dir=tmp_path, data_dir=str(data_dir), options={"max_tokens": 16})
+                      run_dir=tmp_path, data_dir=str(data_dir), decoding=Decoding(max_tokens=16))
 
     def optimizer(view, seed):
         view.evaluate(view.seed_candidate, "train", [ex["id"] for ex in view.train[:4]])

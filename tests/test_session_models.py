@@ -128,9 +128,37 @@ def test_decoding_reaches_the_models_requests_and_never_the_tasks_options(word_s
                                  {"judge_max_tokens": 2.5}])
 def test_a_bad_decoding_is_refused_before_the_session_writes_anything(bad, word_sorting, tmp_path):
     with pytest.raises(HeldoutError, match=f"decoding {next(iter(bad))} must be"):
-        Session(word_sorting, budget=5, run_dir=tmp_path / "run", options=bad,
+        Session(word_sorting, budget=5, run_dir=tmp_path / "run", decoding=Decoding(**bad),
                 models=SessionModels(worker=FunctionWorker(sort_the_list)))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("stated", [{"temperature": 0.7}, {"max_tokens": 5, "prompt_format": "zero_shot"},
+                                    {"judge_temperature": 0.3, "judge_max_tokens": 9}])
+def test_a_decoding_setting_among_the_task_options_is_refused_naming_the_decoding_parameter(stated, word_sorting,
+                                                                                            tmp_path):
+    """Not split again silently: the session's decoding has one typed place."""
+    with pytest.raises(HeldoutError, match=r"decoding settings, not task options: pass them as decoding=Decoding\("):
+        Session(word_sorting, budget=5, run_dir=tmp_path / "run", options=stated,
+                models=SessionModels(worker=FunctionWorker(sort_the_list)))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(HeldoutError, match="decoding must be a Decoding"):
+        Session(word_sorting, budget=5, run_dir=tmp_path / "run", decoding={"temperature": 0.7},
+                models=SessionModels(worker=FunctionWorker(sort_the_list)))
+
+
+def test_a_sessions_decoding_reaches_its_models_and_its_task_options_its_tasks_context(word_sorting, tmp_path):
+    worker = RecordingModel()
+    session = Session(word_sorting, budget=4, run_dir=tmp_path / "run", decoding=Decoding(temperature=0.7, max_tokens=5),
+                      options={"prompt_format": "zero_shot"}, models=SessionModels(worker=worker))
+    assert session.scorer.decoding == session.deploy_scorer.decoding == Decoding(temperature=0.7, max_tokens=5)
+    assert session.scorer.options == session.deploy_scorer.options == {"prompt_format": "zero_shot"}
+
+    def one_evaluation(view, seed):
+        view.evaluate(view.seed_candidate, "train", [ex["id"] for ex in view.train[:2]])
+        return view.seed_candidate
+    assert session.run(one_evaluation).status == "ok"
+    assert {(r.temperature, r.max_tokens) for r in worker.requests} == {(0.7, 5)}
 
 
 def test_heldouts_own_models_meet_the_chat_client_protocol_and_a_task_worker_does_not():

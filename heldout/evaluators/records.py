@@ -39,6 +39,7 @@ from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, M
                                canonical_json, sha256_text)
 from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
+from heldout.evaluators.scoring import Decoding
 from heldout.evaluators.signing import SigningKey
 
 RECORD_FILE = "run_record.json"
@@ -173,7 +174,9 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     caller passes as ``provenance`` (the optimizer's code hash, ...) are merged in."""
     task, bench = session.task, session.task.benchmark
     scorer = session.scorer
-    options = dict(session.options)
+    decoding = getattr(session, "decoding", None) or Decoding()
+    # the options as a study stated them, decoding included (the ledger's form so far)
+    options = {**session.options, **{k: v for k, v in asdict(decoding).items() if v != getattr(Decoding(), k)}}
     provenance = dict(getattr(session, "provenance", None) or {})
     verifier = getattr(session, "variant", None)
     # what a published number depends on (shots, template, stop, decoding); None for program tasks

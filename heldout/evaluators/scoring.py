@@ -191,18 +191,21 @@ def model_failure_kind(exc: BaseException) -> str:
 class Scorer:
     """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
     execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
-    ``options`` are the experiment's options as a study states them: their :class:`Decoding` goes
-    to the models' requests, the rest, the task options (canonical scoring), to the task's context;
-    an evaluation may add a verifier variant's options on top. Never raises for a bad candidate."""
+    ``decoding`` goes to the models' requests, ``options``, the task options (canonical scoring), to
+    the task's context; an evaluation may add a verifier variant's options on top. Without
+    ``decoding``, ``options`` may hold both, as a study states them, and are split
+    (:meth:`Decoding.split`). Never raises for a bad candidate."""
 
     def __init__(self, benchmark, worker: ChatClient | None = None, limits: RunLimits | None = None,
                  options: Mapping[str, Any] | None = None, jobs: int = 2, ledger: Ledger | None = None,
-                 judge: ChatClient | None = None) -> None:
+                 judge: ChatClient | None = None, decoding: Decoding | None = None) -> None:
         self.benchmark = benchmark
         self.worker = worker
         self.judge = judge  # a separate judge model, metered on the ``judge-*`` channels
         self.limits = limits or benchmark.default_limits
-        self.decoding, self.options = Decoding.split(options or {})  # self.options: the task options
+        if decoding is None:
+            decoding, options = Decoding.split(options or {})
+        self.decoding, self.options = decoding, dict(options or {})  # self.options: the task options
         self.jobs = max(1, jobs)
         self.ledger = ledger
 

@@ -59,7 +59,7 @@ from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, M
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
 from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_resumable, describe_experiment
-from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels
+from heldout.evaluators.scoring import DECODING_OPTIONS, Decoding, Execution, Scorer, SessionModels
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring
 from heldout.evaluators.view import MeteredArchitect, SessionView
@@ -71,14 +71,21 @@ class Session:
                  seed: int = 0, run_dir: str | Path = "runs/session", *, models: SessionModels = SessionModels(),
                  policy: VisibilityPolicy | str = STANDARD_POLICY, verifier: str = CANONICAL,
                  data_dir: str | None = None, allow_drift: bool = False, method: str = "unnamed",
-                 options: Mapping[str, Any] | None = None, execution: Execution = Execution(),
-                 provenance: Mapping[str, Any] | None = None) -> None:
+                 decoding: Decoding | None = None, options: Mapping[str, Any] | None = None,
+                 execution: Execution = Execution(), provenance: Mapping[str, Any] | None = None) -> None:
         """``task`` is a task name (loaded with ``profile``, ``data_dir``, ``allow_drift``) or a
         loaded :class:`Task`; ``models`` the chat clients it talks to (:class:`SessionModels`);
-        ``options`` the experiment's options as a study states them: task options, and the models'
-        :class:`~heldout.evaluators.scoring.Decoding` (``temperature``, ``max_tokens``, ``judge_*``),
-        which scoring keeps apart; ``execution`` the sandbox limits and jobs;
-        ``provenance`` fields the record keeps (the optimizer's code hash, ...)."""
+        ``decoding`` how they decode (:class:`~heldout.evaluators.scoring.Decoding`: ``temperature``,
+        ``max_tokens``, ``judge_*``; None: the task's prompt setting's); ``options`` the task options
+        a task's context carries (``prompt_format``, ``tolerance``, ...), never a decoding setting;
+        ``execution`` the sandbox limits and jobs; ``provenance`` fields the record keeps (the
+        optimizer's code hash, ...)."""
+        stated = sorted(set(options or {}) & set(DECODING_OPTIONS))
+        if stated:  # one typed place for decoding: a study's combined table is split by make_study
+            raise HeldoutError(f"options {', '.join(stated)} are decoding settings, not task options: pass them as "
+                               f"decoding=Decoding({', '.join(f'{k}=...' for k in stated)})")
+        if decoding is not None and not isinstance(decoding, Decoding):
+            raise HeldoutError(f"decoding must be a Decoding(...), got {type(decoding).__name__}")
         if not isinstance(models, SessionModels):  # e.g. a bare client: name the fix, not an AttributeError later
             raise HeldoutError(f"models must be SessionModels(worker=..., architect=...), got {type(models).__name__}")
         loaded = task if isinstance(task, Task) else load_task(task, profile, data_dir, allow_drift)
@@ -92,8 +99,8 @@ class Session:
         self.seed = seed
         self.method = method
         self.run_dir = Path(run_dir)
-        self.options = dict(options or {})  # as the study states them: task options and the models' decoding
-        Decoding.split(self.options)  # a bad decoding is refused here, before the ledger is opened
+        self.decoding = decoding or Decoding()  # a bad one was refused when it was made, before the ledger opens
+        self.options = dict(options or {})  # the task options
         self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
         self.models = models
         self.ledger = Ledger.open(self.run_dir)
@@ -106,10 +113,10 @@ class Session:
             check(self.options["prompt_format"])
         self._started = time.time()
         self.scorer = Scorer(bench, models.worker, execution.limits, self.options, execution.jobs, self.ledger,
-                             models.judge)
+                             models.judge, self.decoding)
         # held-out scoring: the canonical verifier, the experiment's own options, never a variant's
         self.deploy_scorer = Scorer(bench, models.deployment_worker or models.worker, execution.limits, self.options,
-                                    execution.jobs, self.ledger, models.judge)
+                                    execution.jobs, self.ledger, models.judge, self.decoding)
         self.resumed = len(self.ledger) > 0
         header = self.header()
         if self.resumed:  # one run dir = one experiment; refused, nothing is appended or overwritten

@@ -49,7 +49,7 @@ from heldout.files import check_folder, check_name
 from heldout.evaluators.isolated import command_files, run_isolated_method
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
-from heldout.evaluators.scoring import SessionModels
+from heldout.evaluators.scoring import Decoding, SessionModels
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import resolve_optimizer
@@ -400,12 +400,13 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
                            architect=_client(config.architect_model, config))
     try:
         # the cell's protected session: new, or resumed from the ledger in its run dir
+        decoding, task_options = Decoding.split(cell.options)
         session = Session(cell.task, profile=cell.profile,
                           budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
                           seed=cell.seed, run_dir=run_dir,
                           models=models,
                           policy=config.policy, data_dir=config.data_dir, allow_drift=config.allow_drift,
-                          method=cell.method.name, options=cell.options, verifier=cell.verifier,
+                          method=cell.method.name, decoding=decoding, options=task_options, verifier=cell.verifier,
                           provenance={"optimizer": method.describe(), "isolation": method.isolation})
         session.service.progress = checkpoint
         session.service.interruptible = _waiting
