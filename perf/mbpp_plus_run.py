@@ -14,8 +14,8 @@ the machine's speed during the run (ours swings by up to 2x within minutes) does
 side.
 
 Printed: seconds of each, pass counts (base, plus), the problems whose verdicts differ (with
-evalplus's own status for them), and the ratio heldout / evalplus (issue 19's goal: <= 0.5x on
-all 378 problems, faster than evalplus on a subset). Every sample is a canonical solution, so
+evalplus's own status for them), and the ratio heldout / evalplus (issue 60's target: <= 1.0x at
+every size; issue 19's 0.5x on all 378 is below the bound the programs set, see below). Every sample is a canonical solution, so
 every verdict should be a pass; evalplus fails its own on Mbpp/255 (even run alone) and on a slow
 problem or two under load, and those are the only differences a passing row allows.
 
@@ -273,14 +273,16 @@ def floor_text(got: dict) -> str:
 
 def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dict]:
     """Rows for perf/run_all.py: heldout / evalplus wall time on the first ``limit`` problems
-    (None: all 378; target <= 0.5x, subsets: faster), with every canonical solution passing in
-    heldout and every difference from evalplus's verdicts named."""
+    (None: all 378), target <= 1.0x at every size (issue 60), with every canonical solution passing in
+    heldout and every difference from evalplus's verdicts named. Issue 19's 0.5x on all 378 is out of
+    reach by the programs alone (2 / (workers + 1), see the module docstring): its bound is printed
+    in the full row's floor, not used as its target."""
     if not (Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl").is_file():
         return [{"name": "MBPP+", "value": float("nan"), "unit": "s", "ratio": float("nan"),
                  "target": "n/a", "passed": False, "note": f"no MBPP+ data under {data_dir}"}]
     got = measure(data_dir, workers, limit, with_floor=True)
     mine, theirs = got["heldout"], got["evalplus"]
-    target = 0.5 if limit is None else 1.0
+    target = 1.0
     name = f"MBPP+ canonical run, {got['problems']} problems, {workers} workers (heldout / evalplus)"
     if theirs is None:
         return [{"name": name, "value": mine["seconds"], "unit": "s", "ratio": float("nan"),
@@ -314,7 +316,7 @@ def main() -> None:
           f"plus {theirs['plus']}/{theirs['n']}")
     print("verdicts: " + ("identical" if not got["differ"] else "differ on " + ", ".join(got["differ"]))
           + ("" if got["right"] else " (NOT every canonical solution passes in heldout)"))
-    goal = "<= 0.5x" if args.limit is None else "faster than evalplus"
+    goal = "at most 1.0x evalplus"
     print(f"ratio heldout / evalplus = {got['ratio']:.2f}x (goal {goal})")
     if got["floor"]:
         print(floor_text(got))
