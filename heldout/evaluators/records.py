@@ -39,7 +39,7 @@ from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, M
                                canonical_json, sha256_text)
 from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
-from heldout.evaluators.scoring import Decoding
+from heldout.evaluators.scoring import DECODING_OPTIONS, Decoding
 from heldout.evaluators.signing import SigningKey
 
 RECORD_FILE = "run_record.json"
@@ -175,8 +175,7 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     task, bench = session.task, session.task.benchmark
     scorer = session.scorer
     decoding = getattr(session, "decoding", None) or Decoding()
-    # the options as a study stated them, decoding included (the ledger's form so far)
-    options = {**session.options, **{k: v for k, v in asdict(decoding).items() if v != getattr(Decoding(), k)}}
+    options = dict(session.options)  # the task options; the decoding is its own field
     provenance = dict(getattr(session, "provenance", None) or {})
     verifier = getattr(session, "variant", None)
     # what a published number depends on (shots, template, stop, decoding); None for program tasks
@@ -197,9 +196,14 @@ def describe_experiment(session: Any) -> dict[str, Any]:
         "deployment_worker": model_description(getattr(session, "deploy_scorer", scorer).worker),
         "architect": model_description(session.models.architect),
         "judge": model_description(getattr(scorer, "judge", None)),
-        "decoding": {"temperature": options.get("temperature", setting.temperature if setting else 0.0),
-                     "max_tokens": options.get("max_tokens", setting.max_tokens if setting else None),
-                     **({"stop": list(setting.stop)} if setting and setting.stop else {})},
+        # as the experiment stated it (None: the task's) and as the models' requests carry it
+        "decoding": {"stated": asdict(decoding), "sent": {
+            "temperature": decoding.temperature if decoding.temperature is not None else (
+                setting.temperature if setting else 0.0),
+            "max_tokens": decoding.max_tokens if decoding.max_tokens is not None else (
+                setting.max_tokens if setting else None),
+            **({"stop": list(setting.stop)} if setting and setting.stop else {}),
+            "judge_temperature": decoding.judge_temperature, "judge_max_tokens": decoding.judge_max_tokens}},
         "prompt_setting": setting.as_dict() if setting else None,
         "optimizer": provenance.pop("optimizer", {"name": session.method, "code_sha256": None}),
         "isolation": provenance.pop("isolation", "in-process (trusted)"),
@@ -218,9 +222,37 @@ def describe_experiment(session: Any) -> dict[str, Any]:
 WHERE_NOT_WHAT = frozenset({"base_url"})
 
 
+def stated_decoding(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The decoding a combined ``options`` mapping states (every :class:`Decoding` field; an unset
+    one at its default), read as written: an old file's values are compared, not judged."""
+    return {**asdict(Decoding()), **{k: options[k] for k in DECODING_OPTIONS if k in options}}
+
+
+def split_experiment(experiment: Mapping[str, Any]) -> dict[str, Any]:
+    """``experiment`` (a ``session_start`` entry, a record's ``experiment``) with its task options
+    and its decoding apart, whichever heldout wrote it. Since issue 59 ``options`` are the task
+    options and ``decoding`` is ``{"stated", "sent"}``; before, ``options`` held the decoding
+    settings a study stated among the task options and ``decoding`` was the worker's decoding as
+    sent: such an entry is read as the new form says it, so an old run dir resumes and verifies."""
+    out = dict(experiment)
+    options = out.get("options")
+    if not isinstance(options, Mapping):
+        return out
+    decoding = out.get("decoding")
+    if isinstance(decoding, Mapping) and "stated" not in decoding:  # the form written before issue 59
+        stated = stated_decoding(options)
+        out["decoding"] = {"stated": stated, "sent": {**decoding, "judge_temperature": stated["judge_temperature"],
+                                                      "judge_max_tokens": stated["judge_max_tokens"]}}
+    out["options"] = {k: v for k, v in options.items() if k not in DECODING_OPTIONS}
+    return out
+
+
 def experiment_differences(recorded: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
     """The settings (``name: recorded -> now``) in which ``now`` differs from the experiment a
-    ledger started. Circumstances (environment, start time) are not the experiment."""
+    ledger started (each read by :func:`split_experiment`, so a ledger written before decoding had
+    its own field compares as one written since). Circumstances (environment, start time) are not
+    the experiment."""
+    recorded, now = split_experiment(recorded), split_experiment(now)
     out = []
     for key in sorted(set(recorded) | set(now)):
         if key in CIRCUMSTANCES or key == "format_version":
@@ -378,6 +410,19 @@ class RunRecord:
             trajectory=list(service.trajectory), lineage=lineage, error=error,
             format_version=FORMAT_VERSION, experiment=dict(start), isolation=isolation,
             started_at=start.get("started_at"), finished_at=time.time())
+
+    @property
+    def task_options(self) -> dict[str, Any]:
+        """The task options the run's task read (a record written before issue 59 kept the decoding
+        settings among its ``options``: they are left out here)."""
+        return split_experiment({"options": self.options})["options"]
+
+    @property
+    def decoding(self) -> dict[str, Any]:
+        """The decoding the experiment stated (every :class:`Decoding` field; None: the task's),
+        from its ``experiment`` or, in a record written before issue 59, its ``options``."""
+        stated = (split_experiment(self.experiment).get("decoding") or {}).get("stated")
+        return dict(stated) if isinstance(stated, Mapping) else stated_decoding(self.options)
 
     @property
     def verifier(self) -> str:

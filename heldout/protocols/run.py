@@ -317,9 +317,10 @@ def _client(model: str | None, config: StudyConfig):
 
 def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
     """What a finished record of this cell must agree with to count as done."""
+    decoding, task_options = Decoding.split(cell.options)
     return {"task": cell.task, "profile": cell.profile, "seed": cell.seed, "method": cell.method.name,
             "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls)),
-            "policy": config.policy, "options": dict(cell.options),
+            "policy": config.policy, "options": task_options, "decoding": asdict(decoding),
             "worker": config.worker_model, "architect": config.architect_model, "verifier": cell.verifier,
             "optimizer code": cell_method(cell, config).code_sha256, "optimizer options": dict(cell.method.options)}
 
@@ -361,7 +362,8 @@ def finished_summary(run_dir: Path, wanted: dict[str, Any]) -> dict[str, Any]:
     exp = record.experiment
     optimizer = exp.get("optimizer") or {}
     recorded = {"task": record.task, "profile": record.profile, "seed": record.seed, "method": record.method,
-                "budget": record.budget, "policy": record.policy.get("name"), "options": record.options,
+                "budget": record.budget, "policy": record.policy.get("name"), "options": record.task_options,
+                "decoding": record.decoding,
                 "worker": (exp.get("worker") or {}).get("model"), "architect": (exp.get("architect") or {}).get("model"),
                 "verifier": exp.get("verifier"), "optimizer code": optimizer.get("code_sha256"),
                 "optimizer options": optimizer.get("options", {})}

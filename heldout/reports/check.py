@@ -103,7 +103,7 @@ def design_of(run: Run) -> dict[str, str]:
     rec = run.record
     extra = rec.extra or {}
     values = {"profile": rec.profile, "budget": rec.budget, "policy": rec.policy, "limits": rec.limits,
-              "options": rec.options, "drift": rec.drift,
+              "options": {"task": rec.task_options, "decoding": rec.decoding}, "drift": rec.drift,
               "verifier": getattr(rec, "verifier", None) or extra.get("verifier"),
               "models": getattr(rec, "models", None) or extra.get("models")}
     return {k: json.dumps(v, sort_keys=True, default=str) for k, v in values.items()}
