@@ -27,6 +27,7 @@ from heldout.evaluators.scoring import Decoding, SessionModels
 from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.signing import TrustedSigners
 from heldout.models.workers import FunctionWorker
+from heldout.protocols.leakage import rec_options
 from heldout.protocols.run import Cell, Method, StudyConfig, cell_settings, finished_summary
 from heldout.reports.collect import collect_runs
 from heldout.reports.verify import verify_run_dir
@@ -170,3 +171,14 @@ def test_a_resumed_old_run_that_fails_again_stays_resumable(old_runs, data_dir):
     with pytest.raises(InfrastructureFailure):
         broken.run(four_training_calls)
     assert session(run_dir, OLD_DECODING, data_dir).run(four_training_calls).status == "ok"
+
+
+def test_a_rescoring_of_a_run_decodes_as_the_run_did_whichever_heldout_wrote_its_record(old_runs, data_dir, tmp_path):
+    """An ablation, a recipe baseline or a re-run cell reads a record's options as a study states
+    them: split again, they are the run's task options and decoding (a new record keeps its
+    decoding apart from ``options``, which alone would lose it)."""
+    new = session(tmp_path / "run", OLD_DECODING, data_dir, {"prompt_format": "zero_shot"}).run(four_training_calls)
+    old = RunRecord.load(old_runs / "finished")
+    assert Decoding.split(new.options_as_stated) == (OLD_DECODING, {"prompt_format": "zero_shot"})
+    assert Decoding.split(old.options_as_stated) == (OLD_DECODING, {})
+    assert rec_options([new], TASK) == new.options_as_stated

@@ -425,6 +425,13 @@ class RunRecord:
         return dict(stated) if isinstance(stated, Mapping) else stated_decoding(self.options)
 
     @property
+    def options_as_stated(self) -> dict[str, Any]:
+        """The task options with the stated decoding among them (None: the task's, left out), as a
+        study file's ``[options]`` table states them: what a re-scoring of this run (an ablation,
+        a recipe baseline, a re-run cell) splits again into the same task options and decoding."""
+        return {**self.task_options, **{k: v for k, v in self.decoding.items() if v is not None}}
+
+    @property
     def verifier(self) -> str:
         """The verifier variant the optimizer ran under (held-out scoring is always canonical): the
         experiment's, recorded once; records written before that kept a copy in ``extra``."""

@@ -191,8 +191,8 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
 
 
 def rec_options(records: Sequence[RunRecord], task: str) -> dict[str, Any]:
-    """The task options the runs used (the ablation scores under the same ones)."""
-    return next((dict(r.options) for r in records if r.task == task), {})
+    """The options the runs used, their decoding among them (the ablation scores under the same ones)."""
+    return next((r.options_as_stated for r in records if r.task == task), {})
 
 
 def _baseline_for(task: Task, rec: RunRecord, group_records: Sequence[RunRecord], baseline: str) -> tuple[Candidate, RunRecord | None]:

@@ -71,7 +71,7 @@ def recorded_cells(records: Iterable[RunRecord]) -> list[Cell]:
         if optimizer.get("target") not in reference or metric_calls is None:
             continue
         method = Method(record.method, reference[optimizer["target"]], options=dict(optimizer.get("options") or {}))
-        cells.append(Cell(record.task, method, record.seed, int(metric_calls), record.profile, dict(record.options),
+        cells.append(Cell(record.task, method, record.seed, int(metric_calls), record.profile, record.options_as_stated,
                           record.verifier))
     return cells
 

@@ -226,7 +226,7 @@ def recipe_baseline(pairs: Sequence[tuple[RunRecord, RunRecord]], task: Task, *,
     if not pairs:
         raise RecipeError("no seed with finished runs of both the seed candidate and the optimizer")
     ledger = Ledger.open(Path(run_dir) / RECIPE_DIR)
-    options = dict(pairs[0][1].options)
+    options = pairs[0][1].options_as_stated
     scorer = Scorer(task.benchmark, worker, None, options, jobs, ledger=ledger)
     usage = Usage()
     rows: list[RecipeSeed] = []

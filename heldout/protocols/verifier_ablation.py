@@ -432,7 +432,7 @@ def _variant_row(plan: AblationPlan, variant: str, records: dict[tuple[str, str,
 
     def own(rec: RunRecord, seed: int) -> float:
         value = (_own_score(rec, variant) if task is None else
-                 selection.score(task, dict(rec.final_candidate), variant, seed, rec.options))
+                 selection.score(task, dict(rec.final_candidate), variant, seed, rec.options_as_stated))
         if value is None:
             raise AblationError(f"{variant} seed {seed}: a run record lacks its own-verifier val score")
         return sign * value
