@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from heldout.contracts import InfrastructureFailure
+from heldout.contracts import HeldoutError, InfrastructureFailure
 from heldout.evaluators.authenticity import Authenticity
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import (ExperimentMismatch, RunRecord, anchor_problem, experiment_differences,
@@ -28,7 +28,8 @@ from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.signing import TrustedSigners
 from heldout.models.workers import FunctionWorker
 from heldout.protocols.leakage import rec_options
-from heldout.protocols.run import Cell, Method, StudyConfig, cell_settings, finished_summary
+from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, cell_settings, finished_summary
+from heldout.protocols.study_dir import STUDY_FILE, open_study, study_description
 from heldout.reports.collect import collect_runs
 from heldout.reports.verify import verify_run_dir
 
@@ -116,7 +117,7 @@ def test_an_old_finished_run_is_reported(old_runs):
 def test_a_study_keeps_an_old_finished_run_of_the_same_decoding_and_refuses_one_of_another(old_runs):
     """finished_summary compares task options and decoding apart, an old record's split from its options."""
     config = StudyConfig(str(old_runs), worker_model=MODEL)
-    same = Cell(TASK, Method("seed"), 0, 4, PROFILE, dict(OLD_OPTIONS))
+    same = Cell(TASK, Method("seed"), 0, 4, PROFILE, decoding=OLD_DECODING)
     wanted = {k: v for k, v in cell_settings(same, config).items()
               if k in ("task", "profile", "seed", "method", "options", "decoding", "worker")}
     assert finished_summary(old_runs / "finished", wanted)["skipped"]
@@ -182,3 +183,25 @@ def test_a_rescoring_of_a_run_decodes_as_the_run_did_whichever_heldout_wrote_its
     assert Decoding.split(new.options_as_stated) == (OLD_DECODING, {"prompt_format": "zero_shot"})
     assert Decoding.split(old.options_as_stated) == (OLD_DECODING, {})
     assert rec_options([new], TASK) == new.options_as_stated
+
+
+def test_a_cell_carries_task_options_and_decoding_apart_split_once_where_cells_are_made():
+    (cell,) = build_cells([TASK], [Method("seed")], [0], {TASK: 4}, PROFILE, {"tolerance": 1, **OLD_OPTIONS})
+    assert cell.options == {"tolerance": 1} and cell.decoding == OLD_DECODING
+    with pytest.raises(HeldoutError, match=r"cell options temperature are decoding settings.*decoding=Decoding"):
+        Cell(TASK, Method("seed"), 0, 4, PROFILE, {"temperature": 0.5})
+
+
+def test_a_study_json_written_before_cells_carried_decoding_still_resumes(tmp_path):
+    """The old ``study.json`` had one combined ``options`` list and no ``decoding``."""
+    cells = build_cells([TASK], [Method("seed")], [0, 1], {TASK: 4}, PROFILE, {"tolerance": 1, **OLD_OPTIONS})
+    config = StudyConfig(str(tmp_path / "study"), worker_model=MODEL)
+    old = study_description(cells, config)
+    old["options"] = [{"tolerance": 1, **OLD_OPTIONS}]
+    del old["decoding"]
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / STUDY_FILE).write_text(json.dumps(old))
+    assert open_study(cells, config, resume=True) == tmp_path / "study" / STUDY_FILE
+    hotter = build_cells([TASK], [Method("seed")], [0, 1], {TASK: 4}, PROFILE, {**OLD_OPTIONS, "temperature": 0.9})
+    with pytest.raises(ExperimentMismatch, match="decoding: .*0.5.* -> .*0.9"):
+        open_study(hotter, StudyConfig(str(tmp_path / "study"), worker_model=MODEL), resume=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from heldout.contracts import HeldoutError
+from heldout.evaluators.scoring import Decoding
 from heldout.optimizers import split_spec
 from heldout.protocols import decide
 from heldout.protocols.run import Cell, Method
@@ -94,8 +95,9 @@ class PlannedRun:
 
     @property
     def cell(self) -> Cell:
+        decoding, task_options = Decoding.split(self.options)  # an arm's options as a study states them
         return Cell(self.task, Method(self.method, self.target), self.seed, self.metric_calls, self.profile,
-                    dict(self.options))
+                    task_options, decoding=decoding)
 
     @property
     def run_dir(self) -> Path:

@@ -20,6 +20,7 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError
 from heldout.data_manifests import Manifest
 from heldout.evaluators.records import RunRecord
+from heldout.evaluators.scoring import Decoding
 from heldout.optimizers import REFERENCE_OPTIMIZERS
 from heldout.optimizers.minimums import minimum_budget
 from heldout.protocols.run import Cell, Method
@@ -71,8 +72,8 @@ def recorded_cells(records: Iterable[RunRecord]) -> list[Cell]:
         if optimizer.get("target") not in reference or metric_calls is None:
             continue
         method = Method(record.method, reference[optimizer["target"]], options=dict(optimizer.get("options") or {}))
-        cells.append(Cell(record.task, method, record.seed, int(metric_calls), record.profile, record.options_as_stated,
-                          record.verifier))
+        cells.append(Cell(record.task, method, record.seed, int(metric_calls), record.profile, record.task_options,
+                          record.verifier, decoding=Decoding(**record.decoding)))
     return cells
 
 

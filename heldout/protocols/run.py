@@ -49,7 +49,7 @@ from heldout.files import check_folder, check_name
 from heldout.evaluators.isolated import command_files, run_isolated_method
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
-from heldout.evaluators.scoring import Decoding, SessionModels
+from heldout.evaluators.scoring import DECODING_OPTIONS, Decoding, SessionModels
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import resolve_optimizer
@@ -123,10 +123,17 @@ class Cell:
     seed: int
     budget: int
     profile: str = "default"
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the task options
     verifier: str = "decomposed"
     # what the method runs, decided when the study was made (None: decided when the cell runs)
     resolved: ResolvedMethod | None = field(default=None, compare=False, repr=False)
+    decoding: Decoding = Decoding()  # how the session's models decode
+
+    def __post_init__(self) -> None:
+        stated = sorted(set(self.options) & set(DECODING_OPTIONS))
+        if stated:  # split once where cells are made (build_cells), never again downstream
+            raise HeldoutError(f"cell options {', '.join(stated)} are decoding settings, not task options: "
+                               "pass them as decoding=Decoding(...)")
 
     def run_dir(self, root: str | Path) -> Path:
         """``<task>/<method>/seed-<n>``; a non-canonical verifier adds a level: ``<method>/verifier-<v>``."""
@@ -317,10 +324,9 @@ def _client(model: str | None, config: StudyConfig):
 
 def cell_settings(cell: Cell, config: StudyConfig) -> dict[str, Any]:
     """What a finished record of this cell must agree with to count as done."""
-    decoding, task_options = Decoding.split(cell.options)
     return {"task": cell.task, "profile": cell.profile, "seed": cell.seed, "method": cell.method.name,
             "budget": asdict(Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls)),
-            "policy": config.policy, "options": task_options, "decoding": asdict(decoding),
+            "policy": config.policy, "options": dict(cell.options), "decoding": asdict(cell.decoding),
             "worker": config.worker_model, "architect": config.architect_model, "verifier": cell.verifier,
             "optimizer code": cell_method(cell, config).code_sha256, "optimizer options": dict(cell.method.options)}
 
@@ -402,13 +408,12 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
                            architect=_client(config.architect_model, config))
     try:
         # the cell's protected session: new, or resumed from the ledger in its run dir
-        decoding, task_options = Decoding.split(cell.options)
         session = Session(cell.task, profile=cell.profile,
                           budget=Budget(cell.budget, config.architect_tokens, config.wall_seconds, config.architect_calls),
                           seed=cell.seed, run_dir=run_dir,
                           models=models,
                           policy=config.policy, data_dir=config.data_dir, allow_drift=config.allow_drift,
-                          method=cell.method.name, decoding=decoding, options=task_options, verifier=cell.verifier,
+                          method=cell.method.name, decoding=cell.decoding, options=cell.options, verifier=cell.verifier,
                           provenance={"optimizer": method.describe(), "isolation": method.isolation})
         session.service.progress = checkpoint
         session.service.interruptible = _waiting
@@ -561,9 +566,11 @@ def interrupt_summary(results: list[dict[str, Any]], signame: str, run_root: str
 def build_cells(tasks: list[str], methods: list[Method], seeds: list[int], budgets: dict[str, int],
                 profile: str, options: dict[str, Any], verifiers: list[str] | None = None,
                 decided: dict[str, ResolvedMethod] | None = None) -> list[Cell]:
-    """Every cell; ``decided`` (method name -> what it runs, decided once by the study) is shared
-    by that method's cells."""
+    """Every cell; ``options`` as a study states them (task options, decoding settings among them:
+    split here, once); ``decided`` (method name -> what it runs, decided once by the study) is
+    shared by that method's cells."""
     decided = decided or {}
-    return [Cell(task, method, seed, budgets[task], profile, options, verifier, decided.get(method.name))
+    decoding, task_options = Decoding.split(options)
+    return [Cell(task, method, seed, budgets[task], profile, task_options, verifier, decided.get(method.name), decoding)
             for task in tasks for method in methods for verifier in (verifiers or ["decomposed"])
             for seed in seeds]

@@ -59,6 +59,7 @@ from heldout.contracts import HeldoutError
 from heldout.files import check_folder, check_name, read_user_toml, write_text_atomically
 from heldout.data_manifests import Manifest
 from heldout.evaluators.policy import POLICIES
+from heldout.evaluators.scoring import Decoding
 from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,
                                 check_options, settings_type)
 from heldout.protocols.executors import EXECUTORS
@@ -107,7 +108,7 @@ _TOP = {
     "policy": ((str,), "visibility policy"),
     "data_dir": ((str,), "local data mirror"),
     "allow_drift": ((bool,), "load even if the data drifted from its manifest"),
-    "options": ((dict,), "task options: tolerance, max_tokens, temperature"),
+    "options": ((dict,), "task options (tolerance) and decoding (max_tokens, temperature)"),
     "limits": ((dict,), "architect_tokens, wall_seconds per session"),
     "models": ((dict,), "worker, architect, base_url, cache_dir, concurrency, timeout"),
     "executor": ((dict,), "kind = \"local\" or \"ray\", jobs, ray_address, cell_cpus, cell_memory_mb"),
@@ -281,6 +282,10 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
     if executor["jobs"] < 1:
         raise StudyError(f"{origin}: executor.jobs must be >= 1, got {executor['jobs']}")
     _check_against_tasks(tasks, profiles, verifiers, options, origin)
+    try:  # the decoding settings among the options are split from them where the cells are made (build_cells)
+        Decoding.split(options)
+    except HeldoutError as exc:
+        raise StudyError(f"{origin}: options: {exc}") from None
     # a run below it is the seed; one seed per cell stands for all (they share the budget)
     check_minimum_budgets([cell for profile in profiles for cell in build_cells(
         tasks, methods, seeds[:1], budgets, profile, options, verifiers)], origin)

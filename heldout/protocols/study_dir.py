@@ -15,7 +15,8 @@ from typing import Any
 
 from heldout.contracts import HeldoutError, canonical_json
 from heldout.evaluators.ledger import LockHeld, hold_lock
-from heldout.evaluators.records import ExperimentMismatch
+from heldout.evaluators.records import ExperimentMismatch, stated_decoding
+from heldout.evaluators.scoring import DECODING_OPTIONS
 from heldout.files import read_user_json, remove_stale_temp_files, write_text_atomically
 from heldout.protocols.run import Cell, StudyConfig, shortened
 
@@ -37,6 +38,7 @@ def study_description(cells: list[Cell], config: StudyConfig) -> dict[str, Any]:
         "profiles": sorted({c.profile for c in cells}),
         "verifiers": sorted({c.verifier for c in cells}),
         "options": [dict(o) for o in {canonical_json(c.options): c.options for c in cells}.values()],
+        "decoding": list({canonical_json(asdict(c.decoding)): asdict(c.decoding) for c in cells}.values()),
         **{f"config.{k}": v for k, v in config.experiment().items()},
         "cells": [{**{k: v for k, v in asdict(c).items() if k != "resolved"}, "method": asdict(c.method)}
                   for c in cells],
@@ -90,7 +92,7 @@ def _settle_study(root: Path, cells: list[Cell], config: StudyConfig, resume: bo
         if write:
             write_text_atomically(path, json.dumps(wanted, indent=1))
         return path
-    recorded = read_user_json(path, "the study's record", error=ExperimentMismatch)
+    recorded = split_study_options(read_user_json(path, "the study's record", error=ExperimentMismatch))
     differing = [f"{key}: {shortened_json(recorded.get(key))} -> {shortened_json(wanted.get(key))}"
                  for key in wanted if key != "cells" and canonical_json(recorded.get(key)) != canonical_json(wanted[key])]
     if differing:
@@ -100,6 +102,17 @@ def _settle_study(root: Path, cells: list[Cell], config: StudyConfig, resume: bo
         raise ExperimentMismatch(f"{root} already holds this study; pass --resume to continue it "
                                  "(finished cells are kept, interrupted ones resume from their ledgers)")
     return path
+
+
+def split_study_options(recorded: Any) -> Any:
+    """A ``study.json`` as this heldout writes it: one written before issue 59 kept the decoding
+    settings among each ``options`` (and had no ``decoding``); they are split as the cells split them."""
+    if not isinstance(recorded, dict) or "decoding" in recorded or not isinstance(recorded.get("options"), list):
+        return recorded
+    parts = [(stated_decoding(o), {k: v for k, v in o.items() if k not in DECODING_OPTIONS})
+             for o in recorded["options"] if isinstance(o, dict)]
+    return {**recorded, "options": list({canonical_json(t): t for _, t in parts}.values()),
+            "decoding": list({canonical_json(d): d for d, _ in parts}.values())}
 
 
 def shortened_json(value: Any) -> str:

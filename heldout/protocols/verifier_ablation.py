@@ -57,7 +57,7 @@ from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import Candidate, HeldoutError, MetricSpec, candidate_id
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
+from heldout.evaluators.scoring import OPTIMISATION, Decoding, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, contrast, describe_detectable, holm
 from heldout.protocols.minimum_budgets import check_minimum_budgets
@@ -174,7 +174,8 @@ def plan_ablation(task: str, optimizer: Method, variants: Sequence[str], seeds: 
         draws = placebo_draws or draws_for(len(seeds), family=len(variants) + others)
     runs = [(method, seed) for method in (seed_method, optimizer) for seed in seeds]
     runs += [(placebo, s) for s in placebo_seeds(seeds, draws)] if draws else []
-    cells = tuple(Cell(loaded.name, method, seed, budget, profile, dict(options or {}), variant)
+    decoding, task_options = Decoding.split(options or {})  # the study's options, split once for its cells
+    cells = tuple(Cell(loaded.name, method, seed, budget, profile, task_options, variant, decoding=decoding)
                   for variant in variants for method, seed in runs)
     check_minimum_budgets(cells, origin)  # below its minimum a method can only return the seed
     return AblationPlan(task=loaded.name, profile=profile, optimizer=optimizer, variants=variants,
