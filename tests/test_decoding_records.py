@@ -31,6 +31,7 @@ from heldout.protocols.leakage import rec_options
 from heldout.protocols.run import Cell, Method, StudyConfig, build_cells, cell_settings, finished_summary
 from heldout.protocols.study_dir import STUDY_FILE, open_study, study_description
 from heldout.reports.collect import collect_runs
+from heldout.reports.render import provenance_lines
 from heldout.reports.verify import verify_run_dir
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "options_with_decoding"
@@ -205,3 +206,13 @@ def test_a_study_json_written_before_cells_carried_decoding_still_resumes(tmp_pa
     hotter = build_cells([TASK], [Method("seed")], [0, 1], {TASK: 4}, PROFILE, {**OLD_OPTIONS, "temperature": 0.9})
     with pytest.raises(ExperimentMismatch, match="decoding: .*0.5.* -> .*0.9"):
         open_study(hotter, StudyConfig(str(tmp_path / "study"), worker_model=MODEL), resume=True)
+
+
+def test_a_report_states_one_decoding_for_an_old_and_a_new_run_that_sent_the_same(old_runs, data_dir):
+    session(old_runs / "new", OLD_DECODING, data_dir).run(four_training_calls)
+    (decoding,) = [line for line in provenance_lines(collect_runs([old_runs / "finished", old_runs / "new"]))
+                   if "Decoding:" in line]
+    sent = decoding.split("Decoding: ")[1].split("}")[0] + "}"
+    assert json.loads(sent) == {"temperature": 0.5, "max_tokens": 32, "judge_temperature": 0.25,
+                                "judge_max_tokens": None}  # one value: both runs sent it
+    assert decoding.count("{") == 1

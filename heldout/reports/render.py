@@ -20,7 +20,7 @@ from heldout.contracts import HeldoutError
 from heldout.files import write_text_atomically
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
-from heldout.evaluators.records import heldout_code, heldout_version
+from heldout.evaluators.records import heldout_code, heldout_version, split_experiment
 from heldout.reports.collect import RunSet, collect_runs
 from heldout.reports.drilldown import drilldown_html
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
@@ -237,11 +237,16 @@ def provenance_lines(runs: RunSet) -> list[str]:
 
     env = lambda e: e.get("environment") or {}  # noqa: E731
     return [f"Worker model: {distinct(model('worker'))}. Architect model: {distinct(model('architect'))}. "
-            f"Decoding: {distinct(lambda e: json.dumps(e.get('decoding'), sort_keys=True) if e.get('decoding') else None)}.",
+            f"Decoding: {distinct(lambda e: json.dumps(_sent(e), sort_keys=True) if _sent(e) else None)}.",
             f"Scored by {distinct(lambda e: describe_heldout_code(env(e)))}; Python {distinct(lambda e: env(e).get('python'))}; "
             f"isolation {', '.join(sorted({r.record.isolation for r in every})) or 'n/a'}; "
             f"optimizers: {distinct(lambda e: _optimizer(e))}.",
             f"Data: {distinct(lambda e: _manifest(e))}."]
+
+
+def _sent(exp: dict[str, Any]) -> dict[str, Any] | None:
+    """The decoding a run's requests carried, whichever heldout wrote its experiment."""
+    return (split_experiment(exp).get("decoding") or {}).get("sent")
 
 
 def describe_heldout_code(env: dict[str, Any]) -> str:
