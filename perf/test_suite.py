@@ -5,7 +5,7 @@ and beside its CPU floor: the machine's busy CPU time during the run (``/proc/st
 the sandboxes and servers the tests start too) divided by the cores, the wall the same work needs
 with every core busy all the time. A target below the floor is out of reach without less work.
 
-    python perf/test_suite.py [--fast-only] [--data-dir ../shared/data]
+    python perf/test_suite.py [--fast-only | --whole-only] [--data-dir ../shared/data]
 
 It runs pytest the way ``scripts/test`` does (pytest-xdist, 2 workers, ``--dist loadgroup``) in
 this checkout, with the environment it is given (the venv that runs this script).
@@ -51,8 +51,8 @@ def run_pytest(extra: list[str], data_dir: str) -> tuple[float, str]:
     return took, (summary[-1].strip("= ") if summary else f"pytest exit {done.returncode}")
 
 
-def figures(data_dir: str, fast_only: bool = False) -> list[dict]:
-    runs = [("fast loop (-m 'not slow')", ["-m", "not slow"])]
+def figures(data_dir: str, fast_only: bool = False, whole_only: bool = False) -> list[dict]:
+    runs = [] if whole_only else [("fast loop (-m 'not slow')", ["-m", "not slow"])]
     if not fast_only:
         runs.append(("whole suite", []))
     rows = []
@@ -79,8 +79,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.environ.get("HELDOUT_DATA_DIR", str(ROOT.parent / "shared" / "data")))
     parser.add_argument("--fast-only", action="store_true", help="only the fast loop")
+    parser.add_argument("--whole-only", action="store_true", help="only the whole suite")
     args = parser.parse_args()
-    for row in figures(args.data_dir, args.fast_only):
+    for row in figures(args.data_dir, args.fast_only, args.whole_only):
         print(f"{row['name']:<40} {row['value']:7.0f} s  {verdict(row['passed'])}  "
               f"({row['target']}; {row['note']})")
 
