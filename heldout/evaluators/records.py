@@ -39,7 +39,7 @@ from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, M
                                canonical_json, sha256_text)
 from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
-from heldout.evaluators.scoring import DECODING_OPTIONS, Decoding
+from heldout.evaluators.scoring import DECODING_OPTIONS, Decoding, without_decoding
 from heldout.evaluators.signing import SigningKey
 
 RECORD_FILE = "run_record.json"
@@ -243,7 +243,7 @@ def split_experiment(experiment: Mapping[str, Any]) -> dict[str, Any]:
         stated = stated_decoding(options)
         out["decoding"] = {"stated": stated, "sent": {**decoding, "judge_temperature": stated["judge_temperature"],
                                                       "judge_max_tokens": stated["judge_max_tokens"]}}
-    out["options"] = {k: v for k, v in options.items() if k not in DECODING_OPTIONS}
+    out["options"] = without_decoding(options)
     return out
 
 

@@ -78,8 +78,21 @@ class Decoding:
     def split(cls, options: Mapping[str, Any]) -> tuple["Decoding", dict[str, Any]]:
         """An experiment's options as a study states them, in one mapping: (its decoding, its task
         options)."""
-        decoding = cls(**{k: options[k] for k in DECODING_OPTIONS if k in options})
-        return decoding, {k: v for k, v in options.items() if k not in DECODING_OPTIONS}
+        return cls(**{k: options[k] for k in DECODING_OPTIONS if k in options}), without_decoding(options)
+
+
+def without_decoding(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` less any decoding setting: the task options."""
+    return {k: v for k, v in options.items() if k not in DECODING_OPTIONS}
+
+
+def refuse_decoding_among(options: Mapping[str, Any], owner: str) -> None:
+    """Decoding has one typed place (``decoding=``): a decoding setting among ``owner``'s task
+    options is refused, naming it, where a study's combined table was not split first."""
+    stated = sorted(set(options) & set(DECODING_OPTIONS))
+    if stated:
+        raise HeldoutError(f"{owner} {', '.join(stated)} are decoding settings, not task options: pass them as "
+                           f"decoding=Decoding({', '.join(f'{k}=...' for k in stated)})")
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, M
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
 from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_resumable, describe_experiment
-from heldout.evaluators.scoring import DECODING_OPTIONS, Decoding, Execution, Scorer, SessionModels
+from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels, refuse_decoding_among
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring
 from heldout.evaluators.view import MeteredArchitect, SessionView
@@ -80,10 +80,7 @@ class Session:
         a task's context carries (``prompt_format``, ``tolerance``, ...), never a decoding setting;
         ``execution`` the sandbox limits and jobs; ``provenance`` fields the record keeps (the
         optimizer's code hash, ...)."""
-        stated = sorted(set(options or {}) & set(DECODING_OPTIONS))
-        if stated:  # one typed place for decoding: a study's combined table is split by make_study
-            raise HeldoutError(f"options {', '.join(stated)} are decoding settings, not task options: pass them as "
-                               f"decoding=Decoding({', '.join(f'{k}=...' for k in stated)})")
+        refuse_decoding_among(options or {}, "options")  # a study's combined table is split by make_study
         if decoding is not None and not isinstance(decoding, Decoding):
             raise HeldoutError(f"decoding must be a Decoding(...), got {type(decoding).__name__}")
         if not isinstance(models, SessionModels):  # e.g. a bare client: name the fix, not an AttributeError later

@@ -49,7 +49,7 @@ from heldout.files import check_folder, check_name
 from heldout.evaluators.isolated import command_files, run_isolated_method
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
-from heldout.evaluators.scoring import DECODING_OPTIONS, Decoding, SessionModels
+from heldout.evaluators.scoring import Decoding, SessionModels, refuse_decoding_among
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import resolve_optimizer
@@ -129,11 +129,8 @@ class Cell:
     resolved: ResolvedMethod | None = field(default=None, compare=False, repr=False)
     decoding: Decoding = Decoding()  # how the session's models decode
 
-    def __post_init__(self) -> None:
-        stated = sorted(set(self.options) & set(DECODING_OPTIONS))
-        if stated:  # split once where cells are made (build_cells), never again downstream
-            raise HeldoutError(f"cell options {', '.join(stated)} are decoding settings, not task options: "
-                               "pass them as decoding=Decoding(...)")
+    def __post_init__(self) -> None:  # split once where cells are made (build_cells), never again downstream
+        refuse_decoding_among(self.options, "cell options")
 
     def run_dir(self, root: str | Path) -> Path:
         """``<task>/<method>/seed-<n>``; a non-canonical verifier adds a level: ``<method>/verifier-<v>``."""

@@ -16,7 +16,7 @@ from typing import Any
 from heldout.contracts import HeldoutError, canonical_json
 from heldout.evaluators.ledger import LockHeld, hold_lock
 from heldout.evaluators.records import ExperimentMismatch, stated_decoding
-from heldout.evaluators.scoring import DECODING_OPTIONS
+from heldout.evaluators.scoring import without_decoding
 from heldout.files import read_user_json, remove_stale_temp_files, write_text_atomically
 from heldout.protocols.run import Cell, StudyConfig, shortened
 
@@ -109,7 +109,7 @@ def split_study_options(recorded: Any) -> Any:
     settings among each ``options`` (and had no ``decoding``); they are split as the cells split them."""
     if not isinstance(recorded, dict) or "decoding" in recorded or not isinstance(recorded.get("options"), list):
         return recorded
-    parts = [(stated_decoding(o), {k: v for k, v in o.items() if k not in DECODING_OPTIONS})
+    parts = [(stated_decoding(o), without_decoding(o))
              for o in recorded["options"] if isinstance(o, dict)]
     return {**recorded, "options": list({canonical_json(t): t for _, t in parts}.values()),
             "decoding": list({canonical_json(d): d for d, _ in parts}.values())}
