@@ -228,8 +228,8 @@ class _LedgerTable:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
-        con.execute("CREATE TABLE ledger (run_id VARCHAR, seq BIGINT, kind VARCHAR, time DOUBLE, split VARCHAR, "
-                    "candidate_id VARCHAR, example_id VARCHAR, score DOUBLE, data JSON)")
+        empty = _LEDGER.empty_table()  # noqa: F841 (read by DuckDB by name): the columns of _LEDGER, typed once
+        con.execute("CREATE TABLE ledger AS SELECT * EXCLUDE (data), data::JSON AS data FROM empty")
 
     def add(self, run: Run, entries: Sequence[dict[str, Any]]) -> None:
         run_id = str(run.path)
