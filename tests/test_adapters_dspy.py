@@ -164,8 +164,8 @@ def test_dspy_gepa_sessions_leave_no_model_client_threads_behind(word_sorting, r
     reaches the session and its clients) in a context variable; the clients must still end with
     their session, else loop threads and keep-alive connections pile up until the endpoint refuses
     every later cell (seen at 150 cells of perf/paper_study.py)."""
-    def loop_threads() -> int:
-        return sum(t.name == "heldout-model-client" for t in threading.enumerate())
+    def loop_threads() -> set[threading.Thread]:  # other tests' clients may still be ending theirs
+        return {t for t in threading.enumerate() if t.name == "heldout-model-client"}
 
     before = loop_threads()
     with TestServer() as srv:
@@ -175,9 +175,9 @@ def test_dspy_gepa_sessions_leave_no_model_client_threads_behind(word_sorting, r
             assert record.status == "ok", record.error
         gc.collect()
         deadline = time.monotonic() + 10
-        while loop_threads() > before and time.monotonic() < deadline:  # finalizers stop the loops
+        while loop_threads() - before and time.monotonic() < deadline:  # finalizers stop the loops
             time.sleep(0.01)
-    assert loop_threads() == before
+    assert not loop_threads() - before  # none of this test's clients' loops is left
 
 
 def test_dspy_gepa_counts_refused_rollouts_as_the_only_difference(word_sorting, readable_dir):
