@@ -229,6 +229,24 @@ def test_a_client_reachable_from_its_callers_context_is_still_collected_with_its
         assert not loop_threads() - before  # none of this test's clients' loops is left
 
 
+def test_a_client_finalized_on_its_own_loop_thread_closes_its_connections_without_waiting_for_itself():
+    """The collector can run a client's finalizer on any thread, its own loop's included (seen in the
+    full suite). Stopping there must not wait on the loop it is running in (a 10 s stall, then
+    "cannot join current thread" raised inside the loop)."""
+    with TestServer() as srv:
+        client = ModelClient("test-model", srv.base_url)
+        client.complete(word_sorting(0))
+        engine = client._engine
+        raised: list[dict] = []
+        engine.loop.set_exception_handler(lambda loop, context: raised.append(context))
+        assert engine.http is not None
+        engine.loop.call_soon_threadsafe(engine.stop)  # as a finalizer run on the loop's thread
+        engine.thread.join(timeout=30)
+        assert not engine.thread.is_alive()
+        assert raised == []
+        assert engine.http is None and engine.loop.is_closed()
+
+
 def test_async_api_can_be_used_directly():
     with TestServer() as srv:
         client = ModelClient("test-model", srv.base_url)

@@ -129,7 +129,10 @@ class _Engine:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
 
     def submit(self, coro: Any) -> concurrent.futures.Future:
         # In an empty context, not the caller's: a task, and every socket reader it registers, keeps
@@ -143,14 +146,17 @@ class _Engine:
             if self.http is not None:
                 await self.http.aclose()
                 self.http = None
+        if threading.current_thread() is self.thread:
+            # the collector ran this client's finalizer on the loop's own thread: waiting for the
+            # loop from inside it would stall for the whole timeout and then fail to join itself
+            self.loop.create_task(close_http()).add_done_callback(lambda _: self.loop.stop())
+            return
         if self.thread.is_alive():
             try:
                 self.submit(close_http()).result(timeout=10)
             finally:
                 self.loop.call_soon_threadsafe(self.loop.stop)
                 self.thread.join(timeout=10)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 class ModelClient:
