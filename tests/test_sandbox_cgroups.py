@@ -10,6 +10,7 @@ import pytest
 
 from heldout.sandbox import cgroups
 from heldout.sandbox.cgroups import GROUP_PREFIX, RunGroup, limits_level
+from heldout.sandbox.monitor import RunMeter
 
 pytestmark = pytest.mark.skipif(limits_level() == "rlimit",
                                 reason="no writable cgroup hierarchy on this machine: only per-process limits apply")
@@ -40,15 +41,39 @@ def test_an_empty_group_left_by_a_killed_harness_is_swept():
     assert not any(d.exists() for d in left)
 
 
-def test_a_group_tells_a_process_that_ran_in_it_and_exited_from_one_that_never_joined():
+def test_the_monitor_tells_a_process_that_ran_in_a_group_and_exited_from_one_that_never_joined():
+    """RunMeter.joined reads the group's live counters where GroupFiles says they are: a member
+    now, or CPU time and memory charged to the group (what a fast forked run leaves)."""
     never = RunGroup.create(memory_mb=64, max_processes=4)
     ran = RunGroup.create(memory_mb=64, max_processes=4)
     try:
-        assert not never.was_joined()
+        assert not RunMeter(never.files, None).joined()
         subprocess.run(ran.attach_argv([sys.executable, "-c", "x = bytearray(1 << 20)"]), check=True)
-        assert not ran.has_members()  # the process is gone ...
-        assert ran.was_joined()  # ... but it was in the group: its CPU time and memory stay charged
-        assert not never.was_joined()
+        assert not any(open(procs).read().split() for procs in ran.files.procs)  # the process is gone ...
+        assert RunMeter(ran.files, None).joined()  # ... but it was in the group: its charges stay
+        assert not RunMeter(never.files, None).joined()
+        assert not RunMeter(RunGroup("rlimit").files, None).joined()  # no group: nothing to be in
     finally:
         never.close()
         ran.close()
+
+
+def test_the_monitors_clock_reads_the_groups_cpu_counter_as_the_group_does():
+    """One pread of the counter through a kept descriptor (RunMeter.cpu) against the group's own
+    reading: the same CPU seconds, and after a busy child more than it burned."""
+    group = RunGroup.create(memory_mb=256, max_processes=4)
+    if group.files.cpu is None:
+        group.close()
+        pytest.skip("no CPU controller: the clock is /proc's")
+    meter = RunMeter(group.files, None)
+    try:
+        assert meter.cpu() == group.cpu_seconds() == 0
+        burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+        subprocess.run(group.attach_argv([sys.executable, "-c", burn]), check=True)
+        assert meter.cpu() == group.cpu_seconds() >= 0.3
+        counts = group.ended(kill=True, finished=False)
+        assert counts.cpu_seconds == meter.cpu() and not counts.memory_hit and not counts.processes_hit
+        assert counts.peak_memory_mb and counts.peak_memory_mb > 1
+    finally:
+        meter.close()
+        group.close()

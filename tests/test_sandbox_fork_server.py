@@ -128,14 +128,14 @@ def test_every_execution_has_its_own_uid_and_network():
 def _count_prepared_groups(monkeypatch) -> list[bool]:
     """Records, per execution, whether it went to a spare that had joined its group in advance."""
     took: list[bool] = []
-    take = zygote.ForkServer._take_ready_group
+    take = control.GroupStock.take_ready
 
-    def counting(server):
-        gid, group = take(server)
+    def counting(stock):
+        gid, group = take(stock)
         took.append(gid is not None)
         return gid, group
 
-    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", counting)
+    monkeypatch.setattr(control.GroupStock, "take_ready", counting)
     return took
 
 
@@ -180,7 +180,7 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     assert run("def f():\n    return 0\n").forked
     time.sleep(0.2)
     server = zygote.server_for(PROGRAM_PRELOAD)
-    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", lambda self: (None, None))
+    monkeypatch.setattr(control.GroupStock, "take_ready", lambda self: (None, None))
     src = ("import os\ndef f():\n    return [open('/proc/self/cgroup').read(),"
            " sorted(int(p) for p in os.listdir('/proc') if p.isdigit())]\n")
     results = [run(src) for _ in range(4)]
@@ -200,10 +200,10 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
 
 def test_a_forked_child_that_says_it_is_isolated_outside_its_group_is_run_again_fresh(monkeypatch):
     """The host checks, when a forked child says it is ready, that the child is in its own group;
-    a child that is not (the group's check says so, here by hand) is thrown away with its zygote
+    a child that is not (the monitor's check says so, here by hand) is thrown away with its zygote
     and the execution runs whole in a fresh sandbox."""
     assert run("def f():\n    return 0\n").forked
-    monkeypatch.setattr(cgroups.RunGroup, "was_joined", lambda self: False)
+    monkeypatch.setattr(monitor.RunMeter, "joined", lambda self: False)
     r = run("def f():\n    return 7\n")
     assert r.ok and r.value == 7 and not r.forked
 
@@ -215,7 +215,7 @@ def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_o
     assert run("def f():\n    return 0\n").forked
     time.sleep(0.2)
     server = zygote.server_for(PROGRAM_PRELOAD)
-    take, killed = zygote.ForkServer._take_ready_group, []
+    take, killed = control.GroupStock.take_ready, []
 
     def take_a_dead_one(self):
         gid, group = take(self)
@@ -224,7 +224,7 @@ def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_o
             killed.append(gid)
         return gid, group
 
-    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", take_a_dead_one)
+    monkeypatch.setattr(control.GroupStock, "take_ready", take_a_dead_one)
     results = [run(f"def f():\n    return {i}\n") for i in range(3)]
     assert killed
     assert [(r.ok, r.value, r.forked) for r in results] == [(True, i, True) for i in range(3)]
@@ -240,10 +240,10 @@ def test_the_group_of_an_execution_no_spare_took_is_removed_and_what_is_in_it_li
     group = cgroups.RunGroup.create(memory_mb=None, max_processes=None, parent=server.group)
     other = subprocess.Popen(["sleep", "30"])  # stands for the other execution's spare
     try:
-        for procs in group.procs_files():
+        for procs in group.files.procs:
             with open(procs, "w") as fh:
                 fh.write(str(other.pid))
-        take, taken = zygote.ForkServer._take_ready_group, []
+        take, taken = control.GroupStock.take_ready, []
 
         def a_group_no_spare_is_in(self):
             if not taken:
@@ -251,7 +251,7 @@ def test_the_group_of_an_execution_no_spare_took_is_removed_and_what_is_in_it_li
                 return 10 ** 6, group  # an id the zygote has no spare for: it answers "no spare"
             return take(self)
 
-        monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", a_group_no_spare_is_in)
+        monkeypatch.setattr(control.GroupStock, "take_ready", a_group_no_spare_is_in)
         r = run("def f():\n    return 5\n")
         assert taken and r.ok and r.value == 5 and r.forked
         assert zygote.server_for(PROGRAM_PRELOAD) is server
@@ -270,16 +270,16 @@ def test_an_execution_no_spare_took_asks_again_without_throwing_the_fork_server_
     stays. (Throwing it away used to turn the concurrent runs into fresh ones.)"""
     assert run("def f():\n    return 0\n").forked
     server = zygote.server_for(PROGRAM_PRELOAD)
-    take, refused = zygote.ForkServer._take_ready_group, []
+    take, refused = control.GroupStock.take_ready, []
 
     def a_group_no_spare_is_in(self):
         if len(refused) < 3:
             refused.append(True)
             return 10 ** 6 + len(refused), cgroups.RunGroup.create(memory_mb=None, max_processes=None,
-                                                                   parent=self.group)
+                                                                   parent=self.outer)
         return take(self)
 
-    monkeypatch.setattr(zygote.ForkServer, "_take_ready_group", a_group_no_spare_is_in)
+    monkeypatch.setattr(control.GroupStock, "take_ready", a_group_no_spare_is_in)
     r = run("def f():\n    return 6\n")
     assert len(refused) == 3 and (r.ok, r.value, r.forked) == (True, 6, True), r.error
     assert zygote.server_for(PROGRAM_PRELOAD) is server

@@ -13,6 +13,9 @@ limit hold 3 GB. A cgroup counts them together. Which controllers exist depends 
 
 A :class:`RunGroup` is created per sandboxed run, the run's first process is moved into it
 before it execs anything (:meth:`RunGroup.attach_argv`), and it is emptied and removed afterwards.
+While the run goes on the harness reads its live counters where :class:`GroupFiles` says they are
+(the monitor's clock); once it ended, :meth:`RunGroup.ended` kills what is left and reads its
+final counts in one call.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from heldout.files import pid_is_running
 
@@ -121,6 +123,42 @@ def _sweep_stale(bases: dict[str, Path]) -> None:
             pass
 
 
+@dataclass(frozen=True)
+class GroupFiles:
+    """Where a run group's live counters are, for the harness to read while the run goes on
+    (:class:`heldout.sandbox.monitor.RunMeter`): each hierarchy's ``cgroup.procs``, the CPU counter
+    (``cpu_key``: the name its value follows on the first line, or None for a bare number) in
+    units of ``cpu_per_second``, and the peak-memory counter. Empty for a group with no cgroup."""
+
+    procs: tuple[str, ...] = ()
+    cpu: str | None = None
+    cpu_per_second: float = 1.0
+    cpu_key: bytes | None = None
+    peak: str | None = None
+
+    @staticmethod
+    def of(level: str, dirs: dict[str, Path]) -> "GroupFiles":
+        procs = tuple(str(d / "cgroup.procs") for d in dirs.values())
+        if level == "cgroup-v2" and "unified" in dirs:
+            d = dirs["unified"]
+            return GroupFiles(procs, str(d / "cpu.stat"), 1e6, b"usage_usec", str(d / "memory.peak"))
+        cpu = str(dirs["cpuacct"] / "cpuacct.usage") if "cpuacct" in dirs else None
+        peak = str(dirs["memory"] / "memory.max_usage_in_bytes") if "memory" in dirs else None
+        return GroupFiles(procs, cpu, 1e9, None, peak)
+
+
+@dataclass(frozen=True)
+class GroupCounts:
+    """A run group's counters once its run ended (:meth:`RunGroup.ended`): its peak memory and,
+    for a run that did not finish (they word its message), the CPU seconds it used and whether it
+    hit its memory or process limit."""
+
+    peak_memory_mb: float | None
+    cpu_seconds: float | None = None
+    memory_hit: bool = False
+    processes_hit: bool = False
+
+
 @dataclass
 class RunGroup:
     """One run's cgroup(s). ``level`` is ``rlimit`` when none could be made (then every method is a
@@ -129,7 +167,7 @@ class RunGroup:
     level: str
     dirs: dict[str, Path] = field(default_factory=dict)
     holds_groups: bool = False  # groups were made inside it (a fork server's): they go with it
-    _clock_fd: int | None = None  # the CPU counter, kept open by cpu_clock()
+    files: GroupFiles = GroupFiles()  # its live counters, once it exists
 
     @classmethod
     def create(cls, *, memory_mb: int | None, max_processes: int | None,
@@ -152,6 +190,7 @@ class RunGroup:
                 path = base / name
                 path.mkdir(mode=0o700)
                 group.dirs[controller] = path
+            group.files = GroupFiles.of(level, group.dirs)
             if memory_mb is not None or max_processes is not None:
                 group.limit(memory_mb=memory_mb, max_processes=max_processes)
         except OSError:
@@ -180,10 +219,6 @@ class RunGroup:
         if max_processes is not None:
             _write(self.dirs["pids"] / "pids.max", str(int(max_processes) + EXTRA_TASKS))
 
-    def procs_files(self) -> list[str]:
-        """The ``cgroup.procs`` files the run's first process must write its pid to."""
-        return [str(d / "cgroup.procs") for d in self.dirs.values()]
-
     def attach_argv(self, argv: list[str]) -> list[str]:
         """``argv`` prefixed by a shell that moves itself into the group and then execs ``argv``,
         so every process of the run is counted from its first instruction (exit 125 if the move
@@ -191,22 +226,7 @@ class RunGroup:
         if not self.dirs:
             return argv
         script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-        return ["/bin/sh", "-c", script, "sh", *self.procs_files(), "--", *argv]
-
-    def has_members(self) -> bool:
-        """True if some process is in the group (in every controller's hierarchy)."""
-        return bool(self.dirs) and all(_read(f"{d}/cgroup.procs").split() for d in self.dirs.values())
-
-    def was_joined(self) -> bool:
-        """True if some process is or was in the group in every hierarchy that can tell: a member
-        now, or CPU time and memory charged to the group (a run that already exited leaves no
-        member, but its charges stay; v1's pids hierarchy keeps no such count)."""
-        if self.has_members():
-            return True
-        if not self.dirs:
-            return False
-        cpu, peak = self.cpu_seconds(), self._peak_bytes()
-        return (cpu is None or cpu > 0) and (peak is None or peak > 0) and (cpu, peak) != (None, None)
+        return ["/bin/sh", "-c", script, "sh", *self.files.procs, "--", *argv]
 
     def memory_exceeded(self) -> bool:
         """True if the run hit its memory limit (the kernel refused or reclaimed-then-killed)."""
@@ -230,66 +250,35 @@ class RunGroup:
         d = self.dirs.get("unified") or self.dirs.get("pids")
         return d is not None and _flat_value(_read(d / "pids.events"), "max") > 0
 
-    def _cpu_counter(self) -> tuple[Path, float] | None:
-        """The file that counts the run's CPU time and its units per second (None without a CPU
-        controller): cgroup v2's ``cpu.stat`` (``usage_usec``), v1's ``cpuacct.usage`` (ns)."""
-        if self.level == "cgroup-v2":
-            return self.dirs["unified"] / "cpu.stat", 1e6
-        if "cpuacct" in self.dirs:
-            return self.dirs["cpuacct"] / "cpuacct.usage", 1e9
-        return None
-
-    def counts_cpu(self) -> bool:
-        """Whether :meth:`cpu_seconds` can tell the run's CPU time."""
-        return self._cpu_counter() is not None
-
     def cpu_seconds(self) -> float | None:
         """CPU time used by every process of the run so far (None without a CPU controller)."""
-        counter = self._cpu_counter()
-        if counter is None:
+        files = self.files
+        if files.cpu is None:
             return None
-        path, scale = counter
-        if self.level == "cgroup-v2":
-            for line in _read(path).splitlines():
-                if line.startswith("usage_usec "):
-                    return int(line.split()[1]) / scale
-            return None
-        return _read_int(path) / scale
-
-    def cpu_clock(self) -> Callable[[], float | None]:
-        """:meth:`cpu_seconds` as a function that reads the counter through a descriptor opened at
-        its first reading and kept until the group is removed: one pread (~2.5 us here, against
-        ~19 us to open, read and close the file), since the parent reads it as every timed call
-        ends."""
-        counter = self._cpu_counter()
-        if counter is None:
-            return self.cpu_seconds
-        (path, scale), v2 = counter, self.level == "cgroup-v2"
-
-        def read() -> float | None:
-            try:
-                if self._clock_fd is None:
-                    self._clock_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                text = os.pread(self._clock_fd, 4096, 0)
-            except OSError:
-                return self.cpu_seconds()
-            if v2:  # "usage_usec N" is the first line
-                first = text.split(b"\n", 1)[0].split()
-                return int(first[1]) / scale if first[:1] == [b"usage_usec"] else self.cpu_seconds()
-            return int(text) / scale if text.strip().isdigit() else None
-
-        return read
+        for line in _read(files.cpu).splitlines():
+            fields = line.split()
+            if files.cpu_key is None:
+                return int(fields[0]) / files.cpu_per_second if fields and fields[0].isdigit() else None
+            if len(fields) == 2 and fields[0] == files.cpu_key.decode() and fields[1].isdigit():
+                return int(fields[1]) / files.cpu_per_second
+        return None
 
     def peak_memory_mb(self) -> float | None:
-        value = self._peak_bytes()
+        value = _read_int(self.files.peak) if self.files.peak is not None else None
         return round(value / (1024 * 1024), 1) if value else None
 
-    def _peak_bytes(self) -> int | None:
-        if self.level == "cgroup-v2":
-            return _read_int(self.dirs["unified"] / "memory.peak")
-        if "memory" in self.dirs:
-            return _read_int(self.dirs["memory"] / "memory.max_usage_in_bytes")
-        return None
+    def ended(self, *, kill: bool, finished: bool, leader: int | None = None) -> GroupCounts:
+        """A run's end, in one call: with ``kill`` every process still in the group is killed and
+        waited for (with ``leader``, the run's first process, the whole kill sequence:
+        :meth:`kill_run`); then the group's counters (:class:`GroupCounts`)."""
+        if kill and leader is not None:
+            self.kill_run(leader)
+        elif kill:
+            self.kill_all(wait=True)
+        if finished:
+            return GroupCounts(self.peak_memory_mb())
+        return GroupCounts(self.peak_memory_mb(), self.cpu_seconds(), self.memory_exceeded(),
+                           self.processes_exceeded())
 
     def kill_run(self, pid: int) -> None:
         """Kill everything a run started: the group (every process, wherever it went), then the
@@ -340,9 +329,6 @@ class RunGroup:
     def remove(self) -> None:
         """Remove the group's directories once its processes left (each retried for a second: a
         group that stays busy is left to its parent group's :meth:`close`)."""
-        if self._clock_fd is not None:
-            os.close(self._clock_fd)
-            self._clock_fd = None
         for d in self._members():
             for _ in range(50):
                 try:
@@ -407,9 +393,9 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
-def _read_int(path: Path) -> int:
+def _read_int(path: Path | str) -> int:
     text = _read(path).strip()
     return int(text) if text.isdigit() else 0
 
 
-__all__ = ["RunGroup", "limits_level"]
+__all__ = ["GroupCounts", "GroupFiles", "RunGroup", "limits_level"]

@@ -95,7 +95,7 @@ class GroupStock:
         gid = next(self._ids)
         with self._mutex:
             self._stock[gid] = group  # before the zygote can name it
-        fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()]
+        fds = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.files.procs]
         try:
             self.channel.send({"stock": gid}, fds)
         except OSError:
@@ -119,6 +119,38 @@ class GroupStock:
                 gone = self._stock.pop(message["group_gone"], None)
         if gone is not None:
             after_run(gone.remove)
+
+    def dispatch(self, request: dict[str, Any], fds: Sequence[int], kept_fd: int, *, memory_mb: int,
+                 max_processes: int) -> RunGroup | None:
+        """Send the zygote ``request`` (with ``fds`` passed along, then ``kept_fd``, which the
+        zygote keeps) in a group of its own with these limits: the group of a spare that joined
+        it in advance, taken from the stock, its limits set before the request goes out; else a
+        new group, which the request brings (its ``cgroup.procs`` files passed along) and the
+        child joins. Returns the group (None: none could be made; nothing was sent). Raises
+        OSError (its group closed) when the zygote is not there to take it."""
+        gid, group = self.take_ready()
+        if group is not None:
+            try:
+                group.limit(memory_mb=memory_mb, max_processes=max_processes)
+            except OSError:
+                # its spare stays there, unused, until the zygote hands it to a request that brings
+                # its own group (it then moves out): the group is only removed, never killed
+                after_run(group.remove)
+                gid, group = None, None
+        if group is None:
+            group = RunGroup.create(memory_mb=memory_mb, max_processes=max_processes, parent=self.outer)
+            if group.level == "rlimit":
+                return None
+        cgroup_fds = [] if gid is not None else [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in group.files.procs]
+        try:
+            self.channel.send({**request, "group": gid, "n_cgroup_fds": len(cgroup_fds)}, [*fds, *cgroup_fds, kept_fd])
+        except OSError:
+            group.close()
+            raise
+        finally:
+            for fd in cgroup_fds:
+                os.close(fd)
+        return group
 
     def take_ready(self) -> tuple[int | None, RunGroup | None]:
         """A stocked group that a spare has joined (its id and the group), or (None, None)."""

@@ -1,13 +1,14 @@
 """How an execution starts and ends: forked by the fork server of the run's preload set
 (:mod:`heldout.sandbox.zygote`) or in a fresh bubblewrap sandbox (:mod:`heldout.sandbox.root`),
 each in a cgroup of its own (:mod:`heldout.sandbox.cgroups`). Every call into those three modules
-that an execution makes is made here; :mod:`heldout.sandbox.monitor` watches what this module
-started, and :mod:`heldout.sandbox.process` reads the outcome.
+that an execution makes is made here (one to start it, one to end it, each);
+:mod:`heldout.sandbox.monitor` watches what this module started (reading the group's live counters
+itself, where the group says they are), and :mod:`heldout.sandbox.process` reads the outcome.
 
 A :class:`Launcher` serves one ``run_calls``: it takes the zygote for the run (or none) and falls
 back to fresh sandboxes when the zygote cannot serve it. Each execution it starts is a
-:class:`Launched`: the harness's ends of its pipes, its group, its CPU clock, and :meth:`Launched.end`,
-which kills what is left, reaps it and reads the group's limit counters into :class:`Ended`."""
+:class:`Launched`: the harness's ends of its pipes, its group, and :meth:`Launched.end`, which kills
+what is left, reaps it and reads the group's counters into :class:`Ended`."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from heldout.contracts import RunLimits
-from heldout.sandbox.cgroups import RunGroup
+from heldout.sandbox.cgroups import GroupCounts, RunGroup
 from heldout.sandbox.cleanup import after_run
 from heldout.sandbox.root import (CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env,
                                   python_path)
@@ -33,7 +34,6 @@ from heldout.sandbox.zygote import (Execution, ForkServer, ForkServerDown, Prelo
 DEFAULT_SCRATCH_MB = 64
 UNSERVED_RETRIES = 8  # times an execution asks the fork server again when no spare took it
 _CHILD_SOURCE = (Path(__file__).resolve().parent / "_child.py").read_text(encoding="utf-8")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def scratch_mb(limits: RunLimits) -> int:
@@ -139,32 +139,29 @@ class Launcher:
 
 class Launched:
     """A started execution, however it was started: the harness's ends of its pipes
-    (``result_fd``, ``stdout_fd``, ``job_fd``), its cgroup, the isolation it runs under, and
-    how it is killed, reaped and clocked (:class:`FreshRun`, :class:`ForkedRun`)."""
+    (``result_fd``, ``stdout_fd``, ``job_fd``), its cgroup (whose live counters the monitor reads),
+    the isolation it runs under, and how it is stopped and reaped (:class:`FreshRun`,
+    :class:`ForkedRun`)."""
 
     forked: Execution | None = None  # the zygote's child, for a forked run
 
     def __init__(self, result_fd: int, stdout_fd: int, job_fd: int, group: RunGroup, level: str,
-                 cpu: Callable[[], float | None]) -> None:
+                 cpu_root: int | None = None) -> None:
         self.result_fd, self.stdout_fd, self.job_fd = result_fd, stdout_fd, job_fd
         self.group = group
         self.level = level  # as results record it
-        self.cpu = cpu  # the CPU seconds every process of the run used so far
-        # a forked run's: whether its child joined its cgroup (see ForkedRun)
-        self.in_its_group: Callable[[], bool] | None = None
+        # the run's first process, whose /proc tree is its CPU clock where no cgroup counts it
+        self.cpu_root = cpu_root
 
-    def kill(self) -> None:
-        """Kill every process of the run."""
-        raise NotImplementedError
-
-    def reap(self, need_code: bool) -> tuple[int | None, float]:
-        """Wait for the run's end: its exit code (None when none was reported) and CPU seconds."""
+    def stop(self, *, killed: bool, finished: bool, need_code: bool) -> tuple[int | None, float, GroupCounts, bool]:
+        """Make sure no process of the run is left, and wait for its end: its exit code (None
+        when none was reported), the CPU seconds its reaped processes used, its group's counters,
+        and whether no spare of the zygote took it (its group is then only removed)."""
         raise NotImplementedError
 
     def abandon(self) -> None:
         """The harness failed while watching: kill and reap whatever runs."""
-        self.kill()
-        self.reap(False)
+        self.end(killed=True, finished=False, by_itself=False, set_up=True, tail="")
 
     def end(self, *, killed: bool, finished: bool, by_itself: bool, set_up: bool, tail: str) -> Ended:
         """The execution's end, once its pipes are closed. ``killed``: the harness stopped it;
@@ -172,21 +169,17 @@ class Launched:
         code then words the message); ``set_up``: its isolation was complete (a forked child
         that was not is thrown away: :class:`UseFreshSandbox`, as is one whose zygote went away
         under it); ``tail``: its last output, for that message."""
-        # a forked run that ended by itself is killed by ``reap`` without waiting for its
-        # cgroup to empty: the zygote's exit report already means its whole tree is gone
-        if self.forked is None or killed:
-            self.kill()
-        returncode, cpu_used = self.reap(by_itself)
+        returncode, cpu_used, counts, unserved = self.stop(killed=killed, finished=finished, need_code=by_itself)
         # a forked run that ended without its outcome, and whose exit the zygote never reported: the
         # zygote went away under it (its runs die with it), so nothing says the program ended the run
         lost = returncode is None and by_itself
         # the CPU used and the limit counters only word the message of a run that did not finish
-        group_cpu = None if finished else self.group.cpu_seconds()
         ended = Ended(-signal.SIGKILL if returncode is None else returncode,
-                      cpu_used if group_cpu is None else max(cpu_used, group_cpu),
-                      not finished and self.group.memory_exceeded(), not finished and self.group.processes_exceeded(),
-                      self.group.peak_memory_mb())
-        unserved = self.release_group()
+                      cpu_used if counts.cpu_seconds is None else max(cpu_used, counts.cpu_seconds),
+                      counts.memory_hit, counts.processes_hit, counts.peak_memory_mb)
+        # every process is dead or SIGKILLed: emptying the group can wait; the group of an execution
+        # no spare took may hold another's spare moving out of it, and is only removed, never killed
+        after_run(self.group.remove if unserved else self.group.close)
         if self.forked is not None and not set_up:
             # the fork server could not isolate this child (nothing of the candidate ran before
             # "ready"): it is thrown away and the execution runs in a fresh sandbox
@@ -196,11 +189,6 @@ class Launched:
             # what ran is thrown away: the execution runs again, whole, in a fresh sandbox
             raise UseFreshSandbox("the fork server went away during an execution (it never reported the run's exit)")
         return ended
-
-    def release_group(self) -> bool:
-        """Remove the execution's group; True when no spare of the zygote took the execution."""
-        self.group.close()
-        return False
 
 
 class FreshRun(Launched):
@@ -212,9 +200,7 @@ class FreshRun(Launched):
         job_fd, stdout_fd = os.dup(proc.stdin.fileno()), os.dup(proc.stdout.fileno())
         proc.stdin.close()
         proc.stdout.close()
-        # without a CPU controller the run's processes are found under the one the harness started
-        cpu = group.cpu_clock() if group.counts_cpu() else (lambda: _tree_cpu_seconds(proc.pid))
-        super().__init__(result_fd, stdout_fd, job_fd, group, level, cpu)
+        super().__init__(result_fd, stdout_fd, job_fd, group, level, cpu_root=proc.pid)
         self.proc = proc
         self.scratch = scratch  # an unsandboxed run's host scratch dir, removed once it is reaped
 
@@ -247,29 +233,24 @@ class FreshRun(Launched):
         os.close(write_fd)
         return cls(proc, read_fd, group, level_name, scratch if unsandboxed else None)
 
-    def kill(self) -> None:
-        self.group.kill_run(self.proc.pid)
-
-    def reap(self, need_code: bool) -> tuple[int | None, float]:
+    def stop(self, *, killed: bool, finished: bool, need_code: bool) -> tuple[int | None, float, GroupCounts, bool]:
+        # the one kill sequence, whatever happened: bwrap's PID namespace dies with it
+        counts = self.group.ended(kill=True, finished=finished, leader=self.proc.pid)
         cpu = _reap(self.proc)
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
-        return self.proc.returncode, cpu
+        return self.proc.returncode, cpu, counts, False
 
 
 class ForkedRun(Launched):
-    """An execution forked by the zygote, in a cgroup of its own nested in the zygote's."""
+    """An execution forked by the zygote, in a cgroup of its own nested in the zygote's (a child
+    that says it is isolated must be in it: the monitor checks, on the host)."""
 
     def __init__(self, execution: Execution, server: ForkServer) -> None:
         group = execution.group
-        super().__init__(execution.result, execution.stdout, execution.stdin, group, f"bwrap+{group.level}",
-                         group.cpu_clock())
+        super().__init__(execution.result, execution.stdout, execution.stdin, group, f"bwrap+{group.level}")
         self.forked = execution
         self.server = server
-        # a child that says it is isolated must be in its cgroup (checked on the host; a fast run
-        # may have exited already, so its charges count too): the group's own check, which the
-        # monitor calls without coming back into this module
-        self.in_its_group = group.was_joined
 
     @classmethod
     def start(cls, job: dict[str, Any], code: Path, level: str, limits: RunLimits,
@@ -282,57 +263,17 @@ class ForkedRun(Launched):
             raise UseFreshSandbox(str(exc)) from exc
         return cls(execution, server)
 
-    def kill(self) -> None:
-        self.server.kill(self.forked)
-
-    def reap(self, need_code: bool) -> tuple[int | None, float]:
-        # a run whose streams closed by themselves is exiting: it is killed only after its exit
-        # was reported, which means every process of the run has exited (see wait_exit)
+    def stop(self, *, killed: bool, finished: bool, need_code: bool) -> tuple[int | None, float, GroupCounts, bool]:
+        # a run the harness stopped is killed through its group first, from here; one that ended
+        # by itself only once the zygote reported its exit, which means every process of the run
+        # has exited (see ForkServer.finish), and its group is then waited for until it is empty
         # (the wait is on the caller's path on purpose: no process of a run may still run, or
         # hold memory or files, when its result is returned)
-        if not need_code:
-            self.server.end(self.forked)
-        code = self.server.wait_exit(self.forked)
-        if code is None:  # no report: whatever is left of the run is killed here, and waited for
-            self.server.kill(self.forked, wait=True)
-        self.server.finished(self.forked)
-        return code, 0.0
-
-    def release_group(self) -> bool:
-        if self.server.unserved(self.forked):
-            # what may be left in its group is a spare the zygote gave another request, which
-            # moves it out: the group is only removed, never killed
-            after_run(self.group.remove)
-            return True
-        after_run(self.group.close)  # every process is dead or SIGKILLed; emptying the group can wait
-        return False
-
-
-def _tree_cpu_seconds(root: int) -> float | None:
-    """CPU seconds used by process ``root`` and its descendants (alive, and reaped by one of them),
-    from ``/proc``: the run's clock where no cgroup counts its CPU. None once ``root`` is gone."""
-    children: dict[int, list[int]] = {}
-    used: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as file:
-                fields = file.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # exited meanwhile
-        pid = int(name)
-        children.setdefault(int(fields[1]), []).append(pid)
-        # utime, stime, and cutime, cstime: the children it reaped
-        used[pid] = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-    if root not in used:
-        return None
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += used.get(pid, 0)
-        todo.extend(children.get(pid, ()))
-    return total / _CLOCK_TICKS
+        counts = self.group.ended(kill=True, finished=finished) if killed else None
+        code, unserved = self.server.finish(self.forked, need_code=need_code)
+        if counts is None:
+            counts = self.group.ended(kill=not unserved, finished=finished)
+        return code, 0.0, counts, unserved
 
 
 def _reap(proc: subprocess.Popen) -> float:

@@ -13,8 +13,11 @@ or fails, or a limit is hit; it then names that limit (``killed_for``):
 * ``output_too_large`` / ``stdout_too_large``: the result channel or stdout past its cap;
 * ``fork_server``: a forked child said it was isolated but is not in its cgroup.
 
-Memory and process limits are the kernel's (the run's cgroup); the launcher reads their counters
-once the run has ended. Nothing here starts, kills or reaps a process: :mod:`heldout.sandbox.launcher`
+What the harness reads of the run while it goes on is :class:`RunMeter`'s: the CPU clock (the
+run's cgroup counter, where :class:`~heldout.sandbox.cgroups.GroupFiles` says it is, or ``/proc``
+under the run's first process) and whether a forked child joined its group. Memory and process
+limits are the kernel's (the run's cgroup); the launcher reads their counters once the run has
+ended. Nothing here starts, kills or reaps a process: :mod:`heldout.sandbox.launcher`
 does, and :mod:`heldout.sandbox.process` turns a watch and its end into a result."""
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import queue
 import select
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from heldout.contracts import RunLimits
@@ -40,6 +44,7 @@ WALL_BACKSTOP_FACTOR = 4.0
 WALL_BACKSTOP_SECONDS = 2.0
 CPU_CHECK_SECONDS = 0.25  # how often the parent reads a running execution's CPU time
 CPU_SLACK_SECONDS = 0.5  # the whole run's CPU limit, as the parent enforces it
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def wall_backstop(cpu_seconds: float) -> float:
@@ -50,9 +55,8 @@ def wall_backstop(cpu_seconds: float) -> float:
 
 
 class Watch:
-    """One execution watched until it ends (:meth:`run`); what was seen stays here for the
-    launcher's end of it and the verdict: ``state`` (the channel's lines), ``killed_for`` (the
-    limit the harness stopped it for, or None) and the tail of its stdout."""
+    """One execution watched until it ends: :meth:`run` returns what was seen (:class:`Watched`),
+    for the launcher's end of it and the verdict."""
 
     def __init__(self, started: Launched, job: dict[str, Any], encoded_calls: list[str], limits: RunLimits,
                  per_call: list[float | None], groups: list[str | None], inputs_up_front: bool) -> None:
@@ -61,15 +65,17 @@ class Watch:
         self.stdout_cap = max(limits.max_output_bytes, 64 * 1024)
         # the job goes through stdin: its header now, each call when its clock starts
         self.feeder = CallFeeder(started.job_fd, json.dumps(job).encode(), encoded_calls, inputs_up_front)
+        self.meter = RunMeter(started.group.files, started.cpu_root)
         self.state = RunState(per_call, groups, job["stop_on_error"], typed=job["encoding"] == "typed",
-                              on_call=self.feeder.send, cpu_clock=started.cpu)
+                              on_call=self.feeder.send, cpu_clock=self.meter.cpu)
         self.killed_for: str | None = None
         self._stdout_tail = bytearray()
         self._stdout_total = self._result_total = 0
 
-    def run(self) -> None:
+    def run(self) -> "Watched":
         """Read both streams until they close, the run says it is done or fails, or a limit is
-        hit; then close the harness's ends of the pipes (a writer blocked on a full one fails)."""
+        hit; then close the harness's ends of the pipes (a writer blocked on a full one fails)
+        and say what was seen."""
         state, started = self.state, self.started
         deadline = time.monotonic() + self.limits.wall_seconds
         # poll, not a selector: two descriptors, read once a call (~4 us a call less)
@@ -105,8 +111,12 @@ class Watch:
                 self._stdout(_ready_bytes(started.stdout_fd, self.stdout_cap - self._stdout_total), late=True)
         finally:
             self.feeder.close()
+            self.meter.close()
             os.close(started.result_fd)
             os.close(started.stdout_fd)
+        return Watched(state, self.killed_for, self._stdout_tail.decode("utf-8", errors="replace"),
+                       by_itself=not state.done and self.killed_for is None and not state.bad and state.fatal is None,
+                       set_up=(state.ready or state.done) and self.killed_for != "fork_server")
 
     def _past_a_clock(self, now: float, deadline: float, call_deadline: float | None) -> str | None:
         """The wall clocks: the whole run's, and the running call's backstop."""
@@ -119,7 +129,7 @@ class Watch:
 
     def _over_cpu(self) -> str | None:
         """The CPU clock, read from outside: the whole run's limit, and the running call's."""
-        used = self.started.cpu()
+        used = self.meter.cpu()
         if used is not None and used > self.limits.cpu_seconds + CPU_SLACK_SECONDS:
             return "cpu"
         if self.state.call_over_cpu(used):
@@ -134,8 +144,8 @@ class Watch:
             return
         was_ready = self.state.ready
         self.state.feed(chunk)
-        joined = self.started.in_its_group
-        if joined is not None and self.state.ready and not was_ready and not joined():
+        # a child that says it is isolated must be in its cgroup (checked on the host)
+        if self.started.forked is not None and self.state.ready and not was_ready and not self.meter.joined():
             # otherwise the fork server is not to be trusted with more runs
             self.killed_for = "fork_server"
 
@@ -146,21 +156,109 @@ class Watch:
         if self._stdout_total > self.stdout_cap and not late:
             self.killed_for = "stdout_too_large"
 
-    # -- what the launcher's end and the verdict read ----------------------------------------------
-    @property
-    def stdout_tail(self) -> str:
-        return self._stdout_tail.decode("utf-8", errors="replace")
 
-    @property
-    def ended_by_itself(self) -> bool:
-        """The run ended without its outcome on the channel (the exit code then words the message)."""
-        state = self.state
-        return not state.done and self.killed_for is None and not state.bad and state.fatal is None
+@dataclass
+class Watched:
+    """What the monitor saw of one execution, for the launcher's end of it and the verdict:
+    ``state`` (the channel's lines), ``killed_for`` (the limit the harness stopped it for, or
+    None), the tail of its stdout, whether it ended ``by_itself`` without its outcome on the
+    channel (the exit code then words the message), and whether it was ``set_up`` (the child's
+    isolation was complete: it said so, in its cgroup, or it finished)."""
 
-    @property
-    def set_up(self) -> bool:
-        """The child's isolation was complete (it said so, in its cgroup, or it finished)."""
-        return (self.state.ready or self.state.done) and self.killed_for != "fork_server"
+    state: "RunState"
+    killed_for: str | None
+    stdout_tail: str
+    by_itself: bool
+    set_up: bool
+
+
+class RunMeter:
+    """What the harness reads of a running execution from outside (the child's word counts for
+    nothing here): the CPU seconds of its whole process tree, from its group's counter through a
+    descriptor opened at the first reading and kept until :meth:`close` (one pread, ~2.5 us here,
+    against ~19 us to open, read and close the file: it is read as every timed call ends), or,
+    without one, from ``/proc`` under ``cpu_root``; and whether a forked child joined its group."""
+
+    def __init__(self, files: Any, cpu_root: int | None) -> None:
+        self.files = files  # the group's GroupFiles
+        self.cpu_root = cpu_root
+        self._fd: int | None = None
+
+    def cpu(self) -> float | None:
+        """The CPU seconds every process of the run used so far (None: no clock can tell)."""
+        files = self.files
+        if files.cpu is None:
+            return _tree_cpu_seconds(self.cpu_root) if self.cpu_root is not None else None
+        try:
+            if self._fd is None:
+                self._fd = os.open(files.cpu, os.O_RDONLY | os.O_CLOEXEC)
+            fields = os.pread(self._fd, 4096, 0).split(b"\n", 1)[0].split()
+        except OSError:
+            return None
+        if files.cpu_key is not None:  # "usage_usec N" is cgroup v2's first line
+            fields = fields[1:] if fields[:1] == [files.cpu_key] else []
+        return int(fields[0]) / files.cpu_per_second if fields and fields[0].isdigit() else None
+
+    def joined(self) -> bool:
+        """Whether some process is or was in the run's group in every hierarchy that can tell: a
+        member now, or CPU time and memory charged to the group (a fast run may have exited
+        already, leaving no member, but its charges stay; v1's pids hierarchy keeps no such
+        count)."""
+        files = self.files
+        if not files.procs:
+            return False
+        if all(_read_bytes(procs).split() for procs in files.procs):
+            return True
+        cpu = self.cpu()
+        peak_text = b"" if files.peak is None else _read_bytes(files.peak).strip()
+        peak = None if files.peak is None else int(peak_text) if peak_text.isdigit() else 0
+        return (cpu is None or cpu > 0) and (peak is None or peak > 0) and (cpu, peak) != (None, None)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _read_bytes(path: str) -> bytes:
+    """A small counter file's contents (empty when it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _tree_cpu_seconds(root: int) -> float | None:
+    """CPU seconds used by process ``root`` and its descendants (alive, and reaped by one of them),
+    from ``/proc``: the run's clock where no cgroup counts its CPU. None once ``root`` is gone."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                fields = file.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        # utime, stime, and cutime, cstime: the children it reaped
+        used[pid] = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    if root not in used:
+        return None
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total / _CLOCK_TICKS
 
 
 class RunState:
@@ -468,4 +566,4 @@ def decode_typed(value: Any) -> Any:
     return value
 
 
-__all__ = ["CallFeeder", "RunState", "Watch", "decode_typed", "wall_backstop"]
+__all__ = ["CallFeeder", "RunMeter", "RunState", "Watch", "Watched", "decode_typed", "wall_backstop"]

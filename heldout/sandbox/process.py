@@ -41,9 +41,11 @@ only before the child announced that isolation is complete, and any other unknow
 
 One execution reads top-down in :func:`_execute`: :mod:`heldout.sandbox.launcher` starts it
 (forked or fresh: every zygote and cgroup call is there), :mod:`heldout.sandbox.monitor` watches
-it (the wait loop and the limits the parent enforces), the launcher ends it (the one kill
-sequence, :meth:`~heldout.sandbox.cgroups.RunGroup.kill_run` or the zygote's, then the reap and
-the group's counters), and :func:`_interpret` names the outcome by the first rule that holds.
+it (the wait loop, the limits the parent enforces, the CPU clock it reads them by) and says what
+it saw, the launcher ends it (the one kill sequence,
+:meth:`~heldout.sandbox.cgroups.RunGroup.kill_run` or the zygote's, then the reap and the group's
+counters, in one call each), and :func:`_interpret` names the outcome by the first rule that
+holds. One execution enters each of those modules at most twice (tests/test_sandbox_layout.py).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from typing import Any, Sequence
 from heldout.contracts import HeldoutError, RunLimits
 from heldout.sandbox.cgroups import limits_level
 from heldout.sandbox.launcher import CouldNotStart, Ended, Launcher, UseFreshSandbox, scratch_mb
-from heldout.sandbox.monitor import Watch, wall_backstop
+from heldout.sandbox.monitor import Watch, Watched, wall_backstop
 from heldout.sandbox.root import probe_bwrap
 
 CANDIDATE_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large")
@@ -355,13 +357,13 @@ def _execute(run: _Run, job: dict[str, Any], limits: RunLimits) -> SandboxResult
     watch = Watch(started, job, [run.encoded_calls[i] for i in pending], limits, [run.per_call[i] for i in pending],
                   [run.group_of[i] for i in pending], run.inputs_up_front)
     try:
-        watch.run()
+        seen = watch.run()
     except BaseException:
         started.abandon()
         raise
-    ended = started.end(killed=watch.killed_for is not None, finished=watch.state.done,
-                        by_itself=watch.ended_by_itself, set_up=watch.set_up, tail=watch.stdout_tail)
-    result = _interpret(watch, ended, limits, started.level)
+    ended = started.end(killed=seen.killed_for is not None, finished=seen.state.done, by_itself=seen.by_itself,
+                        set_up=seen.set_up, tail=seen.stdout_tail)
+    result = _interpret(seen, ended, limits, started.level)
     result.peak_memory_mb = ended.peak_memory_mb
     return result
 
@@ -473,10 +475,10 @@ def _place_data_file(source: Path, code: Path, name: str) -> None:
     os.chmod(code / name, 0o644)  # readable by the sandbox's uid, whatever the umask
 
 
-def _interpret(watch: Watch, ended: Ended, limits: RunLimits, level: str) -> SandboxResult:
+def _interpret(seen: Watched, ended: Ended, limits: RunLimits, level: str) -> SandboxResult:
     """The result of one execution, from what the monitor saw and how the run ended: the first
     rule that holds, in this order, names its ``error_kind``."""
-    state, killed_for, tail = watch.state, watch.killed_for, watch.stdout_tail
+    state, killed_for, tail = seen.state, seen.killed_for, seen.stdout_tail
     calls = [state.calls[i] for i in sorted(state.calls)]
 
     def fail(kind: str, error: str) -> SandboxResult:
@@ -497,7 +499,7 @@ def _interpret(watch: Watch, ended: Ended, limits: RunLimits, level: str) -> San
             kind = "crash"
         return fail(kind, str(state.fatal.get("error"))[:8000] + note)
     if killed_for == "call_timeout":
-        calls.append(_parent_enforced_timeout(watch))
+        calls.append(_parent_enforced_timeout(seen))
         return SandboxResult(False, None, calls[-1]["error"], "timeout", tail, 0.0, limits, level, calls)
     if killed_for == "timeout":
         return fail("timeout", f"timeout after {limits.wall_seconds:g} s wall (limit)")
@@ -525,12 +527,12 @@ def _interpret(watch: Watch, ended: Ended, limits: RunLimits, level: str) -> San
     return SandboxResult(True, [c.get("value") for c in calls], None, None, tail, 0.0, limits, level, calls)
 
 
-def _parent_enforced_timeout(watch: Watch) -> dict[str, Any]:
+def _parent_enforced_timeout(seen: Watched) -> dict[str, Any]:
     """The outcome of the call the parent killed the run for: past its CPU limit, or its wall
     backstop, and still running."""
-    index = watch.state.current[0]  # type: ignore[index]
-    seconds = watch.state.per_call[index]
-    if watch.state.timed_out_by == "cpu":
+    index = seen.state.current[0]  # type: ignore[index]
+    seconds = seen.state.per_call[index]
+    if seen.state.timed_out_by == "cpu":
         error = (f"timeout: over {seconds:.3g} s cpu (per-call limit, enforced by the parent: the program "
                  f"did not stop when signalled)")
     else:

@@ -115,7 +115,7 @@ class Execution:
     stdin: int  # write end: the job
     stdout: int  # read end: the child's stdout and stderr
     result: int  # read end: the result channel
-    exit: int  # read end: the zygote's report of the execution's exit (see ForkServer.wait_exit)
+    exit: int  # read end: the zygote's report of the execution's exit (see ForkServer.finish)
     group: RunGroup
 
 
@@ -158,7 +158,6 @@ class ForkServer:
         self.group = RunGroup.create(memory_mb=OUTER_MEMORY_MB, max_processes=OUTER_PROCESSES)
         self._ids = itertools.count(1)
         self._mutex = threading.Lock()  # guards the state below
-        self._unserved: set[int] = set()  # executions the zygote had no spare for
         self._down: str | None = None
         self._active: set[int] = set()  # executions started and not yet reaped
         self._retiring = False
@@ -200,10 +199,6 @@ class ForkServer:
             self.stock.on_report(message)
         self.mark_down("the fork server closed its control channel")
 
-    def _take_ready_group(self) -> tuple[int | None, RunGroup | None]:
-        """A stocked group that a spare has joined (its id and the group), or (None, None)."""
-        return self.stock.take_ready()
-
     def spares_in_groups(self) -> int:
         """How many of the zygote's spares wait, ready, in a group of their own (the rest, made
         before a group was there for them, wait in the zygote's group)."""
@@ -227,25 +222,11 @@ class ForkServer:
 
     def start(self, code: Path, env: dict[str, str], scratch_mb: int, memory_mb: int,
               max_processes: int) -> Execution:
-        """Fork one child for the code dir ``code`` (from :meth:`new_code_dir`). Raises
-        :class:`ForkServerDown` (nothing started) if the zygote is not there to ask."""
+        """Fork one child for the code dir ``code`` (from :meth:`new_code_dir`), in a group of its
+        own with these limits (:meth:`GroupStock.dispatch`). Raises :class:`ForkServerDown`
+        (nothing started) if the zygote is not there to ask."""
         if not self.alive():
             raise ForkServerDown(self._down or "the fork server exited")
-        # a spare already in its own group takes the request (its limits set here, before the
-        # request goes out); else the request brings a new group, which the child joins
-        gid, group = self._take_ready_group()
-        if group is not None:
-            try:
-                group.limit(memory_mb=memory_mb, max_processes=max_processes)
-            except OSError:
-                # its spare stays there, unused, until the zygote hands it to a request that brings
-                # its own group (it then moves out): the group is only removed, never killed
-                after_run(group.remove)
-                gid, group = None, None
-        if group is None:
-            group = RunGroup.create(memory_mb=memory_mb, max_processes=max_processes, parent=self.group)
-            if group.level == "rlimit":
-                raise ForkServerDown("could not create the execution's cgroup")
         ident = next(self._ids)
         with self._mutex:
             self._active.add(ident)  # before the request goes out: a retiring zygote waits for it
@@ -253,57 +234,61 @@ class ForkServer:
         out_r, out_w = os.pipe()
         res_r, res_w = os.pipe()
         exit_r, exit_w = os.pipe()
-        cgroup_fds = ([] if gid is not None
-                      else [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in group.procs_files()])
-        request = {"id": ident, "name": code.name, "code": CODE_DIR, "scratch": SCRATCH_DIR, "group": gid,
-                   "scratch_bytes": int(scratch_mb) * 1024 * 1024, "env": env, "n_cgroup_fds": len(cgroup_fds)}
-        passed = [stdin_r, out_w, res_w, *cgroup_fds, exit_w]  # the last one stays with the zygote
+        request = {"id": ident, "name": code.name, "code": CODE_DIR, "scratch": SCRATCH_DIR,
+                   "scratch_bytes": int(scratch_mb) * 1024 * 1024, "env": env}
+        passed = [stdin_r, out_w, res_w]
         try:
-            self.channel.send(request, passed)
+            group = self.stock.dispatch(request, passed, exit_w, memory_mb=memory_mb, max_processes=max_processes)
         except OSError as exc:
+            group, why = None, f"the fork server did not take the request: {exc!r}"
+            self.mark_down(why)
+        else:
+            why = "could not create the execution's cgroup"
+        finally:
+            for fd in (*passed, exit_w):
+                os.close(fd)
+        if group is None:
             for fd in (stdin_w, out_r, res_r, exit_r):
                 os.close(fd)
-            group.close()
-            self.mark_down(f"the fork server did not take the request: {exc!r}")
             self._inactive(ident)
-            raise ForkServerDown(self._down) from exc
-        finally:
-            for fd in passed:
-                os.close(fd)
+            raise ForkServerDown(why)
         global _forked
         with _lock:
             _forked += 1
         after_run(self.stock.refill)  # off the caller's path: the child waits for its job
         return Execution(ident, stdin_w, out_r, res_r, exit_r, group)
 
-    def kill(self, execution: Execution, wait: bool = True) -> None:
-        """Kill every process of the execution (its cgroup, from here; with ``wait`` until the
-        group is empty) and ask the zygote too (which kills the execution's reaper: PID 1's death
-        takes the execution's PID namespace with it)."""
-        execution.group.kill_all(wait=wait)
-        self.end(execution)
+    def finish(self, execution: Execution, *, need_code: bool) -> tuple[int | None, bool]:
+        """The harness's end of ``execution``: unless its exit code is needed (it ended by itself,
+        and is exiting), the zygote is asked to kill the execution's reaper (PID 1's death takes
+        the execution's PID namespace with it); then the exit report is waited for
+        (:meth:`_wait_exit`), and a retiring zygote closes after its last execution. Returns the
+        exit code (None: no report came, and the zygote is thrown away) and whether the zygote
+        had no spare for the execution. The caller then empties the execution's group: every
+        process of the run is in it (its reaper and memory holder, which run nothing of it, are
+        not), and a process leaves the group when it has exited; the group of an execution no
+        spare took is never killed (another execution's spare may be moving out of it)."""
+        if not need_code:
+            self._ask_kill(execution)
+        code, unserved = self._wait_exit(execution)
+        if code is None:
+            self._ask_kill(execution)
+        self._inactive(execution.ident)
+        return code, unserved
 
-    def end(self, execution: Execution) -> None:
-        """Ask the zygote to kill the execution's reaper (the cheap way for a run that already
-        said it is done: :meth:`wait_exit` then tells when all of it is gone)."""
+    def _ask_kill(self, execution: Execution) -> None:
         try:
             self.channel.send({"kill": execution.ident})
         except OSError:
             pass
 
-    def wait_exit(self, execution: Execution) -> int | None:
+    def _wait_exit(self, execution: Execution) -> tuple[int | None, bool]:
         """The exit code the zygote reports for the execution (bwrap's convention), once every
-        process of the run has exited; or None when the zygote did not report it within
-        :data:`EXIT_REPORT_SECONDS` (it is then thrown away). Called once per execution.
-
-        The report comes on the execution's own pipe, read by the caller's thread (no other
-        thread has to wake for it). The zygote sends it when it has reaped the child; it then
-        kills the namespace's PID 1, which kills whatever else the run started. Those processes
-        are all in the execution's group (its reaper and memory holder, which run nothing of it,
-        are not), and a process leaves the group when it has exited: the group is waited for
-        here until it is empty (commonly it is already: one read per hierarchy). The group of an
-        execution no spare took is not touched (another execution's spare may be moving out of
-        it)."""
+        process of the run has exited, and whether it had no spare for it; or None when the zygote
+        did not report it within :data:`EXIT_REPORT_SECONDS` (it is then thrown away). Called
+        once per execution. The report comes on the execution's own pipe, read by the caller's
+        thread (no other thread has to wake for it). The zygote sends it when it has reaped the
+        child; it then kills the namespace's PID 1, which kills whatever else the run started."""
         deadline = time.monotonic() + EXIT_REPORT_SECONDS
         report = b""
         if execution.exit < 0:
@@ -330,17 +315,8 @@ class ForkServer:
         code = msg.get("code") if isinstance(msg, dict) and type(msg.get("code")) is int else None
         if code is None:
             self.mark_down("the fork server did not report an execution's exit")
-        elif msg.get("no_spare") is True:
-            with self._mutex:
-                self._unserved.add(execution.ident)
-        else:
-            execution.group.kill_all(wait=True)
-        return code
-
-    def finished(self, execution: Execution) -> None:
-        """The harness is done with ``execution`` (its processes are gone, or were killed and
-        waited for): a retiring zygote closes after its last one."""
-        self._inactive(execution.ident)
+            return None, False
+        return code, msg.get("no_spare") is True
 
     def _inactive(self, ident: int) -> None:
         with self._mutex:
@@ -360,14 +336,6 @@ class ForkServer:
             self._retiring = bool(self._active)
         if close:
             _closing(self)
-
-    def unserved(self, execution: Execution) -> bool:
-        """Whether the zygote reported it had no spare for ``execution`` (its exit was waited for)."""
-        with self._mutex:
-            if execution.ident in self._unserved:
-                self._unserved.discard(execution.ident)
-                return True
-        return False
 
     def mark_down(self, why: str) -> None:
         with self._mutex:
