@@ -5,16 +5,23 @@ folder): only a regular file under a size limit, else one clear error naming wha
 where. Names and folders a user gives (:func:`check_name`, :func:`check_folder`). Writing
 (:func:`write_text_atomically`): through a temp name unique to its writer, renamed over the
 target, so a reader never sees half a file; :func:`remove_stale_temp_files` clears what a killed
-writer left. Standard library only, like :mod:`heldout.contracts` (an isolated optimizer's sandbox
+writer left. Temp folders (:func:`make_temp_dir`): inside one folder per process that the next
+process removes if its owner was killed. Standard library only, like :mod:`heldout.contracts` (an isolated optimizer's sandbox
 may import it)."""
 
 from __future__ import annotations
 
+import atexit
 import errno
+import fcntl
 import json
 import os
 import re
+import shutil
 import stat
+import tempfile
+import threading
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -284,3 +291,94 @@ def remove_stale_temp_files(root: "str | os.PathLike[str]") -> list[Path]:
         except FileNotFoundError:
             pass
     return removed
+
+
+# -- temp folders: one per process, removed after its owner even when it was killed ----------------
+PROCESS_DIR_PREFIX = "heldout-proc-"
+_OWNER_FILE = ".owner"  # flock'ed by the process (and its forks) for as long as it runs
+_UNCLAIMED_GRACE_SECONDS = 60.0  # a folder whose maker died before it could claim it
+_process_dirs: dict[int, tuple[Path, int]] = {}  # pid -> (its folder, the owner file's locked fd)
+_process_dirs_lock = threading.Lock()
+
+
+def process_temp_dir() -> Path:
+    """This process's folder in the system temp dir, made on first use. Rule: every temp folder
+    heldout makes (a sandbox's code, a fork server's inbox, an isolated optimizer's socket, a
+    scratch table) lives in it (:func:`make_temp_dir`), so none outlives its process: a normal
+    exit removes it, and after a kill -9 the next heldout process to make its own removes it. An
+    owner holds a lock on the folder's owner file as long as it (or a child it forked) runs, and
+    the lock dies with it; a folder whose lock is held is never touched, whatever pid it names."""
+    pid = os.getpid()  # a forked child makes its own: its parent removes the parent's at exit
+    with _process_dirs_lock:
+        if pid not in _process_dirs:
+            remove_orphaned_temp_dirs()
+            _process_dirs[pid] = _claim_process_dir()
+            atexit.register(_remove_process_dir, pid)
+        return _process_dirs[pid][0]
+
+
+def make_temp_dir(prefix: str) -> Path:
+    """A fresh private folder (mode 0700) inside :func:`process_temp_dir`; its user removes it
+    when done, and if the process is killed first it goes with the process's folder."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=process_temp_dir()))
+
+
+def _claim_process_dir() -> tuple[Path, int]:
+    root = Path(tempfile.mkdtemp(prefix=f"{PROCESS_DIR_PREFIX}{os.getpid()}-")).resolve()
+    root.chmod(0o711)  # sandboxes bind what they need; nobody lists what is here
+    # locked under a temp name first, then renamed: no sweeper ever sees an owner file unlocked
+    claim = root / f"{_OWNER_FILE}.{os.urandom(4).hex()}"
+    fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.rename(claim, root / _OWNER_FILE)
+    return root, fd
+
+
+def _remove_process_dir(pid: int) -> None:
+    if os.getpid() != pid:
+        return  # a forked child exiting leaves its parent's folder alone
+    with _process_dirs_lock:
+        found = _process_dirs.pop(pid, None)
+    if found is not None:
+        shutil.rmtree(found[0], ignore_errors=True)
+        os.close(found[1])
+
+
+def remove_orphaned_temp_dirs(temp_root: "str | os.PathLike[str] | None" = None) -> list[Path]:
+    """Remove the process folders (:func:`process_temp_dir`) under ``temp_root`` (the system temp
+    dir) whose owner is gone: its owner file's lock is free, or it has none and is older than a
+    minute (its maker died between making and claiming it). Only this user's folders are looked
+    at; returns the ones removed."""
+    removed = []
+    root = Path(temp_root or tempfile.gettempdir())
+    try:
+        entries = [e for e in os.scandir(root) if e.name.startswith(PROCESS_DIR_PREFIX)]
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            continue
+        if _orphaned(Path(entry.path), info):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _orphaned(folder: Path, info: os.stat_result) -> bool:
+    try:
+        fd = os.open(folder / _OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return time.time() - info.st_mtime > _UNCLAIMED_GRACE_SECONDS
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # its owner, or a child it forked, still runs
+    finally:
+        os.close(fd)
+    return True

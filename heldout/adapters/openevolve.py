@@ -39,7 +39,6 @@ import os
 import secrets
 import shutil
 import socket
-import tempfile
 import threading
 from dataclasses import asdict
 from multiprocessing import AuthenticationError
@@ -51,6 +50,7 @@ from heldout.adapters.client import run_from_env
 from heldout.adapters.settings import OpenEvolveSettings, refuse_below_minimum, verifier_repeats
 from heldout.adapters.shown import feedback_text
 from heldout.contracts import BudgetExceeded, Candidate, HeldoutError, TaskView
+from heldout.files import make_temp_dir
 
 try:
     from openevolve import run_evolution
@@ -76,8 +76,7 @@ class ViewBridge:
         self.component = "program.py" if "program.py" in view.seed_candidate else sorted(view.seed_candidate)[0]
         self.evaluations = self.metric_calls = self.refusals = 0
         self._lock = threading.Lock()
-        self._dir = tempfile.mkdtemp(prefix="heldout-oe-")
-        os.chmod(self._dir, 0o700)
+        self._dir = str(make_temp_dir("openevolve-bridge-"))  # 0700: only this user reaches the socket
         self.address = os.path.join(self._dir, "bridge.sock")
         self.key = secrets.token_bytes(32)
         self._listener = Listener(self.address, family="AF_UNIX", authkey=self.key)
@@ -352,7 +351,7 @@ def optimize(view: TaskView, seed: int, settings: OpenEvolveSettings = OpenEvolv
     view.record_event("not_reproducible", what=NOT_REPRODUCIBLE + ": two runs with one seed may try different "
                       "children at the same spend", seeded=SEEDED)
     bridge = ViewBridge(view).start()
-    work = tempfile.mkdtemp(prefix="heldout-oe-run-")
+    work = str(make_temp_dir("openevolve-run-"))
     saved = {k: os.environ.get(k) for k in (ADDRESS_ENV, KEY_ENV)}
     os.environ.update(bridge.env())
     try:

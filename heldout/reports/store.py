@@ -38,6 +38,7 @@ from typing import Any, Iterable, Sequence
 import duckdb
 import pyarrow as pa
 
+from heldout.files import process_temp_dir
 from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
 
 TABLES = ("runs", "verdicts", "ledger", "excluded")
@@ -102,7 +103,7 @@ class ResultsStore:
         paths = [Path(p) for p in paths]
         if len(paths) == 1 and all((paths[0] / f"{t}.parquet").exists() for t in TABLES):
             return cls.from_parquet(paths[0])
-        scratch = tempfile.TemporaryDirectory(prefix="heldout-store-") if with_ledger else None
+        scratch = tempfile.TemporaryDirectory(prefix="store-", dir=process_temp_dir()) if with_ledger else None
         con = _connect(scratch)
         ledger = _LedgerTable(con)
         try:

@@ -27,12 +27,9 @@ anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for th
 
 from __future__ import annotations
 
-import atexit
 import base64
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 import threading
 import time
@@ -49,6 +46,7 @@ from sqlglot.tokens import TokenType
 
 from heldout.benchmarks.lockpicking import sql_child
 from heldout.contracts import RunLimits
+from heldout.files import make_temp_dir
 from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD
 
 if TYPE_CHECKING:
@@ -282,17 +280,11 @@ def _six_digit_db_file() -> Path:
     in a private temp dir, removed at exit; each exhaustive check's sandbox gets it linked in."""
     with _six_digit_db_lock:
         if not _six_digit_db:
-            home = Path(tempfile.mkdtemp(prefix="heldout-lockpicking-")).resolve()
-            atexit.register(_remove_own_dir, os.getpid(), home)
-            path = home / sql_child.SIX_DIGIT_DB
+            # removed with the process's temp folder, at exit or after a kill by the next process
+            path = make_temp_dir("lockpicking-").resolve() / sql_child.SIX_DIGIT_DB
             sql_child.build_six_digit_db(str(path))
             _six_digit_db.append(path)
         return _six_digit_db[0]
-
-
-def _remove_own_dir(owner: int, path: Path) -> None:
-    if os.getpid() == owner:  # a forked worker that exits leaves its parent's file alone
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: int,
