@@ -7,6 +7,7 @@ memory stays bounded (about ``CHUNK_CELLS`` integers at a time) whatever ``n * n
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -19,6 +20,9 @@ from ._checks import StatsInputError, check_level, check_n_boot
 
 BootstrapMethod = Literal["bca", "percentile"]
 CHUNK_CELLS = 1 << 22
+KEPT_RESAMPLE_CELLS = 1 << 20
+"""A seeded resample index matrix up to this many cells (8 MiB) is drawn once and kept, read-only,
+for the next interval of the same size and seed (simulations and reports ask for thousands)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,15 @@ def bootstrap_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -
         idx = rng.integers(0, n, size=(stop - start, n))
         out[start:stop] = values[idx].mean(axis=1)
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def seeded_resamples(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """The index matrix :func:`bootstrap_means` draws first from ``default_rng(seed)`` (one chunk:
+    ``n * n_boot <= KEPT_RESAMPLE_CELLS``), kept read-only."""
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    idx.flags.writeable = False
+    return idx
 
 
 def resample_counts(rng: np.random.Generator, k: int, rows: int) -> np.ndarray:
@@ -116,7 +129,11 @@ def mean_interval(
     if np.ptp(values) == 0.0:
         point = float(values[0])
         return Interval(point, point, level, "degenerate")
-    boot = bootstrap_means(values, n_boot, np.random.default_rng(seed))
+    n = values.shape[0]
+    if n * n_boot <= KEPT_RESAMPLE_CELLS:  # the same resamples as a fresh draw, without drawing them again
+        boot = values[seeded_resamples(n, n_boot, seed)].mean(axis=1)
+    else:
+        boot = bootstrap_means(values, n_boot, np.random.default_rng(seed))
     if method == "bca":
         bounds = bca_interval(values, boot, level)
         if bounds is not None:
