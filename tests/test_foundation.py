@@ -19,7 +19,7 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.benchmarks.verifiers import UnknownVerifier, parse_verifier
 from heldout.contracts import (BudgetExceeded, Example, MalformedCandidate, ProgramTask, TaskView, Verdict,
                                VisibilityError, check_candidate)
-from heldout.evaluators.session import Budget, Session
+from heldout.evaluators.session import Budget, Outcome, Session
 from heldout.evaluators.scoring import SessionModels
 from heldout.evaluators.view_server import ViewServer
 from heldout.models import ModelClient
@@ -172,7 +172,7 @@ def test_a_reference_optimizer_runs_unchanged_in_process_and_over_http(tmp_path)
         client.record_event("note", detail="finished")
         with pytest.raises(VisibilityError):
             client.evaluate(final, "test")
-    record_b = over_http.finish(final)
+    record_b = over_http.finish(Outcome(final))
     assert record_a.final_candidate == record_b.final_candidate
     assert record_a.test_score == record_b.test_score
     events = [json.loads(line) for line in (tmp_path / "b" / "ledger.jsonl").read_text().splitlines()]

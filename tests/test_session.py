@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 import heldout
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, LedgerError, verify_ledger
 from heldout.evaluators.records import ExperimentMismatch, RunRecord
-from heldout.contracts import BudgetExceeded, VisibilityError
-from heldout.evaluators.session import Budget, Session
+from heldout.contracts import BudgetExceeded, InfrastructureFailure, MalformedCandidate, VisibilityError
+from heldout.evaluators.records import RECORD_FILE
+from heldout.evaluators.session import Budget, Outcome, Session
 from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
@@ -181,6 +182,46 @@ def test_a_run_dir_holding_a_finished_session_is_refused_and_left_as_it_was(tmp_
     own = len(task.split("val"))
     assert kinds[-own - 2:] == ["val_scoring_own_verifier"] * own + ["test_metrics", "session_end"]
     assert record.extra["val_score_own_verifier"] is not None and "exhaustive_accuracy" in record.extra["test_metrics"]
+
+
+@pytest.mark.parametrize("given, refusal", [
+    ({"options": {"prompt_format": "no-such-format"}}, "has no prompt format 'no-such-format'"),
+    ({"options": {"temperature": 0.5}}, "decoding settings, not task options"),
+    ({"verifier": "no-such-verifier"}, "no-such-verifier"),
+])
+def test_a_session_refused_for_what_it_was_given_writes_nothing(given, refusal, bbh_task, tmp_path):
+    """Options and verifier are checked against the task before the ledger opens."""
+    with pytest.raises(heldout.HeldoutError, match=refusal):
+        Session(bbh_task, budget=5, run_dir=tmp_path / "run", **given)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_outcomes_final_is_a_plain_checked_candidate():
+    class Sneaky(dict):  # could hash as one candidate and run as another
+        pass
+
+    given = {"instruction": "Sort."}
+    final = Outcome(given).final
+    assert final == given and final is not given  # what is scored and recorded: the checked copy
+    for malformed in ({}, {"instruction": 1}, ["instruction"], Sneaky(instruction="Sort.")):
+        with pytest.raises(MalformedCandidate):
+            Outcome(malformed)
+    assert (Outcome({"a": "b"}).status, Outcome(error="crashed").status) == ("ok", "failed")
+
+
+def test_an_incomplete_outcome_ends_the_session_without_a_record_and_it_resumes(tmp_path):
+    """The one end of every session: the infrastructure's failure (here an isolated optimizer's
+    sandbox that could not be set up) is no score and no record, and ``--resume`` runs it again."""
+    task = heldout.load_task("lockpicking/six", profile="generalise")
+    session = Session(task, budget=10, run_dir=tmp_path, verifier="tests:count-only")
+    session.view.evaluate(session.view.seed_candidate, "train", [session.view.train[0]["id"]])
+    with pytest.raises(InfrastructureFailure, match=r"incomplete \(optimisation\): the sandbox could not be set up"):
+        session.finish(Outcome(incomplete="the sandbox could not be set up"))
+    last = json.loads(_ledger_lines(tmp_path)[-1])
+    assert (last["kind"], last["data"]["phase"]) == ("session_incomplete", "optimisation")
+    assert not (tmp_path / RECORD_FILE).exists() and verify_ledger(tmp_path).ok
+    resumed = Session(task, budget=10, run_dir=tmp_path, verifier="tests:count-only")
+    assert resumed.resumed and resumed.run(lambda view, seed: view.seed_candidate).status == "ok"
 
 
 def test_a_task_gets_its_held_back_split_back_only_with_the_sizes_it_kept():

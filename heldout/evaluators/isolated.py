@@ -8,12 +8,14 @@ Two ways in, one sandbox, one launch:
   --optimizer module:function``, the default for user code): a small runner inside the sandbox
   imports the function, calls ``optimize(client, seed)`` with a
   :class:`~heldout.adapters.client.TaskClient` and submits what it returns as the final;
-* :func:`run_isolated_method` runs a study cell's method as its study decided it (either of the two).
+* a study cell runs its method as its study decided it (:func:`method_launch`: either of the two).
 
 Each is prepared in one place as a :class:`Launch` (:func:`command_launch`,
-:func:`function_launch`) and run by :func:`launch_isolated`, top-down: what it exposes is
-checked, its private folder staged, the view served while the sandboxed process runs
-(:mod:`heldout.evaluators.isolated_process`), and the outcome read into the session's record.
+:func:`function_launch`, :func:`method_launch`) and run by :func:`launch_isolated`, top-down: what
+it exposes is checked, its private folder staged, the view served while the sandboxed process runs
+(:mod:`heldout.evaluators.isolated_process`), and what happened read as the session's
+:class:`~heldout.evaluators.session.Outcome`, which :meth:`~heldout.evaluators.session.Session.finish`
+ends the session with (:func:`run_isolated` and :func:`run_isolated_function` do both).
 
 The sandbox (:mod:`heldout.sandbox.root`) is an empty root holding read-only the interpreter and
 its packages, the optimizer's own code (the command's files' directories, or the user module's
@@ -29,7 +31,7 @@ without capabilities when the harness is root. The budget counter lives in the h
 default (:data:`DEFAULT_WALL_SECONDS`), always recorded in the ``optimizer_launch`` ledger event.
 
 **Outcome**: the optimizer posts its final to ``/final`` as often as it likes; the last counts.
-Exit status 0 with a final -> ``session.finish(final)``; anything else -> a ``failed`` record
+Exit status 0 with a final -> an outcome with that final; anything else -> a ``failed`` one
 whose error says what happened (exit status, *the signal that killed it*, the wall limit, no
 final), with the tail of its output (:func:`~heldout.evaluators.isolated_process.exit_error`).
 """
@@ -51,7 +53,7 @@ from typing import Any, Mapping, Sequence
 from heldout.contracts import HeldoutError
 from heldout.files import read_user_bytes, regular_files
 from heldout.evaluators.records import RunRecord
-from heldout.evaluators.session import Session
+from heldout.evaluators.session import Outcome, Session
 from heldout.evaluators.isolated_process import exit_error, run_sandboxed
 from heldout.evaluators.view_server import ViewServer
 from heldout.optimizers import UserModule, find_module_source, is_heldout_code, user_code
@@ -182,13 +184,12 @@ def function_launch(target: str, options: Mapping[str, Any], modules: Sequence[U
     return Launch(argv, (), user, {"function": target, **({"options": dict(options)} if options else {})})
 
 
-def run_isolated_method(session: Session, method: ResolvedMethod, *, limits: OptimizerLimits = OptimizerLimits(),
-                        env: Mapping[str, str] | None = None) -> RunRecord:
-    """Run a study cell's method as its study decided it (:class:`ResolvedMethod`): its command, or
-    its function with the user's modules found when the study was made."""
-    launch = (command_launch(method.command) if method.command
-              else function_launch(str(method.target), method.options, method.modules))
-    return launch_isolated(session, launch, limits, env)
+def method_launch(method: ResolvedMethod) -> Launch:
+    """A study cell's method as its study decided it (:class:`ResolvedMethod`): its command, or its
+    function with the user's modules found when the study was made."""
+    if method.command:
+        return command_launch(method.command)
+    return function_launch(str(method.target), method.options, method.modules)
 
 
 def run_isolated(session: Session, command: str | Sequence[str], *,
@@ -199,7 +200,7 @@ def run_isolated(session: Session, command: str | Sequence[str], *,
     readable inside, read-only, at their own paths. ``env`` adds variables. Never raises for
     anything the optimizer does; raises :class:`~heldout.sandbox.NoSandbox` if no sandbox can be
     built, and :class:`HeldoutError` if an argument would expose the session's run dir."""
-    return launch_isolated(session, command_launch(command), limits, env)
+    return session.finish(launch_isolated(session, command_launch(command), limits, env))
 
 
 def run_isolated_function(session: Session, target: str, *, search: Sequence[str] | None = None,
@@ -218,7 +219,7 @@ def run_isolated_function(session: Session, target: str, *, search: Sequence[str
         names = [target.partition(":")[0]] + [t.partition(":")[0] for t in user_code(target, options)]
         # found by path, never imported; heldout's optimizers are in the staged copy already
         modules = [find_module_source(m, search) for m in names if not is_heldout_code(m)]
-    return launch_isolated(session, function_launch(target, options, modules or []), limits, env)
+    return session.finish(launch_isolated(session, function_launch(target, options, modules or []), limits, env))
 
 
 def copy_user_code(tops: Mapping[str, Path], dest: Path, *, max_bytes: int = 256 << 20) -> None:
@@ -258,10 +259,11 @@ def _check_exposure(run_dir: str, launch: Launch) -> None:
 
 
 def launch_isolated(session: Session, launch: Launch, limits: OptimizerLimits = OptimizerLimits(),
-                    env: Mapping[str, str] | None = None) -> RunRecord:
+                    env: Mapping[str, str] | None = None) -> Outcome:
     """One isolated run, top-down: check what it exposes, stage its private folder (heldout's code
     for it, the user's code, the view socket), serve the view while the sandbox runs it, then read
-    its outcome into the session's record."""
+    what happened as the session's :class:`Outcome` (a sandbox that could not be set up is the
+    harness's failure: ``incomplete``)."""
     wall = _wall_limit(session.budget.wall_seconds, limits)
     child_env, log_path = _child_env(session.seed, dict(env or {})), Path(session.run_dir) / LOG_FILE
     _check_exposure(session.run_dir, launch)
@@ -294,7 +296,7 @@ def launch_isolated(session: Session, launch: Launch, limits: OptimizerLimits = 
                     "wall_seconds": wall, "limits": asdict(limits), "readable": readable})
                 # only the view server's thread writes the ledger meanwhile: a stop may interrupt this wait
                 with session.service.interruptible():
-                    outcome = run_sandboxed(log_path, bwrap_argv(allow, privileged=privileged), job, group, wall,
+                    exited = run_sandboxed(log_path, bwrap_argv(allow, privileged=privileged), job, group, wall,
                                             limits.max_log_bytes)
             finally:
                 group.close()
@@ -302,14 +304,13 @@ def launch_isolated(session: Session, launch: Launch, limits: OptimizerLimits = 
     finally:
         shutil.rmtree(private, ignore_errors=True)
     session.service.record_event("optimizer_exit", {
-        "returncode": outcome["returncode"], "signal": outcome.get("signal"), "killed_for": outcome["killed_for"],
-        "seconds": outcome["seconds"], "output_bytes": outcome["output_bytes"], "final_submitted": final is not None,
-        "forbidden_attempts": forbidden, "output_tail": outcome["tail"][-1500:]})
-    if outcome.get("setup_error"):  # the harness's sandbox failed, not the optimizer: no record, resumable
-        session.end_incomplete("optimisation", f"the optimizer's sandbox could not be set up: {outcome['setup_error']}")
-    error = exit_error(outcome, final is not None, wall)
-    failed = error is not None
-    return session.finish(None if failed else final, status="failed" if failed else "ok", error=error)
+        "returncode": exited["returncode"], "signal": exited.get("signal"), "killed_for": exited["killed_for"],
+        "seconds": exited["seconds"], "output_bytes": exited["output_bytes"], "final_submitted": final is not None,
+        "forbidden_attempts": forbidden, "output_tail": exited["tail"][-1500:]})
+    if exited.get("setup_error"):  # the harness's sandbox failed, not the optimizer: no record, resumable
+        return Outcome(incomplete=f"the optimizer's sandbox could not be set up: {exited['setup_error']}")
+    error = exit_error(exited, final is not None, wall)
+    return Outcome(final if error is None else None, error)
 
 
 def _wall_limit(budget_wall_seconds: float | None, limits: OptimizerLimits) -> float:
@@ -358,5 +359,5 @@ if final is not None:
 
 
 __all__ = ["OptimizerLimits", "Launch", "command_launch", "function_launch", "launch_isolated", "run_isolated",
-           "run_isolated_function", "run_isolated_method", "is_function_spec", "LOG_FILE", "DEFAULT_WALL_SECONDS",
+           "run_isolated_function", "method_launch", "is_function_spec", "LOG_FILE", "DEFAULT_WALL_SECONDS",
            "OPTIMIZER_MODULES"]

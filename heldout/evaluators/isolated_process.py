@@ -6,8 +6,8 @@ stdin, forks the optimizer (rlimits, a throw-away uid, no new privileges, the se
 :mod:`heldout.sandbox._child`, exec), waits for it and writes its exact wait status to a pipe the
 optimizer does not hold, so a process that kills itself with a signal is reported as killed by it.
 :func:`run_sandboxed` starts it in the run's cgroup, copies its output to the run dir (capped),
-waits up to the wall limit, kills the whole group, and returns the outcome;
-:func:`exit_error` says in words why an outcome is a failure."""
+waits up to the wall limit, kills the whole group, and returns how the process exited;
+:func:`exit_error` says in words why such an exit is a failure."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def run_sandboxed(log_path: Path, sandbox: Sequence[str], job: dict[str, Any], g
                   max_log_bytes: int) -> dict[str, Any]:
     """Run ``job`` (argv, env, uid, limits) under the supervisor inside ``sandbox`` (a bubblewrap
     argv) in the run group ``group``, wait at most ``wall`` seconds, kill what is left, and return
-    the outcome: exit status or signal (as the supervisor saw them), why it was killed, seconds,
+    how it exited: exit status or signal (as the supervisor saw them), why it was killed, seconds,
     the output's tail and size (the whole output goes to ``log_path``, up to ``max_log_bytes``),
     and the group's memory and process verdicts."""
     # the supervisor's source goes on the command line and the job on stdin: nothing of the job
@@ -119,28 +119,28 @@ def _parse_status(text: str) -> dict[str, Any]:
     return {}
 
 
-def exit_error(outcome: Mapping[str, Any], submitted: bool, wall: float) -> str | None:
+def exit_error(exited: Mapping[str, Any], submitted: bool, wall: float) -> str | None:
     """Why an isolated run failed (exit status, the signal that killed it, the wall limit, the
     whole-run memory limit, no final), with the tail of its output; None for a clean exit that
     submitted a final."""
-    tail = outcome["tail"].strip()
+    tail = exited["tail"].strip()
     tail_note = f"\n--- last output ---\n{tail[-1500:]}" if tail else ""
-    sig = outcome.get("signal")
-    if outcome["killed_for"] == "wall_time":
+    sig = exited.get("signal")
+    if exited["killed_for"] == "wall_time":
         return f"optimizer killed at its wall-time limit ({wall:g} s)" + tail_note
-    if outcome["returncode"] is None and sig is None:
-        return outcome["tail"]
+    if exited["returncode"] is None and sig is None:
+        return exited["tail"]
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        limit = " (whole-run memory limit reached)" if outcome.get("memory_exceeded") else ""
+        limit = " (whole-run memory limit reached)" if exited.get("memory_exceeded") else ""
         return f"optimizer crashed: killed by signal {name}{limit}" + tail_note
-    if outcome["returncode"] != 0:
-        return f"optimizer crashed: exited with status {outcome['returncode']}" + tail_note
-    if outcome.get("oom_kills"):
+    if exited["returncode"] != 0:
+        return f"optimizer crashed: exited with status {exited['returncode']}" + tail_note
+    if exited.get("oom_kills"):
         # the memory limit is a budget of the whole tree: a run that went over it is not a run
         # within budget, even if the process the kernel picked was a helper and the main one went on
         return (f"optimizer crashed: its processes together went over the whole-run memory limit and the "
-                f"kernel killed {outcome['oom_kills']} of them" + tail_note)
+                f"kernel killed {exited['oom_kills']} of them" + tail_note)
     if not submitted:
         return "optimizer exited without submitting a final candidate (POST /final)" + tail_note
     return None

@@ -46,11 +46,11 @@ the optimizer and scores exactly the held-out examples still missing.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, NoReturn
+from typing import Any, Callable, Mapping
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
@@ -63,6 +63,28 @@ from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModel
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring
 from heldout.evaluators.view import MeteredArchitect, SessionView
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an optimizer's run ended, for :meth:`Session.finish`: with its ``final`` candidate (a
+    malformed one is refused here: :class:`MalformedCandidate`); or ``failed`` for the optimizer's
+    sake (``error`` says why: it crashed, its process died, it gave no final); or ``incomplete``
+    for the infrastructure's sake (an endpoint, a sandbox, the disk: no record, the ledger
+    resumable)."""
+
+    final: Candidate | None = None
+    error: str | None = None
+    incomplete: str | None = None
+
+    def __post_init__(self) -> None:  # what is scored and recorded is the plain copy of the final
+        if self.final is not None:
+            object.__setattr__(self, "final", check_candidate(self.final))
+
+    @property
+    def status(self) -> str:
+        return "ok" if self.error is None else "failed"
+
 
 class Session:
     """One optimizer run on one task with one seed. See the module docstring."""
@@ -80,7 +102,6 @@ class Session:
         a task's context carries (``prompt_format``, ``tolerance``, ...), never a decoding setting;
         ``execution`` the sandbox limits and jobs; ``provenance`` fields the record keeps (the
         optimizer's code hash, ...)."""
-        refuse_decoding_among(options or {}, "options")  # a study's combined table is split by make_study
         if decoding is not None and not isinstance(decoding, Decoding):
             raise HeldoutError(f"decoding must be a Decoding(...), got {type(decoding).__name__}")
         if not isinstance(models, SessionModels):  # e.g. a bare client: name the fix, not an AttributeError later
@@ -91,23 +112,25 @@ class Session:
             task if isinstance(task, Task) else (task, profile, data_dir, allow_drift))
         self.task = loaded.without("test")
         del loaded
-        self.budget = budget if isinstance(budget, Budget) else Budget(metric_calls=int(budget))
-        self.policy = POLICIES[policy] if isinstance(policy, str) else policy
-        self.seed = seed
-        self.method = method
-        self.run_dir = Path(run_dir)
-        self.decoding = decoding or Decoding()  # a bad one was refused when it was made, before the ledger opens
-        self.options = dict(options or {})  # the task options
-        self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
-        self.models = models
-        self.ledger = Ledger.open(self.run_dir)
+        # everything given is checked against the task before the ledger opens: a refused session writes nothing
         bench = self.task.benchmark
         self.variant = parse_verifier(verifier, bench.verifier_options, bench.score_ceiling)
+        self.options = dict(options or {})  # the task options
+        refuse_decoding_among(self.options, "options")  # a study's combined table is split by make_study
         if "prompt_format" in self.options:  # a wrong name is a clear error now, not one per example later
             check = getattr(bench, "check_prompt_format", None)
             if check is None:
                 raise HeldoutError(f"{bench.name} has no prompt formats")
             check(self.options["prompt_format"])
+        self.budget = budget if isinstance(budget, Budget) else Budget(metric_calls=int(budget))
+        self.policy = POLICIES[policy] if isinstance(policy, str) else policy
+        self.seed = seed
+        self.method = method
+        self.run_dir = Path(run_dir)
+        self.decoding = decoding or Decoding()  # a bad one was refused when it was made
+        self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
+        self.models = models
+        self.ledger = Ledger.open(self.run_dir)
         self._started = time.time()
         self.scorer = Scorer(bench, models.worker, execution.limits, self.options, execution.jobs, self.ledger,
                              models.judge, self.decoding)
@@ -143,70 +166,63 @@ class Session:
 
     # -- the harness ----------------------------------------------------------------------------
     def run(self, optimizer: Optimizer) -> RunRecord:
-        """Call the optimizer, then score its final candidate once on test (and val), outside the
-        budget, and write the run record. A crashing optimizer gives a ``failed`` record; a
-        session stopped by its infrastructure raises :class:`InfrastructureFailure` (no record)."""
+        """Run an in-process optimizer to its end: :meth:`optimise`, then :meth:`finish`."""
+        return self.finish(self.optimise(optimizer))
+
+    def optimise(self, optimizer: Optimizer) -> Outcome:
+        """Call the optimizer on the view; its :class:`Outcome`. A crashing optimizer (or a malformed
+        final candidate) is its ``error``, with the traceback in the ledger; a session stopped by its
+        infrastructure is ``incomplete``."""
         try:
-            final = check_candidate(optimizer(self.view, self.seed))
+            return Outcome(optimizer(self.view, self.seed))
         except Exception as exc:
             if self.service.stopped is not None or isinstance(exc, LedgerError):
-                self.end_incomplete("optimisation", self.service.stopped or str(exc))
+                return Outcome(incomplete=self.service.stopped or str(exc))
             kind = "malformed_candidate" if isinstance(exc, MalformedCandidate) else type(exc).__name__
             self.ledger.append("optimizer_failed", {"error": f"{kind}: {exc}",
                                                     "traceback": traceback.format_exc()[-4000:]})
-            return self.finish(None, status="failed", error=f"optimizer failed: {kind}: {exc}")
-        return self.finish(final)
+            return Outcome(error=f"optimizer failed: {kind}: {exc}")
 
-    def end_incomplete(self, phase: str, problem: str) -> NoReturn:
-        """End the session without a record: the infrastructure failed in ``phase``. The ledger
-        says why (``session_incomplete``) and stays resumable (no ``session_end``)."""
+    def finish(self, outcome: Outcome) -> RunRecord:
+        """End the session, the one way every run ends: score the outcome's final candidate on val
+        and test (:mod:`.heldout_scoring`), then write the run record and the session's last
+        entries. An outcome that is ``incomplete``, a session its infrastructure stopped, or an
+        example that could not be scored for the infrastructure's sake ends it without a record:
+        a ``session_incomplete`` entry, the ledger resumable, :class:`InfrastructureFailure`."""
+        stopped = outcome.incomplete if outcome.incomplete is not None else self.service.stopped
         try:
-            self.ledger.append("session_incomplete", {"phase": phase, "error": problem})
-        except LedgerError:
-            pass  # a disk that refused the entry: the ledger still holds everything before it
-        self.ledger.close()
-        raise InfrastructureFailure(f"incomplete ({phase}): {problem}")
-
-    def finish(self, final: Candidate | None, status: str = "ok", error: str | None = None) -> RunRecord:
-        """Score ``final`` on val and test (:mod:`.heldout_scoring`), then write the run record and
-        the session's last entries; :class:`InfrastructureFailure` (no record, the ledger
-        resumable) when the session was stopped by its infrastructure or an example could not be
-        scored for the infrastructure's sake."""
-        with self._incomplete_on_failure("held-out scoring"):
-            if self.service.stopped is not None:  # whatever the optimizer made of it, the run is not complete
-                raise InfrastructureFailure(self.service.stopped)
+            if stopped is not None:  # whatever the optimizer made of it, the run is not complete
+                raise InfrastructureFailure(stopped)
             try:  # the test split again, held back while the optimizer ran (see the module docstring)
                 self.task = self.task.restored(self._heldout_source)
             except HeldoutError as exc:
                 raise InfrastructureFailure(f"cannot load the test split to score the final candidate: {exc}") from None
-            final = None if final is None else check_candidate(final)
+            final = outcome.final
             scoring = HeldoutScoring(self.scorer, self.deploy_scorer, self.variant, self.ledger, self.seed,
                                      self.service.interruptible, self.heldout_progress)
             scores = HeldoutScores() if final is None else scoring.score(self.task, final, self.service.usage)
-            record = RunRecord.build(session=self, final=final, status=status, error=error, test_verdicts=scores.test,
-                                     val_verdicts=scores.val, test_metrics=scores.test_metrics,
+            record = RunRecord.build(session=self, final=final, status=outcome.status, error=outcome.error,
+                                     test_verdicts=scores.test, val_verdicts=scores.val,
+                                     test_metrics=scores.test_metrics,
                                      val_score_own_verifier=scores.val_score_own_verifier)
             record.reserve_room(self.run_dir)
             with self.ledger.batch():  # what the scoring left for the end, and session_end naming the record
                 for kind, data in scores.end_entries:
                     self.ledger.append(kind, data)
-                self.ledger.append("session_end", {"status": status, "test_score": record.test_score,
+                self.ledger.append("session_end", {"status": outcome.status, "test_score": record.test_score,
                                                    "metric_calls": self.service.usage.metric_calls,
                                                    "record_sha256": record.digest()})
             record.ledger_head, record.ledger_entries = self.ledger.head, len(self.ledger)
             if self.ledger.signing_key is not None:
                 record.sign(self.ledger.signing_key)
             record.save(self.run_dir)
+        except (InfrastructureFailure, LedgerError) as exc:  # the infrastructure's failure: no record
+            phase, problem = ("optimisation", stopped) if stopped is not None else ("held-out scoring", str(exc))
+            try:
+                self.ledger.append("session_incomplete", {"phase": phase, "error": problem})
+            except LedgerError:
+                pass  # a disk that refused the entry: the ledger still holds everything before it
             self.ledger.close()
-            return record
-
-    @contextlib.contextmanager
-    def _incomplete_on_failure(self, phase: str) -> Iterator[None]:
-        """Around a phase of the session: a failure of its infrastructure (an endpoint, a sandbox,
-        the disk) ends the session incomplete (:meth:`end_incomplete`); in the optimisation phase
-        when the session had already stopped for one."""
-        try:
-            yield
-        except (InfrastructureFailure, LedgerError) as exc:
-            stopped = self.service.stopped
-            self.end_incomplete("optimisation" if stopped else phase, stopped or str(exc))
+            raise InfrastructureFailure(f"incomplete ({phase}): {problem}") from None
+        self.ledger.close()
+        return record

@@ -46,11 +46,11 @@ from typing import Any, Callable, Iterator, Protocol
 
 from heldout.contracts import HeldoutError, InfrastructureFailure, canonical_json
 from heldout.files import check_folder, check_name
-from heldout.evaluators.isolated import command_files, run_isolated_method
+from heldout.evaluators.isolated import command_files, launch_isolated, method_launch
 from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
 from heldout.evaluators.policy import POLICIES, Budget
 from heldout.evaluators.scoring import Decoding, SessionModels, refuse_decoding_among
-from heldout.evaluators.session import Session
+from heldout.evaluators.session import Outcome, Session
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import resolve_optimizer
 from heldout.optimizers.resolved import ResolvedMethod, resolve_method
@@ -382,16 +382,18 @@ def finished_summary(run_dir: Path, wanted: dict[str, Any]) -> dict[str, Any]:
 def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, float | None], None] | None = None,
              scoring: Callable[[str, int, int, int], None] | None = None) -> dict[str, Any]:
     """Run (or resume, or skip) one cell, top-down: what it runs (decided once), a finished run of
-    the same settings kept, its protected session opened (new, or resumed from its ledger), the
-    method run in it (isolated, or in-process for heldout's own code). Never raises for a failing
-    optimizer: the record says; a failing infrastructure gives status ``incomplete`` (no record;
-    ``--resume`` finishes it). Raises :class:`ExperimentMismatch` when the cell's dir holds another
-    experiment."""
+    the same settings kept, its code checked against the code decided, its protected session
+    opened (new, or resumed from its ledger), the method run in it (isolated, or in-process for
+    heldout's own code) to an :class:`Outcome`, and the session finished with it, once. Never
+    raises for a failing optimizer: the record says; a failing infrastructure gives status
+    ``incomplete`` (no record; ``--resume`` finishes it). Raises :class:`ExperimentMismatch` when
+    the cell's dir holds another experiment."""
     run_dir = cell.run_dir(config.run_root)
     method = cell_method(cell, config)
     settings = cell_settings(cell, config)
     if (run_dir / RECORD_FILE).exists():
         return finished_summary(run_dir, settings)
+    changed = method.code_changed()  # the record must name the code that runs, not the code once decided
     global _WAITING, _INTERRUPTED
 
     def checkpoint(used: int, budget: int, best: float | None) -> None:
@@ -416,16 +418,17 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
         session.service.interruptible = _waiting
         session.heldout_progress = scoring
         try:
-            changed = method.code_changed()  # the record must name the code that runs, not the code once decided
             if changed:
-                record = session.finish(None, status="failed", error=changed)
+                outcome = Outcome(error=changed)
             elif method.isolated:
                 # commands and user code: isolated by default (the trust model); heldout's reference names run in-process
-                record = run_isolated_method(session, method)
+                launch = method_launch(method)
+                outcome = launch_isolated(session, launch)
             else:
                 session.service.record_event("optimizer_trust", {"optimizer": method.spec, "trusted": True,
                                                                  "isolation": "trusted, not isolated"})
-                record = session.run(resolve_optimizer(method.spec, method.method_options))
+                outcome = session.optimise(resolve_optimizer(method.spec, method.method_options))
+            record = session.finish(outcome)
         except StudyInterrupted:
             session.ledger.close()
             return {"status": "interrupted", "skipped": False, "test_score": None,
