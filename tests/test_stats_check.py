@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -52,12 +50,13 @@ def runs(tmp_path_factory):
     return root
 
 
-def heldout(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO_ROOT)
+@pytest.fixture
+def heldout(warm_cli):
+    """The real ``heldout`` command, each call a process of its own (forked warm: tests/warm_cli.py)."""
+    return lambda *args: warm_cli.run(*args, cwd=REPO_ROOT)
 
 
-def test_an_88_percent_single_instance_drop_over_5_seeds_exits_1(runs):
+def test_an_88_percent_single_instance_drop_over_5_seeds_exits_1(runs, heldout):
     result = check_runs([runs / "heil" / "geometry-search"], [runs / "heil" / "seed"])
     task = result.gate.tasks[0]
     assert task.comparison.test == "exact sign-flip" and task.comparison.n_base == 5
@@ -96,7 +95,7 @@ def test_the_same_runs_pass_as_identical_and_an_unknown_mismatch_field_is_refuse
         check_runs([paper], [paper], allow_mismatch=["colour"])
 
 
-def test_plan_prints_the_minimum_detectable_effect_from_a_pilot(runs):
+def test_plan_prints_the_minimum_detectable_effect_from_a_pilot(runs, heldout):
     done = heldout("plan", "--task", HEILBRONN, "--seeds", "5", "--pilot", str(runs / "heil" / "geometry-search"))
     assert done.returncode == 0, done.stderr
     assert "exact sign-flip (the gate's test)" in done.stdout and "regression: a true drop of margin +" in done.stdout
