@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +29,10 @@ HEILBRONN = "heilbronn/triangle11"
 LOW, HIGH = 0.0345, 0.0665
 
 
-def heldout(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True, timeout=300,
-                          cwd=REPO_ROOT)
+@pytest.fixture
+def heldout(warm_cli):
+    """The real ``heldout`` command, each call a process of its own (forked warm: tests/warm_cli.py)."""
+    return lambda *args: warm_cli.run(*args, cwd=REPO_ROOT)
 
 
 def _single_instance(base: np.ndarray, cur: np.ndarray) -> TaskRuns:
@@ -95,7 +94,7 @@ def heil(tmp_path_factory):
     return root
 
 
-def test_check_with_a_headroom_margin_does_not_pass_an_80_percent_drop_on_heilbronn(heil):
+def test_check_with_a_headroom_margin_does_not_pass_an_80_percent_drop_on_heilbronn(heil, heldout):
     done = heldout("check", "--baseline", str(heil / "geometry-search"), "--current", str(heil / "seed"),
                    "--min-effect", "10% headroom")
     assert done.returncode != 0, done.stdout + done.stderr
@@ -103,7 +102,7 @@ def test_check_with_a_headroom_margin_does_not_pass_an_80_percent_drop_on_heilbr
     assert "(50.0% of the baseline's" in done.stdout
 
 
-def test_plan_warns_when_the_detectable_drop_exceeds_the_score_itself(heil):
+def test_plan_warns_when_the_detectable_drop_exceeds_the_score_itself(heil, heldout):
     done = heldout("plan", "--task", HEILBRONN, "--seeds", "5", "--pilot", str(heil / "geometry-search"),
                    "--min-effect", "10% headroom")
     assert done.returncode == 0, done.stderr
