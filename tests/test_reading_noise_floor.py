@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -96,18 +94,16 @@ def pilot(tmp_path_factory):
     return root
 
 
-def test_plan_from_a_pilot_of_several_methods_needs_method_and_uses_only_its_runs(pilot):
+def test_plan_from_a_pilot_of_several_methods_needs_method_and_uses_only_its_runs(pilot, warm_cli):
     with pytest.raises(ReportError, match="several methods .*geometry-search, seed.*--method"):
         plan_study("heilbronn/triangle11", "default", 5, pilot=pilot)
     seed = plan_study("heilbronn/triangle11", "default", 5, pilot=pilot, method="seed")
     search = plan_study("heilbronn/triangle11", "default", 5, pilot=pilot, method="geometry-search")
     alone = plan_study("heilbronn/triangle11", "default", 5, pilot=pilot / "seed")
     assert seed.p_base == alone.p_base and seed.p_base < search.p_base
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "plan", "--task", "heilbronn/triangle11", "--seeds",
-                           "5", "--pilot", str(pilot), "--method", "geometry-search"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    done = warm_cli.run("plan", "--task", "heilbronn/triangle11", "--seeds", "5", "--pilot", str(pilot), "--method",
+                        "geometry-search", cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr
     assert f"baseline score {search.p_base:.4g}" in done.stdout
-    helped = subprocess.run([sys.executable, "-m", "heldout.cli", "plan", "--help"], capture_output=True, text=True,
-                            timeout=300, cwd=REPO_ROOT)
+    helped = warm_cli.run("plan", "--help", cwd=REPO_ROOT)
     assert "--method" in helped.stdout and "a pilot holding several needs --method" in " ".join(helped.stdout.split())
