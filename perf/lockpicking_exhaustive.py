@@ -29,6 +29,7 @@ import numpy as np
 from heldout.benchmarks.lockpicking import sql as sqlmod, sql_child
 from heldout.benchmarks.lockpicking.rules import MALFORMED, TRUTH
 from heldout.benchmarks.lockpicking.task import BENCHMARK, _exhaustive_truth
+from heldout.contracts import RunLimits
 
 # the CoCoEvolve champion (the full rule set as SQL): a test fixture, never shipped in the package
 CHAMPION = {"scorer.sql": (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "lockpicking_champion.sql").read_text(encoding="utf-8")}
@@ -54,7 +55,7 @@ def champion_python(program: str) -> int:
 def exhaustive_outputs(shared: bool = True) -> np.ma.MaskedArray:
     """heldout's exhaustive check of the champion, as the task runs it."""
     checked = sqlmod.check_sql(CHAMPION["scorer.sql"])
-    return sqlmod.exhaustive_outputs(checked, MALFORMED, wall_seconds=120, memory_mb=1024, shared=shared)
+    return sqlmod.exhaustive_outputs(checked, MALFORMED, limits=RunLimits(cpu_seconds=120, memory_mb=1024), shared=shared)
 
 
 def agreement(got: np.ma.MaskedArray, truth: np.ndarray) -> float:

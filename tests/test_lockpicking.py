@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 import json
+from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from functools import lru_cache
 
@@ -14,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from heldout import load_task
 from heldout.models.workers import FunctionWorker
-from heldout.contracts import Example, Verdict
+from heldout.contracts import Example, RunLimits, Verdict
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import SPEC_VECTORS, decisive, load_pool, masked
 from heldout.benchmarks.lockpicking.rebuild import freeze_manifest
@@ -184,6 +185,21 @@ def test_a_deterministic_sql_batch_runs_once_for_all_examples(paper, monkeypatch
     assert len(calls) == 2
 
 
+def test_examples_scored_at_once_on_many_threads_share_one_batch(paper, monkeypatch):
+    # a session scores an evaluation's examples concurrently: each computing the pool's batch at
+    # once multiplied the work eightfold, and under a wall-clock limit failed some on a loaded machine
+    calls = []
+    real = sqlmod.execute
+    monkeypatch.setattr(sqlmod, "execute", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    bench = LockpickingBenchmark()
+    candidate = {"scorer.sql": "IFF(SUBSTR(PROGRAM, 2, 1) = '2', 1, 0)"}
+    examples = paper.split("test")[:16]
+    with ThreadPoolExecutor(8) as pool:
+        verdicts = list(pool.map(lambda e: bench.run(candidate, e), examples))
+    assert calls == [400]
+    assert [v.output for v in verdicts] == [int(e.input["program"][1:2] == "2") for e in examples]
+
+
 @pytest.mark.parametrize("body,program,expected", [
     ("IFF(REGEXP_LIKE(PROGRAM, '[0-9]{6}'), 1, 0)", "7294051", 0),  # Snowflake REGEXP_LIKE matches the whole string
     ("IFF(REGEXP_LIKE(PROGRAM, '[0-9]{6}'), 1, 0)", "729405", 1),
@@ -197,7 +213,7 @@ def test_a_deterministic_sql_batch_runs_once_for_all_examples(paper, monkeypatch
     ("CASE WHEN PROGRAM BETWEEN '1' AND '5' THEN 1 ELSE 2 END", "729405", 2),
 ])
 def test_accepted_snowflake_expressions_run_in_duckdb(body, program, expected):
-    run = sqlmod.execute(sqlmod.check_sql(body), [program], wall_seconds=10, memory_mb=256)
+    run = sqlmod.execute(sqlmod.check_sql(body), [program], limits=RunLimits(cpu_seconds=10, memory_mb=256))
     assert run.parsed == [expected]
 
 

@@ -10,6 +10,7 @@ import pytest
 from heldout.contracts import Example, RunLimits
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.task import BENCHMARK, LockpickingBenchmark
+from heldout.sandbox import wall_backstop
 
 # the CoCoEvolve champion (the full rule set as SQL): a test fixture, never shipped in the package
 CHAMPION = {"scorer.sql": (Path(__file__).resolve().parent / "fixtures" / "lockpicking_champion.sql").read_text(encoding="utf-8")}
@@ -78,8 +79,16 @@ def test_a_query_that_never_ends_is_stopped_by_the_wall_clock_limit():
     assert err.value.kind == "timeout" and "timeout after 0.5 s wall" in str(err.value)
 
 
+def test_the_default_limits_are_cpu_time_with_the_wall_clock_only_a_backstop():
+    # A loaded machine (the CI run that found this: two workers and a Ray cluster on two cores)
+    # stretched a pool batch past the old 30 s wall limit, and the candidate scored 0 on those
+    # examples: a verdict that depended on the machine, and an infrastructure failure as a score.
+    limits = LockpickingBenchmark.default_limits
+    assert limits.wall_seconds == wall_backstop(limits.cpu_seconds)
+
+
 def test_an_accepted_candidate_over_its_time_limit_scores_zero_with_a_timeout():
-    limits = RunLimits(wall_seconds=0.05)
+    limits = RunLimits(cpu_seconds=60, wall_seconds=0.05)  # the sandbox stops it at its wall backstop
     result = LockpickingBenchmark().exhaustive(CHAMPION, limits)
     assert result["exhaustive_accuracy"] is None and "timeout after 0.05 s wall" in result["exhaustive_error"]
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from heldout.benchmarks.lockpicking import sql as sqlmod
+from heldout.contracts import RunLimits
 from heldout.benchmarks.lockpicking import sql_child
 from heldout.benchmarks.lockpicking.rules import MALFORMED, SEED_RULES, TRUTH
 from heldout.benchmarks.lockpicking.task import BENCHMARK
@@ -40,7 +41,7 @@ CANDIDATES = {
 
 def outputs(body: str, shared: bool) -> np.ma.MaskedArray:
     checked = sqlmod.check_sql(body)
-    return sqlmod.exhaustive_outputs(checked, MALFORMED, wall_seconds=120, memory_mb=1024, shared=shared)
+    return sqlmod.exhaustive_outputs(checked, MALFORMED, limits=RunLimits(cpu_seconds=120, memory_mb=1024), shared=shared)
 
 
 def assert_same(got: np.ma.MaskedArray, want: np.ma.MaskedArray) -> None:
@@ -78,7 +79,7 @@ def test_the_exhaustive_outputs_equal_the_per_example_outputs():
     for body in (CANDIDATES["champion"], CANDIDATES["odd outputs"], CANDIDATES["edge positions"],
                  CANDIDATES["wide outputs"]):
         checked = sqlmod.check_sql(body)
-        per_example = sqlmod.execute(checked, sample + list(MALFORMED), wall_seconds=60, memory_mb=512).parsed
+        per_example = sqlmod.execute(checked, sample + list(MALFORMED), limits=RunLimits(cpu_seconds=60, memory_mb=512)).parsed
         exhaustive = outputs(body, shared=True)
         index = [int(s) for s in sample] + list(range(10**6, 10**6 + len(MALFORMED)))
         got = [None if exhaustive.mask[i] else int(exhaustive.data[i]) for i in index]

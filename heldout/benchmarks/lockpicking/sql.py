@@ -16,10 +16,12 @@ Rules, in the order they are applied:
    function not listed are refused by name.
 4. Execution in a fresh in-memory DuckDB that has file system access, extension install/autoload
    and configuration changes switched off and a memory limit, **inside the sandbox**
-   (:mod:`heldout.benchmarks.lockpicking.sql_child`): the sandbox's parent enforces the wall limit
-   by killing the process, so a slow query always stops at its timeout. Only a body that calls
-   ``AI_COMPLETE`` (which needs the harness's metered worker) runs in-process, under a timer
-   that interrupts the query.
+   (:mod:`heldout.benchmarks.lockpicking.sql_child`): the sandbox's parent enforces the task's CPU
+   limit (every DuckDB thread counted) and its wall backstop by killing the process, so a slow
+   query always stops, and a query that computes within its CPU limit is never failed because
+   the machine was busy. Only a body that calls ``AI_COMPLETE`` (which needs the harness's
+   metered worker) runs in-process, under a wall-clock timer that interrupts the query: its time
+   is the worker's, not this machine's.
 
 The output of the expression must be an integer or a string holding one (``'3'``, ``' 3 '``);
 anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for that example.
@@ -287,12 +289,11 @@ def _six_digit_db_file() -> Path:
         return _six_digit_db[0]
 
 
-def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: int,
-                six_digit_db: bool = False) -> dict:
+def _in_sandbox(function: str, args: list, *, limits: RunLimits, six_digit_db: bool = False) -> dict:
     """Run a function of :mod:`sql_child` in the sandbox (with the six-digit table's file, for
-    ``six_digit_db``); its answer, or SqlExecutionError."""
-    limits = RunLimits(wall_seconds=wall_seconds, cpu_seconds=2 * wall_seconds,
-                       memory_mb=memory_mb + DUCKDB_HEADROOM_MB, max_output_bytes=64 * 1024 * 1024)
+    ``six_digit_db``) under the task's CPU limit and wall backstop; its answer, or
+    SqlExecutionError."""
+    limits = limits.replace(memory_mb=limits.memory_mb + DUCKDB_HEADROOM_MB, max_output_bytes=64 * 1024 * 1024)
     setup: dict[str, str | Path] = {f"{SQL_HELPER_MODULE}.py": _SQL_HELPER_SOURCE}
     if six_digit_db:
         setup[sql_child.SIX_DIGIT_DB] = _six_digit_db_file()
@@ -302,9 +303,7 @@ def _in_sandbox(function: str, args: list, *, wall_seconds: float, memory_mb: in
     except SandboxError as exc:
         raise SqlExecutionError(f"cannot run the query: {exc}", "sandbox_error") from None
     if not result.ok:
-        kind = result.error_kind or "crash"
-        message = f"timeout after {wall_seconds:g} s wall (limit)" if kind == "timeout" else str(result.error)[:500]
-        raise SqlExecutionError(message, kind)
+        raise SqlExecutionError(str(result.error)[:500], result.error_kind or "crash")
     value = result.value if isinstance(result.value, dict) else {}
     if "error" in value:
         prefix = "out of memory" if value.get("kind") == "memory" else "execution failed"
@@ -382,22 +381,23 @@ def _exhaustive_query(checked: CheckedSql, shared: bool) -> str:
     return f"SELECT i, {_PARSE_OUTPUT} AS y FROM (SELECT i, CAST(({expr}) AS VARCHAR) AS raw FROM {source})"
 
 
-def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float, memory_mb: int,
+def execute(checked: CheckedSql, programs: Sequence[str], *, limits: RunLimits,
             ai_complete: AiComplete | None = None) -> SqlRun:
-    """Evaluate the candidate on ``programs`` in a fresh locked-down DuckDB, one query for all."""
+    """Evaluate the candidate on ``programs`` in a fresh locked-down DuckDB, one query for all,
+    under ``limits`` (CPU time and its wall backstop in the sandbox; wall time for a body that
+    calls ``AI_COMPLETE``, which waits on the worker)."""
     if checked.uses_ai and ai_complete is None:
         raise SqlExecutionError("the candidate calls AI_COMPLETE but no worker model is configured: register "
                                 "a session with a worker model (--worker-model/--base-url)",
                                 "model_error")
     started = time.perf_counter()
     if not checked.uses_ai:
-        rows = _in_sandbox("run_rows", [_query(checked), list(programs), memory_mb], wall_seconds=wall_seconds,
-                           memory_mb=memory_mb).get("rows")
+        rows = _in_sandbox("run_rows", [_query(checked), list(programs), limits.memory_mb], limits=limits).get("rows")
         if not isinstance(rows, list) or len(rows) != len(programs):
             raise SqlExecutionError("the query returned a malformed result")
         return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows], seconds=time.perf_counter() - started)
     ai_errors: list[str] = []
-    con = _connect(memory_mb)
+    con = _connect(limits.memory_mb)
     try:
         if checked.uses_ai:
             def hook(prompt: str | None) -> str | None:
@@ -410,34 +410,34 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, wall_seconds: float
             con.create_function(_AI_UDF, hook, ["VARCHAR"], "VARCHAR", side_effects=True,
                                 null_handling="special")
         _load(con, programs, all_six_digit=False)
-        rows = run_query(con, _query(checked), wall_seconds)
+        rows = run_query(con, _query(checked), limits.wall_seconds)
     finally:
         con.close()
     return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows],
                   seconds=time.perf_counter() - started, ai_errors=ai_errors)
 
 
-def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, wall_seconds: float,
-                       memory_mb: int, shared: bool = True) -> "np.ma.MaskedArray":
+def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, limits: RunLimits,
+                       shared: bool = True) -> "np.ma.MaskedArray":
     """The candidate's parsed outputs on all 10^6 six-digit strings (index = value) followed by
     ``malformed``; masked where the output is not an integer. Deterministic candidates only.
     ``shared=False`` evaluates the plain translation (each substring at each occurrence)."""
     if checked.uses_ai:
         raise SqlExecutionError("the exhaustive check is for deterministic candidates; this one calls AI_COMPLETE",
                                 "not_deterministic")
-    started = time.monotonic()
 
-    def outputs_for(query: str, seconds: float) -> dict:
-        return _in_sandbox("run_outputs", [query, list(malformed), memory_mb, EXHAUSTIVE_THREADS],
-                           wall_seconds=seconds, memory_mb=memory_mb, six_digit_db=True)
+    def outputs_for(query: str) -> dict:
+        return _in_sandbox("run_outputs", [query, list(malformed), limits.memory_mb, EXHAUSTIVE_THREADS],
+                           limits=limits, six_digit_db=True)
 
     try:
-        got = outputs_for(_exhaustive_query(checked, shared=shared), wall_seconds)
+        got = outputs_for(_exhaustive_query(checked, shared=shared))
     except SqlExecutionError as exc:
         if exc.kind != "crash" or not shared or checked.duckdb_sql_shared is None:
             raise
-        # a shared substring raised where the plain expression might not evaluate it: ask the plain one
-        got = outputs_for(_exhaustive_query(checked, shared=False), max(0.1, wall_seconds - (time.monotonic() - started)))
+        # a shared substring raised where the plain expression might not evaluate it: ask the plain
+        # one, with a limit of its own (sharing is the harness's shortcut, not the candidate's)
+        got = outputs_for(_exhaustive_query(checked, shared=False))
     n = 10**6 + len(malformed)
     try:
         dtype = got["dtype"]

@@ -34,7 +34,7 @@ from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import load_pool
 from heldout.benchmarks.lockpicking.rules import MALFORMED, N_POSITIONS, TRUTH
 from heldout.benchmarks.candidates import read_candidate
-from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD
+from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD, wall_backstop
 
 HERE = Path(__file__).resolve().parent
 CANDIDATES_DIR = HERE / "candidates"
@@ -64,7 +64,9 @@ class LockpickingBenchmark(Benchmark):
                    "interacting trigger rules from per-string counts; SQL (sqlglot+DuckDB), Python or prompt "
                    "candidates; exhaustive check over all 10^6 strings")
     source = Source(embedded=True)
-    default_limits = RunLimits(wall_seconds=30.0, cpu_seconds=60.0, memory_mb=1024)
+    # CPU time, as for every program task, so a verdict does not depend on the machine's load;
+    # the wall limit only stops a candidate that waits (issue 53's rule, DESIGN "Time")
+    default_limits = RunLimits(wall_seconds=wall_backstop(60.0), cpu_seconds=60.0, memory_mb=1024)
     default_component = SQL
     family_dir = HERE
     helper_sources = {f"{RUNNER_MODULE}.py": "sandbox_runner.py"}
@@ -72,6 +74,10 @@ class LockpickingBenchmark(Benchmark):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._batches: OrderedDict[tuple, _Batch] = OrderedDict()
+        # one computation of a batch at a time: the examples of one evaluation arrive together, and
+        # each running the whole pool's batch at once multiplied the work (and, under wall-clock
+        # limits, failed some of them on a loaded machine)
+        self._running: dict[tuple, threading.Event] = {}
         self._exhaustive: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
 
     # -- data -------------------------------------------------------------------------------
@@ -159,11 +165,25 @@ class LockpickingBenchmark(Benchmark):
 
     def _cached_batch(self, cid: str, form: str, candidate: Candidate, program: str, limits: RunLimits) -> _Batch:
         key = (cid, limits)
-        with self._lock:
-            batch = self._batches.get(key)
-            if batch is not None and (batch.error or program in batch.outputs):
-                self._batches.move_to_end(key)
-                return batch
+        while True:
+            with self._lock:
+                batch = self._batches.get(key)
+                if batch is not None and (batch.error or program in batch.outputs):
+                    self._batches.move_to_end(key)
+                    return batch
+                running = self._running.get(key)
+                if running is None:  # this thread computes the batch; the others wait for it
+                    running = self._running[key] = threading.Event()
+                    break
+            running.wait()  # then look again: its batch may not hold this program, or was not kept
+        try:
+            return self._computed_batch(key, form, candidate, program, limits)
+        finally:
+            with self._lock:
+                del self._running[key]
+            running.set()
+
+    def _computed_batch(self, key: tuple, form: str, candidate: Candidate, program: str, limits: RunLimits) -> _Batch:
         programs = self._programs()
         if program not in programs:
             programs = programs + [program]
@@ -185,8 +205,7 @@ class LockpickingBenchmark(Benchmark):
     def _sql_batch(self, checked: sqlmod.CheckedSql, programs: list[str], limits: RunLimits,
                    hook: sqlmod.AiComplete | None) -> _Batch:
         try:
-            run = sqlmod.execute(checked, programs, wall_seconds=limits.wall_seconds, memory_mb=limits.memory_mb,
-                                 ai_complete=hook)
+            run = sqlmod.execute(checked, programs, limits=limits, ai_complete=hook)
         except sqlmod.SqlExecutionError as exc:
             return _Batch(error=f"SQL execution failed: {exc}", error_kind=exc.kind)
         outputs: dict[str, tuple[int | None, str | None]] = {}
@@ -286,8 +305,7 @@ class LockpickingBenchmark(Benchmark):
                 checked = sqlmod.check_sql(candidate[SQL])
                 if checked.uses_ai:
                     return _exhaustive_result(None, 0, "not deterministic: the SQL body calls AI_COMPLETE")
-                got = sqlmod.exhaustive_outputs(checked, MALFORMED, wall_seconds=limits.wall_seconds,
-                                                memory_mb=limits.memory_mb)
+                got = sqlmod.exhaustive_outputs(checked, MALFORMED, limits=limits)
             except (sqlmod.SqlRejected, sqlmod.SqlExecutionError) as exc:
                 return _exhaustive_result(None, 0, str(exc))
             agree = int(((~np.ma.getmaskarray(got)) & (np.ma.getdata(got) == truth)).sum())
