@@ -105,10 +105,13 @@ def test_a_grid_whose_node_is_removed_mid_cell_finishes_with_the_local_executors
     local = run_study(cells, StudyConfig(run_root=str(tmp_path / "local"), trusted_optimizer=True), LocalExecutor(1),
                       progress=False)
     scores = [sorted((r["method"], r["seed"], r["test_score"]) for r in rs) for rs in (distributed, local)]
-    if scores[0] != scores[1] and (diverged := diverging_failures(tmp_path / "ray", tmp_path / "local")):
+    diverged = diverging_failures(tmp_path / "ray", tmp_path / "local")
+    if diverged and (scores[0] != scores[1] or any(
+            trimmed_record(c.run_dir(tmp_path / "ray"), c is HELD) != trimmed_record(c.run_dir(tmp_path / "local"))
+            for c in cells)):
         pytest.xfail(f"{len(diverged)} evaluations failed in one run only on this loaded machine "
                      f"(e.g. {diverged[0]}), so the two runs legitimately diverged")
-    assert scores[0] == scores[1]
+    assert scores[0] == scores[1], f"failed in one run only: {diverged}"
     assert cell_files(tmp_path / "ray") == cell_files(tmp_path / "local")
     for cell in cells:
         ray_dir, local_dir = cell.run_dir(tmp_path / "ray"), cell.run_dir(tmp_path / "local")
@@ -121,7 +124,16 @@ def test_a_grid_whose_node_is_removed_mid_cell_finishes_with_the_local_executors
             assert ray_record.pop("ledger_entries") == local_record.pop("ledger_entries") + 2
             kinds = [e["kind"] for e in read_entries(ray_dir / LEDGER_FILE)[0]]
             assert kinds.count("session_resumed") == 1
-        assert ray_record == local_record, cell
+        assert ray_record == local_record, (cell, f"failed in one run only: {diverged}")
+
+
+def trimmed_record(run_dir: Path, resumed: bool = False) -> dict:
+    """A run record without its timings and, for a cell resumed from its ledger, without what the
+    resume itself adds (the replay count and the resume's ledger entries)."""
+    record = without_timings(json.loads((run_dir / RECORD_FILE).read_text()))
+    record["usage"].pop("replayed", None)
+    record.pop("ledger_entries", None)
+    return record
 
 
 def test_the_users_optimizer_module_reaches_nodes_that_do_not_have_it(cluster, tmp_path, monkeypatch):

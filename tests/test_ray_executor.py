@@ -96,7 +96,10 @@ def test_a_grid_on_ray_gives_the_local_executors_records_and_run_dirs(cluster, t
                             progress=False)
     assert len(distributed) == len(cells) and all(r["status"] == "ok" and r["attempts"] == 1 for r in distributed)
     scores = [{(r["task"], r["method"], r["seed"], r["test_score"]) for r in rs} for rs in (distributed, local)]
-    if scores[0] != scores[1] and (diverged := diverging_failures(tmp_path / "ray", tmp_path / "local")):
+    records = [[without_timings(json.loads((c.run_dir(tmp_path / root) / RECORD_FILE).read_text())) for c in cells]
+               for root in ("ray", "local")]
+    if (scores[0] != scores[1] or records[0] != records[1]) and \
+            (diverged := diverging_failures(tmp_path / "ray", tmp_path / "local")):
         pytest.xfail(f"{len(diverged)} evaluations failed in one run only on this loaded machine "
                      f"(e.g. {diverged[0]}), so the two runs legitimately diverged")
     assert scores[0] == scores[1], (f"failed on Ray: {sorted(failed_evaluations(tmp_path / 'ray'))}; "
