@@ -135,3 +135,16 @@ def test_one_execution_enters_each_sandbox_module_at_most_twice():
     assert first.forked and entered.get("launcher") == 2 and entered.get("monitor", 0) >= 1
     over = {module: n for module, n in entered.items() if n > 2}
     assert not over, entered
+
+
+def test_a_fresh_execution_enters_each_sandbox_module_at_most_twice_but_its_group_three_times():
+    """Without the fork server (off, or a machine it does not support) the launcher starts bwrap
+    itself: root is entered for its command and environment, and cgroups three times, to make the
+    run's group, to wrap the command so that its first process starts in it, and at the end."""
+    limits = RunLimits(wall_seconds=20, cpu_seconds=20, memory_mb=512)
+    fresh = lambda: run_calls({"p.py": "def f(x):\n    return x\n"}, "p", "f", [([1], {}), ([2], {})],  # noqa: E731
+                              limits=limits, per_call_seconds=[2.0, 2.0], fork_server=False)
+    assert fresh().ok
+    entered = entries_into_sandbox_modules(fresh)
+    assert entered.get("launcher") == 2 and "zygote" not in entered and "control" not in entered, entered
+    assert entered.get("cgroups", 0) <= 3 and {m: n for m, n in entered.items() if m != "cgroups" and n > 2} == {}, entered

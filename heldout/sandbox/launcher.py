@@ -87,6 +87,8 @@ class Launcher:
         # writes the run's code dir into the empty dir given (a zygote's), or a fresh one (None)
         self._write_code_dir = write_code_dir
         self.code: Path | None = None
+        # what the sandboxed interpreter adds to its sys.path: the run's, the same for each execution
+        self.python_path = python_path()
         if self.wants_server and not bwrap_probed() and not isolation_forced_off:
             start_early(self.preload)  # the first execution of a process: the zygote starts while bwrap is probed
 
@@ -130,7 +132,7 @@ class Launcher:
     def launch(self, job: dict[str, Any], level: str, limits: RunLimits) -> "Launched":
         """Start one execution of ``job`` in the run's code dir: a zygote's child (raises
         :class:`UseFreshSandbox` if it cannot) or a fresh sandbox (raises :class:`CouldNotStart`)."""
-        job["python_path"] = python_path()
+        job["python_path"] = self.python_path
         privileged = os.geteuid() == 0
         job["uid"] = random.SystemRandom().randrange(2_000_000, 3_000_000) if privileged and level != "none" else None
         how: type[ForkedRun] | type[FreshRun] = FreshRun if self.server is None else ForkedRun
