@@ -265,3 +265,19 @@ def test_inspect_view_serves_the_logs_and_its_viewer_renders_one(study, data_dir
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def test_a_session_written_before_decoding_had_its_own_field_exports_its_task_options_and_decoding_apart(tmp_path):
+    """Before issue 59 a session's ``options`` held the decoding settings a study stated among the
+    task options; an export reads such a session as heldout now states it: the task's arguments
+    are its task options, and the decoding is its own argument."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "options_with_decoding" / "finished"
+    copy = tmp_path / "study" / "old"
+    shutil.copytree(fixture, copy)
+    result = export_inspect(tmp_path / "study", tmp_path / "logs")
+    (log_path,) = [p for p in (tmp_path / "logs").iterdir() if p.name.endswith("__heldout.eval")]
+    args = inspect_log.read_eval_log(str(log_path)).eval.task_args
+    assert args["options"] == {}
+    assert args["decoding"] == {"temperature": 0.5, "max_tokens": 32, "judge_temperature": 0.25,
+                                "judge_max_tokens": None}
+    assert result.written

@@ -39,6 +39,7 @@ from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, RunContext, Verdict
 from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
+from heldout.evaluators.records import split_experiment
 
 _API: SimpleNamespace | None = None
 
@@ -139,6 +140,7 @@ def _read_session(session_dir: Path) -> _Session | None:
     header = next((e["data"] for e in entries if e["kind"] == "session_start"), None)
     if header is None:
         return None
+    header = split_experiment(header)  # task options and decoding apart, whichever heldout wrote it
     components = {e["data"]["candidate_id"]: e["data"]["components"] for e in entries
                   if e["kind"] in ("candidate", "final_candidate")}
     final = next((e["data"]["candidate_id"] for e in reversed(entries) if e["kind"] == "final_candidate"), None)
@@ -250,7 +252,8 @@ def _log(session: _Session, kind: str, entries: list[dict[str, Any]], task, stud
         revision=_revision(header), packages={"heldout": str((header.get("environment") or {}).get("heldout_version"))},
         created=started, task=f"heldout/{header['task']}", task_version=str(header.get("manifest_version", 0)),
         task_args={"profile": header["profile"], "seed": header["seed"], "verifier": header.get("verifier"),
-                   "options": header.get("options") or {}},
+                   "options": header.get("options") or {},
+                   "decoding": (header.get("decoding") or {}).get("stated")},
         solver=header.get("method"), model=model, config=api.EvalConfig(),
         dataset=api.EvalDataset(name=f"{header['task']} [{header['profile']}] {'test' if kind == 'heldout' else 'train/val'}",
                             samples=len(samples), sample_ids=[s.id for s in samples]),
