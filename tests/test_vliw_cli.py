@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -22,11 +20,11 @@ CASES = [
 ]
 
 
-def simulate_cli(tmp_path, cases, *extra):
+def simulate_cli(warm_cli, tmp_path, cases, *extra):
+    """``heldout vliw simulate``, a process of its own (forked warm: tests/warm_cli.py)."""
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases))
-    return subprocess.run([sys.executable, "-m", "heldout.cli", "vliw", "simulate", str(path), *extra],
-                          capture_output=True, text=True, timeout=120)
+    return warm_cli.run("vliw", "simulate", str(path), *extra, cwd=tmp_path, timeout=120)
 
 
 def sha(words):
@@ -34,8 +32,8 @@ def sha(words):
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
-def test_one_line_per_case_with_cycle_pc_state_hashes_and_error(tmp_path, engine):
-    out = simulate_cli(tmp_path, CASES, "--engine", engine)
+def test_one_line_per_case_with_cycle_pc_state_hashes_and_error(warm_cli, tmp_path, engine):
+    out = simulate_cli(warm_cli, tmp_path, CASES, "--engine", engine)
     assert out.returncode == 0, out.stderr
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     by_name = {line["name"]: line for line in lines}
@@ -53,8 +51,9 @@ def test_one_line_per_case_with_cycle_pc_state_hashes_and_error(tmp_path, engine
     assert by_name["store"]["memory_sha256"] == sha([0, 42])
 
 
-def test_both_engines_print_identical_lines(tmp_path):
-    assert simulate_cli(tmp_path, CASES).stdout == simulate_cli(tmp_path, CASES, "--engine", "reference").stdout
+def test_both_engines_print_identical_lines(warm_cli, tmp_path):
+    fast = simulate_cli(warm_cli, tmp_path, CASES)
+    assert fast.stdout == simulate_cli(warm_cli, tmp_path, CASES, "--engine", "reference").stdout
 
 
 @pytest.mark.parametrize("cases,message", [
@@ -64,9 +63,8 @@ def test_both_engines_print_identical_lines(tmp_path):
     ([{"name": "x", "program": []}], "missing 'mem'"),
     ([{"name": "x", "program": [], "mem": [], "extra": 1}], "unknown keys"),
 ])
-def test_malformed_cases_give_a_clear_error(tmp_path, cases, message):
+def test_malformed_cases_give_a_clear_error(warm_cli, tmp_path, cases, message):
     path = tmp_path / "cases.json"
     path.write_text(cases if isinstance(cases, str) else json.dumps(cases))
-    out = subprocess.run([sys.executable, "-m", "heldout.cli", "vliw", "simulate", str(path)],
-                         capture_output=True, text=True, timeout=120)
+    out = warm_cli.run("vliw", "simulate", str(path), cwd=tmp_path, timeout=120)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
