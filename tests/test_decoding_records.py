@@ -21,8 +21,8 @@ import pytest
 from heldout.contracts import HeldoutError, InfrastructureFailure
 from heldout.evaluators.authenticity import Authenticity
 from heldout.evaluators.ledger import Ledger
-from heldout.evaluators.records import (ExperimentMismatch, RunRecord, anchor_problem, experiment_differences,
-                                        split_experiment)
+from heldout.evaluators.records import RunRecord, anchor_problem
+from heldout.evaluators.same_experiment import ExperimentMismatch, experiment_differences, split_experiment
 from heldout.evaluators.scoring import Decoding, SessionModels
 from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.signing import TrustedSigners

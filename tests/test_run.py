@@ -15,7 +15,8 @@ import pytest
 
 from heldout.contracts import HeldoutError
 from heldout.evaluators.ledger import LEDGER_FILE, verify_ledger
-from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
+from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.evaluators.same_experiment import ExperimentMismatch
 from heldout.evaluators.session import Session
 from heldout.optimizers import resolve_optimizer
 from heldout.protocols.run import (

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import heldout
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, LedgerError, verify_ledger
-from heldout.evaluators.records import ExperimentMismatch, RunRecord
+from heldout.evaluators.records import RunRecord
+from heldout.evaluators.same_experiment import ExperimentMismatch
 from heldout.contracts import BudgetExceeded, InfrastructureFailure, MalformedCandidate, VisibilityError
 from heldout.evaluators.records import RECORD_FILE
 from heldout.evaluators.session import Budget, Outcome, Session

@@ -58,7 +58,8 @@ from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, M
                                check_candidate)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import POLICIES, STANDARD_POLICY, Budget, VisibilityPolicy
-from heldout.evaluators.records import ExperimentMismatch, RunRecord, check_resumable, describe_experiment
+from heldout.evaluators.records import RunRecord, describe_experiment
+from heldout.evaluators.same_experiment import ExperimentMismatch, check_resumable
 from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels, refuse_decoding_among
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring

@@ -7,7 +7,7 @@ Layout: ``RUN_ROOT/study.json`` (the study's settings) and
 One run dir = one experiment:
 
 * :func:`~heldout.protocols.study_dir.open_study` writes ``study.json`` once; re-opening the dir
-  with other settings is an :class:`~heldout.evaluators.records.ExperimentMismatch` naming the
+  with other settings is an :class:`~heldout.evaluators.same_experiment.ExperimentMismatch` naming the
   differing settings, and an existing study is continued only when asked (``resume=True``,
   ``heldout run --resume``); what a study needs to run is checked before that, writing nothing
   (:func:`~heldout.protocols.preflight.check_infrastructure`);
@@ -47,7 +47,8 @@ from typing import Any, Callable, Iterator, Protocol
 from heldout.contracts import HeldoutError, InfrastructureFailure, canonical_json
 from heldout.files import check_folder, check_name
 from heldout.evaluators.isolated import command_files, launch_isolated, method_launch
-from heldout.evaluators.records import RECORD_FILE, ExperimentMismatch, RunRecord
+from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.evaluators.same_experiment import ExperimentMismatch
 from heldout.evaluators.policy import POLICIES, Budget
 from heldout.evaluators.scoring import Decoding, SessionModels, refuse_decoding_among
 from heldout.evaluators.session import Outcome, Session

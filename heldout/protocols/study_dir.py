@@ -2,7 +2,7 @@
 
 :func:`open_study` writes ``study.json`` once (the cells and the experiment settings, each named
 so a difference can be stated: :func:`study_description`); re-opening the dir with other settings
-is an :class:`~heldout.evaluators.records.ExperimentMismatch` naming the differing settings, and
+is an :class:`~heldout.evaluators.same_experiment.ExperimentMismatch` naming the differing settings, and
 an existing study is continued only when asked (``resume=True``, ``heldout run --resume``). The
 dir is then held by this process (:func:`claim_study_dir`): one study process per run dir."""
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from heldout.contracts import HeldoutError, canonical_json
 from heldout.evaluators.ledger import LockHeld, hold_lock
-from heldout.evaluators.records import ExperimentMismatch, stated_decoding
+from heldout.evaluators.same_experiment import ExperimentMismatch, stated_decoding
 from heldout.evaluators.scoring import without_decoding
 from heldout.files import read_user_json, remove_stale_temp_files, write_text_atomically
 from heldout.protocols.run import Cell, StudyConfig, shortened

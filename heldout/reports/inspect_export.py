@@ -39,7 +39,7 @@ from heldout.benchmarks.loading import load_task
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, RunContext, Verdict
 from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
-from heldout.evaluators.records import split_experiment
+from heldout.evaluators.same_experiment import split_experiment
 
 _API: SimpleNamespace | None = None
 

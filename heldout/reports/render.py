@@ -20,7 +20,8 @@ from heldout.contracts import HeldoutError
 from heldout.files import write_text_atomically
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
-from heldout.evaluators.records import heldout_code, heldout_version, split_experiment
+from heldout.evaluators.records import heldout_code, heldout_version
+from heldout.evaluators.same_experiment import split_experiment
 from heldout.reports.collect import RunSet, collect_runs
 from heldout.reports.drilldown import drilldown_html
 from heldout.reports.figures import Figure, best_so_far_plot, paired_scatter, pareto_plot, score_bars
