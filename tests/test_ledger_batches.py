@@ -5,6 +5,7 @@ rewritten to cut the ledger short, a finished run's ledger with a tail."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -16,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from heldout.evaluators import ledger as ledger_module
-from heldout.evaluators.ledger import (HEAD_FILE, LEDGER_FILE, RECORD_FILE, Ledger, LedgerError, entry_hash,
-                                       verify_ledger)
+from heldout.evaluators.ledger import (HEAD_FILE, LEDGER_FILE, RECORD_FILE, Ledger, LedgerError, LedgerWriteError,
+                                       entry_hash, verify_ledger)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,6 +102,7 @@ def data(i, acknowledged):  # long outputs: stored compressed, a repeat as a ref
     return {"i": i, "acknowledged": acknowledged, "verdict": {"output": f"reasoning {i % 3} " * 200}}
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
+wait = sys.argv[4] == "waits"  # or "behind": the batch's fsync and head are made on a thread
 ledger = L.Ledger.open(run_dir)
 for i in range(5):
     ledger.append("evaluation", data(i, True))
@@ -123,19 +125,23 @@ def head(*args, **kwargs):
     if stage == "after head":
         die()
 L._write_all, L.os.fsync, ledger._write_head = write, fsync, head
-with ledger.batch():
+with ledger.batch(wait=wait):
     for i in range(20):
         ledger.append("evaluation", data(5 + i, False))
+ledger.close()  # waits for a batch made durable behind; the stages above kill first
 """
 STAGES = ("before write", "mid write", "after write", "after fsync", "after head")
 
 
+@pytest.mark.parametrize("wait", ["waits", "behind"])
 @pytest.mark.parametrize("payload", ["short", "long outputs"])
 @pytest.mark.parametrize("stage", STAGES)
-def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_acknowledged(tmp_path, stage, payload):
+def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_acknowledged(tmp_path, stage, payload,
+                                                                                            wait):
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", KILLER, str(run_dir), stage, payload], env=env, capture_output=True)
+    done = subprocess.run([sys.executable, "-c", KILLER, str(run_dir), stage, payload, wait], env=env,
+                          capture_output=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
     reopened = Ledger.open(run_dir)
     kinds = [e["kind"] for e in reopened.entries()]
@@ -154,6 +160,73 @@ def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_
     repairs = {"mid write": ["torn_tail_repaired", "unclaimed_tail_dropped"],
                "after write": ["unclaimed_tail_dropped"], "after fsync": ["unclaimed_tail_dropped"]}
     assert kinds[len(evaluations):] == repairs.get(stage, [])
+
+
+# -- a batch made durable behind (held-out chunks) -----------------------------------------------
+def test_a_batch_that_does_not_wait_returns_before_its_fsync_and_is_durable_by_the_next_flush(tmp_path, monkeypatch):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("session_start", {})
+    release, syncing = threading.Event(), threading.Event()
+    real_fsync = os.fsync
+
+    def slow_fsync(fd):  # the disk takes its time: until the test releases it
+        syncing.set()
+        assert release.wait(10)
+        real_fsync(fd)
+
+    monkeypatch.setattr(ledger_module.os, "fsync", slow_fsync)
+    with ledger.batch(wait=False):
+        for i in range(10):
+            ledger.append("val_scoring", {"i": i})
+    assert syncing.wait(10)  # the fsync is under way on its own thread, and the block has returned
+    assert len(lines(tmp_path)) == 11  # written ...
+    assert json.loads((tmp_path / HEAD_FILE).read_text())["count"] == 1  # ... but not yet claimed
+    assert len(ledger) == 11 and [e["data"]["i"] for e in ledger.entries("val_scoring")] == list(range(10))
+    release.set()
+    ledger.append("session_end", {})  # a synced entry waits for the batch before it
+    assert json.loads((tmp_path / HEAD_FILE).read_text())["count"] == 12
+    ledger.close()
+    report = verify_ledger(tmp_path)
+    assert report.ok and report.entries == 12
+
+
+def test_a_batch_whose_fsync_fails_behind_is_refused_at_the_next_flush_and_the_ledger_stands_before_it(
+        tmp_path, monkeypatch):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("session_start", {})
+    before = (tmp_path / LEDGER_FILE).read_bytes(), (tmp_path / HEAD_FILE).read_bytes()
+
+    def failing_fsync(fd):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(ledger_module.os, "fsync", failing_fsync)
+    with ledger.batch(wait=False):  # returns: the failure is not known yet
+        ledger.append("val_scoring", {"i": 0})
+    with pytest.raises(LedgerWriteError, match="Input/output error"):
+        ledger.append("session_end", {})
+    assert ((tmp_path / LEDGER_FILE).read_bytes(), (tmp_path / HEAD_FILE).read_bytes()) == before
+    assert len(ledger) == 1
+    with pytest.raises(LedgerWriteError):  # nothing is written after a hole
+        ledger.append("session_end", {})
+    ledger.close()
+    assert verify_ledger(tmp_path).ok
+
+
+def test_heads_are_written_in_place_one_write_each_and_a_signed_head_replaces_the_file(tmp_path, monkeypatch):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("evaluation", {"i": 0})
+    first = (tmp_path / HEAD_FILE).stat().st_ino
+    renames = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda *a: (renames.append(a), real_replace(*a)))
+    for i in range(1, 12):  # the count grows a digit: the head grows in place
+        ledger.append("evaluation", {"i": i})
+    assert renames == [] and (tmp_path / HEAD_FILE).stat().st_ino == first
+    assert json.loads((tmp_path / HEAD_FILE).read_text())["count"] == 12
+    ledger.close()  # signs: a new file, renamed into place
+    assert verify_ledger(tmp_path).ok
+    assert [Path(b).name for _, b in renames] == ([HEAD_FILE] if ledger.signing_key is not None else [])
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 # -- the adversary -------------------------------------------------------------------------------

@@ -115,6 +115,16 @@ def test_any_output_a_model_gives_round_trips(tmp_path, output):
     assert verify_ledger(run_dir).ok
 
 
+def test_an_output_a_task_gives_as_a_tuple_or_with_keys_that_are_not_text_reads_back_as_json_has_it(tmp_path):
+    text = reasoning("d", 300)
+    given = {"verdict": {"score": 1.0, "output": {"steps": (text, "short"), "by_number": {7: text}}}}
+    run_dir = written(tmp_path, given, kind="test_scoring")
+    assert raw_lines(run_dir)[0]["packed"] == [[["verdict", "output", "steps", 0], "z"]]  # as a reader finds it
+    read = read_entries(run_dir / LEDGER_FILE)[0][0]["data"]
+    assert read == {"verdict": {"score": 1.0, "output": {"steps": [text, "short"], "by_number": {"7": text}}}}
+    assert verify_ledger(run_dir).ok
+
+
 def test_entries_without_a_verdict_are_stored_as_before(tmp_path):
     data = {"task": "t", "note": "n" * 2000}
     run_dir = written(tmp_path, data, kind="session_start")

@@ -33,8 +33,8 @@ from pathlib import Path
 from heldout.contracts import HeldoutError
 from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import (HEAD_FILE, HEAD_PURPOSE, LOCK_FILE, MAX_HEAD_BYTES, UNNAMED_MISMATCH, LedgerError,
-                                       LedgerReport, LockHeld, head_payload, hold_lock, ledger_key, ledger_key_id,
-                                       verify_ledger)
+                                       LedgerReport, head_payload, ledger_key, ledger_key_id, verify_ledger)
+from heldout.evaluators.ledger_io import LockHeld, hold_lock
 from heldout.evaluators.records import FORMAT_VERSION, RECORD_FILE, RECORD_PURPOSE, RunRecord, anchor_problem
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, verify_block,
                                         worst)

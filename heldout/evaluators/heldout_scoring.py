@@ -104,7 +104,9 @@ class HeldoutScoring:
                 verdicts = self.deploy_scorer.score_retrying(final, chunk, DEPLOYMENT, usage)
             failed += [v for v in verdicts if is_infrastructure_failure(v)]
             scored = {ex.id: v for ex, v in zip(chunk, verdicts) if not is_infrastructure_failure(v)}
-            with self.ledger.batch():  # the chunk's entries in one write, fsync and head
+            # the chunk's entries in one write, fsync and head, made durable behind the next chunk's
+            # requests: nothing is returned before session_end's flush, which waits for them
+            with self.ledger.batch(wait=False):
                 for example_id, verdict in scored.items():
                     self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": example_id,
                                                            "verifier": CANONICAL, "verdict": verdict.to_dict()})

@@ -10,12 +10,16 @@ result it records is returned. An entry that records no result (a candidate abou
 evaluated) may be appended unsynced: it waits in memory and is written with the next synced entry.
 Inside :meth:`Ledger.batch` (a batch of evaluations, whose results are returned together) synced
 entries wait too, and the block's end writes them all in one write, one fsync and one head:
-the cost of an evaluation's record is then a share of one fsync, not one of its own.
+the cost of an evaluation's record is then a share of one fsync, not one of its own; entries whose
+results nobody is given before a later synced entry (held-out chunks) may end their batch without
+waiting: fsync and head are made behind, and the next flush waits for them (:meth:`Ledger.batch`).
+Each entry is encoded once: the hash is of the bytes at hand, and the writer keeps that text.
 A sidecar ``ledger.head`` holds the count and last hash, so a dropped *tail* is caught too. This
 is tamper-evident, not tamper-proof: someone who rewrites the whole chain and the head can forge
 it; the run record keeps the head hash as a further anchor.
 
-**What the head claims is the ledger.** The head is rewritten only after the entries it names are
+**What the head claims is the ledger.** The head is rewritten (in place, one write within a sector:
+:class:`~heldout.evaluators.ledger_io.HeadFile`) only after the entries it names are
 written and synced, and a result is returned only after that, so an entry past the head was never
 acknowledged: killed between the fsync and the head, a writer leaves such a tail, and
 :meth:`Ledger.open` cuts it off (a ``unclaimed_tail_dropped`` entry records how many) when the head
@@ -54,7 +58,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import hmac
 import json
@@ -66,11 +69,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
-from heldout.evaluators.ledger_json import (MAX_UNPACKED_CHARS, UnpackError, encodable, pack_outputs, plain_json,
+from heldout.evaluators.ledger_json import (MAX_UNPACKED_CHARS, UnpackError, encodable, pack_outputs,
                                             unpack_outputs)
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, config_dir,
                                         load_signing_key, verify_block)
-from heldout.files import read_user_bytes, read_user_json, write_text_atomically
+from heldout.evaluators.ledger_io import HeadFile, InFlight, LockHeld, Recorded, bytes_of_lines, hold_lock
+from heldout.files import read_user_bytes, read_user_json
 
 GENESIS = "0" * 64
 LEDGER_FILE = "ledger.jsonl"
@@ -333,7 +337,7 @@ class Ledger:
         # a file object, so a writer that is dropped without close() still releases the run dir
         self._lock_file = os.fdopen(lock, "rb", buffering=0) if lock is not None else None
         self.path = run_dir / LEDGER_FILE
-        self._entries = entries
+        self._entries = [Recorded.read(e) for e in entries]  # written, synced and named by the head
         self._lock = threading.Lock()
         self._key = ledger_key()
         self._key_id = ledger_key_id(self._key)
@@ -345,8 +349,10 @@ class Ledger:
         os.chmod(self.path, 0o600)
         self._size = os.fstat(self._fd).st_size  # the end of the last entry the head claims
         self._failed: LedgerWriteError | None = None
-        # entries chained but not yet written: (the entry as stored, its line); see the module docstring
-        self._pending: list[tuple[dict[str, Any], bytes]] = []
+        self._head = HeadFile(run_dir / HEAD_FILE)
+        # entries chained but not yet written: (the entry, its line as stored); see the module docstring
+        self._pending: list[tuple[Recorded, bytes]] = []
+        self._inflight: InFlight | None = None  # written, being made durable (behind: batch(wait=False))
         self._long_texts: dict[str, tuple[int, list[Any]]] = {}  # outputs this writer stored: each is stored once
         # batches are per thread: another thread's synced append is durable on return, as always
         # (it writes the batch's entries so far along with its own)
@@ -378,7 +384,7 @@ class Ledger:
         claimed = _claimed_count(run_dir, entries)
         unclaimed = entries[claimed:] if claimed is not None else []
         if unclaimed:  # written and synced, never named by the head: never acknowledged (module docstring)
-            keep = _bytes_of_lines(path, claimed)
+            keep = bytes_of_lines(path, claimed)
             cut = path.stat().st_size - keep
             with open(path, "r+b") as fh:
                 fh.truncate(keep)
@@ -398,15 +404,16 @@ class Ledger:
     @property
     def head(self) -> str:
         if self._pending:
-            return self._pending[-1][0]["hash"]
-        return self._entries[-1]["hash"] if self._entries else GENESIS
+            return self._pending[-1][0].hash
+        chain = self._entries + (self._inflight.entries if self._inflight else [])
+        return chain[-1].hash if chain else GENESIS
 
     def __len__(self) -> int:
-        return len(self._entries) + len(self._pending)
+        return len(self._entries) + len(self._inflight.entries if self._inflight else ()) + len(self._pending)
 
     def entries(self, kind: str | None = None) -> Iterator[dict[str, Any]]:
-        every = list(self._entries) + [stored for stored, _ in self._pending]
-        return (e for e in every if kind is None or e["kind"] == kind)
+        every = self._entries + (self._inflight.entries if self._inflight else []) + [r for r, _ in self._pending]
+        return (r.entry() for r in every if kind is None or r.kind == kind)
 
     def append(self, kind: str, data: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
         """Append one entry; with ``sync`` (the default) it is on disk when this returns, or, inside
@@ -417,26 +424,38 @@ class Ledger:
                 raise self._failed  # nothing is written after a hole
             if self._fd is None:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
-            entry = {"seq": len(self), "prev": self.head, "kind": kind,
-                     "time": round(time.time(), 6), "data": data if plain_json(data) else encodable(data)}
-            canonical = canonical_json(entry)
-            entry["hash"] = sha256_text(canonical)  # entry_hash(entry), from the text at hand
-            recorded = json.loads(canonical)  # the entry as any reader gets it back
-            recorded["hash"] = entry["hash"]
-            stored, packed = pack_outputs(recorded["data"], recorded["seq"], self._long_texts)
-            line = json.dumps({**recorded, "data": stored, "packed": packed} if packed else recorded,
+            entry = {"seq": len(self), "prev": self.head, "kind": kind, "time": round(time.time(), 6), "data": data}
+            # encoded once: the hash is of these bytes (entry_hash(entry)), and a reader who asks for
+            # the entry gets it decoded from them; only data that is not plain JSON is rebuilt first
+            try:
+                canonical = canonical_json(entry)
+                digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+            except (TypeError, ValueError, UnicodeEncodeError):
+                entry["data"] = encodable(data)
+                canonical = canonical_json(entry)
+                digest = sha256_text(canonical)
+            entry["hash"] = digest
+            stored, packed = pack_outputs(entry["data"], entry["seq"], self._long_texts)
+            line = json.dumps({**entry, "data": stored, "packed": packed} if packed else entry,
                               sort_keys=True, ensure_ascii=False)
-            self._pending.append((recorded, (line + "\n").encode("utf-8")))
+            self._pending.append((Recorded(kind, digest, canonical), (line + "\n").encode("utf-8")))
             if sync and not getattr(self._batching, "depth", 0):
                 self._flush()
             return entry
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, *, wait: bool = True) -> Iterator[None]:
         """This thread's entries appended inside are written together when the block ends (one
         write, one fsync, one head), also when it ends by an exception; the caller returns the
         results they record only after the block. A failed write raises :class:`LedgerWriteError`
-        at the block's end."""
+        at the block's end.
+
+        ``wait=False``, for entries whose results nobody is given before a later synced entry
+        (held-out scoring, chunk by chunk): the block's end writes them and returns; their fsync
+        and head are made on a thread of their own (an fsync holds no interpreter lock) while the
+        caller goes on, and the next flush (a synced entry, a batch's end, :meth:`close`) waits
+        for them first. Heads stay in order, each names only synced entries, and a failure of that
+        fsync or head is raised by that next flush (the ledger then stands before the batch)."""
         self._batching.depth = getattr(self._batching, "depth", 0) + 1
         try:
             yield
@@ -444,41 +463,55 @@ class Ledger:
             self._batching.depth -= 1
             with self._lock:
                 if not self._batching.depth and self._fd is not None and self._failed is None:
-                    self._flush()
+                    self._flush(wait=wait)
 
-    def _flush(self) -> None:
+    def _flush(self, wait: bool = True) -> None:
         """Write every pending entry, fsync, then let the head name the last (the caller holds the
-        lock). On a failure nothing pending joins the chain (:meth:`_take_back`)."""
+        lock); without ``wait`` the fsync and head are left to a thread (:meth:`batch`). On a
+        failure nothing pending joins the chain (:meth:`_take_back`)."""
+        self._join_behind()  # the batch before, made durable behind: heads stay in order
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        stored = [entry for entry, _ in pending]
+        stored = [recorded for recorded, _ in pending]
         data = b"".join(line for _, line in pending)
-        first = (self._entries[0] if self._entries else stored[0])["hash"]
+        named = ((self._entries or stored)[0].hash, len(self._entries) + len(stored), stored[-1].hash)
+        self._inflight = InFlight(stored, len(data))
         try:
             _write_all(self._fd, data)
-            os.fsync(self._fd)  # and every unsynced entry before it
-            # the head names the entries only once their bytes are written
-            self._write_head(first, len(self._entries) + len(stored), stored[-1]["hash"])
         except OSError as exc:
             self._take_back(exc)
-        self._size += len(data)
-        self._entries.extend(stored)
+        self._inflight.make_durable(self._fd, lambda: self._write_head(*named), behind=not wait)
+        if wait:
+            self._join_behind()
+
+    def _join_behind(self) -> None:
+        """Wait for the entries in flight to be durable, then let them join the chain (the caller
+        holds the lock); a failure to make them durable is :meth:`_take_back`."""
+        if self._inflight is None:
+            return
+        inflight, self._inflight = self._inflight, None
+        failure = inflight.wait()
+        if failure is not None:
+            self._take_back(failure)
+        self._size += inflight.size
+        self._entries.extend(inflight.entries)
         self._appended = True
 
     def _write_head(self, first: str, count: int, last: str, signature: dict[str, str] | None = None) -> None:
+        """The head names ``count`` entries ending ``last`` (in place but when signed: :class:`HeadFile`)."""
         head: dict[str, Any] = {"count": count, "hash": last, "mac": head_mac(self._key, first, count, last),
                                 "key_id": self._key_id}
         if signature is not None:
             head["signature"] = signature
-        write_text_atomically(self.run_dir / HEAD_FILE, json.dumps(head), mode=0o600)
+        self._head.write(json.dumps(head).encode("utf-8"), in_place=signature is None)
 
     def _sign_head(self) -> None:
         """Sign the head this writer leaves (once, at close). A head that could not be rewritten
         (a full disk) stays unsigned and intact: it verifies as unsigned, never as tampered."""
         if not self._appended or self._failed is not None or not self._entries or self.signing_key is None:
             return
-        first, count, last = self._entries[0]["hash"], len(self._entries), self.head
+        first, count, last = self._entries[0].hash, len(self._entries), self.head
         try:
             self._write_head(first, count, last, self.signing_key.sign(HEAD_PURPOSE, head_payload(first, count, last)))
         except OSError:
@@ -490,6 +523,7 @@ class Ledger:
         raise the one-line :class:`LedgerWriteError`. Should even the cut fail, what is left past
         the head is a torn or unclaimed tail that :meth:`open` repairs on resume."""
         self._failed = LedgerWriteError(self.run_dir, cause)
+        self._inflight, self._pending = None, []  # never to be written: they would follow a hole
         try:
             os.ftruncate(self._fd, self._size)
             if not self._entries:  # a ledger that recorded nothing is no ledger (the run dir's lock is held)
@@ -511,36 +545,10 @@ class Ledger:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._head.close()
         if self._lock_file is not None:
             self._lock_file.close()  # releases the run dir for the next writer
             self._lock_file = None
-
-
-class LockHeld(Exception):
-    """Another process holds the lock; ``holder`` is what it wrote into the lock file."""
-
-    def __init__(self, holder: str) -> None:
-        super().__init__(holder)
-        self.holder = holder
-
-
-def hold_lock(path: Path) -> int:
-    """An exclusive lock on the file ``path`` for this process's lifetime (the kernel releases it
-    when the process dies, so kill -9 + resume works); returns its fd, which holds the lock. Raises
-    :class:`LockHeld` naming the holder (the pid it wrote) when another process has it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
-        os.close(fd)
-        raise LockHeld(holder) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
-    except OSError:  # a full disk: the lock is held all the same, only the holder's name is missing
-        pass
-    return fd
 
 
 def _lock_run_dir(run_dir: Path) -> int:
@@ -574,15 +582,6 @@ def _claimed_count(run_dir: Path, entries: list[dict[str, Any]]) -> int | None:
     # the head must itself be genuine (anchored), not one rewritten to cut the ledger short
     want = head_mac(key, entries[0]["hash"], count, head["hash"])
     return count if isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want) else None
-
-
-def _bytes_of_lines(path: Path, count: int) -> int:
-    """The length of the first ``count`` lines of ``path``, in bytes."""
-    size = 0
-    with open(path, "rb") as fh:
-        for _, line in zip(range(count), fh):
-            size += len(line)
-    return size
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,6 +1,6 @@
-"""What a ledger entry may hold, as JSON: any model output made recordable (UTF-8, plain data),
-checked in one C pass when it already is, rebuilt value by value only when it is not; and how a
-model output is stored packed (:func:`pack_outputs`, :func:`unpack_outputs`).
+"""What a ledger entry may hold, as JSON: any model output made recordable (UTF-8, plain data;
+the writer rebuilds an entry value by value only when its one encoding fails); and how a model
+output is stored packed (:func:`pack_outputs`, :func:`unpack_outputs`).
 
 **Packed outputs.** A model output is most of an evaluation's bytes (a chain of thought is
 kilobytes, the rest of the entry a few hundred). In a stored line, every string of at least
@@ -20,23 +20,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 import zlib
 from typing import Any
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def plain_json(value: Any) -> bool:
-    """Whether ``value`` is already what :func:`encodable` makes of it, as JSON: it serialises
-    without help and as UTF-8 (no bytes, numpy values or lone surrogates). One pass in C, where
-    :func:`encodable` walks every value in Python: a model's output is checked, not rebuilt."""
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError):
-        return False
-    return True
 
 
 def encodable(value: Any) -> Any:
@@ -69,8 +57,9 @@ class UnpackError(ValueError):
 
 def pack_outputs(data: dict[str, Any], line: int, stored: dict[str, tuple[int, list[Any]]]) -> tuple[Any, list[Any]]:
     """``(data as stored, packed)`` for the entry on ``line`` (see the module docstring); ``data``
-    is left as it is (plain JSON, as read back). ``stored`` maps each long string this writer
-    has stored to its first line and path, and gains this entry's."""
+    is left as it is. Paths are as a reader of the line finds them: a tuple is read as a list, and
+    a dict with a key that is not text (read back as text) is left unpacked. ``stored`` maps each
+    long string this writer has stored to its first line and path, and gains this entry's."""
     verdict = data.get("verdict")
     if not isinstance(verdict, dict) or "output" not in verdict:
         return data, []
@@ -98,9 +87,11 @@ def _pack_value(value: Any, path: list[Any], line: int, stored: dict[str, tuple[
         packed.append([path, "z"])
         return small
     if isinstance(value, dict):
+        if not all(type(k) is str for k in value):
+            return value
         out = {k: _pack_value(v, path + [k], line, stored, packed) for k, v in value.items()}
         return out if any(out[k] is not value[k] for k in value) else value
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         items = [_pack_value(v, path + [i], line, stored, packed) for i, v in enumerate(value)]
         return items if any(a is not b for a, b in zip(items, value)) else value
     return value
@@ -162,5 +153,4 @@ def _inflate(value: Any, budget: list[int]) -> str:
     return text
 
 
-__all__ = ["MAX_UNPACKED_CHARS", "PACK_MIN_CHARS", "UnpackError", "encodable", "pack_outputs",
-           "plain_json", "unpack_outputs"]
+__all__ = ["MAX_UNPACKED_CHARS", "PACK_MIN_CHARS", "UnpackError", "encodable", "pack_outputs", "unpack_outputs"]
