@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -228,6 +229,51 @@ def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_o
     results = [run(f"def f():\n    return {i}\n") for i in range(3)]
     assert killed
     assert [(r.ok, r.value, r.forked) for r in results] == [(True, i, True) for i in range(3)]
+    assert zygote.server_for(PROGRAM_PRELOAD) is server
+
+
+def _zygote_pid(server: zygote.ForkServer) -> int:
+    """The host pid of the zygote's Python (its reapers and memory holders, clones of it, are its
+    children; bwrap is its parent)."""
+    python = os.path.realpath(sys.executable)
+    pythons = {p for p in set(_zygote_group_processes(server)) if os.path.realpath(f"/proc/{p}/exe") == python}
+    parent = {p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in pythons}
+    (pid,) = [p for p in pythons if parent[p] not in pythons]
+    return pid
+
+
+def test_a_spare_killed_before_the_zygote_reaped_it_is_not_the_fork_servers_fault(monkeypatch):
+    """The race the test above can lose: the spare is killed and its request reaches the zygote
+    before the zygote reaped it (the zygote is stopped meanwhile, here). The spare's memory holder
+    keeps the request socket open, so the request goes out to a spare that never reads it: the
+    zygote reports that no spare took it (the request still unread in the socket), and the
+    execution asks the same fork server again instead of throwing it away."""
+    assert run("def f():\n    return 0\n").forked
+    time.sleep(0.2)
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    stopped_zygote = _zygote_pid(server)
+    take, dispatch, killed = control.GroupStock.take_ready, control.GroupStock.dispatch, []
+
+    def take_and_kill_its_spare(self):
+        gid, group = take(self)
+        if group is not None and not killed:
+            group.kill_all()  # the spare is dead, and its zygote (stopped) has not reaped it
+            killed.append(gid)
+        return gid, group
+
+    def dispatch_to_a_stopped_zygote(self, *args, **kwargs):
+        if killed:
+            return dispatch(self, *args, **kwargs)
+        os.kill(stopped_zygote, signal.SIGSTOP)
+        try:
+            return dispatch(self, *args, **kwargs)  # the request waits in the control socket
+        finally:
+            os.kill(stopped_zygote, signal.SIGCONT)
+
+    monkeypatch.setattr(control.GroupStock, "take_ready", take_and_kill_its_spare)
+    monkeypatch.setattr(control.GroupStock, "dispatch", dispatch_to_a_stopped_zygote)
+    r = run("def f():\n    return 3\n")
+    assert killed and (r.ok, r.value, r.forked) == (True, 3, True), r.error
     assert zygote.server_for(PROGRAM_PRELOAD) is server
 
 

@@ -51,12 +51,14 @@ memory down then, after the report."""
 
 import array
 import collections
+import fcntl
 import gc
 import selectors
 import socket
 
 PR_SET_DUMPABLE = 4
 SETUP_FAILED = 125
+SIOCOUTQ = 0x5411  # a socket's sent bytes its peer has not read yet
 _own_fds = []  # the control socket, the wakeup pipe and its own PID namespace: no execution keeps them
 _own_pid_ns = [-1]
 # Executions prepared in advance. A spare's setup waits ~10-20 ms on the kernel (its cgroup join
@@ -144,16 +146,34 @@ def _finished(child, code, killed):
     killed next). Its exit is reported, or the spare is dropped."""
     killed.discard(child)
     handed = _handed.pop(child, None)
+    unread = False
     if handed is not None:
+        unread = _request_unread(handed)
         handed.close()
     execution = _running.pop(child, None)
     if execution is not None:
-        _report_exit(execution[1], {"code": -9 if code is None else code})
+        report = {"code": -9 if code is None else code}
+        if unread:
+            # the spare died before it took its request (its memory holder keeps the request socket
+            # open, so the request went out): nothing of the execution ran, as when no spare is left
+            report["no_spare"] = True
+        _report_exit(execution[1], report)
     for spare in [x for x in _spares if x[0] == child]:
         _forget_spare(spare)  # a spare that died unused
         spare[1].close()
         if spare[2] is not None:
             _report({"group_gone": spare[2]})
+
+
+def _request_unread(sock):
+    """Whether the request handed over ``sock`` still waits in the spare's socket: the bytes this
+    end sent that the other end has not read (SIOCOUTQ)."""
+    queued = array.array("i", [0])
+    try:
+        fcntl.ioctl(sock.fileno(), SIOCOUTQ, queued, True)
+    except OSError:
+        return False
+    return queued[0] > 0
 
 
 def _report_exit(fd, msg):
