@@ -8,6 +8,11 @@
   (the in-process :class:`heldout.contracts.TaskView`): it wraps the service and filters verdicts
   through the visibility policy.
 
+A run has three steps: the session opened (new, or resumed from its ledger), the optimizer run to
+an :class:`Outcome` (:meth:`Session.optimise` in this process, or
+:func:`~heldout.evaluators.isolated.launch_isolated` in the sandbox), and :meth:`Session.finish`,
+the one end of every run, whatever its outcome (:meth:`Session.run` is the last two).
+
 Test examples are not in the session while its optimizer runs: a session made from a task name
 holds the task without its test split (:meth:`Task.without`: the sizes, not the examples) and
 loads the test split again, verified against the manifest, only when it scores the final
@@ -32,7 +37,8 @@ While it replays, the view reports the budget as it was at that point of the ori
 ``remaining`` of the recorded request), so an optimizer that plans with ``remaining`` makes the
 same plan as in an uninterrupted run and ends with the same final candidate. Architect calls are
 replayed the same way (the recorded reply for the same request, in order, tokens not counted
-twice). A ledger started by a different experiment is refused (:class:`ExperimentMismatch`).
+twice). A ledger started by a different experiment is refused (:class:`ExperimentMismatch`, the
+identity rule of :mod:`.same_experiment`).
 
 Errors are not scores (:data:`heldout.contracts.INFRASTRUCTURE_ERROR_KINDS`): an example whose
 verdict is a failure of the infrastructure (endpoint, sandbox) is scored once more, and if it still
