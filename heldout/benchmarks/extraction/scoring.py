@@ -13,6 +13,7 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 from heldout.benchmarks.extraction import reference
@@ -138,8 +139,14 @@ def extract_bbh(text: Any, fmt: str, mode: str, *, target: str | None = None,
     return got
 
 
-def _canonical_bbh_target(target: str, fmt: str) -> str:
-    t = str(target).strip()
+def _canonical_bbh_target(target: Any, fmt: str) -> str:
+    return _canonical_bbh_text_target(str(target), fmt)
+
+
+# an example's target is read again for every output scored on it: the same targets, over and over
+@lru_cache(maxsize=4096)
+def _canonical_bbh_text_target(target: str, fmt: str) -> str:
+    t = target.strip()
     if fmt == "choice":
         return t
     if fmt in WORDS:
