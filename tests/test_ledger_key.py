@@ -14,7 +14,7 @@ import multiprocessing
 import os
 import shutil
 import subprocess
-import sys
+from pathlib import Path
 
 from heldout.evaluators.ledger import HEAD_FILE, KEY_ENV, LEDGER_FILE, RECORD_FILE, entry_hash, ledger_key
 
@@ -43,9 +43,10 @@ def test_processes_that_create_the_key_together_all_get_the_same_whole_key(tmp_p
 # -- verifying where the writer's key is absent ------------------------------------------------------
 
 
-def _cli(*args: str, key: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, KEY_ENV: key})
+def _cli(warm_cli, *args: str, key: str) -> subprocess.CompletedProcess:
+    """The real ``heldout`` command with ``key`` as the ledger key, a process of its own (forked warm:
+    tests/warm_cli.py; the key is read when a ledger is, never at import)."""
+    return warm_cli.run(*args, cwd=Path.cwd(), env={**os.environ, KEY_ENV: key})
 
 
 def _forge_score(run_dir) -> None:
@@ -75,10 +76,10 @@ def _as_written_before_signatures(run_dir) -> None:
         (run_dir / name).write_text(json.dumps(data))
 
 
-def test_without_the_key_a_forged_ledger_is_unanchored_and_the_published_head_catches_it(tmp_path):
+def test_without_the_key_a_forged_ledger_is_unanchored_and_the_published_head_catches_it(warm_cli, tmp_path):
     key = str(tmp_path / "writer" / "ledger.key")
     study = tmp_path / "study"
-    made = _cli("run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0", "--budget", "5",
+    made = _cli(warm_cli, "run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0", "--budget", "5",
                 "--run-dir", str(study), key=key)
     assert made.returncode == 0, made.stderr
     run_dir = next(p.parent for p in study.rglob(RECORD_FILE))
@@ -90,14 +91,14 @@ def test_without_the_key_a_forged_ledger_is_unanchored_and_the_published_head_ca
     reviewer = str(tmp_path / "reviewer" / "ledger.key")  # another machine: no key there
 
     # the writer, holding the key, sees the forgery
-    assert _cli("ledger", "verify", str(run_dir), key=key).returncode == 1
+    assert _cli(warm_cli, "ledger", "verify", str(run_dir), key=key).returncode == 1
     # a reviewer without the key: the chain is consistent, but it is NOT called authentic
-    res = _cli("ledger", "verify", str(run_dir), key=reviewer)
+    res = _cli(warm_cli, "ledger", "verify", str(run_dir), key=reviewer)
     assert res.returncode == 3 and res.stdout.startswith("UNANCHORED") and "NOT checked" in res.stdout
     assert not os.path.exists(reviewer)  # verifying never creates a key
     # ... and with the head the writer published, the forgery fails and the honest copy passes
-    res = _cli("ledger", "verify", str(run_dir), "--head", published, key=reviewer)
+    res = _cli(warm_cli, "ledger", "verify", str(run_dir), "--head", published, key=reviewer)
     assert res.returncode == 1 and "published head" in res.stdout
-    res = _cli("ledger", "verify", str(honest), "--head", published, key=reviewer)
+    res = _cli(warm_cli, "ledger", "verify", str(honest), "--head", published, key=reviewer)
     assert res.returncode == 0 and "authentic (checked against the published head)" in res.stdout
-    assert _cli("ledger", "verify", str(honest), key=key).stdout.startswith("ok ")
+    assert _cli(warm_cli, "ledger", "verify", str(honest), key=key).stdout.startswith("ok ")
