@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -131,9 +130,10 @@ STUDY = ["--task", "lockpicking/six", "--profile", "paper", "--optimizer", "seed
 TOO_SMALL, ENOUGH = "200k", "4m"
 
 
-def heldout(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True,
-                          cwd=REPO, env=ENV, timeout=600)
+@pytest.fixture
+def heldout(warm_cli):
+    """The real ``heldout`` command, a process of its own (forked warm: tests/warm_cli.py)."""
+    return lambda *args: warm_cli.run(*args, cwd=REPO, env=ENV, timeout=600)
 
 
 def records(root: Path) -> dict[str, dict]:
@@ -145,7 +145,7 @@ def records(root: Path) -> dict[str, dict]:
     return out
 
 
-def test_a_study_that_fills_the_disk_says_so_in_one_line_and_resumes_to_the_uninterrupted_records(tmp_path):
+def test_a_study_that_fills_the_disk_says_so_in_one_line_and_resumes_to_the_uninterrupted_records(tmp_path, heldout):
     uninterrupted = tmp_path / "uninterrupted"
     assert heldout("run", *STUDY, "--run-dir", str(uninterrupted)).returncode == 0
     expected = records(uninterrupted)
@@ -177,7 +177,7 @@ def test_a_study_that_fills_the_disk_says_so_in_one_line_and_resumes_to_the_unin
         assert check.returncode == 0 and check.stdout.count("ok ") == 4, check.stdout + check.stderr
 
 
-def test_a_study_that_cannot_write_its_first_file_says_so_in_one_line_and_the_same_command_then_runs(tmp_path):
+def test_a_study_that_cannot_write_its_first_file_says_so_in_one_line_and_the_same_command_then_runs(tmp_path, heldout):
     with small_disk(tmp_path / "disk", ENOUGH) as disk:
         filler = fill(disk)
         study = disk / "study"
