@@ -341,15 +341,15 @@ def test_report_on_an_empty_or_missing_dir_is_a_clear_error(tmp_path, capsys):
 
 
 # -- the regression gate -----------------------------------------------------------------------------
-def heldout_check(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", "check", *args], capture_output=True, text=True,
-                          timeout=300)
+def heldout_check(warm_cli, *args: str) -> subprocess.CompletedProcess:
+    """``heldout check``, a process of its own (forked warm: tests/warm_cli.py)."""
+    return warm_cli.run("check", *args, cwd=Path.cwd())
 
 
-def test_check_exits_1_on_a_planted_regression_and_prints_the_evidence(study):
+def test_check_exits_1_on_a_planted_regression_and_prints_the_evidence(study, warm_cli):
     cells = study / "main" / TASK.replace("/", "__")
     # baseline: the champion; current: the worse seed candidate on the same seeds
-    done = heldout_check("--baseline", str(cells / "champion"), "--current", str(cells / "seed"))
+    done = heldout_check(warm_cli, "--baseline", str(cells / "champion"), "--current", str(cells / "seed"))
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.startswith("REGRESSION: 1 regressed")
     assert "over 3 seed pairs x 50 example(s)" in done.stdout and "change -0.62" in done.stdout
