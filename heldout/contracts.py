@@ -322,9 +322,27 @@ class Message:
     content: str
 
 
+# The wall backstop of a CPU limit: a program that computes gets its CPU limit whatever the load
+# (its wall time is its CPU time stretched by the load: ~4.5x beside 8 other runs on 2 cores), and
+# one that sleeps or blocks ends here. Generous on purpose: at 4x + 2 s a call that uses its whole
+# limit survives a 4x stretch, and a correct MBPP+ solution (about a quarter of its limit) 16x.
+WALL_BACKSTOP_FACTOR = 4.0
+WALL_BACKSTOP_SECONDS = 2.0
+
+
+def wall_backstop(cpu_seconds: float) -> float:
+    """The wall time after which a program with a CPU limit of ``cpu_seconds`` is stopped anyway
+    (it sleeps, blocks on I/O or waits): the whole run's ``wall_seconds`` a task sets, and each
+    call's backstop of ``per_call_seconds``."""
+    return WALL_BACKSTOP_FACTOR * cpu_seconds + WALL_BACKSTOP_SECONDS
+
+
 @dataclass(frozen=True)
 class RunLimits:
-    """Resource limits for one sandboxed execution; per task, overridable, printed in verdicts."""
+    """Resource limits for one sandboxed execution; per task, overridable, printed in verdicts.
+    Rule (DESIGN "Time"): a program's time limit is ``cpu_seconds``, so its verdict does not
+    depend on the machine's load; ``wall_seconds`` only stops a program that waits, and a program
+    task's is at least :func:`wall_backstop` of its CPU limit (checked when the task registers)."""
 
     wall_seconds: float = 30.0
     cpu_seconds: float = 30.0

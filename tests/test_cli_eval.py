@@ -8,6 +8,7 @@ import json
 import pytest
 
 from heldout.cli import main
+from heldout.contracts import wall_backstop
 from heldout.models.testserver import TestServer
 
 
@@ -43,3 +44,13 @@ def test_eval_on_test_prints_no_targets_unless_asked(capsys):
 def test_eval_defaults_to_train_when_the_profile_has_no_val(capsys):
     assert main(["eval", "--task", "lockpicking/six", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["split"] == "train"
+
+
+def test_eval_limits_a_program_by_cpu_time_with_the_wall_clock_as_its_backstop(capsys):
+    # a wall-clock limit would make the verdict depend on how busy the machine is
+    assert main(["eval", "--task", "lockpicking/six", "--cpu-seconds", "5", "--json"]) == 0
+    limits = json.loads(capsys.readouterr().out)["limits"]
+    assert limits["cpu_seconds"] == 5 and limits["wall_seconds"] == wall_backstop(5) == 22
+    with pytest.raises(SystemExit) as exited:  # no wall-clock limit to set any more
+        main(["eval", "--task", "lockpicking/six", "--wall-seconds", "5"])
+    assert exited.value.code == 2

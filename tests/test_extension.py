@@ -157,6 +157,24 @@ def test_a_program_task_that_forgets_its_kind_is_refused_at_register_naming_the_
     assert out.stdout.strip() == "registered program", out.stdout + out.stderr
 
 
+LIMITED_TASK = PROGRAM_TASK.replace("from heldout.contracts import Verdict",
+                                    "from heldout.contracts import RunLimits, Verdict")
+
+
+def test_a_program_task_whose_wall_limit_binds_before_its_cpu_limit_is_refused_naming_the_fix():
+    # a 20 s wall limit for 20 s of CPU fails a correct program on a busy machine: a score that
+    # depends on the load. A task on the library's defaults gets the backstop instead.
+    chosen = LIMITED_TASK.format(kind='kind = "program"\n    default_limits = RunLimits(wall_seconds=20, cpu_seconds=20)')
+    out = subprocess.run([sys.executable, "-c", chosen], capture_output=True, text=True)
+    assert out.stdout.startswith("refused:"), out.stdout + out.stderr
+    assert "'forgetful/prog'" in out.stdout and "wall_backstop(cpu_seconds)" in out.stdout and "82 s" in out.stdout
+    defaults = PROGRAM_TASK.format(kind='kind = "program"') + (
+        "from heldout.benchmarks.registry import get_benchmark\n"
+        "print(get_benchmark('forgetful/prog').default_limits.wall_seconds)\n")
+    out = subprocess.run([sys.executable, "-c", defaults], capture_output=True, text=True)
+    assert out.stdout.split() == ["registered", "program", "122.0"], out.stdout + out.stderr
+
+
 MY_SEARCH = ("from heldout.optimizers.geometry_search import optimize as search\n\n"
              "def optimize(view, seed):\n    return search(view, seed)\n")
 

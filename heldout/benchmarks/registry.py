@@ -22,7 +22,7 @@ from pathlib import Path
 
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.user_jsonl import UserJsonlTask
-from heldout.contracts import DataError, HeldoutError
+from heldout.contracts import DataError, HeldoutError, RunLimits, wall_backstop
 from heldout.data_manifests import Manifest, add_manifest_root, manifest_roots
 
 ENTRY_POINT_GROUP = "heldout.tasks"
@@ -62,6 +62,7 @@ def register(benchmark: Benchmark) -> Benchmark:
     if not benchmark.name:
         raise ValueError("a benchmark needs a name")
     _check_kind(benchmark)
+    _check_limits(benchmark)
     existing = _TASKS.get(benchmark.name)
     if existing is not None and type(existing) is not type(benchmark):
         raise ValueError(f"task {benchmark.name!r} registered twice")
@@ -79,6 +80,24 @@ def _check_kind(benchmark: Benchmark) -> None:
     if program and not prompt and benchmark.kind != "program":
         raise ValueError(f"task {benchmark.name!r} defines run()/helper_sources, the parts of a program task, "
                          f"but its kind is {benchmark.kind!r}: add kind = \"program\" to {cls.__name__}")
+
+
+def _check_limits(benchmark: Benchmark) -> None:
+    """A program task's time limit is CPU time; its wall limit only stops a program that waits
+    (DESIGN "Time"). A wall limit under the backstop of the CPU limit would fail a program because
+    the machine was busy: refused, naming the fix, when the task chose it; a task on the library's
+    defaults gets the backstop."""
+    limits = benchmark.default_limits
+    if benchmark.kind != "program" or limits.wall_seconds >= wall_backstop(limits.cpu_seconds):
+        return
+    if limits == RunLimits():
+        benchmark.default_limits = limits.replace(wall_seconds=wall_backstop(limits.cpu_seconds))
+        return
+    raise ValueError(f"task {benchmark.name!r} limits a program to {limits.wall_seconds:g} s of wall time, less "
+                     f"than the backstop of its {limits.cpu_seconds:g} s CPU limit: its verdicts would depend on the "
+                     f"machine's load. Set wall_seconds=wall_backstop(cpu_seconds) "
+                     f"({wall_backstop(limits.cpu_seconds):g} s; heldout.contracts.wall_backstop) and limit the "
+                     f"program by its cpu_seconds")
 
 
 def register_group(name: str, tasks: list[str] | tuple[str, ...], description: str = "") -> None:

@@ -4,7 +4,8 @@ cross the boundary as files; results come back as JSON lines that the parent che
 :mod:`heldout.sandbox.process`). By default an execution is forked by a per-preload-set fork
 server started inside the same sandbox (:mod:`heldout.sandbox.zygote`), at the same isolation."""
 
-from heldout.sandbox.monitor import decode_typed, wall_backstop
+from heldout.contracts import wall_backstop
+from heldout.sandbox.monitor import decode_typed
 from heldout.sandbox.process import (
     CANDIDATE_KINDS,
     PROGRAM_PRELOAD,

@@ -31,27 +31,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from heldout.contracts import RunLimits
+from heldout.contracts import RunLimits, wall_backstop
 from heldout.sandbox.launcher import Launched
 
 STDOUT_TAIL_BYTES = 4096
 PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the parent's is the guarantee
-# The wall backstop of a CPU limit: a program that computes gets its CPU limit whatever the load
-# (its wall time is its CPU time stretched by the load: ~4.5x beside 8 other runs on 2 cores), and
-# one that sleeps or blocks ends here. Generous on purpose: at 4x + 2 s a call that uses its whole
-# limit survives a 4x stretch, and a correct MBPP+ solution (about a quarter of its limit) 16x.
-WALL_BACKSTOP_FACTOR = 4.0
-WALL_BACKSTOP_SECONDS = 2.0
 CPU_CHECK_SECONDS = 0.25  # how often the parent reads a running execution's CPU time
 CPU_SLACK_SECONDS = 0.5  # the whole run's CPU limit, as the parent enforces it
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def wall_backstop(cpu_seconds: float) -> float:
-    """The wall time after which a program with a CPU limit of ``cpu_seconds`` is stopped anyway
-    (it sleeps, blocks on I/O or waits): the whole run's ``wall_seconds`` a task sets, and each
-    call's backstop of ``per_call_seconds``."""
-    return WALL_BACKSTOP_FACTOR * cpu_seconds + WALL_BACKSTOP_SECONDS
 
 
 class Watch:

@@ -64,10 +64,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
-from heldout.contracts import HeldoutError, RunLimits
+from heldout.contracts import HeldoutError, RunLimits, wall_backstop
 from heldout.sandbox.cgroups import limits_level
 from heldout.sandbox.launcher import CouldNotStart, Ended, Launcher, UseFreshSandbox, scratch_mb
-from heldout.sandbox.monitor import Watch, Watched, wall_backstop
+from heldout.sandbox.monitor import Watch, Watched
 from heldout.sandbox.root import probe_bwrap
 
 CANDIDATE_KINDS = ("timeout", "memory", "crash", "bad_output", "forbidden", "output_too_large")
