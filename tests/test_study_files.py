@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ import pytest
 from heldout.benchmarks.bbh import SEPO_TASKS
 from heldout.cli.commands import build_parser
 from heldout.cli.study import study_from_flags
+from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest, manifest_holding
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.study import (
     StudyError,
@@ -144,6 +145,21 @@ def test_a_bad_key_is_a_one_line_error_naming_it(change, named):
         parse_study({**BASE, **change}, origin="s.toml")
     message = str(err.value)
     assert named in message and message.startswith("s.toml: ") and "\n" not in message
+
+
+def test_a_user_manifest_that_adds_a_profile_hides_no_shipped_one(tmp_path, monkeypatch):
+    """A manifest on $HELDOUT_MANIFEST_PATH adding a profile to a shipped task: a study names the
+    shipped profiles and the new one, and whatever reads a profile's sizes reads them from the
+    manifest that holds it (it used to read the first manifest found, which lacked them)."""
+    shipped = Manifest.load("lockpicking/six")
+    root = tmp_path / "manifests"
+    replace(shipped, profiles={"mine": shipped.profiles["paper"]}, notes={}, profile_digests={}).save(root)
+    monkeypatch.setenv(MANIFEST_PATH_ENV, str(root))
+    assert manifest_holding("lockpicking/six", "generalise").sizes("generalise") == shipped.sizes("generalise")
+    assert manifest_holding("lockpicking/six", "mine").path == root / "lockpicking" / "six.json"
+    parse_study({**BASE, "profiles": ["generalise", "mine"]}, origin="s.toml")
+    with pytest.raises(StudyError, match=r"has no profile 'nope' \(it has .*generalise, mine, paper"):
+        parse_study({**BASE, "profiles": ["nope"]}, origin="s.toml")
 
 
 def test_a_missing_key_or_bad_toml_is_named(tmp_path):

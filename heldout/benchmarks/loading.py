@@ -10,7 +10,7 @@ from typing import Any
 from heldout.contracts import DataError, Example
 from heldout.benchmarks.base import Benchmark
 from heldout.benchmarks.registry import get_benchmark
-from heldout.data_manifests import DriftError, DriftReport, Manifest, manifest_roots
+from heldout.data_manifests import DriftError, DriftReport, Manifest, manifest_holding
 
 DATA_DIR_ENV = "HELDOUT_DATA_DIR"
 
@@ -96,18 +96,6 @@ class Task:
         return {**self.benchmark.describe(), "profile": self.profile, "sizes": self.sizes(),
                 "manifest_version": self.manifest.version,
                 "drift": None if self.drift is None else self.drift.to_dict()}
-
-
-def manifest_holding(task: str, profile: str) -> Manifest:
-    """The first manifest of ``task`` on the search path that holds ``profile`` (else the first
-    one, whose error lists the profiles it has): a user manifest adds profiles without hiding
-    the shipped ones it does not repeat."""
-    for root in manifest_roots():
-        if Manifest.path_for(task, root).exists():
-            manifest = Manifest.load(task, root)
-            if profile in manifest.profiles:
-                return manifest
-    return Manifest.load(task)
 
 
 def load_task(name: str, profile: str = "default", data_dir: str | os.PathLike | None = None,

@@ -219,6 +219,21 @@ class Manifest:
         return report
 
 
+def task_manifests(task: str) -> list[Manifest]:
+    """Every manifest of ``task`` on the search path, in its order (:func:`manifest_roots`); with
+    none, the :class:`DataError` of :meth:`Manifest.load` naming where it looked."""
+    found = [Manifest.load(task, root) for root in manifest_roots() if Manifest.path_for(task, root).exists()]
+    return found or [Manifest.load(task)]
+
+
+def manifest_holding(task: str, profile: str) -> Manifest:
+    """The first manifest of ``task`` on the search path that holds ``profile`` (else the first one,
+    whose error, asked for the profile, lists the profiles it has): a user manifest adds profiles
+    without hiding the shipped ones it does not repeat. Whatever reads a task's profile asks here."""
+    manifests = task_manifests(task)
+    return next((m for m in manifests if profile in m.profiles), manifests[0])
+
+
 def freeze(task: str, version: str, source: Source | Mapping[str, Any], examples: Sequence[Example],
            profiles: Mapping[str, Mapping[str, Sequence[str]]], notes: Mapping[str, str] | None = None,
            mirror_sha256: Mapping[str, str] | None = None) -> Manifest:
@@ -269,5 +284,6 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-__all__ = ["Manifest", "DriftReport", "DriftError", "freeze", "file_sha256", "profile_digest", "MANIFEST_DIR", "SPLITS",
+__all__ = ["Manifest", "DriftReport", "DriftError", "freeze", "manifest_holding", "task_manifests", "file_sha256",
+           "profile_digest", "MANIFEST_DIR", "SPLITS",
            "HeldoutError"]

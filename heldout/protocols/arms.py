@@ -49,7 +49,7 @@ from pathlib import Path
 
 from heldout.benchmarks.loading import load_task
 from heldout.contracts import HeldoutError
-from heldout.data_manifests import Manifest
+from heldout.data_manifests import manifest_holding
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.optimizers import check_optimizer, is_reference_optimizer, resolve_optimizer
@@ -145,7 +145,7 @@ def validate_arms(spec: ArmsSpec) -> list[str]:
                         f">= {MIN_SEEDS} seeds (e.g. --seeds 0,1,2)")
     # a fork gets B/N: below its method's minimum it could only hand back the seed
     check_minimum_budgets([run.cell for run in plan_arms(spec, "")], "compare arms")
-    n_test = int(Manifest.load(spec.task).sizes(spec.profile).get("test", 1))
+    n_test = int(manifest_holding(spec.task, spec.profile).sizes(spec.profile).get("test", 1))
     return [f"separation: {decide.RULES['seed-paired-contrast'].test}",
             "what it can detect: " + decide.describe_detectable(len(spec.seeds), family=3, n_examples=n_test)]
 

@@ -18,7 +18,7 @@ from typing import Iterable
 from heldout.adapters.settings import verifier_repeats
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError
-from heldout.data_manifests import Manifest
+from heldout.data_manifests import manifest_holding
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.scoring import Decoding
 from heldout.optimizers import REFERENCE_OPTIMIZERS
@@ -41,7 +41,8 @@ def check_minimum_budgets(cells: Iterable[Cell], origin: str, remedy: str = RAIS
         if cell.method.command:
             continue
         if (cell.task, cell.profile) not in sizes:
-            split_sizes = Manifest.load(get_benchmark(cell.task).name).sizes(cell.profile)
+            name = get_benchmark(cell.task).name
+            split_sizes = manifest_holding(name, cell.profile).sizes(cell.profile)
             sizes[cell.task, cell.profile] = int(split_sizes.get("train", 0)), int(split_sizes.get("val", 0))
         train, val = sizes[cell.task, cell.profile]
         key = (cell.task, cell.profile, cell.method.name)

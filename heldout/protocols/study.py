@@ -57,7 +57,7 @@ from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError
 from heldout.files import check_folder, check_name, read_user_toml, write_text_atomically
-from heldout.data_manifests import Manifest
+from heldout.data_manifests import task_manifests
 from heldout.evaluators.policy import POLICIES
 from heldout.evaluators.scoring import Decoding
 from heldout.optimizers import (ALIASES, CODE_OPTIONS, REFERENCE_OPTIMIZERS, canonical_name, check_optimizer,
@@ -510,7 +510,7 @@ def _check_against_tasks(tasks: list[str], profiles: list[str], verifiers: list[
     for task in tasks:
         bench = get_benchmark(task)
         try:
-            known = Manifest.load(bench.name).profiles
+            known = {name for manifest in task_manifests(bench.name) for name in manifest.profiles}
         except HeldoutError as exc:
             raise StudyError(f"{origin}: tasks: {task}: {exc}") from None
         for profile in profiles:

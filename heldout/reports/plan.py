@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from heldout.benchmarks.registry import get_benchmark
-from heldout.data_manifests import Manifest
+from heldout.data_manifests import manifest_holding
 from heldout.protocols.stats import GatePlan, plan_gate
 from heldout.protocols.stats.margin import DEFAULT_MARGIN, Margin
 from heldout.reports.collect import ReportError, collect_runs
@@ -28,7 +28,7 @@ def plan_study(task: str, profile: str, seeds: int, *, pilot: str | Path | None 
     explicitly override the pilot's. Without a pilot, a prompt task's scores in [0, 1] use the
     binomial bound on the per-example spread; a program task's scores have no such bound, so it
     needs ``run_sd`` (or a pilot)."""
-    sizes = Manifest.load(task).sizes(profile)
+    sizes = manifest_holding(task, profile).sizes(profile)
     n_examples = int(sizes.get("test", 0))
     if n_examples < 1:
         raise ReportError(f"{task} profile {profile!r} has no test examples to plan for")

@@ -51,12 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from heldout.benchmarks.loading import manifest_holding
 from heldout.benchmarks.registry import get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL
 from heldout.contracts import HeldoutError, Verdict, is_infrastructure_failure
 from heldout.files import read_user_json
-from heldout.data_manifests import Manifest
+from heldout.data_manifests import Manifest, manifest_holding
 from heldout.evaluators.authenticity import RunAuthenticity, verify_run
 from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries
 from heldout.evaluators.records import RECORD_FILE, RunRecord, heldout_code, heldout_version, manifest_digest
