@@ -25,8 +25,7 @@ import pytest
 from heldout.contracts import INFRASTRUCTURE_ERROR_KINDS, Verdict, is_infrastructure_failure
 from heldout.evaluators.ledger import LEDGER_FILE, Ledger, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.scoring import model_failure_kind
-from heldout.models import ModelError
+from heldout.models import BatchError, ModelError, model_failure_kind
 from heldout.models.server import FaultPlan
 from heldout.models.testserver import TestServer
 from heldout.protocols.run import Cell, Method, StudyConfig, run_study
@@ -70,6 +69,10 @@ def test_a_valid_verdict_is_never_a_failure():
     (ModelError("prompt longer than the context", kind="http_status", status=400), "model_refused"),
     (ModelError("body too large", kind="http_status", status=413), "model_refused"),
     (RuntimeError("a bug of the harness"), "evaluator_error"),
+    # one request sent through a batch call (a task's worker.complete): whose failures they were
+    (BatchError([ModelError("too long", kind="http_status", status=413)]), "model_refused"),
+    (BatchError([ModelError("too long", kind="http_status", status=400),
+                 ModelError("refused", kind="connection")]), "model_error"),
 ])
 def test_who_failed_a_worker_call(error, kind):
     assert model_failure_kind(error) == kind

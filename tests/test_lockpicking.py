@@ -14,8 +14,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from heldout import load_task
+from heldout.models import ModelClient
+from heldout.models.backends.deterministic import DeterministicBackend
+from heldout.models.server import ChatServer
 from heldout.models.workers import FunctionWorker
-from heldout.contracts import Example, RunLimits, Verdict
+from heldout.contracts import Example, RunLimits, Verdict, is_infrastructure_failure
+from heldout.evaluators.scoring import MeteredWorker, Usage
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import SPEC_VECTORS, decisive, load_pool, masked
 from heldout.benchmarks.lockpicking.rebuild import freeze_manifest
@@ -287,16 +291,34 @@ def test_ai_complete_calls_the_registered_worker_once_per_example(paper):
     assert summary["exhaustive_accuracy"] is None  # not deterministic: never checked exhaustively
 
 
-def test_a_failing_worker_fails_only_its_example():
+def test_a_failing_worker_fails_only_its_example_and_never_as_the_candidates_output():
+    # the endpoint failed, not the candidate: an infrastructure failure (the session retries the
+    # example, and ends the cell incomplete if it still fails), never a 0 for the candidate
     def flaky(prompt: str) -> str:
-        if prompt.endswith("429405"):
+        if "429405" in prompt:
             raise TimeoutError("worker timed out")
         return "3"
     sql = "AI_COMPLETE('worker', CONCAT('PROGRAM: ', PROGRAM))"
     bad = BENCHMARK.run({"scorer.sql": sql}, Example("a", {"program": "429405"}, 4), BENCHMARK.context(worker=FunctionWorker(flaky)))
     good = BENCHMARK.run({"scorer.sql": sql}, Example("b", {"program": "720105"}, 3), BENCHMARK.context(worker=FunctionWorker(flaky)))
-    assert bad.error_kind == "bad_output" and "AI_COMPLETE failed: TimeoutError: worker timed out" in bad.error
+    assert is_infrastructure_failure(bad) and bad.error_kind == "model_error"
+    assert "AI_COMPLETE failed" in bad.error and "TimeoutError: worker timed out" in bad.error
     assert good.score == 1.0
+    prompt = BENCHMARK.run({"instruction": "Count."}, Example("a", {"program": "429405"}, 4),
+                           BENCHMARK.context(worker=FunctionWorker(flaky)))
+    assert is_infrastructure_failure(prompt) and prompt.error_kind == "model_error"
+
+
+def test_an_endpoint_that_refuses_the_candidates_prompt_is_the_candidates_failure(tmp_path):
+    # a 400 (a prompt the endpoint will not take) is what the candidate asked for: it scores 0
+    with ChatServer(DeterministicBackend(), max_body_bytes=2000) as srv:  # larger bodies: 413
+        client = ModelClient("test-model", srv.base_url, max_retries=0)
+        context = BENCHMARK.context(worker=MeteredWorker(client, Usage(), "worker-optimisation", None, 0.0, None))
+        long_sql = "AI_COMPLETE('worker', CONCAT('" + "x" * 5000 + "', PROGRAM))"
+        verdict = BENCHMARK.run({"scorer.sql": long_sql}, Example("a", {"program": "429405"}, 4), context)
+        client.close()
+    assert verdict.error_kind == "bad_output" and not is_infrastructure_failure(verdict)
+    assert "AI_COMPLETE failed" in verdict.error and "413" in verdict.error
 
 
 def test_prompt_candidates_go_to_the_worker(paper):

@@ -26,7 +26,7 @@ from heldout.models.backends.pool import SlotPool
 from heldout.models.openai_rules import MAX_TOKENS_CEILING
 from heldout.models.server import MAX_BODY_BYTES, ChatServer, Completion
 from heldout.models.testserver import RecordingBackend, TestServer
-from heldout.evaluators.scoring import model_failure_kind
+from heldout.models import model_failure_kind
 from heldout.contracts import INFRASTRUCTURE_ERROR_KINDS
 
 CHAT = [{"role": "user", "content": "Is 4 even?"}]

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from heldout.benchmarks.base import Benchmark
 from heldout.contracts import (Candidate, Example, HeldoutError, Message, RunContext, Verdict, Worker)
+from heldout.models import model_failure_kind
 
 if TYPE_CHECKING:  # annotations only: loading imports the registry, which imports the JSONL tasks (and so this)
     from heldout.benchmarks.loading import Task
@@ -191,8 +192,8 @@ class ModelJudge:
                                    "model_error")
         try:
             reply = judge.complete(judge_messages(self.rubric, question, answer, reference))
-        except HeldoutError as exc:
-            return Verdict.failure(example.id, f"judge call failed: {exc}", "model_error")
+        except HeldoutError as exc:  # a refused request (the answer too long) is the candidate's
+            return Verdict.failure(example.id, f"judge call failed: {exc}", model_failure_kind(exc))
         try:
             scores = parse_judgement(reply.text, self.rubric)
         except JudgeReplyError as exc:

@@ -17,7 +17,7 @@ from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
 from heldout.contracts import (Candidate, Completion, Example, HeldoutError, InfrastructureFailure, Message,
                                RunContext, RunLimits, Verdict, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger
-from heldout.models import ChatClient, ChatRequest, ModelError, UsageMeter, check_chat_client
+from heldout.models import ChatClient, ChatRequest, UsageMeter, check_chat_client, model_failure_kind
 
 # the channels (heldout.models.CHANNELS) a call is booked on: a worker's and a judge's per phase
 OPTIMISATION = "worker-optimisation"
@@ -182,23 +182,6 @@ class MeteredWorker:
         return Completion(text=response.text, prompt_tokens=response.prompt_tokens,
                           completion_tokens=response.completion_tokens, seconds=response.seconds,
                           cached=response.cached)
-
-
-#: statuses by which an endpoint refuses the request itself (a prompt longer than the context, a
-#: body too large): the candidate's prompt caused them, so they score 0 like any other bad output
-PROMPT_REFUSED_STATUSES = frozenset({400, 413, 422})
-
-
-def model_failure_kind(exc: BaseException) -> str:
-    """The verdict ``error_kind`` of a worker call that raised (see
-    :data:`heldout.contracts.INFRASTRUCTURE_ERROR_KINDS`): ``model_refused`` when the endpoint
-    refused the candidate's request as invalid, ``model_error`` when the endpoint failed (the
-    infrastructure's), ``evaluator_error`` for anything else (the harness's own bug)."""
-    if isinstance(exc, ModelError):
-        if exc.kind == "http_status" and exc.status in PROMPT_REFUSED_STATUSES:
-            return "model_refused"
-        return "model_error"
-    return "evaluator_error"
 
 
 class Scorer:

@@ -57,6 +57,27 @@ class BatchError(ModelError):
         self.failures = dict(failed)
 
 
+#: statuses by which an endpoint refuses the request itself (a prompt longer than the context, a
+#: body too large): the candidate's prompt caused them, so they score 0 like any other bad output
+PROMPT_REFUSED_STATUSES = frozenset({400, 413, 422})
+
+
+def model_failure_kind(exc: BaseException) -> str:
+    """The verdict ``error_kind`` of a model call that raised, the one rule for every caller (the
+    scorer, a task calling its worker or judge in ``run``, the view; see
+    :data:`heldout.contracts.INFRASTRUCTURE_ERROR_KINDS`): ``model_refused`` when the endpoint
+    refused the candidate's request as invalid, ``model_error`` when the endpoint failed (the
+    infrastructure's), ``evaluator_error`` for anything else (the harness's own bug)."""
+    if isinstance(exc, BatchError):  # one request through a batch call: whose failures they were
+        kinds = {model_failure_kind(failure) for failure in exc.failures.values()}
+        return "model_refused" if kinds == {"model_refused"} else "model_error"
+    if isinstance(exc, ModelError):
+        if exc.kind == "http_status" and exc.status in PROMPT_REFUSED_STATUSES:
+            return "model_refused"
+        return "model_error"
+    return "evaluator_error"
+
+
 def _normalise_messages(messages: Any) -> tuple[dict[str, str], ...]:
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
         raise ValueError("ChatRequest.messages must be a sequence of {'role', 'content'} messages")

@@ -26,7 +26,11 @@ class FunctionWorker:
 
     def complete(self, messages: Sequence[Message]) -> Completion:
         started = time.perf_counter()
-        text = self.fn("\n\n".join(m.content for m in messages))
+        try:
+            text = self.fn("\n\n".join(m.content for m in messages))
+        except Exception as exc:  # as complete_many: the function's failure is the model's
+            raise ModelError(f"function model {self.model!r} raised {type(exc).__name__}: {exc}",
+                             kind="bad_response") from exc
         return Completion(text=str(text), seconds=time.perf_counter() - started)
 
     def complete_many(self, requests: Sequence[ChatRequest], *,

@@ -8,9 +8,8 @@ import os
 
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, InfrastructureFailure
-from heldout.evaluators.scoring import model_failure_kind
 from heldout.evaluators.signing import load_signing_key
-from heldout.models import ModelClient, ModelError
+from heldout.models import ModelClient, ModelError, model_failure_kind
 from heldout.protocols.run import Cell, StudyConfig, cell_is_isolated
 from heldout.sandbox import SandboxError, require_sandbox
 

@@ -49,6 +49,7 @@ from sqlglot.tokens import TokenType
 from heldout.benchmarks.lockpicking import sql_child
 from heldout.contracts import RunLimits
 from heldout.files import make_temp_dir
+from heldout.models import model_failure_kind
 from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD
 
 if TYPE_CHECKING:
@@ -396,16 +397,15 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, limits: RunLimits,
         if not isinstance(rows, list) or len(rows) != len(programs):
             raise SqlExecutionError("the query returned a malformed result")
         return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows], seconds=time.perf_counter() - started)
-    ai_errors: list[str] = []
+    failures: list[Exception] = []
     con = _connect(limits.memory_mb)
     try:
         if checked.uses_ai:
             def hook(prompt: str | None) -> str | None:
-                # A worker failure on one row becomes an invalid output for that row, not a failed batch.
                 try:
                     return None if prompt is None else str(ai_complete(prompt))
-                except Exception as exc:  # noqa: BLE001 - any worker failure is reported per row
-                    ai_errors.append(f"{type(exc).__name__}: {exc}")
+                except Exception as exc:  # noqa: BLE001 - sorted out below: whose failure it was
+                    failures.append(exc)
                     return None
             con.create_function(_AI_UDF, hook, ["VARCHAR"], "VARCHAR", side_effects=True,
                                 null_handling="special")
@@ -413,8 +413,15 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, limits: RunLimits,
         rows = run_query(con, _query(checked), limits.wall_seconds)
     finally:
         con.close()
-    return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows],
-                  seconds=time.perf_counter() - started, ai_errors=ai_errors)
+    # An endpoint that refused the candidate's prompt (too long, invalid) is that row's invalid
+    # output; an endpoint that failed (after the client's retries) is no output of the candidate
+    # at all: the whole batch is the infrastructure's failure, never a score
+    endpoint = next((exc for exc in failures if model_failure_kind(exc) != "model_refused"), None)
+    if endpoint is not None:
+        raise SqlExecutionError(f"AI_COMPLETE failed: {type(endpoint).__name__}: {endpoint}",
+                                model_failure_kind(endpoint))
+    return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows], seconds=time.perf_counter() - started,
+                  ai_errors=[f"{type(exc).__name__}: {exc}" for exc in failures])
 
 
 def exhaustive_outputs(checked: CheckedSql, malformed: Sequence[str], *, limits: RunLimits,

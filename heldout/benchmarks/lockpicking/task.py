@@ -34,6 +34,7 @@ from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import load_pool
 from heldout.benchmarks.lockpicking.rules import MALFORMED, N_POSITIONS, TRUTH
 from heldout.benchmarks.candidates import read_candidate
+from heldout.models import model_failure_kind
 from heldout.sandbox import SandboxError, run_function, PROGRAM_PRELOAD, wall_backstop
 
 HERE = Path(__file__).resolve().parent
@@ -242,7 +243,9 @@ class LockpickingBenchmark(Benchmark):
         try:
             text = str(hook(prompt))
         except Exception as exc:  # noqa: BLE001 - a worker failure is this example's verdict
-            return Verdict.failure(example.id, f"worker call failed: {type(exc).__name__}: {exc}", "model_error")
+            # whose failure: a refused prompt is the candidate's, a failed endpoint never a score
+            return Verdict.failure(example.id, f"worker call failed: {type(exc).__name__}: {exc}",
+                                   model_failure_kind(exc))
         verdict = self.score_text(text, example)
         if feedback == "decomposed" and verdict.valid:
             verdict.feedback += "; " + _positions_text(example.input["program"])
