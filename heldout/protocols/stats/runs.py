@@ -213,11 +213,20 @@ def _all_split_sums(pooled: np.ndarray, sc: int) -> np.ndarray:
     return sums[sc]
 
 
+SPLIT_SUMS_MIN_CELLS = 1 << 19
+"""From this many mask cells (4 MiB: the mask matrix leaves the cache) one design's exact split
+sums come from :func:`_all_split_sums`; a smaller design, or a batch of designs (one matrix
+product for all), multiplies by the mask matrix."""
+
+
 def _split_sums(pooled: np.ndarray, sb: int, sc: int, rng: np.random.Generator | None) -> tuple[np.ndarray, np.ndarray]:
     """(the current side's sum for every split, how many ``cur`` runs each keeps there): every
     split exactly, or the random ones of :func:`_split_masks`."""
-    if math.comb(sb + sc, sc) <= EXACT_PERMUTATION_MAX:
-        return _all_split_sums(pooled, sc), _kept_in_splits(sb, sc)
+    splits = math.comb(sb + sc, sc)
+    if splits <= EXACT_PERMUTATION_MAX:
+        if pooled.ndim == 1 and splits * (sb + sc) >= SPLIT_SUMS_MIN_CELLS:
+            return _all_split_sums(pooled, sc), _kept_in_splits(sb, sc)
+        return pooled @ _all_split_masks(sb, sc).T, _kept_in_splits(sb, sc)
     masks = _split_masks(sb, sc, rng)
     return pooled @ masks.T, masks[:, sb:].sum(axis=1)
 
