@@ -16,6 +16,12 @@ write, fsync and head): how close to the bare client any session can come on thi
 requests; the server's CPU is its own process's.
 
     python perf/protected_path.py [--latency 0 --latency 0.05] [--data-dir ../shared/data] [--profile out.prof]
+    python perf/protected_path.py --work   # the floor's own work alone, CPU per output
+
+``--work`` measures, without the network, the two things each output costs the protected path
+whatever the endpoint (what the floor adds to the bare client): scoring it, and appending its
+evaluation entry to a real ledger in batches of 50, on the outputs of one session's 600
+evaluations; CPU time per output, best of five (every process's load inflates it alike).
 """
 
 from __future__ import annotations
@@ -199,6 +205,43 @@ def rows_of(m: dict) -> list[dict]:
                      f"ledger {m['ledger_bytes'] / m['ledger_entries']:.0f} B/entry"}]
 
 
+def work_per_output(data_dir: str | None) -> dict[str, float]:
+    """CPU seconds per output of scoring it and of appending its evaluation entry (see the module
+    docstring), on the outputs a session against the chain-of-thought server at 0 ms recorded."""
+    task = load_task(TASK, PROFILE, data_dir)
+    proc, base_url = start_cot_server(0.0)
+    root = Path(tempfile.mkdtemp(prefix="heldout-perf-protected-"))
+    try:
+        run_session(base_url, task, root / "session")
+        proc.terminate()
+        recorded = [e["data"] for e in Ledger.open(root / "session").entries("evaluation")]
+        examples = {ex.id: ex for ex in task.splits["train"]}
+        outputs = [(examples[d["example_id"]], d["verdict"]["output"]["text"]) for d in recorded]
+
+        def run(append: bool, k: int) -> float:
+            ledger = Ledger.open(root / f"work-{append}-{k}")
+            cpu = time.process_time()
+            for start in range(0, len(outputs), BATCH):
+                verdicts = [(ex.id, task.benchmark.score_text(text, ex)) for ex, text in outputs[start:start + BATCH]]
+                if append:
+                    with ledger.batch():
+                        for i, (example_id, v) in enumerate(verdicts):
+                            ledger.append("evaluation", {"candidate_id": "c" * 64, "split": "train", "cached": False,
+                                                         "example_id": example_id, "metric_calls": start + i,
+                                                         "verdict": v.to_dict(), "cost": 1})
+            cpu = time.process_time() - cpu
+            ledger.close()
+            return cpu / len(outputs)
+        run(True, -1)  # warm: lazy imports, compiled patterns
+        scoring = min(run(False, k) for k in range(5))
+        both = min(run(True, k) for k in range(5))
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+    return {"outputs": len(outputs), "scoring": scoring, "ledger": both - scoring}
+
+
 def figures(data_dir: str | None = None, latencies=(0.0, 0.05)) -> list[dict]:
     return [row for latency in latencies for row in rows_of(measure(latency, data_dir))]
 
@@ -208,7 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("HELDOUT_DATA_DIR", str(HERE.parent.parent / "shared" / "data")))
     parser.add_argument("--latency", type=float, action="append", help="seconds (repeatable; default 0 and 0.05)")
     parser.add_argument("--profile", help="write a cProfile of the second session run here")
+    parser.add_argument("--work", action="store_true", help="only the floor's own work per output (no ratio)")
     args = parser.parse_args(argv)
+    if args.work:
+        w = work_per_output(args.data_dir)
+        print(f"per output ({w['outputs']} chain-of-thought outputs, CPU, best of 5): scoring "
+              f"{1e6 * w['scoring']:.0f} us, ledger append {1e6 * w['ledger']:.0f} us; "
+              f"load average {os.getloadavg()[0]:.2f}")
+        return 0
     ok = True
     for latency in args.latency or [0.0, 0.05]:
         m = measure(latency, args.data_dir, args.profile)
