@@ -45,13 +45,12 @@ import re
 import shlex
 import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from heldout.contracts import HeldoutError
-from heldout.files import read_user_bytes, regular_files
+from heldout.files import make_temp_dir, read_user_bytes, regular_files
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.session import Outcome, Session
 from heldout.evaluators.isolated_process import exit_error, run_sandboxed
@@ -270,7 +269,7 @@ def launch_isolated(session: Session, launch: Launch, limits: OptimizerLimits = 
     if require_sandbox() == "none":
         raise HeldoutError("an isolated optimizer needs the bubblewrap sandbox; without one, run it with "
                            "--trusted-optimizer (in-process, labelled 'trusted, not isolated')")
-    private = Path(tempfile.mkdtemp(prefix="heldout-opt-")).resolve()
+    private = make_temp_dir("opt-")
     privileged = os.geteuid() == 0
     uid = random.SystemRandom().randrange(3_000_000, 4_000_000) if privileged else None
     try:

@@ -18,12 +18,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from heldout.contracts import RunLimits
+from heldout.files import make_temp_dir
 from heldout.sandbox.cgroups import GroupCounts, RunGroup
 from heldout.sandbox.cleanup import after_run
 from heldout.sandbox.root import (CODE_DIR, PYTHON_FLAGS, SCRATCH_DIR, AllowList, bwrap_argv, bwrap_probed, child_env,
@@ -210,7 +210,7 @@ class FreshRun(Launched):
     def start(cls, job: dict[str, Any], code: Path, level: str, limits: RunLimits, server: None) -> "FreshRun":
         read_fd, write_fd = os.pipe()
         unsandboxed = level == "none"
-        scratch = tempfile.mkdtemp(prefix="heldout-sbx-") if unsandboxed else SCRATCH_DIR
+        scratch = str(make_temp_dir("sbx-")) if unsandboxed else SCRATCH_DIR
         job.update(code=str(code) if unsandboxed else CODE_DIR, scratch=scratch)
         # -s -E would also drop PYTHONHASHSEED; the environment is built from scratch instead
         cmd = [sys.executable, *PYTHON_FLAGS, "-c", _CHILD_SOURCE, str(write_fd)]

@@ -58,13 +58,13 @@ import os
 import shutil
 import signal
 import stat
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
 from heldout.contracts import HeldoutError, RunLimits, wall_backstop
+from heldout.files import make_temp_dir
 from heldout.sandbox.cgroups import limits_level
 from heldout.sandbox.launcher import CouldNotStart, Ended, Launcher, UseFreshSandbox, scratch_mb
 from heldout.sandbox.monitor import Watch, Watched
@@ -415,7 +415,7 @@ def _write_code_dir(files: dict[str, str], setup_files: dict[str, str | Path], c
     """A fresh host dir (or the empty ``code``: a fork server's) with the candidate's files and
     the task's helpers (each with its bytecode) and data files (linked, else copied), readable by
     everyone (it is bound read-only into the sandbox; the candidate cannot change a helper)."""
-    code = code or Path(tempfile.mkdtemp(prefix="heldout-code-")).resolve()
+    code = code or make_temp_dir("code-")
     try:
         entries = [(n, t, False) for n, t in files.items()] + [(n, t, True) for n, t in setup_files.items()]
         for name, text, trusted in entries:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from heldout.files import make_temp_dir
 from heldout.sandbox.cgroups import RunGroup, limits_level
 from heldout.sandbox.cleanup import after_run, drain_cleanup
 from heldout.sandbox.control import ControlChannel, GroupStock
@@ -154,7 +155,7 @@ class ForkServer:
 
     def __init__(self, preload: Preload) -> None:
         self.preload = preload
-        self.inbox = Path(tempfile.mkdtemp(prefix="heldout-inbox-")).resolve()
+        self.inbox = make_temp_dir("inbox-")
         self.group = RunGroup.create(memory_mb=OUTER_MEMORY_MB, max_processes=OUTER_PROCESSES)
         self._ids = itertools.count(1)
         self._mutex = threading.Lock()  # guards the state below
