@@ -13,11 +13,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest
 from heldout.evaluators.ledger import LEDGER_FILE
 from heldout.evaluators.records import RECORD_FILE
 from heldout.evaluators.signing import parse_private_key
@@ -122,3 +124,20 @@ def test_a_planted_link_to_a_secret_is_refused_in_one_line_and_nothing_is_writte
     done = heldout(study["writer"], "bundle", str(copy), "--report", str(report), "--out", str(out))
     assert done.returncode == 2 and "symbolic link" in done.stderr and len(done.stderr.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "study"]  # no archive, no temp file
+
+
+def test_the_bundle_carries_the_manifest_the_runs_used_when_a_user_manifest_comes_first(study, tmp_path):
+    # a user manifest that adds a profile sits first on the search path; the runs used the shipped
+    # one, so that is the manifest a reviewer must get (the first found did not match the records)
+    shipped = Manifest.load("heilbronn/triangle11")
+    root = tmp_path / "manifests"
+    replace(shipped, profiles={"mine": shipped.profiles["default"]}, notes={}, profile_digests={}).save(root)
+    writer = {**study["writer"], MANIFEST_PATH_ENV: str(root)}
+    out = tmp_path / "review.tar.gz"
+    done = heldout(writer, "bundle", str(study["study"]), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    files = members(out)
+    index = json.loads(files["heldout-bundle/bundle.json"])
+    assert index["manifests"][0]["matches_records"] is True
+    carried = json.loads(files["heldout-bundle/manifests/heilbronn/triangle11.json"])
+    assert "mine" not in carried["profiles"]

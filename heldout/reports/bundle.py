@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from heldout.contracts import HeldoutError, canonical_json
-from heldout.data_manifests import Manifest
+from heldout.data_manifests import Manifest, manifest_roots
 from heldout.evaluators.ledger import HEAD_FILE, LEDGER_FILE, MAX_LEDGER_BYTES
 from heldout.evaluators.records import RECORD_FILE, environment, heldout_version
 from heldout.evaluators.signing import fingerprint, parse_public_key, SigningError
@@ -88,19 +88,34 @@ def _manifests(records: Iterable[dict[str, Any]]) -> tuple[dict[str, bytes], lis
             wanted.setdefault(rec["task"], set()).add(str(digest))
     files, index = {}, []
     for task, recorded in sorted(wanted.items()):
-        try:
-            path = Manifest.find(task)
-            manifest = Manifest.load(task) if path is not None else None
-        except HeldoutError:
-            path = manifest = None
-        if path is None or manifest is None:
+        found = _manifest_recorded(task, recorded)
+        if found is None:
             index.append({"task": task, "file": None, "matches_records": False, "note": "no manifest found here"})
             continue
-        whole = hashlib.sha256(canonical_json(asdict(manifest)).encode("utf-8")).hexdigest()
+        path, whole = found
         files[f"manifests/{task}.json"] = read_regular(path)
         index.append({"task": task, "file": f"manifests/{task}.json", "sha256": whole,
                       "matches_records": recorded == {whole}})
     return files, index
+
+
+def _manifest_recorded(task: str, recorded: set[str]) -> tuple[Path, str] | None:
+    """The manifest file of ``task`` on the search path whose digest the records recorded (a user
+    manifest that adds a profile sits before the shipped one it does not replace), else the first
+    one; with its digest. None when there is none, or it does not read."""
+    first = None
+    for root in manifest_roots():
+        path = Manifest.path_for(task, root)
+        if not path.exists():
+            continue
+        try:
+            whole = hashlib.sha256(canonical_json(asdict(Manifest.load(task, root))).encode("utf-8")).hexdigest()
+        except HeldoutError:
+            continue
+        if whole in recorded:
+            return path, whole
+        first = first or (path, whole)
+    return first
 
 
 def collect_bundle(roots: list[Path], report: Path | None) -> dict[str, bytes]:
