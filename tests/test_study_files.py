@@ -16,6 +16,7 @@ import pytest
 from heldout.benchmarks.bbh import SEPO_TASKS
 from heldout.cli.commands import build_parser
 from heldout.cli.study import study_from_flags
+from heldout.cli import main as cli_main
 from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest, manifest_holding
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.study import (
@@ -147,7 +148,7 @@ def test_a_bad_key_is_a_one_line_error_naming_it(change, named):
     assert named in message and message.startswith("s.toml: ") and "\n" not in message
 
 
-def test_a_user_manifest_that_adds_a_profile_hides_no_shipped_one(tmp_path, monkeypatch):
+def test_a_user_manifest_that_adds_a_profile_hides_no_shipped_one(tmp_path, monkeypatch, capsys):
     """A manifest on $HELDOUT_MANIFEST_PATH adding a profile to a shipped task: a study names the
     shipped profiles and the new one, and whatever reads a profile's sizes reads them from the
     manifest that holds it (it used to read the first manifest found, which lacked them)."""
@@ -160,6 +161,9 @@ def test_a_user_manifest_that_adds_a_profile_hides_no_shipped_one(tmp_path, monk
     parse_study({**BASE, "profiles": ["generalise", "mine"]}, origin="s.toml")
     with pytest.raises(StudyError, match=r"has no profile 'nope' \(it has .*generalise, mine, paper"):
         parse_study({**BASE, "profiles": ["nope"]}, origin="s.toml")
+    assert cli_main(["tasks", "list", "--json"]) == 0  # the list shows what a study may name
+    listed = next(row for row in json.loads(capsys.readouterr().out) if row["name"] == "lockpicking/six")
+    assert set(listed["profiles"]) == set(shipped.profiles) | {"mine"}
 
 
 def test_a_missing_key_or_bad_toml_is_named(tmp_path):

@@ -21,14 +21,15 @@ def tasks_list_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_tasks_list(args: argparse.Namespace) -> int:
     from heldout.benchmarks.registry import all_tasks, task_groups
-    from heldout.data_manifests import Manifest
+    from heldout.data_manifests import task_manifests
     rows = []
     metrics: dict[str, str] = {}  # task -> its metric and direction, as the table shows them
     groups = task_groups()
     for bench in all_tasks():
-        try:
-            manifest = Manifest.load(bench.name)
-            profiles = {p: manifest.sizes(p) for p in manifest.profiles}
+        try:  # every profile a study may name: a user manifest's, and the shipped ones it does not repeat
+            profiles = {}
+            for manifest in task_manifests(bench.name):
+                profiles.update({p: manifest.sizes(p) for p in manifest.profiles if p not in profiles})
         except HeldoutError as exc:
             profiles = {"error": str(exc)}
         metric = MetricSpec.of(getattr(bench, "metric", "score"))
