@@ -212,6 +212,24 @@ def test_a_batch_whose_fsync_fails_behind_is_refused_at_the_next_flush_and_the_l
     assert verify_ledger(tmp_path).ok
 
 
+def test_a_head_that_fails_behind_for_any_reason_is_refused_at_the_next_flush_not_lost(tmp_path, monkeypatch):
+    ledger = Ledger.open(tmp_path)
+    ledger.append("session_start", {})
+    before = (tmp_path / HEAD_FILE).read_bytes()
+
+    def broken_head(*args, **kwargs):
+        raise ValueError("a bug in the head's code")
+
+    monkeypatch.setattr(ledger, "_write_head", broken_head)
+    with ledger.batch(wait=False):
+        ledger.append("val_scoring", {"i": 0})
+    with pytest.raises(LedgerWriteError, match="ValueError: a bug in the head's code"):
+        ledger.append("session_end", {})
+    assert (tmp_path / HEAD_FILE).read_bytes() == before and len(lines(tmp_path)) == 1
+    ledger.close()
+    assert verify_ledger(tmp_path).ok
+
+
 def test_heads_are_written_in_place_one_write_each_and_a_signed_head_replaces_the_file(tmp_path, monkeypatch):
     ledger = Ledger.open(tmp_path)
     ledger.append("evaluation", {"i": 0})

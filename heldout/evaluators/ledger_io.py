@@ -64,6 +64,8 @@ class InFlight:
             write_head()  # the head names the entries only once their bytes are synced
         except OSError as exc:
             self.failure = exc
+        except Exception as exc:  # noqa: BLE001 - on a thread of its own, nothing may pass unseen
+            self.failure = OSError(errno.EIO, f"the ledger head could not be written: {type(exc).__name__}: {exc}")
 
     def wait(self) -> OSError | None:
         """Once the entries are durable: None, or why they could not be made so."""
