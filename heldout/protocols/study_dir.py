@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from heldout.contracts import HeldoutError, canonical_json
-from heldout.evaluators.ledger import LockHeld, hold_lock
+from heldout.evaluators.ledger_io import LockHeld, hold_lock
 from heldout.evaluators.same_experiment import ExperimentMismatch, stated_decoding
 from heldout.evaluators.scoring import without_decoding
 from heldout.files import read_user_json, remove_stale_temp_files, write_text_atomically
