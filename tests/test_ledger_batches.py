@@ -302,6 +302,19 @@ def test_a_finished_runs_ledger_is_never_cut(tmp_path):
     assert len(lines(tmp_path)) == 2
 
 
+@pytest.mark.parametrize("given,read_back", [({2: "a", 10: "b"}, {"10": "b", "2": "a"}),
+                                             ({1: "one", "b": "two"}, {"1": "one", "b": "two"}),
+                                             ({"n": [{3: 1.5, 20: None}]}, {"n": [{"20": None, "3": 1.5}]})])
+def test_keys_that_are_not_text_are_recorded_as_read_back_so_the_ledger_verifies(tmp_path, given, read_back):
+    ledger = Ledger.open(tmp_path)  # a task's output keyed by number: hashed in key order a reader reproduces
+    entry = ledger.append("evaluation", {"output": given})
+    assert [e["data"]["output"] for e in ledger.entries()] == [read_back] and entry["data"]["output"] == read_back
+    ledger.close()
+    report = verify_ledger(tmp_path)
+    assert report.ok, report.describe()
+    assert report.checked[0]["data"]["output"] == read_back
+
+
 @pytest.mark.parametrize("value", ["lone \ud800 surrogate", b"raw \xff bytes", {b"key": 1}, ("a", "tuple")])
 def test_what_json_cannot_carry_as_utf8_is_still_made_encodable(tmp_path, value):
     ledger = Ledger.open(tmp_path)

@@ -119,7 +119,8 @@ def test_an_output_a_task_gives_as_a_tuple_or_with_keys_that_are_not_text_reads_
     text = reasoning("d", 300)
     given = {"verdict": {"score": 1.0, "output": {"steps": (text, "short"), "by_number": {7: text}}}}
     run_dir = written(tmp_path, given, kind="test_scoring")
-    assert raw_lines(run_dir)[0]["packed"] == [[["verdict", "output", "steps", 0], "z"]]  # as a reader finds it
+    assert raw_lines(run_dir)[0]["packed"] == [[["verdict", "output", "steps", 0], "z"],  # as a reader finds them
+                                               [["verdict", "output", "by_number", "7"], "z"]]
     read = read_entries(run_dir / LEDGER_FILE)[0][0]["data"]
     assert read == {"verdict": {"score": 1.0, "output": {"steps": [text, "short"], "by_number": {"7": text}}}}
     assert verify_ledger(run_dir).ok

@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
-from heldout.evaluators.ledger_json import (MAX_UNPACKED_CHARS, UnpackError, encodable, pack_outputs,
+from heldout.evaluators.ledger_json import (MAX_UNPACKED_CHARS, UnpackError, encodable, keys_are_text, pack_outputs,
                                             unpack_outputs)
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, config_dir,
                                         load_signing_key, verify_block)
@@ -426,12 +426,16 @@ class Ledger:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
             entry = {"seq": len(self), "prev": self.head, "kind": kind, "time": round(time.time(), 6), "data": data}
             # encoded once: the hash is of these bytes (entry_hash(entry)), and a reader who asks for
-            # the entry gets it decoded from them; only data that is not plain JSON is rebuilt first
+            # the entry gets it decoded from them. Data that is not plain JSON, or whose keys are not
+            # all text (read back as text, they sort otherwise: the hash would not be the reader's),
+            # is first made what a reader reads back.
             try:
+                if not keys_are_text(data):
+                    raise TypeError("a key that is not text")
                 canonical = canonical_json(entry)
                 digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
             except (TypeError, ValueError, UnicodeEncodeError):
-                entry["data"] = encodable(data)
+                entry["data"] = json.loads(json.dumps(encodable(data), ensure_ascii=False))
                 canonical = canonical_json(entry)
                 digest = sha256_text(canonical)
             entry["hash"] = digest

@@ -44,6 +44,26 @@ def encodable(value: Any) -> Any:
     return value
 
 
+_CONTAINERS = (dict, list, tuple)
+
+
+def keys_are_text(value: Any) -> bool:
+    """Whether every dict key inside ``value`` is text, as JSON reads every key back: a key that
+    is not (``{2: .., 10: ..}``) would be hashed in an order no reader reproduces."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if type(key) is not str:
+                    return False
+                if isinstance(inner, _CONTAINERS):
+                    stack.append(inner)
+        elif isinstance(item, _CONTAINERS):
+            stack.extend(inner for inner in item if isinstance(inner, _CONTAINERS))
+    return True
+
+
 PACK_MIN_CHARS = 512
 # what a reader inflates from one ledger at most (a hostile line could hold a small value that
 # inflates to gigabytes): far above a real session's outputs, far below a machine's memory
@@ -162,4 +182,5 @@ def _inflate(value: Any, budget: list[int]) -> str:
     return text
 
 
-__all__ = ["MAX_UNPACKED_CHARS", "PACK_MIN_CHARS", "UnpackError", "encodable", "pack_outputs", "unpack_outputs"]
+__all__ = ["MAX_UNPACKED_CHARS", "PACK_MIN_CHARS", "UnpackError", "encodable", "keys_are_text", "pack_outputs",
+           "unpack_outputs"]
