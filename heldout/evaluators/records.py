@@ -360,28 +360,36 @@ class RunRecord:
             data.pop(key, None)
         return data
 
-    def digest(self) -> str:
-        """sha256 of :meth:`content`: what the ledger's ``session_end`` entry holds."""
-        return sha256_text(canonical_json(self.content()))
+    def sealed_content(self) -> str:
+        """:meth:`content` as the canonical JSON :meth:`digest` hashes: a session takes it once when
+        the record is final, and reserves room, digests and signs from it (each took it again)."""
+        return canonical_json(self.content())
 
-    def signed_payload(self) -> dict[str, Any]:
+    def digest(self, sealed: str | None = None) -> str:
+        """sha256 of :meth:`content` (``sealed``: its :meth:`sealed_content`, already taken): what
+        the ledger's ``session_end`` entry holds."""
+        return sha256_text(self.sealed_content() if sealed is None else sealed)
+
+    def signed_payload(self, record_sha256: str | None = None) -> dict[str, Any]:
         """What the record's signature signs: its digest and the ledger head it is anchored to
         (which vouches for every ledger entry up to it)."""
-        return {"record_sha256": self.digest(), "ledger_head": self.ledger_head, "ledger_entries": self.ledger_entries}
+        return {"record_sha256": record_sha256 or self.digest(), "ledger_head": self.ledger_head,
+                "ledger_entries": self.ledger_entries}
 
-    def sign(self, key: SigningKey) -> None:
-        """Sign the finished record (its ledger anchor set) with ``key``."""
-        self.signature = key.sign(RECORD_PURPOSE, self.signed_payload())
+    def sign(self, key: SigningKey, record_sha256: str | None = None) -> None:
+        """Sign the finished record (its ledger anchor set) with ``key`` (``record_sha256``: its
+        :meth:`digest`, already taken)."""
+        self.signature = key.sign(RECORD_PURPOSE, self.signed_payload(record_sha256))
 
     # -- io ---------------------------------------------------------------------------------------
-    def reserve_room(self, run_dir: str | Path) -> None:
+    def reserve_room(self, run_dir: str | Path, sealed: str | None = None) -> None:
         """Write the record once under a scratch name before its session's ``session_end``: a disk
         that fills between that entry and the record would leave a finished ledger without a
         record, which no resume can finish; failing here (:class:`InfrastructureFailure`) leaves
         the session resumable instead."""
         probe = Path(run_dir) / f".{RECORD_FILE}.room"
         try:
-            probe.write_text(json.dumps(self.content(), default=str) + " " * 4096)
+            probe.write_text((self.sealed_content() if sealed is None else sealed) + " " * 4096)
         except OSError as exc:
             raise InfrastructureFailure(f"cannot write the run record in {run_dir}: {exc.strerror or exc}; "
                                         "free space, then rerun the same command with --resume") from None

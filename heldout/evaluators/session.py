@@ -212,16 +212,18 @@ class Session:
                                      test_verdicts=scores.test, val_verdicts=scores.val,
                                      test_metrics=scores.test_metrics,
                                      val_score_own_verifier=scores.val_score_own_verifier)
-            record.reserve_room(self.run_dir)
+            sealed = record.sealed_content()  # final from here: reserved, digested and signed as it is
+            record_sha256 = record.digest(sealed)
+            record.reserve_room(self.run_dir, sealed)
             with self.ledger.batch():  # what the scoring left for the end, and session_end naming the record
                 for kind, data in scores.end_entries:
                     self.ledger.append(kind, data)
                 self.ledger.append("session_end", {"status": outcome.status, "test_score": record.test_score,
                                                    "metric_calls": self.service.usage.metric_calls,
-                                                   "record_sha256": record.digest()})
+                                                   "record_sha256": record_sha256})
             record.ledger_head, record.ledger_entries = self.ledger.head, len(self.ledger)
             if self.ledger.signing_key is not None:
-                record.sign(self.ledger.signing_key)
+                record.sign(self.ledger.signing_key, record_sha256)
             record.save(self.run_dir)
         except (InfrastructureFailure, LedgerError) as exc:  # the infrastructure's failure: no record
             phase, problem = ("optimisation", stopped) if stopped is not None else ("held-out scoring", str(exc))
