@@ -14,6 +14,7 @@ user who could plant it would otherwise run code in the tests."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import pickle
@@ -63,11 +64,15 @@ def save(file: Path, truths: dict[str, execution.GroundTruth]) -> None:
     file.parent.mkdir(mode=0o700, exist_ok=True)
     if not _private(file.parent):
         return
-    merged = {**load(file), **truths}  # another pytest-xdist worker may have added its own
-    partial = file.with_suffix(f".{os.getpid()}.part")
-    partial.write_bytes(pickle.dumps(merged))
-    partial.chmod(0o600)
-    os.replace(partial, file)  # readers see the old file or the new one, never half of one
+    # one writer at a time: two pytest-xdist workers that read the file, merged their own and
+    # replaced it together would keep only the last one's truths (the others computed again next run)
+    with open(file.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merged = {**load(file), **truths}  # another worker may have added its own
+        partial = file.with_suffix(f".{os.getpid()}.part")
+        partial.write_bytes(pickle.dumps(merged))
+        partial.chmod(0o600)
+        os.replace(partial, file)  # readers see the old file or the new one, never half of one
 
 
 @contextmanager
