@@ -142,6 +142,9 @@ def keyed_study(server, data_dir, tmp_path_factory):
 
 
 RULE_VARIANTS = ("--variants", "decomposed,scalar")
+# for a test of the protocol's machinery, not of its readings: one placebo draw per seed where a
+# verdict needs 7 (9 sessions instead of 27; the placebo sessions still run)
+ONE_DRAW = ("--placebo-draws", "1")
 
 
 @pytest.fixture(scope="module")
@@ -283,13 +286,14 @@ def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(rule_s
 
 def test_an_interrupted_protocol_exits_130_and_the_same_command_continues_it(server, data_dir, tmp_path, capsys,
                                                                            monkeypatch):
+    # one placebo draw per seed (9 sessions, not 27): what is tested is stopping and continuing
     monkeypatch.setenv(INTERRUPTED_ONCE, str(tmp_path / "pressed"))
     run_dir = tmp_path / "stopped"
-    assert protocol(run_dir, server, data_dir, "interrupted_once") == 130
+    assert protocol(run_dir, server, data_dir, "interrupted_once", *ONE_DRAW) == 130
     err = capsys.readouterr().err
     assert "re-run the same command to continue" in err and "Traceback" not in err
     assert not (run_dir / "report").exists()
-    assert protocol(run_dir, server, data_dir, "interrupted_once") == 0
+    assert protocol(run_dir, server, data_dir, "interrupted_once", *ONE_DRAW) == 0
     assert saved(run_dir)["answer"]
 
 
@@ -499,7 +503,9 @@ SHADOWS = ("typing_extensions", "sniffio", "gepa")
 @pytest.mark.skipif(__import__("shutil").which("bwrap") is None, reason="bubblewrap is not installed")
 def test_the_protocol_run_in_the_users_folder_imports_none_of_its_modules(server, data_dir, tmp_path):
     """The protocol runs the seed baseline itself: a folder holding modules named like the
-    harness's lazy imports must not supply them (issue 55); the user's optimizer runs isolated."""
+    harness's lazy imports must not supply them (issue 55); the user's optimizer runs isolated.
+    With one placebo draw per seed every kind of session (the optimizer's, the seed baseline, a
+    placebo draw, the ablation) and the report still run, so every lazy import still happens."""
     code, markers = tmp_path / "code", tmp_path / "markers"
     code.mkdir(mode=0o755)
     markers.mkdir()
@@ -517,7 +523,8 @@ def test_the_protocol_run_in_the_users_folder_imports_none_of_its_modules(server
     done = subprocess.run([__import__("sys").executable, "-m", "heldout", "-q", "protocol", "generalisation",
                            "--task", TASK, "--profile", PROFILE, "--optimizer", "mine=mine:optimize",
                            "--seeds", "0,1,2", "--budget", str(BUDGET), "--run-dir", str(tmp_path / "run"),
-                           "--worker-model", "test-model", "--base-url", server.base_url, "--data-dir", str(data_dir)],
+                           "--worker-model", "test-model", "--base-url", server.base_url, "--data-dir", str(data_dir),
+                           *ONE_DRAW],
                           cwd=code, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in markers.iterdir()) == []
