@@ -186,7 +186,8 @@ def test_a_sql_scorer_cannot_read_files_even_if_it_got_past_the_checker():
     access off, where the data files do not exist anyway."""
     from heldout.benchmarks.lockpicking import sql as sqlmod
 
-    with pytest.raises(sqlmod.SqlExecutionError):
-        sqlmod._in_sandbox("run_rows", [f"(SELECT count(*) FROM read_csv('{SOURCES}'))", ["1"]],
-                           wall_seconds=10, memory_mb=256)
+    with pytest.raises(sqlmod.SqlExecutionError, match="file system operations are disabled") as refused:
+        sqlmod._in_sandbox("run_rows", [f"(SELECT count(*) FROM read_csv('{SOURCES}'))", ["1"], 256],
+                           limits=RunLimits(cpu_seconds=10, memory_mb=256))
+    assert refused.value.kind == "crash"  # the candidate's, not the harness's
     assert Path(SOURCES).is_file()  # the control: the file is real
