@@ -62,7 +62,7 @@ def register(benchmark: Benchmark) -> Benchmark:
     if not benchmark.name:
         raise ValueError("a benchmark needs a name")
     _check_kind(benchmark)
-    _check_limits(benchmark)
+    _limit_by_cpu_time(benchmark)
     existing = _TASKS.get(benchmark.name)
     if existing is not None and type(existing) is not type(benchmark):
         raise ValueError(f"task {benchmark.name!r} registered twice")
@@ -82,7 +82,7 @@ def _check_kind(benchmark: Benchmark) -> None:
                          f"but its kind is {benchmark.kind!r}: add kind = \"program\" to {cls.__name__}")
 
 
-def _check_limits(benchmark: Benchmark) -> None:
+def _limit_by_cpu_time(benchmark: Benchmark) -> None:
     """A program task's time limit is CPU time; its wall limit only stops a program that waits
     (DESIGN "Time"). A wall limit under the backstop of the CPU limit would fail a program because
     the machine was busy: refused, naming the fix, when the task chose it; a task on the library's
