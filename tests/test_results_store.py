@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from heldout.cli import main as cli_main
-from heldout.evaluators.ledger import LEDGER_FILE
+from heldout.evaluators.ledger import LEDGER_FILE, read_entries
 from heldout.evaluators.records import RECORD_FILE
 from heldout.reports.collect import collect_runs
 from heldout.reports.store import TABLES, ResultsStore, StoreError
@@ -141,19 +141,25 @@ def test_a_runset_collected_without_its_ledgers_is_a_clear_error(tmp_path):
 
 
 def test_a_store_loads_each_runs_ledger_as_it_is_verified_not_every_ledger_at_once(tmp_path, monkeypatch):
-    """A paper-sized study's entries do not fit in memory at once: the store verifies a run, loads
-    its entries into its database file and lets them go before it reads the next ledger."""
+    """A paper-sized study's entries do not fit in memory at once: the store verifies a run, takes
+    its entries as rows and lets the ledger go before it reads the next one; the rows wait for the
+    database file in batches of at most ``FLUSH_ROWS`` (one insert per run cost 3x the CPU)."""
     import heldout.reports.collect as collect
     import heldout.reports.store as store_module
     for seed in range(3):
         write_run(tmp_path, "synthetic/a", "m", seed)
     events = []
-    real_check, real_add = collect.check_run, store_module._LedgerTable.add
+    real_check, real_add, real_flush = collect.check_run, store_module._LedgerTable.add, store_module._LedgerTable.flush
     monkeypatch.setattr(collect, "check_run", lambda run_dir: (events.append("verify"), real_check(run_dir))[1])
     monkeypatch.setattr(store_module._LedgerTable, "add",
                         lambda self, run, entries: (events.append("load"), real_add(self, run, entries))[1])
+    waiting = []
+    monkeypatch.setattr(store_module._LedgerTable, "flush",
+                        lambda self: (waiting.append(len(self.columns["seq"])), real_flush(self))[1])
+    monkeypatch.setattr(store_module._LedgerTable, "FLUSH_ROWS", 10)
     store = ResultsStore.open([tmp_path])
     assert events == ["verify", "load"] * 3
+    assert len(waiting) >= 2 and max(waiting) < 10 + max_entries_of_one_run(tmp_path)  # bounded by the batch
     kept = ResultsStore.from_runset(collect_runs([tmp_path], keep_ledgers=True))  # every ledger held at once
     every_entry = "SELECT * FROM ledger ORDER BY run_id, seq"
     assert store.query(every_entry).rows == kept.query(every_entry).rows and store.count("ledger") > 20
@@ -161,6 +167,10 @@ def test_a_store_loads_each_runs_ledger_as_it_is_verified_not_every_ledger_at_on
     assert (scratch / "store.duckdb").is_file()
     store.close()
     assert not scratch.exists()
+
+
+def max_entries_of_one_run(root: Path) -> int:
+    return max(len(read_entries(p)[0]) for p in root.rglob(LEDGER_FILE))
 
 
 def test_a_query_that_reads_no_ledger_entry_loads_none(tmp_path, monkeypatch, capsys):
