@@ -85,9 +85,9 @@ class LockpickingBenchmark(Benchmark):
     def load_raw(self, data_dir: str | None) -> list[Example]:
         """The stored pool: the 50 strings of the `paper` profile, then the further ones."""
         pool = load_pool()
-        out = [Example(id=f"six-p{k:02d}", input={"program": s}, target=_label(s), meta={"pool": "paper"})
+        out = [Example(id=f"six-p{k:02d}", input={"program": s}, target=TRUTH.label(s), meta={"pool": "paper"})
                for k, s in enumerate(pool["paper"])]
-        out += [Example(id=f"six-g{k:03d}", input={"program": s}, target=_label(s), meta={"pool": "extra"})
+        out += [Example(id=f"six-g{k:03d}", input={"program": s}, target=TRUTH.label(s), meta={"pool": "extra"})
                 for k, s in enumerate(pool["extra"])]
         return out
 
@@ -353,12 +353,6 @@ class LockpickingBenchmark(Benchmark):
         else:
             summary["exhaustive_accuracy"] = None
         return summary
-
-
-@lru_cache(maxsize=4096)
-def _label(program: str) -> int:
-    """The rule engine's label of a string, once a process (a session loads the pool twice)."""
-    return TRUTH.label(program)
 
 
 @lru_cache(maxsize=1)
