@@ -17,7 +17,6 @@ from heldout.contracts import RunLimits
 from heldout.sandbox import isolation_mode, run_calls
 
 pytestmark = pytest.mark.skipif(isolation_mode() != "bwrap", reason="the allow-list sandbox needs bubblewrap")
-SOURCES = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "SOURCES.md")
 
 
 def old_test_seed(k: int) -> int:
@@ -181,13 +180,14 @@ def test_a_slow_sql_scorer_stops_at_its_timeout_in_the_sandbox():
     assert "timeout after 0.5 s wall" in result["exhaustive_error"]
 
 
-def test_a_sql_scorer_cannot_read_files_even_if_it_got_past_the_checker():
+def test_a_sql_scorer_cannot_read_files_even_if_it_got_past_the_checker(data_dir):
     """The checker refuses file functions; below it, DuckDB runs in the sandbox with external
     access off, where the data files do not exist anyway."""
     from heldout.benchmarks.lockpicking import sql as sqlmod
 
+    sources = data_dir / "SOURCES.md"
     with pytest.raises(sqlmod.SqlExecutionError, match="file system operations are disabled") as refused:
-        sqlmod._in_sandbox("run_rows", [f"(SELECT count(*) FROM read_csv('{SOURCES}'))", ["1"], 256],
+        sqlmod._in_sandbox("run_rows", [f"(SELECT count(*) FROM read_csv('{sources}'))", ["1"], 256],
                            limits=RunLimits(cpu_seconds=10, memory_mb=256))
     assert refused.value.kind == "crash"  # the candidate's, not the harness's
-    assert Path(SOURCES).is_file()  # the control: the file is real
+    assert sources.is_file()  # the control: the file is real
