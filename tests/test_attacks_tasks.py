@@ -5,7 +5,6 @@ Every attack must score 0 with a clear, named error."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 
