@@ -44,11 +44,13 @@ def run_pytest(extra: list[str], data_dir: str) -> tuple[float, str]:
     """(wall seconds, pytest's summary line)."""
     env = {**os.environ, "HELDOUT_DATA_DIR": data_dir}
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-n", "2", "--dist", "loadgroup",
                            "-p", "no:cacheprovider", *extra], cwd=ROOT, env=env, capture_output=True, text=True)
     took = time.perf_counter() - start
     summary = [line for line in done.stdout.splitlines() if re.search(r"\d+ (passed|failed)", line)]
-    return took, (summary[-1].strip("= ") if summary else f"pytest exit {done.returncode}")
+    failed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    said = summary[-1].strip("= ") if summary else f"pytest exit {done.returncode}"
+    return took, said + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
 def figures(data_dir: str, fast_only: bool = False, whole_only: bool = False) -> list[dict]:
