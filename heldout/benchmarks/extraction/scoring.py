@@ -13,7 +13,6 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 from heldout.benchmarks.extraction import reference
@@ -140,13 +139,9 @@ def extract_bbh(text: Any, fmt: str, mode: str, *, target: str | None = None,
 
 
 def _canonical_bbh_target(target: Any, fmt: str) -> str:
-    return _canonical_bbh_text_target(str(target), fmt)
-
-
-# an example's target is read again for every output scored on it: the same targets, over and over
-@lru_cache(maxsize=4096)
-def _canonical_bbh_text_target(target: str, fmt: str) -> str:
-    t = target.strip()
+    # not cached across calls: a process-wide cache kept the test split's targets in the process
+    # while the next session's optimizer ran (test_in_process_reach)
+    t = str(target).strip()
     if fmt == "choice":
         return t
     if fmt in WORDS:
