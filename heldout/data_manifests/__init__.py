@@ -125,6 +125,12 @@ class Manifest:
     format: int = MANIFEST_FORMAT
     profile_digests: dict[str, str] = field(default_factory=dict)  # profile -> digest of its id lists
 
+    def sha256(self) -> str:
+        """sha256 of the whole manifest (its fields as canonical JSON): what a run records as its
+        ``manifest.sha256``, and what a bundle matches a manifest file to the records by."""
+        # the fields hold JSON values only: the same bytes as asdict's deep copy, without copying the ids
+        return sha256_text(canonical_json({name: getattr(self, name) for name in self.__dataclass_fields__}))
+
     # -- io ---------------------------------------------------------------------------------
     @staticmethod
     def path_for(task: str, root: Path = MANIFEST_DIR) -> Path:

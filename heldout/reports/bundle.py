@@ -28,11 +28,10 @@ import os
 import stat
 import tarfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable
 
-from heldout.contracts import HeldoutError, canonical_json
+from heldout.contracts import HeldoutError
 from heldout.data_manifests import Manifest, manifest_roots
 from heldout.evaluators.ledger import HEAD_FILE, LEDGER_FILE, MAX_LEDGER_BYTES
 from heldout.evaluators.records import RECORD_FILE, environment, heldout_version
@@ -109,7 +108,7 @@ def _manifest_recorded(task: str, recorded: set[str]) -> tuple[Path, str] | None
         if not path.exists():
             continue
         try:
-            whole = hashlib.sha256(canonical_json(asdict(Manifest.load(task, root))).encode("utf-8")).hexdigest()
+            whole = Manifest.load(task, root).sha256()
         except HeldoutError:
             continue
         if whole in recorded:
