@@ -247,7 +247,7 @@ def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: in
     writer's pid and a random tag, so a concurrent writer cannot rename it away); a failed write
     leaves no temp file behind. ``mode`` 0o600 for files only their owner may read."""
     target = os.fspath(path)
-    tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    tmp = writer_temp_name(target)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -262,6 +262,12 @@ def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: in
 
 
 _TEMP_NAME = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+def writer_temp_name(target: str) -> str:
+    """The temp name a writer of ``target`` writes before renaming it into place: unique to the
+    writer (its pid and a random tag), and what :func:`remove_stale_temp_files` recognises."""
+    return f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
 
 
 def pid_is_running(pid: int) -> bool:

@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
+from heldout.files import writer_temp_name
+
 # a head longer than this (never an unsigned one: about 250 bytes) is renamed into place, not
 # overwritten: one write within a disk sector is all-or-nothing, on a kill and on power loss alike
 HEAD_IN_PLACE_BYTES = 512
@@ -101,7 +103,7 @@ class HeadFile:
         """``text`` written under a temp name of this writer's own, then renamed over the old head;
         with ``keep``, its descriptor stays open for the heads written in place after it."""
         target = os.fspath(self.path)
-        tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"  # what files.remove_stale_temp_files knows
+        tmp = writer_temp_name(target)
         installed = os.fdopen(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), "r+b", buffering=0)
         try:
             if installed.write(text) != len(text):

@@ -553,4 +553,4 @@ def decode_typed(value: Any) -> Any:
     return value
 
 
-__all__ = ["CallFeeder", "RunMeter", "RunState", "Watch", "Watched", "decode_typed", "wall_backstop"]
+__all__ = ["CallFeeder", "RunMeter", "RunState", "Watch", "Watched", "decode_typed"]
