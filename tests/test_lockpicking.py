@@ -176,31 +176,34 @@ def test_a_surrogate_that_fits_the_fifty_is_caught_by_the_exhaustive_check(paper
     assert summary["exhaustive_accuracy"] == pytest.approx(truth_agreement(surrogate), abs=1e-12)
 
 
-def test_a_deterministic_sql_batch_runs_once_for_all_examples(paper, monkeypatch):
-    calls = []
+@pytest.fixture
+def batches(monkeypatch) -> list[int]:
+    """The size of every SQL batch run from here on (the real execution, counted)."""
+    calls: list[int] = []
     real = sqlmod.execute
     monkeypatch.setattr(sqlmod, "execute", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
+    return calls
+
+
+def test_a_deterministic_sql_batch_runs_once_for_all_examples(paper, batches):
     bench = LockpickingBenchmark()
     candidate = {"scorer.sql": "IFF(SUBSTR(PROGRAM, 1, 1) = '7', 1, 0)"}
     verdicts, _ = evaluate(bench, candidate, paper.split("test"))
-    assert calls == [400]  # the whole pool, once
+    assert batches == [400]  # the whole pool, once
     assert [v.output for v in verdicts] == [int(e.input["program"][:1] == "7") for e in paper.split("test")]
     bench.run(candidate, Example("new", {"program": "700000"}, 1))  # an unknown string: one more batch
-    assert len(calls) == 2
+    assert len(batches) == 2
 
 
-def test_examples_scored_at_once_on_many_threads_share_one_batch(paper, monkeypatch):
+def test_examples_scored_at_once_on_many_threads_share_one_batch(paper, batches):
     # a session scores an evaluation's examples concurrently: each computing the pool's batch at
     # once multiplied the work eightfold, and under a wall-clock limit failed some on a loaded machine
-    calls = []
-    real = sqlmod.execute
-    monkeypatch.setattr(sqlmod, "execute", lambda *a, **k: calls.append(len(a[1])) or real(*a, **k))
     bench = LockpickingBenchmark()
     candidate = {"scorer.sql": "IFF(SUBSTR(PROGRAM, 2, 1) = '2', 1, 0)"}
     examples = paper.split("test")[:16]
     with ThreadPoolExecutor(8) as pool:
         verdicts = list(pool.map(lambda e: bench.run(candidate, e), examples))
-    assert calls == [400]
+    assert batches == [400]
     assert [v.output for v in verdicts] == [int(e.input["program"][1:2] == "2") for e in examples]
 
 
