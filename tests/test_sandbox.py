@@ -399,9 +399,12 @@ def test_a_program_that_reads_its_call_stream_ahead_finds_no_later_input():
     for timed in ({"per_call_seconds": [2.0] * 4}, {}):
         r = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, **timed)
         assert r.ok and r.value == [[f"input-{k}", []] for k in range(4)], (r.error, r.value)
-    # control: trusted code given its inputs up front finds the later ones already read in
+    # control: trusted code given its inputs up front finds the later ones during the first call:
+    # read into its runner's buffer, or still in the pipe (the frames are separate writes, so
+    # where they are depends on how the two processes were scheduled; CI saw both at once)
     r = run_calls({"prog.py": src}, "prog", "f", calls, limits=LIMITS, inputs_up_front=True)
-    assert r.ok and r.value[0] == ["input-0", ["buffer"]], r.value
+    assert r.ok and r.value[0][0] == "input-0", r.value
+    assert r.value[0][1] and set(r.value[0][1]) <= {"buffer", "pipe"}, r.value
 
 
 def test_limits_are_applied_in_the_child():
