@@ -44,6 +44,7 @@ from heldout import Session, SessionModels, load_task  # noqa: E402
 from heldout.contracts import candidate_id  # noqa: E402
 from heldout.evaluators.ledger import Ledger  # noqa: E402
 from heldout.models import ChatRequest, ModelClient  # noqa: E402
+from cores import CoreMeter, Cores, mean_cores  # noqa: E402
 from machine import verdict  # noqa: E402
 
 TASK, PROFILE = "bbh/word_sorting", "default"  # 50 train / 50 val / 150 test
@@ -92,20 +93,24 @@ class Timed:
     requests: int
     ledger_bytes: int = 0
     ledger_entries: int = 0
+    cores: Cores | None = None  # cores busy over the run (perf/cores.py)
 
 
-def run_session(base_url: str, task, run_dir: Path, profiler: cProfile.Profile | None = None) -> tuple[Timed, list]:
+def run_session(base_url: str, task, run_dir: Path, profiler: cProfile.Profile | None = None,
+                server_pid: int | None = None) -> tuple[Timed, list]:
     worker = RecordingClient("test-model", base_url, concurrency=CONCURRENCY)
     try:
-        wall, cpu = time.perf_counter(), time.process_time()
-        if profiler is not None:
-            profiler.enable()
-        session = Session(task, PROFILE, budget=BATCH * ROUNDS, seed=0, models=SessionModels(worker=worker), run_dir=run_dir,
-                          method="perf-batches")
-        record = session.run(batch_optimizer)
-        if profiler is not None:
-            profiler.disable()
-        timed = Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, worker.batches)))
+        with CoreMeter(server_pid) as meter:
+            wall, cpu = time.perf_counter(), time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            session = Session(task, PROFILE, budget=BATCH * ROUNDS, seed=0, models=SessionModels(worker=worker),
+                              run_dir=run_dir, method="perf-batches")
+            record = session.run(batch_optimizer)
+            if profiler is not None:
+                profiler.disable()
+            timed = Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, worker.batches)))
+        timed.cores = meter.cores
     finally:
         worker.close()
     if record.status != "ok":
@@ -115,12 +120,14 @@ def run_session(base_url: str, task, run_dir: Path, profiler: cProfile.Profile |
     return timed, worker.batches
 
 
-def run_bare(base_url: str, batches: list[list[ChatRequest]]) -> Timed:
-    with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client:
+def run_bare(base_url: str, batches: list[list[ChatRequest]], server_pid: int | None = None) -> Timed:
+    with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client, CoreMeter(server_pid) as meter:
         wall, cpu = time.perf_counter(), time.process_time()
         for batch in batches:
             client.complete_many(batch)
-        return Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
+        timed = Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
+    timed.cores = meter.cores
+    return timed
 
 
 def scored_examples(task, batches: list[list[ChatRequest]]) -> list[list]:
@@ -138,12 +145,13 @@ def scored_examples(task, batches: list[list[ChatRequest]]) -> list[list]:
     return out
 
 
-def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Path) -> Timed:
+def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Path,
+              server_pid: int | None = None) -> Timed:
     """The same requests with only the work the protected path cannot drop: each output scored as
     it arrives (the task's own ``score_text``), and each batch's verdicts appended to a real ledger
     (hash chain, one write, fsync and head per batch) before the next batch is sent."""
     examples = scored_examples(task, batches)
-    with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client:
+    with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client, CoreMeter(server_pid) as meter:
         wall, cpu = time.perf_counter(), time.process_time()
         ledger = Ledger.open(run_dir)
         cid, calls = candidate_id({"instruction": "floor"}), 0
@@ -158,7 +166,9 @@ def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Pa
                                                  "cached": False, "metric_calls": calls, "verdict": verdict.to_dict(),
                                                  "cost": 1})
         ledger.close()
-        return Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
+        timed = Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
+    timed.cores = meter.cores
+    return timed
 
 
 def measure(latency: float, data_dir: str | None, profile_to: str | None = None) -> dict:
@@ -170,10 +180,10 @@ def measure(latency: float, data_dir: str | None, profile_to: str | None = None)
     try:
         sessions, bares, floors = [], [], []
         for k in range(2):
-            timed, batches = run_session(base_url, task, root / f"session-{k}", profiler if k == 1 else None)
+            timed, batches = run_session(base_url, task, root / f"session-{k}", profiler if k == 1 else None, proc.pid)
             sessions.append(timed)
-            bares.append(run_bare(base_url, batches))
-            floors.append(run_floor(base_url, task, batches, root / f"floor-{k}"))
+            bares.append(run_bare(base_url, batches, proc.pid))
+            floors.append(run_floor(base_url, task, batches, root / f"floor-{k}", proc.pid))
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -186,6 +196,8 @@ def measure(latency: float, data_dir: str | None, profile_to: str | None = None)
             "session_cpu": mean(sessions, "cpu"), "bare_cpu": mean(bares, "cpu"),
             "floor_wall": mean(floors, "wall"), "floor_cpu": mean(floors, "cpu"),
             "ledger_bytes": sessions[0].ledger_bytes, "ledger_entries": sessions[0].ledger_entries,
+            "cores": {who: mean_cores([r.cores for r in runs]) for who, runs in
+                      (("bare", bares), ("session", sessions), ("floor", floors))},
             "runs": {"session": sessions, "bare": bares, "floor": floors}}
 
 
@@ -203,6 +215,21 @@ def rows_of(m: dict) -> list[dict]:
                      f"floor (bare + scoring each output as it arrives + a ledger batch per batch) "
                      f"{m['floor_wall'] / m['bare_wall']:.2f}x bare, {1000 * m['floor_cpu'] / n:.2f} ms CPU per call; "
                      f"ledger {m['ledger_bytes'] / m['ledger_entries']:.0f} B/entry"}]
+
+
+def cores_line(m: dict) -> str:
+    """Cores busy over each kind of run (the mean of its runs) and the bound they set: the
+    session's and the floor's CPU (client and server) spread evenly over every core of the machine
+    with nothing else running would still take this many times the bare run's wall."""
+    ncpu = os.cpu_count() or 1
+    parts = [f"{who} {m['cores'][who].describe()}" for who in ("bare", "session", "floor")]
+    bounds = []
+    for who in ("session", "floor"):
+        c = m["cores"][who]
+        if c.server is not None:
+            bounds.append(f"{who} {c.ours * c.wall / ncpu / m['bare_wall']:.2f}x")
+    bound = f"; evenly over {ncpu} cores, nothing else running, the CPU alone of: {', '.join(bounds)} bare" if bounds else ""
+    return f"  cores busy at {m['latency'] * 1000:g} ms (of {ncpu}): " + "; ".join(parts) + bound
 
 
 def work_per_output(data_dir: str | None) -> dict[str, float]:
@@ -266,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
             ok = ok and row["passed"]
             print(f"{row['name']}: {row['value']:.2f} s, {row['ratio']:.2f}x ({row['target']}): "
                   f"{verdict(row['passed'])}; {row['note']}")
+        print(cores_line(m))
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0 if ok else 1
 
