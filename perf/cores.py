@@ -55,6 +55,10 @@ class Cores:
     def ours(self) -> float:
         return self.client + (self.server or 0.0)
 
+    def cpu_seconds(self) -> tuple[float, ...]:
+        """(client, server) CPU seconds over the run, the server's only when it was read."""
+        return (self.client * self.wall,) + (() if self.server is None else (self.server * self.wall,))
+
     @property
     def others(self) -> float | None:
         return None if self.machine is None else max(0.0, self.machine - self.ours)
@@ -64,6 +68,14 @@ class Cores:
         machine = "" if self.machine is None else f"; machine {self.machine:.2f} (others {self.others:.2f})"
         return (f"client {self.client:.2f} (its caller thread {self.client_caller:.2f}) + server {server} "
                 f"= {self.ours:.2f}{machine}")
+
+
+def cpu_bound_seconds(*process_cpu: float, ncpu: int | None = None) -> float:
+    """The least wall a run's CPU work allows on an otherwise idle machine if each process can use
+    at most one core (one interpreter lock; its fsync and system calls aside) and all of them
+    ``ncpu`` cores: the busiest process's CPU, or all of it spread evenly, whichever is more.
+    CPU seconds change little with other users' load, so this bound holds at any load."""
+    return max(max(process_cpu), sum(process_cpu) / (ncpu or os.cpu_count() or 1))
 
 
 def mean_cores(runs: list[Cores]) -> Cores:

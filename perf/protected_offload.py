@@ -45,7 +45,7 @@ from heldout.contracts import candidate_id  # noqa: E402
 from heldout.evaluators.ledger import Ledger, verify_ledger  # noqa: E402
 from heldout.models import ChatRequest, ModelClient  # noqa: E402
 
-from cores import CoreMeter, mean_cores, process_cpu_seconds  # noqa: E402
+from cores import CoreMeter, cpu_bound_seconds, mean_cores, process_cpu_seconds  # noqa: E402
 from protected_path import (CONCURRENCY, PROFILE, TASK, Timed, run_bare, run_floor, run_session,  # noqa: E402
                             scored_examples, start_cot_server)
 
@@ -187,14 +187,16 @@ def report(m: dict) -> list[str]:
     bare = mean("bare", "wall")
     lines = [f"{n} requests at {m['latency'] * 1000:g} ms latency, concurrency {CONCURRENCY}, "
              f"{len(runs['bare'])} rounds (means; of {ncpu} cores):"]
+    bare_bound = cpu_bound_seconds(*mean_cores([t.cores for t in runs["bare"]]).cpu_seconds(), ncpu=ncpu)
     for kind in KINDS:
         cores = mean_cores([t.cores for t in runs[kind]])
-        helper = ""
+        helper, cpu = "", cores.cpu_seconds()
         if kind in m["helpers"]:
             h = sum(t.helper_cpu for t in runs[kind]) / len(runs[kind])
-            helper = f", helper {1000 * h / n:.2f} ms CPU per call ({h / cores.wall:.2f} cores)"
+            helper, cpu = f", helper {1000 * h / n:.2f} ms CPU per call ({h / cores.wall:.2f} cores)", cpu + (h,)
         walls = ", ".join(f"{t.wall:.2f}" for t in runs[kind])
-        lines.append(f"  {kind:6s} {mean(kind, 'wall'):.3f} s ({walls}), {mean(kind, 'wall') / bare:.2f}x bare; client "
+        lines.append(f"  {kind:6s} {mean(kind, 'wall'):.3f} s ({walls}), {mean(kind, 'wall') / bare:.2f}x bare "
+                     f"(its CPU alone allows {cpu_bound_seconds(*cpu, ncpu=ncpu) / bare_bound:.2f}x); client "
                      f"{1000 * mean(kind, 'cpu') / n:.2f} ms CPU per call{helper}; cores busy: {cores.describe()}")
     for kind, h in m["helpers"].items():
         lines.append(f"  {kind} helper's start: {h.start_wall:.2f} s wall, {h.start_cpu:.2f} s CPU (before the runs)")

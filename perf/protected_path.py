@@ -44,7 +44,7 @@ from heldout import Session, SessionModels, load_task  # noqa: E402
 from heldout.contracts import candidate_id  # noqa: E402
 from heldout.evaluators.ledger import Ledger  # noqa: E402
 from heldout.models import ChatRequest, ModelClient  # noqa: E402
-from cores import CoreMeter, Cores, mean_cores  # noqa: E402
+from cores import CoreMeter, Cores, cpu_bound_seconds, mean_cores  # noqa: E402
 from machine import verdict  # noqa: E402
 
 TASK, PROFILE = "bbh/word_sorting", "default"  # 50 train / 50 val / 150 test
@@ -218,18 +218,17 @@ def rows_of(m: dict) -> list[dict]:
 
 
 def cores_line(m: dict) -> str:
-    """Cores busy over each kind of run (the mean of its runs) and the bound they set: the
-    session's and the floor's CPU (client and server) spread evenly over every core of the machine
-    with nothing else running would still take this many times the bare run's wall."""
+    """Cores busy over each kind of run (the mean of its runs), and the wall ratio their CPU alone
+    allows against the bare run's: each process on at most one core, all on every core of the
+    machine, nothing else running (perf/cores.py, cpu_bound_seconds). At 0 ms the client's core
+    is the one that binds, so work moved off it needs a core the bare run leaves idle."""
     ncpu = os.cpu_count() or 1
     parts = [f"{who} {m['cores'][who].describe()}" for who in ("bare", "session", "floor")]
-    bounds = []
-    for who in ("session", "floor"):
-        c = m["cores"][who]
-        if c.server is not None:
-            bounds.append(f"{who} {c.ours * c.wall / ncpu / m['bare_wall']:.2f}x")
-    bound = f"; evenly over {ncpu} cores, nothing else running, the CPU alone of: {', '.join(bounds)} bare" if bounds else ""
-    return f"  cores busy at {m['latency'] * 1000:g} ms (of {ncpu}): " + "; ".join(parts) + bound
+    bare = cpu_bound_seconds(*m["cores"]["bare"].cpu_seconds(), ncpu=ncpu)
+    bounds = ", ".join(f"{who} {cpu_bound_seconds(*m['cores'][who].cpu_seconds(), ncpu=ncpu) / bare:.2f}x"
+                       for who in ("session", "floor"))
+    return (f"  cores busy at {m['latency'] * 1000:g} ms (of {ncpu}): " + "; ".join(parts)
+            + f"; the CPU alone (one core per process, {ncpu} in all, idle machine) allows {bounds} bare")
 
 
 def work_per_output(data_dir: str | None) -> dict[str, float]:
