@@ -18,6 +18,13 @@ Two ways to feed it, each against the bare client and the in-process floor in th
   last outputs, the write, the fsync and the head follow the last answer.
 
     python perf/protected_offload.py [--latency 0] [--rounds 3] [--data-dir ../shared/data]
+    python perf/protected_offload.py --kill 20   # kill -9 the helper anywhere: each ledger verifies
+
+Beside each kind's wall: its client's, server's and helper's CPU per call, the cores each kept busy
+(perf/cores.py; ``others`` is the rest of the machine's work) and, at 0 ms, the ratio of the least
+walls the runs' CPU allows (each process on at most one core, all on the machine's cores, nothing
+else running; waits such as the batch's fsync not counted): how far any design moving this work to
+a second process could go on this machine.
 
 Each round runs bare, floor, batch, stream in that order (so a change of load hits all); every
 figure is the mean over rounds. The helper's start (an interpreter, heldout's imports, the task)
@@ -30,6 +37,7 @@ import argparse
 import contextlib
 import os
 import pickle
+import random
 import shutil
 import subprocess
 import sys
@@ -195,11 +203,68 @@ def report(m: dict) -> list[str]:
             h = sum(t.helper_cpu for t in runs[kind]) / len(runs[kind])
             helper, cpu = f", helper {1000 * h / n:.2f} ms CPU per call ({h / cores.wall:.2f} cores)", cpu + (h,)
         walls = ", ".join(f"{t.wall:.2f}" for t in runs[kind])
-        lines.append(f"  {kind:6s} {mean(kind, 'wall'):.3f} s ({walls}), {mean(kind, 'wall') / bare:.2f}x bare "
-                     f"(its CPU alone allows {cpu_bound_seconds(*cpu, ncpu=ncpu) / bare_bound:.2f}x); client "
-                     f"{1000 * mean(kind, 'cpu') / n:.2f} ms CPU per call{helper}; cores busy: {cores.describe()}")
+        bound = "" if m["latency"] else f" (at the least wall its CPU allows: {cpu_bound_seconds(*cpu, ncpu=ncpu) / bare_bound:.2f}x)"
+        server = "" if cores.server is None else f", server {1000 * cores.server * cores.wall / n:.2f} ms"
+        lines.append(f"  {kind:6s} {mean(kind, 'wall'):.3f} s ({walls}), {mean(kind, 'wall') / bare:.2f}x bare{bound}; client "
+                     f"{1000 * mean(kind, 'cpu') / n:.2f} ms CPU per call{server}{helper}; cores busy: {cores.describe()}")
     for kind, h in m["helpers"].items():
         lines.append(f"  {kind} helper's start: {h.start_wall:.2f} s wall, {h.start_cpu:.2f} s CPU (before the runs)")
+    return lines
+
+
+def kill_check(data_dir: str | None, trials: int, seed: int = 0) -> list[str]:
+    """Kill -9 the streaming helper at a random point of a random batch, ``trials`` times: while
+    its outputs come in, or (half the trials) within 30 ms of the batch's end, while the helper
+    writes, syncs and names them. The ledger left behind must open (a torn or unclaimed tail cut
+    off), verify, and hold every entry of every batch the helper had said was durable, in order,
+    and nothing of the last batch unless all of it (its head was written)."""
+    task = load_task(TASK, PROFILE, data_dir)
+    rng, lines = random.Random(seed), []
+    server, base_url = start_cot_server(0.0)
+    root = Path(tempfile.mkdtemp(prefix="heldout-perf-offload-kill-"))
+    try:
+        _, batches = run_session(base_url, task, root / "session")
+        examples = scored_examples(task, batches)
+        cid = candidate_id({"instruction": "offload"})
+        with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client:
+            for t in range(trials):
+                helper = Helper(root / f"kill-{t}", data_dir)
+                last = rng.randrange(1, len(batches))  # the batch during which the helper dies
+                acknowledged, calls = [], 0
+                for k, (batch, exs) in enumerate(zip(batches[:last + 1], examples)):
+                    calls += len(batch)
+                    sent, kill_at = [], None
+                    if k == last:
+                        kill_at = len(batch) if rng.random() < 0.5 else rng.randrange(len(batch))
+                    for i, answer in client.complete_each(batch):
+                        if len(sent) == kill_at:
+                            break
+                        helper.send(("one", cid, calls, exs[i].id, answer.text))
+                        sent.append(exs[i].id)
+                    if kill_at is None or kill_at == len(batch):  # the batch is whole: its end is sent
+                        helper.send(("end",))
+                    if k == last:
+                        time.sleep(rng.random() * (0.03 if kill_at == len(batch) else 0.01))  # anywhere in its work
+                        helper.proc.kill()
+                        helper.proc.wait()
+                        break
+                    if helper.receive()[0] != "durable":
+                        raise SystemExit("the helper did not say durable")
+                    acknowledged.extend(sent)
+                Ledger.open(root / f"kill-{t}").close()  # a writer's open: cuts a torn or unclaimed tail
+                report = verify_ledger(root / f"kill-{t}")
+                kept = [e["data"]["example_id"] for e in report.checked if e["kind"] == "evaluation"]
+                if not report.ok or kept not in (acknowledged, acknowledged + sent):
+                    raise SystemExit(f"kill -9 in batch {last}: {report.describe()}; {len(kept)} entries kept, "
+                                     f"{len(acknowledged)} acknowledged")
+                when = "after its end was sent" if kill_at == len(batch) else f"after {kill_at} of its outputs"
+                repairs = sorted({e["kind"] for e in report.checked if e["kind"] != "evaluation"})
+                lines.append(f"  killed in batch {last} {when}: {len(acknowledged)} acknowledged, {len(kept)} evaluations "
+                             f"kept{', ' + ', '.join(repairs) if repairs else ''}; the ledger verifies")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
     return lines
 
 
@@ -208,10 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=os.environ.get("HELDOUT_DATA_DIR", str(HERE.parent.parent / "shared" / "data")))
     parser.add_argument("--latency", type=float, action="append", help="seconds (repeatable; default 0)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kill", type=int, metavar="N", help="instead: kill -9 the helper N times, check each ledger")
     parser.add_argument("--helper", help=argparse.SUPPRESS)  # the helper process's own run dir
     args = parser.parse_args(argv)
     if args.helper:
         return serve_helper(Path(args.helper), args.data_dir)
+    if args.kill:
+        print("\n".join(kill_check(args.data_dir, args.kill)))
+        return 0
     for latency in args.latency or [0.0]:
         print("\n".join(report(measure(latency, args.rounds, args.data_dir))))
     print(f"load average {os.getloadavg()[0]:.2f}")

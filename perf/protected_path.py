@@ -218,17 +218,19 @@ def rows_of(m: dict) -> list[dict]:
 
 
 def cores_line(m: dict) -> str:
-    """Cores busy over each kind of run (the mean of its runs), and the wall ratio their CPU alone
-    allows against the bare run's: each process on at most one core, all on every core of the
-    machine, nothing else running (perf/cores.py, cpu_bound_seconds). At 0 ms the client's core
-    is the one that binds, so work moved off it needs a core the bare run leaves idle."""
+    """Cores busy over each kind of run (the mean of its runs); at 0 ms latency, where the bare
+    run's wall is CPU, also the ratio of the least walls their CPU allows: each process on at most
+    one core, all on every core of the machine, nothing else running (perf/cores.py,
+    cpu_bound_seconds). Work moved off the client's core needs a core the bare run leaves idle."""
     ncpu = os.cpu_count() or 1
-    parts = [f"{who} {m['cores'][who].describe()}" for who in ("bare", "session", "floor")]
-    bare = cpu_bound_seconds(*m["cores"]["bare"].cpu_seconds(), ncpu=ncpu)
-    bounds = ", ".join(f"{who} {cpu_bound_seconds(*m['cores'][who].cpu_seconds(), ncpu=ncpu) / bare:.2f}x"
-                       for who in ("session", "floor"))
-    return (f"  cores busy at {m['latency'] * 1000:g} ms (of {ncpu}): " + "; ".join(parts)
-            + f"; the CPU alone (one core per process, {ncpu} in all, idle machine) allows {bounds} bare")
+    line = f"  cores busy at {m['latency'] * 1000:g} ms (of {ncpu}): " + "; ".join(
+        f"{who} {m['cores'][who].describe()}" for who in ("bare", "session", "floor"))
+    if m["latency"] == 0:
+        bare = cpu_bound_seconds(*m["cores"]["bare"].cpu_seconds(), ncpu=ncpu)
+        line += ("; at the least wall its CPU allows (one core per process, an idle machine) each run takes "
+                 + ", ".join(f"{who} {cpu_bound_seconds(*m['cores'][who].cpu_seconds(), ncpu=ncpu) / bare:.2f}x"
+                             for who in ("session", "floor")) + " the bare run's")
+    return line
 
 
 def work_per_output(data_dir: str | None) -> dict[str, float]:
