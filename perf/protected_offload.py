@@ -86,17 +86,17 @@ def serve_helper(run_dir: Path, data_dir: str | None) -> int:
         kind = message[0]
         if kind == "batch":  # ("batch", cid, calls, [(example_id, text), ...])
             _, cid, calls, outputs = message
-            with ledger.batch():
-                for example_id, text in outputs:
-                    record(example_id, text, cid, calls)
+            batch.enter_context(ledger.batch())
+            for example_id, text in outputs:
+                record(example_id, text, cid, calls)
         elif kind == "one":  # ("one", cid, calls, example_id, text): the batch stays open
             if not scores:
                 batch.enter_context(ledger.batch())
             record(message[3], message[4], message[1], message[2])
             continue
-        elif kind == "end":  # the streamed batch is whole: write, fsync, head
-            batch.close()
-        say(("durable", scores))
+        flushed = time.perf_counter()
+        batch.close()  # the batch's end: one write, fsync and head
+        say(("durable", scores, time.perf_counter() - flushed))
         scores = []
     ledger.close()
     return 0
@@ -138,6 +138,7 @@ def run_offload(base_url: str, batches: list[list[ChatRequest]], examples: list[
     """The bare client's requests, batch by batch, each batch's work done by ``helper``; the next
     batch is sent only once the helper says the last is durable."""
     cid, calls, scores = candidate_id({"instruction": "offload"}), 0, 0
+    waited = flushing = 0.0  # from the batch's last answer to "durable"; the helper's write, fsync and head
     with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client:
         helper_cpu = helper.cpu()
         with CoreMeter(server_pid) as meter:
@@ -151,13 +152,16 @@ def run_offload(base_url: str, batches: list[list[ChatRequest]], examples: list[
                 else:
                     answers = client.complete_many(batch)
                     helper.send(("batch", cid, calls, [(ex.id, a.text) for ex, a in zip(exs, answers)]))
+                asked = time.perf_counter()
                 reply = helper.receive()
+                waited, flushing = waited + time.perf_counter() - asked, flushing + reply[2]
                 if reply[0] != "durable" or len(reply[1]) != len(batch):
                     raise SystemExit(f"the helper answered {reply[0]!r} with {len(reply[1])} scores for {len(batch)}")
                 scores += len(reply[1])
             timed = Timed(time.perf_counter() - wall, time.process_time() - cpu, scores)
         timed.cores = meter.cores
         timed.helper_cpu = helper.cpu() - helper_cpu
+        timed.waited, timed.flushing = waited, flushing
     return timed
 
 
@@ -201,7 +205,9 @@ def report(m: dict) -> list[str]:
         helper, cpu = "", cores.cpu_seconds()
         if kind in m["helpers"]:
             h = sum(t.helper_cpu for t in runs[kind]) / len(runs[kind])
-            helper, cpu = f", helper {1000 * h / n:.2f} ms CPU per call ({h / cores.wall:.2f} cores)", cpu + (h,)
+            helper, cpu = (f", helper {1000 * h / n:.2f} ms CPU per call ({h / cores.wall:.2f} cores); waited for "
+                           f"\"durable\" {mean(kind, 'waited'):.3f} s a run, of which write, fsync and head "
+                           f"{mean(kind, 'flushing'):.3f} s"), cpu + (h,)
         walls = ", ".join(f"{t.wall:.2f}" for t in runs[kind])
         bound = "" if m["latency"] else f" (at the least wall its CPU allows: {cpu_bound_seconds(*cpu, ncpu=ncpu) / bare_bound:.2f}x)"
         server = "" if cores.server is None else f", server {1000 * cores.server * cores.wall / n:.2f} ms"
