@@ -15,7 +15,9 @@ Two ways to feed it, each against the bare client and the in-process floor in th
   work is then on the critical path, after the last answer, as in one process;
 * ``stream``: one message per output as it arrives (``complete_each``), a last one when the batch
   is whole; the helper scores and encodes while the rest of the batch is in flight, and only the
-  last outputs, the write, the fsync and the head follow the last answer.
+  last outputs, the write, the fsync and the head follow the last answer;
+* ``engine``: as ``stream``, but each output is sent by the client's event loop as it arrives
+  (a ModelClient subclass), so the caller's thread is not woken once per answer.
 
     python perf/protected_offload.py [--latency 0] [--rounds 3] [--data-dir ../shared/data]
     python perf/protected_offload.py --kill 20   # kill -9 the helper anywhere: each ledger verifies
@@ -26,7 +28,7 @@ walls the runs' CPU allows (each process on at most one core, all on the machine
 else running; waits such as the batch's fsync not counted): how far any design moving this work to
 a second process could go on this machine.
 
-Each round runs bare, floor, batch, stream in that order (so a change of load hits all); every
+Each round runs bare, floor, batch, stream, engine in that order (so a change of load hits all); every
 figure is the mean over rounds. The helper's start (an interpreter, heldout's imports, the task)
 is made before the timed runs and printed apart: a product would start it with the session.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import pickle
 import random
@@ -57,7 +60,10 @@ from cores import CoreMeter, cpu_bound_seconds, mean_cores, process_cpu_seconds 
 from protected_path import (CONCURRENCY, PROFILE, TASK, Timed, run_bare, run_floor, run_session,  # noqa: E402
                             scored_examples, start_cot_server)
 
-KINDS = ("bare", "floor", "batch", "stream")
+KINDS = ("bare", "floor", "batch", "stream", "engine")
+OFFLOADED = KINDS[2:]
+PIPE_BYTES = 1 << 20  # F_SETPIPE_SZ: the client's writes never wait for a helper a batch behind
+F_SETPIPE_SZ = 1031
 
 
 # -- the helper process -----------------------------------------------------------------------------
@@ -106,10 +112,13 @@ class Helper:
     """The helper process, started and ready (its start timed apart)."""
 
     def __init__(self, run_dir: Path, data_dir: str | None) -> None:
-        wall, children = time.perf_counter(), os.times()
+        wall = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, __file__, "--helper", str(run_dir), "--data-dir", str(data_dir)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.inbox, self.outbox = self.proc.stdout, self.proc.stdin
+        for pipe in (self.inbox, self.outbox):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(pipe.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
         ready = self.receive()
         if ready[0] != "ready":
             raise SystemExit(f"the helper did not start: {ready!r}")
@@ -133,21 +142,44 @@ class Helper:
             raise SystemExit(f"the helper failed: exit {self.proc.returncode}")
 
 
+class ForwardingClient(ModelClient):
+    """A ModelClient whose event loop hands each answer to ``forward`` as it arrives (on the
+    client's own thread: no wake-up of the caller's thread per answer, unlike ``complete_each``)."""
+
+    def __init__(self, *args, forward, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.forward = forward
+
+    async def _acomplete(self, request, engine):
+        answer = await super()._acomplete(request, engine)
+        if self.forward is not None:
+            self.forward(request, answer)
+        return answer
+
+
 def run_offload(base_url: str, batches: list[list[ChatRequest]], examples: list[list], helper: Helper,
-                stream: bool, server_pid: int) -> Timed:
-    """The bare client's requests, batch by batch, each batch's work done by ``helper``; the next
-    batch is sent only once the helper says the last is durable."""
+                kind: str, server_pid: int) -> Timed:
+    """The bare client's requests, batch by batch, each batch's work done by ``helper``, fed as
+    ``kind`` says (the module docstring); the next batch is sent only once the helper says the
+    last is durable."""
     cid, calls, scores = candidate_id({"instruction": "offload"}), 0, 0
     waited = flushing = 0.0  # from the batch's last answer to "durable"; the helper's write, fsync and head
-    with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client:
+    example_of: dict[int, str] = {}  # id(request) -> its example's id, for the engine's forwarding
+    forward = lambda request, answer: helper.send(("one", cid, calls, example_of[id(request)], answer.text))  # noqa: E731
+    with ForwardingClient("test-model", base_url, concurrency=CONCURRENCY,
+                          forward=forward if kind == "engine" else None) as client:
         helper_cpu = helper.cpu()
         with CoreMeter(server_pid) as meter:
             wall, cpu = time.perf_counter(), time.process_time()
             for batch, exs in zip(batches, examples):
                 calls += len(batch)
-                if stream:
+                if kind == "stream":
                     for i, answer in client.complete_each(batch):
                         helper.send(("one", cid, calls, exs[i].id, answer.text))
+                    helper.send(("end",))
+                elif kind == "engine":
+                    example_of = {id(request): ex.id for request, ex in zip(batch, exs)}
+                    client.complete_many(batch)
                     helper.send(("end",))
                 else:
                     answers = client.complete_many(batch)
@@ -173,12 +205,12 @@ def measure(latency: float, rounds: int, data_dir: str | None) -> dict:
     try:
         _, batches = run_session(base_url, task, root / "session")  # the session's own requests
         examples = scored_examples(task, batches)
-        helpers = {k: Helper(root / k, data_dir) for k in ("batch", "stream")}
+        helpers = {k: Helper(root / k, data_dir) for k in OFFLOADED}
         for r in range(rounds):
             runs["bare"].append(run_bare(base_url, batches, server.pid))
             runs["floor"].append(run_floor(base_url, task, batches, root / f"floor-{r}", server.pid))
             for kind, helper in helpers.items():
-                runs[kind].append(run_offload(base_url, batches, examples, helper, kind == "stream", server.pid))
+                runs[kind].append(run_offload(base_url, batches, examples, helper, kind, server.pid))
         for helper in helpers.values():
             helper.close()
         for kind in helpers:  # the helper's ledger holds every output of every round, verifiably
