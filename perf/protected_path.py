@@ -214,22 +214,43 @@ def rows_of(m: dict) -> list[dict]:
                      f"{1000 * m['session_cpu'] / n:.2f} ms against {1000 * m['bare_cpu'] / n:.2f} ms bare; "
                      f"floor (bare + scoring each output as it arrives + a ledger batch per batch) "
                      f"{m['floor_wall'] / m['bare_wall']:.2f}x bare, {1000 * m['floor_cpu'] / n:.2f} ms CPU per call; "
-                     f"ledger {m['ledger_bytes'] / m['ledger_entries']:.0f} B/entry"}]
+                     f"ledger {m['ledger_bytes'] / m['ledger_entries']:.0f} B/entry; {cores_note(m)}"}]
+
+
+def cpu_bound_ratios(m: dict) -> dict[str, float]:
+    """At 0 ms latency, where the bare run's wall is CPU: the least wall the session's and the
+    floor's CPU allow (each process on at most one core, all on every core of the machine, nothing
+    else running: perf/cores.py, cpu_bound_seconds) over the bare run's. Empty at other latencies."""
+    if m["latency"] != 0:
+        return {}
+    ncpu = os.cpu_count() or 1
+    bare = cpu_bound_seconds(*m["cores"]["bare"].cpu_seconds(), ncpu=ncpu)
+    return {who: cpu_bound_seconds(*m["cores"][who].cpu_seconds(), ncpu=ncpu) / bare for who in ("session", "floor")}
+
+
+def cores_note(m: dict) -> str:
+    """The row's short account of the cores: how many the bare run kept busy, and the ratio the
+    session's CPU alone allows (the ceiling no second process gets under without less CPU)."""
+    bare = m["cores"]["bare"]
+    note = f"the bare run kept {bare.ours:.2f} of {os.cpu_count()} cores busy (client + server)"
+    if bare.others is not None:
+        note += f", other work {bare.others:.2f}"
+    bounds = cpu_bound_ratios(m)
+    if bounds:
+        note += f"; the session's CPU alone allows {bounds['session']:.2f}x, the floor's {bounds['floor']:.2f}x"
+    return note
 
 
 def cores_line(m: dict) -> str:
-    """Cores busy over each kind of run (the mean of its runs); at 0 ms latency, where the bare
-    run's wall is CPU, also the ratio of the least walls their CPU allows: each process on at most
-    one core, all on every core of the machine, nothing else running (perf/cores.py,
-    cpu_bound_seconds). Work moved off the client's core needs a core the bare run leaves idle."""
-    ncpu = os.cpu_count() or 1
-    line = f"  cores busy at {m['latency'] * 1000:g} ms (of {ncpu}): " + "; ".join(
+    """Cores busy over each kind of run (the mean of its runs) and, at 0 ms, the ratios their CPU
+    alone allows (:func:`cpu_bound_ratios`). Work moved off the client's core needs a core the bare
+    run leaves idle."""
+    line = f"  cores busy at {m['latency'] * 1000:g} ms (of {os.cpu_count()}): " + "; ".join(
         f"{who} {m['cores'][who].describe()}" for who in ("bare", "session", "floor"))
-    if m["latency"] == 0:
-        bare = cpu_bound_seconds(*m["cores"]["bare"].cpu_seconds(), ncpu=ncpu)
+    bounds = cpu_bound_ratios(m)
+    if bounds:
         line += ("; at the least wall its CPU allows (one core per process, an idle machine) each run takes "
-                 + ", ".join(f"{who} {cpu_bound_seconds(*m['cores'][who].cpu_seconds(), ncpu=ncpu) / bare:.2f}x"
-                             for who in ("session", "floor")) + " the bare run's")
+                 + ", ".join(f"{who} {ratio:.2f}x" for who, ratio in bounds.items()) + " the bare run's")
     return line
 
 
