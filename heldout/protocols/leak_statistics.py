@@ -6,6 +6,7 @@ and one method's rows over every subset (:class:`MethodAblation`)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
@@ -81,8 +82,9 @@ def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]],
     kept = [(sid, c) for sid, c in zip(seed_ids, cells) if c]
     cells = [c for _, c in kept]
     if kept:
-        base_means = {sid: float(np.mean([v[0] for v in c.values()])) for sid, c in kept}
-        final_means = {sid: float(np.mean([v[1] for v in c.values()])) for sid, c in kept}
+        columns = [_columns(c) for _, c in kept]  # one per kept seed, in order
+        base_means = {sid: float(base.mean()) for (sid, _), (base, _) in zip(kept, columns)}
+        final_means = {sid: float(final.mean()) for (sid, _), (_, final) in zip(kept, columns)}
         by_seed = dict(zip(seed_ids, floors)) if floors is not None else {}
         if by_seed and all(by_seed.get(sid) for sid, _ in kept):
             contrast_ = beyond_placebo({sid: by_seed[sid] for sid, _ in kept}, final_means,
@@ -98,20 +100,25 @@ def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]],
     out = SubsetGain(subset=subset, n_examples=len(ids), n_seeds=len(cells), seed_contrast=contrast_)
     if not cells:
         return out
-    base = np.array([v[0] for c in cells for v in c.values()])
-    fin = np.array([v[1] for c in cells for v in c.values()])
+    base = np.concatenate([base for base, _ in columns])
+    fin = np.concatenate([final for _, final in columns])
     out.baseline, out.final, out.gain = float(base.mean()), float(fin.mean()), float((fin - base).mean())
-    per_example = np.array([np.mean([c[i][1] - c[i][0] for c in cells if i in c]) for i in ids])
+    shared = all(set(c) == set(ids) for c in cells)
+    if shared:
+        a = np.array([[c[i][0] for i in ids] for c in cells])
+        b = np.array([[c[i][1] for i in ids] for c in cells])
+        # one row per example, its seeds contiguous: a row's mean is summed as np.mean sums a list
+        per_example = np.ascontiguousarray((b - a).T).mean(axis=1)
+    else:
+        per_example = np.array([np.mean([c[i][1] - c[i][0] for c in cells if i in c]) for i in ids])
     out.wins, out.losses = int((per_example > 0).sum()), int((per_example < 0).sum())
     untied = out.wins + out.losses
-    out.sign_test_p = float(scipy_stats.binomtest(out.wins, untied, 0.5).pvalue) if untied else 1.0
+    out.sign_test_p = _sign_test_p(out.wins, untied) if untied else 1.0
     out.wilcoxon_p = wilcoxon_p(per_example)
     if len(cells) == 1:
         interval = mean_interval(per_example, n_boot=n_boot, ci=ci, seed=seed, method="percentile")
         out.ci_low, out.ci_high, out.ci_method = interval.low, interval.high, f"examples ({interval.method})"
-    elif all(set(c) == set(ids) for c in cells):
-        a = np.array([[c[i][0] for i in ids] for c in cells])
-        b = np.array([[c[i][1] for i in ids] for c in cells])
+    elif shared:
         two = two_level_bootstrap(a, b, n_boot=n_boot, ci=ci, seed=seed, examples="shared")
         out.ci_low, out.ci_high, out.ci_method = two.ci_low, two.ci_high, "seeds x shared examples"
     else:
@@ -119,7 +126,7 @@ def subset_gain(subset: str, cells: Sequence[Mapping[str, tuple[float, float]]],
                                                  n_boot, ci, seed)
         out.ci_method = "seeds, then examples within seed"
     if len(cells) >= 2:
-        out.seed_flip_p = _sign_flip_p(np.array([np.mean([v[1] - v[0] for v in c.values()]) for c in cells]))
+        out.seed_flip_p = _sign_flip_p(np.array([(final - base).mean() for base, final in columns]))
     return out
 
 
@@ -140,9 +147,31 @@ def _nested_ragged(diffs: list[np.ndarray], n_boot: int, ci: float, seed: int) -
 def _sign_flip_p(seed_means: np.ndarray) -> float:
     """Exact two-sided sign-flip p of the mean of per-seed gains (all 2^S flips)."""
     observed = abs(seed_means.mean())
-    flips = np.array(list(itertools.product((1.0, -1.0), repeat=len(seed_means))))
-    null = np.abs((flips * seed_means).mean(axis=1))
+    null = np.abs((_flips(len(seed_means)) * seed_means).mean(axis=1))
     return float((null >= observed - 1e-12).mean())
+
+
+@functools.lru_cache(maxsize=None)
+def _flips(n_seeds: int) -> np.ndarray:
+    """Every sign pattern of ``n_seeds`` seeds, one per row (read-only: it is shared by every call)."""
+    flips = np.array(list(itertools.product((1.0, -1.0), repeat=n_seeds)))
+    flips.flags.writeable = False
+    return flips
+
+
+def _columns(cell: Mapping[str, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """One seed's baseline and final scores, each a contiguous array in the cell's order (so its
+    mean is summed exactly as ``np.mean`` of the list of them is: the ablation's null simulations
+    call :func:`subset_gain` thousands of times, and a list converted per mean was a fifth of that)."""
+    pairs = np.array([(v[0], v[1]) for v in cell.values()])
+    return np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1])
+
+
+@functools.lru_cache(maxsize=4096)
+def _sign_test_p(wins: int, untied: int) -> float:
+    """Exact two-sided binomial sign-test p of ``wins`` of ``untied`` (a pure function of the two
+    counts, which repeat across subsets and seeds)."""
+    return float(scipy_stats.binomtest(wins, untied, 0.5).pvalue)
 
 
 @dataclass
