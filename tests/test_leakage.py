@@ -9,10 +9,13 @@ count every scoring and ledger it."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy import stats
 
 import heldout
 from heldout.contracts import candidate_id
@@ -29,8 +32,11 @@ from heldout.models.testserver import TestServer
 from heldout.protocols.leak_readings import reading
 from heldout.protocols.leak_scan import answer_key_rows, scan_candidate
 from heldout.protocols.leak_statistics import MethodAblation, SubsetGain, subset_gain
+from heldout.protocols.decide import contrast
 from heldout.protocols.leakage import ABLATION_DIR, SUBSETS, ablate, decide_rows, find_records
 from heldout.protocols.splits import PROBE, SplitSizes, build_split
+from heldout.protocols.stats import mean_interval
+from heldout.protocols.stats.paired import wilcoxon_p
 
 import synthetic_code_words as synthetic
 
@@ -305,3 +311,55 @@ def test_subset_gain_with_one_seed_and_no_examples():
     assert one.sign_test_p == 0.5 and not one.separable  # 2 wins cannot reach 0.05 exactly
     empty = subset_gain("probe_memorised", [{}, {}])
     assert (empty.n_examples, empty.gain, empty.separable) == (0, None, False)
+
+
+def _seeded_cells(rng, k: int) -> list[dict]:
+    """Seed cells of every shape subset_gain meets: shared examples in any order, ragged ones,
+    0/1 integers, and one seed; up to 12 seeds and 40 examples (np.mean sums 8 or
+    more numbers pairwise, not left to right)."""
+    seeds, n = (1 if k % 9 == 0 else int(rng.integers(2, 13))), int(rng.integers(1, 41))
+    cells = []
+    for _ in range(seeds):
+        ids = [f"e{i}" for i in (rng.permutation(n) if k % 4 == 1 else range(n))]
+        if k % 4 == 2:
+            ids = [i for i in ids if rng.random() < 0.7] or ids[:1]
+        draw = {3: lambda: int(rng.integers(0, 2)), 4: lambda: float(rng.integers(0, 5)) / 4}.get(
+            k % 5, lambda: float(rng.random()))
+        cells.append({i: (draw(), draw()) for i in ids})
+    return cells
+
+
+def test_subset_gain_reports_the_plain_means_of_its_scores_to_the_last_bit():
+    """subset_gain averages arrays it builds once per seed (the null simulations of
+    test_leak_readings call it thousands of times). Every number it reports is, bit for bit, the
+    one computed from the plain lists (np.mean of each), as the function computed it before: a
+    per-seed mean summed left to right instead changes the last bits of the verdict's numbers on
+    these inputs, and this test fails (tried)."""
+    rng = np.random.default_rng(59)
+    for k in range(150):
+        cells = _seeded_cells(rng, k)
+        got = subset_gain("test", cells, n_boot=100, seed=k)
+        ids = sorted({i for c in cells for i in c})
+        bases = [v[0] for c in cells for v in c.values()]
+        finals = [v[1] for c in cells for v in c.values()]
+        assert got.baseline == float(np.mean(bases)) and got.final == float(np.mean(finals))
+        assert got.gain == float((np.array(finals) - np.array(bases)).mean())
+        per_example = np.array([np.mean([c[i][1] - c[i][0] for c in cells if i in c]) for i in ids])
+        assert (got.wins, got.losses) == (int((per_example > 0).sum()), int((per_example < 0).sum()))
+        untied = got.wins + got.losses
+        assert got.sign_test_p == (stats.binomtest(got.wins, untied, 0.5).pvalue if untied else 1.0)
+        reference = wilcoxon_p(per_example)
+        assert got.wilcoxon_p == reference or (np.isnan(got.wilcoxon_p) and np.isnan(reference)), k
+        means = {s: (float(np.mean([v[0] for v in c.values()])), float(np.mean([v[1] for v in c.values()])))
+                 for s, c in enumerate(cells)}
+        expected = contrast({s: m[0] for s, m in means.items()}, {s: m[1] for s, m in means.items()},
+                            n_examples=min(len(c) for c in cells), labels=("baseline", "final"), label="test",
+                            alpha=1 - 0.95, examples=dict(enumerate(cells)))
+        assert got.seed_contrast.as_dict() == expected.as_dict()
+        if len(cells) == 1:
+            interval = mean_interval(per_example, n_boot=100, seed=k, method="percentile")
+            assert (got.ci_low, got.ci_high) == (interval.low, interval.high)
+            continue
+        gains = np.array([np.mean([v[1] - v[0] for v in c.values()]) for c in cells])
+        flipped = np.abs((np.array(list(itertools.product((1.0, -1.0), repeat=len(cells)))) * gains).mean(axis=1))
+        assert got.seed_flip_p == float((flipped >= abs(gains.mean()) - 1e-12).mean()), k
