@@ -13,6 +13,7 @@ metric-call counter cannot be assigned to."""
 from __future__ import annotations
 
 import gc
+import re
 import sys
 import types
 
@@ -112,43 +113,91 @@ def test_nothing_that_refers_to_the_view_nor_any_frame_above_the_optimizer_reach
     assert seen["hits"] == []
 
 
-def _distinct_test_targets(task: str, data_dir) -> frozenset[str]:
+def _distinct_test_texts(task: str, data_dir) -> tuple[frozenset[str], frozenset[str]]:
+    """A test example's unmistakable texts that no train, val or few-shot example has, not even
+    inside a longer text: its questions and options (held as they are by whatever holds the
+    example), and its targets when they are long strings (word_sorting's sorted lists; a model's
+    output holds its answer inside a sentence)."""
+    def texts(ex: Example) -> tuple[set[str], set[str]]:
+        whole = {t for t in [ex.input.get("question"), *ex.input.get("options", ())] if isinstance(t, str) and len(t) > 20}
+        return whole, {ex.target} if isinstance(ex.target, str) and len(ex.target) > 20 else set()
     loaded = heldout.load_task(task, data_dir=data_dir)
-    elsewhere = {ex.target for s in ("train", "val") for ex in loaded.splits.get(s, [])}
-    return frozenset(ex.target for ex in loaded.split("test") if ex.target not in elsewhere and len(ex.target) > 20)
+    elsewhere = "\n".join(t for s in ("train", "val", "fewshot") for ex in loaded.splits.get(s, [])
+                          for kind in texts(ex) for t in kind)
+    test = [texts(ex) for ex in loaded.split("test")]
+    return tuple(frozenset(t for ex in test for t in ex[k] if t not in elsewhere) for k in (0, 1))
 
 
-def _holders(texts: frozenset[str], skip: set[int]) -> list[str]:
+def _strings(referent: object):
+    """The strings a referent is or holds where the collector does not look: a dict or tuple of
+    plain values only is not tracked (``gc.get_objects`` leaves it out), so its strings are read
+    here, through untracked containers nested in it."""
+    if type(referent) is str:
+        yield referent
+    elif type(referent) in (dict, tuple) and not gc.is_tracked(referent):
+        for item in ([*referent.keys(), *referent.values()] if type(referent) is dict else referent):
+            yield from _strings(item)
+
+
+def _holders(texts: tuple[frozenset[str], frozenset[str]], skip: set[int]) -> list[str]:
     """Every object the collector tracks (containers, instances with or without slots, frames)
-    that refers to one of ``texts``."""
-    found = []
-    for obj in gc.get_objects():
-        if id(obj) not in skip and any(type(r) is str and r in texts for r in gc.get_referents(obj)):
-            found.append(type(obj).__name__)
-    return found
+    that refers to one of the ``whole`` texts, or to a string holding one of the ``inside`` ones,
+    itself or through an untracked container."""
+    whole, inside = texts
+    skip = skip | {id(texts), id(whole), id(inside)}
+    pattern = re.compile("|".join(map(re.escape, sorted(inside)))) if inside else None
+    shortest = min(map(len, inside), default=0)
+    holds: dict[int, bool] = {}  # a string's id -> whether it holds one (the strings live through the scan)
+
+    def wanted(text: str) -> bool:
+        if text in whole:
+            return True
+        if pattern is None or len(text) < shortest:
+            return False
+        if id(text) not in holds:
+            holds[id(text)] = pattern.search(text) is not None
+        return holds[id(text)]
+    return [type(obj).__name__ for obj in gc.get_objects()
+            if id(obj) not in skip and any(wanted(t) for r in gc.get_referents(obj) for t in _strings(r))]
 
 
-def test_no_object_in_the_process_holds_a_test_target_while_the_optimizer_runs(tmp_path, data_dir):
-    targets = _distinct_test_targets("bbh/word_sorting", data_dir)  # "aroma carcinogen delmarva ...": unmistakable
-    assert len(targets) > 100
+# word_sorting: the deterministic model answers correctly, so the first session's outputs are the test
+# targets (what the scorers' memos read); MMLU-Pro: questions and options (the loader, the option
+# grammars); GSM-Hard: questions
+@pytest.mark.parametrize("task", ["bbh/word_sorting", "mmlu_pro/history", "gsm_hard"])
+def test_no_object_in_the_process_holds_a_test_example_while_the_optimizer_runs(tmp_path, data_dir, task):
+    """A study runs its cells one after another in one process: the second session's optimizer
+    runs after the first session scored its final candidate on the test split, and finds no test
+    text in any object of the process."""
+    texts = _distinct_test_texts(task, data_dir)
+    assert sum(map(len, texts)) > 100
     with TestServer() as server:
         worker = ModelClient("test-worker", base_url=server.base_url)
-        session = Session("bbh/word_sorting", budget=Budget(4), seed=0, models=SessionModels(worker=worker), run_dir=tmp_path / "run",
-                          data_dir=str(data_dir))
+
+        def session(name: str) -> Session:
+            return Session(task, budget=Budget(4), seed=0, models=SessionModels(worker=worker),
+                           run_dir=tmp_path / name, data_dir=str(data_dir))
+        first = session("first").run(lambda view, seed: view.seed_candidate)
+        assert first.status == "ok" and first.test_verdicts and first.test_score > 0, first.test_score
+        del first
         seen: dict[str, object] = {}
 
         def optimizer(view, seed):
             view.evaluate(view.seed_candidate, "train", [ex["id"] for ex in view.train[:4]])
             gc.collect()
-            seen["during"] = _holders(targets, {id(targets), id(seen)})
-            # control: the same scan finds the train targets the view holds
-            seen["train"] = _holders(frozenset(ex["target"] for ex in view.train), {id(seen)})
+            seen["during"] = _holders(texts, {id(seen)})
+            # control: the same scan finds the train examples the view holds
+            train = frozenset(t for ex in view.train for t in (ex["target"], ex["input"].get("question"))
+                              if isinstance(t, str) and len(t) > 20)
+            seen["train"] = _holders((train, frozenset()), {id(seen)})
             return view.seed_candidate
 
-        record = session.run(optimizer)
-    assert record.status == "ok" and len(record.test_verdicts) == 150
+        record = session("second").run(optimizer)
+    assert record.status == "ok" and record.test_verdicts
     assert seen["train"] and seen["during"] == [], seen
-    assert _holders(targets, {id(targets), id(seen)})  # after the session, its task holds them again
+    held = heldout.load_task(task, data_dir=data_dir)
+    assert _holders(texts, {id(seen)}), "control: the scan finds a loaded task's test examples"
+    del held
 
 
 def test_the_view_is_the_contracts_protocol_with_every_documented_attribute(tmp_path):

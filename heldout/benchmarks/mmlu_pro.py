@@ -80,9 +80,6 @@ def cot_5shot_prompt(category: str, demos: list[dict[str, Any]], question: str, 
     prompt += "".join(official_question(d["question"], d["options"], d["cot_content"]) for d in demos)
     return prompt + official_question(question, options)
 
-# Reading 12k rows per category load would repeat the same parquet decode 14 times.
-_ROWS_CACHE: dict[tuple[str, str], list[dict[str, Any]]] = {}
-
 
 class MMLUProTask(PromptBenchmark):
     family = "mmlu_pro"
@@ -98,13 +95,11 @@ class MMLUProTask(PromptBenchmark):
                              mirror_files=tuple(FILES.values()))
 
     def read_mirror(self, data_dir: str) -> list[dict[str, Any]]:
-        rows = []
-        for split, rel in FILES.items():
-            key = (data_dir, rel)
-            if key not in _ROWS_CACHE:
-                _ROWS_CACHE[key] = read_parquet(data_dir, rel)
-            rows += [{**r, "_split": split} for r in _ROWS_CACHE[key] if r.get("category") == self.category]
-        return rows
+        # One category's rows only, and nothing kept for the next load: a process-wide cache of the
+        # whole file held every category's test questions and answers while an in-process
+        # optimizer ran (tests/test_in_process_reach.py)
+        return [{**r, "_split": split} for split, rel in FILES.items()
+                for r in read_parquet(data_dir, rel, where=("category", self.category))]
 
     def read_hub(self) -> list[dict[str, Any]]:
         rows = []

@@ -42,12 +42,15 @@ def read_jsonl(data_dir: str, relpath: str) -> list[dict[str, Any]]:
     return rows
 
 
-def read_parquet(data_dir: str, relpath: str) -> list[dict[str, Any]]:
+def read_parquet(data_dir: str, relpath: str, where: tuple[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The rows of a mirror's parquet file; with ``where=(column, value)``, only the rows whose
+    column equals the value (filtered before they become Python objects: a tenth of the cost for
+    one MMLU-Pro category of fourteen)."""
     import pyarrow.parquet as pq
 
     path = mirror_path(data_dir, relpath)
     try:
-        return pq.read_table(path).to_pylist()
+        return pq.read_table(path, filters=None if where is None else [(where[0], "=", where[1])]).to_pylist()
     except Exception as exc:  # pyarrow raises several unrelated types for a damaged file
         raise DataError(f"mirror file {relpath!r} is corrupt (unreadable parquet): {exc}") from exc
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 from heldout.benchmarks.extraction.pipeline import Grammar
-from heldout.benchmarks.extraction.text import clean, clean_numbers, first_sentence, is_negated
+from heldout.benchmarks.extraction.text import clean, clean_numbers, first_sentence, is_negated, text_memo
 
 FORMATS: dict[str, Callable[..., Grammar]] = {}
 """Format name -> grammar factory (some take parameters: the letters, the option texts)."""
@@ -51,7 +51,7 @@ def normalize_option(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-@lru_cache(maxsize=4096)
+@text_memo(maxsize=4096)
 def choice_grammar(letters: str, *, strict_bare: bool, paren_out: bool,
                    options: tuple[str, ...] = ()) -> Grammar:
     """Letters within ``letters``. Strict: "(B)" or "( B )" (uppercase), and when ``strict_bare``

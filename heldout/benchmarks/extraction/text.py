@@ -34,7 +34,7 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 MAX_OUTPUT_CHARS = 131_072
 """Outputs longer than this (128 Ki characters, ~32k tokens) are not read: the verdict says so."""
@@ -42,6 +42,7 @@ MAX_OUTPUT_CHARS = 131_072
 QUESTION_MARKERS: tuple[str, ...] = ("Q:", "Question:")
 """The question markers of heldout's prompts (BBH's ``Q:``; MMLU-Pro's and HotpotQA's ``Question:``)."""
 
+_T = TypeVar("_T")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
@@ -57,18 +58,34 @@ def sanitize_text(value: Any) -> str | None:
     return _sanitized(value)
 
 
-# A verdict sanitises its output, then its task's scorer sanitises what it is given again: the
-# second time is a lookup (equal texts have equal results; an output over the cap is not kept).
-@functools.lru_cache(maxsize=8)
-def _sanitize_str(value: str) -> str:
-    return _sanitized(value)
+_TEXT_MEMOS: list[Any] = []
+
+
+def text_memo(maxsize: int) -> Callable[[Callable[..., _T]], Callable[..., _T]]:
+    """An ``lru_cache`` for work on an example's or an output's text (a scorer reads an output
+    several times; an option list is parsed once per example), registered so that
+    :func:`forget_texts` empties it. Rule: every memo that keys on or keeps such a text is a
+    ``text_memo``; held-out scoring forgets them all when it ends, so no test example nor test
+    output outlives it in the process (the next cell's in-process optimizer runs there)."""
+    def wrap(function: Callable[..., _T]) -> Callable[..., _T]:
+        memo = functools.lru_cache(maxsize=maxsize)(function)
+        _TEXT_MEMOS.append(memo)
+        return memo
+    return wrap
 
 
 def forget_texts() -> None:
-    """Forget the texts read so far (the sanitised texts and cue scans kept for a second read), so
-    a measurement that reads one text again reads it as a new output."""
-    _sanitize_str.cache_clear()
-    _cue_ends.cache_clear()
+    """Empty every :func:`text_memo`: after held-out scoring (see there), and where a measurement
+    must read one text again as a new output."""
+    for memo in _TEXT_MEMOS:
+        memo.cache_clear()
+
+
+# A verdict sanitises its output, then its task's scorer sanitises what it is given again: the
+# second time is a lookup (equal texts have equal results; an output over the cap is not kept).
+@text_memo(maxsize=8)
+def _sanitize_str(value: str) -> str:
+    return _sanitized(value)
 
 
 def _sanitized(value: str) -> str:
@@ -145,7 +162,7 @@ _CHARS_PER_ANCHOR = 55
 
 # A task's scorer reads one output several times (published, strict and flexible rules, the run-on
 # cut), and the cue scan is most of a read's time on a chain of thought: scanned once per text.
-@functools.lru_cache(maxsize=32)
+@text_memo(maxsize=32)
 def _cue_ends(text: str) -> tuple[int, ...]:
     """The ends of ``_CUE.finditer(text)``'s matches, found by trying the regex only where a match
     can start: in the run of anchor-prefix characters that ends at an anchor. Positions before
