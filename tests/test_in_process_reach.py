@@ -26,6 +26,7 @@ from heldout.evaluators.view import SessionView
 from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
 from heldout.models.testserver import TestServer
+from heldout.protocols.leak_scan import scan_candidate
 
 PROFILE = "generalise"  # lockpicking/six with train, val and test disjoint
 
@@ -237,3 +238,26 @@ def test_the_budget_and_the_metric_call_counter_cannot_be_assigned_to(tmp_path):
     assert record.usage["metric_calls"] == 3 and session.service.remaining == 0
     with pytest.raises(ValueError, match="only ever added"):
         session.service.usage.charge(-1)
+
+
+def test_what_scoring_and_scanning_outside_a_session_leave_is_gone_when_an_optimizer_runs(tmp_path, data_dir):
+    """A leak ablation or a recipe scores the test split and scans candidates against it, outside
+    any session's held-out scoring; the next session's optimizer still finds no test text."""
+    texts = _distinct_test_texts("bbh/word_sorting", data_dir)
+    task = heldout.load_task("bbh/word_sorting", data_dir=data_dir)
+    for ex in task.split("test"):  # correct answers: the outputs hold the targets
+        task.benchmark.score_text(f"Let me sort them. So the answer is {ex.target}.", ex)
+    scan_candidate(task.benchmark.seed_candidate(), task)
+    del task, ex
+    gc.collect()
+    assert _holders(texts, set()), "control: the scorers' memos and the scan's index hold test texts"
+    seen: dict[str, list[str]] = {}
+
+    def optimizer(view, seed):
+        gc.collect()
+        seen["during"] = _holders(texts, {id(seen)})
+        return view.seed_candidate
+
+    session = Session("bbh/word_sorting", budget=Budget(2), seed=0, run_dir=tmp_path / "run", data_dir=str(data_dir))
+    assert session.optimise(optimizer).final is not None
+    assert seen["during"] == [], seen

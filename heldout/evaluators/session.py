@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from heldout.benchmarks.extraction.text import forget_texts
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, MalformedCandidate, MetricSpec, Optimizer,
@@ -179,7 +180,10 @@ class Session:
     def optimise(self, optimizer: Optimizer) -> Outcome:
         """Call the optimizer on the view; its :class:`Outcome`. A crashing optimizer (or a malformed
         final candidate) is its ``error``, with the traceback in the ledger; a session stopped by its
-        infrastructure is ``incomplete``."""
+        infrastructure is ``incomplete``. The scorers' memos are emptied first: whatever this process
+        scored before (an earlier cell's test split, a leak ablation) is not in it while the
+        optimizer runs (:func:`~heldout.benchmarks.extraction.text.text_memo`)."""
+        forget_texts()
         try:
             return Outcome(optimizer(self.view, self.seed))
         except Exception as exc:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -519,18 +520,25 @@ def scan_examples(candidate: Mapping[str, str], pools: Mapping[str, Sequence[Exa
                     held_out_families=held_families, chance=chance)
 
 
-_INDEXES: list[tuple[Task, ScanRules, ExampleIndex]] = []  # the few tasks scanned last
+# the few tasks scanned last, each index kept only while its task lives: an index holds the
+# task's test examples, which must leave the process with the task (an in-process optimizer
+# may run next; tests/test_in_process_reach.py)
+_INDEXES: list[tuple[weakref.ref[Task], ScanRules, ExampleIndex]] = []
+
+
+def _forget_dead_tasks(_: object = None) -> None:
+    _INDEXES[:] = [entry for entry in _INDEXES if entry[0]() is not None]
 
 
 def task_index(task: Task, rules: ScanRules = ScanRules()) -> ExampleIndex:
     """The index of a loaded task's train, val, test and probe pools, kept for the few tasks
-    scanned last (a report or an autopsy scans many candidates of one task)."""
+    scanned last while they are alive (a report or an autopsy scans many candidates of one task)."""
     for known, known_rules, index in _INDEXES:
-        if known is task and known_rules == rules:
+        if known() is task and known_rules == rules:
             return index
     pools = {p: task.splits[p] for p in (TRAIN, "val", "test", PROBE) if p in task.splits}
     index = ExampleIndex(pools, rules)
-    _INDEXES.insert(0, (task, rules, index))
+    _INDEXES.insert(0, (weakref.ref(task, _forget_dead_tasks), rules, index))
     del _INDEXES[4:]
     return index
 
