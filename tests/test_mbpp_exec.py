@@ -3,6 +3,7 @@ the right reason, and (where evalplus is installed) the same verdicts as evalplu
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import pickle
@@ -41,6 +42,28 @@ def test_canonical_solutions_pass_base_and_plus(problems, task_id):
     assert r.base_pass and r.plus_pass, r.first_failure()
     assert r.base.total == len(problems[task_id]["base_input"]) and r.plus.total == len(problems[task_id]["plus_input"])
     assert scored_solution(r, canonical(problems[task_id])).dimensions == {"base": 1.0, "plus": 1.0}
+
+
+def test_expected_outputs_are_kept_out_of_the_processs_memory_and_computed_once(problems, monkeypatch):
+    """A study checks one cell's test problems before the next cell's in-process optimizer runs:
+    what the canonical solution returned is kept in the process's own temp folder, read back on
+    the next check without running the canonical solution again, and no object in memory holds it."""
+    monkeypatch.setattr(mbpp_execution, "_truth_cache", mbpp_execution._TruthFiles())
+    problem = problems["Mbpp/2"]
+    assert check(problem, canonical(problem)).plus_pass
+    del problem
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, mbpp_execution.GroundTruth)]
+    key = mbpp_execution._problem_key(problems["Mbpp/2"])
+    kept = mbpp_execution._truth_cache.get(key)
+    assert kept is not None and len(kept.plus) == len(problems["Mbpp/2"]["plus_input"])
+    assert oct(mbpp_execution._truth_cache._path(key).parent.stat().st_mode & 0o777) == "0o700"
+
+    def refuse(*_):
+        raise AssertionError("the canonical solution ran again")
+    monkeypatch.setattr(mbpp_execution, "_truth_shard", refuse)
+    assert check(problems["Mbpp/2"], canonical(problems["Mbpp/2"])).plus_pass
+    assert not check(problems["Mbpp/2"], "def similar_elements(a, b):\n    return ()\n").base_pass
 
 
 def test_check_many_returns_each_items_own_verdict_in_the_order_given(problems):

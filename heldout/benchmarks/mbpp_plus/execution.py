@@ -26,8 +26,8 @@ Where heldout differs, and why:
   tricky ``__eq__`` fails as ``bad_output`` instead of passing (evalplus compares inside the
   untrusted process, where such an object would pass);
 * it scores one problem at a time (:func:`check_solution`), which the harness needs per example;
-  expected outputs are computed once per problem and cached in memory (evalplus pickles them
-  per dataset);
+  expected outputs are computed once per problem and process and kept in the process's temp
+  folder, not in its memory (evalplus pickles them per dataset; see :class:`_TruthFiles`);
 * **time is CPU time** (issue 53): the reference time ``t`` is the canonical solution's CPU time
   on the input, and each input's limit ``max(1.0, 4.0 * t)`` is a limit on the candidate's CPU
   time on that input, measured by the sandbox's parent (every process and thread of the run), so
@@ -53,6 +53,8 @@ import hashlib
 import heapq
 import json
 import math
+import os
+import pickle
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -62,6 +64,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from heldout.contracts import DataError, RunLimits
+from heldout.files import make_temp_dir, writer_temp_name
 from heldout.benchmarks.mbpp_plus._child import BATCH_PREFIX, DEFERRED_KEY, DIGEST_KEY, NDARRAY_KEY
 from heldout.sandbox import SandboxError, run_calls, STDLIB_PRELOAD, wall_backstop
 
@@ -149,7 +152,40 @@ class GroundTruth:
     plus_bytes: int = 0
 
 
-_truth_cache: dict[str, GroundTruth] = {}
+class _TruthFiles:
+    """Expected outputs kept for the rest of the process, as files in its own temp folder
+    (:func:`heldout.files.make_temp_dir`, mode 0700, gone with the process), not as objects in
+    its memory: a study checks the test problems of one cell before the next cell's in-process
+    optimizer runs, and no test example's expected output may be in the process then. A problem's
+    truth is read back when it is checked again (about 34 KB pickled on average), so its canonical
+    solution runs once per process. The pickles are only ever written by this process."""
+
+    def __init__(self) -> None:
+        self._folder: Path | None = None
+
+    def _path(self, key: str) -> Path:
+        if self._folder is None or not self._folder.is_dir():
+            self._folder = make_temp_dir("mbpp-truths-")
+        return self._folder / f"{key}.pickle"
+
+    def get(self, key: str) -> GroundTruth | None:
+        try:
+            return pickle.loads(self._path(key).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def setdefault(self, key: str, truth: GroundTruth) -> GroundTruth:
+        kept = self.get(key)
+        if kept is not None:
+            return kept
+        path = self._path(key)
+        temp = path.with_name(writer_temp_name(path.name))
+        temp.write_bytes(pickle.dumps(truth, protocol=pickle.HIGHEST_PROTOCOL))
+        os.replace(temp, path)
+        return truth
+
+
+_truth_cache: _TruthFiles | dict[str, GroundTruth] = _TruthFiles()  # tests put a dict of their own here
 _truth_lock = threading.Lock()
 
 
