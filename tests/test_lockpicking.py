@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from collections import Counter
 from functools import lru_cache
 
+import duckdb
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -349,3 +351,22 @@ def test_cli_eval_prints_the_summary(tmp_path, capsys):
     assert cli_main(["eval", "--task", "lockpicking/six", "--candidate", str(path), "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["score"] == 0 and "not allowed" in out["error"] and out["exhaustive_accuracy"] is None
+
+
+def test_a_slow_worker_is_not_the_candidates_timeout_but_the_querys_own_time_still_is():
+    # the query's limit counts its own time only: eight answers of 0.3 s each (2.4 s in all) under
+    # a 1 s limit are the endpoint's time, and the candidate is scored
+    def slow(prompt: str) -> str:
+        time.sleep(0.3)
+        return "3"
+    limits = BENCHMARK.default_limits.replace(wall_seconds=1.0)
+    programs = [ex.input["program"] for ex in BENCHMARK.load_raw(None)[:8]]
+    run = sqlmod.execute(sqlmod.check_sql("AI_COMPLETE('worker', CONCAT('PROGRAM: ', PROGRAM))"), programs,
+                         limits=limits, ai_complete=slow)
+    assert run.parsed == [3] * 8 and run.seconds > 2.4
+    # control: the same limit stops a query that computes for longer than it, waits or not
+    waits = sqlmod.WaitClock()
+    con = duckdb.connect()
+    with pytest.raises(sqlmod.SqlExecutionError, match="own time") as stopped:
+        sqlmod.run_query(con, "SELECT count(*) FROM range(1000000000) a, range(1000000000) b", 1.0, waits=waits)
+    assert stopped.value.kind == "timeout"

@@ -20,8 +20,10 @@ Rules, in the order they are applied:
    limit (every DuckDB thread counted) and its wall backstop by killing the process, so a slow
    query always stops, and a query that computes within its CPU limit is never failed because
    the machine was busy. Only a body that calls ``AI_COMPLETE`` (which needs the harness's
-   metered worker) runs in-process, under a wall-clock timer that interrupts the query: its time
-   is the worker's, not this machine's.
+   metered worker) runs in-process, under a timer that interrupts the query after the task's
+   wall backstop of its *own* time: the time it waits on the worker is not counted
+   (:class:`WaitClock`), so a slow or retrying endpoint (bounded by the client's timeouts, and
+   whose failure is an infrastructure failure) never becomes the candidate's timeout.
 
 The output of the expression must be an integer or a string holding one (``'3'``, ``' 3 '``);
 anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for that example.
@@ -30,6 +32,7 @@ anything else (NULL, ``'three'``, ``3.5``, ``true``) is an invalid output for th
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -37,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import duckdb
 import numpy as np
@@ -312,37 +315,81 @@ def _in_sandbox(function: str, args: list, *, limits: RunLimits, six_digit_db: b
     return value
 
 
-class _Watchdog:
-    """Interrupts the connection's running query after ``seconds`` of wall time."""
+class WaitClock:
+    """The wall time a query spent waiting on something outside it (``AI_COMPLETE``'s calls on
+    the worker), so that its time limit counts only its own work: a slow or retrying endpoint is
+    the endpoint's, bounded by the client's own timeouts, never the candidate's timeout. Waits
+    may overlap (a call from each of several threads): time with any wait open counts once."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float) -> None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open = 0
+        self._opened_at = 0.0
+        self._closed_total = 0.0
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        with self._lock:
+            if self._open == 0:
+                self._opened_at = time.monotonic()
+            self._open += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._open -= 1
+                if self._open == 0:
+                    self._closed_total += time.monotonic() - self._opened_at
+
+    def waited(self, now: float) -> float:
+        with self._lock:
+            return self._closed_total + (now - self._opened_at if self._open else 0.0)
+
+
+class _Watchdog:
+    """Interrupts the connection's running query once it has run ``seconds`` of wall time, not
+    counting the time ``waits`` recorded."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float, waits: WaitClock | None) -> None:
         self.fired = False
         self._con = con
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
+        self._seconds = seconds
+        self._waits = waits or WaitClock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="lockpicking-sql-watchdog", daemon=True)
 
-    def _fire(self) -> None:
-        self.fired = True
-        self._con.interrupt()
+    def _left(self) -> float:
+        now = time.monotonic()
+        return self._seconds - (now - self._started - self._waits.waited(now))
+
+    def _watch(self) -> None:
+        while not self._done.wait(max(self._left(), 0.01)):
+            if self._left() <= 0:
+                self.fired = True
+                self._con.interrupt()
+                return
 
     def __enter__(self) -> "_Watchdog":
-        self._timer.start()
+        self._started = time.monotonic()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
+        self._done.set()
 
 
-def run_query(con: duckdb.DuckDBPyConnection, query: str, wall_seconds: float, *, numpy: bool = False):
-    """Run one trusted query under a wall-clock limit and fetch its rows (or numpy columns).
-    Raises :class:`SqlExecutionError` naming the kind of failure."""
-    with _Watchdog(con, wall_seconds) as dog:
+def run_query(con: duckdb.DuckDBPyConnection, query: str, wall_seconds: float, *, numpy: bool = False,
+              waits: WaitClock | None = None):
+    """Run one trusted query under a wall-clock limit on its own time (``waits`` not counted) and
+    fetch its rows (or numpy columns). Raises :class:`SqlExecutionError` naming the kind of failure."""
+    with _Watchdog(con, wall_seconds, waits) as dog:
         try:
             result = con.execute(query)
             return result.fetchnumpy() if numpy else result.fetchall()
         except duckdb.Error as exc:
             if dog.fired or isinstance(exc, duckdb.InterruptException):
-                raise SqlExecutionError(f"timeout after {wall_seconds:g} s wall (limit)", "timeout") from None
+                spent = "of its own time (waits on the worker not counted)" if waits is not None else "wall"
+                raise SqlExecutionError(f"timeout after {wall_seconds:g} s {spent} (limit)", "timeout") from None
             if isinstance(exc, duckdb.OutOfMemoryException):
                 raise SqlExecutionError(f"out of memory: {str(exc).splitlines()[0]}", "memory") from None
             raise SqlExecutionError(f"execution failed: {str(exc).splitlines()[0]}") from None
@@ -385,8 +432,9 @@ def _exhaustive_query(checked: CheckedSql, shared: bool) -> str:
 def execute(checked: CheckedSql, programs: Sequence[str], *, limits: RunLimits,
             ai_complete: AiComplete | None = None) -> SqlRun:
     """Evaluate the candidate on ``programs`` in a fresh locked-down DuckDB, one query for all,
-    under ``limits`` (CPU time and its wall backstop in the sandbox; wall time for a body that
-    calls ``AI_COMPLETE``, which waits on the worker)."""
+    under ``limits`` (CPU time and its wall backstop in the sandbox; for a body that calls
+    ``AI_COMPLETE``, in this process, the backstop on the query's own wall time: its waits on the
+    worker are the endpoint's, see :class:`WaitClock`)."""
     if checked.uses_ai and ai_complete is None:
         raise SqlExecutionError("the candidate calls AI_COMPLETE but no worker model is configured: register "
                                 "a session with a worker model (--worker-model/--base-url)",
@@ -398,19 +446,19 @@ def execute(checked: CheckedSql, programs: Sequence[str], *, limits: RunLimits,
             raise SqlExecutionError("the query returned a malformed result")
         return SqlRun(raw=[r[0] for r in rows], parsed=[r[1] for r in rows], seconds=time.perf_counter() - started)
     failures: list[Exception] = []
+    waits = WaitClock()
     con = _connect(limits.memory_mb)
     try:
-        if checked.uses_ai:
-            def hook(prompt: str | None) -> str | None:
-                try:
+        def hook(prompt: str | None) -> str | None:
+            try:
+                with waits.waiting():
                     return None if prompt is None else str(ai_complete(prompt))
-                except Exception as exc:  # noqa: BLE001 - sorted out below: whose failure it was
-                    failures.append(exc)
-                    return None
-            con.create_function(_AI_UDF, hook, ["VARCHAR"], "VARCHAR", side_effects=True,
-                                null_handling="special")
+            except Exception as exc:  # noqa: BLE001 - sorted out below: whose failure it was
+                failures.append(exc)
+                return None
+        con.create_function(_AI_UDF, hook, ["VARCHAR"], "VARCHAR", side_effects=True, null_handling="special")
         _load(con, programs, all_six_digit=False)
-        rows = run_query(con, _query(checked), limits.wall_seconds)
+        rows = run_query(con, _query(checked), limits.wall_seconds, waits=waits)
     finally:
         con.close()
     # An endpoint that refused the candidate's prompt (too long, invalid) is that row's invalid
