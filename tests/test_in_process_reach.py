@@ -20,11 +20,13 @@ import types
 import pytest
 
 import heldout
-from heldout.contracts import Example, TaskView
+from heldout.contracts import Example, InfrastructureFailure, TaskView
 from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.view import SessionView
 from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
+from heldout.models.backends.deterministic import DeterministicBackend
+from heldout.models.server import ChatServer
 from heldout.models.testserver import TestServer
 from heldout.protocols.leak_scan import scan_candidate
 
@@ -261,3 +263,55 @@ def test_what_scoring_and_scanning_outside_a_session_leave_is_gone_when_an_optim
     session = Session("bbh/word_sorting", budget=Budget(2), seed=0, run_dir=tmp_path / "run", data_dir=str(data_dir))
     assert session.optimise(optimizer).final is not None
     assert seen["during"] == [], seen
+
+
+class _FailingFromNowOn(DeterministicBackend):
+    """The test model, until ``failing`` is set: then every request fails (the endpoint is down)."""
+
+    failing = False
+
+    def complete(self, call, on_text=None):
+        if self.failing:
+            raise RuntimeError("the endpoint is down")
+        return super().complete(call, on_text)
+
+
+def test_a_session_resumed_after_its_test_scoring_was_cut_holds_no_test_result_while_its_optimizer_runs_again(
+        tmp_path, data_dir):
+    """The endpoint fails a third of the way through the test split: the session ends incomplete,
+    its ledger holding the test verdicts scored so far (outputs, targets in their feedback). The
+    resumed session runs its in-process optimizer again before it scores the rest: the ledger
+    keeps those entries on disk, not in memory, and reads them back only to score the rest."""
+    texts = _distinct_test_texts("bbh/word_sorting", data_dir)
+    backend = _FailingFromNowOn()
+
+    def cut_when_the_test_split_starts(split, done, total, failed):
+        backend.failing = split == "test" and done > 0
+
+    with ChatServer(backend) as server:
+        worker = ModelClient("test-worker", base_url=server.base_url, max_retries=0)
+        first = Session("bbh/word_sorting", budget=Budget(2), seed=0, models=SessionModels(worker=worker),
+                        run_dir=tmp_path / "run", data_dir=str(data_dir))
+        first.heldout_progress = cut_when_the_test_split_starts
+        with pytest.raises(InfrastructureFailure, match="test: .* not scored"):
+            first.run(lambda view, seed: view.seed_candidate)
+        worker.close()
+    del first
+    scored_before = sum(1 for line in (tmp_path / "run" / "ledger.jsonl").open() if '"test_scoring"' in line)
+    assert 0 < scored_before < 150
+    seen: dict[str, list[str]] = {}
+
+    def optimizer(view, seed):
+        gc.collect()
+        seen["during"] = _holders(texts, {id(seen)})
+        return view.seed_candidate
+
+    with TestServer() as server:
+        worker = ModelClient("test-worker", base_url=server.base_url)
+        resumed = Session("bbh/word_sorting", budget=Budget(2), seed=0, models=SessionModels(worker=worker),
+                          run_dir=tmp_path / "run", data_dir=str(data_dir))
+        record = resumed.run(optimizer)
+    assert seen["during"] == [], seen
+    assert record.status == "ok" and len(record.test_verdicts) == 150
+    scored = sum(1 for line in (tmp_path / "run" / "ledger.jsonl").open() if '"test_scoring"' in line)
+    assert scored == 150  # the verdicts kept on disk were read back: only the rest were scored

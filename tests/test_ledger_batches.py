@@ -324,3 +324,25 @@ def test_what_json_cannot_carry_as_utf8_is_still_made_encodable(tmp_path, value)
     recorded = lines(tmp_path)[0]["data"]["output"]
     assert recorded == ledger_module.encodable(value)
     assert "\ud800" not in json.dumps(recorded, ensure_ascii=False)
+
+
+def test_entries_kept_on_disk_are_read_back_from_the_file_and_never_held_in_memory(tmp_path):
+    first = Ledger.open(tmp_path)
+    first.append("evaluation", {"n": 1})
+    first.append("test_scoring", {"output": "the secret answer"})
+    first.append("evaluation", {"n": 2})
+    first.close()
+    reopened = Ledger.open(tmp_path, on_disk={"test_scoring"})
+    assert not any("secret" in repr(r.__getattribute__(slot)) for r in reopened._entries
+                   for slot in ("_canonical", "_entry"))  # kind and hash only
+    reopened.append("test_scoring", {"output": "scored after the reopening"})
+    assert [e["data"] for e in reopened.entries("test_scoring")] == [{"output": "the secret answer"},
+                                                                     {"output": "scored after the reopening"}]
+    assert [e["seq"] for e in reopened.entries()] == [0, 1, 2, 3]
+    reopened.close()
+    # an entry edited on disk behind the open writer's back is refused when read, not served
+    reopened = Ledger.open(tmp_path, on_disk={"test_scoring"})
+    text = (tmp_path / LEDGER_FILE).read_text()
+    (tmp_path / LEDGER_FILE).write_text(text.replace("the secret answer", "another answer!!!"))
+    with pytest.raises(LedgerError, match="entry 1 \\(test_scoring\\) changed on disk"):
+        list(reopened.entries("test_scoring"))

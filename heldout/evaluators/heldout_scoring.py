@@ -31,6 +31,11 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage, infrastructure_failures
 
 
+TEST_ENTRY_KINDS = frozenset({"test_scoring", "test_metrics"})
+"""The ledger entries that hold test results: a resumed session keeps them on disk, not in memory
+(:meth:`Ledger.open`'s ``on_disk``), while its optimizer runs again."""
+
+
 @dataclass
 class HeldoutScores:
     """The final candidate's held-out verdicts, and the ledger entries its session's end writes

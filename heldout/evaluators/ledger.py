@@ -66,7 +66,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
 from heldout.evaluators.ledger_json import (MAX_UNPACKED_CHARS, UnpackError, encodable, keys_are_text, pack_outputs,
@@ -332,12 +332,14 @@ def _check_hmac(report: LedgerReport, head: dict[str, Any], first: str, count: i
 class Ledger:
     """Append-only writer. One per session; thread-safe; every append is durable on return."""
 
-    def __init__(self, run_dir: Path, entries: list[dict[str, Any]], lock: int | None = None) -> None:
+    def __init__(self, run_dir: Path, entries: list[dict[str, Any]], lock: int | None = None,
+                 on_disk: frozenset[str] = frozenset()) -> None:
         self.run_dir = run_dir
         # a file object, so a writer that is dropped without close() still releases the run dir
         self._lock_file = os.fdopen(lock, "rb", buffering=0) if lock is not None else None
         self.path = run_dir / LEDGER_FILE
-        self._entries = [Recorded.read(e) for e in entries]  # written, synced and named by the head
+        # written, synced and named by the head; the kinds in ``on_disk`` as kind and hash only
+        self._entries = [Recorded(e["kind"], e["hash"]) if e["kind"] in on_disk else Recorded.read(e) for e in entries]
         self._lock = threading.Lock()
         self._key = ledger_key()
         self._key_id = ledger_key_id(self._key)
@@ -359,28 +361,30 @@ class Ledger:
         self._batching = threading.local()
 
     @classmethod
-    def open(cls, run_dir: str | Path) -> "Ledger":
+    def open(cls, run_dir: str | Path, on_disk: Iterable[str] = ()) -> "Ledger":
         """Open (or create) the ledger of ``run_dir``. An existing ledger must verify (a torn last
-        line is repaired and the repair recorded); anything else is refused."""
+        line is repaired and the repair recorded); anything else is refused. The entries it holds
+        of the kinds ``on_disk`` are not kept in memory: :meth:`entries` reads them from the file
+        when asked (a resumed session's test verdicts, while its in-process optimizer runs again)."""
         run_dir = Path(run_dir)
         if not run_dir.exists():
             run_dir.mkdir(mode=0o700, parents=True)
         lock = _lock_run_dir(run_dir)
         try:
-            return cls._open_locked(run_dir, lock)
+            return cls._open_locked(run_dir, lock, frozenset(on_disk))
         except BaseException:
             os.close(lock)
             raise
 
     @classmethod
-    def _open_locked(cls, run_dir: Path, lock: int) -> "Ledger":
+    def _open_locked(cls, run_dir: Path, lock: int, on_disk: frozenset[str]) -> "Ledger":
         path = run_dir / LEDGER_FILE
         entries, torn = read_entries(path)
         if torn:
             with open(path, "r+b") as fh:
                 fh.truncate(path.stat().st_size - len(torn))
         if not path.exists():
-            return cls(run_dir, [], lock)
+            return cls(run_dir, [], lock, on_disk)
         claimed = _claimed_count(run_dir, entries)
         unclaimed = entries[claimed:] if claimed is not None else []
         if unclaimed:  # written and synced, never named by the head: never acknowledged (module docstring)
@@ -392,7 +396,8 @@ class Ledger:
         report = verify_ledger(run_dir)
         if not report.ok:
             raise LedgerError("refusing to resume on a ledger that does not verify:\n" + report.describe())
-        ledger = cls(run_dir, entries, lock)
+        ledger = cls(run_dir, entries, lock, on_disk)
+        del entries
         with ledger.batch():
             if torn:
                 ledger.append("torn_tail_repaired", {"bytes_dropped": len(torn)})
@@ -413,7 +418,24 @@ class Ledger:
 
     def entries(self, kind: str | None = None) -> Iterator[dict[str, Any]]:
         every = self._entries + (self._inflight.entries if self._inflight else []) + [r for r, _ in self._pending]
-        return (r.entry() for r in every if kind is None or r.kind == kind)
+        chosen = [(seq, r) for seq, r in enumerate(every) if kind is None or r.kind == kind]
+        if not any(r.on_disk for _, r in chosen):
+            return (r.entry() for _, r in chosen)
+        return self._entries_reading_the_file(chosen)
+
+    def _entries_reading_the_file(self, chosen: list[tuple[int, Recorded]]) -> Iterator[dict[str, Any]]:
+        """Entries kept on disk (see :meth:`open`) read from the file, once per call, and kept only
+        as long as the caller iterates: the chain was verified when the ledger was opened, and each
+        entry read back must still hash to what it hashed to then."""
+        from_file = read_entries(self.path)[0]
+        for seq, r in chosen:
+            if not r.on_disk:
+                yield r.entry()
+                continue
+            entry = from_file[seq] if seq < len(from_file) else None
+            if entry is None or entry.get("hash") != r.hash or entry_hash(entry) != r.hash:
+                raise LedgerError(f"{self.path}: entry {seq} ({r.kind}) changed on disk since the ledger was opened")
+            yield entry
 
     def append(self, kind: str, data: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
         """Append one entry; with ``sync`` (the default) it is on disk when this returns, or, inside

@@ -36,7 +36,14 @@ class Recorded:
         """An entry as read from a ledger file."""
         return cls(entry["kind"], entry["hash"], entry=entry)
 
+    @property
+    def on_disk(self) -> bool:
+        """Kept as kind and hash only: the ledger reads the entry from its file when asked."""
+        return self._entry is None and self._canonical is None
+
     def entry(self) -> dict[str, Any]:
+        if self.on_disk:
+            raise RuntimeError("this entry is kept on disk only: read it through Ledger.entries()")
         if self._entry is None:
             self._entry = json.loads(self._canonical)  # type: ignore[arg-type]
             self._entry["hash"] = self.hash

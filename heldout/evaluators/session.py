@@ -69,7 +69,7 @@ from heldout.evaluators.records import RunRecord, describe_experiment
 from heldout.evaluators.same_experiment import ExperimentMismatch, check_resumable
 from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels, refuse_decoding_among
 from heldout.evaluators.evaluation import EvaluationService
-from heldout.evaluators.heldout_scoring import HeldoutScores, HeldoutScoring
+from heldout.evaluators.heldout_scoring import TEST_ENTRY_KINDS, HeldoutScores, HeldoutScoring
 from heldout.evaluators.view import MeteredArchitect, SessionView
 
 
@@ -138,7 +138,7 @@ class Session:
         self.decoding = decoding or Decoding()  # a bad one was refused when it was made
         self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
         self.models = models
-        self.ledger = Ledger.open(self.run_dir)
+        self.ledger = Ledger.open(self.run_dir, on_disk=TEST_ENTRY_KINDS)
         self._started = time.time()
         self.scorer = Scorer(bench, models.worker, execution.limits, self.options, execution.jobs, self.ledger,
                              models.judge, self.decoding)
