@@ -66,6 +66,21 @@ def test_expected_outputs_are_kept_out_of_the_processs_memory_and_computed_once(
     assert not check(problems["Mbpp/2"], "def similar_elements(a, b):\n    return ()\n").base_pass
 
 
+def test_a_full_disk_keeps_no_expected_outputs_and_loses_no_check(problems, monkeypatch):
+    kept = mbpp_execution._TruthFiles()
+    monkeypatch.setattr(mbpp_execution, "_truth_cache", kept)
+    real_write = mbpp_execution.Path.write_bytes
+
+    def full_disk(self, data):
+        if self.parent.name.startswith("mbpp-truths-"):
+            raise OSError(28, "No space left on device")
+        return real_write(self, data)
+    monkeypatch.setattr(mbpp_execution.Path, "write_bytes", full_disk)
+    assert check(problems["Mbpp/2"], canonical(problems["Mbpp/2"])).plus_pass
+    key = mbpp_execution._problem_key(problems["Mbpp/2"])
+    assert kept.get(key) is None and list(kept._path(key).parent.iterdir()) == []
+
+
 def test_check_many_returns_each_items_own_verdict_in_the_order_given(problems):
     square = problems["Mbpp/17"]
     items = [(problems["Mbpp/2"], canonical(problems["Mbpp/2"])),

@@ -180,8 +180,11 @@ class _TruthFiles:
             return kept
         path = self._path(key)
         temp = path.with_name(writer_temp_name(path.name))
-        temp.write_bytes(pickle.dumps(truth, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(temp, path)
+        try:
+            temp.write_bytes(pickle.dumps(truth, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(temp, path)
+        except OSError:  # a full disk: the truth is computed again next time, and this check goes on
+            temp.unlink(missing_ok=True)
         return truth
 
 
