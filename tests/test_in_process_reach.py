@@ -166,8 +166,8 @@ def _holders(texts: tuple[frozenset[str], frozenset[str]], skip: set[int]) -> li
 
 # word_sorting: the deterministic model answers correctly, so the first session's outputs are the test
 # targets (what the scorers' memos read); MMLU-Pro: questions and options (the loader, the option
-# grammars); GSM-Hard: questions
-@pytest.mark.parametrize("task", ["bbh/word_sorting", "mmlu_pro/history", "gsm_hard"])
+# grammars)
+@pytest.mark.parametrize("task", ["bbh/word_sorting", "mmlu_pro/history"])
 def test_no_object_in_the_process_holds_a_test_example_while_the_optimizer_runs(tmp_path, data_dir, task):
     """A study runs its cells one after another in one process: the second session's optimizer
     runs after the first session scored its final candidate on the test split, and finds no test
