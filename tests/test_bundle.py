@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +22,7 @@ from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest
 from heldout.evaluators.ledger import LEDGER_FILE
 from heldout.evaluators.records import RECORD_FILE
 from heldout.evaluators.signing import parse_private_key
+from warm_cli import WarmCli
 
 REPO = Path(__file__).resolve().parents[1]
 KEY_ENV = ("HELDOUT_LEDGER_KEY", "HELDOUT_SIGNING_KEY_FILE", "HELDOUT_SIGNING_KEY")
@@ -35,16 +35,17 @@ def home(root: Path, name: str) -> dict[str, str]:
     return env
 
 
-def heldout(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=300)
+def heldout(warm: WarmCli, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """The real command in a process of its own with ``env`` (its machine's home), forked from the
+    session's warm server: heldout reads homes, keys and the manifest path when it runs."""
+    return warm.run(*args, cwd=REPO, env=env)
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
+def study(warm_cli, tmp_path_factory):
     root = tmp_path_factory.mktemp("bundle")
     writer = home(root, "writer")
-    made = heldout(writer, "run", "--task", "heilbronn/triangle11", "--optimizer", "seed", "--seeds", "0,1",
+    made = heldout(warm_cli, writer, "run", "--task", "heilbronn/triangle11", "--optimizer", "seed", "--seeds", "0,1",
                    "--budget", "3", "--run-dir", str(root / "study"))
     assert made.returncode == 0, made.stderr
     report = root / "report"
@@ -71,9 +72,10 @@ def members(archive: Path) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
-def test_the_bundle_holds_what_a_reviewer_needs_and_no_secret(study):
+def test_the_bundle_holds_what_a_reviewer_needs_and_no_secret(study, warm_cli):
     out = study["root"] / "review.tar.gz"
-    done = heldout(study["writer"], "bundle", str(study["study"]), "--report", str(study["report"]), "--out", str(out))
+    done = heldout(warm_cli, study["writer"], "bundle", str(study["study"]), "--report", str(study["report"]),
+                   "--out", str(out))
     assert done.returncode == 0, done.stderr
     files = members(out)
     names = {name.removeprefix("heldout-bundle/") for name in files}
@@ -91,25 +93,26 @@ def test_the_bundle_holds_what_a_reviewer_needs_and_no_secret(study):
         assert secret not in everything, f"the bundle holds the {what}"
 
 
-def test_a_reviewer_with_the_published_key_verifies_the_unpacked_bundle(study, tmp_path):
+def test_a_reviewer_with_the_published_key_verifies_the_unpacked_bundle(study, warm_cli, tmp_path):
     out = tmp_path / "review.tar.gz"
-    assert heldout(study["writer"], "bundle", str(study["study"]), "--out", str(out)).returncode == 0
+    assert heldout(warm_cli, study["writer"], "bundle", str(study["study"]), "--out", str(out)).returncode == 0
     with tarfile.open(out) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")
-    published = heldout(study["writer"], "key", "show", "--name", "authors").stdout
+    published = heldout(warm_cli, study["writer"], "key", "show", "--name", "authors").stdout
     (tmp_path / "allowed_signers").write_text(published)
     bundled = (tmp_path / "unpacked" / "heldout-bundle" / "SIGNERS").read_text()
     assert published.split()[1] in bundled  # the bundle names the key, for comparison only
     reviewer = home(tmp_path, "reviewer")
-    done = heldout(reviewer, "ledger", "verify", str(tmp_path / "unpacked" / "heldout-bundle" / "runs"),
+    done = heldout(warm_cli, reviewer, "ledger", "verify", str(tmp_path / "unpacked" / "heldout-bundle" / "runs"),
                    "--trusted-signers", str(tmp_path / "allowed_signers"))
     assert done.returncode == 0 and done.stdout.count("signed by authors") == 2, done.stdout
     # without the published key, the keys the bundle carries vouch for nothing
-    assert heldout(reviewer, "ledger", "verify", str(tmp_path / "unpacked" / "heldout-bundle" / "runs")).returncode == 4
+    assert heldout(warm_cli, reviewer, "ledger", "verify",
+                   str(tmp_path / "unpacked" / "heldout-bundle" / "runs")).returncode == 4
 
 
 @pytest.mark.parametrize("plant", ["a ledger linking to the signing key", "a report linking to the ledger key"])
-def test_a_planted_link_to_a_secret_is_refused_in_one_line_and_nothing_is_written(study, tmp_path, plant):
+def test_a_planted_link_to_a_secret_is_refused_in_one_line_and_nothing_is_written(study, warm_cli, tmp_path, plant):
     copy = tmp_path / "study"
     shutil.copytree(study["study"], copy, symlinks=True, ignore=shutil.ignore_patterns("*.lock"))
     report = tmp_path / "report"
@@ -121,12 +124,12 @@ def test_a_planted_link_to_a_secret_is_refused_in_one_line_and_nothing_is_writte
     else:
         (report / "key.txt").symlink_to(study["ledger_key"])
     out = tmp_path / "review.tar.gz"
-    done = heldout(study["writer"], "bundle", str(copy), "--report", str(report), "--out", str(out))
+    done = heldout(warm_cli, study["writer"], "bundle", str(copy), "--report", str(report), "--out", str(out))
     assert done.returncode == 2 and "symbolic link" in done.stderr and len(done.stderr.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report", "study"]  # no archive, no temp file
 
 
-def test_the_bundle_carries_the_manifest_the_runs_used_when_a_user_manifest_comes_first(study, tmp_path):
+def test_the_bundle_carries_the_manifest_the_runs_used_when_a_user_manifest_comes_first(study, warm_cli, tmp_path):
     # a user manifest that adds a profile sits first on the search path; the runs used the shipped
     # one, so that is the manifest a reviewer must get (the first found did not match the records)
     shipped = Manifest.load("heilbronn/triangle11")
@@ -134,7 +137,7 @@ def test_the_bundle_carries_the_manifest_the_runs_used_when_a_user_manifest_come
     replace(shipped, profiles={"mine": shipped.profiles["default"]}, notes={}, profile_digests={}).save(root)
     writer = {**study["writer"], MANIFEST_PATH_ENV: str(root)}
     out = tmp_path / "review.tar.gz"
-    done = heldout(writer, "bundle", str(study["study"]), "--out", str(out))
+    done = heldout(warm_cli, writer, "bundle", str(study["study"]), "--out", str(out))
     assert done.returncode == 0, done.stderr
     files = members(out)
     index = json.loads(files["heldout-bundle/bundle.json"])
