@@ -126,6 +126,16 @@ def test_every_execution_has_its_own_uid_and_network():
     assert all(line.endswith(":/") for line in a.value[3].split()), a.value[3]  # its own cgroup namespace
 
 
+def _stocked(server: zygote.ForkServer, spares: int = 1) -> None:
+    """Wait until ``spares`` of the zygote's spares wait in groups of their own (they join them
+    off the executions' path, on the zygote's time: a loaded machine can take longer than any
+    fixed pause)."""
+    deadline = time.monotonic() + 30
+    while server.spares_in_groups() < spares:
+        assert time.monotonic() < deadline, f"{server.spares_in_groups()} spare(s) in a group after 30 s"
+        time.sleep(0.01)
+
+
 def _count_prepared_groups(monkeypatch) -> list[bool]:
     """Records, per execution, whether it went to a spare that had joined its group in advance."""
     took: list[bool] = []
@@ -165,11 +175,13 @@ def test_a_spare_joins_its_group_in_advance_and_the_request_sets_its_limits(monk
     """The join is off the execution's path, the limits are not: in an execution whose spare was
     prepared in its group, a whole-run memory bomb stops at the request's limit (only the group
     counts the four children together), and the same bomb fits a larger one."""
-    assert run("def f():\n    return 0\n").forked  # the zygote runs and has stocked groups
-    time.sleep(0.2)
+    assert run("def f():\n    return 0\n").forked  # the zygote runs
+    server = zygote.server_for(PROGRAM_PRELOAD)
+    _stocked(server)
     took = _count_prepared_groups(monkeypatch)
     bomb = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=300))
     assert bomb.forked and (not bomb.ok or bomb.value < 4), (bomb.value, bomb.error)  # the kernel killed some
+    _stocked(server)
     roomy = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=1024))
     assert roomy.ok and roomy.value == 4, (roomy.value, roomy.error)
     assert took == [True, True]
@@ -179,8 +191,8 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     """With no prepared spare to take (all of them taken), the request comes with a new group:
     the child of the zygote's oldest spare moves into it, and its old group is removed."""
     assert run("def f():\n    return 0\n").forked
-    time.sleep(0.2)
     server = zygote.server_for(PROGRAM_PRELOAD)
+    _stocked(server)  # the oldest spares are in groups: moving out of one leaves it to be removed
     monkeypatch.setattr(control.GroupStock, "take_ready", lambda self: (None, None))
     src = ("import os\ndef f():\n    return [open('/proc/self/cgroup').read(),"
            " sorted(int(p) for p in os.listdir('/proc') if p.isdigit())]\n")
@@ -192,11 +204,17 @@ def test_a_request_that_brings_its_own_group_moves_a_prepared_spare_there(monkey
     bomb = run(TOGETHER_OVER_THE_LIMIT, limits=LIMITS.replace(memory_mb=300))
     assert bomb.forked and (not bomb.ok or bomb.value < 4), (bomb.value, bomb.error)
     assert zygote.server_for(PROGRAM_PRELOAD) is server
-    cleanup.drain_cleanup()
-    time.sleep(0.2)
-    cleanup.drain_cleanup()
-    nested = [d for d in server.group.dirs["memory"].iterdir() if d.name.startswith("heldout-run-")]
-    assert len(nested) <= control.STOCKED_GROUPS  # the groups it left were removed, none piles up
+
+    def nested() -> list:
+        cleanup.drain_cleanup()
+        return [d for d in server.group.dirs["memory"].iterdir() if d.name.startswith("heldout-run-")]
+
+    # the groups it left are removed, none piles up (each once the zygote's report that it is
+    # empty has come and its removal run off the caller's path: a loaded machine takes a while)
+    deadline = time.monotonic() + 30
+    while len(nested()) > control.STOCKED_GROUPS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(nested()) <= control.STOCKED_GROUPS
 
 
 def test_a_forked_child_that_says_it_is_isolated_outside_its_group_is_run_again_fresh(monkeypatch):
@@ -214,8 +232,8 @@ def test_a_prepared_spare_that_died_before_its_request_is_replaced_by_the_next_o
     no candidate can reach a spare): the execution asks the same fork server once more and is
     forked by it (the fork server is not broken, so it is not thrown away)."""
     assert run("def f():\n    return 0\n").forked
-    time.sleep(0.2)
     server = zygote.server_for(PROGRAM_PRELOAD)
+    _stocked(server)
     take, killed = control.GroupStock.take_ready, []
 
     def take_a_dead_one(self):
@@ -236,9 +254,14 @@ def _zygote_pid(server: zygote.ForkServer) -> int:
     """The host pid of the zygote's Python (its reapers and memory holders, clones of it, are its
     children; bwrap is its parent)."""
     python = os.path.realpath(sys.executable)
-    pythons = {p for p in set(_zygote_group_processes(server)) if os.path.realpath(f"/proc/{p}/exe") == python}
-    parent = {p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in pythons}
-    (pid,) = [p for p in pythons if parent[p] not in pythons]
+    parent = {}
+    for p in set(_zygote_group_processes(server)):
+        try:  # (an earlier execution's reaper or holder may exit between the listing and its reading)
+            if os.path.realpath(f"/proc/{p}/exe", strict=True) == python:
+                parent[p] = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+    (pid,) = [p for p in parent if parent[p] not in parent]
     return pid
 
 
@@ -249,8 +272,8 @@ def test_a_spare_killed_before_the_zygote_reaped_it_is_not_the_fork_servers_faul
     zygote reports that no spare took it (the request still unread in the socket), and the
     execution asks the same fork server again instead of throwing it away."""
     assert run("def f():\n    return 0\n").forked
-    time.sleep(0.2)
     server = zygote.server_for(PROGRAM_PRELOAD)
+    _stocked(server)
     stopped_zygote = _zygote_pid(server)
     take, dispatch, killed = control.GroupStock.take_ready, control.GroupStock.dispatch, []
 
