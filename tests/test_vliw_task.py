@@ -4,8 +4,6 @@ the sandbox and run on hidden instances, and every way a candidate can be wrong.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -295,9 +293,8 @@ class KernelBuilder(Packed):
 
 
 # -- the CLI -------------------------------------------------------------------------------------
-def test_heldout_eval_on_the_seed_reports_147734_and_score_1(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "heldout.cli", "eval", "--task", "vliw/takehome", "--split", "test",
-                          "--json"], capture_output=True, text=True, timeout=300)
+def test_heldout_eval_on_the_seed_reports_147734_and_score_1(warm_cli, tmp_path):
+    out = warm_cli.run("eval", "--task", "vliw/takehome", "--split", "test", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["task"] == "vliw/takehome" and summary["valid"] is True and summary["error"] is None
@@ -306,11 +303,10 @@ def test_heldout_eval_on_the_seed_reports_147734_and_score_1(tmp_path):
     assert set(summary["utilisation"]) == {"alu", "valu", "load", "store", "flow"}
 
 
-def test_heldout_eval_reports_a_wrong_stream_with_exit_1(tmp_path):
+def test_heldout_eval_reports_a_wrong_stream_with_exit_1(warm_cli, tmp_path):
     stream = tmp_path / "stream.json"
     stream.write_text(json.dumps([{"flow": [["halt"]]}]))
-    out = subprocess.run([sys.executable, "-m", "heldout.cli", "eval", "--task", "vliw/takehome",
-                          "--candidate", str(stream), "--json"], capture_output=True, text=True, timeout=300)
+    out = warm_cli.run("eval", "--task", "vliw/takehome", "--candidate", str(stream), "--json", cwd=tmp_path)
     summary = json.loads(out.stdout)
     assert out.returncode == 1 and summary["valid"] is False and summary["score"] == 0.0
     assert "wrong values" in summary["error"]
