@@ -4,8 +4,6 @@ the same verdicts as the same outputs scored inside a session."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +35,7 @@ def test_an_unknown_pattern_is_a_clear_error(pattern):
         expand_tasks([pattern])
 
 
-def test_score_a_file_of_outputs_like_a_session_does(tmp_path, data_dir):
+def test_score_a_file_of_outputs_like_a_session_does(warm_cli, tmp_path, data_dir):
     with TestServer() as server:
         session = Session("gsm_hard", profile="default", budget=12, run_dir=tmp_path / "run",
                           models=SessionModels(worker=ModelClient("test", base_url=server.base_url)), data_dir=str(data_dir))
@@ -48,9 +46,8 @@ def test_score_a_file_of_outputs_like_a_session_does(tmp_path, data_dir):
     outputs = tmp_path / "outputs.jsonl"
     outputs.write_text("".join(json.dumps({"id": i, "output": v["output"]["text"]}) + "\n"
                                for i, v in evaluations.items()))
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "score", "--task", "gsm_hard", "--outputs",
-                           str(outputs), "--split", "val", "--data-dir", str(data_dir), "--json"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = warm_cli.run("score", "--task", "gsm_hard", "--outputs", str(outputs), "--split", "val", "--data-dir",
+                        str(data_dir), "--json", cwd=REPO)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["n"] == 12 and summary["missing"] == len(session.task.split("val")) - 12
@@ -58,11 +55,10 @@ def test_score_a_file_of_outputs_like_a_session_does(tmp_path, data_dir):
     assert summary["score"] == pytest.approx(sum(v["score"] for v in evaluations.values()) / 12)
 
 
-def test_outputs_for_ids_outside_the_split_are_refused(tmp_path, data_dir):
+def test_outputs_for_ids_outside_the_split_are_refused(warm_cli, tmp_path, data_dir):
     outputs = tmp_path / "outputs.jsonl"
     outputs.write_text(json.dumps({"id": "no-such-id", "output": "So the answer is 3."}) + "\n")
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "score", "--task", "gsm_hard", "--outputs",
-                           str(outputs), "--data-dir", str(data_dir)], capture_output=True, text=True, cwd=REPO)
+    done = warm_cli.run("score", "--task", "gsm_hard", "--outputs", str(outputs), "--data-dir", str(data_dir), cwd=REPO)
     assert done.returncode == 2 and "not in split 'val'" in done.stderr
 
 
