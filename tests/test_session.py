@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -275,17 +273,15 @@ def test_torn_last_line_is_repaired_on_resume(tmp_path):
     assert verify_ledger(tmp_path).ok
 
 
-def test_cli_ledger_verify(tmp_path):
+def test_cli_ledger_verify(warm_cli, tmp_path):
     ledger = Ledger.open(tmp_path)
     ledger.append("evaluation", {"i": 0})
     ledger.close()
-    ok = subprocess.run([sys.executable, "-m", "heldout.cli", "ledger", "verify", str(tmp_path)],
-                        capture_output=True, text=True)
+    ok = warm_cli.run("ledger", "verify", str(tmp_path), cwd=tmp_path)
     assert ok.returncode == 0 and "chain intact" in ok.stdout
     text = (tmp_path / LEDGER_FILE).read_text().replace('"i": 0', '"i": 1')
     (tmp_path / LEDGER_FILE).write_text(text)
-    bad = subprocess.run([sys.executable, "-m", "heldout.cli", "ledger", "verify", str(tmp_path)],
-                         capture_output=True, text=True)
+    bad = warm_cli.run("ledger", "verify", str(tmp_path), cwd=tmp_path)
     assert bad.returncode == 1 and "edited" in bad.stdout
 
 
