@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -49,13 +47,12 @@ def test_an_edited_split_list_is_refused_on_load(tmp_path, edit):
         Manifest.load("lockpicking/six", root=tmp_path / "manifests")
 
 
-def test_heldout_data_verify_fails_on_an_edited_split_list(tmp_path):
+def test_heldout_data_verify_fails_on_an_edited_split_list(warm_cli, tmp_path):
     path, data = copy_manifest(tmp_path, "vliw/takehome")
     data["profiles"]["default"]["train"].append(data["profiles"]["default"]["test"][0])
     path.write_text(json.dumps(data))
     env = {**__import__("os").environ, MANIFEST_PATH_ENV: str(tmp_path / "manifests")}
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "data", "verify", "vliw"], capture_output=True,
-                          text=True, cwd=REPO, env=env)
+    done = warm_cli.run("data", "verify", "vliw", cwd=REPO, env=env)
     assert done.returncode != 0
     assert "digest" in done.stdout + done.stderr
 
@@ -133,8 +130,7 @@ def test_ledger_head_and_record_are_owner_only(finished_run):
     assert stat.S_IMODE(finished_run.stat().st_mode) == 0o700
 
 
-def test_duplicate_seeds_are_refused_by_the_cli(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "run", "--task", "circle_packing/square26",
-                           "--optimizer", "seed", "--seeds", "0,0", "--budget", "2", "--run-dir", str(tmp_path / "s"),
-                           "--jobs", "2"], capture_output=True, text=True, cwd=REPO)
+def test_duplicate_seeds_are_refused_by_the_cli(warm_cli, tmp_path):
+    done = warm_cli.run("run", "--task", "circle_packing/square26", "--optimizer", "seed", "--seeds", "0,0", "--budget",
+                        "2", "--run-dir", str(tmp_path / "s"), "--jobs", "2", cwd=REPO)
     assert done.returncode != 0 and "seed" in done.stderr.lower()
