@@ -158,7 +158,7 @@ def test_the_studys_worker_model_names_only_sessions_that_do_not_name_their_own(
     assert inspect_log.read_eval_log(str(tmp_path / "old" / "seed__older__heldout.eval")).eval.model == "study-model"
 
 
-def test_a_session_whose_ledger_does_not_verify_is_not_exported(study, tmp_path):
+def test_a_session_whose_ledger_does_not_verify_is_not_exported(warm_cli, study, tmp_path):
     copy = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(study / "lockpicking__six"), str(copy)], check=True)
     ledger = copy / "seed" / "seed-0" / "ledger.jsonl"
@@ -168,8 +168,7 @@ def test_a_session_whose_ledger_does_not_verify_is_not_exported(study, tmp_path)
     entry["data"]["verdict"]["score"] = 1.0  # a better held-out score than was earned
     lines[at] = json.dumps(entry)
     ledger.write_text("\n".join(lines) + "\n")
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "export", "inspect", str(copy), "--out",
-                           str(tmp_path / "logs")], capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = warm_cli.run("export", "inspect", str(copy), "--out", str(tmp_path / "logs"), cwd=REPO, timeout=120)
     assert done.returncode == 1 and "SKIPPED" in done.stderr and "ledger does not verify" in done.stderr
     assert not list((tmp_path / "logs").glob("*.eval"))
 
