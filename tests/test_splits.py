@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -250,10 +248,9 @@ def test_shipped_law_profile_is_proven_disjoint(data_dir):
     assert check_split("mmlu_pro/law", "topic-disjoint", data_dir=str(data_dir)).ok
 
 
-def test_split_check_entry_point_exits_zero_on_hotpotqa(data_dir):
-    proc = subprocess.run([sys.executable, "-m", "heldout.cli", "split", "check", "--task", "hotpotqa/distractor",
-                           "--profile", "topic-disjoint", "--data-dir", str(data_dir), "--json"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+def test_split_check_entry_point_exits_zero_on_hotpotqa(warm_cli, data_dir):
+    proc = warm_cli.run("split", "check", "--task", "hotpotqa/distractor", "--profile", "topic-disjoint", "--data-dir",
+                        str(data_dir), "--json", cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] and report["pools"]["test"]["groups"] == 178 and report["group_overlaps"] == []
