@@ -8,8 +8,6 @@ import csv
 import io
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -99,10 +97,8 @@ def test_csv_parses_back_to_the_reports_numbers(report):
     assert paired["separated"] == str(not paired["report_verdict"].startswith("cannot separate"))
 
 
-def test_report_format_writes_tables_and_vector_figures(runs, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "report", str(runs), "--out", str(tmp_path),
-                           "--format", "latex", "--format", "csv"], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+def test_report_format_writes_tables_and_vector_figures(warm_cli, runs, tmp_path):
+    done = warm_cli.run("report", str(runs), "--out", str(tmp_path), "--format", "latex", "--format", "csv", cwd=REPO)
     assert done.returncode == 0, done.stderr
     for name in ("table1.tex", "paired.tex", "table1.csv", "paired.csv"):
         assert (tmp_path / "paper" / name).stat().st_size > 100
