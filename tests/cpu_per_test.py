@@ -27,29 +27,33 @@ _SECONDS: dict[str, dict[str, float]] = {}
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _children(pid: int) -> list[int]:
+    """The children of ``pid``, from each of its threads' ``children`` list in /proc."""
+    found = []
+    try:
+        for task in os.scandir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task.name}/children") as f:
+                found += [int(child) for child in f.read().split()]
+    except OSError:
+        pass  # gone meanwhile
+    return found
+
+
 def _live_descendants_cpu() -> float:
-    """CPU seconds of this process's live descendants, each with the children it reaped."""
-    parent_of, ticks = {}, {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    """CPU seconds of this process's live descendants, each with the children it reaped. Walked
+    from this process down its children lists rather than by reading every process of the machine
+    (that scan, three times a test, cost more than most tests: 4.5 -> 32.5 CPU-s for
+    test_architecture's 816 tests on a machine running 260 processes)."""
+    total, pending = 0, _children(os.getpid())
+    while pending:
+        pid = pending.pop()
         try:
-            with open(f"/proc/{entry.name}/stat") as f:
+            with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile
-        pid = int(entry.name)
-        parent_of[pid] = int(fields[1])  # fields after the name: state, ppid, ... utime is the 12th
-        ticks[pid] = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
-    mine, total = {os.getpid()}, 0
-    grew = True
-    while grew:
-        grew = False
-        for pid, parent in parent_of.items():
-            if parent in mine and pid not in mine:
-                mine.add(pid)
-                total += ticks[pid]
-                grew = True
+        total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime (fields after the name)
+        pending += _children(pid)
     return total / _TICK
 
 
