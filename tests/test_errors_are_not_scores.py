@@ -32,6 +32,7 @@ from heldout.protocols.run import Cell, Method, StudyConfig, run_study
 from heldout.protocols.study_dir import open_study
 from heldout.reports.check import GateInputError, check_runs
 from heldout.reports.render import build_report
+from warm_cli import WarmCli
 
 REPO = Path(__file__).resolve().parents[1]
 TASK, PROFILE = "bbh/boolean_expressions", "cpu-demo"  # 16 train, 24 test: a small real prompt task
@@ -277,10 +278,10 @@ def test_the_gate_refuses_an_incomplete_study_with_the_reason(incomplete_study):
 
 
 # -- through the CLI ---------------------------------------------------------------------------------
-def cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "heldout.cli", *args], capture_output=True, text=True,
-                          env=environment, timeout=120, **kw)
+def cli(warm: WarmCli, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The real command in a process of its own (forked from the session's warm server: the
+    sandbox's isolation is read when a command runs, not when heldout is imported)."""
+    return warm.run(*args, cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
 
 
 def free_port() -> int:
@@ -289,18 +290,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_mistyped_port_is_one_line_before_anything_is_written(tmp_path):
+def test_a_mistyped_port_is_one_line_before_anything_is_written(warm_cli, tmp_path):
     run_dir = tmp_path / "study"
-    res = cli("run", "--task", TASK, "--profile", PROFILE, "--optimizer", "seed", "--budget", "10", "--worker-model", "m",
+    res = cli(warm_cli, "run", "--task", TASK, "--profile", PROFILE, "--optimizer", "seed", "--budget", "10", "--worker-model", "m",
               "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--run-dir", str(run_dir))
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "does not answer" in res.stderr
     assert not run_dir.exists()
 
 
-def test_no_sandbox_is_one_line_before_anything_is_written(tmp_path):
+def test_no_sandbox_is_one_line_before_anything_is_written(warm_cli, tmp_path):
     run_dir = tmp_path / "study"
-    res = cli("run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "seed", "--budget", "10", "--run-dir", str(run_dir),
+    res = cli(warm_cli, "run", "--task", "lockpicking/six", "--profile", "paper", "--optimizer", "seed", "--budget", "10", "--run-dir", str(run_dir),
               env={"HELDOUT_SANDBOX_ISOLATION": "none", "HELDOUT_UNSAFE_NO_SANDBOX": ""})
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "bubblewrap" in res.stderr
