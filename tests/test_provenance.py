@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,21 +36,21 @@ def copy_package(to: Path) -> Path:
     return to
 
 
-def test_a_run_from_the_users_own_repository_names_heldouts_commit_not_the_users(tmp_path):
+def test_a_run_from_the_users_own_repository_names_heldouts_commit_not_the_users(warm_cli, tmp_path):
     if git_checkout_of(PACKAGE_DIR) is None:
         pytest.skip("heldout is not imported from a git checkout here (a wheel install)")
     user = new_repo(tmp_path / "user-project")
     before = git(REPO, "rev-parse", "HEAD")
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "-q", "run", "--task", "lockpicking/six", "--optimizer",
-                           "seed", "--seeds", "0", "--budget", "4", "--run-dir", "study"],
-                          cwd=user, capture_output=True, text=True, timeout=300)
+    # the command in a process of its own working in the user's repository (forked warm: heldout
+    # finds its own code from where it was imported, not from the working directory)
+    done = warm_cli.run("-q", "run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0", "--budget", "4",
+                        "--run-dir", "study", cwd=user)
     assert done.returncode == 0, done.stderr[-1500:]
     after = git(REPO, "rev-parse", "HEAD")  # others may commit to this checkout meanwhile
     code = RunRecord.load(user / "study" / "lockpicking__six" / "seed" / "seed-0").experiment["environment"]["heldout_code"]
     assert code["commit"] in {before, after} and code["commit"] != git(user, "rev-parse", "HEAD")
     assert isinstance(code["dirty"], bool) and len(code["files_sha256"]) == 64
-    done = subprocess.run([sys.executable, "-m", "heldout.cli", "-q", "report", "study", "--out", "report"],
-                          cwd=user, capture_output=True, text=True, timeout=300)
+    done = warm_cli.run("-q", "report", "study", "--out", "report", cwd=user)
     assert done.returncode == 0, done.stderr[-1500:]
     header = json.loads((user / "report" / "results.json").read_text())["provenance"]
     assert any(f"commit {code['commit'][:12]}" in line and f"files sha256 {code['files_sha256'][:12]}" in line
