@@ -397,7 +397,8 @@ def test_usage_is_booked_per_channel():
 class _OneShotServer:
     """A loopback HTTP/1.1 endpoint that answers each request with a fixed chat completion, then
     either closes the connection at once (``Connection: close``) or keeps it alive and closes it
-    silently ``idle_close`` seconds later (as servers drop idle connections)."""
+    silently ``idle_close`` seconds later (as servers drop idle connections). ``closed`` is
+    released once per connection it closed."""
 
     BODY = (b'{"choices":[{"message":{"role":"assistant","content":"ok"}}],'
             b'"usage":{"prompt_tokens":1,"completion_tokens":1}}')
@@ -406,6 +407,7 @@ class _OneShotServer:
         self.close_at_once, self.idle_close = close_at_once, idle_close
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.connections = 0
+        self.closed = threading.Semaphore(0)
         self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -419,6 +421,12 @@ class _OneShotServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        try:
+            self._answer_until_closed(conn)
+        finally:
+            self.closed.release()
+
+    def _answer_until_closed(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as reader:
             while True:
                 length = 0
@@ -462,7 +470,10 @@ def test_a_connection_the_server_closed_is_replaced_without_a_retry(close_at_onc
         with ModelClient("test-model", server.base_url, concurrency=1, max_retries=0) as client:
             for i in range(3):
                 assert client.complete(word_sorting(i)).text == "ok"
-                time.sleep(0.2)  # past the idle close
+                # the server has closed it (at once, or once idle) before the next request: a fixed
+                # pause past the idle close could end first on a loaded machine, and the request
+                # then raced the close
+                assert server.closed.acquire(timeout=30)
             usage = client.usage.total()
     finally:
         server.close()
