@@ -7,6 +7,7 @@ say what such a demo can and cannot show, with its numbers."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -36,8 +37,10 @@ def test_the_protocol_demo_runs_both_optimizers_and_writes_both_reports(demo, ca
     assert cli.main(["ledger", "verify", str(run_dir)]) == 0
 
 
-def test_the_protocol_demo_says_what_a_small_model_can_and_cannot_show(data_dir, tmp_path, capsys):
+def test_the_protocol_demo_says_what_a_small_model_can_and_cannot_show(demo, data_dir, tmp_path, capsys):
     # the same command again continues the finished study: nothing is rerun, the summary is printed again
+    # (on a copy of the module's finished demo: running it afresh here cost a second demo, 10 CPU-s)
+    shutil.copytree(demo[1], tmp_path / "again")
     with TestServer(seed=0) as server:
         args = ["demo", "--protocol", "--base-url", server.base_url, "--worker-model", "test-model",
                 "--run-dir", str(tmp_path / "again"), "--data-dir", str(data_dir)]
