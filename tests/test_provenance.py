@@ -43,8 +43,8 @@ def test_a_run_from_the_users_own_repository_names_heldouts_commit_not_the_users
     before = git(REPO, "rev-parse", "HEAD")
     # the command in a process of its own working in the user's repository (forked warm: heldout
     # finds its own code from where it was imported, not from the working directory)
-    done = warm_cli.run("-q", "run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0", "--budget", "4",
-                        "--run-dir", "study", cwd=user)
+    done = warm_cli.run("-q", "run", "--task", "lockpicking/six", "--optimizer", "seed", "--seeds", "0",
+                        "--budget", "4", "--run-dir", "study", cwd=user)
     assert done.returncode == 0, done.stderr[-1500:]
     after = git(REPO, "rev-parse", "HEAD")  # others may commit to this checkout meanwhile
     code = RunRecord.load(user / "study" / "lockpicking__six" / "seed" / "seed-0").experiment["environment"]["heldout_code"]
