@@ -99,10 +99,11 @@ def pytest_collection_modifyitems(config, items):
 # unit: two Ray clusters at once on a 2-core machine starve each other (a cell's Ray worker died with
 # OwnerDiedError). pytest-xdist's own `xdist_group` mark does this by renaming node ids, which
 # pytest 9.2 no longer lets a plugin do (the mark was silently ignored), so the scheduler groups here.
-ONE_WORKER_MODULES = ("arms", "bundle", "demo_protocol", "generalisation_protocol", "hostile_inputs", "inspect_export",
-                      "leak_readings", "leakage", "metric_direction", "paper_and_drilldown", "ray_cluster",
+ONE_WORKER_MODULES = ("arms", "attacks_optimizers", "bundle", "demo_protocol", "extension", "generalisation_protocol",
+                      "hostile_inputs", "inspect_export", "leak_readings", "leakage", "metric_direction",
+                      "optimizer_direction", "paper_and_drilldown", "plugin_editable_install", "ray_cluster",
                       "ray_executor", "recipe_baseline", "report_bounds_and_latex", "reports", "results_store",
-                      "signatures", "stats_check", "verify")
+                      "resume_kill", "signatures", "stats_check", "stats_margin", "verify")
 SHARED_UNIT = {"ray_cluster": "ray", "ray_executor": "ray"}
 ONE_WORKER_UNITS = {f"tests/test_{name}.py": SHARED_UNIT.get(name, name) for name in ONE_WORKER_MODULES}
 
