@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import resource
+import sys
 from pathlib import Path
 
 import pytest
@@ -169,10 +170,14 @@ def test_a_data_file_goes_only_where_the_task_puts_it(tmp_path):
         run_function({"prog.py": "def f():\n    return 1\n", "t.bin": data}, "prog", "f", limits=LIMITS)
 
 
-def test_a_helper_is_imported_from_bytecode_compiled_once_by_the_harness_and_a_candidates_file_is_compiled():
+def test_a_helper_is_imported_from_bytecode_compiled_once_by_the_harness_and_a_candidates_file_is_compiled(
+        tmp_path, monkeypatch):
     """The interpreter raises the ``compile`` audit event when it compiles a module's source and
     ``marshal.loads`` when it loads bytecode: the trusted helper comes as bytecode, the
-    candidate's own module is compiled in its execution as always."""
+    candidate's own module is compiled in its execution as always. The helper's bytecode goes
+    beside it in the code dir even when the harness keeps its own under a pycache prefix (it
+    went there, outside the code dir, and every execution compiled the helper)."""
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "harness-pycache"))
     prog = ("import sys\nseen = []\nsys.addaudithook(lambda event, args: seen.append("
             "(event, str(args[1]) if event == 'compile' and len(args) > 1 else '')))\n"
             "def f():\n    import helper, other\n    return [helper.h(), other.g(), seen]\n")
@@ -185,13 +190,14 @@ def test_a_helper_is_imported_from_bytecode_compiled_once_by_the_harness_and_a_c
     assert any(name.endswith("other.py") for name in compiled), events
     assert not any(name.endswith("helper.py") for name in compiled), events
     assert ("marshal.loads", "") in events
+    assert not (tmp_path / "harness-pycache").exists()
 
 
 def test_a_helper_whose_bytecode_does_not_match_its_source_runs_its_source(tmp_path):
     stale = tmp_path / "stale.py"
     stale.write_text("VALUE = 'source'\n")
     cached = Path(importlib.util.cache_from_source(str(stale)))
-    cached.parent.mkdir()
+    cached.parent.mkdir(parents=True, exist_ok=True)  # (under a pycache prefix, a tree of its own)
     cached.write_bytes(_helper_bytecode("VALUE = 'bytecode of another source'\n"))
     spec = importlib.util.spec_from_file_location("stale", stale)
     module = importlib.util.module_from_spec(spec)

@@ -58,6 +58,7 @@ import os
 import shutil
 import signal
 import stat
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -434,7 +435,9 @@ def _write_code_dir(files: dict[str, str], setup_files: dict[str, str | Path], c
                 _readable_dirs(code, target.parent)
             _write_readable(target, text.encode("utf-8"))
             if trusted and target.suffix == ".py":
-                pyc = Path(importlib.util.cache_from_source(str(target)))
+                # beside the source, where the sandboxed interpreter looks (not cache_from_source:
+                # under the harness's sys.pycache_prefix it named a file outside the code dir)
+                pyc = target.parent / "__pycache__" / f"{target.stem}.{sys.implementation.cache_tag}.pyc"
                 _readable_dirs(code, pyc.parent)
                 _write_readable(pyc, _helper_bytecode(text))
         code.chmod(0o755)
