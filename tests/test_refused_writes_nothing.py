@@ -84,9 +84,10 @@ def test_a_refused_command_leaves_an_existing_study_exactly_as_it_was(tmp_path, 
 def test_protocol_generalisation_refused_for_a_missing_model_writes_nothing_and_the_corrected_command_runs(
         tmp_path, models, capsys):
     run_dir = tmp_path / "protocol"
+    # one placebo draw (of 7): what is tested is the refusals and that the corrected command runs
     protocol = ["-q", "protocol", "generalisation", "--task", PROMPT_TASK, "--profile", "default",
                 "--allow-topic-shared", "--optimizer", "reflective", "--seeds", "0", "--budget", "16",
-                "--run-dir", str(run_dir)]
+                "--placebo-draws", "1", "--run-dir", str(run_dir)]
     assert "is a prompt task" in refused(protocol, capsys)
     assert not run_dir.exists()
     assert "unknown optimizer" in refused(with_flag(protocol, "--optimizer", "no-such-optimizer"), capsys)
