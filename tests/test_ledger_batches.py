@@ -106,7 +106,7 @@ wait = sys.argv[4] == "waits"  # or "behind": the batch's fsync and head are mad
 ledger = L.Ledger.open(run_dir)
 for i in range(5):
     ledger.append("evaluation", data(i, True))
-real_write, real_fsync, real_head = L._write_all, L.os.fsync, ledger._write_head
+real_write, real_fsync, real_head = L.write_all, L.os.fsync, ledger._write_head
 def write(fd, data):
     if stage == "before write":
         die()
@@ -124,7 +124,7 @@ def head(*args, **kwargs):
     real_head(*args, **kwargs)
     if stage == "after head":
         die()
-L._write_all, L.os.fsync, ledger._write_head = write, fsync, head
+L.write_all, L.os.fsync, ledger._write_head = write, fsync, head
 with ledger.batch(wait=wait):
     for i in range(20):
         ledger.append("evaluation", data(5 + i, False))

@@ -73,7 +73,7 @@ from heldout.evaluators.ledger_json import (MAX_UNPACKED_CHARS, UnpackError, enc
                                             unpack_outputs)
 from heldout.evaluators.signing import (Authenticity, SignatureCheck, SigningKey, TrustedSigners, config_dir,
                                         load_signing_key, verify_block)
-from heldout.evaluators.ledger_io import HeadFile, InFlight, LockHeld, Recorded, bytes_of_lines, hold_lock
+from heldout.evaluators.ledger_io import HeadFile, InFlight, LockHeld, Recorded, bytes_of_lines, hold_lock, write_all
 from heldout.files import read_user_bytes, read_user_json
 
 GENESIS = "0" * 64
@@ -338,8 +338,7 @@ class Ledger:
         # a file object, so a writer that is dropped without close() still releases the run dir
         self._lock_file = os.fdopen(lock, "rb", buffering=0) if lock is not None else None
         self.path = run_dir / LEDGER_FILE
-        # written, synced and named by the head; the kinds in ``on_disk`` as kind and hash only
-        self._entries = [Recorded(e["kind"], e["hash"]) if e["kind"] in on_disk else Recorded.read(e) for e in entries]
+        self._entries = [Recorded.read(e, on_disk) for e in entries]  # written, synced and named by the head
         self._lock = threading.Lock()
         self._key = ledger_key()
         self._key_id = ledger_key_id(self._key)
@@ -363,9 +362,8 @@ class Ledger:
     @classmethod
     def open(cls, run_dir: str | Path, on_disk: Iterable[str] = ()) -> "Ledger":
         """Open (or create) the ledger of ``run_dir``. An existing ledger must verify (a torn last
-        line is repaired and the repair recorded); anything else is refused. The entries it holds
-        of the kinds ``on_disk`` are not kept in memory: :meth:`entries` reads them from the file
-        when asked (a resumed session's test verdicts, while its in-process optimizer runs again)."""
+        line is repaired and the repair recorded); anything else is refused. Its entries of the kinds
+        ``on_disk`` are not kept in memory: :meth:`entries` reads them from the file when asked."""
         run_dir = Path(run_dir)
         if not run_dir.exists():
             run_dir.mkdir(mode=0o700, parents=True)
@@ -397,7 +395,6 @@ class Ledger:
         if not report.ok:
             raise LedgerError("refusing to resume on a ledger that does not verify:\n" + report.describe())
         ledger = cls(run_dir, entries, lock, on_disk)
-        del entries
         with ledger.batch():
             if torn:
                 ledger.append("torn_tail_repaired", {"bytes_dropped": len(torn)})
@@ -419,23 +416,8 @@ class Ledger:
     def entries(self, kind: str | None = None) -> Iterator[dict[str, Any]]:
         every = self._entries + (self._inflight.entries if self._inflight else []) + [r for r, _ in self._pending]
         chosen = [(seq, r) for seq, r in enumerate(every) if kind is None or r.kind == kind]
-        if not any(r.on_disk for _, r in chosen):
-            return (r.entry() for _, r in chosen)
-        return self._entries_reading_the_file(chosen)
-
-    def _entries_reading_the_file(self, chosen: list[tuple[int, Recorded]]) -> Iterator[dict[str, Any]]:
-        """Entries kept on disk (see :meth:`open`) read from the file, once per call, and kept only
-        as long as the caller iterates: the chain was verified when the ledger was opened, and each
-        entry read back must still hash to what it hashed to then."""
-        from_file = read_entries(self.path)[0]
-        for seq, r in chosen:
-            if not r.on_disk:
-                yield r.entry()
-                continue
-            entry = from_file[seq] if seq < len(from_file) else None
-            if entry is None or entry.get("hash") != r.hash or entry_hash(entry) != r.hash:
-                raise LedgerError(f"{self.path}: entry {seq} ({r.kind}) changed on disk since the ledger was opened")
-            yield entry
+        from_file = read_entries(self.path)[0] if any(r.on_disk for _, r in chosen) else []
+        return (_read_back(from_file, seq, r, self.path) if r.on_disk else r.entry() for seq, r in chosen)
 
     def append(self, kind: str, data: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
         """Append one entry; with ``sync`` (the default) it is on disk when this returns, or, inside
@@ -504,7 +486,7 @@ class Ledger:
         named = ((self._entries or stored)[0].hash, len(self._entries) + len(stored), stored[-1].hash)
         self._inflight = InFlight(stored, len(data))
         try:
-            _write_all(self._fd, data)
+            write_all(self._fd, data)
         except OSError as exc:
             self._take_back(exc)
         self._inflight.make_durable(self._fd, lambda: self._write_head(*named), behind=not wait)
@@ -577,6 +559,13 @@ class Ledger:
             self._lock_file = None
 
 
+def _read_back(from_file: list[dict[str, Any]], seq: int, recorded: Recorded, path: Path) -> dict[str, Any]:
+    """An entry kept on disk, as the file holds it now: still hashing as when the ledger was opened."""
+    if seq >= len(from_file) or entry_hash(from_file[seq]) != recorded.hash:
+        raise LedgerError(f"{path}: entry {seq} ({recorded.kind}) changed on disk since the ledger was opened")
+    return {**from_file[seq], "hash": recorded.hash}
+
+
 def _lock_run_dir(run_dir: Path) -> int:
     """An exclusive lock on ``run_dir`` for this writer's lifetime. A second writer gets a clear
     error, not a corrupt ledger (e.g. the same seed twice in one study, or two studies on one run dir)."""
@@ -609,10 +598,3 @@ def _claimed_count(run_dir: Path, entries: list[dict[str, Any]]) -> int | None:
     want = head_mac(key, entries[0]["hash"], count, head["hash"])
     return count if isinstance(head.get("mac"), str) and hmac.compare_digest(head["mac"], want) else None
 
-
-def _write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until every byte is written (a write may take fewer bytes, e.g. near a full
-    disk, before the next one fails)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]

@@ -32,9 +32,10 @@ class Recorded:
         self.kind, self.hash, self._canonical, self._entry = kind, digest, canonical, entry
 
     @classmethod
-    def read(cls, entry: dict[str, Any]) -> "Recorded":
-        """An entry as read from a ledger file."""
-        return cls(entry["kind"], entry["hash"], entry=entry)
+    def read(cls, entry: dict[str, Any], on_disk: frozenset[str] = frozenset()) -> "Recorded":
+        """An entry as read from a ledger file; its kind and hash only when its kind is ``on_disk``
+        (the ledger reads it from the file again when asked: see ``Ledger.open``)."""
+        return cls(entry["kind"], entry["hash"], entry=None if entry["kind"] in on_disk else entry)
 
     @property
     def on_disk(self) -> bool:
@@ -182,3 +183,11 @@ def bytes_of_lines(path: Path, count: int) -> int:
 
 __all__ = ["HEAD_IN_PLACE_BYTES", "HeadFile", "InFlight", "LockHeld", "Recorded", "bytes_of_lines", "hold_lock",
            "start_writeback"]
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until every byte is written (a write may take fewer bytes, e.g. near a full
+    disk, before the next one fails)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

@@ -153,12 +153,11 @@ class GroundTruth:
 
 
 class _TruthFiles:
-    """Expected outputs kept for the rest of the process, as files in its own temp folder
-    (:func:`heldout.files.make_temp_dir`, mode 0700, gone with the process), not as objects in
-    its memory: a study checks the test problems of one cell before the next cell's in-process
-    optimizer runs, and no test example's expected output may be in the process then. A problem's
-    truth is read back when it is checked again (about 34 KB pickled on average), so its canonical
-    solution runs once per process. The pickles are only ever written by this process."""
+    """Expected outputs kept for the rest of the process as pickles in its own temp folder
+    (:func:`heldout.files.make_temp_dir`: 0700, gone with the process, written by it only), not in
+    its memory: a study checks one cell's test problems before the next cell's in-process optimizer
+    runs, which may not find them. Read back on the next check (34 KB on average): a problem's
+    canonical solution runs once per process."""
 
     def __init__(self) -> None:
         self._folder: Path | None = None
