@@ -113,7 +113,10 @@ def test_forged_outcome_lines_for_later_calls_do_not_restart_the_running_calls_c
     r = run_calls({"prog.py": source}, "prog", "f", [([i], {}) for i in range(40)], limits=RunLimits(wall_seconds=20),
                   per_call_seconds=[0.5] * 40)
     assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
-    assert r.seconds < 5 and not r.calls[0]["ok"]
+    # stopped by its own per-call clock (restarted by each forged line, it would have run its
+    # 11.7 s of CPU and returned): said by its outcome, not by the run's wall time (2-4 s here,
+    # by the machine's load)
+    assert not r.calls[0]["ok"] and "per-call" in r.calls[0]["error"], r.calls[0]
 
 
 # ignores the per-call timers' signals (CPU: SIGPROF, the wall backstop: SIGALRM) and computes
@@ -132,7 +135,9 @@ def test_lines_forged_at_import_for_the_last_call_do_not_switch_off_the_per_call
     r = run_calls({"prog.py": source}, "prog", "f", [([i], {}) for i in range(3)], limits=RunLimits(wall_seconds=20),
                   per_call_seconds=[0.5] * 3)
     assert not r.ok and r.error_kind == "timeout" and "per-call" in r.error
-    assert r.seconds < 5 and r.calls[0]["error_kind"] == "timeout"
+    # timed per call (untimed, it would have run until the run's 20 s wall limit), said by its
+    # outcome, not by the run's wall time
+    assert r.calls[0]["error_kind"] == "timeout" and "per-call" in r.calls[0]["error"], r.calls[0]
 
 
 def test_a_forged_outcome_of_the_running_call_starts_the_next_calls_clock():
