@@ -57,9 +57,13 @@ def f():
         libc.listen(fd, 1)
         time.sleep(120)
         os._exit(0)
-    time.sleep(0.3)
+    for _ in range(200):  # until the listener has started (it runs when it is scheduled)
+        reached = reach_planted()
+        if reached:
+            break
+        time.sleep(0.05)
     os.set_inheritable(os.open("left_behind.txt", os.O_RDONLY), True)
-    return "polluted" if reach_planted() else "the background listener did not start"
+    return "polluted" if reached else "the background listener did not start"
 '''
 
 INSPECT = '''\
