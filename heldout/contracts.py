@@ -46,6 +46,23 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` made strict JSON, for every JSON heldout writes for others to read (reports,
+    ``--json`` output): NaN becomes null and infinities the strings "inf"/"-inf" (``json.dumps``
+    would write ``NaN`` and ``-Infinity``, which strict parsers such as ``jq`` refuse)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 

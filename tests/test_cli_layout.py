@@ -4,11 +4,13 @@ enough to read; the groups reach one another only through ``heldout.cli.shared``
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
 
 from heldout.cli.commands import COMMANDS
+from heldout.cli.shared import print_json
 
 CLI = Path(__file__).resolve().parents[1] / "heldout" / "cli"
 MODULES = sorted(CLI.glob("*.py"))
@@ -65,3 +67,13 @@ def test_global_shell_completion_finds_its_marker_for_the_script_and_for_python_
     check = pytest.importorskip("argcomplete._check_module")
     for path in (check.find("heldout.cli", return_package=True), check.find("heldout.cli")):
         assert "PYTHON_ARGCOMPLETE_OK" in Path(path).read_text(encoding="utf-8")[:1024], path
+
+
+def test_what_a_command_prints_as_json_is_strict_json(capsys):
+    # json.dumps alone writes NaN and -Infinity, which jq and every strict parser refuse
+    print_json({"low": float("-inf"), "high": float("inf"), "p": float("nan"), "rows": [(1.5, float("nan"))]})
+    printed = capsys.readouterr().out
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    assert json.loads(printed, parse_constant=refuse) == {"low": "-inf", "high": "inf", "p": None, "rows": [[1.5, None]]}

@@ -290,9 +290,10 @@ def test_a_generic_rule_holds_no_key_and_a_rerun_resumes_without_spending(rule_s
     assert protocol(run_dir, server, data_dir, "generic_rule", *RULE_VARIANTS, "--json") == 0
     again = json.loads(capsys.readouterr().out)
     assert [p.read_text() for p in records] == before  # finished cells are skipped, not rerun
-    # printed against printed: with one draw per seed the floor's interval is infinite, which --json
-    # prints as -Infinity and generalisation.json writes as "-inf"
-    assert again["comparison"] == json.loads((rule_study.parent / "printed.json").read_text())["comparison"]
+    # printed against printed, and against the file: --json is strict JSON as generalisation.json is
+    # (with one draw per seed the floor's interval is infinite: "-inf" in both, never -Infinity)
+    assert again["comparison"] == json.loads((rule_study.parent / "printed.json").read_text())["comparison"] \
+        == saved(rule_study)["comparison"]
 
 
 def test_an_interrupted_protocol_exits_130_and_the_same_command_continues_it(server, data_dir, tmp_path, capsys,

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, json_safe
 
 if TYPE_CHECKING:  # annotations only
     from heldout.evaluators.signing import TrustedSigners
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # annotations only
 
 
 def print_json(obj: Any) -> None:
-    print(json.dumps(obj, indent=None, default=str))
+    print(json.dumps(json_safe(obj), indent=None, default=str, allow_nan=False))
 
 
 def command_line(args: argparse.Namespace) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from heldout.contracts import json_safe
 from heldout.files import write_text_atomically
 from heldout.protocols.decide import Contrast, replicates_nothing
 from heldout.protocols.generalisation import RUNS_DIR, GeneralisationResult
@@ -22,7 +23,7 @@ from heldout.reports.collect import collect_runs
 from heldout.reports.evidence_tables import evidence_tables
 from heldout.reports.figures import autopsy_plot
 from heldout.reports.paper import latex_table
-from heldout.reports.render import Report, json_safe, write_report
+from heldout.reports.render import Report, write_report
 from heldout.reports.tables import Cell, Table
 
 REPORT_DIR = "report"

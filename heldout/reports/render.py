@@ -10,13 +10,12 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, json_safe
 from heldout.files import write_text_atomically
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
@@ -206,21 +205,6 @@ def results(report: Report, out_dir: str | Path | None = None) -> dict[str, Any]
         "figures": [{"key": f.key, "title": f.title, "caption": f.caption, "file": f"figures/{f.key}.png"}
                     for f in report.figures],
     }
-
-
-def json_safe(value: Any) -> Any:
-    """Strict JSON: NaN becomes null and infinities the strings "inf"/"-inf"."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return value
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def provenance_lines(runs: RunSet) -> list[str]:

@@ -53,7 +53,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from heldout.benchmarks.registry import get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL
-from heldout.contracts import HeldoutError, Verdict, is_infrastructure_failure
+from heldout.contracts import HeldoutError, Verdict, is_infrastructure_failure, json_safe
 from heldout.files import read_user_json
 from heldout.data_manifests import Manifest, manifest_holding
 from heldout.evaluators.authenticity import RunAuthenticity, verify_run
@@ -61,7 +61,7 @@ from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError
 from heldout.evaluators.records import RECORD_FILE, RunRecord, heldout_code, heldout_version, manifest_digest
 from heldout.evaluators.signing import Authenticity, TrustedSigners
 from heldout.reports.collect import find_run_dirs, protocol_folder
-from heldout.reports.render import DERIVED_FROM, build_report, json_safe, results
+from heldout.reports.render import DERIVED_FROM, build_report, results
 
 RESULTS_FILE = "results.json"
 BUNDLE_INDEX = "bundle.json"
