@@ -48,7 +48,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from heldout.benchmarks.loading import load_task
-from heldout.contracts import HeldoutError
+from heldout.contracts import HeldoutError, json_safe
+from heldout.files import write_text_atomically
 from heldout.data_manifests import manifest_holding
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
@@ -120,7 +121,7 @@ def run_arms(spec: ArmsSpec, run_dir: str | Path, config: StudyConfig, executor:
                              architect_calls=mine[0].architect_calls)
         run_study([r.cell for r in mine], arm_config, executor, progress=progress)
     comparison = compare_arms(run_dir)
-    (root / RESULT_FILE).write_text(json.dumps(comparison.to_dict(), indent=1, default=str))
+    write_text_atomically(root / RESULT_FILE, json.dumps(json_safe(comparison.to_dict()), indent=1, default=str))
     return comparison
 
 

@@ -37,7 +37,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from heldout.benchmarks.loading import Task, load_task
-from heldout.contracts import Candidate, HeldoutError, candidate_id
+from heldout.contracts import Candidate, HeldoutError, candidate_id, json_safe
+from heldout.files import write_text_atomically
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
@@ -186,7 +187,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
         ledger.close()
     result = Ablation(run_dir=str(run_dir), baseline=baseline, methods=methods,
                       metric_calls=scoring.usage.metric_calls, notes=notes, family=family_size)
-    (Path(run_dir) / ABLATION_DIR / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=1, default=str))
+    write_text_atomically(Path(run_dir) / ABLATION_DIR / RESULT_FILE, json.dumps(json_safe(result.to_dict()), indent=1, default=str))
     return result
 
 

@@ -54,7 +54,8 @@ import numpy as np
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
-from heldout.contracts import Candidate, HeldoutError, MetricSpec, candidate_id
+from heldout.contracts import Candidate, HeldoutError, MetricSpec, candidate_id, json_safe
+from heldout.files import write_text_atomically
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import OPTIMISATION, Decoding, Scorer, Usage
@@ -527,7 +528,7 @@ def summarise(plan: AblationPlan, run_root: str | Path, config: StudyConfig | No
     result = VerifierAblation(task=plan.task, profile=plan.profile, optimizer=plan.optimizer.name,
                               policy=", ".join(sorted(str(p) for p in policies)), budget=plan.budget,
                               selection_split=plan.selection_split, rows=rows, notes=notes)
-    (root / RESULT_FILE).write_text(json.dumps(result.to_dict(), indent=1, default=str))
+    write_text_atomically(root / RESULT_FILE, json.dumps(json_safe(result.to_dict()), indent=1, default=str))
     return result
 
 
