@@ -90,10 +90,13 @@ def test_a_hung_up_answer_stops_and_the_next_client_is_served_promptly(server, p
 
 @needs_model
 def test_a_body_over_the_cap_and_a_prompt_that_cannot_fit_are_refused_at_once_while_the_slot_is_busy(server):
+    calls = server.stats.calls
     with ThreadPoolExecutor(1) as threads:
         busy = threads.submit(lambda: httpx.post(server.base_url + "/completions", timeout=TIMEOUT,
                                                  json={**LONG, "max_tokens": 96}))
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30  # the long answer is in the server (a pause may be too short)
+        while server.stats.calls == calls and time.monotonic() < deadline:
+            time.sleep(0.01)
         started = time.monotonic()
         huge = httpx.post(server.base_url + "/chat/completions", timeout=TIMEOUT, json={
             "model": MODEL, "messages": [{"role": "user", "content": "x" * (20 << 20)}]})
