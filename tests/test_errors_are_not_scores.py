@@ -9,6 +9,7 @@ against a working endpoint ends with the same record as an uninterrupted run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -284,16 +286,20 @@ def cli(warm: WarmCli, *args: str, env: dict | None = None) -> subprocess.Comple
     return warm.run(*args, cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
 
 
-def free_port() -> int:
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses every connection while the block runs: bound, never listening
+    (a port merely closed again could be taken by another process's server meanwhile)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 def test_a_mistyped_port_is_one_line_before_anything_is_written(warm_cli, tmp_path):
     run_dir = tmp_path / "study"
-    res = cli(warm_cli, "run", "--task", TASK, "--profile", PROFILE, "--optimizer", "seed", "--budget", "10", "--worker-model", "m",
-              "--base-url", f"http://127.0.0.1:{free_port()}/v1", "--run-dir", str(run_dir))
+    with refused_port() as port:
+        res = cli(warm_cli, "run", "--task", TASK, "--profile", PROFILE, "--optimizer", "seed", "--budget", "10",
+                  "--worker-model", "m", "--base-url", f"http://127.0.0.1:{port}/v1", "--run-dir", str(run_dir))
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "does not answer" in res.stderr
     assert not run_dir.exists()

@@ -329,12 +329,12 @@ def test_timeouts_are_retried_and_counted():
 
 
 def test_unreachable_endpoint_is_a_clear_connection_error():
-    with socket.socket() as sock:  # a port nobody listens on once closed
+    # a port that refuses: bound, never listening, and kept (closed, another process's server could take it)
+    with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    client = ModelClient("m", f"http://127.0.0.1:{port}/v1", max_retries=2, **FAST)
-    with pytest.raises(ModelError, match="after 3 attempts.*cannot reach") as err:
-        client.complete(word_sorting(0))
+        client = ModelClient("m", f"http://127.0.0.1:{sock.getsockname()[1]}/v1", max_retries=2, **FAST)
+        with pytest.raises(ModelError, match="after 3 attempts.*cannot reach") as err:
+            client.complete(word_sorting(0))
     assert err.value.kind == "connection"
     usage = client.usage.total()
     assert (usage.http_attempts, usage.retries, usage.failures, usage.tokens) == (3, 2, 1, 0)
@@ -482,10 +482,11 @@ def test_a_connection_the_server_closed_is_replaced_without_a_retry(close_at_onc
 
 
 def test_a_proxy_in_the_environment_is_used_and_no_proxy_is_honoured(monkeypatch):
-    with socket.socket() as sock:  # the proxy: a port nobody listens on once closed
+    # the proxy: a port that refuses, bound and never listening for the whole test (closed, it could
+    # be taken meanwhile, by this test's own server among others)
+    with socket.socket() as sock, TestServer() as srv:
         sock.bind(("127.0.0.1", 0))
         proxy = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    with TestServer() as srv:
         for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
             monkeypatch.delenv(name, raising=False)
         monkeypatch.setenv("HTTP_PROXY", proxy)
