@@ -155,11 +155,12 @@ def _count_prepared_groups(monkeypatch) -> list[bool]:
 
 
 TOGETHER_OVER_THE_LIMIT = '''\
-import ctypes, os, time
+import ctypes, os, select, time
 libc = ctypes.CDLL(None, use_errno=True)
 
 
 def f():
+    touched_r, touched_w = os.pipe()
     pids = []
     for _ in range(4):  # each child fits the per-process limit, the four together do not
         pid = libc.fork()
@@ -167,11 +168,23 @@ def f():
             block = bytearray(100 * 1024 * 1024)
             for i in range(0, len(block), 4096):
                 block[i] = 1
+            os.write(touched_w, b"+")  # all its memory is there
             libc.pause()
             os._exit(0)
         pids.append(pid)
-    time.sleep(2)
-    return sum(os.waitpid(p, os.WNOHANG) == (0, 0) for p in pids)  # how many are still alive
+    os.close(touched_w)
+    # until one has died, or all four hold their memory and a second has passed (time for a victim
+    # the kernel chose as the last one filled its memory to be gone): however long the allocations
+    # take on a loaded machine (a fixed 2 s used to be the whole wait)
+    alive, touched, all_touched = pids, 0, None
+    give_up = time.time() + 10  # (inside the run's 20 s: a run stopped by its wall limit proves nothing)
+    while len(alive) == 4 and time.time() < give_up and (all_touched is None or time.time() < all_touched + 1):
+        if select.select([touched_r], [], [], 0.05)[0]:
+            touched += len(os.read(touched_r, 4))
+            if touched >= 4 and all_touched is None:
+                all_touched = time.time()
+        alive = [p for p in alive if os.waitpid(p, os.WNOHANG) == (0, 0)]
+    return len(alive)  # how many are still alive
 '''
 
 
