@@ -181,13 +181,13 @@ def bytes_of_lines(path: Path, count: int) -> int:
     return size
 
 
-__all__ = ["HEAD_IN_PLACE_BYTES", "HeadFile", "InFlight", "LockHeld", "Recorded", "bytes_of_lines", "hold_lock",
-           "start_writeback"]
-
-
 def write_all(fd: int, data: bytes) -> None:
     """``os.write`` until every byte is written (a write may take fewer bytes, e.g. near a full
     disk, before the next one fails)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+__all__ = ["HEAD_IN_PLACE_BYTES", "HeadFile", "InFlight", "LockHeld", "Recorded", "bytes_of_lines", "hold_lock",
+           "start_writeback", "write_all"]

@@ -105,7 +105,8 @@ class Session:
                  execution: Execution = Execution(), provenance: Mapping[str, Any] | None = None) -> None:
         """``task`` is a task name (loaded with ``profile``, ``data_dir``, ``allow_drift``) or a
         loaded :class:`Task` (whose holder keeps its test split in the process: a name is what keeps
-        the test split out of the process while an in-process optimizer runs); ``models`` the chat clients it talks to (:class:`SessionModels`);
+        the test split out of the process while an in-process optimizer runs); ``models`` the chat
+        clients it talks to (:class:`SessionModels`);
         ``decoding`` how they decode (:class:`~heldout.evaluators.scoring.Decoding`: ``temperature``,
         ``max_tokens``, ``judge_*``; None: the task's prompt setting's); ``options`` the task options
         a task's context carries (``prompt_format``, ``tolerance``, ...), never a decoding setting;
