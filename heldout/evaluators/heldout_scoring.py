@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager
 
-from heldout.benchmarks.extraction.text import forget_texts
 from heldout.benchmarks.loading import Task
 from heldout.benchmarks.verifiers import CANONICAL, Variant
 from heldout.contracts import (Candidate, Example, InfrastructureFailure, Verdict, candidate_id,
@@ -69,15 +68,7 @@ class HeldoutScoring:
         chunk by chunk behind a ``final_candidate`` entry; then, under a verifier variant, val as
         the optimizer's own verifier shows it (what it optimised; the verifier ablation's "validation
         gain"; the val score itself under the canonical verifier, so not scored again); then the
-        benchmark's extra test metrics. Whatever way it ends, the scorers' memos of the texts it
-        read are emptied (:func:`~heldout.benchmarks.extraction.text.forget_texts`): the test split
-        leaves the process with the task, before the next session's optimizer runs."""
-        try:
-            return self._score(task, final, usage)
-        finally:
-            forget_texts()
-
-    def _score(self, task: Task, final: Candidate, usage: Usage) -> HeldoutScores:
+        benchmark's extra test metrics."""
         cid = candidate_id(final)
         self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
         canonical = {split: self._score_canonical(final, cid, split, task.splits.get(split, []), usage)

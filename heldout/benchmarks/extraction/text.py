@@ -65,8 +65,9 @@ def text_memo(maxsize: int) -> Callable[[Callable[..., _T]], Callable[..., _T]]:
     """An ``lru_cache`` for work on an example's or an output's text (a scorer reads an output
     several times; an option list is parsed once per example), registered so that
     :func:`forget_texts` empties it. Rule: every memo that keys on or keeps such a text is a
-    ``text_memo``; held-out scoring forgets them all when it ends, so no test example nor test
-    output outlives it in the process (the next cell's in-process optimizer runs there)."""
+    ``text_memo``; a session forgets them all before its optimizer starts, so no test example nor
+    test output scored earlier in the process (an earlier cell's held-out scoring, a leak
+    ablation) is in it while an in-process optimizer runs."""
     def wrap(function: Callable[..., _T]) -> Callable[..., _T]:
         memo = functools.lru_cache(maxsize=maxsize)(function)
         _TEXT_MEMOS.append(memo)
@@ -75,8 +76,8 @@ def text_memo(maxsize: int) -> Callable[[Callable[..., _T]], Callable[..., _T]]:
 
 
 def forget_texts() -> None:
-    """Empty every :func:`text_memo`: after held-out scoring (see there), and where a measurement
-    must read one text again as a new output."""
+    """Empty every :func:`text_memo`: before a session's optimizer starts (see there), and where a
+    measurement must read one text again as a new output."""
     for memo in _TEXT_MEMOS:
         memo.cache_clear()
 
