@@ -4,6 +4,7 @@ empty until its first process moves in), and it does remove groups a killed harn
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 import pytest
@@ -77,3 +78,31 @@ def test_the_monitors_clock_reads_the_groups_cpu_counter_as_the_group_does():
     finally:
         meter.close()
         group.close()
+
+
+def test_the_groups_of_a_fork_server_whose_harness_was_killed_are_swept_with_its_executions_groups():
+    """A harness killed with SIGKILL mid-study cannot remove its groups. Under cgroup v1 a fork
+    server's group holds one group per execution, and a group with groups inside cannot be
+    removed: the next harness removes the inner ones first (else every kill left its groups for
+    good: they had piled up by the thousand on one machine)."""
+    harness = subprocess.Popen(
+        [sys.executable, "-c", "from heldout.contracts import RunLimits\n"
+         "from heldout.sandbox.process import run_function\n"
+         "for x in range(3):\n"
+         "    run_function({'m.py': 'def f(x): return x'}, 'm', 'f', [x], limits=RunLimits(wall_seconds=20))\n"
+         "print('ran', flush=True)\nimport time; time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert harness.stdout.readline().strip() == "ran"
+        left = [d for base in cgroups._bases()[1].values() for d in base.glob(f"{GROUP_PREFIX}{harness.pid}-*")]
+        assert left, "the harness made no group of its own"
+    finally:
+        harness.kill()
+        harness.wait()
+    # its zygote and executions are gone once it is (their groups then hold no process)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(open(d / "cgroup.procs").read().split()
+                                              for top in left for d in (top, *cgroups._nested(top))):
+        time.sleep(0.05)
+    cgroups._sweep_stale(cgroups._bases()[1])  # what the next harness does when it starts
+    assert not [d for d in left if d.exists()]

@@ -109,16 +109,19 @@ def _harness_alive(group: Path) -> bool:
 
 
 def _sweep_stale(bases: dict[str, Path]) -> None:
-    """Remove empty run groups left by a harness that was killed (rmdir fails on busy ones)."""
+    """Remove empty run groups left by a harness that was killed (rmdir fails on busy ones). A
+    fork server's group holds its executions' groups (cgroup v1): those go first, or the group
+    itself could never be removed and every killed harness would leave its groups for good."""
     for base in bases.values():
         try:
             for child in base.glob(GROUP_PREFIX + "*"):
                 if _harness_alive(child):
                     continue
-                try:
-                    child.rmdir()
-                except OSError:
-                    pass
+                for group in (*_nested(child), child):
+                    try:
+                        group.rmdir()
+                    except OSError:
+                        pass
         except OSError:
             pass
 
