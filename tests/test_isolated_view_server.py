@@ -228,3 +228,29 @@ def test_flood_of_forbidden_attempts_is_counted_not_written(session):
 def test_only_loopback_hosts_are_accepted(session):
     with pytest.raises(ValueError, match="loopback"):
         ViewServer(session, host="0.0.0.0")
+
+
+def test_feedback_holding_an_infinity_reaches_the_optimizer_as_strict_json(tmp_path):
+    """JSON has no NaN or Infinity; Python's json.dumps writes them and parsers in other languages
+    (and jq) refuse the whole answer. A MinMax candidate with two coincident points is valid, worth
+    0, and its feedback's distance ratio is infinite: the answer must still be strict JSON."""
+    minmax = heldout.load_task("minmax/d3n14")
+    session = Session(minmax, budget=Budget(2), seed=0, run_dir=tmp_path / "run")
+    coincident = {"program.py": "import numpy as np\n\ndef min_max_dist_dim3_14():\n"
+                                "    p = np.random.default_rng(42).normal(size=(14, 3))\n    p[1] = p[0]\n    return p\n"}
+    with ViewServer(session, host="127.0.0.1") as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", "/evaluate", body=json.dumps({"candidate": coincident, "split": "train"}),
+                     headers={"Authorization": f"Bearer {server.token}"})
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"the answer holds {constant}, which is not JSON")
+
+    assert resp.status == 200
+    results = json.loads(body, parse_constant=refuse)["results"]
+    assert results[0]["score"] == 0.0 and results[0]["valid"] is True
+    assert "inf" in json.dumps(results[0])  # the infinite ratio is said, as a string

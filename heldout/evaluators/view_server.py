@@ -45,7 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-from heldout.contracts import Candidate, HeldoutError, MalformedCandidate, candidate_id, check_candidate
+from heldout.contracts import Candidate, HeldoutError, MalformedCandidate, candidate_id, check_candidate, json_safe
 from heldout.contracts import BudgetExceeded, InfrastructureFailure, VisibilityError
 from heldout.evaluators.session import Session
 from heldout.models import ModelError
@@ -278,7 +278,9 @@ class ViewServer:
 
     @staticmethod
     def _send(req: _Handler, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, default=str).encode("utf-8")
+        # strict JSON (no NaN or Infinity, which json.dumps writes and parsers outside Python
+        # refuse): a candidate's feedback may hold either, e.g. a distance ratio over coincident points
+        data = json.dumps(json_safe(payload), default=str, allow_nan=False).encode("utf-8")
         try:
             req.send_response(status)
             req.send_header("Content-Type", "application/json")
