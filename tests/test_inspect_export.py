@@ -188,6 +188,38 @@ def _get_json(url: str):
         return json.load(response)
 
 
+def _start_view(logs: Path, env: dict[str, str], tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    """`inspect view` serving ``logs``, once it answers HTTP; (the process, its base URL). A port
+    found free can be taken by another process before the viewer binds it: the viewer then exits
+    saying the address is in use, and it is started again on another port."""
+    for _ in range(5):
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        with open(tmp_path / "view.out", "w") as out, open(tmp_path / "view.err", "w") as err:
+            server = subprocess.Popen([INSPECT, "view", "start", "--host", "127.0.0.1", "--port", str(port),
+                                       "--log-dir", str(logs)], cwd=tmp_path, env=env, stdout=out, stderr=err)
+        deadline = time.monotonic() + 60
+        while True:
+            if server.poll() is not None:
+                said = (tmp_path / "view.err").read_text()[-2000:]
+                if "address already in use" in (tmp_path / "view.out").read_text() + said:  # uvicorn logs it to stdout
+                    break  # lost the port: another try
+                pytest.fail(f"inspect view exited {server.returncode}: {said}")
+            try:
+                with _LOOPBACK.open(base + "/", timeout=5) as response:
+                    assert response.status == 200
+                return server, base
+            except urllib.error.HTTPError:
+                server.terminate()
+                raise  # it answered, and refused
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if time.monotonic() >= deadline:
+                    server.terminate()
+                    pytest.fail("inspect view did not answer HTTP within 60 s")
+                time.sleep(0.25)
+    pytest.fail("inspect view lost its port to another process five times")
+
+
 @pytest.mark.skipif(INSPECT is None, reason="the `inspect` command (inspect-ai) is not on PATH or beside this Python")
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed (/usr/bin/chromium absent)")
 def test_inspect_view_serves_the_logs_and_its_viewer_renders_one(study, data_dir, tmp_path):
@@ -202,26 +234,8 @@ def test_inspect_view_serves_the_logs_and_its_viewer_renders_one(study, data_dir
     env = {k: v for k, v in os.environ.items() if not k.startswith("INSPECT_")}  # e.g. no authorization token
     env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"), XDG_CACHE_HOME=str(home / "cache"),
                XDG_CONFIG_HOME=str(home / "config"))
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    with open(tmp_path / "view.out", "w") as out, open(tmp_path / "view.err", "w") as err:
-        server = subprocess.Popen([INSPECT, "view", "start", "--host", "127.0.0.1", "--port", str(port), "--log-dir",
-                                   str(logs)], cwd=tmp_path, env=env, stdout=out, stderr=err)
+    server, base = _start_view(logs, env, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"inspect view exited {server.returncode}: {(tmp_path / 'view.err').read_text()[-2000:]}")
-            try:
-                with _LOOPBACK.open(base + "/", timeout=5) as response:
-                    assert response.status == 200
-                break
-            except urllib.error.HTTPError:
-                raise  # it answered, and refused
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert time.monotonic() < deadline, "inspect view did not answer HTTP within 60 s"
-                time.sleep(0.25)
-
         # its own API: /api/logs lists the log dir (names are file:// URIs); /api/logs/<name>?header-only=0 returns
         # the log's header alone
         listing = _get_json(base + "/api/logs")

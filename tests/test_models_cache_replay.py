@@ -189,7 +189,9 @@ def test_a_recording_process_killed_mid_run_leaves_a_replayable_file(tmp_path):
         with Recorder(sys.argv[2]) as recorder:
             ModelClient("test-model", sys.argv[1], concurrency=4, recorder=recorder).complete_many(requests)
     """)
-    with TestServer(latency=0.02) as srv:
+    # 400 answers at 0.1 s, 4 at a time, take 10 s: the kill after the 20th comes long before the
+    # last even when the test's own process waits its turn on a loaded machine
+    with TestServer(latency=0.1) as srv:
         proc = subprocess.Popen([sys.executable, "-c", script, srv.base_url, str(path)])
         try:
             deadline = time.monotonic() + 60

@@ -45,6 +45,8 @@ def optimizer(view, seed):
         if new >= old:
             best = child
         time.sleep(pause)
+        while pause and view.remaining <= 60:  # the killed run waits for its kill past half the budget,
+            time.sleep(1)                      # so a slow test process cannot miss the run it kills
     return best
 
 task = heldout.load_task("lockpicking/six", profile="paper")
