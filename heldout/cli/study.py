@@ -298,8 +298,9 @@ def protocol_generalisation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-topic-shared", action="store_true",
                    help="run on a profile not proven topic-disjoint (recorded; every reading then says NOT PROVEN)")
     p.add_argument("--placebo-draws", type=number(int, 1, "--placebo-draws"), default=None,
-                   help="neutral re-wordings of the seed scored per seed, the noise floor of the verdicts against "
-                   "the seed (default: as many as the exact test needs at the seed count: 3 seeds x 7, 5 x 3, 10 x 1)")
+                   help="neutral re-wordings of the seed scored per seed (and per seed and variant in the verifier "
+                   "ablation), the noise floor of the verdicts against the seed (default: as many as the exact test "
+                   "needs at the seed count: 3 seeds x 7, 5 x 3, 10 x 1)")
     p.add_argument("--run-dir", default=None, help="the protocol's folder (resumable: re-run the command to "
                    "continue; required without --study)")
     p.add_argument("--plan", action="store_true", help="print every session, the metric calls and what the design "

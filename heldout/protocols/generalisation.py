@@ -94,8 +94,9 @@ class GeneralisationSpec:
     allow_topic_shared: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     placebo_draws: int = 0
-    """Neutral re-wordings of the seed scored per seed (the noise floor); 0: as many as the three
-    verdicts need (:func:`heldout.protocols.placebo.draws_for`)."""
+    """Neutral re-wordings of the seed scored per seed (the noise floor), and per seed and variant
+    in the verifier ablation; 0: as many as each one's verdicts need
+    (:func:`heldout.protocols.placebo.draws_for`)."""
 
     def draws(self) -> int:
         return self.placebo_draws or draws_for(len(self.seeds), family=3)
@@ -231,7 +232,8 @@ def plan_generalisation(spec: GeneralisationSpec, *, data_dir: str | None = None
     check_minimum_budgets(cells, "protocol generalisation")
     verifier_plan = (plan_ablation(task.name, spec.optimizer, spec.variants, spec.seeds, spec.budget,
                                    profile=spec.profile, options=dict(spec.options), data_dir=data_dir,
-                                   allow_drift=allow_drift, origin="protocol generalisation") if spec.variants
+                                   allow_drift=allow_drift, placebo_draws=spec.placebo_draws,
+                                   origin="protocol generalisation") if spec.variants
                      else None)
     return GeneralisationPlan(spec=spec, split=split, sizes=task.sizes(), cells=cells, verifier_plan=verifier_plan)
 
