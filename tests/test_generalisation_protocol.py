@@ -147,8 +147,9 @@ def keyed_study(server, data_dir, tmp_path_factory):
 # verdict needs 7 (9 sessions instead of 27; the placebo sessions still run)
 ONE_DRAW = ("--placebo-draws", "1")
 # the generic rule is one instruction in every seed (seed-blind): no held-out verdict exists at any
-# number of placebo draws, so its studies take one draw per seed; its verifier ablation (the
-# optimizer again under each variant, no placebo) and its autopsy are what their tests read
+# number of placebo draws, so its studies take one draw per seed, in the verifier ablation too (the
+# optimizer and the seed again under each variant, with one placebo draw per seed and variant: 18
+# sessions, not 54); the ablation's table and readings and the autopsy are what their tests read
 RULE_VARIANTS = ("--variants", "decomposed,scalar", *ONE_DRAW)
 
 
@@ -355,6 +356,9 @@ def test_named_variants_add_the_verifier_table_and_its_readings(rule_study):
     run_dir = rule_study
     result = saved(run_dir)
     assert [r["variant"] for r in result["verifier"]["rows"]] == ["decomposed", "scalar"]
+    # --placebo-draws reaches the verifier ablation's floor too: one draw per seed and variant
+    placebo_runs = [p for p in (run_dir / "verifiers").rglob("run_record.json") if "placebo" in p.parts]
+    assert len(placebo_runs) == 2 * 3, placebo_runs
     sources = [s["source"] for s in result["reading"]]
     assert "verdict seed-paired-contrast: scalar gaming gap" in sources
     md = (run_dir / "report" / "report.md").read_text()
