@@ -66,6 +66,7 @@ import numpy as np
 from heldout.contracts import DataError, RunLimits
 from heldout.files import make_temp_dir, writer_temp_name
 from heldout.benchmarks.mbpp_plus._child import BATCH_PREFIX, DEFERRED_KEY, DIGEST_KEY, NDARRAY_KEY
+from heldout.benchmarks.mbpp_plus._frozen_heap import older_objects_frozen
 from heldout.sandbox import SandboxError, run_calls, STDLIB_PRELOAD, wall_backstop
 
 MIN_TIME_LIMIT = 1.0
@@ -82,12 +83,10 @@ DEFAULT_LIMITS = RunLimits(wall_seconds=60.0, cpu_seconds=60.0, memory_mb=4096)
 # numpy; it pays the import in its own execution, before any test's timer starts.
 PRELOAD = STDLIB_PRELOAD
 
-# check_many computes expected outputs for up to this many problems per sandboxed run (one module per
-# canonical solution); a problem whose calls take TRUTH_BUDGET_SECONDS there has the rest of its
-# inputs dealt round-robin over the workers. In MBPP+ 363 of 378 problems take under 0.2 s for
-# all their inputs together (the median 2.4 ms), while each run costs ~15 ms of machine time, and
-# Mbpp/599 alone computes for 20 s: one run per problem was mostly overhead, and one slow problem
-# in a run of its own would end the whole batch alone. Measured on 2 cores.
+# check_many computes expected outputs for up to this many problems per sandboxed run (a module per
+# canonical solution); a problem whose calls take TRUTH_BUDGET_SECONDS there has the rest of its inputs
+# dealt round-robin over the workers. In MBPP+ 363 of 378 problems take under 0.2 s for all their inputs
+# (median 2.4 ms), a run costs ~15 ms of machine time, and Mbpp/599 alone computes for 20 s (2 cores).
 TRUTH_BATCH_PROBLEMS = 20
 TRUTH_BUDGET_SECONDS = 0.2
 
@@ -582,7 +581,8 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
             ready(key, cached)
     _plan_truths(schedule, [items[items_of[key][0]][0] for key in todo], limits,
                  lambda k, truth: ready(todo[k], _remember_truth(todo[k], truth)))
-    schedule.run()
+    with older_objects_frozen():  # no full collection stops every worker's monitor meanwhile
+        schedule.run()
     return [results[i] for i in range(len(items))]
 
 
