@@ -12,7 +12,6 @@ a chat (``messages``, to ``/chat/completions``) or a completion (a ``prompt`` st
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -25,80 +24,15 @@ import urllib.request
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-import httpcore
 import httpx
 
+from heldout.models.http11 import Connections, Reply
 from heldout.models.pacing import AdaptiveLimit, backoff_delay, parse_retry_after, retryable_status
 from heldout.models.types import BatchError, ChatRequest, ChatResponse, ModelError, UsageMeter
 
 if TYPE_CHECKING:
     from heldout.models.cache import ResponseCache
     from heldout.models.recording import Recorder, Replay
-
-class _Connections:
-    """The endpoint's connections, one per call in flight, each kept alive for the next call.
-
-    httpx's pool scans every connection at every request and answer, and its client wraps each
-    call in auth, redirect and cookie handling this client never uses: on loopback (2,000 calls,
-    concurrency 16, 0.1 s latency; perf/model_throughput.py) the client reached 0.949 of the ideal
-    throughput through them and 0.970 with these connections, in calm moments. Here a call
-    takes an idle connection (or opens one) and gives it back when its answer is read: the
-    callers bound how many are in flight, so there are never more connections than that. A
-    connection that failed is closed, never reused. Errors are httpx's (the client catches those),
-    so the proxied path (an ``httpx.AsyncClient``) and this one fail alike."""
-
-    def __init__(self, url: str, headers: list[tuple[bytes, bytes]], timeout: float) -> None:
-        target = httpx.URL(url)  # every call goes to this origin (chat and completions alike)
-        secure = target.scheme == "https"
-        self.origin = httpcore.Origin(target.raw_scheme, target.raw_host, target.port or (443 if secure else 80))
-        self.urls: dict[str, httpcore.URL] = {}  # each URL parsed once
-        self.headers = [(b"Host", target.netloc), *headers]
-        self.timeout = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-        self.ssl_context = httpx.create_ssl_context() if secure else None
-        self.idle: collections.deque[httpcore.AsyncHTTPConnection] = collections.deque()
-        self.opened = 0
-
-    def _url(self, url: str) -> httpcore.URL:
-        found = self.urls.get(url)
-        if found is None:
-            target = httpx.URL(url)
-            found = self.urls[url] = httpcore.URL(scheme=target.raw_scheme, host=target.raw_host,
-                                                  port=target.port, target=target.raw_path)
-        return found
-
-    async def post(self, url: str, body: bytes) -> httpx.Response:
-        conn = None
-        while self.idle and conn is None:
-            conn = self.idle.pop()
-            if not conn.is_available() or conn.has_expired():
-                await conn.aclose()
-                conn = None
-        if conn is None:
-            self.opened += 1
-            conn = httpcore.AsyncHTTPConnection(self.origin, ssl_context=self.ssl_context)
-        request = httpcore.Request(b"POST", self._url(url), headers=[*self.headers, (b"Content-Length", b"%d" % len(body))],
-                                   content=body, extensions={"timeout": self.timeout})
-        try:
-            answer = await conn.handle_async_request(request)
-            try:
-                content = await answer.aread()
-            finally:
-                await answer.aclose()
-        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
-                httpcore.ConnectionNotAvailable, httpcore.UnsupportedProtocol) as exc:
-            await conn.aclose()
-            # httpcore's and httpx's exception classes share their names (ReadTimeout, ConnectError...)
-            raise getattr(httpx, type(exc).__name__, httpx.TransportError)(str(exc)) from exc
-        except BaseException:
-            await conn.aclose()
-            raise
-        self.idle.append(conn)
-        return httpx.Response(answer.status, headers=answer.headers, content=content)
-
-    async def aclose(self) -> None:
-        while self.idle:
-            await self.idle.pop().aclose()
-
 
 def _proxied(url: str) -> bool:
     """Whether the environment routes ``url`` through a proxy (``HTTPS_PROXY`` ... ``NO_PROXY``):
@@ -122,7 +56,7 @@ class _Engine:
         self.adaptive: AdaptiveLimit | None = None
         if adaptive:  # created on the loop's thread-independent state; used only inside the loop
             self.adaptive = AdaptiveLimit(concurrency)
-        self.http: httpx.AsyncClient | _Connections | None = None
+        self.http: httpx.AsyncClient | Connections | None = None
         self.inflight: dict[str, asyncio.Future] = {}
         self.thread = threading.Thread(target=self._run, name="heldout-model-client", daemon=True)
         self.thread.start()
@@ -397,14 +331,14 @@ class ModelClient:
             self.recorder.write(request, response)
         return response
 
-    def _poster(self, http: "httpx.AsyncClient | _Connections", url: str, body: bytes):
+    def _poster(self, http: "httpx.AsyncClient | Connections", url: str, body: bytes):
         """One attempt's POST of ``body`` to ``url``, through the proxy-aware httpx client or
         the client's own connections."""
         if isinstance(http, httpx.AsyncClient):
             return lambda: http.post(url, content=body, headers={"Content-Type": "application/json"})
         return lambda: http.post(url, body)
 
-    def _connections(self, url: str) -> "httpx.AsyncClient | _Connections":
+    def _connections(self, url: str) -> "httpx.AsyncClient | Connections":
         """The engine's HTTP connections: httpx's client when a proxy applies to ``url``, else
         heldout's own keep-alive connections to the endpoint."""
         if _proxied(url):
@@ -415,7 +349,10 @@ class ModelClient:
         raw = [(b"Content-Type", b"application/json"), (b"Accept", b"application/json"), (b"User-Agent", b"heldout")]
         if self.api_key:
             raw.append((b"Authorization", f"Bearer {self.api_key}".encode()))
-        return _Connections(url, raw, self.timeout)
+        try:
+            return Connections(url, raw, self.timeout)
+        except ValueError as exc:  # e.g. an API key with a line break: no request could carry it
+            raise ModelError(f"cannot send requests to {url}: {exc}", kind="config") from None
 
     async def _fetch(self, request: ChatRequest, key: str, engine: _Engine) -> ChatResponse:
         url = f"{self.base_url}/{request.endpoint}"
@@ -498,7 +435,7 @@ class _Raised:
         self.exc = exc
 
 
-def _parse_completion(reply: httpx.Response, completion: bool = False) -> tuple[str, int, int]:
+def _parse_completion(reply: "httpx.Response | Reply", completion: bool = False) -> tuple[str, int, int]:
     """Text and token usage of a chat-completions body (``choices[0].message.content``) or, for
     a completion, of a completions body (``choices[0].text``); ModelError(kind='bad_response')
     if the body is not one."""
