@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 import heldout
+from heldout.data_manifests import MANIFEST_PATH_ENV, Manifest
 from heldout.evaluators.ledger import verify_ledger
 from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.scoring import Decoding, SessionModels
@@ -152,11 +153,28 @@ def test_answer_extraction_runs_on_real_model_output(server, data_dir):
         assert "extracted_flexible" in verdict.output and verdict.output["text"] == response.text
 
 
+@pytest.fixture
+def four_test_examples(tmp_path, monkeypatch) -> str:
+    """A user manifest's profile of bbh/boolean_expressions: cpu-demo's first 4 train and first 4
+    test examples. Each answer of the real model costs about 0.6 CPU-s; what the ledger test shows
+    (every call counted, none more) holds at any split size, so it takes 4 + 4 calls, not 4 + 24."""
+    root = tmp_path / "manifests"
+    manifest = Manifest.load("bbh/boolean_expressions")
+    demo = manifest.profiles["cpu-demo"]
+    manifest.profiles = {"ledger-count": {"train": demo["train"][:4], "val": [], "test": demo["test"][:4]}}
+    manifest.notes = {"ledger-count": "test_local_model: four test examples"}
+    manifest.save(root)
+    monkeypatch.setenv(MANIFEST_PATH_ENV, str(root))
+    return "ledger-count"
+
+
 @needs_model
-def test_a_session_ledger_counts_every_real_model_call(server, data_dir, tmp_path):
+def test_a_session_ledger_counts_every_real_model_call(server, data_dir, tmp_path, four_test_examples):
     worker = ModelClient("smollm2-135m-instruct", server.base_url, timeout=TIMEOUT, concurrency=2)
-    session = Session("bbh/boolean_expressions", profile="cpu-demo", budget=Budget(4), seed=0, models=SessionModels(worker=worker),
-                      run_dir=tmp_path, data_dir=str(data_dir), decoding=Decoding(max_tokens=16))
+    run_dir = tmp_path / "run"
+    session = Session("bbh/boolean_expressions", profile=four_test_examples, budget=Budget(4), seed=0,
+                      models=SessionModels(worker=worker), run_dir=run_dir, data_dir=str(data_dir),
+                      decoding=Decoding(max_tokens=16))
 
     def optimizer(view, seed):
         view.evaluate(view.seed_candidate, "train", [ex["id"] for ex in view.train[:4]])
@@ -165,13 +183,13 @@ def test_a_session_ledger_counts_every_real_model_call(server, data_dir, tmp_pat
     calls_before = server.stats.ok
     record = session.run(optimizer)
     test_size = len(session.task.split("test"))
-    assert record.status == "ok" and record.usage["metric_calls"] == 4
+    assert test_size == 4 and record.status == "ok" and record.usage["metric_calls"] == 4
     assert len(record.test_verdicts) == test_size and all(v["valid"] for v in record.test_verdicts)
     assert server.stats.ok - calls_before == 4 + test_size  # optimisation + deployment, nothing more
     tokens = record.usage["tokens"]
     assert tokens["worker-optimisation"]["completion"] > 0 and tokens["worker-deployment"]["prompt"] > 0
-    assert verify_ledger(tmp_path).ok
-    kinds = [json.loads(line)["kind"] for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+    assert verify_ledger(run_dir).ok
+    kinds = [json.loads(line)["kind"] for line in (run_dir / "ledger.jsonl").read_text().splitlines()]
     assert kinds.count("evaluation") == 4 and kinds.count("test_scoring") == test_size
 
 
