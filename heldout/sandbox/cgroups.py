@@ -131,23 +131,27 @@ class GroupFiles:
     """Where a run group's live counters are, for the harness to read while the run goes on
     (:class:`heldout.sandbox.monitor.RunMeter`): each hierarchy's ``cgroup.procs``, the CPU counter
     (``cpu_key``: the name its value follows on the first line, or None for a bare number) in
-    units of ``cpu_per_second``, and the peak-memory counter. Empty for a group with no cgroup."""
+    units of ``cpu_per_second``, the peak-memory counter, and the list of its threads. Empty for a
+    group with no cgroup."""
 
     procs: tuple[str, ...] = ()
     cpu: str | None = None
     cpu_per_second: float = 1.0
     cpu_key: bytes | None = None
     peak: str | None = None
+    threads: str | None = None  # the ids of every thread in the group, one a line
 
     @staticmethod
     def of(level: str, dirs: dict[str, Path]) -> "GroupFiles":
         procs = tuple(str(d / "cgroup.procs") for d in dirs.values())
         if level == "cgroup-v2" and "unified" in dirs:
             d = dirs["unified"]
-            return GroupFiles(procs, str(d / "cpu.stat"), 1e6, b"usage_usec", str(d / "memory.peak"))
+            return GroupFiles(procs, str(d / "cpu.stat"), 1e6, b"usage_usec", str(d / "memory.peak"),
+                              str(d / "cgroup.threads"))
         cpu = str(dirs["cpuacct"] / "cpuacct.usage") if "cpuacct" in dirs else None
         peak = str(dirs["memory"] / "memory.max_usage_in_bytes") if "memory" in dirs else None
-        return GroupFiles(procs, cpu, 1e9, None, peak)
+        threads = str(next(iter(dirs.values())) / "tasks") if dirs else None
+        return GroupFiles(procs, cpu, 1e9, None, peak, threads)
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class Watch:
         self.state = RunState(per_call, groups, job["stop_on_error"], typed=job["encoding"] == "typed",
                               on_call=self.feeder.send, cpu_clock=self.meter.cpu)
         self.killed_for: str | None = None
+        self.waits_credited = 0.0  # the run's waits for a CPU added to its calls' wall clocks so far
         self._stdout_tail = bytearray()
         self._stdout_total = self._result_total = 0
 
@@ -106,13 +107,21 @@ class Watch:
                        set_up=(state.ready or state.done) and self.killed_for != "fork_server")
 
     def _past_a_clock(self, now: float, deadline: float, call_deadline: float | None) -> str | None:
-        """The wall clocks: the whole run's, and the running call's backstop."""
+        """The wall clocks: the whole run's, as the task gave it, and the running call's backstop.
+        The backstop stops a call that sleeps or waits, not one the machine's other work kept from
+        a CPU: when it runs out, the time the run's threads waited, runnable, for a CPU and that no
+        call's clock was given yet moves it."""
         if now >= deadline:
             return "timeout"
-        if call_deadline is not None and now >= call_deadline:
-            self.state.timed_out_by = "wall"
-            return "call_timeout"
-        return None
+        if call_deadline is None or now < call_deadline:
+            return None
+        waited = self.meter.waited_for_cpu()
+        if waited is not None and waited > self.waits_credited + 1e-3:
+            self.state.move_call_clock(waited - self.waits_credited)
+            self.waits_credited = waited
+            return None
+        self.state.timed_out_by = "wall"
+        return "call_timeout"
 
     def _over_cpu(self) -> str | None:
         """The CPU clock, read from outside: the whole run's limit, and the running call's."""
@@ -185,6 +194,21 @@ class RunMeter:
         if files.cpu_key is not None:  # "usage_usec N" is cgroup v2's first line
             fields = fields[1:] if fields[:1] == [files.cpu_key] else []
         return int(fields[0]) / files.cpu_per_second if fields and fields[0].isdigit() else None
+
+    def waited_for_cpu(self) -> float | None:
+        """The longest time one thread of the run has waited, runnable, for a CPU (the kernel's run
+        delay, ``/proc/<tid>/schedstat``), in seconds; None where no group lists the threads. The
+        longest, not the sum: threads of one program that wait for each other count once, and a
+        program that spins up threads to wait spends CPU time the CPU clocks count."""
+        if self.files.threads is None:
+            return None
+        longest = 0
+        for tid in _read_bytes(self.files.threads).split():
+            try:
+                longest = max(longest, int(_read_bytes(f"/proc/{tid.decode()}/schedstat").split()[1]))
+            except (IndexError, ValueError):
+                continue  # exited meanwhile
+        return longest / 1e9
 
     def joined(self) -> bool:
         """Whether some process is or was in the run's group in every hierarchy that can tell: a
@@ -367,6 +391,12 @@ class RunState:
         if not self.failed_groups:  # the common case: the next one
             return index + 1 if index + 1 < len(self.per_call) else None
         return next((j for j in range(index + 1, len(self.per_call)) if self.groups[j] not in self.failed_groups), None)
+
+    def move_call_clock(self, seconds: float) -> None:
+        """The running call's wall clock starts ``seconds`` later (time it waited for a CPU)."""
+        if self.current is not None:
+            index, started, cpu = self.current
+            self.current = (index, started + seconds, cpu)
 
     def call_deadline(self) -> float | None:
         """When the running call's wall backstop runs out (the parent's, after the child's own)."""
