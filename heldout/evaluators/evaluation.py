@@ -20,13 +20,39 @@ from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError,
                                Verdict, VisibilityError, candidate_id, check_candidate, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import Budget, VisibilityPolicy
-from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage, infrastructure_failures
+from heldout.evaluators.scoring import OPTIMISATION, Arrivals, Scorer, Usage, infrastructure_failures
 
 MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
 
 def _verdict_from_entry(data: Mapping[str, Any]) -> Verdict:
     return Verdict.from_dict(data["verdict"])
+
+
+class _InOrder:
+    """Records each fresh verdict of an evaluation once it and every one before it are in
+    (answers arrive in any order; the ledger keeps the order asked for): an infrastructure
+    failure waits for its second scoring, and :meth:`finish` records what is left, in order,
+    without the examples that failed twice (they get no entry)."""
+
+    def __init__(self, count: int, record: Callable[[int, Verdict], None]) -> None:
+        self._verdicts: list[Verdict | None] = [None] * count
+        self._record = record
+        self._next = 0
+
+    def scored(self, k: int, verdict: Verdict) -> None:
+        self._verdicts[k] = verdict
+        pending = self._verdicts
+        while self._next < len(pending) and pending[self._next] is not None \
+                and not is_infrastructure_failure(pending[self._next]):
+            self._record(self._next, pending[self._next])
+            self._next += 1
+
+    def finish(self, verdicts: list[Verdict]) -> None:
+        for k in range(self._next, len(verdicts)):
+            if not is_infrastructure_failure(verdicts[k]):
+                self._record(k, verdicts[k])
+        self._next = len(verdicts)
 
 
 class EvaluationService:
@@ -180,40 +206,57 @@ class EvaluationService:
             self._register_candidate(candidate, cid, parent, stamp)
         memo_hits = [i for i in fresh if (cid, split, i) in self._memo]
         to_run = [i for i in fresh if (cid, split, i) not in self._memo]
-        to_score = [pool[i] for i in to_run]
-        with self.interruptible():
-            scorings = [self._scorer.score_retrying(candidate, to_score, OPTIMISATION, self.usage,
-                                                    self.variant.options, r)
-                        for r in range(self.variant.repeats)]
-        # an example is missing when any of its repeats failed for the infrastructure
-        missing = [next((s[k] for s in scorings if is_infrastructure_failure(s[k])), None)
-                   for k in range(len(to_run))]
-        # one write, fsync and head for the whole batch, all before any result is returned
-        with self._lock, self._ledger.batch():
-            for ex_id in memo_hits:
-                self.usage.add(OPTIMISATION, cache_hits=1)  # the session's memo answered it
-                data = self._memo[(cid, split, ex_id)]
-                results[ex_id] = _verdict_from_entry(data)
-                self._record(cid, split, ex_id, results[ex_id], cached=True)
-            for k, ex_id in enumerate(to_run):
-                if missing[k] is not None:
-                    continue  # no entry: not charged on resume, and re-run when asked again
-                raw = [scoring[k] for scoring in scorings]
+        # one write, fsync and head for the whole batch, all before any result is returned; a fresh
+        # verdict joins the batch as soon as it and every one before it are scored (_InOrder)
+        with self._ledger.batch():
+            with self._lock:
+                for ex_id in memo_hits:
+                    self.usage.add(OPTIMISATION, cache_hits=1)  # the session's memo answered it
+                    results[ex_id] = _verdict_from_entry(self._memo[(cid, split, ex_id)])
+                    self._record(cid, split, ex_id, results[ex_id], cached=True)
+
+            def record(k: int, raw: list[Verdict]) -> None:
+                ex_id = to_run[k]
                 shown = self.variant.show(raw, pool[ex_id], seed=self._seed, candidate_id=cid)
-                results[ex_id] = shown
-                self._record(cid, split, ex_id, shown, cached=False, raw=None if shown is raw[0] else raw)
-            failed = [ex_id for k, ex_id in enumerate(to_run) if missing[k] is not None]
-            if failed:
-                shown = [missing[k] or scorings[0][k] for k in range(len(to_run))]
-                self.stop_for_infrastructure(
-                    infrastructure_failures(f"{split} evaluation", shown) or "", phase="optimisation",
-                    split=split, candidate_id=cid, examples=failed,
-                    refunded=len(failed) * self.variant.repeats)
-            self._update_trajectory(cid, split, [results[i] for i in wanted], stamp)
+                with self._lock:
+                    results[ex_id] = shown
+                    self._record(cid, split, ex_id, shown, cached=False, raw=None if shown is raw[0] else raw)
+            firsts = self._score_fresh(candidate, [pool[i] for i in to_run], record)
+            with self._lock:
+                failed = [ex_id for ex_id, v in zip(to_run, firsts) if is_infrastructure_failure(v)]
+                if failed:  # no entry for them: not charged on resume, and re-run when asked again
+                    self.stop_for_infrastructure(
+                        infrastructure_failures(f"{split} evaluation", firsts) or "", phase="optimisation",
+                        split=split, candidate_id=cid, examples=failed,
+                        refunded=len(failed) * self.variant.repeats)
+                self._update_trajectory(cid, split, [results[i] for i in wanted], stamp)
         if self.progress is not None:
             self.progress(min(self._clock, self.usage.metric_calls), self.budget.metric_calls,
                           None if self._best[1] is None else self._best[0])
         return [(pool[i], results[i]) for i in wanted]
+
+    def _score_fresh(self, candidate: Candidate, examples: list[Example],
+                     record: Callable[[int, list[Verdict]], None]) -> list[Verdict]:
+        """Score ``examples`` (each ``variant.repeats`` times) and ``record(k, its verdicts)`` each
+        one that the infrastructure did not fail, in order, as soon as it can; only the waits for
+        answers are interruptible (no ledger write happens there). Returns, per example, the
+        verdict of an infrastructure failure when any of its repeats is one, else its first verdict."""
+        repeats = self.variant.repeats
+        if repeats == 1:
+            in_order = _InOrder(len(examples), lambda k, v: record(k, [v]))
+            verdicts = self._scorer.score_retrying(candidate, examples, OPTIMISATION, self.usage, self.variant.options,
+                                                   0, Arrivals(self.interruptible, in_order.scored))
+            in_order.finish(verdicts)
+            return verdicts
+        waits = Arrivals(self.interruptible)
+        scorings = [self._scorer.score_retrying(candidate, examples, OPTIMISATION, self.usage, self.variant.options,
+                                                r, waits) for r in range(repeats)]
+        firsts = [next((s[k] for s in scorings if is_infrastructure_failure(s[k])), scorings[0][k])
+                  for k in range(len(examples))]
+        for k, first in enumerate(firsts):
+            if not is_infrastructure_failure(first):
+                record(k, [s[k] for s in scorings])
+        return firsts
 
     def _record(self, cid: str, split: str, ex_id: str, verdict: Verdict, cached: bool,
                 raw: list[Verdict] | None = None) -> None:

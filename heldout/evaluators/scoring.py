@@ -9,9 +9,10 @@ decides *whether* to score; this module only scores."""
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
 from heldout.contracts import (Candidate, Completion, Example, HeldoutError, InfrastructureFailure, Message,
@@ -184,6 +185,21 @@ class MeteredWorker:
                           cached=response.cached)
 
 
+@dataclass(frozen=True)
+class Arrivals:
+    """What a caller of :meth:`Scorer.score` does while the verdicts come in: ``waiting`` wraps
+    each wait for the next answer (or for a batch of program executions) and nothing else, so a
+    stop may interrupt it at once while no ledger write is under way; ``scored(k, verdict)`` is
+    called in the caller's thread, outside ``waiting``, as soon as the verdict of ``examples[k]``
+    is made (a session's evaluation records it then, while the other answers are in flight)."""
+
+    waiting: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+    scored: Callable[[int, Verdict], None] | None = None
+
+
+NO_ARRIVALS = Arrivals()
+
+
 class Scorer:
     """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
     execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
@@ -215,30 +231,42 @@ class Scorer:
         return RunContext(limits=self.limits, worker=worker, options={**self.options, **(extra or {})}, judge=judge)
 
     def score(self, candidate: Candidate, examples: Sequence[Example], channel: str,
-              usage: Usage, extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
+              usage: Usage, extra_options: Mapping[str, Any] | None = None, replicate: int = 0,
+              arrivals: Arrivals = NO_ARRIVALS) -> list[Verdict]:
+        """The verdict of each example, in order (see :class:`Arrivals` for ``arrivals``)."""
         if not examples:
             return []
         context = self.context(channel, usage, extra_options)
-        if self.benchmark.kind == "program":
-            def run_one(ex: Example) -> Verdict:
-                try:
-                    return self.benchmark.run(candidate, ex, context)
-                except Exception as exc:  # the benchmark's own rule is never to raise; belt and braces
-                    return Verdict.failure(ex.id, f"evaluator error: {type(exc).__name__}: {exc}", "evaluator_error")
-            with ThreadPoolExecutor(max_workers=min(self.jobs, len(examples))) as pool:
-                return list(pool.map(run_one, examples))
-        return self._score_prompt(candidate, examples, channel, usage, context, replicate)
+        if self.benchmark.kind != "program":
+            return self._score_prompt(candidate, examples, channel, usage, context, replicate, arrivals)
+
+        def run_one(ex: Example) -> Verdict:
+            try:
+                return self.benchmark.run(candidate, ex, context)
+            except Exception as exc:  # the benchmark's own rule is never to raise; belt and braces
+                return Verdict.failure(ex.id, f"evaluator error: {type(exc).__name__}: {exc}", "evaluator_error")
+        with arrivals.waiting(), ThreadPoolExecutor(max_workers=min(self.jobs, len(examples))) as pool:
+            verdicts = list(pool.map(run_one, examples))
+        if arrivals.scored is not None:
+            for k, verdict in enumerate(verdicts):
+                arrivals.scored(k, verdict)
+        return verdicts
 
     def score_retrying(self, candidate: Candidate, examples: Sequence[Example], channel: str, usage: Usage,
-                       extra_options: Mapping[str, Any] | None = None, replicate: int = 0) -> list[Verdict]:
+                       extra_options: Mapping[str, Any] | None = None, replicate: int = 0,
+                       arrivals: Arrivals = NO_ARRIVALS) -> list[Verdict]:
         """:meth:`score`, then every example whose verdict is an infrastructure failure scored once
         more (a dropped connection, a restarted endpoint or a sandbox that failed to start often
         succeeds the second time; the model client has already retried each request). What still
-        fails is returned as it is: the caller decides (see :func:`infrastructure_failures`)."""
-        verdicts = self.score(candidate, examples, channel, usage, extra_options, replicate)
+        fails is returned as it is: the caller decides (see :func:`infrastructure_failures`).
+        ``arrivals.scored`` hears of an example again when it is scored again."""
+        verdicts = self.score(candidate, examples, channel, usage, extra_options, replicate, arrivals)
         again = [i for i, v in enumerate(verdicts) if is_infrastructure_failure(v)]
         if again:
-            retried = self.score(candidate, [examples[i] for i in again], channel, usage, extra_options, replicate)
+            scored = arrivals.scored
+            renumbered = Arrivals(arrivals.waiting, None if scored is None else lambda j, v: scored(again[j], v))
+            retried = self.score(candidate, [examples[i] for i in again], channel, usage, extra_options, replicate,
+                                 renumbered)
             for i, verdict in zip(again, retried):
                 verdicts[i] = verdict
         return verdicts
@@ -254,7 +282,7 @@ class Scorer:
         return verdicts
 
     def _score_prompt(self, candidate: Candidate, examples: Sequence[Example], channel: str,
-                      usage: Usage, context: RunContext, replicate: int) -> list[Verdict]:
+                      usage: Usage, context: RunContext, replicate: int, arrivals: Arrivals) -> list[Verdict]:
         if self.worker is None:
             raise HeldoutError(f"{self.benchmark.name} is a prompt task: the session needs a worker model "
                                "(pass worker=ModelClient(...) or --worker-model/--base-url)")
@@ -276,12 +304,20 @@ class Scorer:
                     for ex in examples]
         # each output is scored as it arrives, while the others are in flight, when the client can say
         complete_each = getattr(self.worker, "complete_each", None)
-        answers = complete_each(requests) if callable(complete_each) else \
-            enumerate(self.worker.complete_many(requests, return_exceptions=True))
+        with arrivals.waiting():
+            answers = complete_each(requests) if callable(complete_each) else \
+                enumerate(self.worker.complete_many(requests, return_exceptions=True))
         verdicts: list[Verdict | None] = [None] * len(examples)
         try:
-            for i, resp in answers:
+            while True:
+                with arrivals.waiting():
+                    arrived = next(answers, None)
+                if arrived is None:
+                    break
+                i, resp = arrived
                 verdicts[i] = self._verdict(examples[i], resp, channel, usage, context)
+                if arrivals.scored is not None:
+                    arrivals.scored(i, verdicts[i])
         finally:  # interrupted (a stop request) while scoring: the requests still in flight end now
             getattr(answers, "close", lambda: None)()
         return [v if v is not None else Verdict.failure(ex.id, "the worker returned no answer for it", "model_error")
