@@ -1,10 +1,10 @@
-"""A call's wall backstop stops a program that sleeps or waits, never one the machine's other work
-kept from a CPU (DESIGN "Time"). A call's CPU limit does not depend on the load; its wall backstop (4 x the
-limit + 2 s) did: with one core shared by 40 busy processes, a call that needs a tenth of its CPU
-limit takes longer than its backstop and was scored a timeout, "the program sleeps or waits". The
-backstop now leaves out the time the run's threads waited, runnable, for a CPU (the kernel's run
-delay): the starved call finishes with its verdict from an idle machine, and a call that really
-sleeps is stopped as before."""
+"""A wall clock (a call's backstop, a run's limit) stops a program that sleeps or waits, never one the
+machine's other work kept from a CPU (DESIGN "Time"). A call's CPU limit does not depend on the
+load; its wall backstop (4 x the limit + 2 s) did: with one core shared by 40 busy processes, a call
+that needs a tenth of its CPU limit takes longer than its backstop and was scored a timeout, "the
+program sleeps or waits". The clocks now leave out the time the run's threads waited, runnable, for
+a CPU (the kernel's run delay): the starved call, and a starved run past its whole wall limit,
+finish with their verdicts from an idle machine, and a call that really sleeps is stopped as before."""
 
 from __future__ import annotations
 
@@ -59,7 +59,9 @@ os.sched_setaffinity(0, {{0}})
 result = run_calls(code, "work", "work", [(("sleep", 60), {{}}), (("compute", 0.1), {{}})],
                    per_call_seconds=[{PER_CALL}, {PER_CALL}], limits=RunLimits(wall_seconds=120, cpu_seconds=10),
                    fork_server=False)
-print(json.dumps({{"calls": result.calls}}))
+whole = run_calls(code, "work", "work", [(("compute", 0.1), {{}})], limits=RunLimits(wall_seconds=3, cpu_seconds=10),
+                  fork_server=False)
+print(json.dumps({{"calls": result.calls, "whole": [whole.ok, whole.error, whole.seconds]}}))
 """
 
 
@@ -86,3 +88,7 @@ def test_a_call_starved_of_cpu_by_other_work_is_not_a_timeout_and_a_sleeping_one
     # ... although its wall time was past the backstop: the starvation was real (else this test
     # could not fail on the old rule)
     assert computing["seconds"] > wall_backstop(PER_CALL), computing
+    # a whole run's wall limit (3 s, no per-call limit) is no more a load meter than a call's
+    ok, error, seconds = outcome["whole"]
+    assert ok, error
+    assert seconds > 3

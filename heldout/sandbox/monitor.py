@@ -5,7 +5,8 @@ channel, and the limits the harness enforces itself while the run goes on.
 and reads the result channel and the program's stdout until both close, the run says it is done
 or fails, or a limit is hit; it then names that limit (``killed_for``):
 
-* ``timeout``: the run's wall time (``limits.wall_seconds``, a backstop);
+* ``timeout``: the run's wall time (``limits.wall_seconds``, a backstop), not counting what the
+  run waited for a CPU while other work ran (see :meth:`Watch._past_a_clock`);
 * ``cpu``: the CPU time of the run's whole process tree, read from outside every
   :data:`CPU_CHECK_SECONDS` (the launcher's clock: the run's cgroup, or ``/proc``);
 * ``call_timeout``: a call past its CPU limit or its wall backstop (:func:`wall_backstop`), as
@@ -23,6 +24,7 @@ does, and :mod:`heldout.sandbox.process` turns a watch and its end into a result
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import select
@@ -38,6 +40,8 @@ STDOUT_TAIL_BYTES = 4096
 PARENT_SLACK_SECONDS = 0.5  # the child's own timer normally fires first; the parent's is the guarantee
 CPU_CHECK_SECONDS = 0.25  # how often the parent reads a running execution's CPU time
 CPU_SLACK_SECONDS = 0.5  # the whole run's CPU limit, as the parent enforces it
+MAX_WAIT_CREDIT = 3.0  # at most this many times its limit is added to a run's wall clock for waits for a CPU
+CORES = len(os.sched_getaffinity(0))  # the cores the runs share with the harness
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -56,7 +60,9 @@ class Watch:
         self.state = RunState(per_call, groups, job["stop_on_error"], typed=job["encoding"] == "typed",
                               on_call=self.feeder.send, cpu_clock=self.meter.cpu)
         self.killed_for: str | None = None
-        self.waits_credited = 0.0  # the run's waits for a CPU added to its calls' wall clocks so far
+        self.deadline = math.inf  # the whole run's wall clock, from its start
+        self.waits_credited = 0.0  # the run's wait for a CPU given to its wall clocks so far ...
+        self.run_waits_credited = 0.0  # ... and the part the whole run's clock took (it is capped)
         self._stdout_tail = bytearray()
         self._stdout_total = self._result_total = 0
 
@@ -65,7 +71,7 @@ class Watch:
         hit; then close the harness's ends of the pipes (a writer blocked on a full one fails)
         and say what was seen."""
         state, started = self.state, self.started
-        deadline = time.monotonic() + self.limits.wall_seconds
+        self.deadline = time.monotonic() + self.limits.wall_seconds
         # poll, not a selector: two descriptors, read once a call (~4 us a call less)
         streams, result_fd = select.poll(), started.result_fd
         open_fds = {result_fd, started.stdout_fd}
@@ -75,14 +81,14 @@ class Watch:
         try:
             while open_fds:
                 now = time.monotonic()
-                call_deadline = state.call_deadline()
-                self.killed_for = self._past_a_clock(now, deadline, call_deadline)
+                self.killed_for = self._past_a_clock(now)
                 if self.killed_for is None and now >= next_cpu_check:
                     self.killed_for = self._over_cpu()
                     next_cpu_check = now + CPU_CHECK_SECONDS
                 if self.killed_for is not None:
                     break
-                wait = min(deadline, call_deadline or deadline, next_cpu_check) - now
+                deadline = self.deadline
+                wait = min(deadline, state.call_deadline() or deadline, next_cpu_check) - now
                 for fd, _ in streams.poll(1000 * max(0.0, min(wait, 0.5))):
                     chunk = os.read(fd, 65536)
                     if not chunk:
@@ -104,24 +110,46 @@ class Watch:
             os.close(started.stdout_fd)
         return Watched(state, self.killed_for, self._stdout_tail.decode("utf-8", errors="replace"),
                        by_itself=not state.done and self.killed_for is None and not state.bad and state.fatal is None,
-                       set_up=(state.ready or state.done) and self.killed_for != "fork_server")
+                       set_up=(state.ready or state.done) and self.killed_for != "fork_server",
+                       waited_for_cpu=self.run_waits_credited)
 
-    def _past_a_clock(self, now: float, deadline: float, call_deadline: float | None) -> str | None:
-        """The wall clocks: the whole run's, as the task gave it, and the running call's backstop.
-        The backstop stops a call that sleeps or waits, not one the machine's other work kept from
-        a CPU: when it runs out, the time the run's threads waited, runnable, for a CPU and that no
-        call's clock was given yet moves it."""
-        if now >= deadline:
+    def _past_a_clock(self, now: float) -> str | None:
+        """The wall clocks: the whole run's and the running call's backstop. They stop a program
+        that sleeps or waits, not one the machine's other work kept from a CPU: when one runs out,
+        the run's wait for a CPU that no clock was given yet moves both (the whole run's by at most
+        :data:`MAX_WAIT_CREDIT` times its limit in all: it also bounds how long the harness
+        waits for a run)."""
+        if now < self.deadline and (self.state.call_deadline() or math.inf) > now:
+            return None
+        new = self._new_wait()
+        if new > 0:
+            self.state.move_call_clock(new)
+            for_run = min(new, MAX_WAIT_CREDIT * self.limits.wall_seconds - self.run_waits_credited)
+            if for_run > 0:
+                self.deadline += for_run
+                self.run_waits_credited += for_run
+        if now >= self.deadline:
             return "timeout"
-        if call_deadline is None or now < call_deadline:
-            return None
+        call_deadline = self.state.call_deadline()
+        if call_deadline is not None and now >= call_deadline:
+            self.state.timed_out_by = "wall"
+            return "call_timeout"
+        return None
+
+    def _new_wait(self) -> float:
+        """Seconds the run waited for a CPU because of other work that no clock was given yet: the
+        longest wait of one of its threads (the kernel's run delay), less the run's own CPU time
+        over the cores (threads of one program that wait on each other wait on the program, not
+        the machine: a fork bomb gets nothing), less what was given before."""
         waited = self.meter.waited_for_cpu()
-        if waited is not None and waited > self.waits_credited + 1e-3:
-            self.state.move_call_clock(waited - self.waits_credited)
-            self.waits_credited = waited
-            return None
-        self.state.timed_out_by = "wall"
-        return "call_timeout"
+        if waited is None:
+            return 0.0
+        owed = waited - (self.meter.cpu() or 0.0) / CORES
+        new = owed - self.waits_credited
+        if new <= 1e-3:
+            return 0.0
+        self.waits_credited = owed
+        return new
 
     def _over_cpu(self) -> str | None:
         """The CPU clock, read from outside: the whole run's limit, and the running call's."""
@@ -166,6 +194,7 @@ class Watched:
     stdout_tail: str
     by_itself: bool
     set_up: bool
+    waited_for_cpu: float = 0.0  # seconds the whole run's wall clock was moved for waits for a CPU
 
 
 class RunMeter:

@@ -505,7 +505,8 @@ def _interpret(seen: Watched, ended: Ended, limits: RunLimits, level: str) -> Sa
         calls.append(_parent_enforced_timeout(seen))
         return SandboxResult(False, None, calls[-1]["error"], "timeout", tail, 0.0, limits, level, calls)
     if killed_for == "timeout":
-        return fail("timeout", f"timeout after {limits.wall_seconds:g} s wall (limit)")
+        waited = f", and {seen.waited_for_cpu:.3g} s it waited for a CPU" if seen.waited_for_cpu else ""
+        return fail("timeout", f"timeout after {limits.wall_seconds:g} s wall (limit{waited})")
     if killed_for == "cpu":
         return fail("timeout", f"timeout: cpu time limit of {limits.cpu_seconds:g} s exceeded (whole run)")
     if killed_for == "stdout_too_large":
