@@ -8,7 +8,7 @@ import ast
 
 import pytest
 
-from heldout.benchmarks.extraction.code import EVALPLUS_SANITIZE, extract_code
+from heldout.benchmarks.extraction.code import evalplus_sanitizer, extract_code
 from heldout.benchmarks.mbpp_plus.execution import check_solution, load_problems
 from heldout.contracts import RunLimits
 
@@ -72,8 +72,8 @@ EVALPLUS_DIFFERS = {
     "a draft, then the corrected version": DRAFT,  # the longest parsable block wins: the draft
 }
 AGREED = sorted(set(SHAPES) - set(EVALPLUS_DIFFERS))
-BACKENDS = ["heldout"] + (["evalplus"] if EVALPLUS_SANITIZE is not None else [])
-needs_evalplus = pytest.mark.skipif(EVALPLUS_SANITIZE is None,
+BACKENDS = ["heldout"] + (["evalplus"] if evalplus_sanitizer() is not None else [])
+needs_evalplus = pytest.mark.skipif(evalplus_sanitizer() is None,
                                     reason="evalplus is not installed (pip install heldout[evalplus])")
 LIMITS = RunLimits(wall_seconds=60, cpu_seconds=60, memory_mb=2048)
 
@@ -117,7 +117,7 @@ def test_where_the_backends_differ_by_design_evalplus_reads_what_the_table_says(
 
 def test_auto_uses_evalplus_where_installed_so_its_readings_hold_there():
     auto = extract_code(SHAPES["So the answer is def ..."], "square_perimeter")
-    assert auto == (None if EVALPLUS_SANITIZE is not None else "def square_perimeter(a):\n    return 4 * a")
+    assert auto == (None if evalplus_sanitizer() is not None else "def square_perimeter(a):\n    return 4 * a")
 
 
 def test_a_prose_line_is_split_before_def_only_when_nothing_else_defines_the_entry_point():

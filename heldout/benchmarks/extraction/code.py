@@ -22,6 +22,7 @@ corrected version after a draft)."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from typing import Callable
@@ -151,7 +152,11 @@ def _sanitize_lines(text: str, entry_point: str | None) -> str:
     return keep_definitions(region, entry_point) or region
 
 
-def _evalplus_sanitizer() -> Callable[[str, str | None], str] | None:
+@functools.cache
+def evalplus_sanitizer() -> Callable[[str, str | None], str] | None:
+    """evalplus's sanitizer, or None when evalplus is not installed. Imported at the first
+    extraction, not with this module: evalplus.sanitize imports HF datasets and pandas (about
+    1 CPU-s), which every process that loads the task registry paid without extracting code."""
     try:
         from evalplus.sanitize import sanitize
     except Exception:  # noqa: BLE001 - evalplus (and tree-sitter) are optional
@@ -159,7 +164,6 @@ def _evalplus_sanitizer() -> Callable[[str, str | None], str] | None:
     return lambda text, entry_point: sanitize(text, entry_point)
 
 
-EVALPLUS_SANITIZE = _evalplus_sanitizer()
 BACKENDS = ("auto", "evalplus", "heldout")
 
 
@@ -171,11 +175,11 @@ def extract_code(text: str, entry_point: str | None, *, backend: str = "auto") -
     :data:`MAX_SEARCH_LINES` lines, else heldout's)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown code extraction backend {backend!r}; expected one of {BACKENDS}")
-    if backend == "evalplus" and EVALPLUS_SANITIZE is None:
+    evalplus = evalplus_sanitizer() if backend != "heldout" else None
+    if backend == "evalplus" and evalplus is None:
         raise ValueError("the evalplus backend needs evalplus installed (pip install heldout[evalplus])")
-    use_evalplus = backend == "evalplus" or (
-        backend == "auto" and EVALPLUS_SANITIZE is not None and text.count("\n") < MAX_SEARCH_LINES)
-    code = EVALPLUS_SANITIZE(text, entry_point) if use_evalplus else sanitize_heldout(text, entry_point)
+    use_evalplus = evalplus is not None and (backend == "evalplus" or text.count("\n") < MAX_SEARCH_LINES)
+    code = evalplus(text, entry_point) if use_evalplus else sanitize_heldout(text, entry_point)
     if entry_point and not defines(code, entry_point):
         return None
     return code

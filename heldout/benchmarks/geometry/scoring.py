@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.signal import oaconvolve
 from scipy.spatial import ConvexHull, QhullError
 from scipy.spatial.distance import pdist
 
@@ -243,7 +242,13 @@ def autocorrelation_c2(heights: Any, *, tol: float = 0.0, max_steps: int = AC2_M
     if not top > 0:
         return Scored(valid=False, error="invalid: every height is zero", error_kind="invalid")
     f = h / top
-    conv = oaconvolve(f, f) if f.size > 64 else np.convolve(f, f)
+    if f.size > 64:
+        # imported here: scipy.signal costs about 0.9 CPU-s to import, which every process that
+        # loads a geometry task paid, most of them never scoring a long step function
+        from scipy.signal import oaconvolve
+        conv = oaconvolve(f, f)
+    else:
+        conv = np.convolve(f, f)
     conv = np.clip(conv, 0.0, None)  # FFT round-off can dip below 0; the true values cannot
     y = np.concatenate(([0.0], conv, [0.0]))
     step = 1.0 / (2 * f.size)  # 2N+1 knots spanning a unit interval (the ratio is scale-free)
