@@ -61,8 +61,8 @@ class Watch:
                               on_call=self.feeder.send, cpu_clock=self.meter.cpu)
         self.killed_for: str | None = None
         self.deadline = math.inf  # the whole run's wall clock, from its start
-        self.waits_credited = 0.0  # the run's wait for a CPU given to its wall clocks so far ...
-        self.run_waits_credited = 0.0  # ... and the part the whole run's clock took (it is capped)
+        # the run's wait for a CPU given to its wall clocks so far, and the part the run's took
+        self.waits_credited = self.run_waits_credited = 0.0
         self._stdout_tail = bytearray()
         self._stdout_total = self._result_total = 0
 
@@ -81,14 +81,16 @@ class Watch:
         try:
             while open_fds:
                 now = time.monotonic()
-                self.killed_for = self._past_a_clock(now)
+                call_deadline = state.call_deadline()
+                if now >= self.deadline or (call_deadline is not None and now >= call_deadline):
+                    self.killed_for = self._past_a_clock(now)  # (it may move both clocks)
+                    call_deadline = state.call_deadline()
                 if self.killed_for is None and now >= next_cpu_check:
                     self.killed_for = self._over_cpu()
                     next_cpu_check = now + CPU_CHECK_SECONDS
                 if self.killed_for is not None:
                     break
-                deadline = self.deadline
-                wait = min(deadline, state.call_deadline() or deadline, next_cpu_check) - now
+                wait = min(self.deadline, call_deadline or self.deadline, next_cpu_check) - now
                 for fd, _ in streams.poll(1000 * max(0.0, min(wait, 0.5))):
                     chunk = os.read(fd, 65536)
                     if not chunk:
@@ -114,20 +116,15 @@ class Watch:
                        waited_for_cpu=self.run_waits_credited)
 
     def _past_a_clock(self, now: float) -> str | None:
-        """The wall clocks: the whole run's and the running call's backstop. They stop a program
-        that sleeps or waits, not one the machine's other work kept from a CPU: when one runs out,
-        the run's wait for a CPU that no clock was given yet moves both (the whole run's by at most
-        :data:`MAX_WAIT_CREDIT` times its limit in all: it also bounds how long the harness
-        waits for a run)."""
-        if now < self.deadline and (self.state.call_deadline() or math.inf) > now:
-            return None
+        """A wall clock ran out (the whole run's, or the call's backstop). They stop a program that
+        waits, not one other work kept from a CPU: the wait no clock was given yet moves both first
+        (the run's by at most :data:`MAX_WAIT_CREDIT` times its limit: it bounds the harness's wait)."""
         new = self._new_wait()
-        if new > 0:
-            self.state.move_call_clock(new)
-            for_run = min(new, MAX_WAIT_CREDIT * self.limits.wall_seconds - self.run_waits_credited)
-            if for_run > 0:
-                self.deadline += for_run
-                self.run_waits_credited += for_run
+        self.state.move_call_clock(new)
+        for_run = min(new, MAX_WAIT_CREDIT * self.limits.wall_seconds - self.run_waits_credited)
+        if for_run > 0:
+            self.deadline += for_run
+            self.run_waits_credited += for_run
         if now >= self.deadline:
             return "timeout"
         call_deadline = self.state.call_deadline()
@@ -137,19 +134,13 @@ class Watch:
         return None
 
     def _new_wait(self) -> float:
-        """Seconds the run waited for a CPU because of other work that no clock was given yet: the
-        longest wait of one of its threads (the kernel's run delay), less the run's own CPU time
-        over the cores (threads of one program that wait on each other wait on the program, not
-        the machine: a fork bomb gets nothing), less what was given before."""
+        """Seconds the run waited for a CPU for other work and no clock got yet: its longest-waiting
+        thread's run delay less the run's CPU time over the cores (threads that wait on each other
+        wait on the program: a fork bomb gets nothing), less what was given before."""
         waited = self.meter.waited_for_cpu()
-        if waited is None:
-            return 0.0
-        owed = waited - (self.meter.cpu() or 0.0) / CORES
-        new = owed - self.waits_credited
-        if new <= 1e-3:
-            return 0.0
-        self.waits_credited = owed
-        return new
+        owed = 0.0 if waited is None else waited - (self.meter.cpu() or 0.0) / CORES
+        new, self.waits_credited = owed - self.waits_credited, max(owed, self.waits_credited)
+        return new if new > 1e-3 else 0.0
 
     def _over_cpu(self) -> str | None:
         """The CPU clock, read from outside: the whole run's limit, and the running call's."""
@@ -226,18 +217,13 @@ class RunMeter:
 
     def waited_for_cpu(self) -> float | None:
         """The longest time one thread of the run has waited, runnable, for a CPU (the kernel's run
-        delay, ``/proc/<tid>/schedstat``), in seconds; None where no group lists the threads. The
-        longest, not the sum: threads of one program that wait for each other count once, and a
-        program that spins up threads to wait spends CPU time the CPU clocks count."""
+        delay, ``/proc/<tid>/schedstat``), in seconds; None where no group lists the threads."""
         if self.files.threads is None:
             return None
-        longest = 0
-        for tid in _read_bytes(self.files.threads).split():
-            try:
-                longest = max(longest, int(_read_bytes(f"/proc/{tid.decode()}/schedstat").split()[1]))
-            except (IndexError, ValueError):
-                continue  # exited meanwhile
-        return longest / 1e9
+        # (a thread that exited meanwhile has no file: it reads empty)
+        waits = (_read_bytes(f"/proc/{tid.decode()}/schedstat").split()[1:2] for tid in
+                 _read_bytes(self.files.threads).split())
+        return max((int(wait[0]) for wait in waits if wait), default=0) / 1e9
 
     def joined(self) -> bool:
         """Whether some process is or was in the run's group in every hierarchy that can tell: a
@@ -424,8 +410,7 @@ class RunState:
     def move_call_clock(self, seconds: float) -> None:
         """The running call's wall clock starts ``seconds`` later (time it waited for a CPU)."""
         if self.current is not None:
-            index, started, cpu = self.current
-            self.current = (index, started + seconds, cpu)
+            self.current = (self.current[0], self.current[1] + seconds, self.current[2])
 
     def call_deadline(self) -> float | None:
         """When the running call's wall backstop runs out (the parent's, after the child's own)."""
