@@ -1,16 +1,21 @@
 """When a session records an evaluation: each fresh verdict joins the ledger's batch as soon as it
 and every one asked before it are scored (while later answers are still in flight), in the order
 asked whatever order the answers come in, and never while the session waits interruptibly for an
-answer (a stop raised there must not land in a ledger write). Against the real loopback server."""
+answer (a stop raised there must not land in a ledger write). Against the real loopback server.
+And its run record, encoded once: the sealed content digested is what a reader digests."""
 
 from __future__ import annotations
 
 import contextlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import heldout
+from heldout.contracts import canonical_json
 from heldout.evaluators.ledger import verify_ledger
+from heldout.evaluators.records import RunRecord
 from heldout.evaluators.scoring import SessionModels
 from heldout.evaluators.session import Session
 from heldout.models import ModelClient
@@ -99,3 +104,39 @@ def test_no_ledger_entry_is_appended_while_the_session_waits_interruptibly(serve
     assert waits[0] >= 24  # a wait for each answer of the optimisation, and the held-out scoring's
     assert appended_while_waiting == []
     assert verify_ledger(tmp_path).ok
+
+
+# -- the run record: encoded once ------------------------------------------------------------------
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
+    | st.dictionaries(st.text(max_size=4) | st.integers(0, 20), inner, max_size=4), max_leaves=20)
+
+
+def record_with(**fields) -> RunRecord:
+    given_fields = {"task": "t", "profile": "p", "seed": 0, "method": "m", "status": "ok", "budget": {}, "policy": {},
+                    "limits": {}, "options": {}, "drift": None, "final_candidate": None, "final_candidate_id": None,
+                    "test_verdicts": [], "val_verdicts": [], "test_score": None, "val_score": None, "usage": {},
+                    "trajectory": [], "lineage": []}
+    return RunRecord(**{**given_fields, **fields})
+
+
+@settings(max_examples=200, deadline=None)
+@given(extra=st.dictionaries(st.text(max_size=6), json_values, max_size=4))
+def test_a_records_sealed_content_is_what_a_reader_digests_whatever_its_fields_hold(extra):
+    record = record_with(extra=extra)
+    assert record.sealed_content() == canonical_json(record.content())
+
+
+def test_a_record_saved_from_its_sealed_content_reads_back_as_the_record_and_digests_the_same(tmp_path):
+    record = record_with(seed=3, options={"k": (1, 2)}, final_candidate={"instruction": "Sort.\u2603"},
+                         test_verdicts=[{"score": 1.0, "output": {"text": "a\\nb"}}], extra={"x": float("inf")})
+    sealed = record.sealed_content()
+    record.ledger_head, record.ledger_entries = "ab" * 32, 7
+    record.signature = {"key_id": "k", "signature": "s"}
+    (tmp_path / "plain").mkdir(), (tmp_path / "sealed").mkdir()
+    record.save(tmp_path / "plain")
+    record.save(tmp_path / "sealed", sealed)
+    plain, from_sealed = RunRecord.load(tmp_path / "plain"), RunRecord.load(tmp_path / "sealed")
+    assert from_sealed == plain
+    assert from_sealed.digest() == plain.digest() == record.digest(sealed)

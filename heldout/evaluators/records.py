@@ -210,6 +210,29 @@ def describe_experiment(session: Any) -> dict[str, Any]:
     return description
 
 
+ANCHOR_FIELDS = ("ledger_head", "ledger_entries", "signature")
+"""The fields a record gets once its digest is in the ledger: outside what is digested and signed."""
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` is JSON data that reads back as it is encoded: exact dicts with text keys,
+    lists, tuples and scalars (a key that is not text would be sorted otherwise once read back)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            if any(type(k) is not str for k in item):
+                return False
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+        elif kind not in _PLAIN_SCALARS:
+            return False
+    return True
+
+
 def _json_value(obj: Any) -> Any:
     """What json writes for a value it has no rule for: a dataclass as its fields, else its str."""
     return asdict(obj) if is_dataclass(obj) and not isinstance(obj, type) else str(obj)
@@ -355,14 +378,17 @@ class RunRecord:
         """The record as plain JSON data, without the ledger anchor fields (which are set after
         the digest is written to the ledger)."""
         data = json.loads(json.dumps(self._fields(), default=_json_value))
-        for key in ("ledger_head", "ledger_entries", "signature"):
+        for key in ANCHOR_FIELDS:
             data.pop(key, None)
         return data
 
     def sealed_content(self) -> str:
         """:meth:`content` as the canonical JSON :meth:`digest` hashes: a session takes it once when
-        the record is final, and reserves room, digests and signs from it (each took it again)."""
-        return canonical_json(self.content())
+        the record is final, and reserves room, digests, signs and saves from it. Fields that are
+        plain JSON already (text keys, exact types: as :meth:`content` reads them back) are encoded
+        as they are, once, not written, read back and encoded again."""
+        unanchored = {k: v for k, v in self._fields().items() if k not in ANCHOR_FIELDS}
+        return canonical_json(unanchored) if _plain_json(unanchored) else canonical_json(self.content())
 
     def digest(self, sealed: str | None = None) -> str:
         """sha256 of :meth:`content` (``sealed``: its :meth:`sealed_content`, already taken): what
@@ -395,10 +421,17 @@ class RunRecord:
         finally:
             probe.unlink(missing_ok=True)
 
-    def save(self, run_dir: str | Path) -> Path:
+    def save(self, run_dir: str | Path, sealed: str | None = None) -> Path:
+        """Write the record (owner-only, like the ledger). ``sealed``: its :meth:`sealed_content`,
+        taken once it became final (only the anchor fields set since): the file is then that text
+        with the anchors, one line, not a second encoding of the whole record."""
         path = Path(run_dir) / RECORD_FILE
-        # owner-only, like the ledger
-        write_text_atomically(path, json.dumps(self._fields(), indent=1, default=_json_value), mode=0o600)
+        if sealed is None:
+            text = json.dumps(self._fields(), indent=1, default=_json_value)
+        else:
+            anchors = canonical_json({k: getattr(self, k) for k in ANCHOR_FIELDS})
+            text = anchors[:-1] + ("," if sealed != "{}" else "") + sealed[1:]
+        write_text_atomically(path, text, mode=0o600)
         return path
 
     def _fields(self) -> dict[str, Any]:

@@ -230,7 +230,7 @@ class Session:
             record.ledger_head, record.ledger_entries = self.ledger.head, len(self.ledger)
             if self.ledger.signing_key is not None:
                 record.sign(self.ledger.signing_key, record_sha256)
-            record.save(self.run_dir)
+            record.save(self.run_dir, sealed)
         except (InfrastructureFailure, LedgerError) as exc:  # the infrastructure's failure: no record
             phase, problem = ("optimisation", stopped) if stopped is not None else ("held-out scoring", str(exc))
             try:
