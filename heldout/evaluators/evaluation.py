@@ -20,39 +20,13 @@ from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError,
                                Verdict, VisibilityError, candidate_id, check_candidate, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
 from heldout.evaluators.policy import Budget, VisibilityPolicy
-from heldout.evaluators.scoring import OPTIMISATION, Arrivals, Scorer, Usage, infrastructure_failures
+from heldout.evaluators.scoring import OPTIMISATION, Arrivals, InOrder, Scorer, Usage, infrastructure_failures
 
 MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 
 
 def _verdict_from_entry(data: Mapping[str, Any]) -> Verdict:
     return Verdict.from_dict(data["verdict"])
-
-
-class _InOrder:
-    """Records each fresh verdict of an evaluation once it and every one before it are in
-    (answers arrive in any order; the ledger keeps the order asked for): an infrastructure
-    failure waits for its second scoring, and :meth:`finish` records what is left, in order,
-    without the examples that failed twice (they get no entry)."""
-
-    def __init__(self, count: int, record: Callable[[int, Verdict], None]) -> None:
-        self._verdicts: list[Verdict | None] = [None] * count
-        self._record = record
-        self._next = 0
-
-    def scored(self, k: int, verdict: Verdict) -> None:
-        self._verdicts[k] = verdict
-        pending = self._verdicts
-        while self._next < len(pending) and pending[self._next] is not None \
-                and not is_infrastructure_failure(pending[self._next]):
-            self._record(self._next, pending[self._next])
-            self._next += 1
-
-    def finish(self, verdicts: list[Verdict]) -> None:
-        for k in range(self._next, len(verdicts)):
-            if not is_infrastructure_failure(verdicts[k]):
-                self._record(k, verdicts[k])
-        self._next = len(verdicts)
 
 
 class EvaluationService:
@@ -207,7 +181,7 @@ class EvaluationService:
         memo_hits = [i for i in fresh if (cid, split, i) in self._memo]
         to_run = [i for i in fresh if (cid, split, i) not in self._memo]
         # one write, fsync and head for the whole batch, all before any result is returned; a fresh
-        # verdict joins the batch as soon as it and every one before it are scored (_InOrder)
+        # verdict joins the batch as soon as it and every one before it are scored (InOrder)
         with self._ledger.batch():
             with self._lock:
                 for ex_id in memo_hits:
@@ -243,7 +217,7 @@ class EvaluationService:
         verdict of an infrastructure failure when any of its repeats is one, else its first verdict."""
         repeats = self.variant.repeats
         if repeats == 1:
-            in_order = _InOrder(len(examples), lambda k, v: record(k, [v]))
+            in_order = InOrder(len(examples), lambda k, v: record(k, [v]))
             verdicts = self._scorer.score_retrying(candidate, examples, OPTIMISATION, self.usage, self.variant.options,
                                                    0, Arrivals(self.interruptible, in_order.scored))
             in_order.finish(verdicts)

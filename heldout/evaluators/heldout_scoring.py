@@ -27,7 +27,7 @@ from heldout.benchmarks.verifiers import CANONICAL, Variant
 from heldout.contracts import (Candidate, Example, InfrastructureFailure, Verdict, candidate_id,
                                is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger
-from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage, infrastructure_failures
+from heldout.evaluators.scoring import DEPLOYMENT, Arrivals, InOrder, Scorer, Usage, infrastructure_failures
 
 
 TEST_ENTRY_KINDS = frozenset({"test_scoring", "test_metrics"})
@@ -105,16 +105,21 @@ class HeldoutScoring:
         step = progress_chunk(len(todo), self.deploy_scorer)
         for start in range(0, len(todo), step):
             chunk = todo[start:start + step]
-            with self.interruptible():
-                verdicts = self.deploy_scorer.score_retrying(final, chunk, DEPLOYMENT, usage)
-            failed += [v for v in verdicts if is_infrastructure_failure(v)]
-            scored = {ex.id: v for ex, v in zip(chunk, verdicts) if not is_infrastructure_failure(v)}
-            # the chunk's entries in one write, fsync and head, made durable behind the next chunk's
-            # requests: nothing is returned before session_end's flush, which waits for them
+            scored: dict[str, Verdict] = {}
+
+            def record(k: int, verdict: Verdict, chunk: list[Example] = chunk, scored: dict = scored) -> None:
+                self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": chunk[k].id,
+                                                       "verifier": CANONICAL, "verdict": verdict.to_dict()})
+                scored[chunk[k].id] = verdict
+            # the chunk's entries, each added as it is scored (in order, only the waits interruptible),
+            # in one write, fsync and head made durable behind the next chunk's requests: nothing is
+            # returned before session_end's flush, which waits for them
+            in_order = InOrder(len(chunk), record)
             with self.ledger.batch(wait=False):
-                for example_id, verdict in scored.items():
-                    self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": example_id,
-                                                           "verifier": CANONICAL, "verdict": verdict.to_dict()})
+                verdicts = self.deploy_scorer.score_retrying(final, chunk, DEPLOYMENT, usage,
+                                                             arrivals=Arrivals(self.interruptible, in_order.scored))
+                in_order.finish(verdicts)
+            failed += [v for v in verdicts if is_infrastructure_failure(v)]
             recorded.update(scored)
             done += len(chunk)
             if self.progress is not None:

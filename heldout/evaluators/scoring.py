@@ -200,6 +200,33 @@ class Arrivals:
 NO_ARRIVALS = Arrivals()
 
 
+class InOrder:
+    """``record(k, verdict)`` for each verdict of a scoring as soon as it and every one before it
+    are in (answers arrive in any order; a ledger keeps the order asked for), fed by
+    :attr:`Arrivals.scored`: an infrastructure failure waits for its second scoring, and
+    :meth:`finish` (with :meth:`Scorer.score_retrying`'s verdicts) records what is left, in order,
+    without the examples that failed twice (they get no entry)."""
+
+    def __init__(self, count: int, record: Callable[[int, Verdict], None]) -> None:
+        self._verdicts: list[Verdict | None] = [None] * count
+        self._record = record
+        self._next = 0
+
+    def scored(self, k: int, verdict: Verdict) -> None:
+        self._verdicts[k] = verdict
+        pending = self._verdicts
+        while self._next < len(pending) and pending[self._next] is not None \
+                and not is_infrastructure_failure(pending[self._next]):
+            self._record(self._next, pending[self._next])
+            self._next += 1
+
+    def finish(self, verdicts: list[Verdict]) -> None:
+        for k in range(self._next, len(verdicts)):
+            if not is_infrastructure_failure(verdicts[k]):
+                self._record(k, verdicts[k])
+        self._next = len(verdicts)
+
+
 class Scorer:
     """Runs a candidate on examples: a worker call + ``score_text`` for prompt tasks, a sandboxed
     execution (``Benchmark.run``) for program tasks, each with a :class:`RunContext` built here.
