@@ -59,7 +59,8 @@ LAWS = {"skewed": skewed, "two-valued": two_valued, "heavy-tailed": heavy_tailed
 @pytest.mark.parametrize("law", sorted(LAWS))
 @pytest.mark.parametrize("seeds", [3, 5, 10])
 def test_identical_optimizers_are_not_separated_whatever_the_law_of_their_outcomes(law, seeds):
-    rng = np.random.default_rng(hash((law, seeds)) % 2**32)
+    # seeded by the law's place and the seed count: hash() of a str differs per process (PYTHONHASHSEED)
+    rng = np.random.default_rng([sorted(LAWS).index(law), seeds])
     draw = LAWS[law]
     paired = unpaired = t_hits = 0
     two_sample = SIMS if seeds < 10 else SIMS // 2  # 10 + 10 runs: 184,756 splits a test, enumerated
