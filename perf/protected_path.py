@@ -11,8 +11,8 @@ is the mean of its two runs, so a change of load during the run hits both.
 
 Targets (issue 60): session wall within 1.3x of the bare client's at 0 ms latency, 1.10x at 50 ms
 and concurrency 16. The *floor* is the same requests with only the work the protected path cannot
-drop (each output scored as it arrives, each batch's verdicts appended to a real ledger with one
-write, fsync and head): how close to the bare client any session can come on this machine. CPU per metric call is this process's CPU time (every thread) over the
+drop (each output scored and its verdict appended to a real ledger's batch as it arrives, each
+batch one write, fsync and head): how close to the bare client any session can come on this machine. CPU per metric call is this process's CPU time (every thread) over the
 requests; the server's CPU is its own process's.
 
     python perf/protected_path.py [--latency 0 --latency 0.05] [--data-dir ../shared/data] [--profile out.prof]
@@ -43,6 +43,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's heldout and the 
 from heldout import Session, SessionModels, load_task  # noqa: E402
 from heldout.contracts import candidate_id  # noqa: E402
 from heldout.evaluators.ledger import Ledger  # noqa: E402
+from heldout.evaluators.scoring import InOrder  # noqa: E402
 from heldout.models import ChatRequest, ModelClient  # noqa: E402
 from cores import CoreMeter, Cores, cpu_bound_seconds, mean_cores  # noqa: E402
 from machine import verdict  # noqa: E402
@@ -148,8 +149,9 @@ def scored_examples(task, batches: list[list[ChatRequest]]) -> list[list]:
 def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Path,
               server_pid: int | None = None) -> Timed:
     """The same requests with only the work the protected path cannot drop: each output scored as
-    it arrives (the task's own ``score_text``), and each batch's verdicts appended to a real ledger
-    (hash chain, one write, fsync and head per batch) before the next batch is sent."""
+    it arrives (the task's own ``score_text``) and its verdict appended to a real ledger's batch as
+    soon as every one before it is in (as a session does: :class:`InOrder`), each batch one write,
+    fsync and head before the next batch is sent."""
     examples = scored_examples(task, batches)
     with ModelClient("test-model", base_url, concurrency=CONCURRENCY) as client, CoreMeter(server_pid) as meter:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -157,14 +159,15 @@ def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Pa
         cid, calls = candidate_id({"instruction": "floor"}), 0
         for batch, exs in zip(batches, examples):
             calls += len(batch)
-            verdicts = [None] * len(batch)
-            for i, answer in client.complete_each(batch):
-                verdicts[i] = task.benchmark.score_text(answer.text, exs[i])
+
+            def record(k, verdict, exs=exs, calls=calls):
+                ledger.append("evaluation", {"candidate_id": cid, "split": "train", "example_id": exs[k].id,
+                                             "cached": False, "metric_calls": calls, "verdict": verdict.to_dict(),
+                                             "cost": 1})
+            in_order = InOrder(len(batch), record)
             with ledger.batch():
-                for ex, verdict in zip(exs, verdicts):
-                    ledger.append("evaluation", {"candidate_id": cid, "split": "train", "example_id": ex.id,
-                                                 "cached": False, "metric_calls": calls, "verdict": verdict.to_dict(),
-                                                 "cost": 1})
+                for i, answer in client.complete_each(batch):
+                    in_order.scored(i, task.benchmark.score_text(answer.text, exs[i]))
         ledger.close()
         timed = Timed(time.perf_counter() - wall, time.process_time() - cpu, sum(map(len, batches)))
     timed.cores = meter.cores
@@ -212,7 +215,7 @@ def rows_of(m: dict) -> list[dict]:
              "target": f"<= {target:.2f}x bare ModelClient (same run)", "passed": ratio <= target,
              "note": f"session {walls('session')} s, bare {walls('bare')} s; CPU per metric call "
                      f"{1000 * m['session_cpu'] / n:.2f} ms against {1000 * m['bare_cpu'] / n:.2f} ms bare; "
-                     f"floor (bare + scoring each output as it arrives + a ledger batch per batch) "
+                     f"floor (bare + each output scored and appended as it arrives, a ledger batch per batch) "
                      f"{m['floor_wall'] / m['bare_wall']:.2f}x bare, {1000 * m['floor_cpu'] / n:.2f} ms CPU per call; "
                      f"ledger {m['ledger_bytes'] / m['ledger_entries']:.0f} B/entry; {cores_note(m)}"}]
 
