@@ -40,6 +40,24 @@ the sample), heldout both times over the workers, evalplus its ground truth seri
 checks over the workers, so with the programs' work alone the ratio is 2 / (workers + 1):
 0.67x on 2 workers, above issue 19's 0.5x unless evalplus spends more than its programs.
 
+Each side also prints the **machine CPU** of its timed window (every process it started: pool
+workers, fork server, sandboxes; read from a cgroup-v1 cpuacct group made for each runner, where
+the harness is root), which the machine's load does not change as it changes wall time. On 30
+problems the two are about equal: heldout 1.00-1.13 CPU-s, evalplus 0.95-1.16 (load 2-5, issue
+60). The wall gap is how that CPU is spread over the cores: evalplus runs its programs in pool
+processes without round trips, heldout's worker is a chain (monitor thread, then the child, then
+the thread again, each waking the other: a wake-up across cores costs 50-120 us of wall in this
+VM against 9 us on one, bare pipes measured) after a serial start (the fork server, ~0.1 s, before
+any execution). Where heldout's CPU goes, measured the same way: an execution ~10-11.5 ms (the
+harness 2-3 ms, the fork server's spare ~2.5 ms, the child ~6 ms of which ~1.5 ms copy-on-write
+page copies), an input 63-72 us (harness 30-33 us, of it ~10 us of Python; child 33-39 us, ~17 us
+of Python; two context switches), the fork server's start ~0.1 s. Tried and measured, no better:
+each worker's monitor in a process of its own (two one-worker harnesses against one two-worker
+harness, at load 3-5: as slow or slower, so the interpreter lock was not the serial part there),
+each worker's thread and child pinned to one core (slower), the helper's files hard-linked into
+each code dir instead of written (within noise). A full garbage collection inside a check (~20 ms of CPU with the interpreter lock
+held, 67-167 ms of wall at load 6) no longer happens (``older_objects_frozen``).
+
     python perf/mbpp_plus_run.py [--data-dir ../shared/data] [--workers 2] [--limit N]
 """
 
@@ -58,19 +76,33 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # each side runs in its own interpreter: evalplus's imports (transformers, provider SDKs) and
-# ground-truth cache stay out of heldout's, and both start cold
-HELDOUT_RUNNER = r"""
+# ground-truth cache stay out of heldout's, and both start cold. Where the runner was started in a
+# cpuacct group of its own (see _own_cpu_group), it also reports the machine CPU its whole process
+# tree used in the timed window (pool workers, fork server, sandboxes), which a machine's load
+# does not change as it changes wall time
+MACHINE_CPU = r"""
+def machine_cpu():
+    try:
+        for line in open("/proc/self/cgroup"):
+            _, names, path = line.strip().split(":", 2)
+            if "cpuacct" in names.split(",") and "heldout-perf-" in path:
+                return int(open(f"/sys/fs/cgroup/cpuacct{path}/cpuacct.usage").read()) / 1e9
+    except (OSError, ValueError):
+        pass
+    return None
+"""
+HELDOUT_RUNNER = MACHINE_CPU + r"""
 import json, sys, time
 from heldout.contracts import RunLimits
 from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
 path, workers, limit = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 problems = load_problems(path)[:limit]
-start = time.perf_counter()
+start, cpu = time.perf_counter(), machine_cpu()
 results = check_many([(p, p["prompt"] + p["canonical_solution"]) for p in problems], workers=workers,
                      limits=RunLimits(wall_seconds=120, cpu_seconds=120, memory_mb=4096))
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, None if cpu is None else machine_cpu() - cpu
 status = {r.task_id: [r.base_pass, r.plus_pass] for r in results}
-print(json.dumps({"seconds": seconds, "base": sum(b for b, _ in status.values()),
+print(json.dumps({"seconds": seconds, "cpu": cpu, "base": sum(b for b, _ in status.values()),
                   "plus": sum(p for _, p in status.values()), "n": len(results), "status": status}))
 """
 # the zero-work floor: the same problems and inputs, every program returning at once (an empty
@@ -112,26 +144,49 @@ for p in load_problems(path)[:limit]:
         seconds += time.perf_counter() - start
 print(json.dumps({"seconds": seconds}))
 """
-EVALPLUS_RUNNER = r"""
+EVALPLUS_RUNNER = MACHINE_CPU + r"""
 import json, os, sys, time
 from evalplus.evaluate import evaluate
 samples, workers = sys.argv[1], int(sys.argv[2])
-start = time.perf_counter()
+start, cpu = time.perf_counter(), machine_cpu()
 evaluate("mbpp", samples=samples, parallel=workers, i_just_wanna_run=True)
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, None if cpu is None else machine_cpu() - cpu
 res = json.load(open(samples.replace(".jsonl", "_eval_results.json")))["eval"]
 status = {t: [r["base_status"], r["plus_status"]] for t, v in res.items() for r in v[:1]}
 base = sum(b == "pass" for b, _ in status.values())
 plus = sum(b == "pass" and p == "pass" for b, p in status.values())
-print(json.dumps({"seconds": seconds, "base": base, "plus": plus, "n": len(res), "status": status}))
+print(json.dumps({"seconds": seconds, "cpu": cpu, "base": base, "plus": plus, "n": len(res), "status": status}))
 """
 
 
 def _last_json_line(cmd: list[str], env: dict[str, str] | None = None) -> dict:
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    group = _own_cpu_group()
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                             preexec_fn=None if group is None else lambda: (group / "cgroup.procs").write_text("0"))
+    finally:
+        if group is not None:
+            try:
+                group.rmdir()
+            except OSError:
+                pass  # a process of the run still in it: the system's cleanup takes the empty group
     if out.returncode != 0:
         raise RuntimeError(f"{cmd[:3]} failed ({out.returncode}): {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _own_cpu_group() -> Path | None:
+    """A fresh cgroup-v1 cpuacct group beside this process's own, for one runner and everything it
+    starts (None where none can be made: not root, no v1 cpuacct hierarchy). Its counter is
+    what the runner reads as machine CPU; the sandbox's own groups nest inside it."""
+    try:
+        own = next(line.strip().split(":", 2)[2] for line in open("/proc/self/cgroup")
+                   if "cpuacct" in line.split(":", 2)[1].split(","))
+        group = Path("/sys/fs/cgroup/cpuacct") / own.lstrip("/") / f"heldout-perf-{os.getpid()}-{time.monotonic_ns()}"
+        group.mkdir()
+        return group
+    except (OSError, StopIteration, IndexError):
+        return None
 
 
 def run_heldout(jsonl: Path, workers: int, limit: int | None) -> dict:
@@ -233,6 +288,8 @@ def measure(data_dir: str, workers: int = 2, limit: int | None = 30, with_floor:
     second = run_heldout(jsonl, workers, limit) if theirs is not None else None
     runs = [first] + ([second] if second else [])
     mine = {**first, "seconds": sum(r["seconds"] for r in runs) / len(runs), "runs": [r["seconds"] for r in runs]}
+    cpus = [r["cpu"] for r in runs if r.get("cpu") is not None]
+    mine["cpu"] = sum(cpus) / len(cpus) if cpus else None
     if second is not None and second["status"] != first["status"]:
         mine["status"] = {t: [a and b for a, b in zip(v, second["status"][t])] for t, v in first["status"].items()}
     got = {"problems": len(problems), "workers": workers, "heldout": mine, "evalplus": theirs, "floor": bound}
@@ -240,6 +297,13 @@ def measure(data_dir: str, workers: int = 2, limit: int | None = 30, with_floor:
         got["differ"], got["right"] = differences(mine, theirs)
         got["ratio"] = mine["seconds"] / theirs["seconds"]
     return got
+
+
+def cpu_text(got: dict) -> str:
+    """Each side's machine CPU in its timed window (every process it started), and their ratio."""
+    mine, theirs = got["heldout"]["cpu"], got["evalplus"]["cpu"]
+    return (f"machine CPU in the timed window: heldout {mine:.2f} s, evalplus {theirs:.2f} s = {mine / theirs:.2f}x "
+            f"(on {os.cpu_count()} cores, neither can take less wall time than its CPU / {os.cpu_count()})")
 
 
 def floor_text(got: dict) -> str:
@@ -295,6 +359,7 @@ def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dic
              "note": f"heldout {runs} s before and after evalplus's {theirs['seconds']:.1f} s; verdicts {verdicts} "
                      f"(heldout base {mine['base']}, plus {mine['plus']}"
                      f"{'' if got['right'] else ': NOT every canonical solution passes'})"
+                     + (f"; {cpu_text(got)}" if mine.get("cpu") is not None and theirs.get("cpu") else "")
                      + (f"; {floor_text(got)}" if got["floor"] else "")}]
 
 
@@ -318,6 +383,8 @@ def main() -> None:
           + ("" if got["right"] else " (NOT every canonical solution passes in heldout)"))
     goal = "at most 1.0x evalplus"
     print(f"ratio heldout / evalplus = {got['ratio']:.2f}x (goal {goal})")
+    if mine.get("cpu") is not None and theirs.get("cpu"):
+        print(cpu_text(got))
     if got["floor"]:
         print(floor_text(got))
 

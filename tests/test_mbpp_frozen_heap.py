@@ -1,5 +1,5 @@
 """While MBPP+ checks run, what the process held before them stays out of the garbage
-collector's full passes (one walked ~125,000 objects with every monitor stopped), and afterwards
+collector's full passes (one walked ~51,000 objects with every monitor stopped), and afterwards
 the process's collector is as it was: older cyclic garbage is collected again, and a freeze the
 process made itself is left alone."""
 

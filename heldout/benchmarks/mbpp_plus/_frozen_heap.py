@@ -3,9 +3,11 @@ while the check runs.
 
 A full collection walks every tracked object of the process while holding the interpreter lock,
 so every monitoring thread stops and every sandboxed solution waits for its next input meanwhile.
-A check makes enough long-lived objects (expected outputs, outcomes) to set one off, and in a
-process that has imported numpy and loaded MBPP+ it walked ~125,000 objects: 67 ms of a 30-problem
-check's 0.5 s (measured with ``gc.callbacks``, issue 60). :func:`older_objects_frozen` moves what
+A check makes enough long-lived objects (expected outputs, outcomes) to set one off, depending on
+what the process allocated before: in perf/mbpp_plus_run.py's runner (numpy imported, MBPP+
+loaded) one walks ~51,000 objects, ~20 ms of CPU, and took 67-167 ms of wall inside a 30-problem
+check at a load of 6 (its thread preempted with the lock held; ``gc.callbacks``, issue 60), against
+about 1 ms for the check's young collections. :func:`older_objects_frozen` moves what
 exists at the start into the permanent generation (``gc.freeze``) and back at the end
 (``gc.unfreeze``): objects made during the check are collected as usual, older cyclic garbage
 waits until the end. Nested and concurrent checks share one freeze; a process that froze objects
