@@ -212,9 +212,10 @@ class EvaluationService:
     def _score_fresh(self, candidate: Candidate, examples: list[Example],
                      record: Callable[[int, list[Verdict]], None]) -> list[Verdict]:
         """Score ``examples`` (each ``variant.repeats`` times) and ``record(k, its verdicts)`` each
-        one that the infrastructure did not fail, in order, as soon as it can; only the waits for
-        answers are interruptible (no ledger write happens there). Returns, per example, the
-        verdict of an infrastructure failure when any of its repeats is one, else its first verdict."""
+        one that the infrastructure did not fail, in order, as soon as it can; the waits for answers
+        and their scoring are interruptible, the records are not (:class:`Arrivals`). Returns, per
+        example, the verdict of an infrastructure failure when any of its repeats is one, else its
+        first verdict."""
         repeats = self.variant.repeats
         if repeats == 1:
             in_order = InOrder(len(examples), lambda k, v: record(k, [v]))

@@ -111,7 +111,7 @@ class HeldoutScoring:
                 self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": chunk[k].id,
                                                        "verifier": CANONICAL, "verdict": verdict.to_dict()})
                 scored[chunk[k].id] = verdict
-            # the chunk's entries, each added as it is scored (in order, only the waits interruptible),
+            # the chunk's entries, each added as it is scored (in order, outside the interruptible waits),
             # in one write, fsync and head made durable behind the next chunk's requests: nothing is
             # returned before session_end's flush, which waits for them
             in_order = InOrder(len(chunk), record)

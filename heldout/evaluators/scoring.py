@@ -188,10 +188,11 @@ class MeteredWorker:
 @dataclass(frozen=True)
 class Arrivals:
     """What a caller of :meth:`Scorer.score` does while the verdicts come in: ``waiting`` wraps
-    each wait for the next answer (or for a batch of program executions) and nothing else, so a
-    stop may interrupt it at once while no ledger write is under way; ``scored(k, verdict)`` is
-    called in the caller's thread, outside ``waiting``, as soon as the verdict of ``examples[k]``
-    is made (a session's evaluation records it then, while the other answers are in flight)."""
+    each wait for the next answer and its scoring (a judged task's calls to its judge), or for a
+    batch of program executions, so a stop may interrupt them at once; ``scored(k, verdict)`` is
+    called in the caller's thread, outside ``waiting`` (no stop lands in what it writes), as soon
+    as the verdict of ``examples[k]`` is made (a session's evaluation records it then, while the
+    other answers are in flight)."""
 
     waiting: Callable[[], ContextManager[Any]] = contextlib.nullcontext
     scored: Callable[[int, Verdict], None] | None = None
@@ -337,12 +338,12 @@ class Scorer:
         verdicts: list[Verdict | None] = [None] * len(examples)
         try:
             while True:
-                with arrivals.waiting():
+                with arrivals.waiting():  # the answer's scoring too: a judged task waits for its judge there
                     arrived = next(answers, None)
-                if arrived is None:
-                    break
-                i, resp = arrived
-                verdicts[i] = self._verdict(examples[i], resp, channel, usage, context)
+                    if arrived is None:
+                        break
+                    i, resp = arrived
+                    verdicts[i] = self._verdict(examples[i], resp, channel, usage, context)
                 if arrivals.scored is not None:
                     arrivals.scored(i, verdicts[i])
         finally:  # interrupted (a stop request) while scoring: the requests still in flight end now
