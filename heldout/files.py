@@ -184,7 +184,7 @@ def check_name(name: Any, what: str, *, error: type[HeldoutError] = HeldoutError
 def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[HeldoutError] = HeldoutError) -> str:
     """A folder heldout will create or write into (a run dir, a report's --out, a cache): refused
     in one ``error`` before anything is written when it could not be made or written, so no command
-    fails half-way with a traceback. Rules: no control character (newline, NUL, ...); the path and
+    fails half-way with a traceback. Rules: no control character (newline, NUL, ...), UTF-8 text; the path and
     each name it adds within the system's length limits; the path, or else the nearest part of it
     that exists, is a folder (not a file, a device, a FIFO, a link to nothing or a link loop) in
     which a folder can be made (a read-only or pseudo file system, a folder without write
@@ -194,6 +194,9 @@ def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[Heldo
     if not isinstance(p, str) or not p or any(ord(c) < 32 or ord(c) == 127 for c in p):
         raise error(f"{what} {p!r} holds a control character (newline, NUL, ...) or is empty: not a folder "
                     "heldout will create")
+    if not _is_utf8_name(p):
+        raise error(f"{what} {p!r} is not UTF-8 text (a name made of other bytes): heldout records the paths "
+                    "it writes as UTF-8 text; choose a UTF-8 name")
     path_max = _limit("/", "PC_PATH_MAX", 4096)
     if len(os.fsencode(os.path.abspath(p))) >= path_max:
         raise error(f"{what} is {len(os.fsencode(os.path.abspath(p))):,} bytes long as an absolute path, over the "
@@ -223,6 +226,17 @@ def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[Heldo
         raise error(f"{what} {p} {where}: {exc.strerror or exc}") from None
     os.rmdir(probe)
     return p
+
+
+def _is_utf8_name(path: str) -> bool:
+    """Whether ``path`` is text every record can hold: a name of bytes that are not UTF-8 (or not
+    of the locale's encoding) reaches Python as lone surrogates, which a JSON or TOML file written
+    as UTF-8 cannot encode, so a study would fail half-way after its first file."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _limit(where: str, name: str, default: int) -> int:

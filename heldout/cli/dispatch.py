@@ -30,7 +30,18 @@ def _working_directory_off_the_path():
         sys.path[:] = saved
 
 
+def _stdout_that_prints_any_text() -> None:
+    """Under a locale whose encoding is not UTF-8 (``LC_ALL=en_US.ISO-8859-1``, ``PYTHONUTF8=0
+    LC_ALL=C``), a character it cannot encode (a model's arrow, a CJK option) in a table or a query's
+    rows made ``print`` raise, ending the command with a traceback after its work was done; such a
+    character is printed escaped instead (``\\u2192``), as Python already prints it on stderr."""
+    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    if encoding not in ("utf8", "utf8sig") and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _stdout_that_prints_any_text()
     with _working_directory_off_the_path():
         return _main(argv)
 
