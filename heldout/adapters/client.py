@@ -27,8 +27,9 @@ in-process view: the same names (``task_name``, ``train``, ``val``, ``metric``, 
 runs in both modes. Refusals arrive as exceptions with the server's message: :class:`BudgetExceeded` (HTTP 402,
 nothing ran) and :class:`VisibilityError` (403, e.g. the test split), the classes of
 :mod:`heldout.contracts`, also instances of :class:`RequestRefused` (which any other 4xx/5xx
-raises) with the HTTP status. This module needs only the standard library and
-``heldout.contracts``: the harness copies both into the optimizer's sandbox.
+raises) with the HTTP status; a malformed candidate (400) is a :class:`MalformedCandidate` too.
+This module needs only the standard library and ``heldout.contracts``: the harness copies both
+into the optimizer's sandbox.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ import socket
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
-from heldout.contracts import BudgetExceeded, HeldoutError, InfrastructureFailure, MetricSpec, VisibilityError
+from heldout.contracts import (BudgetExceeded, HeldoutError, InfrastructureFailure, MalformedCandidate, MetricSpec,
+                               VisibilityError)
 
 URL_ENV = "HELDOUT_VIEW_URL"
 SEED_ENV = "HELDOUT_SEED"  # the session seed the harness gives an isolated optimizer
@@ -64,6 +66,12 @@ class HTTPBudgetExceeded(RequestRefused, BudgetExceeded):
 
 class HTTPVisibilityError(RequestRefused, VisibilityError):
     """HTTP 403: the request asked for something the visibility policy does not allow."""
+
+
+class HTTPMalformedCandidate(RequestRefused, MalformedCandidate):
+    """HTTP 400 ``malformed_candidate``: not a non-empty ``dict[str, str]``; nothing ran. The
+    in-process view raises :class:`MalformedCandidate` for it, so an optimizer that catches it to
+    skip a bad proposal does so in both modes."""
 
 
 class HTTPInfrastructureFailure(RequestRefused, InfrastructureFailure):
@@ -141,6 +149,8 @@ class TaskClient:
             kind, message = str(info.get("kind", "error")), str(info.get("error", raw[:500]))
             cls = {402: HTTPBudgetExceeded, 403: HTTPVisibilityError,
                    503: HTTPInfrastructureFailure}.get(resp.status, RequestRefused)
+            if resp.status == 400 and kind == "malformed_candidate":
+                cls = HTTPMalformedCandidate
             raise cls(resp.status, kind, message)
         return data
 
@@ -241,5 +251,5 @@ def run_from_env(optimize: Callable[["TaskClient", int], Mapping[str, str]]) -> 
     return 0
 
 
-__all__ = ["BudgetExceeded", "RequestRefused", "TaskClient", "VisibilityError", "run_from_env",
+__all__ = ["BudgetExceeded", "MalformedCandidate", "RequestRefused", "TaskClient", "VisibilityError", "run_from_env",
            "SEED_ENV", "SOCKET_ENV", "TOKEN_ENV", "URL_ENV"]
