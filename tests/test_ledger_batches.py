@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from heldout.evaluators import ledger as ledger_module
+from heldout.evaluators import ledger_io
 from heldout.evaluators.ledger import (HEAD_FILE, LEDGER_FILE, RECORD_FILE, Ledger, LedgerError, LedgerWriteError,
                                        entry_hash, verify_ledger)
 
@@ -31,7 +32,7 @@ def test_a_batch_is_one_write_one_fsync_and_one_head(tmp_path, monkeypatch):
     ledger = Ledger.open(tmp_path)
     ledger.append("session_start", {})
     syncs, heads = [], []
-    monkeypatch.setattr(ledger_module.os, "fsync", lambda fd: syncs.append(fd))
+    monkeypatch.setattr(ledger_io, "sync_data", lambda fd: syncs.append(fd))
     real_head = ledger._write_head
     monkeypatch.setattr(ledger, "_write_head", lambda *a, **k: (heads.append(a[1]), real_head(*a, **k)))
     with ledger.batch():
@@ -95,6 +96,7 @@ def test_another_threads_synced_append_is_durable_when_it_returns(tmp_path):
 KILLER = r"""
 import os, signal, sys
 from heldout.evaluators import ledger as L
+from heldout.evaluators import ledger_io as LIO
 run_dir, stage, long_outputs = sys.argv[1], sys.argv[2], sys.argv[3] == "long outputs"
 def data(i, acknowledged):  # long outputs: stored compressed, a repeat as a reference to an earlier line
     if not long_outputs:
@@ -106,7 +108,7 @@ wait = sys.argv[4] == "waits"  # or "behind": the batch's fsync and head are mad
 ledger = L.Ledger.open(run_dir)
 for i in range(5):
     ledger.append("evaluation", data(i, True))
-real_write, real_fsync, real_head = L.write_all, L.os.fsync, ledger._write_head
+real_write, real_fsync, real_head = L.write_all, LIO.sync_data, ledger._write_head
 def write(fd, data):
     if stage == "before write":
         die()
@@ -124,7 +126,7 @@ def head(*args, **kwargs):
     real_head(*args, **kwargs)
     if stage == "after head":
         die()
-L.write_all, L.os.fsync, ledger._write_head = write, fsync, head
+L.write_all, LIO.sync_data, ledger._write_head = write, fsync, head
 with ledger.batch(wait=wait):
     for i in range(20):
         ledger.append("evaluation", data(5 + i, False))
@@ -167,14 +169,14 @@ def test_a_batch_that_does_not_wait_returns_before_its_fsync_and_is_durable_by_t
     ledger = Ledger.open(tmp_path)
     ledger.append("session_start", {})
     release, syncing = threading.Event(), threading.Event()
-    real_fsync = os.fsync
+    real_fsync = ledger_io.sync_data
 
     def slow_fsync(fd):  # the disk takes its time: until the test releases it
         syncing.set()
         assert release.wait(10)
         real_fsync(fd)
 
-    monkeypatch.setattr(ledger_module.os, "fsync", slow_fsync)
+    monkeypatch.setattr(ledger_io, "sync_data", slow_fsync)
     with ledger.batch(wait=False):
         for i in range(10):
             ledger.append("val_scoring", {"i": i})
@@ -199,7 +201,7 @@ def test_a_batch_whose_fsync_fails_behind_is_refused_at_the_next_flush_and_the_l
     def failing_fsync(fd):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(ledger_module.os, "fsync", failing_fsync)
+    monkeypatch.setattr(ledger_io, "sync_data", failing_fsync)
     with ledger.batch(wait=False):  # returns: the failure is not known yet
         ledger.append("val_scoring", {"i": 0})
     with pytest.raises(LedgerWriteError, match="Input/output error"):

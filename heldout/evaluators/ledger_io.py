@@ -70,7 +70,7 @@ class InFlight:
 
     def _durable(self, fd: int, write_head: Callable[[], None]) -> None:
         try:
-            os.fsync(fd)  # and every unsynced entry before it
+            sync_data(fd)  # and every unsynced entry before it
             write_head()  # the head names the entries only once their bytes are synced
         except OSError as exc:
             self.failure = exc
@@ -134,6 +134,13 @@ class HeadFile:
             self._file = None
 
 
+def sync_data(fd: int) -> None:
+    """Make what was written to the file durable: ``fdatasync`` where the system has it (the
+    appended bytes and the file's new size, all a reader needs; not its times, which ``fsync``
+    also waits for: about a fifth of an appended batch's sync on ext4 here), else ``fsync``."""
+    (getattr(os, "fdatasync", None) or os.fsync)(fd)
+
+
 def start_writeback(fd: int) -> None:
     """Send the file's written pages to the disk now, without waiting for them (as ext4 did for a
     head renamed over the old one): after a power loss the head is then about as current as the
@@ -190,4 +197,4 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 __all__ = ["HEAD_IN_PLACE_BYTES", "HeadFile", "InFlight", "LockHeld", "Recorded", "bytes_of_lines", "hold_lock",
-           "start_writeback", "write_all"]
+           "start_writeback", "sync_data", "write_all"]
