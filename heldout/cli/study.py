@@ -198,7 +198,7 @@ def compare_arms_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_compare_arms(args: argparse.Namespace) -> int:
-    from heldout.protocols.arms import open_arms, run_arms, validate_arms
+    from heldout.protocols.arms import ArmsInterrupted, open_arms, run_arms, validate_arms
     from heldout.protocols.arms_plan import ArmsSpec, describe_plan
     from heldout.protocols.run import LocalExecutor, StudyConfig
     from heldout.protocols.study import parse_seeds
@@ -215,7 +215,11 @@ def cmd_compare_arms(args: argparse.Namespace) -> int:
         return 0
     config = StudyConfig(run_root=args.run_dir, data_dir=args.data_dir, worker_model=args.worker_model,
                          architect_model=args.architect_model, base_url=args.base_url, cache_dir=args.cache_dir)
-    result = run_arms(spec, args.run_dir, config, LocalExecutor(args.jobs))
+    try:
+        result = run_arms(spec, args.run_dir, config, LocalExecutor(args.jobs), resume_hint=command_line(args))
+    except ArmsInterrupted as exc:  # stopped, not broken: the exit code of an interrupted `heldout run`
+        print(f"heldout: {exc}", file=sys.stderr)
+        return 130
     if args.json:
         print_json(result.to_dict())
     else:

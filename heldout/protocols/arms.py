@@ -49,7 +49,7 @@ from pathlib import Path
 
 from heldout.benchmarks.loading import load_task
 from heldout.contracts import HeldoutError, json_safe
-from heldout.files import write_text_atomically
+from heldout.files import read_user_json, write_text_atomically
 from heldout.data_manifests import manifest_holding
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
@@ -61,6 +61,7 @@ from heldout.protocols.arms_plan import (ARMS_FILE, MIN_SEEDS, RESULT_FILE, Arms
 from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.preflight import check_infrastructure
 from heldout.protocols.run import Executor, LocalExecutor, StudyConfig, run_study
+from heldout.protocols.study_dir import claim_study_dir
 
 
 def _client(model: str | None, config: StudyConfig) -> ModelClient | None:
@@ -84,12 +85,21 @@ def check_headroom(spec: ArmsSpec, config: StudyConfig) -> Headroom:
 
 
 # -- running ---------------------------------------------------------------------------------------
+class ArmsInterrupted(ArmsError):
+    """A stop request (SIGINT/SIGTERM) ended the comparison in one arm: the arms after it did not
+    start and nothing was compared; every ledger is consistent, and re-running the same command
+    continues it (the CLI exits 130, as an interrupted ``heldout run``)."""
+
+
 def open_arms(spec: ArmsSpec, run_dir: str | Path) -> list[PlannedRun]:
     """The plan, after checking that ``run_dir`` holds this experiment or nothing (one run dir =
     one experiment; a different spec is an error naming what differs)."""
     path = Path(run_dir) / ARMS_FILE
     if path.exists():
-        recorded = json.loads(path.read_text())["spec"]
+        stored = read_user_json(path, "arms experiment", error=ArmsError)
+        recorded = stored.get("spec")
+        if not isinstance(recorded, dict):
+            raise ArmsError(f"arms experiment {path} holds no spec: not written by `heldout compare arms`")
         wanted = spec.to_dict()
         differing = [f"{k}: {recorded.get(k)!r} -> {wanted[k]!r}" for k in wanted if recorded.get(k) != wanted[k]]
         if differing:
@@ -98,28 +108,41 @@ def open_arms(spec: ArmsSpec, run_dir: str | Path) -> list[PlannedRun]:
 
 
 def run_arms(spec: ArmsSpec, run_dir: str | Path, config: StudyConfig, executor: Executor | None = None,
-             progress: bool = True, headroom: Headroom | None = None) -> ArmsComparison:
+             progress: bool = True, headroom: Headroom | None = None,
+             resume_hint: str | None = None) -> ArmsComparison:
     """Check headroom, run every planned session (finished ones are skipped on a rerun), and
     compare. ``config`` holds the models and data dir; its run root and architect limits are set
-    per arm here."""
+    per arm here. The run dir is held by this process while it runs (one study process per run
+    dir); a stop request ends the whole comparison (:class:`ArmsInterrupted`, ``resume_hint``: the
+    command that continues it)."""
     plan = open_arms(spec, run_dir)
     check_infrastructure([r.cell for r in plan], config)  # no worker or a dead endpoint: one line, before any file
     headroom = headroom or check_headroom(spec, config)
     root = Path(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    claim_study_dir(root)
+    plan = open_arms(spec, run_dir)  # again, now that no other process can write it
     path = root / ARMS_FILE
     if not path.exists():
-        path.write_text(json.dumps({"spec": spec.to_dict(), "plan": [asdict(r) for r in plan],
-                                    "headroom": asdict(headroom),
-                                    "config": {k: v for k, v in asdict(config).items() if k != "run_root"}},
-                                   indent=1))
+        write_text_atomically(path, json.dumps({"spec": spec.to_dict(), "plan": [asdict(r) for r in plan],
+                                                "headroom": asdict(headroom),
+                                                "config": {k: v for k, v in asdict(config).items() if k != "run_root"}},
+                                               indent=1))
     executor = executor or LocalExecutor(1)
     for arm in spec.arm_names:
         mine = [r for r in plan if r.arm == arm]
         # one study per arm: the per-run limits in the architect units are the arm's
         arm_config = replace(config, run_root=mine[0].arm_root, architect_tokens=mine[0].architect_tokens,
                              architect_calls=mine[0].architect_calls)
-        run_study([r.cell for r in mine], arm_config, executor, progress=progress)
+        results = run_study([r.cell for r in mine], arm_config, executor, progress=progress,
+                            resume_hint=resume_hint or "the same command")
+        stopped = [r for r in results if r["status"] in ("interrupted", "not started")]
+        if stopped:  # the executor is stopped too: later arms would run nothing and compare a torn run dir
+            later = spec.arm_names[spec.arm_names.index(arm) + 1:]
+            raise ArmsInterrupted(f"stopped in arm {arm} before {len(stopped)} of its {len(mine)} run(s) finished"
+                                  + (f", and before arms {', '.join(later)}" if later else "")
+                                  + "; every ledger is consistent: re-run the same command to continue"
+                                  + (f" ({resume_hint})" if resume_hint else ""))
     comparison = compare_arms(run_dir)
     write_text_atomically(root / RESULT_FILE, json.dumps(json_safe(comparison.to_dict()), indent=1, default=str))
     return comparison
@@ -151,4 +174,4 @@ def validate_arms(spec: ArmsSpec) -> list[str]:
             "what it can detect: " + decide.describe_detectable(len(spec.seeds), family=3, n_examples=n_test)]
 
 
-__all__ = ["check_headroom", "open_arms", "run_arms", "validate_arms"]
+__all__ = ["ArmsInterrupted", "check_headroom", "open_arms", "run_arms", "validate_arms"]

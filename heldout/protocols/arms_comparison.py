@@ -6,7 +6,6 @@ flags, what broke, and the conclusion. :func:`arms_table` is the report's hook."
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Sequence
 from heldout.contracts import MetricSpec
 from heldout.evaluators.ledger import LEDGER_FILE, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
+from heldout.files import read_user_json
 from heldout.protocols import decide
 from heldout.protocols.arms_plan import (ARMS_FILE, FIXED_UNITS, ArmsError, ArmsSpec, Headroom, PlannedRun,
                                          plan_arms)
@@ -178,7 +178,7 @@ def compare_arms(run_dir: str | Path, alpha: float = 0.05) -> ArmsComparison:
     path = root / ARMS_FILE
     if not path.is_file():
         raise ArmsError(f"{run_dir} holds no {ARMS_FILE}: not an arms run dir (run `heldout compare arms`)")
-    stored = json.loads(path.read_text())
+    stored = read_user_json(path, "arms experiment", error=ArmsError)
     spec = ArmsSpec.from_dict(stored["spec"])
     headroom = Headroom(**stored["headroom"]) if stored.get("headroom") else None
     plan = plan_arms(spec, root)
