@@ -78,7 +78,8 @@ ANSWERS = {
     "an empty body": ok(b""),
     "no choice": ok(b'{"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 0}}'),
     "a body cut short by a proxy": ok(b'{"choices": [{"message": {"role": "assistant", "cont'),
-    "a null content (a filter)": ok(b'{"choices": [{"message": {"content": null}, "finish_reason": "content_filter"}]}'),
+    "a null content (a filter)": ok(b'{"choices": [{"message": {"content": null}, '
+                                    b'"finish_reason": "content_filter"}]}'),
     "bytes that are not UTF-8": ok(b'{"choices": [{"message": {"content": "\xff\xfe"}}]}'),
     "a length past the body, then a hang-up": b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{\"choices\": [",
 }

@@ -68,7 +68,8 @@ def test_each_refusal_is_the_same_error_in_both_views(asked, lockpicking, tmp_pa
 def test_the_results_of_one_evaluation_are_equal_in_both_views(lockpicking, tmp_path):
     with both_views(lockpicking, tmp_path) as (local, client):
         ids = [ex["id"] for ex in client.train[:2]]
-        assert client.evaluate(client.seed_candidate, "train", ids) == local.evaluate(local.seed_candidate, "train", ids)
+        shown = client.evaluate(client.seed_candidate, "train", ids)
+        assert shown == local.evaluate(local.seed_candidate, "train", ids)
         assert client.train == local.train and client.val == local.val and client.metric == local.metric
 
 
@@ -81,6 +82,7 @@ def test_the_results_of_one_evaluation_are_equal_in_both_views(lockpicking, tmp_
 def test_a_verdict_holding_an_infinity_shows_the_same_value_in_both_views(tmp_path):
     minmax = heldout.load_task("minmax/d3n14")
     coincident = {"program.py": "import numpy as np\n\ndef min_max_dist_dim3_14():\n"
-                                "    p = np.random.default_rng(42).normal(size=(14, 3))\n    p[1] = p[0]\n    return p\n"}
+                                "    p = np.random.default_rng(42).normal(size=(14, 3))\n"
+                                "    p[1] = p[0]\n    return p\n"}
     with both_views(minmax, tmp_path) as (local, client):
         assert local.evaluate(coincident, "train") == client.evaluate(coincident, "train")
