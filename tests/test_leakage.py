@@ -33,7 +33,8 @@ from heldout.protocols.leak_readings import reading
 from heldout.protocols.leak_scan import answer_key_rows, scan_candidate
 from heldout.protocols.leak_statistics import MethodAblation, SubsetGain, subset_gain
 from heldout.protocols.decide import contrast
-from heldout.protocols.leakage import ABLATION_DIR, SUBSETS, ablate, decide_rows, find_records
+from heldout.protocols.folders import LEAK_ABLATION_DIR
+from heldout.protocols.leakage import SUBSETS, ablate, decide_rows, find_records
 from heldout.protocols.splits import PROBE, SplitSizes, build_split
 from heldout.protocols.stats import mean_interval
 from heldout.protocols.stats.paired import wilcoxon_p
@@ -264,7 +265,7 @@ def test_ablation_scoring_is_counted_and_ledgered_and_always_fresh(ablation, stu
                  for s in placebo_seeds([0, 1, 2], draws_for(3, family=len(SUBSETS)))})  # scored once each
     expected = pools * (1 + unique_finals + draws) + len(task.split("val"))  # the seed is scored on val too
     assert result.metric_calls == expected == calls
-    ledger_dir = study / ABLATION_DIR
+    ledger_dir = study / LEAK_ABLATION_DIR
     assert verify_ledger(ledger_dir).ok
     entries = list(Ledger.open(ledger_dir).entries("ablation_scoring"))
     assert len(entries) == expected

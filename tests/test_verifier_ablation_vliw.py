@@ -15,7 +15,8 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.benchmarks.vliw.benchmark import BASELINE_CYCLES
 from heldout.evaluators.ledger import verify_ledger
 from heldout.protocols.run import Method, StudyConfig
-from heldout.protocols.verifier_ablation import ABLATION_DIR, plan_ablation, run_ablation
+from heldout.protocols.folders import VERIFIER_ABLATION_DIR
+from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
 
 
 def constant_stream(values: list[int]) -> str:
@@ -54,7 +55,7 @@ def test_one_instance_is_gamed_and_all_instances_are_not(tmp_path):
     assert any("no val split" in note for note in result.notes)
 
     # the protocol's own train scoring is on a hash-chained ledger, with the variant named
-    ledger = tmp_path / ABLATION_DIR
+    ledger = tmp_path / VERIFIER_ABLATION_DIR
     assert verify_ledger(ledger).ok
     entries = [json.loads(line) for line in (ledger / "ledger.jsonl").read_text().splitlines()]
     scored = [e["data"] for e in entries if e["kind"] == "selection_scoring"]

@@ -51,6 +51,7 @@ from heldout.files import write_text_atomically
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RunRecord
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, describe_detectable, holm
+from heldout.protocols.folders import GENERALISATION_DIR
 from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.leak_readings import HELD_OUT_ROW, reading_signs
 from heldout.protocols.leak_statistics import MethodAblation
@@ -61,12 +62,12 @@ from heldout.protocols.study_dir import open_study
 from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, draws_for, floor_values, placebo_seeds
 from heldout.protocols.prompt_autopsy import CAVEAT, Autopsy, accepted_candidates, autopsy, ledger_components
 from heldout.protocols.splits import PROBE, check_profile
-from heldout.protocols.verifier_ablation import AblationPlan, VerifierAblation, plan_ablation, run_ablation
+from heldout.protocols.verifier_ablation import (AblationInterrupted, AblationPlan, VerifierAblation, plan_ablation,
+                                                 run_ablation)
 from heldout.protocols.reviewer_evidence import ReviewerEvidence, gather, pair_by_seed
 
 RUNS_DIR = "runs"
 VERIFIERS_DIR = "verifiers"
-PROTOCOL_DIR = "protocol"
 SPEC_FILE = "generalisation.json"
 
 
@@ -502,7 +503,7 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
         root.mkdir(parents=True, exist_ok=True)
         write_text_atomically(saved, json.dumps(wanted, indent=1, default=str))  # first: a crash after it can rerun
     open_study(list(plan.cells), study_config, resume=None)  # same cells and settings: continue, else refuse
-    ledger = Ledger.open(root / PROTOCOL_DIR)
+    ledger = Ledger.open(root / GENERALISATION_DIR)
     try:
         ledger.append("generalisation_start", {**wanted, "config": config.experiment()})
         results = run_study(list(plan.cells), study_config, executor or LocalExecutor(1), progress=progress,
@@ -528,7 +529,11 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
         verifier = None
         if plan.verifier_plan is not None:
             verifier_config = StudyConfig(**{**asdict(config), "run_root": str(root / VERIFIERS_DIR)})
-            verifier = run_ablation(plan.verifier_plan, verifier_config, executor, progress=progress)
+            try:
+                verifier = run_ablation(plan.verifier_plan, verifier_config, executor, progress=progress,
+                                        resume_hint=resume_hint)
+            except AblationInterrupted as exc:  # a stop, not a failed session
+                raise GeneralisationInterrupted(str(exc)) from None
         pairs = pair_by_seed(records, SEED_METHOD, spec.optimizer.name)
         evidence = gather(pairs, task, accepted={r.seed: accepted_candidates(r) for _, r in pairs},
                           texts={s: ledger_components(d) for s, d in mine.items()},
@@ -543,7 +548,7 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
     return result
 
 
-__all__ = ["GAP_READINGS", "SEED_BLIND_ANSWER", "PROTOCOL_DIR", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE", "VERIFIERS_DIR",
+__all__ = ["GAP_READINGS", "SEED_BLIND_ANSWER", "RUNS_DIR", "SEED_METHOD", "SPEC_FILE", "VERIFIERS_DIR",
            "GapReading", "GeneralisationError", "GeneralisationInterrupted", "GeneralisationPlan",
            "GeneralisationResult", "GeneralisationSpec", "HeldoutComparison", "SeedGain", "Sentence", "SplitProof",
            "compare_heldout", "gap_reading", "plan_generalisation", "prove_split", "read_protocol",

@@ -44,6 +44,7 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.optimizers.placebo import placebo_candidate
 from heldout.protocols.decide import RULES, holm, replicates_nothing
+from heldout.protocols.folders import LEAK_ABLATION_DIR, LEAK_RESULT_FILE
 from heldout.protocols.leak_readings import reading
 from heldout.protocols.leak_scan import scan_candidate
 from heldout.protocols.leak_statistics import MethodAblation, subset_gain
@@ -51,8 +52,6 @@ from heldout.protocols.minimum_budgets import check_minimum_budgets, recorded_ce
 from heldout.protocols.placebo import PLACEBO_METHOD, draws_for, placebo_seeds, stratum
 from heldout.protocols.splits import PROBE, SplitCheck, check_profile
 
-ABLATION_DIR = "ablation"
-RESULT_FILE = "ablation.json"
 SUBSETS = ("test", "train", "train_encoded", "probe_memorised", "probe_other")
 
 
@@ -77,7 +76,7 @@ class Ablation:
 
     def describe(self) -> str:
         lines = [f"topic-shared leakage ablation of {self.run_dir} (baseline: {self.baseline}; "
-                 f"{self.metric_calls} metric calls scored and ledgered in {ABLATION_DIR}/)"]
+                 f"{self.metric_calls} metric calls scored and ledgered in {LEAK_ABLATION_DIR}/)"]
         lines.append(f"verdicts: seed-paired contrast (unit: the seed; final vs baseline per seed), Holm over the "
                      f"{self.family} rows printed with examples; example-level sign / Wilcoxon p are description only")
         lines += [f"note: {n}" for n in self.notes]
@@ -106,7 +105,7 @@ class Ablation:
 def find_records(run_dir: str | Path) -> list[RunRecord]:
     """Every finished run record under ``run_dir`` (the ablation's own folder excluded)."""
     root = Path(run_dir)
-    paths = sorted(p for p in root.rglob(RECORD_FILE) if ABLATION_DIR not in p.relative_to(root).parts)
+    paths = sorted(p for p in root.rglob(RECORD_FILE) if LEAK_ABLATION_DIR not in p.relative_to(root).parts)
     return [RunRecord.load(p.parent) for p in paths]
 
 
@@ -150,7 +149,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
         raise HeldoutError(f"no finished run records under {run_dir}")
     # a run below its method's minimum is the seed under the method's name: no gain of it is the method's
     check_minimum_budgets(recorded_cells(records), "leak ablate", "re-run it with at least that budget")
-    ledger = Ledger.open(Path(run_dir) / ABLATION_DIR)
+    ledger = Ledger.open(Path(run_dir) / LEAK_ABLATION_DIR)
     ledger.append("ablation_start", {"baseline": baseline, "runs": len(records)})
     tasks: dict[tuple[str, str], Task] = {}
     for rec in records:
@@ -187,7 +186,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
         ledger.close()
     result = Ablation(run_dir=str(run_dir), baseline=baseline, methods=methods,
                       metric_calls=scoring.usage.metric_calls, notes=notes, family=family_size)
-    write_text_atomically(Path(run_dir) / ABLATION_DIR / RESULT_FILE, json.dumps(json_safe(result.to_dict()), indent=1, default=str))
+    write_text_atomically(Path(run_dir) / LEAK_ABLATION_DIR / LEAK_RESULT_FILE, json.dumps(json_safe(result.to_dict()), indent=1, default=str))
     return result
 
 
@@ -283,5 +282,5 @@ def split_verdict(check: SplitCheck) -> tuple[bool, str]:
     return check.ok and grouped, line + ("" if check.ok else ": " + "; ".join(check.problems))
 
 
-__all__ = ["ABLATION_DIR", "RESULT_FILE", "SUBSETS", "Ablation", "ablate", "decide_rows", "find_records",
+__all__ = ["SUBSETS", "Ablation", "ablate", "decide_rows", "find_records",
            "rec_options", "split_verdict"]

@@ -37,10 +37,10 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, holm
+from heldout.protocols.folders import RECIPE_DIR
 from heldout.protocols.leak_scan import LeakScan, scan_candidate
 from heldout.protocols.splits import words
 
-RECIPE_DIR = "recipe"
 LINE_DROP_FRACTION = 0.5
 """A line of which at least this share of the words are key words is dropped whole."""
 
@@ -315,6 +315,6 @@ def decide_recipe(rows: Sequence[RecipeSeed], examples: Mapping[str, Mapping[int
                           reading=rule.text, reading_rule=rule.name, metric_calls=metric_calls, notes=notes)
 
 
-__all__ = ["LINE_DROP_FRACTION", "RECIPE_DIR", "RECIPE_READINGS", "ComponentShare", "KeyToken", "RecipeBaseline",
+__all__ = ["LINE_DROP_FRACTION", "RECIPE_READINGS", "ComponentShare", "KeyToken", "RecipeBaseline",
            "RecipeError", "RecipeReading", "RecipeSeed", "component_shares", "decide_recipe", "key_tokens",
            "recipe_baseline", "recipe_candidate", "recipe_reading"]

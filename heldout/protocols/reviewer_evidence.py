@@ -16,7 +16,7 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.protocols.gain_evidence import (DimensionGain, ItemEvidence, LineageDelta, accepted_order,
                                              dimension_gains, ledger_components, lineage_deltas, seed_item_gains)
 from heldout.protocols.leak_scan import scan_candidate
-from heldout.protocols.leakage import ABLATION_DIR
+from heldout.protocols.folders import LEAK_ABLATION_DIR
 from heldout.protocols.recipe import RecipeBaseline, component_shares, recipe_baseline
 
 
@@ -83,7 +83,7 @@ def study_evidence(run_dir: str | Path, *, baseline: str, worker, data_dir: str 
     the recipe baseline compare the two records of one seed)."""
     root = Path(run_dir)
     found = [(p.parent, RunRecord.load(p.parent)) for p in sorted(root.rglob(RECORD_FILE))
-             if ABLATION_DIR not in p.relative_to(root).parts]
+             if LEAK_ABLATION_DIR not in p.relative_to(root).parts]
     found = [(d, r) for d, r in found if r.status == "ok" and r.final_candidate]
     out = []
     for task_name, profile in sorted({(r.task, r.profile) for _, r in found}):

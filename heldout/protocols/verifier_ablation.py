@@ -61,19 +61,24 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import OPTIMISATION, Decoding, Scorer, Usage
 from heldout.models import ModelClient, ResponseCache
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, contrast, describe_detectable, holm
+from heldout.protocols.folders import VERIFIER_ABLATION_DIR, VERIFIER_RESULT_FILE
 from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, STRIDE, draws_for, placebo_seeds, stratum
 from heldout.protocols.preflight import check_infrastructure
 from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study
+from heldout.protocols.study_dir import claim_study_dir
 from heldout.protocols.stats import compare_runs, summarize_seeds
 
-ABLATION_DIR = "verifier_ablation"
-RESULT_FILE = "verifier_ablation.json"
 CI_LEVEL = 0.95
 
 
 class AblationError(HeldoutError):
     pass
+
+
+class AblationInterrupted(AblationError):
+    """A stop request (SIGINT/SIGTERM) ended the ablation before every session finished: no
+    session failed, every ledger is consistent, and re-running the same command continues it."""
 
 
 @dataclass(frozen=True)
@@ -387,7 +392,7 @@ class _SelectionScorer:
 
     def score(self, task: Task, candidate: Candidate, variant: str, seed: int, options: dict[str, Any]) -> float:
         if self.ledger is None:
-            self.ledger = Ledger.open(self.run_root / ABLATION_DIR)
+            self.ledger = Ledger.open(self.run_root / VERIFIER_ABLATION_DIR)
         bench = task.benchmark
         parsed = parse_verifier(variant, bench.verifier_options, bench.score_ceiling)
         worker = _worker(self.config)
@@ -523,21 +528,30 @@ def summarise(plan: AblationPlan, run_root: str | Path, config: StudyConfig | No
     notes = []
     if task is not None:
         notes.append(f"the profile has no val split: validation gain is on train, scored by this protocol "
-                     f"under each variant and ledgered in {ABLATION_DIR}/")
+                     f"under each variant and ledgered in {VERIFIER_ABLATION_DIR}/")
     policies = {rec.policy.get("name") for rec in records.values()}
     result = VerifierAblation(task=plan.task, profile=plan.profile, optimizer=plan.optimizer.name,
                               policy=", ".join(sorted(str(p) for p in policies)), budget=plan.budget,
                               selection_split=plan.selection_split, rows=rows, notes=notes)
-    write_text_atomically(root / RESULT_FILE, json.dumps(json_safe(result.to_dict()), indent=1, default=str))
+    write_text_atomically(root / VERIFIER_RESULT_FILE, json.dumps(json_safe(result.to_dict()), indent=1, default=str))
     return result
 
 
 def run_ablation(plan: AblationPlan, config: StudyConfig, executor: Executor | None = None,
-                 progress: bool = False) -> VerifierAblation:
-    """Run (or resume) every session of the plan, then :func:`summarise`."""
+                 progress: bool = False, resume_hint: str | None = None) -> VerifierAblation:
+    """Run (or resume) every session of the plan, then :func:`summarise`. The run dir is held by
+    this process while it runs; a stop request is :class:`AblationInterrupted` (``resume_hint``:
+    the command that continues it), never a failed session."""
     check_infrastructure(list(plan.cells), config)  # a refused ablation writes nothing
     Path(config.run_root).mkdir(parents=True, exist_ok=True)
-    results = run_study(list(plan.cells), config, executor, progress=progress)
+    claim_study_dir(Path(config.run_root))
+    results = run_study(list(plan.cells), config, executor, progress=progress,
+                        resume_hint=resume_hint or "the same command")
+    stopped = [r for r in results if r["status"] in ("interrupted", "not started")]
+    if stopped:
+        raise AblationInterrupted(f"stopped before {len(stopped)} of {len(results)} session(s) finished; every "
+                                  "ledger is consistent: re-run the same command to continue"
+                                  + (f" ({resume_hint})" if resume_hint else ""))
     failed = [r for r in results if r["status"] != "ok"]
     if failed:
         first = failed[0]
@@ -546,6 +560,6 @@ def run_ablation(plan: AblationPlan, config: StudyConfig, executor: Executor | N
     return summarise(plan, config.run_root, config)
 
 
-__all__ = ["ABLATION_DIR", "RESULT_FILE", "SEED_METHOD", "AblationError", "AblationPlan", "Interval",
+__all__ = ["SEED_METHOD", "AblationError", "AblationInterrupted", "AblationPlan", "Interval",
            "VariantResult", "VerifierAblation", "decide_variants", "plan_ablation", "reading", "run_ablation",
            "seed_interval", "summarise"]

@@ -27,10 +27,7 @@ from heldout.contracts import HeldoutError, MetricSpec, Verdict
 from heldout.files import read_user_json
 from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
-from heldout.protocols.generalisation import PROTOCOL_DIR as GENERALISATION_DIR
-from heldout.protocols.leakage import ABLATION_DIR as LEAK_ABLATION_DIR, RESULT_FILE as LEAK_RESULT_FILE
-from heldout.protocols.recipe import RECIPE_DIR
-from heldout.protocols.verifier_ablation import ABLATION_DIR as VERIFIER_ABLATION_DIR
+from heldout.protocols.folders import GENERALISATION_DIR, LEAK_ABLATION_DIR, LEAK_RESULT_FILE, RECIPE_DIR, VERIFIER_ABLATION_DIR
 
 
 class ReportError(HeldoutError):
