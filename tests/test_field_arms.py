@@ -1,5 +1,6 @@
-"""Field conditions of ``heldout compare arms``, a protocol that runs one study per arm: a stop
-request in the middle, and a second process in the same run dir.
+"""Field conditions of the protocols that run several studies (``heldout compare arms``, one study
+per arm; ``heldout compare verifiers``, one per variant and seed): a stop request in the middle,
+and a second process in the same run dir.
 
 In the lab a protocol runs alone and to its end. In the field it is stopped: a batch scheduler
 sends SIGTERM at its time limit (then SIGKILL after a grace period), a person presses Ctrl-C.
@@ -98,6 +99,24 @@ def test_a_stop_during_one_arm_ends_the_whole_comparison_and_a_rerun_finishes_it
     assert compare_arms(run_dir) == 0  # the same command continues it
     assert len(list(run_dir.rglob(RECORD_FILE))) == 3 + 3 * 2 + 3  # serial, 2 forks, merge; 3 seeds each
     assert (run_dir / "arms_result.json").is_file()
+
+
+def compare_verifiers(run_dir: Path) -> int:
+    return main(["-q", "compare", "verifiers", "--task", TOY.name, "--optimizer", "constant-search", "--variants",
+                 "decomposed,scalar", "--seeds", "0,1,2", "--budget", "24", "--run-dir", str(run_dir)])
+
+
+def test_a_stop_during_a_verifier_ablation_is_an_interruption_not_a_failure_and_a_rerun_finishes_it(tmp_path, capsys):
+    """compare verifiers runs one study of every variant and seed: a stop was reported as
+    "N session(s) failed" with exit 2 (bad input, by the house rules), and the summary told the
+    user to rerun with --resume, a flag compare verifiers does not have."""
+    run_dir = tmp_path / "verifiers"
+    OneConstant.stop_with, OneConstant.stop_in = signal.SIGTERM, run_dir
+    assert compare_verifiers(run_dir) == 130
+    err = capsys.readouterr().err
+    assert "re-run the same command" in err and "failed" not in err.splitlines()[-1] and "--resume" not in err
+    assert compare_verifiers(run_dir) == 0
+    assert len(list(run_dir.rglob(RECORD_FILE))) == 2 * 2 * 3  # each variant: the optimizer and the seed, 3 seeds
 
 
 def test_a_run_dir_another_study_process_holds_is_refused_in_one_line_and_nothing_is_written(tmp_path, capsys):

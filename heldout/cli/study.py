@@ -258,7 +258,7 @@ def compare_verifiers_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_compare_verifiers(args: argparse.Namespace) -> int:
     from heldout.protocols.run import LocalExecutor
     from heldout.protocols.study import parse_methods, parse_seeds
-    from heldout.protocols.verifier_ablation import plan_ablation, run_ablation
+    from heldout.protocols.verifier_ablation import AblationInterrupted, plan_ablation, run_ablation
     (method,) = parse_methods([args.optimizer], [])
     options = {"tolerance": args.tolerance} if args.tolerance is not None else {}
     plan = plan_ablation(args.task, method, args.variants.split(","), parse_seeds(args.seeds), args.budget,
@@ -268,7 +268,11 @@ def cmd_compare_verifiers(args: argparse.Namespace) -> int:
         print(plan.describe(args.run_dir))
         return 0
     config = protocol_config(args)
-    result = run_ablation(plan, config, LocalExecutor(args.jobs), progress=True)
+    try:
+        result = run_ablation(plan, config, LocalExecutor(args.jobs), progress=True, resume_hint=command_line(args))
+    except AblationInterrupted as exc:  # stopped, not failed: the exit code of an interrupted `heldout run`
+        print(f"heldout: {exc}", file=sys.stderr)
+        return 130
     if args.json:
         print_json(result.to_dict())
     else:
