@@ -100,11 +100,6 @@ def test_a_study_run_from_a_folder_whose_name_is_not_utf8_runs_as_in_any_other(t
     assert (Path(os.fsdecode(folder)) / "runs" / "lockpicking__six" / "seed" / "seed-0" / "run_record.json").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "heldout/evaluators/records.py RunRecord.reserve_room writes its probe with Path.write_text and no "
-    "encoding, i.e. the locale's: under a latin-1 locale a record holding a character outside latin-1 (a "
-    "candidate's or a model output's arrow) raises UnicodeEncodeError at the session's end, so the cell "
-    "ends in a traceback with no record; the fix is encoding='utf-8' there (owner: PROTECTED)"))
 def test_a_session_under_a_latin1_locale_ends_with_its_record(tmp_path, latin1_env):
     script = textwrap.dedent(f"""
         import heldout

@@ -414,7 +414,7 @@ class RunRecord:
         the session resumable instead."""
         probe = Path(run_dir) / f".{RECORD_FILE}.room"
         try:
-            probe.write_text((self.sealed_content() if sealed is None else sealed) + " " * 4096)
+            probe.write_text((self.sealed_content() if sealed is None else sealed) + " " * 4096, encoding="utf-8")
         except OSError as exc:
             raise InfrastructureFailure(f"cannot write the run record in {run_dir}: {exc.strerror or exc}; "
                                         "free space, then rerun the same command with --resume") from None

@@ -139,8 +139,15 @@ def _b64(text: str) -> bytes | None:
 
 # -- the signing key ----------------------------------------------------------------------------------
 def config_dir() -> Path:
-    """heldout's folder of this user's keys: ``$XDG_CONFIG_HOME/heldout``, else ``~/.config/heldout``."""
-    return Path(os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")) / "heldout"
+    """heldout's folder of this user's keys: ``$XDG_CONFIG_HOME/heldout``, else ``~/.config/heldout``.
+    Refused in one line where that is no absolute path (no ``$HOME`` and a user without a home:
+    ``~`` stays ``~``), which would put a new private key in every working directory."""
+    folder = Path(os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")) / "heldout"
+    if not folder.is_absolute():
+        raise SigningError(f"this user's keys would be kept in {folder}, a path relative to the working directory "
+                           f"($HOME is unset and user {os.getuid()} has no home folder): set $HOME or "
+                           f"$XDG_CONFIG_HOME to a folder of yours, or ${KEY_FILE_ENV} to a key file")
+    return folder
 
 
 def signing_key_path() -> Path:
