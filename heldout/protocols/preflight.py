@@ -8,7 +8,8 @@ import os
 
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, InfrastructureFailure
-from heldout.evaluators.signing import load_signing_key
+from heldout.evaluators.signing import KEY_ENV, KEY_FILE_ENV, load_signing_key, signing_key_path
+from heldout.files import check_folder
 from heldout.models import ModelClient, ModelError, model_failure_kind
 from heldout.protocols.run import Cell, StudyConfig, cell_is_isolated
 from heldout.sandbox import SandboxError, require_sandbox
@@ -25,8 +26,7 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
     program task, an isolated optimizer). A missing model is a :class:`HeldoutError`; a dead or
     mistyped URL, a wrong model name or a missing bubblewrap an :class:`InfrastructureFailure`;
     each one line within seconds, not a study of zeros."""
-    # the key every session signs with: a corrupt key or CI secret is one line now, not a study left behind
-    load_signing_key(create=False)
+    check_signing_key()
     kinds = {cell.task: get_benchmark(cell.task).kind for cell in cells}
     prompt = sorted(task for task, kind in kinds.items() if kind == "prompt")
     if prompt and not config.worker_model:
@@ -62,4 +62,19 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
                                         "written") from None
 
 
-__all__ = ["PREFLIGHT_TIMEOUT", "check_infrastructure"]
+def check_signing_key() -> None:
+    """The key every session signs with, before any file: a corrupt key or CI secret, or no place
+    for a key (no $HOME and a user without a home: :func:`~heldout.evaluators.signing.config_dir`),
+    is one line now, not a study left behind; so is a key that does not exist yet and could not be
+    made where it goes (the first session makes it): its folder under an unwritable $HOME (a
+    read-only home, /proc), found by the first session after the study's files were written."""
+    if load_signing_key(create=False) is not None:
+        return
+    try:
+        check_folder(signing_key_path().parent, "the signing key's folder")
+    except HeldoutError as exc:
+        raise HeldoutError(f"{exc}: set $HOME or $XDG_CONFIG_HOME to a folder of yours, ${KEY_FILE_ENV} to a key "
+                           f"file, or pass the key in ${KEY_ENV}; nothing was written") from None
+
+
+__all__ = ["PREFLIGHT_TIMEOUT", "check_infrastructure", "check_signing_key"]
