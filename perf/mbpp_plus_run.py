@@ -43,8 +43,8 @@ checks over the workers, so with the programs' work alone the ratio is 2 / (work
 Each side also prints the **machine CPU** of its timed window (every process it started: pool
 workers, fork server, sandboxes; read from a cgroup-v1 cpuacct group made for each runner, where
 the harness is root), which the machine's load does not change as it changes wall time. On 30
-problems the two are about equal: heldout 1.00-1.13 CPU-s, evalplus 0.95-1.16 (load 2-5, issue
-60). The wall gap is how that CPU is spread over the cores: evalplus runs its programs in pool
+problems the two are about equal: heldout 0.94-1.13 CPU-s, evalplus 0.85-1.22 (load 2-6, issue
+60; on all 378, 114.6 against 181.8). The wall gap is how that CPU is spread over the cores: evalplus runs its programs in pool
 processes without round trips, heldout's worker is a chain (monitor thread, then the child, then
 the thread again, each waking the other: a wake-up across cores costs 50-120 us of wall in this
 VM against 9 us on one, bare pipes measured) after a serial start (the fork server, ~0.1 s, before
