@@ -205,10 +205,11 @@ def test_bytes_nobody_asked_for_end_their_connection_and_are_never_read_as_the_n
 
 
 def test_a_request_abandoned_mid_flight_closes_its_connection_before_its_answer_comes():
-    release, closed_before_its_answer = threading.Event(), threading.Event()
+    received, release, closed_before_its_answer = threading.Event(), threading.Event(), threading.Event()
 
     def late_first(conn, number, body):
         if asked(body) == "slow":
+            received.set()
             release.wait(10)  # answered only once the caller has left
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not closed_before_its_answer.is_set():
@@ -222,8 +223,15 @@ def test_a_request_abandoned_mid_flight_closes_its_connection_before_its_answer_
         return True
 
     async def leave_early(client: ModelClient) -> None:
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(client.acomplete(request("slow")), 0.2)
+        # the caller leaves once the server has the request (a fixed 0.2 s could pass before it was
+        # even sent on a loaded machine, and then nothing was abandoned mid-flight)
+        asking = asyncio.ensure_future(client.acomplete(request("slow")))
+        while not received.is_set():
+            await asyncio.sleep(0.01)
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        await asyncio.sleep(0.05)  # the transport closes its socket in a callback of this loop, which ends next
 
     with ScriptedServer(late_first) as server, client_of(server, concurrency=1) as client:
         asyncio.run(leave_early(client))

@@ -451,7 +451,9 @@ def _parse_completion(reply: "httpx.Response | Reply", completion: bool = False)
         raise ModelError(f"{what} has no text content (got {type(content).__name__})",
                          kind="bad_response")
     usage = body.get("usage") or {}
-    try:
-        return content, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    except (TypeError, ValueError):
-        raise ModelError(f"{what} has unreadable usage: {usage!r}", kind="bad_response") from None
+    counts = (usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0) if isinstance(usage, dict) else ()
+    # token counts are whole and not negative: a fraction, a boolean or a negative count booked as it
+    # is would shrink a token budget or a report's cost
+    if len(counts) != 2 or any(type(n) is not int or n < 0 for n in counts):
+        raise ModelError(f"{what} has unreadable usage: {str(usage)[:200]}", kind="bad_response")
+    return content, counts[0], counts[1]

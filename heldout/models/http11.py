@@ -11,7 +11,8 @@ classes, so the proxied path (an ``httpx.AsyncClient``) and this one fail alike:
 timed-out connect is ``ConnectError``/``ConnectTimeout``, no byte of the answer for ``timeout``
 seconds is ``ReadTimeout``, a server that hangs up before its answer is complete or sends what is
 not HTTP/1.x is ``RemoteProtocolError``. A connection that failed, was cancelled mid-answer, holds
-bytes past its answer or that the server asked to close is never reused.
+bytes past its answer or that the server asked to close is never reused. An answer's body is read
+up to :data:`MAX_BODY_BYTES`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ import h11
 import httpx
 
 MAX_HEAD_BYTES = 64 << 10  # a status line and headers longer than this are not an answer
+# an answer's body past this is no completion (one output is read up to 131,072 characters): a
+# huge or endless body fails the request instead of filling the harness's memory
+MAX_BODY_BYTES = 16 << 20
 
 
 class Reply:
@@ -58,6 +62,7 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.headers: dict[str, str] = {}
         self.chunks: list[bytes] = []
+        self.size = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,9 +100,15 @@ class _Connection(asyncio.Protocol):
                     return
                 if type(event) is h11.Data:
                     self.chunks.append(event.data)
+                    self.size += len(event.data)
+                    if self.size > MAX_BODY_BYTES:
+                        raise h11.RemoteProtocolError(f"an answer's body over {MAX_BODY_BYTES} bytes")
                 elif type(event) is h11.Response:
                     self.status = event.status_code
                     self.headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
+                    declared = self.headers.get("content-length", "0")
+                    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+                        raise h11.RemoteProtocolError(f"an answer's body of {declared} bytes, over {MAX_BODY_BYTES}")
                 elif type(event) is h11.EndOfMessage:
                     self._done()
                     return
@@ -109,7 +120,7 @@ class _Connection(asyncio.Protocol):
 
     def _done(self) -> None:
         reply = Reply(self.status, self.headers, b"".join(self.chunks))
-        self.chunks = []
+        self.chunks, self.size = [], 0
         # bytes past the answer belong to no request: the connection is not used again
         if self.http.their_state is h11.DONE and self.http.our_state is h11.DONE and not self.http.trailing_data[0]:
             self.http.start_next_cycle()
