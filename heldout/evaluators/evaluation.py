@@ -119,7 +119,7 @@ class EvaluationService:
             raise InfrastructureFailure(f"the session has stopped: {self.stopped}")
 
     def check_wall_time(self) -> None:
-        if self.budget.wall_seconds is not None and time.time() - self._started > self.budget.wall_seconds:
+        if self.budget.wall_seconds is not None and time.monotonic() - self._started > self.budget.wall_seconds:
             raise BudgetExceeded(f"wall-time budget of {self.budget.wall_seconds} s is used up")
 
     # -- evaluation -----------------------------------------------------------------------------

@@ -141,7 +141,7 @@ class Session:
         self.provenance = dict(provenance or {})  # e.g. the optimizer's code hash (see records)
         self.models = models
         self.ledger = Ledger.open(self.run_dir, on_disk=TEST_ENTRY_KINDS)
-        self._started = time.time()
+        self._started = time.monotonic()  # the wall-time budget's start: a clock stepped by an hour is no hour spent
         self.scorer = Scorer(bench, models.worker, execution.limits, self.options, execution.jobs, self.ledger,
                              models.judge, self.decoding)
         # held-out scoring: the canonical verifier, the experiment's own options, never a variant's
