@@ -8,6 +8,7 @@ real loopback view server, and compares what comes back."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from typing import Any, Callable, Iterator
 
@@ -38,11 +39,23 @@ def first_train_id(view) -> str:
     return view.train[0]["id"]
 
 
+class Text(str):
+    """A str subclass: it could hash as one candidate and run as another (contracts.check_candidate)."""
+
+
 REFUSALS: dict[str, tuple[Callable[[Any], Any], type[Exception]]] = {
     "a component that is not text": (lambda v: v.evaluate({"query.sql": 1}, "train", [first_train_id(v)]),
                                      MalformedCandidate),
     "an empty candidate": (lambda v: v.evaluate({}, "train", [first_train_id(v)]), MalformedCandidate),
     "a component that is a mapping": (lambda v: v.evaluate({"a": {"b": "c"}}, "train", [first_train_id(v)]),
+                                          MalformedCandidate),
+    "an OrderedDict": (lambda v: v.evaluate(collections.OrderedDict(v.seed_candidate), "train", [first_train_id(v)]),
+                       MalformedCandidate),
+    "a defaultdict": (lambda v: v.evaluate(collections.defaultdict(str, v.seed_candidate), "train",
+                                           [first_train_id(v)]), MalformedCandidate),
+    "a component text of a str subclass": (lambda v: v.evaluate({k: Text(t) for k, t in v.seed_candidate.items()},
+                                                                "train", [first_train_id(v)]), MalformedCandidate),
+    "a component name that is a number": (lambda v: v.evaluate({1: "x"}, "train", [first_train_id(v)]),
                                           MalformedCandidate),
     "the test split": (lambda v: v.evaluate(v.seed_candidate, "test", [first_train_id(v)]), VisibilityError),
     "an id of no example": (lambda v: v.evaluate(v.seed_candidate, "train", ["no-such-example"]), VisibilityError),
@@ -54,7 +67,9 @@ REFUSALS: dict[str, tuple[Callable[[Any], Any], type[Exception]]] = {
 @pytest.mark.parametrize("asked", sorted(REFUSALS))
 def test_each_refusal_is_the_same_error_in_both_views(asked, lockpicking, tmp_path):
     """An optimizer that catches ``MalformedCandidate`` to skip a bad proposal skipped it
-    in-process and crashed isolated (the client raised a bare ``RequestRefused`` for the 400)."""
+    in-process and crashed isolated (the client raised a bare ``RequestRefused`` for the 400); and
+    a candidate the in-process view refuses (an OrderedDict, a str subclass, a number for a name)
+    ran isolated, JSON having made it a plain dict of text on its way."""
     call, expected = REFUSALS[asked]
     with both_views(lockpicking, tmp_path) as (local, client):
         with pytest.raises(expected):
@@ -73,12 +88,6 @@ def test_the_results_of_one_evaluation_are_equal_in_both_views(lockpicking, tmp_
         assert client.train == local.train and client.val == local.val and client.metric == local.metric
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "an infinite number in a verdict (MinMax with two coincident points: output.details"
-    ".dmax_over_dmin_squared) is float('inf') in-process (SessionView.evaluate returns the verdict as "
-    "made) and the string 'inf' isolated (the view server's json_safe; NaN would be None): the two "
-    "views must show one value, e.g. SessionView returning json_safe values, or the verdict holding "
-    "no non-finite number (owner: PROTECTED, heldout/evaluators/view.py; lead, view_server.py)"))
 def test_a_verdict_holding_an_infinity_shows_the_same_value_in_both_views(tmp_path):
     minmax = heldout.load_task("minmax/d3n14")
     coincident = {"program.py": "import numpy as np\n\ndef min_max_dist_dim3_14():\n"

@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from heldout.contracts import (BudgetExceeded, HeldoutError, InfrastructureFailure, MalformedCandidate, MetricSpec,
-                               VisibilityError)
+                               VisibilityError, check_candidate)
 
 URL_ENV = "HELDOUT_VIEW_URL"
 SEED_ENV = "HELDOUT_SEED"  # the session seed the harness gives an isolated optimizer
@@ -219,7 +219,7 @@ class TaskClient:
                  parent: str | None = None) -> list[dict[str, Any]]:
         """Score ``candidate`` on ``ids`` of ``split`` (all of it when None): one dict per example
         with the fields the visibility policy shows."""
-        body = {"candidate": dict(candidate), "split": split,
+        body = {"candidate": _plain(candidate), "split": split,
                 "ids": None if ids is None else list(ids), "parent": parent}
         return self.request("POST", "/evaluate", body)["results"]
 
@@ -240,7 +240,17 @@ class TaskClient:
 
     def submit_final(self, candidate: Mapping[str, str]) -> str:
         """Hand in the final candidate (the last submission wins); returns its candidate id."""
-        return self.request("POST", "/final", {"candidate": dict(candidate)})["candidate_id"]
+        return self.request("POST", "/final", {"candidate": _plain(candidate)})["candidate_id"]
+
+
+def _plain(candidate: Any) -> dict[str, str]:
+    """``candidate`` as the in-process view takes it (:func:`heldout.contracts.check_candidate`),
+    refused here as the view server refuses a malformed one: JSON would turn an ``OrderedDict``,
+    a ``str`` subclass or an integer name into a plain dict of text the in-process view refuses."""
+    try:
+        return check_candidate(candidate)
+    except MalformedCandidate as exc:
+        raise HTTPMalformedCandidate(400, "malformed_candidate", str(exc)) from None
 
 
 def run_from_env(optimize: Callable[["TaskClient", int], Mapping[str, str]]) -> int:
