@@ -219,8 +219,13 @@ class TaskClient:
                  parent: str | None = None) -> list[dict[str, Any]]:
         """Score ``candidate`` on ``ids`` of ``split`` (all of it when None): one dict per example
         with the fields the visibility policy shows."""
-        body = {"candidate": _plain(candidate), "split": split,
-                "ids": None if ids is None else list(ids), "parent": parent}
+        # refused here as the in-process view refuses them (a VisibilityError), not as a malformed request
+        if type(split) is not str:
+            raise HTTPVisibilityError(403, "not_visible", f"split must be exactly 'train' or 'val', got {split!r}")
+        wanted = None if ids is None else list(ids)
+        if wanted is not None and any(type(i) is not str for i in wanted):
+            raise HTTPVisibilityError(403, "not_visible", "example ids are plain strings")
+        body = {"candidate": _plain(candidate), "split": split, "ids": wanted, "parent": parent}
         return self.request("POST", "/evaluate", body)["results"]
 
     def architect(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
