@@ -223,12 +223,29 @@ def _drop_none(value: Any) -> Any:
 
 # -- parsing -----------------------------------------------------------------------------------------
 def load_study(path: str | Path, *, run_dir: str | None = None) -> Study:
-    """Read and resolve a study file; ``run_dir`` (the ``--run-dir`` flag) overrides the file's."""
+    """Read and resolve a study file; ``run_dir`` (the ``--run-dir`` flag) overrides the file's.
+    The resolved study heldout saved in a run dir (:func:`save_resolved`) reruns that run dir,
+    wherever it is run from: its ``run_dir`` is the folder holding it (the path it states was
+    relative to the working directory of the first run, and from another folder it started a new
+    study there, spending the budget again, instead of resuming)."""
     path = Path(path)
     data = read_user_toml(path, "study file", max_bytes=MAX_STUDY_BYTES, error=StudyError)
     if run_dir is not None:
         data["run_dir"] = run_dir
+    elif is_resolved_study(path):
+        data["run_dir"] = str(path.parent)
     return parse_study(data, origin=str(path))
+
+
+def is_resolved_study(path: Path) -> bool:
+    """Whether ``path`` is a study heldout saved in its run dir (its name and first line)."""
+    if path.name != STUDY_FILE:
+        return False
+    try:
+        with open(path, "rb") as file:
+            return file.read(len(RESOLVED_HEADER)) == RESOLVED_HEADER.encode()
+    except OSError:
+        return False
 
 
 def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
@@ -531,9 +548,12 @@ def _check_against_tasks(tasks: list[str], profiles: list[str], verifiers: list[
 
 
 # -- the resolved study in the run dir ---------------------------------------------------------------
+RESOLVED_HEADER = "# heldout study, resolved: every group expanded, every default explicit.\n"
+
+
 def to_toml(study: Study) -> str:
-    return ("# heldout study, resolved: every group expanded, every default explicit.\n"
-            "# Rerun exactly with: heldout run <this file>\n" + tomli_w.dumps(study.resolved()))
+    return (RESOLVED_HEADER + "# Rerun exactly with: heldout run <this file> (from any folder: the run dir is this "
+            "file's folder)\n" + tomli_w.dumps(study.resolved()))
 
 
 def save_resolved(study: Study) -> Path:
@@ -553,8 +573,9 @@ def save_resolved(study: Study) -> Path:
 
 def _comparable(resolved: Mapping[str, Any]) -> dict[str, Any]:
     # how many jobs run in parallel, where the cache lives and at which address the models answer
-    # change no result (the models are named; StudyConfig.experiment says the same)
-    data = {k: v for k, v in resolved.items() if k != "executor"}
+    # change no result (the models are named; StudyConfig.experiment says the same); nor does the
+    # run dir's path as written (relative to one folder, absolute from another: the same dir)
+    data = {k: v for k, v in resolved.items() if k not in ("executor", "run_dir")}
     data["models"] = {k: v for k, v in resolved.get("models", {}).items()
                       if k not in ("cache_dir", "concurrency", "base_url", "timeout")}
     return data
