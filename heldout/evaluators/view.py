@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from heldout.contracts import BudgetExceeded, Candidate, Example, HeldoutError, MetricSpec, VisibilityError
+from heldout.contracts import BudgetExceeded, Candidate, Example, HeldoutError, MetricSpec, VisibilityError, json_safe
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.policy import VERDICT_FIELDS, Budget
 from heldout.evaluators.scoring import ARCHITECT
@@ -113,7 +113,9 @@ class SessionView:
             shown = {"id": example.id}
             full = {**verdict.to_dict(), "score": self.metric.reading(verdict), "target": example.target}
             shown.update({k: full[k] for k in VERDICT_FIELDS if k in allowed})
-            out.append(shown)
+            # as plain JSON data, as an isolated optimizer receives it over HTTP: the same values in
+            # both (an infinite distance ratio is "inf" in each, a tuple a list)
+            out.append(json_safe(shown))
         return out
 
     def architect(self, messages: Sequence[Mapping[str, str]], *, temperature: float = 1.0,
