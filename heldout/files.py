@@ -194,9 +194,7 @@ def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[Heldo
     if not isinstance(p, str) or not p or any(ord(c) < 32 or ord(c) == 127 for c in p):
         raise error(f"{what} {p!r} holds a control character (newline, NUL, ...) or is empty: not a folder "
                     "heldout will create")
-    if not _is_utf8_name(p):
-        raise error(f"{what} {p!r} is not UTF-8 text (a name made of other bytes): heldout records the paths "
-                    "it writes as UTF-8 text; choose a UTF-8 name")
+    check_utf8_text(p, what, error=error)
     path_max = _limit("/", "PC_PATH_MAX", 4096)
     if len(os.fsencode(os.path.abspath(p))) >= path_max:
         raise error(f"{what} is {len(os.fsencode(os.path.abspath(p))):,} bytes long as an absolute path, over the "
@@ -228,15 +226,23 @@ def check_folder(path: "str | os.PathLike[str]", what: str, *, error: type[Heldo
     return p
 
 
-def _is_utf8_name(path: str) -> bool:
-    """Whether ``path`` is text every record can hold: a name of bytes that are not UTF-8 (or not
-    of the locale's encoding) reaches Python as lone surrogates, which a JSON or TOML file written
-    as UTF-8 cannot encode, so a study would fail half-way after its first file."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+def check_utf8_text(value: Any, what: str, *, error: type[HeldoutError] = HeldoutError, key: str = "") -> None:
+    """Every string in ``value`` (a path, or the dicts and lists of a study as recorded) is text a
+    record can hold, else one ``error`` naming it: a name of bytes that are not UTF-8 reaches
+    Python as lone surrogates, which a JSON or TOML file written as UTF-8 cannot encode, so a
+    command would fail half-way, after its first file."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise error(f"{what}{' ' + key if key else ''} {value!r} is not UTF-8 text (a name made of other bytes): "
+                        "heldout records it as UTF-8 text; choose a UTF-8 name") from None
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            check_utf8_text(item, what, error=error, key=f"{key}.{name}" if key else f"{name}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_utf8_text(item, what, error=error, key=f"{key}[{index}]")
 
 
 def _limit(where: str, name: str, default: int) -> int:

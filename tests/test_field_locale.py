@@ -89,6 +89,22 @@ def test_a_run_dir_whose_name_is_not_utf8_is_refused_in_one_line_and_nothing_is_
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("flag", ["--data-dir", "--optimizer-cmd"])
+def test_a_recorded_path_or_command_that_is_not_utf8_is_refused_in_one_line_and_nothing_is_written(flag, tmp_path):
+    """A data dir named with the byte 0xff (a link to the real data) or an optimizer command
+    naming such a file: the study wrote study.json, then raised UnicodeEncodeError writing study.toml."""
+    odd = os.fsencode(tmp_path) + b"/data-\xff"
+    os.symlink(os.environ.get("HELDOUT_DATA_DIR", "../shared/data"), odd)
+    given = [b"--data-dir", odd, b"--optimizer", b"seed"] if flag == "--data-dir" else \
+        [b"--optimizer-cmd", b"python " + odd + b"/optimizer.py"]
+    done = heldout_cli("run", "--task", "lockpicking/six", *given, "--seeds", "0", "--budget", "4",
+                       "--run-dir", str(tmp_path / "study"), cwd=tmp_path)
+    lines = done.stderr.decode("utf-8", "replace").splitlines()
+    assert done.returncode == 2 and len(lines) == 1, lines[-5:]
+    assert "not UTF-8" in lines[0] and ("data_dir" in lines[0] if flag == "--data-dir" else "command" in lines[0])
+    assert os.listdir(tmp_path) == [os.fsdecode(b"data-\xff")]
+
+
 def test_a_study_run_from_a_folder_whose_name_is_not_utf8_runs_as_in_any_other(tmp_path):
     """The working directory's name is never recorded (a relative run dir is), so a study started
     inside a folder named with the byte 0xff runs and reports as anywhere else."""

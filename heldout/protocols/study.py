@@ -56,7 +56,7 @@ import tomli_w
 from heldout.benchmarks.registry import expand_tasks, get_benchmark
 from heldout.benchmarks.verifiers import CANONICAL, parse_verifier
 from heldout.contracts import HeldoutError
-from heldout.files import check_folder, check_name, read_user_toml, write_text_atomically
+from heldout.files import check_folder, check_name, check_utf8_text, read_user_toml, write_text_atomically
 from heldout.data_manifests import task_manifests
 from heldout.evaluators.policy import POLICIES
 from heldout.evaluators.scoring import Decoding
@@ -224,28 +224,15 @@ def _drop_none(value: Any) -> Any:
 # -- parsing -----------------------------------------------------------------------------------------
 def load_study(path: str | Path, *, run_dir: str | None = None) -> Study:
     """Read and resolve a study file; ``run_dir`` (the ``--run-dir`` flag) overrides the file's.
-    The resolved study heldout saved in a run dir (:func:`save_resolved`) reruns that run dir,
-    wherever it is run from: its ``run_dir`` is the folder holding it (the path it states was
-    relative to the working directory of the first run, and from another folder it started a new
-    study there, spending the budget again, instead of resuming)."""
+    The study heldout saved in a run dir (:func:`save_resolved`) is that run dir's from any folder
+    (the ``run_dir`` it states is relative to the first run's folder: from another, a new study)."""
     path = Path(path)
     data = read_user_toml(path, "study file", max_bytes=MAX_STUDY_BYTES, error=StudyError)
     if run_dir is not None:
         data["run_dir"] = run_dir
-    elif is_resolved_study(path):
+    elif path.name == STUDY_FILE and path.read_bytes().startswith(RESOLVED_HEADER.encode()):  # saved by heldout
         data["run_dir"] = str(path.parent)
     return parse_study(data, origin=str(path))
-
-
-def is_resolved_study(path: Path) -> bool:
-    """Whether ``path`` is a study heldout saved in its run dir (its name and first line)."""
-    if path.name != STUDY_FILE:
-        return False
-    try:
-        with open(path, "rb") as file:
-            return file.read(len(RESOLVED_HEADER)) == RESOLVED_HEADER.encode()
-    except OSError:
-        return False
 
 
 def parse_study(data: Mapping[str, Any], origin: str = "study") -> Study:
@@ -313,8 +300,11 @@ def make_study(*, run_dir: str, tasks: list[str], budgets: dict[str, int], metho
                          cache_dir=models.get("cache_dir"), trusted_optimizer=trusted_optimizer,
                          **({"model_concurrency": models["concurrency"]} if "concurrency" in models else {}),
                          **({"model_timeout": float(models["timeout"])} if "timeout" in models else {}))
-    return Study(run_dir=run_dir, tasks=tasks, profiles=profiles, seeds=seeds, budgets=budgets, methods=methods,
-                 verifiers=verifiers, options=options, config=config, executor=executor)
+    study = Study(run_dir=run_dir, tasks=tasks, profiles=profiles, seeds=seeds, budgets=budgets, methods=methods,
+                  verifiers=verifiers, options=options, config=config, executor=executor)
+    # what it records: a --data-dir or --optimizer-cmd of bytes not UTF-8 failed writing study.toml
+    check_utf8_text(study.resolved(), origin, error=StudyError)
+    return study
 
 
 # -- the flags' syntax: methods, budgets and seeds as typed on a command line ----------------------
@@ -572,9 +562,8 @@ def save_resolved(study: Study) -> Path:
 
 
 def _comparable(resolved: Mapping[str, Any]) -> dict[str, Any]:
-    # how many jobs run in parallel, where the cache lives and at which address the models answer
-    # change no result (the models are named; StudyConfig.experiment says the same); nor does the
-    # run dir's path as written (relative to one folder, absolute from another: the same dir)
+    # how many jobs run in parallel, where the cache lives, at which address the models answer (they
+    # are named; StudyConfig.experiment says the same) and how the run dir's path is written change no result
     data = {k: v for k, v in resolved.items() if k not in ("executor", "run_dir")}
     data["models"] = {k: v for k, v in resolved.get("models", {}).items()
                       if k not in ("cache_dir", "concurrency", "base_url", "timeout")}
