@@ -4,7 +4,8 @@ Reading (:func:`read_user_bytes` and its text, JSON and TOML forms, :func:`regul
 folder): only a regular file under a size limit, else one clear error naming what it is and
 where. Names and folders a user gives (:func:`check_name`, :func:`check_folder`). Writing
 (:func:`write_text_atomically`): through a temp name unique to its writer, renamed over the
-target, so a reader never sees half a file; :func:`remove_stale_temp_files` clears what a killed
+target, so a reader never sees half a file (:func:`write_bytes_atomically` for bytes);
+:func:`remove_stale_temp_files` clears what a killed
 writer left. Temp folders (:func:`make_temp_dir`): inside one folder per process that the next
 process removes if its owner was killed. Standard library only, like :mod:`heldout.contracts` (an isolated optimizer's sandbox
 may import it)."""
@@ -262,16 +263,22 @@ def _what_is_there(path: str) -> str:
 
 
 def write_text_atomically(path: "str | os.PathLike[str]", text: str, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` in one step. Rule: a reader sees the old file or the new
-    one, never half of either; two writers never share a temp file (its name carries this
-    writer's pid and a random tag, so a concurrent writer cannot rename it away); a failed write
-    leaves no temp file behind. ``mode`` 0o600 for files only their owner may read."""
+    """Replace ``path`` with ``text`` (UTF-8) in one step, by :func:`write_bytes_atomically`."""
+    write_bytes_atomically(path, text.encode("utf-8"), mode=mode)
+
+
+def write_bytes_atomically(path: "str | os.PathLike[str]", data: bytes, *, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` in one step. Rule: a reader sees the old file or the new
+    one, never half of either, and a write that fails (a full disk, a kill) leaves the old one
+    whole; two writers never share a temp file (its name carries this writer's pid and a random
+    tag, so a concurrent writer cannot rename it away); a failed write leaves no temp file behind.
+    ``mode`` 0o600 for files only their owner may read."""
     target = os.fspath(path)
     tmp = writer_temp_name(target)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, target)
     except BaseException:
         try:

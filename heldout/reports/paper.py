@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from heldout.contracts import HeldoutError
+from heldout.files import write_bytes_atomically, write_text_atomically
 from heldout.reports.render import Report
 from heldout.reports.tables import Cell, Table
 
@@ -194,13 +195,15 @@ def write_paper(report: Report, out_dir: str | Path, formats: Iterable[str] = FO
             continue
         for fmt in figure_formats:
             path = out / "figures" / f"{fig.key}.{fmt}"
-            fig.figure.savefig(path, format=fmt, bbox_inches="tight")
+            drawn = io.BytesIO()
+            fig.figure.savefig(drawn, format=fmt, bbox_inches="tight")
+            write_bytes_atomically(path, drawn.getvalue())
             written[path.name] = path
     return written
 
 
 def _write(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
+    write_text_atomically(path, text)
     return path
 
 

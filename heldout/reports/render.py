@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from heldout.contracts import HeldoutError, json_safe
-from heldout.files import write_text_atomically
+from heldout.files import write_bytes_atomically, write_text_atomically
 from heldout.benchmarks.loading import load_task, resolve_data_dir
 from heldout.benchmarks.registry import get_benchmark
 from heldout.evaluators.records import heldout_code, heldout_version
@@ -172,7 +172,7 @@ def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     for fig in report.figures:
-        (out / "figures" / f"{fig.key}.png").write_bytes(fig.png)
+        write_bytes_atomically(out / "figures" / f"{fig.key}.png", fig.png)
     paths = {"md": out / "report.md", "html": out / "report.html", "json": out / "results.json"}
     write_text_atomically(paths["md"], render_markdown(report))
     write_text_atomically(paths["html"], render_html(report))

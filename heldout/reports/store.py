@@ -28,7 +28,9 @@ export dir, so queries over a frozen export need no re-verification."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import tempfile
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ from typing import Any, Iterable, Sequence
 import duckdb
 import pyarrow as pa
 
-from heldout.files import process_temp_dir
+from heldout.files import process_temp_dir, writer_temp_name
 from heldout.reports.collect import ReportError, Run, RunSet, collect_runs
 
 TABLES = ("runs", "verdicts", "ledger", "excluded")
@@ -193,9 +195,18 @@ class ResultsStore:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         written = []
-        for name in TABLES:
+        for name in TABLES:  # each file whole or not at all: written under a temp name, then renamed
             path = out / f"{name}.parquet"
-            self.con.execute(f"COPY (SELECT * FROM {name}) TO $path (FORMAT parquet)", {"path": str(path)})
+            tmp = Path(writer_temp_name(str(path)))
+            try:
+                self.con.execute(f"COPY (SELECT * FROM {name}) TO $path (FORMAT parquet)", {"path": str(tmp)})
+                os.replace(tmp, path)
+            except duckdb.IOException as exc:  # DuckDB's own class for the system's error: a full disk is one line
+                if "No space left on device" in str(exc):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
+                raise StoreError(f"cannot write {path}: {exc}") from None
+            finally:
+                tmp.unlink(missing_ok=True)
             written.append(path)
         return written
 
