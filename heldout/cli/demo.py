@@ -94,6 +94,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         config = StudyConfig(run_root=run_dir)
         open_study(cells, config, resume=None)
         results = run_study(cells, config, LocalExecutor(args.jobs), resume_hint=hint)
+    if any(r["status"] in ("interrupted", "not started") for r in results):
+        return 130  # stopped (the summary said how to continue): no report of the cells that happened to finish
     failed = [r for r in results if r["status"] != "ok"]
     report = build_report([run_dir], baseline="seed", data_dir=args.data_dir)
     if args.real_model:
