@@ -76,6 +76,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C in a command that installs no stop handler of its own (eval, verify...)
+        print("heldout: interrupted (Ctrl-C): rerun the command to finish it", file=sys.stderr)
+        return 130
     except OSError as exc:  # a full disk outside the ledger (a run record, a study file): one line too
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             if not exc.filename:
