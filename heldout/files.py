@@ -297,6 +297,24 @@ def writer_temp_name(target: str) -> str:
     return f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
 
 
+def lock_holder(path: "str | os.PathLike[str]") -> int | None:
+    """The pid of a process holding an ``flock`` on ``path``, read from /proc/locks, or None.
+    Asking the lock itself would take it for a moment, and a study starting then would find its
+    own folder "in use"; the kernel's table changes nothing."""
+    try:
+        info = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as table:
+            lines = table.read().splitlines()
+    except OSError:
+        return None
+    wanted = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in lines:  # "16: FLOCK  ADVISORY  WRITE 374 fe:00:2146819 0 EOF" (a waiter's has "->" after the number)
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == wanted and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
 def pid_is_running(pid: int) -> bool:
     """Whether a process ``pid`` runs on this host. A process we may not signal counts as running,
     and so does a number no pid can be: a caller that cleans up after the dead leaves it alone."""

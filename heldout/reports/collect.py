@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from heldout.contracts import HeldoutError, MetricSpec, Verdict
-from heldout.files import read_user_json
-from heldout.evaluators.ledger import LEDGER_FILE, MAX_RECORD_BYTES, LedgerError, read_entries, verify_ledger
+from heldout.files import lock_holder, read_user_json
+from heldout.evaluators.ledger import LEDGER_FILE, LOCK_FILE, MAX_RECORD_BYTES, LedgerError, read_entries, verify_ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord, anchor_problem
 from heldout.protocols.folders import GENERALISATION_DIR, LEAK_ABLATION_DIR, LEAK_RESULT_FILE, RECIPE_DIR, VERIFIER_ABLATION_DIR
 
@@ -270,6 +270,10 @@ def _unfinished_reason(run_dir: Path) -> str:
         data = last.get("data") or {}
         return (f"INCOMPLETE, no score: the infrastructure failed during {data.get('phase', '?')} "
                 f"({str(data.get('error', ''))[:400]}); fix it and resume the study with --resume")
+    holder = lock_holder(run_dir / LOCK_FILE)
+    if holder is not None:  # its writer holds the ledger: running now, not interrupted
+        return (f"RUNNING, no record yet: its session is still running (process {holder} holds its ledger); report "
+                "again once the study has finished")
     return "no run record (the session was interrupted before it finished; resume it)"
 
 
