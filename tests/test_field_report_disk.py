@@ -64,7 +64,7 @@ def study(tmp_path_factory) -> Path:
     return root / "runs"
 
 
-@pytest.mark.parametrize("command", [("report", "--format", "latex", "--format", "csv"), ("runs", "export")],
+@pytest.mark.parametrize("command", [("report", "--format", "latex"), ("runs", "export")],
                          ids=["report", "runs-export"])
 def test_a_rewrite_that_fills_the_disk_leaves_the_last_files_whole(command, study, tmp_path):
     """The first report is of the seed's runs, the second of the whole study, as a study grows: its
