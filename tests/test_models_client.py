@@ -29,6 +29,7 @@ from heldout.models import (
 )
 from heldout.models.client import _parse_completion
 from heldout.models.testserver import TestServer, count_tokens, reply_for
+from socket_server import ScriptedSocketServer, read_request
 
 FAST = {"backoff_base": 0.001, "backoff_cap": 0.01}
 
@@ -394,7 +395,7 @@ def test_usage_is_booked_per_channel():
 
 
 # -- connections ---------------------------------------------------------------------------------
-class _OneShotServer:
+class _OneShotServer(ScriptedSocketServer):
     """A loopback HTTP/1.1 endpoint that answers each request with a fixed chat completion, then
     either closes the connection at once (``Connection: close``) or keeps it alive and closes it
     silently ``idle_close`` seconds later (as servers drop idle connections). ``closed`` is
@@ -405,22 +406,10 @@ class _OneShotServer:
 
     def __init__(self, close_at_once: bool, idle_close: float = 0.05) -> None:
         self.close_at_once, self.idle_close = close_at_once, idle_close
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.connections = 0
         self.closed = threading.Semaphore(0)
-        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         try:
             self._answer_until_closed(conn)
         finally:
@@ -428,14 +417,7 @@ class _OneShotServer:
 
     def _answer_until_closed(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as reader:
-            while True:
-                length = 0
-                for line in iter(reader.readline, b"\r\n"):
-                    if not line:
-                        return
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                reader.read(length)
+            while read_request(reader) is not None:
                 close = b"Connection: close\r\n" if self.close_at_once else b""
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + close +
                              b"Content-Length: %d\r\n\r\n" % len(self.BODY) + self.BODY)
@@ -448,9 +430,6 @@ class _OneShotServer:
                 except (TimeoutError, socket.timeout):
                     return  # idle too long: drop the connection without a word
                 conn.settimeout(None)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def test_connections_are_kept_alive_and_never_more_than_the_calls_in_flight():

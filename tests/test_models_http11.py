@@ -18,6 +18,7 @@ import pytest
 
 from heldout.models import ChatRequest, ModelClient, ModelError
 from heldout.models.http11 import MAX_HEAD_BYTES
+from socket_server import ScriptedSocketServer, read_request
 
 
 def completion(text: str) -> bytes:
@@ -29,7 +30,7 @@ def request(text: str) -> ChatRequest:
     return ChatRequest(messages=({"role": "user", "content": text},), model="test-model")
 
 
-class ScriptedServer:
+class ScriptedServer(ScriptedSocketServer):
     """Loopback HTTP/1.1: reads each request (head and Content-Length body) and hands the
     connection, the request's number on it and its parsed JSON body to ``answer``, which writes
     whatever bytes the test wants and returns False to close the connection. ``connections``
@@ -37,47 +38,21 @@ class ScriptedServer:
 
     def __init__(self, answer: Callable[[socket.socket, int, dict], bool]) -> None:
         self.answer = answer
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.connections = 0
         self.heads: list[bytes] = []
-        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as reader:
             for number in range(1_000):
-                lines = []
-                while not lines or lines[-1] != b"\r\n":
-                    lines.append(reader.readline())
-                    if not lines[-1].endswith(b"\n"):
-                        return  # the client closed the connection
-                head = b"".join(lines)
-                self.heads.append(head)
-                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
+                request = read_request(reader)
+                if request is None:
+                    return  # the client closed the connection
+                self.heads.append(request[0])
                 try:
-                    if not self.answer(conn, number, json.loads(reader.read(length))):
+                    if not self.answer(conn, number, json.loads(request[1])):
                         return
                 except OSError:
                     return
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> "ScriptedServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def asked(body: dict) -> str:
