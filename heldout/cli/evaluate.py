@@ -38,6 +38,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from heldout.benchmarks.loading import load_task
     from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
     from heldout.models import ModelClient
+    from heldout.protocols.preflight import check_endpoint
     from heldout.sandbox import wall_backstop
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     bench = task.benchmark
@@ -46,6 +47,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not args.worker_model:
             raise HeldoutError(f"{args.task} is a prompt task: pass --worker-model (and --base-url or "
                                "$OPENAI_BASE_URL) to evaluate it")
+        # a dead or mistyped --base-url: one line in seconds, not each example's retries for minutes
+        check_endpoint("worker", args.worker_model, args.base_url)
         worker = ModelClient(args.worker_model, base_url=args.base_url)
     candidate = bench.candidate_from_path(args.candidate) if args.candidate else bench.seed_candidate()
     options: dict[str, Any] = {}

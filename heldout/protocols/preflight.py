@@ -37,22 +37,7 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
     for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
         if not model or (role == "architect" and model == config.worker_model):
             continue
-        where = config.base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
-        try:
-            client = ModelClient(model, base_url=config.base_url, concurrency=1, max_retries=1,
-                                 timeout=max(PREFLIGHT_TIMEOUT, config.model_timeout))
-        except ModelError as exc:
-            raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
-        try:
-            client.complete(client.request([{"role": "user", "content": "Reply with OK."}], max_tokens=1,
-                                           temperature=0.0, channel="worker-deployment" if role == "worker" else role))
-        except ModelError as exc:
-            if model_failure_kind(exc) == "model_error":
-                raise InfrastructureFailure(
-                    f"the {role} model {model!r} at {where} does not answer ({' '.join(str(exc).split())[:300]}); "
-                    "nothing was run or written: start the endpoint or fix --base-url / --worker-model") from None
-        finally:
-            client.close()
+        check_endpoint(role, model, config.base_url, max(PREFLIGHT_TIMEOUT, config.model_timeout))
     untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config) or kinds[c.task] == "program"]
     if untrusted:
         try:
@@ -60,6 +45,27 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
         except SandboxError as exc:
             raise InfrastructureFailure(f"{untrusted[0].label} runs untrusted code: {exc}; nothing was run or "
                                         "written") from None
+
+
+def check_endpoint(role: str, model: str, base_url: str | None, timeout: float = PREFLIGHT_TIMEOUT) -> None:
+    """One short request to ``model``, retried once: a dead or mistyped URL or a wrong model name
+    is one :class:`InfrastructureFailure` within seconds, where the work's own requests would each
+    be retried with backoff for minutes (a refusal of the request itself, a 400, is no such failure)."""
+    where = base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
+    try:
+        client = ModelClient(model, base_url=base_url, concurrency=1, max_retries=1, timeout=timeout)
+    except ModelError as exc:
+        raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
+    try:
+        client.complete(client.request([{"role": "user", "content": "Reply with OK."}], max_tokens=1,
+                                       temperature=0.0, channel="worker-deployment" if role == "worker" else role))
+    except ModelError as exc:
+        if model_failure_kind(exc) == "model_error":
+            raise InfrastructureFailure(
+                f"the {role} model {model!r} at {where} does not answer ({' '.join(str(exc).split())[:300]}); "
+                "nothing was run or written: start the endpoint or fix --base-url / --worker-model") from None
+    finally:
+        client.close()
 
 
 def check_signing_key() -> None:
@@ -77,4 +83,4 @@ def check_signing_key() -> None:
                            f"file, or pass the key in ${KEY_ENV}; nothing was written") from None
 
 
-__all__ = ["PREFLIGHT_TIMEOUT", "check_infrastructure", "check_signing_key"]
+__all__ = ["PREFLIGHT_TIMEOUT", "check_endpoint", "check_infrastructure", "check_signing_key"]
