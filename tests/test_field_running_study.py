@@ -3,8 +3,9 @@
 In the lab a report is made of a finished study. In the field a person reports on a study that
 is still running (to see how it goes), from another terminal. A run without a record then read
 "the session was interrupted before it finished; resume it", and a ``--resume`` on a running
-study only meets "in use". A run whose ledger its session holds is running, and the report says
-so; once its process is gone it reads as interrupted again."""
+study only meets "in use"; a leak ablation of it went ahead on the runs finished so far. A run
+whose ledger its session holds is running, and the report says so, the ablation refuses; once its
+process is gone it reads as interrupted again."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+from heldout.protocols.folders import LEAK_ABLATION_DIR
 
 SLOW = """
 import time
@@ -50,6 +53,12 @@ def test_a_report_of_a_running_study_says_its_sessions_run_and_after_a_stop_that
         running = report_warnings(study, tmp_path / "while")
         assert "RUNNING, no record yet" in running and "holds its ledger" in running, running
         assert "interrupted" not in running
+        # the leak ablation of a running study would be of its finished runs: refused, nothing written
+        ablation = subprocess.run([sys.executable, "-m", "heldout", "leak", "ablate", str(study)],
+                                  capture_output=True, text=True, timeout=300)
+        lines = ablation.stderr.splitlines()
+        assert ablation.returncode == 2 and len(lines) == 1 and "still running" in lines[0], lines[-5:]
+        assert not (study / LEAK_ABLATION_DIR).exists()
     finally:
         run.send_signal(signal.SIGTERM)
         run.communicate(timeout=120)

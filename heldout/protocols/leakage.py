@@ -30,6 +30,7 @@ harness's held-out scoring)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -38,7 +39,7 @@ import numpy as np
 
 from heldout.benchmarks.loading import Task, load_task
 from heldout.contracts import Candidate, HeldoutError, candidate_id, json_safe
-from heldout.files import write_text_atomically
+from heldout.files import lock_holder, write_text_atomically
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
@@ -51,6 +52,7 @@ from heldout.protocols.leak_statistics import MethodAblation, subset_gain
 from heldout.protocols.minimum_budgets import check_minimum_budgets, recorded_cells
 from heldout.protocols.placebo import PLACEBO_METHOD, draws_for, placebo_seeds, stratum
 from heldout.protocols.splits import PROBE, SplitCheck, check_profile
+from heldout.protocols.study_dir import STUDY_LOCK
 
 SUBSETS = ("test", "train", "train_encoded", "probe_memorised", "probe_other")
 
@@ -144,6 +146,11 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
     """The topic-shared leakage ablation of every finished run under ``run_dir`` (see the module
     docstring). ``baseline`` is ``"seed"`` (the task's seed candidate) or a method name, whose
     final candidate of the same seed is the baseline of each run."""
+    for lock in sorted(Path(run_dir).rglob(STUDY_LOCK)):  # a study still running: its finished runs are a part
+        holder = lock_holder(lock)
+        if holder is not None and holder != os.getpid():
+            raise HeldoutError(f"the study in {lock.parent} is still running (process {holder} holds it): an "
+                               "ablation now would be of the runs finished so far; run it once the study has finished")
     records = [r for r in find_records(run_dir) if r.status == "ok" and r.final_candidate]
     if not records:
         raise HeldoutError(f"no finished run records under {run_dir}")
