@@ -245,8 +245,8 @@ def test_leak_ablate_gives_the_same_evidence_and_recipe_baseline(study, server, 
     share as the protocol's report (the recipe is scored afresh, under runs/recipe/)."""
     protocol = json.loads((study / "report" / "generalisation.json").read_text())["evidence"]
     capsys.readouterr()
-    assert cli.main(["leak", "ablate", str(study / "runs"), "--worker-model", "test-model", "--base-url",
-                     server.base_url, "--json"]) == 0
+    # no --worker-model: the study's own (study.json's config.worker_model, test-model)
+    assert cli.main(["leak", "ablate", str(study / "runs"), "--base-url", server.base_url, "--json"]) == 0
     (mine,) = [e for e in json.loads(capsys.readouterr().out)["evidence"] if e["method"] == "key_and_rule"]
     assert mine["missing"] == ""
     ablated = mine["evidence"]

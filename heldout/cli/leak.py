@@ -40,8 +40,10 @@ def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
     # --baseline-method, as in `report`: `--baseline` names run dirs (in `check`), never a method
     p.add_argument("--baseline-method", default="seed", help="'seed' (the task's seed candidate) or a method name")
     p.add_argument("--worker-model", default=None, help="default: the study's (study.json)")
-    p.add_argument("--base-url", default=None, help="the worker model's OpenAI-compatible endpoint (default: the study's)")
-    p.add_argument("--cache-dir", default=None, help="response cache folder (default: the study's)")
+    p.add_argument("--base-url", default=None, help="the worker model's OpenAI-compatible endpoint (a study does not "
+                   "record where its endpoint was: give the one it ran against)")
+    p.add_argument("--cache-dir", default=None, help="response cache folder (none unless given; not recorded in the "
+                   "study)")
     p.add_argument("--jobs", type=int, default=2, help="examples scored at once")
     add_data_dir(p)
     add_json(p)
@@ -53,18 +55,18 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
     from heldout.protocols.reviewer_evidence import study_evidence
     from heldout.reports.evidence_tables import evidence_tables, tables_text
     study = Path(args.run_dir) / "study.json"
-    config = read_user_json(study, "the study's record").get("config", {}) if os.path.lexists(study) else {}
-    if not isinstance(config, dict):
-        raise HeldoutError(f"the study's record {study}: config must be an object, got {type(config).__name__}")
-    model = args.worker_model or config.get("worker_model")
-    cache_dir = args.cache_dir or config.get("cache_dir")
-    worker = (ModelClient(model, base_url=args.base_url or config.get("base_url"),
-                          cache=ResponseCache(cache_dir) if cache_dir else None) if model else None)
-    result = ablate(args.run_dir, baseline=args.baseline_method, worker=worker,
-                    data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
+    # study.json keeps the experiment's settings flat ("config.worker_model"); where the endpoint,
+    # data and cache live is no part of the experiment and is not recorded (flags, or the defaults)
+    recorded = read_user_json(study, "the study's record") if os.path.lexists(study) else {}
+    model = args.worker_model or recorded.get("config.worker_model")
+    if model is not None and type(model) is not str:
+        raise HeldoutError(f"the study's record {study}: config.worker_model must be a model name, got {model!r}")
+    worker = (ModelClient(model, base_url=args.base_url,
+                          cache=ResponseCache(args.cache_dir) if args.cache_dir else None) if model else None)
+    result = ablate(args.run_dir, baseline=args.baseline_method, worker=worker, data_dir=args.data_dir, jobs=args.jobs)
     # what a reviewer asks beside the verdicts: per-item gains, lineage, key per component, recipe baseline
-    evidence = study_evidence(args.run_dir, baseline=args.baseline_method, worker=worker,
-                              data_dir=args.data_dir or config.get("data_dir"), jobs=args.jobs)
+    evidence = study_evidence(args.run_dir, baseline=args.baseline_method, worker=worker, data_dir=args.data_dir,
+                              jobs=args.jobs)
     if args.json:
         print_json({**result.to_dict(), "evidence": [e.as_dict() for e in evidence]})
     else:
