@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import pytest
 
 from heldout.contracts import INFRASTRUCTURE_ERROR_KINDS
 from heldout.models import ChatRequest, ModelClient, ModelError
+from socket_server import ScriptedSocketServer, read_request
 
 
-class OneAnswerServer:
+class OneAnswerServer(ScriptedSocketServer):
     """Loopback HTTP/1.1 that reads a request's head and body, sends the byte strings
     ``answer(server)`` gives one by one, then closes the connection. ``sent`` counts the bytes the
     client took before it hung up."""
@@ -26,41 +26,18 @@ class OneAnswerServer:
     def __init__(self, answer) -> None:
         self.answer = answer
         self.sent = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rb") as reader:
-            head = b""
-            while not head.endswith(b"\r\n\r\n"):
-                line = reader.readline()
-                if not line:
-                    return
-                head += line
-            length = next(int(v) for k, _, v in (h.partition(b":") for h in head.split(b"\r\n"))
-                          if k.lower() == b"content-length")
-            reader.read(length)
+            if read_request(reader) is None:
+                return
             try:
                 for data in self.answer(self):
                     conn.sendall(data)
                     self.sent += len(data)
             except OSError:
                 return
-
-    def __enter__(self) -> "OneAnswerServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
 
 
 def ok(body: bytes, extra_head: bytes = b"") -> bytes:

@@ -9,41 +9,13 @@ small tmpfs mounted for the test (root only, as in CI)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-
-@contextlib.contextmanager
-def small_disk(where: Path, size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
-    where.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
-def fill(disk: Path) -> None:
-    """Take every free byte of ``disk`` (a file written until the disk says ENOSPC)."""
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(fd, b"\0" * 4096):
-                pass
-    finally:
-        os.close(fd)
+from small_disk import fill, small_disk
 
 
 def heldout_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
