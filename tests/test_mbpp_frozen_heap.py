@@ -53,7 +53,9 @@ def test_a_freeze_the_process_made_itself_is_left_as_it_is():
         before = gc.get_freeze_count()
         with older_objects_frozen():
             pass
-        assert gc.get_freeze_count() == before
+        # not unfrozen (the count would be 0) and nothing added: frozen objects freed meanwhile (the
+        # test's own frames) may make it a little smaller, never larger
+        assert 0.99 * before <= gc.get_freeze_count() <= before
     finally:
         gc.unfreeze()
 
