@@ -82,7 +82,7 @@ def write(run_dir: Path, entries: list[tuple[str, dict]]) -> float:
     for at in range(0, len(entries), 50):
         with ledger.batch():
             for kind, data in entries[at:at + 50]:
-                ledger.append(kind, data)
+                ledger.append_entry(kind, data)
     cpu = time.process_time() - start
     ledger.close()
     return cpu

@@ -161,7 +161,7 @@ def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Pa
             calls += len(batch)
 
             def record(k, verdict, exs=exs, calls=calls):
-                ledger.append("evaluation", {"candidate_id": cid, "split": "train", "example_id": exs[k].id,
+                ledger.append_entry("evaluation", {"candidate_id": cid, "split": "train", "example_id": exs[k].id,
                                              "cached": False, "metric_calls": calls, "verdict": verdict.to_dict(),
                                              "cost": 1})
             in_order = InOrder(len(batch), record)
@@ -278,7 +278,7 @@ def work_per_output(data_dir: str | None) -> dict[str, float]:
                 if append:
                     with ledger.batch():
                         for i, (example_id, v) in enumerate(verdicts):
-                            ledger.append("evaluation", {"candidate_id": "c" * 64, "split": "train", "cached": False,
+                            ledger.append_entry("evaluation", {"candidate_id": "c" * 64, "split": "train", "cached": False,
                                                          "example_id": example_id, "metric_calls": start + i,
                                                          "verdict": v.to_dict(), "cost": 1})
             cpu = time.process_time() - cpu

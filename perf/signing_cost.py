@@ -46,14 +46,14 @@ def main() -> None:
                 ledger.signing_key = None  # the same ledger, closed without signing its head
             start = time.perf_counter()
             for n in range(ENTRIES - 1):
-                ledger.append("evaluation", {"example_id": f"e{n}", "score": 0.5, "verdict": {"score": 0.5}})
+                ledger.append_entry("evaluation", {"example_id": f"e{n}", "score": 0.5, "verdict": {"score": 0.5}})
             header = {"task": "t", "profile": "p", "seed": i, "method": "m", "budget": {"metric_calls": 30},
                       "policy": {}, "limits": {}, "options": {}, "drift": None}
             record = RunRecord(**header, status="ok", final_candidate={"x": "y"}, final_candidate_id="c",
                                test_verdicts=[{"example_id": "t0", "score": 0.5}], val_verdicts=[], test_score=0.5,
                                val_score=None, usage={}, trajectory=[], lineage=[], format_version=FORMAT_VERSION,
                                experiment=dict(header))
-            ledger.append("session_end", {"record_sha256": record.digest()})
+            ledger.append_entry("session_end", {"record_sha256": record.digest()})
             record.ledger_head, record.ledger_entries = ledger.head, len(ledger)
             if signed:
                 appends.append(time.perf_counter() - start)

@@ -49,21 +49,21 @@ def write_run(root: Path, task: str, method: str, seed: int, *, n_test: int = 3,
     header = {"task": task, "profile": "default", "seed": seed, "method": method,
               "budget": {"metric_calls": budget, "architect_tokens": None, "wall_seconds": None},
               "policy": POLICY, "limits": LIMITS, "options": {}, "drift": None}
-    ledger.append("session_start", header)
+    ledger.append_entry("session_start", header)
     candidate = {"instruction": f"{method} seed {seed} {rng.random():.6f}"}
     cid = candidate_id(candidate)
-    ledger.append("candidate", {"candidate_id": cid, "components": candidate, "parent": None})
+    ledger.append_entry("candidate", {"candidate_id": cid, "components": candidate, "parent": None})
     calls = rng.randint(1, budget)
-    ledger.append("evaluation", {"candidate_id": cid, "example_id": "train-0", "split": "train", "cost": 1,
+    ledger.append_entry("evaluation", {"candidate_id": cid, "example_id": "train-0", "split": "train", "cost": 1,
                                  "metric_calls": calls, "cached": False,
                                  "verdict": {"example_id": "train-0", "score": rng.random(), "valid": True}})
     test_verdicts: list[dict] = []
     if not failed:
-        ledger.append("final_candidate", {"candidate_id": cid, "components": candidate})
+        ledger.append_entry("final_candidate", {"candidate_id": cid, "components": candidate})
         for k in range(n_test):
             verdict = {"example_id": f"test-{k}", "score": round(rng.random(), 6), "valid": True,
                        "dimensions": {}, "feedback": "", "error": None, "error_kind": None}
-            ledger.append("test_scoring", {"candidate_id": cid, "example_id": verdict["example_id"],
+            ledger.append_entry("test_scoring", {"candidate_id": cid, "example_id": verdict["example_id"],
                                            "verdict": verdict, "verifier": "decomposed"})
             test_verdicts.append(verdict)
     scores = {v["example_id"]: v["score"] for v in test_verdicts}
@@ -76,7 +76,7 @@ def write_run(root: Path, task: str, method: str, seed: int, *, n_test: int = 3,
                        lineage=[], error="optimizer crashed" if failed else None,
                        format_version=FORMAT_VERSION, experiment=dict(header))
     # anchored as a session anchors it: the record's digest in session_end, then the head
-    ledger.append("session_end", {"status": status, "metric_calls": calls, "test_score": truth.test_score,
+    ledger.append_entry("session_end", {"status": status, "metric_calls": calls, "test_score": truth.test_score,
                                   "record_sha256": record.digest()})
     record.ledger_head, record.ledger_entries = ledger.head, len(ledger)
     record.sign(ledger.signing_key)

@@ -33,14 +33,14 @@ def test_a_write_that_fails_for_space_leaves_the_ledger_as_it_was_and_the_writer
         run_dir = disk / "cell"
         ledger = Ledger.open(run_dir)
         for n in range(3):
-            ledger.append("event", entry_data(n))
+            ledger.append_entry("event", entry_data(n))
         filler = fill(disk)
         before = (run_dir / LEDGER_FILE).read_bytes(), (run_dir / HEAD_FILE).read_bytes()
 
         appended = 0
         with pytest.raises(LedgerWriteError) as failed:
             while True:  # the file's last page may still hold an entry or two; then the disk is full
-                ledger.append("event", entry_data(3 + appended))
+                ledger.append_entry("event", entry_data(3 + appended))
                 appended += 1
                 before = (run_dir / LEDGER_FILE).read_bytes(), (run_dir / HEAD_FILE).read_bytes()
         message = str(failed.value)
@@ -57,13 +57,13 @@ def test_a_write_that_fails_for_space_leaves_the_ledger_as_it_was_and_the_writer
         # nothing is written after a hole: this writer refuses even once there is space again
         filler.unlink()
         with pytest.raises(LedgerWriteError):
-            ledger.append("event", {"n": "after"})
+            ledger.append_entry("event", {"n": "after"})
         assert (run_dir / LEDGER_FILE).read_bytes() == before[0]
         ledger.close()
 
         # a new writer (what --resume opens) continues the same chain
         resumed = Ledger.open(run_dir)
-        resumed.append("event", {"n": "resumed"})
+        resumed.append_entry("event", {"n": "resumed"})
         resumed.close()
         report = verify_ledger(run_dir)
         assert report.ok, report.describe()
@@ -76,13 +76,13 @@ def test_a_new_cell_on_a_full_disk_gets_the_one_line_error_and_no_ledger_file(tm
         run_dir = disk / "cell"
         ledger = Ledger.open(run_dir)  # the lock and the empty ledger need no data page
         with pytest.raises(LedgerWriteError, match="no space left on device"):
-            ledger.append("session_start", {"task": "t"})
+            ledger.append_entry("session_start", {"task": "t"})
         ledger.close()
         # nothing was recorded, so there is no ledger to verify (nor one that looks emptied)
         assert not (run_dir / LEDGER_FILE).exists() and not (run_dir / HEAD_FILE).exists()
         filler.unlink()
         again = Ledger.open(run_dir)
-        again.append("session_start", {"task": "t"})
+        again.append_entry("session_start", {"task": "t"})
         again.close()
         assert verify_ledger(run_dir).entries == 1
 

@@ -152,7 +152,7 @@ def test_the_studys_worker_model_names_only_sessions_that_do_not_name_their_own(
         del entries[0]["data"][key]
     older = Ledger.open(copy / "seed" / "older")  # written by the real writer, as that session's was
     for entry in entries:
-        older.append(entry["kind"], entry["data"])
+        older.append_entry(entry["kind"], entry["data"])
     older.close()
     assert not export_inspect(copy, tmp_path / "old").skipped
     assert inspect_log.read_eval_log(str(tmp_path / "old" / "seed__older__heldout.eval")).eval.model == "study-model"

@@ -339,7 +339,7 @@ def test_short_answers_out_of_family_context_are_no_key_on_real_data(data_dir):
 def test_a_verifier_ablation_folder_is_a_protocol_folder_not_a_run(topic_study, tmp_path):
     root, _ = topic_study
     ledger = Ledger.open(tmp_path / "verifier_ablation")
-    ledger.append("selection_scoring", {"candidate_id": "c", "split": "train", "example_id": "e", "score": 1.0})
+    ledger.append_entry("selection_scoring", {"candidate_id": "c", "split": "train", "example_id": "e", "score": 1.0})
     ledger.close()
     runs = collect_runs([tmp_path, root])
     kinds = sorted(f.kind.split(" ")[0] for f in runs.protocols)

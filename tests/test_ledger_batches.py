@@ -30,15 +30,15 @@ def lines(run_dir: Path) -> list[dict]:
 
 def test_a_batch_is_one_write_one_fsync_and_one_head(tmp_path, monkeypatch):
     ledger = Ledger.open(tmp_path)
-    ledger.append("session_start", {})
+    ledger.append_entry("session_start", {})
     syncs, heads = [], []
     monkeypatch.setattr(ledger_io, "sync_data", lambda fd: syncs.append(fd))
     real_head = ledger._write_head
     monkeypatch.setattr(ledger, "_write_head", lambda *a, **k: (heads.append(a[1]), real_head(*a, **k)))
     with ledger.batch():
-        ledger.append("candidate", {"candidate_id": "c"}, sync=False)
+        ledger.append_entry("candidate", {"candidate_id": "c"}, sync=False)
         for i in range(50):
-            ledger.append("evaluation", {"i": i})
+            ledger.append_entry("evaluation", {"i": i})
         assert len(lines(tmp_path)) == 1 and syncs == []  # nothing written inside the block
     assert len(syncs) == 1 and heads == [52]
     ledger.close()
@@ -48,10 +48,10 @@ def test_a_batch_is_one_write_one_fsync_and_one_head(tmp_path, monkeypatch):
 
 def test_an_unsynced_entry_waits_for_the_next_synced_one(tmp_path):
     ledger = Ledger.open(tmp_path)
-    ledger.append("candidate", {"candidate_id": "c"}, sync=False)
+    ledger.append_entry("candidate", {"candidate_id": "c"}, sync=False)
     assert not (tmp_path / LEDGER_FILE).read_bytes()
     assert [e["kind"] for e in ledger.entries()] == ["candidate"]  # the writer's chain has it
-    ledger.append("evaluation", {"i": 0})
+    ledger.append_entry("evaluation", {"i": 0})
     assert [e["kind"] for e in lines(tmp_path)] == ["candidate", "evaluation"]
     ledger.close()
     assert verify_ledger(tmp_path).ok
@@ -59,8 +59,8 @@ def test_an_unsynced_entry_waits_for_the_next_synced_one(tmp_path):
 
 def test_an_unsynced_entry_is_written_at_close(tmp_path):
     ledger = Ledger.open(tmp_path)
-    ledger.append("evaluation", {"i": 0})
-    ledger.append("note", {"i": 1}, sync=False)
+    ledger.append_entry("evaluation", {"i": 0})
+    ledger.append_entry("note", {"i": 1}, sync=False)
     ledger.close()
     assert [e["kind"] for e in lines(tmp_path)] == ["evaluation", "note"] and verify_ledger(tmp_path).ok
 
@@ -69,7 +69,7 @@ def test_a_batch_that_ends_by_an_exception_still_writes_its_entries(tmp_path):
     ledger = Ledger.open(tmp_path)
     with pytest.raises(RuntimeError):
         with ledger.batch():
-            ledger.append("evaluation", {"i": 0})
+            ledger.append_entry("evaluation", {"i": 0})
             raise RuntimeError("the scorer failed")
     assert len(lines(tmp_path)) == 1
     ledger.close()
@@ -79,8 +79,8 @@ def test_a_batch_that_ends_by_an_exception_still_writes_its_entries(tmp_path):
 def test_another_threads_synced_append_is_durable_when_it_returns(tmp_path):
     ledger = Ledger.open(tmp_path)
     with ledger.batch():
-        ledger.append("evaluation", {"i": 0})
-        other = threading.Thread(target=ledger.append, args=("architect_call", {"t": 1}))
+        ledger.append_entry("evaluation", {"i": 0})
+        other = threading.Thread(target=ledger.append_entry, args=("architect_call", {"t": 1}))
         other.start()
         other.join()
         # the other thread's entry (and the batch's so far, which it follows) is on disk already
@@ -107,7 +107,7 @@ def die():
 wait = sys.argv[4] == "waits"  # or "behind": the batch's fsync and head are made on a thread
 ledger = L.Ledger.open(run_dir)
 for i in range(5):
-    ledger.append("evaluation", data(i, True))
+    ledger.append_entry("evaluation", data(i, True))
 real_write, real_fsync, real_head = L.write_all, LIO.sync_data, ledger._write_head
 def write(fd, data):
     if stage == "before write":
@@ -129,7 +129,7 @@ def head(*args, **kwargs):
 L.write_all, LIO.sync_data, ledger._write_head = write, fsync, head
 with ledger.batch(wait=wait):
     for i in range(20):
-        ledger.append("evaluation", data(5 + i, False))
+        ledger.append_entry("evaluation", data(5 + i, False))
 ledger.close()  # waits for a batch made durable behind; the stages above kill first
 """
 STAGES = ("before write", "mid write", "after write", "after fsync", "after head")
@@ -148,7 +148,7 @@ def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_
     reopened = Ledger.open(run_dir)
     kinds = [e["kind"] for e in reopened.entries()]
     evaluations = [e["data"] for e in reopened.entries("evaluation")]
-    reopened.append("session_resumed", {})
+    reopened.append_entry("session_resumed", {})
     reopened.close()
     assert verify_ledger(run_dir).ok
     if stage == "after head":  # the head named the batch: it was complete, and it stays
@@ -167,7 +167,7 @@ def test_a_writer_killed_at_any_point_of_a_batch_reopens_verified_with_what_was_
 # -- a batch made durable behind (held-out chunks) -----------------------------------------------
 def test_a_batch_that_does_not_wait_returns_before_its_fsync_and_is_durable_by_the_next_flush(tmp_path, monkeypatch):
     ledger = Ledger.open(tmp_path)
-    ledger.append("session_start", {})
+    ledger.append_entry("session_start", {})
     release, syncing = threading.Event(), threading.Event()
     real_fsync = ledger_io.sync_data
 
@@ -179,13 +179,13 @@ def test_a_batch_that_does_not_wait_returns_before_its_fsync_and_is_durable_by_t
     monkeypatch.setattr(ledger_io, "sync_data", slow_fsync)
     with ledger.batch(wait=False):
         for i in range(10):
-            ledger.append("val_scoring", {"i": i})
+            ledger.append_entry("val_scoring", {"i": i})
     assert syncing.wait(10)  # the fsync is under way on its own thread, and the block has returned
     assert len(lines(tmp_path)) == 11  # written ...
     assert json.loads((tmp_path / HEAD_FILE).read_text())["count"] == 1  # ... but not yet claimed
     assert len(ledger) == 11 and [e["data"]["i"] for e in ledger.entries("val_scoring")] == list(range(10))
     release.set()
-    ledger.append("session_end", {})  # a synced entry waits for the batch before it
+    ledger.append_entry("session_end", {})  # a synced entry waits for the batch before it
     assert json.loads((tmp_path / HEAD_FILE).read_text())["count"] == 12
     ledger.close()
     report = verify_ledger(tmp_path)
@@ -195,7 +195,7 @@ def test_a_batch_that_does_not_wait_returns_before_its_fsync_and_is_durable_by_t
 def test_a_batch_whose_fsync_fails_behind_is_refused_at_the_next_flush_and_the_ledger_stands_before_it(
         tmp_path, monkeypatch):
     ledger = Ledger.open(tmp_path)
-    ledger.append("session_start", {})
+    ledger.append_entry("session_start", {})
     before = (tmp_path / LEDGER_FILE).read_bytes(), (tmp_path / HEAD_FILE).read_bytes()
 
     def failing_fsync(fd):
@@ -203,20 +203,20 @@ def test_a_batch_whose_fsync_fails_behind_is_refused_at_the_next_flush_and_the_l
 
     monkeypatch.setattr(ledger_io, "sync_data", failing_fsync)
     with ledger.batch(wait=False):  # returns: the failure is not known yet
-        ledger.append("val_scoring", {"i": 0})
+        ledger.append_entry("val_scoring", {"i": 0})
     with pytest.raises(LedgerWriteError, match="Input/output error"):
-        ledger.append("session_end", {})
+        ledger.append_entry("session_end", {})
     assert ((tmp_path / LEDGER_FILE).read_bytes(), (tmp_path / HEAD_FILE).read_bytes()) == before
     assert len(ledger) == 1
     with pytest.raises(LedgerWriteError):  # nothing is written after a hole
-        ledger.append("session_end", {})
+        ledger.append_entry("session_end", {})
     ledger.close()
     assert verify_ledger(tmp_path).ok
 
 
 def test_a_head_that_fails_behind_for_any_reason_is_refused_at_the_next_flush_not_lost(tmp_path, monkeypatch):
     ledger = Ledger.open(tmp_path)
-    ledger.append("session_start", {})
+    ledger.append_entry("session_start", {})
     before = (tmp_path / HEAD_FILE).read_bytes()
 
     def broken_head(*args, **kwargs):
@@ -224,9 +224,9 @@ def test_a_head_that_fails_behind_for_any_reason_is_refused_at_the_next_flush_no
 
     monkeypatch.setattr(ledger, "_write_head", broken_head)
     with ledger.batch(wait=False):
-        ledger.append("val_scoring", {"i": 0})
+        ledger.append_entry("val_scoring", {"i": 0})
     with pytest.raises(LedgerWriteError, match="ValueError: a bug in the head's code"):
-        ledger.append("session_end", {})
+        ledger.append_entry("session_end", {})
     assert (tmp_path / HEAD_FILE).read_bytes() == before and len(lines(tmp_path)) == 1
     ledger.close()
     assert verify_ledger(tmp_path).ok
@@ -234,13 +234,13 @@ def test_a_head_that_fails_behind_for_any_reason_is_refused_at_the_next_flush_no
 
 def test_heads_are_written_in_place_one_write_each_and_a_signed_head_replaces_the_file(tmp_path, monkeypatch):
     ledger = Ledger.open(tmp_path)
-    ledger.append("evaluation", {"i": 0})
+    ledger.append_entry("evaluation", {"i": 0})
     first = (tmp_path / HEAD_FILE).stat().st_ino
     renames = []
     real_replace = os.replace
     monkeypatch.setattr(os, "replace", lambda *a: (renames.append(a), real_replace(*a)))
     for i in range(1, 12):  # the count grows a digit: the head grows in place
-        ledger.append("evaluation", {"i": i})
+        ledger.append_entry("evaluation", {"i": i})
     assert renames == [] and (tmp_path / HEAD_FILE).stat().st_ino == first
     assert json.loads((tmp_path / HEAD_FILE).read_text())["count"] == 12
     ledger.close()  # signs: a new file, renamed into place
@@ -261,7 +261,7 @@ def forged_entry(previous: dict, kind: str, data: dict) -> dict:
 def test_entries_appended_behind_the_writers_back_are_dropped_on_resume_not_adopted(tmp_path):
     ledger = Ledger.open(tmp_path)
     for i in range(3):
-        ledger.append("evaluation", {"i": i, "score": 0.0})
+        ledger.append_entry("evaluation", {"i": i, "score": 0.0})
     ledger.close()
     last = lines(tmp_path)[-1]
     forged = [forged_entry(last, "evaluation", {"i": 3, "score": 1.0})]
@@ -280,7 +280,7 @@ def test_entries_appended_behind_the_writers_back_are_dropped_on_resume_not_adop
 def test_a_head_rewritten_to_cut_the_ledger_short_is_refused_not_obeyed(tmp_path):
     ledger = Ledger.open(tmp_path)
     for i in range(4):
-        ledger.append("evaluation", {"i": i})
+        ledger.append_entry("evaluation", {"i": i})
     ledger.close()
     entries = lines(tmp_path)
     head = json.loads((tmp_path / HEAD_FILE).read_text())
@@ -294,7 +294,7 @@ def test_a_head_rewritten_to_cut_the_ledger_short_is_refused_not_obeyed(tmp_path
 
 def test_a_finished_runs_ledger_is_never_cut(tmp_path):
     ledger = Ledger.open(tmp_path)
-    ledger.append("evaluation", {"i": 0})
+    ledger.append_entry("evaluation", {"i": 0})
     ledger.close()
     (tmp_path / RECORD_FILE).write_text(json.dumps({"ledger_head": lines(tmp_path)[-1]["hash"]}))
     with open(tmp_path / LEDGER_FILE, "a") as fh:
@@ -309,7 +309,7 @@ def test_a_finished_runs_ledger_is_never_cut(tmp_path):
                                              ({"n": [{3: 1.5, 20: None}]}, {"n": [{"20": None, "3": 1.5}]})])
 def test_keys_that_are_not_text_are_recorded_as_read_back_so_the_ledger_verifies(tmp_path, given, read_back):
     ledger = Ledger.open(tmp_path)  # a task's output keyed by number: hashed in key order a reader reproduces
-    entry = ledger.append("evaluation", {"output": given})
+    entry = ledger.append_entry("evaluation", {"output": given})
     assert [e["data"]["output"] for e in ledger.entries()] == [read_back] and entry["data"]["output"] == read_back
     ledger.close()
     report = verify_ledger(tmp_path)
@@ -320,7 +320,7 @@ def test_keys_that_are_not_text_are_recorded_as_read_back_so_the_ledger_verifies
 @pytest.mark.parametrize("value", ["lone \ud800 surrogate", b"raw \xff bytes", {b"key": 1}, ("a", "tuple")])
 def test_what_json_cannot_carry_as_utf8_is_still_made_encodable(tmp_path, value):
     ledger = Ledger.open(tmp_path)
-    ledger.append("evaluation", {"output": value})
+    ledger.append_entry("evaluation", {"output": value})
     ledger.close()
     assert verify_ledger(tmp_path).ok
     recorded = lines(tmp_path)[0]["data"]["output"]
@@ -330,14 +330,14 @@ def test_what_json_cannot_carry_as_utf8_is_still_made_encodable(tmp_path, value)
 
 def test_entries_kept_on_disk_are_read_back_from_the_file_and_never_held_in_memory(tmp_path):
     first = Ledger.open(tmp_path)
-    first.append("evaluation", {"n": 1})
-    first.append("test_scoring", {"output": "the secret answer"})
-    first.append("evaluation", {"n": 2})
+    first.append_entry("evaluation", {"n": 1})
+    first.append_entry("test_scoring", {"output": "the secret answer"})
+    first.append_entry("evaluation", {"n": 2})
     first.close()
     reopened = Ledger.open(tmp_path, on_disk={"test_scoring"})
     assert not any("secret" in repr(r.__getattribute__(slot)) for r in reopened._entries
                    for slot in ("_canonical", "_entry"))  # kind and hash only
-    reopened.append("test_scoring", {"output": "scored after the reopening"})
+    reopened.append_entry("test_scoring", {"output": "scored after the reopening"})
     assert [e["data"] for e in reopened.entries("test_scoring")] == [{"output": "the secret answer"},
                                                                      {"output": "scored after the reopening"}]
     assert [e["seq"] for e in reopened.entries()] == [0, 1, 2, 3]

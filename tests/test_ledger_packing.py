@@ -53,7 +53,7 @@ def written(tmp_path: Path, *datas: dict, kind: str = "evaluation") -> Path:
     ledger = Ledger.open(run_dir)
     with ledger.batch():
         for data in datas:
-            ledger.append(kind, data)
+            ledger.append_entry(kind, data)
     ledger.close()
     return run_dir
 
@@ -86,7 +86,7 @@ def test_a_reopened_writer_and_its_readers_see_the_same_entries(tmp_path):
     run_dir = written(tmp_path, *(evaluation(str(i), t) for i, t in enumerate(texts)))
     reopened = Ledger.open(run_dir)
     in_memory = list(reopened.entries())
-    reopened.append("evaluation", evaluation("6", texts[0]))
+    reopened.append_entry("evaluation", evaluation("6", texts[0]))
     reopened.close()
     entries, _ = read_entries(run_dir / LEDGER_FILE)
     assert entries[:6] == in_memory and entries[6]["data"] == evaluation("6", texts[0])
@@ -210,7 +210,7 @@ def test_a_ledger_written_before_packing_reads_verifies_and_takes_new_entries(tm
     report = verify_ledger(run_dir)
     assert report.ok and report.hmac == "another key", report.problems  # written on another machine
     ledger = Ledger.open(run_dir)
-    ledger.append("evaluation", {**entries[2]["data"], "cached": True})
+    ledger.append_entry("evaluation", {**entries[2]["data"], "cached": True})
     ledger.close()
     assert (run_dir / LEDGER_FILE).read_bytes().startswith(before)  # the old lines stay as they were
     assert raw_lines(run_dir)[-1]["packed"]

@@ -102,14 +102,14 @@ def test_any_model_output_scores_and_is_recorded_in_the_ledger(tmp_path_factory,
     verdict = bbh_verdict(output)
     run_dir = tmp_path_factory.mktemp("ledger")
     ledger = Ledger.open(run_dir)
-    ledger.append("evaluation", {"raw": output, "verdict": verdict.to_dict()})
+    ledger.append_entry("evaluation", {"raw": output, "verdict": verdict.to_dict()})
     ledger.close()
     assert verify_ledger(run_dir).ok
 
 
 def test_the_ledger_accepts_surrogates_bytes_and_control_characters(tmp_path):
     ledger = Ledger.open(tmp_path)
-    entry = ledger.append("evaluation", {"text": json.loads('"\\udc80x"'), "b": b"\xffok", "c": "a\x00\x1b"})
+    entry = ledger.append_entry("evaluation", {"text": json.loads('"\\udc80x"'), "b": b"\xffok", "c": "a\x00\x1b"})
     ledger.close()
     assert entry["data"] == {"text": "\ufffdx", "b": "\ufffdok", "c": "a\x00\x1b"}
     assert verify_ledger(tmp_path).ok

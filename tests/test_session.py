@@ -241,7 +241,7 @@ def _ledger_lines(run_dir: Path) -> list[str]:
 def test_ledger_verify_detects_tampering(tamper, tmp_path):
     ledger = Ledger.open(tmp_path)
     for i in range(5):
-        ledger.append("evaluation", {"i": i, "score": 0.5})
+        ledger.append_entry("evaluation", {"i": i, "score": 0.5})
     ledger.close()
     lines = _ledger_lines(tmp_path)
     if tamper == "edit":
@@ -263,7 +263,7 @@ def test_ledger_verify_detects_tampering(tamper, tmp_path):
 
 def test_torn_last_line_is_repaired_on_resume(tmp_path):
     ledger = Ledger.open(tmp_path)
-    ledger.append("evaluation", {"i": 0})
+    ledger.append_entry("evaluation", {"i": 0})
     ledger.close()
     with open(tmp_path / LEDGER_FILE, "ab") as fh:
         fh.write(b'{"seq": 1, "prev": "abc')  # killed mid-write
@@ -275,7 +275,7 @@ def test_torn_last_line_is_repaired_on_resume(tmp_path):
 
 def test_cli_ledger_verify(warm_cli, tmp_path):
     ledger = Ledger.open(tmp_path)
-    ledger.append("evaluation", {"i": 0})
+    ledger.append_entry("evaluation", {"i": 0})
     ledger.close()
     ok = warm_cli.run("ledger", "verify", str(tmp_path), cwd=tmp_path)
     assert ok.returncode == 0 and "chain intact" in ok.stdout

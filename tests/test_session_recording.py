@@ -88,13 +88,13 @@ def test_no_ledger_entry_is_appended_while_the_session_waits_interruptibly(serve
     with ModelClient("test-model", base_url=server.base_url, concurrency=4) as client:
         session = Session(bbh_task, budget=24, models=SessionModels(worker=client), run_dir=tmp_path)
         session.service.interruptible = interruptible
-        append = session.ledger.append
+        append = session.ledger.append_entry
 
         def watched_append(kind, data, **kwargs):
             if waiting[0]:
                 appended_while_waiting.append(kind)
             return append(kind, data, **kwargs)
-        session.ledger.append = watched_append
+        session.ledger.append_entry = watched_append
 
         def optimizer(view, seed):
             for k in range(3):

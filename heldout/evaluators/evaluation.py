@@ -109,7 +109,7 @@ class EvaluationService:
         if self.stopped is None:
             self.stopped = problem
             try:
-                self._ledger.append("infrastructure_failure", {"error": problem, **data})
+                self._ledger.append_entry("infrastructure_failure", {"error": problem, **data})
             except LedgerError:
                 pass  # the disk itself failed: the failure is still raised, and nothing is claimed
         raise InfrastructureFailure(problem)
@@ -159,7 +159,7 @@ class EvaluationService:
             # replayed results were paid for before the interruption; only fresh ones cost now
             cost = len(fresh) * self.variant.repeats
             if cost > self.remaining:
-                self._ledger.append("budget_refused", {"candidate_id": cid, "split": split,
+                self._ledger.append_entry("budget_refused", {"candidate_id": cid, "split": split,
                                                        "requested": len(wanted), "new": len(fresh),
                                                        "remaining": self.remaining})
                 raise BudgetExceeded(
@@ -242,7 +242,7 @@ class EvaluationService:
                 "cost": self.variant.repeats}  # a memo hit is charged like a fresh evaluation
         if raw is not None:
             data["scored"] = [v.to_dict() for v in raw]
-        self._ledger.append("evaluation", data)
+        self._ledger.append_entry("evaluation", data)
         self._memo[(cid, split, ex_id)] = data
 
     def _register_candidate(self, candidate: Candidate, cid: str, parent: str | None, stamp: int) -> None:
@@ -252,7 +252,7 @@ class EvaluationService:
             if cid not in self._recorded_candidates:
                 self._recorded_candidates.add(cid)
                 # no result yet: the evaluation entry's fsync, before any result is returned, covers it
-                self._ledger.append("candidate", {"candidate_id": cid, "parent": parent,
+                self._ledger.append_entry("candidate", {"candidate_id": cid, "parent": parent,
                                                   "components": dict(candidate)}, sync=False)
 
     def _update_trajectory(self, cid: str, split: str, verdicts: Iterable[Verdict], stamp: int) -> None:
@@ -277,7 +277,7 @@ class EvaluationService:
         return self._best[1]
 
     def record_event(self, kind: str, data: dict[str, Any]) -> None:
-        self._ledger.append(kind, data)
+        self._ledger.append_entry(kind, data)
 
     def replay_architect(self, request_key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -295,5 +295,5 @@ class EvaluationService:
             raise HeldoutError(f"event data must be plain JSON: {exc}") from None
         if len(encoded) > MAX_EVENT_BYTES:
             raise HeldoutError(f"event data is {len(encoded)} bytes; the limit is {MAX_EVENT_BYTES}")
-        self._ledger.append("optimizer_event", {"kind": kind, "metric_calls": self.usage.metric_calls,
+        self._ledger.append_entry("optimizer_event", {"kind": kind, "metric_calls": self.usage.metric_calls,
                                                 "data": json.loads(encoded)})

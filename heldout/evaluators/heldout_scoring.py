@@ -70,7 +70,7 @@ class HeldoutScoring:
         gain"; the val score itself under the canonical verifier, so not scored again); then the
         benchmark's extra test metrics."""
         cid = candidate_id(final)
-        self.ledger.append("final_candidate", {"candidate_id": cid, "components": dict(final)})
+        self.ledger.append_entry("final_candidate", {"candidate_id": cid, "components": dict(final)})
         canonical = {split: self._score_canonical(final, cid, split, task.splits.get(split, []), usage)
                      for split in ("val", "test")}
         scores = HeldoutScores(val=canonical["val"], test=canonical["test"])
@@ -108,7 +108,7 @@ class HeldoutScoring:
             scored: dict[str, Verdict] = {}
 
             def record(k: int, verdict: Verdict, chunk: list[Example] = chunk, scored: dict = scored) -> None:
-                self.ledger.append(f"{split}_scoring", {"candidate_id": cid, "example_id": chunk[k].id,
+                self.ledger.append_entry(f"{split}_scoring", {"candidate_id": cid, "example_id": chunk[k].id,
                                                        "verifier": CANONICAL, "verdict": verdict.to_dict()})
                 scored[chunk[k].id] = verdict
             # the chunk's entries, each added as it is scored (in order, outside the interruptible waits),

@@ -397,9 +397,9 @@ class Ledger:
         ledger = cls(run_dir, entries, lock, on_disk)
         with ledger.batch():
             if torn:
-                ledger.append("torn_tail_repaired", {"bytes_dropped": len(torn)})
+                ledger.append_entry("torn_tail_repaired", {"bytes_dropped": len(torn)})
             if unclaimed:
-                ledger.append("unclaimed_tail_dropped", {"entries": len(unclaimed), "bytes_dropped": cut,
+                ledger.append_entry("unclaimed_tail_dropped", {"entries": len(unclaimed), "bytes_dropped": cut,
                                                          "kinds": sorted({e["kind"] for e in unclaimed})})
         return ledger
 
@@ -419,7 +419,7 @@ class Ledger:
         from_file = read_entries(self.path)[0] if any(r.on_disk for _, r in chosen) else []
         return (_read_back(from_file, seq, r, self.path) if r.on_disk else r.entry() for seq, r in chosen)
 
-    def append(self, kind: str, data: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
+    def append_entry(self, kind: str, data: dict[str, Any], *, sync: bool = True) -> dict[str, Any]:
         """Append one entry; with ``sync`` (the default) it is on disk when this returns, or, inside
         :meth:`batch`, when the batch ends. Only an entry whose content nobody acts on before a
         later synced entry may pass ``sync=False`` (it is written with that entry)."""

@@ -176,7 +176,7 @@ class MeteredWorker:
         response = self._client.complete_many([request])[0]
         self._usage.record(self._channel, response)
         if self._ledger is not None:
-            self._ledger.append("worker_call", {"channel": self._channel, "request_key": response.request_key,
+            self._ledger.append_entry("worker_call", {"channel": self._channel, "request_key": response.request_key,
                                                 "prompt_tokens": response.prompt_tokens,
                                                 "completion_tokens": response.completion_tokens,
                                                 "cached": response.cached})

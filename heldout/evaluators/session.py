@@ -159,10 +159,10 @@ class Session:
         self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
                                          self._started, self.variant, seed)
         if self.resumed:
-            self.ledger.append("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls,
+            self.ledger.append_entry("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls,
                                                    "environment": header["environment"]})
         else:
-            self.ledger.append("session_start", header)
+            self.ledger.append_entry("session_start", header)
         self.view = SessionView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
                              MeteredArchitect(models.architect, self.service),
@@ -192,7 +192,7 @@ class Session:
             if self.service.stopped is not None or isinstance(exc, LedgerError):
                 return Outcome(incomplete=self.service.stopped or str(exc))
             kind = "malformed_candidate" if isinstance(exc, MalformedCandidate) else type(exc).__name__
-            self.ledger.append("optimizer_failed", {"error": f"{kind}: {exc}",
+            self.ledger.append_entry("optimizer_failed", {"error": f"{kind}: {exc}",
                                                     "traceback": traceback.format_exc()[-4000:]})
             return Outcome(error=f"optimizer failed: {kind}: {exc}")
 
@@ -223,8 +223,8 @@ class Session:
             record.reserve_room(self.run_dir, sealed)
             with self.ledger.batch():  # what the scoring left for the end, and session_end naming the record
                 for kind, data in scores.end_entries:
-                    self.ledger.append(kind, data)
-                self.ledger.append("session_end", {"status": outcome.status, "test_score": record.test_score,
+                    self.ledger.append_entry(kind, data)
+                self.ledger.append_entry("session_end", {"status": outcome.status, "test_score": record.test_score,
                                                    "metric_calls": self.service.usage.metric_calls,
                                                    "record_sha256": record_sha256})
             record.ledger_head, record.ledger_entries = self.ledger.head, len(self.ledger)
@@ -234,7 +234,7 @@ class Session:
         except (InfrastructureFailure, LedgerError) as exc:  # the infrastructure's failure: no record
             phase, problem = ("optimisation", stopped) if stopped is not None else ("held-out scoring", str(exc))
             try:
-                self.ledger.append("session_incomplete", {"phase": phase, "error": problem})
+                self.ledger.append_entry("session_incomplete", {"phase": phase, "error": problem})
             except LedgerError:
                 pass  # a disk that refused the entry: the ledger still holds everything before it
             self.ledger.close()

@@ -505,7 +505,7 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
     open_study(list(plan.cells), study_config, resume=None)  # same cells and settings: continue, else refuse
     ledger = Ledger.open(root / GENERALISATION_DIR)
     try:
-        ledger.append("generalisation_start", {**wanted, "config": config.experiment()})
+        ledger.append_entry("generalisation_start", {**wanted, "config": config.experiment()})
         results = run_study(list(plan.cells), study_config, executor or LocalExecutor(1), progress=progress,
                             resume_hint=resume_hint)
         stopped = [r for r in results if r["status"] in ("interrupted", "not started")]
@@ -541,7 +541,7 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
         result = GeneralisationResult(spec=spec, split=plan.split, comparison=comparison, ablation=ablation,
                                       autopsy=post, verifier=verifier, study_results=results, evidence=evidence)
         result.reading, result.answer = read_protocol(result)
-        ledger.append("generalisation_end", {"answer": result.answer,
+        ledger.append_entry("generalisation_end", {"answer": result.answer,
                                              "reading": [asdict(s) for s in result.reading]})
     finally:
         ledger.close()

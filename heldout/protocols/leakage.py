@@ -127,14 +127,14 @@ class _AblationScorer:
         cid = candidate_id(candidate)
         if cid not in self.known:
             self.known.add(cid)
-            self.ledger.append("candidate", {"candidate_id": cid, "components": dict(candidate)})
+            self.ledger.append_entry("candidate", {"candidate_id": cid, "components": dict(candidate)})
         examples = task.splits.get(pool, [])
         todo = [ex for ex in examples if (task.name, cid, ex.id) not in self.done]
         verdicts = self.scorer_for[task.name].score_all(candidate, todo, DEPLOYMENT, self.usage,
                                                         f"leak ablation of {task.name} ({pool})") if todo else []
         self.usage.charge(len(todo))
         for ex, verdict in zip(todo, verdicts):
-            self.ledger.append("ablation_scoring", {"task": task.name, "profile": task.profile, "pool": pool,
+            self.ledger.append_entry("ablation_scoring", {"task": task.name, "profile": task.profile, "pool": pool,
                                                     "candidate_id": cid, "example_id": ex.id,
                                                     "verdict": verdict.to_dict()})
             self.done[(task.name, cid, ex.id)] = verdict.score
@@ -157,7 +157,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
     # a run below its method's minimum is the seed under the method's name: no gain of it is the method's
     check_minimum_budgets(recorded_cells(records), "leak ablate", "re-run it with at least that budget")
     ledger = Ledger.open(Path(run_dir) / LEAK_ABLATION_DIR)
-    ledger.append("ablation_start", {"baseline": baseline, "runs": len(records)})
+    ledger.append_entry("ablation_start", {"baseline": baseline, "runs": len(records)})
     tasks: dict[tuple[str, str], Task] = {}
     for rec in records:
         if (rec.task, rec.profile) not in tasks:
@@ -171,7 +171,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
     try:
         for (task_name, profile), task in tasks.items():
             proven, verdict = split_verdict(check_profile(task))
-            ledger.append("ablation_split_check", {"task": task_name, "profile": profile, "topic_disjoint": proven,
+            ledger.append_entry("ablation_split_check", {"task": task_name, "profile": profile, "topic_disjoint": proven,
                                                    "verdict": verdict})
             if not proven:
                 notes.append(f"{task_name} [{profile}] is NOT PROVEN topic-disjoint ({verdict}): held-out gains "
@@ -189,7 +189,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
                 methods.append(m)
         family_size = decide_rows(methods)
     finally:
-        ledger.append("ablation_end", {"metric_calls": scoring.usage.metric_calls})
+        ledger.append_entry("ablation_end", {"metric_calls": scoring.usage.metric_calls})
         ledger.close()
     result = Ablation(run_dir=str(run_dir), baseline=baseline, methods=methods,
                       metric_calls=scoring.usage.metric_calls, notes=notes, family=family_size)

@@ -231,7 +231,7 @@ def recipe_baseline(pairs: Sequence[tuple[RunRecord, RunRecord]], task: Task, *,
     usage = Usage()
     rows: list[RecipeSeed] = []
     examples: dict[str, dict[str, dict[int, dict[str, tuple[float, float]]]]] = {"test": {}, "val": {}}
-    ledger.append("recipe_start", {"seeds": [b.seed for b, _ in pairs], "line_drop_fraction": LINE_DROP_FRACTION})
+    ledger.append_entry("recipe_start", {"seeds": [b.seed for b, _ in pairs], "line_drop_fraction": LINE_DROP_FRACTION})
     try:
         for base, final in sorted(pairs, key=lambda p: p[0].seed):
             scan = scan_candidate(final.final_candidate, task)
@@ -247,10 +247,10 @@ def recipe_baseline(pairs: Sequence[tuple[RunRecord, RunRecord]], task: Task, *,
                 verdicts = scorer.score_all(recipe, examples_of, DEPLOYMENT, usage, f"recipe of seed {final.seed} ({split})")
                 usage.charge(len(examples_of))
                 for ex, v in zip(examples_of, verdicts):
-                    ledger.append("recipe_scoring", {"seed": final.seed, "split": split, "candidate_id": rid,
+                    ledger.append_entry("recipe_scoring", {"seed": final.seed, "split": split, "candidate_id": rid,
                                                      "example_id": ex.id, "verdict": v.to_dict()})
                 scores[split] = {ex.id: v.score for ex, v in zip(examples_of, verdicts)}
-            ledger.append("recipe", {"seed": final.seed, "final_id": final.final_candidate_id, "recipe_id": rid,
+            ledger.append_entry("recipe", {"seed": final.seed, "final_id": final.final_candidate_id, "recipe_id": rid,
                                      "components": recipe, "removed_words": removed, "scored": scored})
             mean = lambda d: sum(d.values()) / len(d) if d else None  # noqa: E731
             for split in ("test", "val"):
@@ -264,7 +264,7 @@ def recipe_baseline(pairs: Sequence[tuple[RunRecord, RunRecord]], task: Task, *,
                                    final_test=float(final.test_score), seed_val=base.val_score,
                                    recipe_val=mean(scores["val"]), final_val=final.val_score, scored=scored))
     finally:
-        ledger.append("recipe_end", {"metric_calls": usage.metric_calls})
+        ledger.append_entry("recipe_end", {"metric_calls": usage.metric_calls})
         ledger.close()
     return decide_recipe(rows, examples, n_test=len(task.splits.get("test", [])),
                          n_val=len(task.splits.get("val", [])), metric_calls=usage.metric_calls, alpha=alpha)

@@ -405,7 +405,7 @@ class _SelectionScorer:
         shown = [parsed.show([s[k] for s in scorings], ex, seed=seed, candidate_id=cid)
                  for k, ex in enumerate(examples)]
         for ex, verdict in zip(examples, shown):
-            self.ledger.append("selection_scoring", {"candidate_id": cid, "split": "train", "example_id": ex.id,
+            self.ledger.append_entry("selection_scoring", {"candidate_id": cid, "split": "train", "example_id": ex.id,
                                                      "verifier": variant, "seed": seed, "verdict": verdict.to_dict()})
         return bench.aggregate(shown)
 
