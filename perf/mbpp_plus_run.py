@@ -9,9 +9,15 @@ slow problem's inputs dealt over the workers, and each problem's check as soon a
 complete, largest reference time first; the sandbox probe and the fork server's start are
 included). evalplus (optional, ``pip install heldout[evalplus]``): ``evalplus.evaluate.evaluate``
 with ``MBPP_OVERRIDE_PATH`` pointing at the local file and its ground-truth cache cleared first.
-heldout runs before and after evalplus and its figure is the mean of the two, so that a change of
-the machine's speed during the run (ours swings by up to 2x within minutes) does not favour either
-side.
+Both read the same file of the first N problems inside their timed windows (evalplus reads and
+deserialises its problems inside ``evaluate``; heldout's runner used to read the whole release
+file before its clock started, 0.1-0.2 s it did not count, and evalplus's 30-problem file was the
+smaller one to read).
+heldout runs before and after each evalplus run and a round's figure is the mean of the two, so
+that a change of the machine's speed during the run (ours swings by up to 2x within minutes) does
+not favour either side; with ``--rounds N`` (run_all: 5 on 30 problems) the row is the median of N
+such rounds, heldout's runs shared by neighbouring rounds (a single 30-problem round ranged
+0.52-1.42x in one sitting at load 10-30, evalplus alone 1.3-3.3 s).
 
 Printed: seconds of each, pass counts (base, plus), the problems whose verdicts differ (with
 evalplus's own status for them), and the ratio heldout / evalplus (issue 60's target: <= 1.0x at
@@ -58,7 +64,7 @@ each worker's thread and child pinned to one core (slower), the helper's files h
 each code dir instead of written (within noise). A full garbage collection inside a check (~20 ms of CPU with the interpreter lock
 held, 67-167 ms of wall at load 6) no longer happens (``older_objects_frozen``).
 
-    python perf/mbpp_plus_run.py [--data-dir ../shared/data] [--workers 2] [--limit N]
+    python perf/mbpp_plus_run.py [--data-dir ../shared/data] [--workers 2] [--limit N] [--rounds N]
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,9 +102,9 @@ HELDOUT_RUNNER = MACHINE_CPU + r"""
 import json, sys, time
 from heldout.contracts import RunLimits
 from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
-path, workers, limit = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-problems = load_problems(path)[:limit]
+path, workers = sys.argv[1], int(sys.argv[2])
 start, cpu = time.perf_counter(), machine_cpu()
+problems = load_problems(path)  # in the window, as evalplus reads its problems in its own
 results = check_many([(p, p["prompt"] + p["canonical_solution"]) for p in problems], workers=workers,
                      limits=RunLimits(wall_seconds=120, cpu_seconds=120, memory_mb=4096))
 seconds, cpu = time.perf_counter() - start, None if cpu is None else machine_cpu() - cpu
@@ -111,10 +118,10 @@ FLOOR_RUNNER = r"""
 import json, sys, time
 from heldout.contracts import RunLimits
 from heldout.benchmarks.mbpp_plus.execution import check_many, load_problems
-path, workers, limit = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-one_input = sys.argv[4:5] == ["one"]  # each problem's first base input alone: the per-execution part
+path, workers = sys.argv[1], int(sys.argv[2])
+one_input = sys.argv[3:4] == ["one"]  # each problem's first base input alone: the per-execution part
 items = []
-for p in load_problems(path)[:limit]:
+for p in load_problems(path):
     nothing = f"def {p['entry_point']}(*args, **kwargs):\n    return ()\n"
     cut = {"base_input": p["base_input"][:1], "plus_input": []} if one_input else {}
     items.append(({**p, **cut, "prompt": "", "canonical_solution": nothing}, nothing))
@@ -131,9 +138,9 @@ OWN_WORK_RUNNER = r"""
 import copy, json, sys, time
 from heldout.benchmarks.mbpp_plus._child import deserialize
 from heldout.benchmarks.mbpp_plus.execution import load_problems
-path, limit = sys.argv[1], json.loads(sys.argv[2])
+path = sys.argv[1]
 seconds = 0.0
-for p in load_problems(path)[:limit]:
+for p in load_problems(path):
     space = {"__name__": "canonical"}
     exec(compile(p["prompt"] + p["canonical_solution"], p["task_id"], "exec"), space)
     fn = space[p["entry_point"]]
@@ -156,6 +163,8 @@ status = {t: [r["base_status"], r["plus_status"]] for t, v in res.items() for r 
 base = sum(b == "pass" for b, _ in status.values())
 plus = sum(b == "pass" and p == "pass" for b, p in status.values())
 print(json.dumps({"seconds": seconds, "cpu": cpu, "base": base, "plus": plus, "n": len(res), "status": status}))
+sys.stdout.flush()
+os._exit(0)  # evalplus's stuck-sample watcher (a thread that sleeps 20 s) would hold the process after its run
 """
 
 
@@ -189,9 +198,8 @@ def _own_cpu_group() -> Path | None:
         return None
 
 
-def run_heldout(jsonl: Path, workers: int, limit: int | None) -> dict:
-    return _last_json_line([sys.executable, "-c", HELDOUT_RUNNER, str(jsonl), str(workers), json.dumps(limit)],
-                           _heldout_env())
+def run_heldout(jsonl: Path, workers: int) -> dict:
+    return _last_json_line([sys.executable, "-c", HELDOUT_RUNNER, str(jsonl), str(workers)], _heldout_env())
 
 
 def _heldout_env() -> dict[str, str]:
@@ -224,41 +232,50 @@ def pipe_round_trip_seconds(trips: int = 2000) -> float:
     return best
 
 
-def harness_floor(jsonl: Path, workers: int, limit: int | None) -> dict:
+def harness_floor(jsonl: Path, workers: int) -> dict:
     """heldout's floor on these problems (see the module docstring): the zero-work floor plus
     the programs' own work twice (expected outputs, candidate) over ``workers``; beside it, what
     the floor's round trips would cost as bare pipe round trips, and the zero-work floor again
     with one input per problem (what the executions cost whatever their inputs: the rest is
     the inputs' round trips)."""
-    floor, one = (_last_json_line([sys.executable, "-c", FLOOR_RUNNER, str(jsonl), str(workers), json.dumps(limit),
-                                   *extra], _heldout_env()) for extra in ((), ("one",)))
-    own = _last_json_line([sys.executable, "-c", OWN_WORK_RUNNER, str(jsonl), json.dumps(limit)], _heldout_env())
+    floor, one = (_last_json_line([sys.executable, "-c", FLOOR_RUNNER, str(jsonl), str(workers), *extra],
+                                  _heldout_env()) for extra in ((), ("one",)))
+    own = _last_json_line([sys.executable, "-c", OWN_WORK_RUNNER, str(jsonl)], _heldout_env())
     spread = 2 * own["seconds"] / workers
     return {"floor": floor["seconds"], "floor_inputs": floor["inputs_run"], "own": own["seconds"],
             "one_input": one["seconds"], "one_input_inputs": one["inputs_run"],
             "seconds": floor["seconds"] + spread, "pipe": pipe_round_trip_seconds()}
 
 
-def run_evalplus(problems: list[dict], workers: int) -> dict | None:
+def run_evalplus(subset: Path, workers: int) -> dict | None:
+    """evalplus on the problems of ``subset`` (see :func:`subset_files`), its ground-truth cache
+    cleared first (cold, like heldout's run)."""
     try:
         import evalplus  # noqa: F401
     except ImportError:
         return None
     from evalplus.data.utils import CACHE_DIR
 
-    work = Path(tempfile.mkdtemp(prefix="heldout-perf-evalplus-"))
-    try:
-        data = work / "mbpp_plus.jsonl"
-        data.write_text("".join(json.dumps(p) + "\n" for p in problems))
-        samples = work / "samples.jsonl"
-        samples.write_text("".join(json.dumps({"task_id": p["task_id"], "solution": p["prompt"] + p["canonical_solution"]})
-                                   + "\n" for p in problems))
-        for cached in Path(CACHE_DIR).glob("*.pkl") if Path(CACHE_DIR).is_dir() else []:
-            cached.unlink()  # cold ground truth, like heldout's run
-        env = {**os.environ, "MBPP_OVERRIDE_PATH": str(data)}
-        return _last_json_line([sys.executable, "-c", EVALPLUS_RUNNER, str(samples), str(workers)], env)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    samples = subset.parent / "samples.jsonl"
+    samples.with_name("samples_eval_results.json").unlink(missing_ok=True)  # else evalplus asks to overwrite it
+    for cached in Path(CACHE_DIR).glob("*.pkl") if Path(CACHE_DIR).is_dir() else []:
+        cached.unlink()
+    env = {**os.environ, "MBPP_OVERRIDE_PATH": str(subset)}
+    return _last_json_line([sys.executable, "-c", EVALPLUS_RUNNER, str(samples), str(workers)], env)
+
+
+def subset_files(jsonl: Path, limit: int | None, work: Path) -> tuple[Path, int]:
+    """The first ``limit`` problems of the release file (None: all), their lines as they are, in
+    ``work``/mbpp_plus.jsonl, and each one's canonical solution as a sample in
+    ``work``/samples.jsonl: both sides read these in their timed windows. Returns the problems'
+    file and their number."""
+    lines = [line for line in jsonl.read_text(encoding="utf-8").splitlines() if line.strip()][:limit]
+    subset = work / "mbpp_plus.jsonl"
+    subset.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    samples = [json.dumps({"task_id": p["task_id"], "solution": p["prompt"] + p["canonical_solution"]})
+               for p in map(json.loads, lines)]
+    (work / "samples.jsonl").write_text("".join(line + "\n" for line in samples), encoding="utf-8")
+    return subset, len(lines)
 
 
 def differences(mine: dict, theirs: dict) -> tuple[list[str], bool]:
@@ -275,27 +292,44 @@ def differences(mine: dict, theirs: dict) -> tuple[list[str], bool]:
     return out, right
 
 
-def measure(data_dir: str, workers: int = 2, limit: int | None = 30, with_floor: bool = False) -> dict:
-    """heldout, evalplus, heldout again, on the first ``limit`` problems (None: all 378), and with
-    ``with_floor`` heldout's floor (measured between evalplus and the second heldout run)."""
-    from heldout.benchmarks.mbpp_plus.execution import load_problems
-
-    jsonl = Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl"
-    problems = load_problems(jsonl)[:limit]
-    first = run_heldout(jsonl, workers, limit)
-    theirs = run_evalplus(problems, workers)
-    bound = harness_floor(jsonl, workers, limit) if with_floor else None
-    second = run_heldout(jsonl, workers, limit) if theirs is not None else None
-    runs = [first] + ([second] if second else [])
-    mine = {**first, "seconds": sum(r["seconds"] for r in runs) / len(runs), "runs": [r["seconds"] for r in runs]}
+def measure(data_dir: str, workers: int = 2, limit: int | None = 30, with_floor: bool = False,
+            rounds: int = 1) -> dict:
+    """heldout, then ``rounds`` times evalplus and heldout again, on the first ``limit`` problems
+    (None: all 378): each round's ratio is the mean of the heldout runs before and after its
+    evalplus run over that run, and the figure is the median round (the machine's speed changes
+    between runs; on 30 problems one round's ratio swings by 2x on this shared machine, and so
+    does evalplus's own time). With ``with_floor``, heldout's floor (measured after the first
+    evalplus run)."""
+    work = Path(tempfile.mkdtemp(prefix="heldout-perf-mbpp-"))
+    try:
+        subset, n = subset_files(Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl", limit, work)
+        runs, theirs_runs, bound = [run_heldout(subset, workers)], [], None
+        for k in range(max(1, rounds)):
+            theirs_runs.append(run_evalplus(subset, workers))
+            if theirs_runs[-1] is None:
+                break
+            if with_floor and k == 0:
+                bound = harness_floor(subset, workers)
+            runs.append(run_heldout(subset, workers))
+        if not theirs_runs[-1] and with_floor:
+            bound = harness_floor(subset, workers)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    theirs_runs = [r for r in theirs_runs if r is not None]
+    means = [(a["seconds"] + b["seconds"]) / 2 for a, b in zip(runs, runs[1:])] or [runs[0]["seconds"]]
+    mine = {**runs[0], "seconds": statistics.median(means), "runs": [r["seconds"] for r in runs]}
     cpus = [r["cpu"] for r in runs if r.get("cpu") is not None]
     mine["cpu"] = sum(cpus) / len(cpus) if cpus else None
-    if second is not None and second["status"] != first["status"]:
-        mine["status"] = {t: [a and b for a, b in zip(v, second["status"][t])] for t, v in first["status"].items()}
-    got = {"problems": len(problems), "workers": workers, "heldout": mine, "evalplus": theirs, "floor": bound}
-    if theirs is not None:
-        got["differ"], got["right"] = differences(mine, theirs)
-        got["ratio"] = mine["seconds"] / theirs["seconds"]
+    mine["status"] = {t: [all(r["status"][t][i] for r in runs) for i in (0, 1)] for t in runs[0]["status"]}
+    got = {"problems": n, "workers": workers, "heldout": mine, "evalplus": None, "floor": bound}
+    if theirs_runs:
+        their_cpus = [r["cpu"] for r in theirs_runs if r.get("cpu") is not None]
+        got["evalplus"] = {**theirs_runs[0], "seconds": statistics.median(r["seconds"] for r in theirs_runs),
+                           "runs": [r["seconds"] for r in theirs_runs],
+                           "cpu": sum(their_cpus) / len(their_cpus) if their_cpus else None}
+        got["differ"], got["right"] = differences(mine, theirs_runs[0])
+        got["ratios"] = [m / t["seconds"] for m, t in zip(means, theirs_runs)]
+        got["ratio"] = statistics.median(got["ratios"])
     return got
 
 
@@ -335,16 +369,19 @@ def floor_text(got: dict) -> str:
     return text
 
 
-def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dict]:
+def figures(data_dir: str, workers: int = 2, limit: int | None = 30, rounds: int | None = None) -> list[dict]:
     """Rows for perf/run_all.py: heldout / evalplus wall time on the first ``limit`` problems
-    (None: all 378), target <= 1.0x at every size (issue 60), with every canonical solution passing in
-    heldout and every difference from evalplus's verdicts named. Issue 19's 0.5x on all 378 is out of
-    reach by the programs alone (2 / (workers + 1), see the module docstring): its bound is printed
-    in the full row's floor, not used as its target."""
+    (None: all 378), the median of ``rounds`` interleaved rounds (default: 5 on a subset, 1 on all
+    378, where one round takes minutes and the machine's swings average out within it), target
+    <= 1.0x at every size (issue 60), with every canonical solution passing in heldout and every
+    difference from evalplus's verdicts named. Issue 19's 0.5x on all 378 is out of reach by the
+    programs alone (2 / (workers + 1), see the module docstring): its bound is printed in the full
+    row's floor, not used as its target."""
     if not (Path(data_dir) / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl").is_file():
         return [{"name": "MBPP+", "value": float("nan"), "unit": "s", "ratio": float("nan"),
                  "target": "n/a", "passed": False, "note": f"no MBPP+ data under {data_dir}"}]
-    got = measure(data_dir, workers, limit, with_floor=True)
+    rounds = rounds or (1 if limit is None else 5)
+    got = measure(data_dir, workers, limit, with_floor=True, rounds=rounds)
     mine, theirs = got["heldout"], got["evalplus"]
     target = 1.0
     name = f"MBPP+ canonical run, {got['problems']} problems, {workers} workers (heldout / evalplus)"
@@ -352,15 +389,26 @@ def figures(data_dir: str, workers: int = 2, limit: int | None = 30) -> list[dic
         return [{"name": name, "value": mine["seconds"], "unit": "s", "ratio": float("nan"),
                  "target": f"<= {target:g}x", "passed": False,
                  "note": "evalplus not installed (pip install heldout[evalplus])"}]
-    verdicts = "identical" if not got["differ"] else "differ on " + ", ".join(got["differ"])
-    runs = " and ".join(f"{s:.1f}" for s in mine["runs"])
     return [{"name": name, "value": mine["seconds"], "unit": "s", "ratio": got["ratio"],
              "target": f"<= {target:g}x evalplus", "passed": got["ratio"] <= target and got["right"],
-             "note": f"heldout {runs} s before and after evalplus's {theirs['seconds']:.1f} s; verdicts {verdicts} "
-                     f"(heldout base {mine['base']}, plus {mine['plus']}"
-                     f"{'' if got['right'] else ': NOT every canonical solution passes'})"
+             "note": f"{runs_text(got)}; verdicts {verdicts_text(got)}"
                      + (f"; {cpu_text(got)}" if mine.get("cpu") is not None and theirs.get("cpu") else "")
                      + (f"; {floor_text(got)}" if got["floor"] else "")}]
+
+
+def runs_text(got: dict) -> str:
+    """Every run's seconds in the order they ran, and each round's ratio (the figure is their median)."""
+    mine, theirs = got["heldout"]["runs"], got["evalplus"]["runs"]
+    order = [f"heldout {mine[0]:.2f}"] + [f"evalplus {t:.2f}, heldout {m:.2f}" for t, m in zip(theirs, mine[1:])]
+    return (f"runs in order (s): {'; '.join(order)}; round ratios {' '.join(f'{r:.2f}' for r in got['ratios'])} "
+            f"(median {got['ratio']:.2f}x, load {os.getloadavg()[0]:.1f} at the end)")
+
+
+def verdicts_text(got: dict) -> str:
+    mine = got["heldout"]
+    return (("identical" if not got["differ"] else "differ on " + ", ".join(got["differ"]))
+            + f" (heldout base {mine['base']}, plus {mine['plus']}"
+            + ("" if got["right"] else ": NOT every canonical solution passes") + ")")
 
 
 def main() -> None:
@@ -368,21 +416,20 @@ def main() -> None:
     ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    ap.add_argument("--rounds", type=int, default=1, help="evalplus runs, each between two heldout runs")
     args = ap.parse_args()
-    got = measure(args.data_dir, args.workers, args.limit, with_floor=True)
+    got = measure(args.data_dir, args.workers, args.limit, with_floor=True, rounds=args.rounds)
     mine, theirs, n = got["heldout"], got["evalplus"], got["problems"]
     print(f"problems: {n}, workers: {args.workers}")
-    print(f"heldout  (sandboxed): {mine['seconds']:8.1f} s   base {mine['base']}/{n}  plus {mine['plus']}/{n}"
-          f"   (runs: {', '.join(f'{s:.1f}' for s in mine['runs'])} s)")
+    print(f"heldout  (sandboxed): {mine['seconds']:8.2f} s   base {mine['base']}/{n}  plus {mine['plus']}/{n}")
     if theirs is None:
         print("evalplus not installed: no reference (pip install heldout[evalplus])")
         return
-    print(f"evalplus (its own):   {theirs['seconds']:8.1f} s   base {theirs['base']}/{theirs['n']}  "
+    print(f"evalplus (its own):   {theirs['seconds']:8.2f} s   base {theirs['base']}/{theirs['n']}  "
           f"plus {theirs['plus']}/{theirs['n']}")
-    print("verdicts: " + ("identical" if not got["differ"] else "differ on " + ", ".join(got["differ"]))
-          + ("" if got["right"] else " (NOT every canonical solution passes in heldout)"))
-    goal = "at most 1.0x evalplus"
-    print(f"ratio heldout / evalplus = {got['ratio']:.2f}x (goal {goal})")
+    print(runs_text(got))
+    print("verdicts: " + verdicts_text(got))
+    print(f"ratio heldout / evalplus = {got['ratio']:.2f}x (goal at most 1.0x evalplus)")
     if mine.get("cpu") is not None and theirs.get("cpu"):
         print(cpu_text(got))
     if got["floor"]:
