@@ -10,8 +10,9 @@ import time
 import pytest
 
 from heldout import load_task
-from heldout.evaluators.scoring import OPTIMISATION, Scorer, Usage
-from heldout.models import ChatRequest, ModelClient, ModelError
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Scorer
+from heldout.models import OPTIMISATION, ChatRequest, ModelClient, ModelError
 from heldout.models.testserver import TestServer, reply_for
 
 FAST = {"backoff_base": 0.001, "backoff_cap": 0.01}

@@ -21,7 +21,8 @@ from heldout.models.backends.deterministic import DeterministicBackend
 from heldout.models.server import ChatServer
 from heldout.models.workers import FunctionWorker
 from heldout.contracts import Example, RunLimits, Verdict, is_infrastructure_failure
-from heldout.evaluators.scoring import MeteredWorker, Usage
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import MeteredWorker
 from heldout.benchmarks.lockpicking import sql as sqlmod
 from heldout.benchmarks.lockpicking.pool import SPEC_VECTORS, decisive, load_pool, masked
 from heldout.benchmarks.lockpicking.rebuild import freeze_manifest

@@ -19,10 +19,10 @@ from heldout.benchmarks.mmlu_pro import COT_5SHOT_SETTING
 from heldout.benchmarks.prompt_task import PromptSetting
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import RunContext
-from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Scorer, SessionModels
 from heldout.evaluators.session import Session
-from heldout.evaluators.scoring import SessionModels
-from heldout.models import ModelClient
+from heldout.models import DEPLOYMENT, ModelClient
 from heldout.models.backends.deterministic import DeterministicBackend
 from heldout.models.server import ChatServer, StopScanner, apply_stop
 from heldout.models.testserver import RecordingBackend

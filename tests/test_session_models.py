@@ -10,9 +10,10 @@ import heldout
 from heldout.contracts import Completion, HeldoutError, InfrastructureFailure, Message
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE
-from heldout.evaluators.scoring import DEPLOYMENT, OPTIMISATION, Decoding, Execution, Scorer, SessionModels, Usage
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Decoding, Execution, Scorer, SessionModels
 from heldout.evaluators.session import Session
-from heldout.models import ChatClient, ModelClient, ModelError
+from heldout.models import DEPLOYMENT, OPTIMISATION, ChatClient, ModelClient, ModelError
 from heldout.models.workers import FunctionWorker
 
 

@@ -36,8 +36,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Score one candidate on one split, outside any session (nothing is ledgered). The default
     split is ``val``; the test split only when asked, and its targets only with --show-targets."""
     from heldout.benchmarks.loading import load_task
-    from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
-    from heldout.models import ModelClient
+    from heldout.evaluators.policy import Usage
+    from heldout.evaluators.scoring import Scorer
+    from heldout.models import DEPLOYMENT, ModelClient
     from heldout.protocols.preflight import check_endpoint
     from heldout.sandbox import wall_backstop
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)

@@ -19,8 +19,9 @@ from heldout.benchmarks.verifiers import CANONICAL, Variant, parse_verifier
 from heldout.contracts import (BudgetExceeded, Candidate, Example, HeldoutError, InfrastructureFailure, MetricSpec,
                                Verdict, VisibilityError, candidate_id, check_candidate, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger, LedgerError
-from heldout.evaluators.policy import Budget, VisibilityPolicy
-from heldout.evaluators.scoring import OPTIMISATION, Arrivals, InOrder, Scorer, Usage, infrastructure_failures
+from heldout.evaluators.policy import Budget, Usage, VisibilityPolicy
+from heldout.evaluators.scoring import Arrivals, InOrder, Scorer, infrastructure_failures
+from heldout.models import OPTIMISATION
 
 MAX_EVENT_BYTES = 64 * 1024  # one optimizer event in the ledger
 

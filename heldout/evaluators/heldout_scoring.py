@@ -27,7 +27,9 @@ from heldout.benchmarks.verifiers import CANONICAL, Variant
 from heldout.contracts import (Candidate, Example, InfrastructureFailure, Verdict, candidate_id,
                                is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger
-from heldout.evaluators.scoring import DEPLOYMENT, Arrivals, InOrder, Scorer, Usage, infrastructure_failures
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Arrivals, InOrder, Scorer, infrastructure_failures
+from heldout.models import DEPLOYMENT
 
 
 TEST_ENTRY_KINDS = frozenset({"test_scoring", "test_metrics"})

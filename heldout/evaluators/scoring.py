@@ -2,8 +2,8 @@
 
 :class:`Scorer` runs a candidate: a worker call + ``score_text`` for prompt tasks (sent as the
 task's prompt setting says), a sandboxed execution for program tasks. :class:`MeteredWorker` is
-the worker a task's ``RunContext`` offers; :class:`Usage` is a session's meter (the models'
-:class:`~heldout.models.UsageMeter` plus metric calls). :class:`SessionModels` and
+the worker a task's ``RunContext`` offers, booking its calls on the session's meter
+(:class:`~heldout.evaluators.policy.Usage`). :class:`SessionModels` and
 :class:`Execution` are what a session is given to score with. The session (:mod:`.session`)
 decides *whether* to score; this module only scores."""
 
@@ -18,13 +18,9 @@ from heldout.benchmarks.prompt_task import ZERO_SHOT_SETTING
 from heldout.contracts import (Candidate, Completion, Example, HeldoutError, InfrastructureFailure, Message,
                                RunContext, RunLimits, Verdict, is_infrastructure_failure)
 from heldout.evaluators.ledger import Ledger
-from heldout.models import ChatClient, ChatRequest, UsageMeter, check_chat_client, model_failure_kind
+from heldout.evaluators.policy import Usage
+from heldout.models import JUDGE_CHANNEL, ChatClient, ChatRequest, check_chat_client, model_failure_kind
 
-# the channels (heldout.models.CHANNELS) a call is booked on: a worker's and a judge's per phase
-OPTIMISATION = "worker-optimisation"
-DEPLOYMENT = "worker-deployment"
-ARCHITECT = "architect"
-JUDGE_CHANNEL = {OPTIMISATION: "judge-optimisation", DEPLOYMENT: "judge-deployment"}
 
 
 @dataclass(frozen=True)
@@ -109,58 +105,13 @@ class Execution:
             raise HeldoutError(f"jobs is how many executions run at once, an int >= 1; got {self.jobs!r}")
 
 
-class Usage(UsageMeter):
-    """A session's meter: its worker and architect calls per channel, counted as every
-    :class:`UsageMeter` counts them, plus the metric calls the budget is enforced against and the
-    evaluations replayed from a resumed ledger. The run record's usage fields are views of the
-    channels: ``endpoint_calls`` and ``tokens`` of each channel that made an endpoint call, and
-    ``cache_hits``, the answers served without one (a response cache, a replay, the session's memo).
-
-    ``metric_calls`` is read-only: it grows only through :meth:`charge` (an in-process optimizer
-    that assigns to it by accident gets an ``AttributeError``, not more budget)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._metric_calls = 0
-        self.replayed = 0
-
-    @property
-    def metric_calls(self) -> int:
-        return self._metric_calls
-
-    def charge(self, calls: int) -> None:
-        """Count ``calls`` (>= 0) more metric calls."""
-        if calls < 0:
-            raise ValueError(f"metric calls are only ever added, got {calls}")
-        with self._lock:
-            self._metric_calls += int(calls)
-
-    def count_architect_call(self, prompt_tokens: int, completion_tokens: int) -> None:
-        """An architect call counts its tokens and one call whether or not the endpoint answered it
-        (a cached reply costs the same), so the architect budget binds every method alike."""
-        self.add(ARCHITECT, endpoint_calls=1, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
-
-    @property
-    def endpoint_calls(self) -> dict[str, int]:
-        return {name: u.endpoint_calls for name, u in self.channels().items() if u.endpoint_calls}
-
-    @property
-    def tokens(self) -> dict[str, dict[str, int]]:
-        return {name: {"prompt": u.prompt_tokens, "completion": u.completion_tokens}
-                for name, u in self.channels().items() if u.endpoint_calls}
-
-    @property
-    def cache_hits(self) -> int:
-        return sum(u.cache_hits + u.replay_hits for u in self.channels().values())
-
-
 class MeteredWorker:
     """The worker as a task's ``RunContext`` offers it (e.g. Lockpicking's ``AI_COMPLETE``): each
     call goes through the session's client, its tokens are counted on the session's channel and it
     is appended to the ledger as a ``worker_call``. The metric call it belongs to was already
     counted by the session when the evaluation was admitted."""
 
-    def __init__(self, client: ChatClient, usage: "Usage", channel: str, ledger: Ledger | None,
+    def __init__(self, client: ChatClient, usage: Usage, channel: str, ledger: Ledger | None,
                  temperature: float, max_tokens: int | None) -> None:
         self._client = client
         self._usage = usage
@@ -249,7 +200,7 @@ class Scorer:
         self.jobs = max(1, jobs)
         self.ledger = ledger
 
-    def context(self, channel: str, usage: "Usage", extra: Mapping[str, Any] | None = None) -> RunContext:
+    def context(self, channel: str, usage: Usage, extra: Mapping[str, Any] | None = None) -> RunContext:
         decoding = self.decoding
         worker = None if self.worker is None else MeteredWorker(
             self.worker, usage, channel, self.ledger, 0.0 if decoding.temperature is None else decoding.temperature,

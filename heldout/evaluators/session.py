@@ -22,9 +22,9 @@ during optimisation. (A session handed a loaded :class:`Task` keeps it for the f
 caller holds that object anyway. A trusted in-process optimizer can still load the data itself:
 trust, not containment, and the record says so.)
 
-What a session may spend and show is in :mod:`.policy` (Budget, VisibilityPolicy); how a
-candidate is scored, and metered, in :mod:`.scoring` (Scorer, Usage); how its final candidate is
-scored on val and test, chunk by chunk into the ledger, in :mod:`.heldout_scoring`.
+What a session may spend and show, and what it has spent, is in :mod:`.policy` (Budget,
+VisibilityPolicy, Usage); how a candidate is scored, in :mod:`.scoring` (Scorer); how its final
+candidate is scored on val and test, chunk by chunk into the ledger, in :mod:`.heldout_scoring`.
 
 A metric call is one worker call, or one program execution, on one example. Cache hits count
 as metric calls (so arms stay comparable) but cost no endpoint call. An evaluation that would
@@ -84,6 +84,7 @@ class Outcome:
     final: Candidate | None = None
     error: str | None = None
     incomplete: str | None = None
+    traceback: str | None = None  # where an in-process optimizer raised: the ledger's optimizer_failed entry
 
     def __post_init__(self) -> None:  # what is scored and recorded is the plain copy of the final
         if self.final is not None:
@@ -158,11 +159,9 @@ class Session:
         visible = {s: self.task.splits.get(s, []) for s in ("train", "val")}
         self.service = EvaluationService(visible, self.scorer, self.ledger, self.budget, self.policy,
                                          self._started, self.variant, seed)
-        if self.resumed:
-            self.ledger.append_entry("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls,
-                                                   "environment": header["environment"]})
-        else:
-            self.ledger.append_entry("session_start", header)
+        self.ledger.append_entry(*(("session_resumed", {"metric_calls_spent": self.service.usage.metric_calls,
+                                                        "environment": header["environment"]})
+                                   if self.resumed else ("session_start", header)))
         self.view = SessionView(bench.name, bench.description, bench.kind, bench.seed_candidate(),
                              visible["train"], visible["val"], self.service,
                              MeteredArchitect(models.architect, self.service),
@@ -192,9 +191,7 @@ class Session:
             if self.service.stopped is not None or isinstance(exc, LedgerError):
                 return Outcome(incomplete=self.service.stopped or str(exc))
             kind = "malformed_candidate" if isinstance(exc, MalformedCandidate) else type(exc).__name__
-            self.ledger.append_entry("optimizer_failed", {"error": f"{kind}: {exc}",
-                                                    "traceback": traceback.format_exc()[-4000:]})
-            return Outcome(error=f"optimizer failed: {kind}: {exc}")
+            return Outcome(error=f"optimizer failed: {kind}: {exc}", traceback=traceback.format_exc()[-4000:])
 
     def finish(self, outcome: Outcome) -> RunRecord:
         """End the session, the one way every run ends: score the outcome's final candidate on val
@@ -221,8 +218,10 @@ class Session:
             sealed = record.sealed_content()  # final from here: reserved, digested and signed as it is
             record_sha256 = record.digest(sealed)
             record.reserve_room(self.run_dir, sealed)
-            with self.ledger.batch():  # what the scoring left for the end, and session_end naming the record
-                for kind, data in scores.end_entries:
+            failed = [] if outcome.traceback is None else [
+                ("optimizer_failed", {"error": outcome.error, "traceback": outcome.traceback})]
+            with self.ledger.batch():  # the optimizer's failure, what scoring left for the end, session_end
+                for kind, data in failed + scores.end_entries:
                     self.ledger.append_entry(kind, data)
                 self.ledger.append_entry("session_end", {"status": outcome.status, "test_score": record.test_score,
                                                    "metric_calls": self.service.usage.metric_calls,

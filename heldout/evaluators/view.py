@@ -10,8 +10,7 @@ from typing import Any, Mapping, Sequence
 from heldout.contracts import BudgetExceeded, Candidate, Example, HeldoutError, MetricSpec, VisibilityError, json_safe
 from heldout.evaluators.evaluation import EvaluationService
 from heldout.evaluators.policy import VERDICT_FIELDS, Budget
-from heldout.evaluators.scoring import ARCHITECT
-from heldout.models import ChatClient, ChatRequest, model_failure_kind
+from heldout.models import ARCHITECT, ChatClient, ChatRequest, model_failure_kind
 
 
 class MeteredArchitect:

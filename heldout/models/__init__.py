@@ -8,12 +8,14 @@ makes a local function one."""
 from heldout.models.cache import CachedResponse, CacheError, ResponseCache
 from heldout.models.client import ModelClient
 from heldout.models.pacing import backoff_delay
-from heldout.models.types import (CHANNELS, BatchError, ChannelUsage, ChatClient, ChatRequest, ChatResponse, ModelError,
-                                  UsageMeter, check_chat_client, model_failure_kind)
+from heldout.models.types import (ARCHITECT, CHANNELS, DEPLOYMENT, JUDGE_CHANNEL, OPTIMISATION, BatchError, ChannelUsage,
+                                  ChatClient, ChatRequest, ChatResponse, ModelError, UsageMeter, check_chat_client,
+                                  model_failure_kind)
 from heldout.models.recording import Recorder, Replay, ReplayError, ReplayMiss, read_recording
 
 __all__ = [
-    "CHANNELS", "BatchError", "CacheError", "CachedResponse", "ChannelUsage", "ChatClient", "ChatRequest",
+    "ARCHITECT", "CHANNELS", "DEPLOYMENT", "JUDGE_CHANNEL", "OPTIMISATION", "BatchError", "CacheError",
+    "CachedResponse", "ChannelUsage", "ChatClient", "ChatRequest",
     "ChatResponse", "ModelClient", "ModelError", "Recorder", "Replay", "ReplayError", "ReplayMiss",
     "ResponseCache", "UsageMeter", "backoff_delay", "check_chat_client", "model_failure_kind", "read_recording",
 ]

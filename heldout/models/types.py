@@ -13,8 +13,9 @@ from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from heldout.contracts import HeldoutError, canonical_json, sha256_text
 
-CHANNELS = ("worker-optimisation", "worker-deployment", "architect",
-            "judge-optimisation", "judge-deployment")  # judge-*: a separate model-judge endpoint
+OPTIMISATION, DEPLOYMENT, ARCHITECT = "worker-optimisation", "worker-deployment", "architect"
+JUDGE_CHANNEL = {OPTIMISATION: "judge-optimisation", DEPLOYMENT: "judge-deployment"}  # a judge's, per phase
+CHANNELS = (OPTIMISATION, DEPLOYMENT, ARCHITECT, *JUDGE_CHANNEL.values())
 """Where a request's tokens are booked: worker calls made while optimising, worker calls made
 when the harness scores the final candidate, the optimizer's architect model, and a separate
 model judge's calls in the same two phases."""
@@ -252,7 +253,7 @@ class ChannelUsage:
 class UsageMeter:
     """Tokens and calls per channel; safe to update from several threads. The one counter of model
     usage: a client meters every request it answers here, and a session meters its worker and
-    architect calls in one too (``heldout.evaluators.scoring.Usage``)."""
+    architect calls in one too (``heldout.evaluators.policy.Usage``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

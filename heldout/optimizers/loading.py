@@ -143,9 +143,15 @@ def optimizer_code_sha256(name: str, options: Mapping[str, Any] | None = None) -
     the code ran. heldout's own optimizers are imported and add their sibling files (``CODE_FILES``:
     the reference searches dispatch to them; None when there is no file); user code is found by
     path, never imported (:func:`find_module_source`)."""
-    target = optimizer_target(name.partition("?")[0])
+    return target_code_sha256(name, optimizer_target(name.partition("?")[0]), user_code(name, options))
+
+
+def target_code_sha256(name: str, target: str, codes: Sequence[str]) -> str | None:
+    """:func:`optimizer_code_sha256` of ``name`` whose ``module:function`` target and user code
+    targets (:func:`user_code`) are already decided (a
+    :class:`~heldout.optimizers.resolved.ResolvedMethod`'s): nothing is resolved again."""
     if is_heldout_code(target):
-        module = sys.modules.get(getattr(_load(target), "__module__", "") or "")
+        module = sys.modules.get(getattr(load_function(target, "optimizer"), "__module__", "") or "")
         path = getattr(module, "__file__", None)
         if not path or not os.path.exists(path):
             return None
@@ -153,8 +159,8 @@ def optimizer_code_sha256(name: str, options: Mapping[str, Any] | None = None) -
         for extra in sorted(getattr(module, "CODE_FILES", ())):
             digest.update(Path(path).with_name(extra).read_bytes())
     else:
-        digest = hashlib.sha256(locate_target(name).file.read_bytes())
-    for code in user_code(name, options):
+        digest = hashlib.sha256(_locate(name.partition("?")[0], target).file.read_bytes())
+    for code in codes:
         digest.update(code.encode())
         digest.update(find_module_source(code.partition(":")[0]).file.read_bytes())
     return digest.hexdigest()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from heldout.optimizers.loading import optimizer_code_sha256, user_modules
+from heldout.optimizers.loading import target_code_sha256, user_modules
 from heldout.optimizers.registry import optimizer_target
 from heldout.optimizers.specs import is_reference_optimizer, split_spec, user_code
 from heldout.optimizers.user_modules import UserModule
@@ -60,7 +60,8 @@ class ResolvedMethod:
         """Why the code on disk is no longer the code decided (hashed) when the study was made, or
         None when it is the same: a cell about to run says so instead of recording a hash of code
         that is not the code it runs."""
-        now = command_sha256(self.command) if self.command else optimizer_code_sha256(self.spec, self.method_options)
+        now = command_sha256(self.command) if self.command else target_code_sha256(
+            self.spec, self.target, user_code(self.spec, self.method_options))
         if now == self.code_sha256:
             return None
         return (f"the optimizer's code changed after the study was made (sha256 {str(self.code_sha256)[:12]} "
@@ -84,10 +85,11 @@ def resolve_method(name: str, target: str | None = None, command: str | None = N
         return ResolvedMethod(name=name, spec=None, target=None, command=command, code_sha256=command_sha256(command),
                               user_code=True, trusted=trusted)
     spec = target or name
+    decided = optimizer_target(spec)
     return ResolvedMethod(
-        name=name, spec=spec, target=optimizer_target(spec), command=None,
+        name=name, spec=spec, target=decided, command=None,
         options={**split_spec(spec)[1], **options}, method_options=options,
-        code_sha256=optimizer_code_sha256(spec, options), modules=tuple(user_modules(spec, options)),
+        code_sha256=target_code_sha256(spec, decided, user_code(spec, options)), modules=tuple(user_modules(spec, options)),
         user_code=not is_reference_optimizer(spec) or bool(user_code(spec, options)), trusted=trusted)
 
 

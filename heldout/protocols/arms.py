@@ -51,8 +51,9 @@ from heldout.benchmarks.loading import load_task
 from heldout.contracts import HeldoutError, json_safe
 from heldout.files import read_user_json, write_text_atomically
 from heldout.data_manifests import manifest_holding
-from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
-from heldout.models import ModelClient, ResponseCache
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Scorer
+from heldout.models import DEPLOYMENT, ModelClient, ResponseCache
 from heldout.optimizers import check_optimizer, is_reference_optimizer, resolve_optimizer
 from heldout.protocols import decide
 from heldout.protocols.arms_comparison import ArmsComparison, compare_arms

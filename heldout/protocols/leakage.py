@@ -42,7 +42,9 @@ from heldout.contracts import Candidate, HeldoutError, candidate_id, json_safe
 from heldout.files import lock_holder, write_text_atomically
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Scorer
+from heldout.models import DEPLOYMENT
 from heldout.optimizers.placebo import placebo_candidate
 from heldout.protocols.decide import RULES, holm, replicates_nothing
 from heldout.protocols.folders import LEAK_ABLATION_DIR, LEAK_RESULT_FILE

@@ -35,7 +35,9 @@ from heldout.benchmarks.loading import Task
 from heldout.contracts import Candidate, HeldoutError, candidate_id, check_candidate
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RunRecord
-from heldout.evaluators.scoring import DEPLOYMENT, Scorer, Usage
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Scorer
+from heldout.models import DEPLOYMENT
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, contrast, holm
 from heldout.protocols.folders import RECIPE_DIR
 from heldout.protocols.leak_scan import LeakScan, scan_candidate

@@ -58,8 +58,9 @@ from heldout.contracts import Candidate, HeldoutError, MetricSpec, candidate_id,
 from heldout.files import write_text_atomically
 from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
-from heldout.evaluators.scoring import OPTIMISATION, Decoding, Scorer, Usage
-from heldout.models import ModelClient, ResponseCache
+from heldout.evaluators.policy import Usage
+from heldout.evaluators.scoring import Decoding, Scorer
+from heldout.models import OPTIMISATION, ModelClient, ResponseCache
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, contrast, describe_detectable, holm
 from heldout.protocols.folders import VERIFIER_ABLATION_DIR, VERIFIER_RESULT_FILE
 from heldout.protocols.minimum_budgets import check_minimum_budgets
