@@ -151,6 +151,11 @@ def test_crashing_optimizer_gives_a_failed_record_and_a_verifying_ledger(tmp_pat
     record = session.run(optimizer)
     assert record.status == "failed" and "optimizer bug" in record.error
     assert record.test_verdicts == [] and verify_ledger(tmp_path).ok
+    # the ledger says where it raised, once, just before the session's end
+    entries = list(Ledger.open(tmp_path).entries())
+    assert [e["kind"] for e in entries][-2:] == ["optimizer_failed", "session_end"]
+    failed = entries[-2]["data"]
+    assert "RuntimeError: optimizer bug" in failed["error"] and "in optimizer" in failed["traceback"]
 
 
 def test_resume_reuses_recorded_results_without_double_counting(tmp_path):
