@@ -40,15 +40,18 @@ SPLITS = ("train", "val", "test")
 
 
 # -- hashing ----------------------------------------------------------------------------------------
-def canonical_json(value: Any) -> str:
+def canonical_json(value: Any, *, strict: bool = False) -> str:
     """The one serialisation used for every hash in heldout: sorted keys, no whitespace,
-    non-ASCII kept, integers of any size kept exactly."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    non-ASCII kept, integers of any size kept exactly. ``strict``: a NaN or an infinity raises
+    ``ValueError``, for evidence heldout writes now (ledger entries, run records hold strict JSON,
+    :func:`json_safe`); a reader re-deriving a hash is lenient, because evidence written before
+    that may hold ``Infinity`` and must still verify."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=not strict)
 
 
 def json_safe(value: Any) -> Any:
     """``value`` made strict JSON, for every JSON heldout writes for others to read (reports,
-    ``--json`` output): NaN becomes null and infinities the strings "inf"/"-inf" (``json.dumps``
+    ``--json`` output, ledger entries, run records): NaN becomes null and infinities the strings "inf"/"-inf" (``json.dumps``
     would write ``NaN`` and ``-Infinity``, which strict parsers such as ``jq`` refuse)."""
     if isinstance(value, float):
         if math.isnan(value):

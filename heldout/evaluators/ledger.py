@@ -430,13 +430,14 @@ class Ledger:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
             entry = {"seq": len(self), "prev": self.head, "kind": kind, "time": round(time.time(), 6), "data": data}
             # encoded once: the hash is of these bytes (entry_hash(entry)), and a reader who asks for
-            # the entry gets it decoded from them. Data that is not plain JSON, or whose keys are not
-            # all text (read back as text, they sort otherwise: the hash would not be the reader's),
-            # is first made what a reader reads back.
+            # the entry gets it decoded from them. Data that is not plain strict JSON (a NaN or an
+            # infinity: parsers outside Python refuse them), or whose keys are not all text (read back
+            # as text, they sort otherwise: the hash would not be the reader's), is first made what a
+            # reader reads back.
             try:
                 if not keys_are_text(data):
                     raise TypeError("a key that is not text")
-                canonical = canonical_json(entry)
+                canonical = canonical_json(entry, strict=True)
                 digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
             except (TypeError, ValueError, UnicodeEncodeError):
                 entry["data"] = json.loads(json.dumps(encodable(data), ensure_ascii=False))

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 import zlib
 from typing import Any
+
+from heldout.contracts import json_safe
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
@@ -30,7 +33,11 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 def encodable(value: Any) -> Any:
     """``value`` with every text UTF-8 encodable, so any model output can be recorded: a lone
     surrogate becomes U+FFFD, ``bytes`` are decoded as UTF-8 (bad bytes -> U+FFFD), numpy values
-    become plain data. Control characters are kept (JSON escapes them losslessly)."""
+    become plain data, a NaN or an infinity what :func:`~heldout.contracts.json_safe` makes of it
+    (strict JSON: a ledger is read by parsers that refuse ``Infinity``). Control characters are
+    kept (JSON escapes them losslessly)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json_safe(float(value))
     if isinstance(value, str):
         return _SURROGATE.sub("\ufffd", value)
     if isinstance(value, (bytes, bytearray)):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from heldout.contracts import (Candidate, HeldoutError, InfrastructureFailure, MetricSpec, Verdict, candidate_id,
-                               canonical_json, sha256_text)
+                               canonical_json, json_safe, sha256_text)
 from heldout.files import read_user_json, write_text_atomically
 from heldout.evaluators.ledger import MAX_RECORD_BYTES
 from heldout.evaluators.same_experiment import split_experiment, stated_decoding
@@ -312,6 +312,10 @@ class RunRecord:
         record.extra.update(optimizer_statements(session.ledger.entries("optimizer_event")))
         if val_score_own_verifier is not None:
             record.extra["val_score_own_verifier"] = val_score_own_verifier
+        # evidence is strict JSON, as the ledger's entries are: a verdict's infinite detail (two
+        # coincident points' distance ratio) is "inf" here too, never Infinity, which jq refuses
+        for name in ("test_verdicts", "val_verdicts", "trajectory", "lineage", "extra"):
+            setattr(record, name, json_safe(getattr(record, name)))
         return record
 
     @classmethod
