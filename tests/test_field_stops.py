@@ -4,19 +4,26 @@ In the lab a command runs to its end. In the field a person stops it a few secon
 then went on to build and write a report of the cells that happened to finish (over the report a
 finished demo had written before), and exited 1 naming the stopped cells as failed; a command
 without a stop handler of its own (eval, verify, report) ended in a KeyboardInterrupt traceback.
-A stop is a stop: exit 130 and one line, no report. (Ctrl-C in `heldout eval` waiting on a silent
-endpoint had a test here: it passed alone and under load, and hung past 60 s in two whole-suite
-runs with no line printed; taken out until that is understood.)"""
+A stop is a stop: exit 130 and one line, no report.
+
+``heldout eval`` waiting on an endpoint that never answers (its probe of the endpoint, up to 60 s
+twice) relied on Python's Ctrl-C handler, which Python does not install in a process that inherits
+SIGINT ignored, as everything a script starts in the background (``cmd &``) does: the whole test
+suite run that way hung on this test, the command deaf to SIGINT for two minutes. A SIGTERM ended
+it with no line at all. Now every command raises its stop on both, whatever it inherited."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
+from socket_server import ScriptedSocketServer, read_request
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -33,3 +40,52 @@ def test_a_stopped_demo_exits_130_and_writes_no_report_of_the_cells_that_finishe
     assert demo.returncode == 130, stderr[-1500:]
     assert "interrupted by" in stderr and "Traceback" not in stderr
     assert not out.exists() and "report.md" not in stdout
+
+
+class SilentEndpoint(ScriptedSocketServer):
+    """Takes each request and never answers it; ``asked`` is set once a whole request has come."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.held: list[socket.socket] = []
+        super().__init__()
+
+    def serve(self, conn: socket.socket) -> None:
+        self.held.append(conn)
+        with conn.makefile("rb") as reader:
+            if read_request(reader) is not None:
+                self.asked.set()
+                reader.read()  # until the client hangs up
+
+    def close(self) -> None:
+        super().close()
+        for conn in self.held:
+            conn.close()
+
+
+# as a shell script starts a command in the background (``cmd &``, no job control): SIGINT ignored
+IN_THE_BACKGROUND = ["sh", "-c", '"$@" & echo $!; wait $!', "sh"]
+
+
+@pytest.mark.parametrize("sig,started", [(signal.SIGINT, "plainly"), (signal.SIGINT, "in the background"),
+                                         (signal.SIGTERM, "plainly")],
+                         ids=["SIGINT", "SIGINT-after-cmd-&", "SIGTERM"])
+def test_a_stop_while_eval_waits_on_a_silent_endpoint_is_one_line_and_exit_130(sig, started, tmp_path):
+    with SilentEndpoint() as endpoint:
+        argv = [sys.executable, "-m", "heldout", "eval", "--task", "bbh/boolean_expressions", "--worker-model", "m",
+                "--base-url", endpoint.base_url]
+        wrapper = IN_THE_BACKGROUND if started == "in the background" else []
+        command = subprocess.Popen(wrapper + argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        pid = int(command.stdout.readline()) if wrapper else command.pid
+        try:
+            assert endpoint.asked.wait(120), "the command never asked the endpoint"
+            os.kill(pid, sig)  # it waits for the answer now
+            _, stderr = command.communicate(timeout=60)  # about a second; it waited 120 s on its probe before
+        finally:
+            if command.poll() is None:
+                os.kill(pid, signal.SIGKILL)
+                command.communicate()
+    how = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
+    assert command.returncode == 130 and "Traceback" not in stderr, stderr[-1500:]
+    assert stderr.strip().splitlines() == [f"heldout: interrupted ({how}): rerun the command to finish it"]

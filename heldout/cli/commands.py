@@ -21,8 +21,8 @@ class Command:
     several commands is a group, whose help is in :data:`GROUPS`), its help line, the function that
     adds its arguments and the one that runs it. A new command is a new entry here and nothing else.
     ``writes`` names the options (by dest) that name folders the command creates or writes into:
-    :func:`heldout.cli.dispatch.main` checks each given one (:func:`check_folder`) before the command runs, so a folder
-    that cannot be made is one line and exit 2 with nothing written, for every command alike."""
+    :func:`heldout.cli.dispatch.run_command_line` checks each given one (:func:`check_folder`) before the command
+    runs, so a folder that cannot be made is one line and exit 2 with nothing written, for every command alike."""
 
     words: tuple[str, ...]
     help: str

@@ -1,6 +1,6 @@
-"""``main``: parse the command line with only the invoked command's arguments, check every folder
-the command will write, run it, and answer an error heldout raises on purpose (or a path it cannot
-use, or a full disk) with one line and exit 2."""
+"""``run_command_line``: parse the command line with only the invoked command's arguments, check
+every folder the command will write, run it, and answer an error heldout raises on purpose (or a
+path it cannot use, or a full disk) with one line and exit 2."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def _stdout_that_prints_any_text() -> None:
         sys.stdout.reconfigure(errors="backslashreplace")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_command_line(argv: Sequence[str] | None = None) -> int:
+    """The command ``argv`` names (default ``sys.argv[1:]``), run; its exit code. A stop (Ctrl-C,
+    SIGTERM) passes through as a KeyboardInterrupt, which :func:`heldout.cli.main` answers."""
     _stdout_that_prints_any_text()
     with _working_directory_off_the_path():
         return _main(argv)
@@ -76,9 +78,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:  # Ctrl-C in a command that installs no stop handler of its own (eval, verify...)
-        print("heldout: interrupted (Ctrl-C): rerun the command to finish it", file=sys.stderr)
-        return 130
     except OSError as exc:  # a full disk outside the ledger (a run record, a study file): one line too
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             if not exc.filename:
