@@ -180,10 +180,10 @@ class Session:
 
     def optimise(self, optimizer: Optimizer) -> Outcome:
         """Call the optimizer on the view; its :class:`Outcome`. A crashing optimizer (or a malformed
-        final candidate) is its ``error``, with the traceback in the ledger; a session stopped by its
-        infrastructure is ``incomplete``. The scorers' memos are emptied first: whatever this process
-        scored before (an earlier cell's test split, a leak ablation) is not in it while the
-        optimizer runs (:func:`~heldout.benchmarks.extraction.text.text_memo`)."""
+        final candidate) is its ``error``, with its ``traceback`` (:meth:`finish` records both); a
+        session stopped by its infrastructure is ``incomplete``. The scorers' memos are emptied
+        first: whatever this process scored before (an earlier cell's test split, a leak ablation)
+        is not in it while the optimizer runs (:func:`~heldout.benchmarks.extraction.text.text_memo`)."""
         forget_texts()
         try:
             return Outcome(optimizer(self.view, self.seed))
