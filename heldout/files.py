@@ -385,6 +385,12 @@ def _claim_process_dir() -> tuple[Path, int]:
     return root, fd
 
 
+def remove_own_temp_dir() -> None:
+    """Remove this process's folder now: a forked worker that ends with ``os._exit`` (which runs
+    no exit handler) calls it last."""
+    _remove_process_dir(os.getpid())
+
+
 def _remove_process_dir(pid: int) -> None:
     if os.getpid() != pid:
         return  # a forked child exiting leaves its parent's folder alone

@@ -244,7 +244,7 @@ def test_expected_outputs_computed_in_batches_and_dealt_runs_equal_one_run_per_p
         monkeypatch.setattr(mbpp_execution, "TRUTH_BATCH_PROBLEMS", 3)
         dealt_runs.clear()
         batched: list = [None] * len(chosen)
-        schedule = mbpp_execution._Schedule(3)
+        schedule = mbpp_execution.new_schedule(3)
         mbpp_execution._plan_truths(schedule, chosen, LIMITS, batched.__setitem__)
         schedule.run()
         for p, mine, theirs in zip(chosen, batched, alone):
@@ -272,7 +272,7 @@ def test_expected_output_runs_hold_at_most_the_batch_size_and_split_evenly_over_
 
 def test_the_schedule_runs_the_lowest_ranked_ready_job_first_and_a_job_may_add_jobs():
     order = []
-    schedule = mbpp_execution._Schedule(1)
+    schedule = mbpp_execution.new_schedule(1)
     schedule.add((2, 0), lambda: order.append("check"))
     schedule.add((0, 1), lambda: order.append("second batch"))
     schedule.add((0, 0), lambda: (order.append("first batch"), schedule.add((1, 0), lambda: order.append("its rest"))))
@@ -282,7 +282,7 @@ def test_the_schedule_runs_the_lowest_ranked_ready_job_first_and_a_job_may_add_j
 
 def test_the_schedule_raises_the_first_error_and_starts_nothing_after_it():
     order = []
-    schedule = mbpp_execution._Schedule(2)
+    schedule = mbpp_execution.new_schedule(2)
 
     def fails():
         raise DataError("Mbpp/0: the canonical solution failed")
@@ -292,7 +292,7 @@ def test_the_schedule_raises_the_first_error_and_starts_nothing_after_it():
     with pytest.raises(DataError, match="Mbpp/0"):
         schedule.run()
     assert order in ([], ["after"])  # the second worker may have taken it before the error
-    one = mbpp_execution._Schedule(1)
+    one = mbpp_execution.new_schedule(1)
     one.add((0, 0), fails)
     one.add((1, 0), lambda: order.append("never"))
     with pytest.raises(DataError):

@@ -62,13 +62,13 @@ def test_a_freeze_the_process_made_itself_is_left_as_it_is():
 
 def test_check_many_runs_its_schedule_inside_the_freeze(data_dir, monkeypatch):
     seen = []
-    run = mbpp_execution._Schedule.run
+    run = mbpp_execution.Schedule.run
 
     def recording(self):
         seen.append(gc.get_freeze_count())
         return run(self)
 
-    monkeypatch.setattr(mbpp_execution._Schedule, "run", recording)
+    monkeypatch.setattr(mbpp_execution.Schedule, "run", recording)
     monkeypatch.setattr(mbpp_execution, "_truth_cache", {})
     problem = mbpp_execution.load_problems(data_dir / "mbpp_plus" / "MbppPlus-v0.2.0.jsonl")[1]
     problem = {**problem, "plus_input": problem["plus_input"][:3]}

@@ -50,11 +50,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import heapq
 import json
 import math
 import os
 import pickle
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -67,6 +67,7 @@ from heldout.contracts import DataError, RunLimits
 from heldout.files import make_temp_dir, writer_temp_name
 from heldout.benchmarks.mbpp_plus._child import BATCH_PREFIX, DEFERRED_KEY, DIGEST_KEY, NDARRAY_KEY
 from heldout.benchmarks.mbpp_plus._frozen_heap import older_objects_frozen
+from heldout.benchmarks.mbpp_plus._schedule import Schedule, WorkerProcesses
 from heldout.sandbox import SandboxError, run_calls, STDLIB_PRELOAD, wall_backstop
 
 MIN_TIME_LIMIT = 1.0
@@ -89,6 +90,7 @@ PRELOAD = STDLIB_PRELOAD
 # (median 2.4 ms), a run costs ~15 ms of machine time, and Mbpp/599 alone computes for 20 s (2 cores).
 TRUTH_BATCH_PROBLEMS = 20
 TRUTH_BUDGET_SECONDS = 0.2
+WORKER_PROCESSES = os.environ.get("HELDOUT_MBPP_WORKER_PROCESSES", "1") != "0"  # "0": check_many's runs in-process
 
 SET_EQUAL_TASKS = frozenset({"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
                              "larg_nnum", "intersection_array", "find_dissimilar", "Diff"})
@@ -260,56 +262,12 @@ def _assemble_truth(problem: dict[str, Any], calls: Sequence[dict[str, Any]]) ->
     return GroundTruth(outs[:nb], outs[nb:], times[:nb], times[nb:], sum(sizes[:nb]), sum(sizes[nb:]))
 
 
-class _Schedule:
-    """Jobs run on ``workers`` threads, the ready job of the lowest rank first (ties: the first
-    added), and a running job may add jobs. :meth:`run` returns when no job is left; if one
-    raised, nothing new starts, the running ones finish and the first error is raised."""
-
-    def __init__(self, workers: int) -> None:
-        self.workers = max(1, workers)
-        self.ready: list[tuple[tuple, int, Callable[[], None]]] = []
-        self.running = 0
-        self.added = 0
-        self.error: BaseException | None = None
-        self.cond = threading.Condition()
-
-    def add(self, rank: tuple, job: Callable[[], None]) -> None:
-        with self.cond:
-            heapq.heappush(self.ready, (rank, self.added, job))
-            self.added += 1
-            self.cond.notify()
-
-    def run(self) -> None:
-        threads = [threading.Thread(target=self._work, daemon=True) for _ in range(self.workers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if self.error is not None:
-            raise self.error
-
-    def _work(self) -> None:
-        while True:
-            with self.cond:
-                while not self.ready and self.running and self.error is None:
-                    self.cond.wait()
-                if not self.ready or self.error is not None:
-                    self.cond.notify_all()  # nothing left (or a job failed): the others end too
-                    return
-                _, _, job = heapq.heappop(self.ready)
-                self.running += 1
-            try:
-                job()
-            except BaseException as exc:  # noqa: BLE001 - raised by run(), in the caller's thread
-                with self.cond:
-                    self.error = self.error or exc
-            finally:
-                with self.cond:
-                    self.running -= 1
-                    self.cond.notify_all()
+def new_schedule(workers: int, processes: WorkerProcesses | None = None) -> Schedule:
+    """A schedule of ``workers`` threads whose calls name this module's functions."""
+    return Schedule(workers, processes, sys.modules[__name__])
 
 
-def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits: RunLimits,
+def _plan_truths(schedule: Schedule, problems: Sequence[dict[str, Any]], limits: RunLimits,
                  on_truth: Callable[[int, GroundTruth], None]) -> None:
     """Add to ``schedule`` the runs that compute the expected outputs of ``problems``: up to
     :data:`TRUTH_BATCH_PROBLEMS` problems per run (first, rank 0; see :func:`_batch_bounds`),
@@ -322,7 +280,8 @@ def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits
     runs_left: dict[int, int] = {}
 
     def batch(first: int, part: Sequence[dict[str, Any]]) -> None:
-        for k, calls in enumerate(_truth_batch([(p, _inputs(p)) for p in part], limits, TRUTH_BUDGET_SECONDS), first):
+        parts = [(p, _inputs(p)) for p in part]
+        for k, calls in enumerate(schedule.call("_truth_batch", parts, limits, TRUTH_BUDGET_SECONDS), first):
             left = [i for i, c in enumerate(calls) if c is None]
             if not left:
                 on_truth(k, _assemble_truth(problems[k], calls))
@@ -336,7 +295,7 @@ def _plan_truths(schedule: _Schedule, problems: Sequence[dict[str, Any]], limits
 
     def rest(k: int, calls: list[dict[str, Any] | None], run: list[int]) -> None:
         inputs = _inputs(problems[k])
-        for i, call in zip(run, _truth_shard(problems[k], [inputs[i] for i in run], limits)):
+        for i, call in zip(run, schedule.call("_truth_shard", problems[k], [inputs[i] for i in run], limits)):
             calls[i] = call
         with lock:
             runs_left[k] -= 1
@@ -562,11 +521,14 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
     for i, key in enumerate(keys):
         items_of.setdefault(key, []).append(i)
     results: dict[int, MbppResult] = {}
-    schedule = _Schedule(workers)
+    # two or more workers: each in a process of its own, on a core of its own (see _schedule)
+    processes = WorkerProcesses(workers) if workers > 1 and len(items) > 1 and WORKER_PROCESSES else None
+    schedule = new_schedule(workers, processes)
 
     def check(i: int, truth: GroundTruth) -> None:
         problem, code = items[i]
-        results[i] = _check_against(problem, code, truth, which, limits, min_time_limit, factor, time.perf_counter())
+        results[i] = schedule.call("_check_against", problem, code, truth, which, limits, min_time_limit, factor,
+                                   time.perf_counter())
 
     def ready(key: str, truth: GroundTruth) -> None:
         for i in items_of[key]:
@@ -581,8 +543,12 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
             ready(key, cached)
     _plan_truths(schedule, [items[items_of[key][0]][0] for key in todo], limits,
                  lambda k, truth: ready(todo[k], _remember_truth(todo[k], truth)))
-    with older_objects_frozen():  # no full collection stops every worker's monitor meanwhile
-        schedule.run()
+    try:
+        with older_objects_frozen():  # no full collection stops every worker's monitor meanwhile
+            schedule.run()
+    finally:
+        if processes is not None:
+            processes.close()
     return [results[i] for i in range(len(items))]
 
 
