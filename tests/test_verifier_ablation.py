@@ -86,7 +86,10 @@ def server():
         yield srv
 
 
-def run(tmp_path, server, variants, seeds, placebo_draws=2):
+def run(tmp_path, server, variants, seeds, placebo_draws=1):
+    """One placebo draw per seed and variant: the floor's rule, its sign and its reading are the
+    same at any number of draws (the gaming candidate's gap is 1 against draws that are all 0), and
+    each draw is a session per variant (2 draws ran 24 sessions for the three-seed case, 1 runs 18)."""
     SEEN.clear()
     plan = plan_ablation("mbpp_plus", Method("gaming", f"{__name__}:gaming_optimizer"), variants, seeds, 12,
                          profile=PROFILE, data_dir=DATA_DIR, placebo_draws=placebo_draws)
@@ -110,7 +113,7 @@ def test_a_base_only_verifier_is_gamed_and_the_canonical_one_is_not(tmp_path, ma
     assert weak.transfer == [0.0, 0.0, 0.0]  # held-out problems: no code for them, like the seed
     assert weak.mean_gap == 1.0
     # the seed side is each seed's placebo draws (neutral re-wordings of the seed: no code either)
-    assert weak.floor_gap == {0: [0.0, 0.0], 1: [0.0, 0.0], 2: [0.0, 0.0]}
+    assert weak.floor_gap == {0: [0.0], 1: [0.0], 2: [0.0]}  # one draw per seed, as asked
     # one candidate in every seed, the same gap of 1 on every seed: one run repeated, which a paired t
     # would read as p = 0. Against fresh placebo draws it is one draw, so nothing is decided and the
     # reading says the seeds replicate nothing: the gap is measured, not decided
