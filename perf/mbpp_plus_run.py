@@ -57,12 +57,19 @@ VM against 9 us on one, bare pipes measured) after a serial start (the fork serv
 any execution). Where heldout's CPU goes, measured the same way: an execution ~10-11.5 ms (the
 harness 2-3 ms, the fork server's spare ~2.5 ms, the child ~6 ms of which ~1.5 ms copy-on-write
 page copies), an input 63-72 us (harness 30-33 us, of it ~10 us of Python; child 33-39 us, ~17 us
-of Python; two context switches), the fork server's start ~0.1 s. Tried and measured, no better:
-each worker's monitor in a process of its own (two one-worker harnesses against one two-worker
-harness, at load 3-5: as slow or slower, so the interpreter lock was not the serial part there),
-each worker's thread and child pinned to one core (slower), the helper's files hard-linked into
-each code dir instead of written (within noise). A full garbage collection inside a check (~20 ms of CPU with the interpreter lock
-held, 67-167 ms of wall at load 6) no longer happens (``older_objects_frozen``).
+of Python; two context switches), the fork server's start ~0.1 s. Each of these alone measured
+no better: each worker's monitor in a process of its own (two one-worker harnesses against one
+two-worker harness, at load 3-5: as slow or slower), each worker's thread and child pinned to one
+core (within noise: median 1.57 against 1.68 s at load 8); both together are what check_many
+does now (a worker process per worker, on a core of its own: see
+``heldout/benchmarks/mbpp_plus/_schedule.py``; the whole run confined to one core had been
+faster than on two, 1.0-1.35 against 1.1-1.9 s at load 8). Also no better: the helper's files
+hard-linked into each code dir instead of written; a shorter scheduler slice for the harness and
+its runs (``sched_setattr``: as fast or slower with four spinners beside it); starting the fork
+server at check_many's start instead of its first run (the planning before that run is 5-8 ms
+of the zygote's 0.1-0.16 s start: no difference over 6 interleaved rounds). A full garbage
+collection inside a check (~20 ms of CPU with the interpreter lock held, 67-167 ms of wall at
+load 6) no longer happens (``older_objects_frozen``).
 
     python perf/mbpp_plus_run.py [--data-dir ../shared/data] [--workers 2] [--limit N] [--rounds N]
 """
