@@ -43,7 +43,11 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+_stops: list[int] = []  # the stop signals main's handler has had during this command
+
+
 def _raise_stopped(signum: int, frame: object) -> None:
+    _stops.append(signum)
     raise Stopped(signum)
 
 
@@ -58,6 +62,7 @@ def main(argv=None) -> int:
     after. The handlers go in before the command's modules are imported: a stop during the imports
     is the same one line (Python's handler made it a traceback)."""
     previous = {}
+    _stops.clear()
     try:
         try:
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -66,14 +71,23 @@ def main(argv=None) -> int:
             pass  # not the main thread (main called from a thread of a program): its handlers stay
         from heldout.cli.dispatch import run_command_line
         return run_command_line(argv)
+    except Exception:
+        if not _stops:
+            raise
+        # a library that turned the stop into its own error (DuckDB: RuntimeError 'Query interrupted')
+        return _interrupted(_stops[0])
     except KeyboardInterrupt as exc:
-        how = "SIGTERM" if getattr(exc, "signum", None) == signal.SIGTERM else "Ctrl-C"
-        print(f"heldout: interrupted ({how}): rerun the command to finish it", file=sys.stderr)
-        return 130
+        return _interrupted(getattr(exc, "signum", signal.SIGINT))
     finally:
         for sig, handler in previous.items():
             if handler is not None:  # None: set outside Python, which cannot put it back
                 signal.signal(sig, handler)
+
+
+def _interrupted(signum: int) -> int:
+    how = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+    print(f"heldout: interrupted ({how}): rerun the command to finish it", file=sys.stderr)
+    return 130
 
 
 __all__ = ["Stopped", "main"]

@@ -8,8 +8,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from heldout.cli.shared import (add_data_dir, add_json, add_trusted_signers, number, print_json, require_run_dirs,
-                                trusted_signers)
+from heldout.cli.shared import (add_data_dir, add_json, add_trusted_signers, calling_on_stop, number, print_json,
+                                require_run_dirs, trusted_signers)
 from heldout.contracts import HeldoutError
 
 if TYPE_CHECKING:  # annotations only
@@ -49,7 +49,9 @@ def runs_query_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_runs_query(args: argparse.Namespace) -> int:
     from heldout.reports.store import ResultsStore, reads_ledger
     # a query that reads no ledger entry loads none: its memory follows the runs, not the entries
-    result = ResultsStore.open([args.run_dir], with_ledger=reads_ledger(args.sql)).query(args.sql)
+    store = ResultsStore.open([args.run_dir], with_ledger=reads_ledger(args.sql))
+    with calling_on_stop(store.con.interrupt):  # a long query stops at Ctrl-C, not when DuckDB next looks
+        result = store.query(args.sql)
     if args.json:
         for row in result.to_dicts():
             print_json(row)

@@ -5,10 +5,14 @@ several groups take (trusted signers, optimizer trust, run dirs, a local model).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -149,3 +153,33 @@ def local_backend(args: argparse.Namespace, max_tokens_cap: int) -> LlamaBackend
     from heldout.models.backends.llama import LlamaBackend, resolve_model
     return LlamaBackend(resolve_model(args.model, args.gguf), threads=args.threads, n_ctx=args.ctx,
                         max_tokens_cap=max_tokens_cap)
+
+
+@contextlib.contextmanager
+def calling_on_stop(interrupt: Callable[[], None]):
+    """While the block runs, a stop (SIGINT, SIGTERM) also calls ``interrupt`` at once, from a
+    thread of its own. Python runs a signal's handler between the main thread's bytecodes only,
+    and a long call into a library's C code returns when it is done: Ctrl-C of ``runs query`` in a
+    long query waited for DuckDB to look (17 s in one run) and then ended in its RuntimeError's
+    traceback; DuckDB's ``interrupt()`` stops the query now, and :func:`heldout.cli.main` answers
+    the stop. Main thread only (elsewhere the block just runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)  # written by the signal's C handler
+
+    def watch() -> None:
+        if os.read(read, 1):  # a signal came (empty: the block ended)
+            interrupt()
+
+    watcher = threading.Thread(target=watch, name="heldout-stop-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write)
+        watcher.join(timeout=10)
+        os.close(read)
