@@ -21,8 +21,8 @@ def keep_compiled_modules() -> None:
     every pytest process compiled every test module's assertion rewrite and heldout's modules again
     on every run: about 6 of the 15.8 CPU-s a pytest process spent collecting the suite. Each keeps
     them in a bytecode folder of this user's own under the temp dir instead (never beside the
-    sources, never in a test's folder; subprocesses keep the environment they are given), read
-    only if no one else can write it, as the MBPP+ truths are (a planted .pyc would run code)."""
+    sources, never in a test's folder), read only if no one else can write it, as the MBPP+ truths
+    are (a planted .pyc would run code); the interpreters the tests start share it."""
     if not sys.dont_write_bytecode:
         return  # bytecode is kept beside the sources as usual
     base = Path(tempfile.gettempdir()) / f"heldout-tests-{os.getuid()}"
@@ -35,6 +35,12 @@ def keep_compiled_modules() -> None:
         return
     if private:
         sys.pycache_prefix, sys.dont_write_bytecode = str(prefix), False
+        # ... and so does every interpreter a test starts with this environment (a heldout command,
+        # the warm CLI server, a Ray worker, a docs block's shell): each compiled heldout's modules
+        # again, 0.2 (tasks list) to 0.6 (the warm server's imports) of its 1-3 CPU-s start. A
+        # sandboxed or isolated process gets an environment of its own, without either variable.
+        os.environ["PYTHONPYCACHEPREFIX"] = str(prefix)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 keep_compiled_modules()
