@@ -5,6 +5,9 @@ harness's failure (an error), never a candidate's score, and none outlives its c
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -64,3 +67,31 @@ def test_check_many_runs_its_sandboxed_calls_in_worker_processes_and_in_process_
     one = mbpp_execution.check_many(items, workers=1, limits=LIMITS)
     assert [r.plus_pass for r in one] == [True, False] and len(calls_here) == 2
     assert [r.first_failure() for r in one] == [r.first_failure() for r in two]
+
+
+def test_a_killed_harness_leaves_no_worker_process_behind_even_one_in_the_middle_of_a_call():
+    harness = subprocess.Popen([sys.executable, "-c", (
+        "import threading, time\n"
+        "from heldout.benchmarks.mbpp_plus._schedule import WorkerProcesses\n"
+        "processes = WorkerProcesses(2)\n"
+        "threading.Thread(target=processes.of(0).call, args=('time', 'sleep', (60,)), daemon=True).start()\n"
+        "print(*[w.pid for w in processes.workers], flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in harness.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+    finally:
+        harness.kill()
+        harness.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False

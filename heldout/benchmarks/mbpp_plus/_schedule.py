@@ -17,10 +17,12 @@ as a candidate's score."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import heapq
 import os
 import pickle
+import signal
 import socket
 import struct
 import sys
@@ -33,6 +35,7 @@ from heldout.sandbox.cleanup import drain_cleanup
 from heldout.sandbox.zygote import shutdown as stop_fork_servers
 
 _LENGTH = struct.Struct("!Q")
+PR_SET_PDEATHSIG = 1
 
 
 class Schedule:
@@ -145,6 +148,8 @@ class _Worker:
         if pid == 0:  # the worker: never returns into the caller's frames
             code = 1
             try:
+                # the harness killed: so is the worker (its fork servers die with it)
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 ours.close()
                 for other in others:
                     other.sock.close()
