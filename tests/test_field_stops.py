@@ -10,10 +10,13 @@ A stop is a stop: exit 130 and one line, no report.
 twice) relied on Python's Ctrl-C handler, which Python does not install in a process that inherits
 SIGINT ignored, as everything a script starts in the background (``cmd &``) does: the whole test
 suite run that way hung on this test, the command deaf to SIGINT for two minutes. A SIGTERM ended
-it with no line at all. Now every command raises its stop on both, whatever it inherited."""
+it with no line at all. Now every command raises its stop on both, whatever it inherited, from
+before its modules are imported (a Ctrl-C during the imports was a traceback), and a long DuckDB
+query of ``runs query`` stops at once (it stopped when DuckDB next looked, then as a traceback)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from socket_server import ScriptedSocketServer, read_request
@@ -116,3 +120,43 @@ def test_a_stop_during_a_long_runs_query_is_one_line_and_exit_130_at_once(sig, t
     how = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"
     assert command.returncode == 130, stderr[-1500:]
     assert stderr.strip().splitlines() == [f"heldout: interrupted ({how}): rerun the command to finish it"]
+
+
+def test_ctrl_c_while_heldout_still_imports_the_command_line_is_one_line_and_exit_130(tmp_path):
+    """Python's own handler was the one until main ran, after the CLI's modules were imported (most
+    of a second on a loaded machine): a Ctrl-C then was a KeyboardInterrupt traceback."""
+    # -X importtime writes a line per import to stderr, into a pipe of one page that this test stops
+    # reading once the package heldout is imported: the command waits, in the middle of its imports
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    command = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "heldout", "tasks", "list"], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=write)
+    os.close(write)
+    lines = []
+    try:
+        with os.fdopen(read, "rb", buffering=0) as stderr:
+            while not lines or not lines[-1].rstrip().endswith(b"| heldout"):
+                lines.append(_read_line(stderr))
+            give_up = time.monotonic() + 60
+            while "pipe" not in Path(f"/proc/{command.pid}/wchan").read_text():  # it waits to write into the pipe
+                assert command.poll() is None and time.monotonic() < give_up, "it never filled its stderr"
+                time.sleep(0.01)
+            os.kill(command.pid, signal.SIGINT)
+            rest = stderr.read().splitlines()
+        command.wait(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    said = [line.decode() for line in rest if not line.startswith(b"import time:")]
+    assert command.returncode == 130, said[-30:]
+    assert said == ["heldout: interrupted (Ctrl-C): rerun the command to finish it"]
+
+
+def _read_line(stream) -> bytes:
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = stream.read(1)
+        assert byte, "stderr ended before heldout was imported"
+        line += byte
+    return line
