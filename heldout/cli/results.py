@@ -68,7 +68,9 @@ def runs_export_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_runs_export(args: argparse.Namespace) -> int:
     from heldout.reports.store import ResultsStore
     store = ResultsStore.open([args.run_dir])
-    for path in store.export_parquet(args.parquet):
+    with calling_on_stop(store.con.interrupt):  # a large store's COPY stops at Ctrl-C (its temp file removed)
+        written = store.export_parquet(args.parquet)
+    for path in written:
         print(f"{path}  ({store.count(path.stem)} rows)")
     return 0
 
