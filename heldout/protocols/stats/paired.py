@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
+from scipy import special
 from scipy import stats as scipy_stats
 
 from ._checks import StatsInputError, as_paired, check_level
@@ -115,7 +116,34 @@ def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
         return float("nan")
     if np.ptp(diff) == 0.0:
         return 1.0 if diff[0] == 0.0 else 0.0
-    return float(scipy_stats.ttest_rel(b, a).pvalue)
+    return _ttest_rel_p(b, a)
+
+
+# scipy.stats' own steps for one 1-d float sample, without its array-API and NaN-policy wrapper
+# (0.33 ms a call, a third of a paired comparison's time): the same operations in the same order,
+# so the same floats (tests/test_stats_scipy_steps.py compares them bit for bit on seeded data).
+def _ttest_rel_p(b: np.ndarray, a: np.ndarray) -> float:
+    """``scipy.stats.ttest_rel(b, a).pvalue`` (two-sided): ttest_1samp of ``b - a`` against 0."""
+    d = b - a
+    n = d.shape[0]
+    variance = np.mean((d - np.mean(d, keepdims=True)) ** 2) * (np.float64(n) / (np.float64(n) - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.divide(np.mean(d) - 0.0, np.sqrt(variance / n))
+    return float(2 * special.stdtr(np.float64(n - 1), -np.abs(t)))
+
+
+def _sample_skewness(x: np.ndarray) -> float:
+    """``scipy.stats.skew(x)`` (biased g1; NaN when the spread vanishes against the mean)."""
+    mean = np.mean(x, keepdims=True)
+    deviation = x - mean
+    m2 = np.mean(deviation ** 2)
+    cubed = deviation ** 2
+    cubed *= deviation
+    m3 = np.mean(cubed)
+    with np.errstate(all="ignore"):
+        if m2 <= (np.finfo(np.float64).eps * mean[0]) ** 2:
+            return float("nan")
+        return float(m3 / m2 ** 1.5)
 
 
 def effect_size_dz(diff: np.ndarray) -> float:
@@ -220,7 +248,7 @@ def skew_note(diff: np.ndarray) -> str:
     n = int(diff.shape[0])
     if n < 3 or np.ptp(diff) == 0.0:
         return ""
-    g1 = float(scipy_stats.skew(diff))
+    g1 = _sample_skewness(diff)
     if not math.isfinite(g1) or n > 25 * g1 * g1:
         return ""
     return (f"the differences are skewed (g1 = {g1:+.2f}) for n = {n} (Cochran's rule wants n > 25 g1^2 = "
