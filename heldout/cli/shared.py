@@ -171,8 +171,10 @@ def calling_on_stop(interrupt: Callable[[], None]):
     previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)  # written by the signal's C handler
 
     def watch() -> None:
-        if os.read(read, 1):  # a signal came (empty: the block ended)
-            interrupt()
+        while signum := os.read(read, 1):  # the number of each signal that came (empty: the block ended)
+            if signum[0] in (signal.SIGINT, signal.SIGTERM):
+                interrupt()
+                return
 
     watcher = threading.Thread(target=watch, name="heldout-stop-watch", daemon=True)
     watcher.start()
