@@ -36,7 +36,7 @@ class Stopped(KeyboardInterrupt):
     each ``finally``) does so after both. Its own class, because the bare KeyboardInterrupt of
     Python's handler, raised while a dataclass was being made as a command imported its modules,
     sometimes ended ``python -m heldout`` by SIGINT after main had answered it (exit -2 with the
-    line printed: 7 of 165 stops sent in a command's first seconds; none of 88 with this class)."""
+    line printed: 7 of 165 stops sent in a command's first seconds; none of 130 with this class)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
