@@ -49,12 +49,15 @@ checks over the workers, so with the programs' work alone the ratio is 2 / (work
 Each side also prints the **machine CPU** of its timed window (every process it started: pool
 workers, fork server, sandboxes; read from a cgroup-v1 cpuacct group made for each runner, where
 the harness is root), which the machine's load does not change as it changes wall time. On 30
-problems the two are about equal: heldout 0.94-1.13 CPU-s, evalplus 0.85-1.22 (load 2-6, issue
-60; on all 378, 114.6 against 181.8). The wall gap is how that CPU is spread over the cores: evalplus runs its programs in pool
-processes without round trips, heldout's worker is a chain (monitor thread, then the child, then
-the thread again, each waking the other: a wake-up across cores costs 50-120 us of wall in this
-VM against 9 us on one, bare pipes measured) after a serial start (the fork server, ~0.1 s, before
-any execution). Where heldout's CPU goes, measured the same way: an execution ~10-11.5 ms (the
+problems the two were about equal with check_many's runs in-process: heldout 0.94-1.17 CPU-s,
+evalplus 0.85-1.33 (load 2-11, issue 60; on all 378, 114.6 against 181.8), so the wall gap was how
+that CPU is spread over the cores: evalplus runs its programs in pool processes without round
+trips, heldout's worker is a chain (monitor thread, then the child, then the thread again, each
+waking the other: a wake-up across cores costs 50-120 us of wall in this VM against 9 us on one,
+bare pipes measured) after a serial start (the fork server, ~0.1 s, before any execution). With a
+worker process per worker, each on a core of its own, the chain stays on one core, at a cost in
+CPU: each worker process starts its own fork server and probes bwrap (1.24-1.43 CPU-s on 30
+problems at load 7-11, evalplus 1.09-1.33; on all 378, 116.5 against 213.9 at load 6-8). Where heldout's CPU goes, measured the same way: an execution ~10-11.5 ms (the
 harness 2-3 ms, the fork server's spare ~2.5 ms, the child ~6 ms of which ~1.5 ms copy-on-write
 page copies), an input 63-72 us (harness 30-33 us, of it ~10 us of Python; child 33-39 us, ~17 us
 of Python; two context switches), the fork server's start ~0.1 s. Each of these alone measured
