@@ -95,3 +95,16 @@ def _alive(pid: int) -> bool:
             return f.read().rpartition(b")")[2].split()[0] != b"Z"
     except FileNotFoundError:
         return False
+
+
+def test_check_many_runs_in_process_when_no_worker_process_can_be_forked(monkeypatch):
+    problem = {"task_id": "Mbpp/9001", "prompt": "", "entry_point": "double", "canonical_solution":
+               "def double(a):\n    return 2 * a\n", "base_input": [[1], [2]], "plus_input": [[3]], "atol": 0}
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    monkeypatch.setattr(mbpp_execution, "_truth_cache", {})
+    results = mbpp_execution.check_many([(problem, problem["canonical_solution"])] * 2, workers=2, limits=LIMITS)
+    assert [r.plus_pass for r in results] == [True, True]

@@ -522,7 +522,12 @@ def check_many(items: Sequence[tuple[dict[str, Any], str]], *, workers: int = 2,
         items_of.setdefault(key, []).append(i)
     results: dict[int, MbppResult] = {}
     # two or more workers: each in a process of its own, on a core of its own (see _schedule)
-    processes = WorkerProcesses(workers) if workers > 1 and len(items) > 1 and WORKER_PROCESSES else None
+    processes = None
+    if workers > 1 and len(items) > 1 and WORKER_PROCESSES:
+        try:
+            processes = WorkerProcesses(workers)
+        except OSError:
+            processes = None  # no process to fork (a process limit): the runs go in-process
     schedule = new_schedule(workers, processes)
 
     def check(i: int, truth: GroundTruth) -> None:
