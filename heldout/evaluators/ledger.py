@@ -430,10 +430,9 @@ class Ledger:
                 raise LedgerError(f"the ledger in {self.run_dir} is closed")
             entry = {"seq": len(self), "prev": self.head, "kind": kind, "time": round(time.time(), 6), "data": data}
             # encoded once: the hash is of these bytes (entry_hash(entry)), and a reader who asks for
-            # the entry gets it decoded from them. Data that is not plain strict JSON (a NaN or an
-            # infinity: parsers outside Python refuse them), or whose keys are not all text (read back
-            # as text, they sort otherwise: the hash would not be the reader's), is first made what a
-            # reader reads back.
+            # the entry gets it decoded from them. Data that is not strict JSON (NaN, infinities), or
+            # whose keys are not all text (read back as text, they sort otherwise: the hash would not
+            # be the reader's), is first made what a reader reads back.
             try:
                 if not keys_are_text(data):
                     raise TypeError("a key that is not text")
