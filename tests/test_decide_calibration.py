@@ -141,16 +141,17 @@ def test_the_three_arms_comparisons_hold_alpha_family_wise(seeds):
     # the old rule (disjoint ranges OR Welch) fired 0.231 of the time for "any of the 3 pairs" at 3 seeds
     rng = np.random.default_rng(300 + seeds)
     any_hit = 0
-    for _ in range(SIMS):
+    sims = SIMS if seeds >= 6 else NEVER_SIMS  # below 6 seeds nothing can be decided (NEVER_SIMS says why)
+    for _ in range(sims):
         common = rng.normal(0.6, 0.05, seeds)
         serial, fork, merge = (dict(enumerate(common + rng.normal(0, 0.03, seeds))) for _ in range(3))
         verdicts = decide.family([("fork", "merge", fork, merge), ("serial", "merge", serial, merge),
                                   ("fork", "serial", fork, serial)], n_examples=50)
         any_hit += any(v.decided for v in verdicts)
-    rate = any_hit / SIMS
-    _, high = bounds()
+    rate = any_hit / sims
+    _, high = bounds(n=sims)
     print(f"\narms family of 3, {seeds} seeds: family-wise type-I {rate:.4f} (upper bound {high:.4f})")
-    assert rate <= high
+    assert rate <= high and (seeds >= 6 or rate == 0.0)  # 2 / 2**5 > 0.05: the exact sign-flip cannot decide
 
 
 def test_a_planted_arms_effect_is_found_at_ten_seeds():
