@@ -9,8 +9,8 @@ the model endpoint against bare httpx at the same concurrency and against a rate
 (perf/model_throughput.py); the protected path, a session evaluating batches of 50 against a
 chain-of-thought loopback server at 0 and 50 ms latency, against the bare ``ModelClient`` sending the
 same requests (perf/protected_path.py); a sandboxed execution through the fork server against a bare
-``python -c pass`` at p50 and p95 (perf/sandbox_throughput.py); MBPP+ against evalplus
-(perf/mbpp_plus_run.py); a grid on Ray against serial and against a local pool
+``python -c pass`` at p50 and p95 (perf/sandbox_throughput.py); MBPP+ against evalplus on 30
+problems, the median of 5 interleaved rounds (perf/mbpp_plus_run.py); a grid on Ray against serial and against a local pool
 (perf/ray_grid.py, needs the [ray] extra); the results store's and ``heldout report``'s scaling
 as a study grows (perf/store_build.py, perf/report_scaling.py); the CLI's start against a bare
 interpreter (perf/cli_start.py); the published answer extractors on 100k-character adversarial
