@@ -352,6 +352,16 @@ _process_dirs: dict[int, tuple[Path, int]] = {}  # pid -> (its folder, the owner
 _process_dirs_lock = threading.Lock()
 
 
+def _new_lock_after_fork() -> None:
+    """A child forked while another thread held ``_process_dirs_lock`` (an MBPP+ worker process, a
+    process-pool worker) would wait on it for ever: the child gets a lock of its own."""
+    global _process_dirs_lock
+    _process_dirs_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def process_temp_dir() -> Path:
     """This process's folder in the system temp dir, made on first use. Rule: every temp folder
     heldout makes (a sandbox's code, a fork server's inbox, an isolated optimizer's socket, a

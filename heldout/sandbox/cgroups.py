@@ -85,6 +85,16 @@ _probe_lock = threading.Lock()
 _probed: tuple[str, dict[str, Path]] | None = None
 
 
+def _new_lock_after_fork() -> None:
+    """A child forked while another thread held ``_probe_lock`` (an MBPP+ worker process, a
+    process-pool worker) would wait on it for ever: the child gets a lock of its own."""
+    global _probe_lock
+    _probe_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def limits_level() -> str:
     """``cgroup-v2``, ``cgroup-v1`` or ``rlimit`` (see the module docstring); probed once."""
     return _bases()[0]

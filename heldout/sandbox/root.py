@@ -174,6 +174,16 @@ _probe_lock = threading.Lock()
 _probe_result: tuple[str, str] | None = None
 
 
+def _new_lock_after_fork() -> None:
+    """A child forked while another thread held ``_probe_lock`` (an MBPP+ worker process, a
+    process-pool worker) would wait on it for ever: the child gets a lock of its own."""
+    global _probe_lock
+    _probe_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def probe_bwrap() -> tuple[str, str]:
     """``("bwrap", "")`` if bubblewrap can build a sandbox here, else ``("none", why)``. Probed
     once per process by running the interpreter in a minimal allow-list root."""

@@ -281,6 +281,16 @@ _six_digit_db_lock = threading.Lock()
 _six_digit_db: list[Path] = []
 
 
+def _new_lock_after_fork() -> None:
+    """A child forked while another thread held ``_six_digit_db_lock`` (an MBPP+ worker process, a
+    process-pool worker) would wait on it for ever: the child gets a lock of its own."""
+    global _six_digit_db_lock
+    _six_digit_db_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def _six_digit_db_file() -> Path:
     """The six-digit table as a DuckDB file (``sql_child.SIX_DIGIT_DB``), built once per process
     in a private temp dir, removed at exit; each exhaustive check's sandbox gets it linked in."""

@@ -17,11 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 from typing import Iterator
 
 _lock = threading.Lock()
 _holders = 0  # checks running inside the freeze this module made (0: it made none)
+
+
+def _new_lock_after_fork() -> None:
+    """A child forked while another thread held ``_lock`` (an MBPP+ worker process, a
+    process-pool worker) would wait on it for ever: the child gets a lock of its own."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 @contextlib.contextmanager

@@ -192,6 +192,16 @@ _truth_cache: _TruthFiles | dict[str, GroundTruth] = _TruthFiles()  # tests put 
 _truth_lock = threading.Lock()
 
 
+def _new_lock_after_fork() -> None:
+    """A child forked while another thread held ``_truth_lock`` (an MBPP+ worker process, a
+    process-pool worker) would wait on it for ever: the child gets a lock of its own."""
+    global _truth_lock
+    _truth_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
 def _problem_key(problem: dict[str, Any]) -> str:
     parts = {k: problem.get(k) for k in ("task_id", "prompt", "canonical_solution", "entry_point", "base_input",
                                          "plus_input")}
