@@ -1,14 +1,15 @@
-"""A paired comparison's paired t p and its differences' skewness are scipy.stats' numbers, computed
-by scipy's own steps without its array-API and NaN-policy wrapper (which cost a third of a paired
-comparison's time): equal to scipy's to the last bit, on seeded samples of seven laws (continuous,
-skewed, lattice, mostly unchanged, large scale, nearly constant) and sizes from 3 to 119."""
+"""A paired comparison's paired t p, its differences' skewness and its Wilcoxon normal approximation
+are scipy.stats' numbers, computed by scipy's own steps without its array-API and NaN-policy wrapper
+(which cost half of a paired comparison's time): equal to scipy's to the last bit, on seeded samples
+of seven laws (continuous, skewed, lattice, mostly unchanged, large scale, nearly constant) and sizes
+from 3 to 119, with ties and zeros for the ranks."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy import stats as scipy_stats
 
-from heldout.protocols.stats.paired import _sample_skewness, paired_comparison, paired_t_p
+from heldout.protocols.stats.paired import _sample_skewness, paired_comparison, paired_t_p, wilcoxon_test
 
 LAWS = (
     lambda rng, n: rng.normal(0.0, 1.0, n),
@@ -42,6 +43,16 @@ def test_the_paired_t_p_is_scipys_ttest_rel_to_the_last_bit():
 def test_the_skewness_is_scipys_skew_to_the_last_bit():
     pairs = [(_sample_skewness(d), float(scipy_stats.skew(d))) for _, d in samples(1400)]
     assert [pair for pair in pairs if not same(*pair)] == [] and len(pairs) > 1000
+
+
+def test_the_wilcoxon_normal_approximation_is_scipys_to_the_last_bit():
+    # above 25 non-zero differences the rank test is scipy's normal approximation (Pratt's zeros,
+    # no continuity correction); the lattice and mostly-unchanged laws give ties and zeros
+    pairs = [(wilcoxon_test(d), float(scipy_stats.wilcoxon(d, zero_method="pratt", correction=False,
+                                                           method="approx").pvalue))
+             for _, d in samples(1400) if np.count_nonzero(d) > 25]
+    assert [(got, want) for (got, how), want in pairs if how != "normal approximation" or not same(got, want)] == []
+    assert len(pairs) > 500 and any(np.count_nonzero(d == 0) for _, d in samples(1400) if np.count_nonzero(d) > 25)
 
 
 def test_a_skewed_comparison_still_carries_its_note_and_its_t_p():
