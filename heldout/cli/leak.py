@@ -52,6 +52,7 @@ def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
     from heldout.models import ModelClient, ResponseCache
     from heldout.protocols.leakage import ablate
+    from heldout.protocols.preflight import check_endpoint
     from heldout.protocols.reviewer_evidence import study_evidence
     from heldout.reports.evidence_tables import evidence_tables, tables_text
     study = Path(args.run_dir) / "study.json"
@@ -61,6 +62,8 @@ def cmd_leak_ablate(args: argparse.Namespace) -> int:
     model = args.worker_model or recorded.get("config.worker_model")
     if model is not None and type(model) is not str:
         raise HeldoutError(f"the study's record {study}: config.worker_model must be a model name, got {model!r}")
+    if model:  # a dead endpoint: one line in seconds, before the ablation's ledger, not minutes of retries
+        check_endpoint("worker", model, args.base_url)
     worker = (ModelClient(model, base_url=args.base_url,
                           cache=ResponseCache(args.cache_dir) if args.cache_dir else None) if model else None)
     result = ablate(args.run_dir, baseline=args.baseline_method, worker=worker, data_dir=args.data_dir, jobs=args.jobs)

@@ -14,9 +14,11 @@ from heldout.models import ModelClient, ModelError, model_failure_kind
 from heldout.protocols.run import Cell, StudyConfig, cell_is_isolated
 from heldout.sandbox import SandboxError, require_sandbox
 
-#: seconds the one request of :func:`check_infrastructure` may take (a local CPU model answers one
-#: token in well under this; an endpoint that does not is no endpoint a study can run on)
-PREFLIGHT_TIMEOUT = 60.0
+#: seconds the probe (:func:`check_endpoint`) waits for its one-token answer: a local CPU model
+#: answers in well under this, and a server that accepted the connection and says nothing is
+#: found in this long (it waited 60 s twice, two minutes of silence, before); a study's own
+#: timeout (--model-timeout) is for its long answers, not this one
+PREFLIGHT_TIMEOUT = 10.0
 
 
 def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
@@ -37,7 +39,7 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
     for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
         if not model or (role == "architect" and model == config.worker_model):
             continue
-        check_endpoint(role, model, config.base_url, max(PREFLIGHT_TIMEOUT, config.model_timeout))
+        check_endpoint(role, model, config.base_url)
     untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config) or kinds[c.task] == "program"]
     if untrusted:
         try:
@@ -48,12 +50,16 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
 
 
 def check_endpoint(role: str, model: str, base_url: str | None, timeout: float = PREFLIGHT_TIMEOUT) -> None:
-    """One short request to ``model``, retried once: a dead or mistyped URL or a wrong model name
-    is one :class:`InfrastructureFailure` within seconds, where the work's own requests would each
-    be retried with backoff for minutes (a refusal of the request itself, a 400, is no such failure)."""
+    """The probe every command that talks to a model endpoint runs before it writes anything (a
+    study's commands through :func:`check_infrastructure`, ``eval``, ``leak ablate``): one short
+    request to ``model``, sent once, answered within ``timeout`` seconds. A refused port, a server
+    that accepts and never answers, one that answers 503, or 200 with something that is not a chat
+    completion, a mistyped URL or a wrong model name is one :class:`InfrastructureFailure` naming
+    the URL and what went wrong, within ``timeout``, where the work's own requests would each be
+    retried with backoff for minutes (a refusal of the request itself, a 400, is no such failure)."""
     where = base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
     try:
-        client = ModelClient(model, base_url=base_url, concurrency=1, max_retries=1, timeout=timeout)
+        client = ModelClient(model, base_url=base_url, concurrency=1, max_retries=0, timeout=timeout)
     except ModelError as exc:
         raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
     try:
