@@ -143,8 +143,10 @@ def test_answer_extraction_runs_on_real_model_output(server, data_dir):
     bench = task.benchmark
     client = ModelClient("smollm2-135m-instruct", server.base_url, timeout=TIMEOUT, concurrency=2)
     examples = task.split("train")[:3]
+    # 16 tokens of real output are what the extraction reads (plumbing, not accuracy: the tiny model's
+    # answer is usually wrong at any length); 48 cost 2.3 CPU-s more on one thread
     requests = [ChatRequest([{"role": m.role, "content": m.content} for m in bench.render(bench.seed_candidate(), ex)],
-                            "smollm2-135m-instruct", max_tokens=48) for ex in examples]
+                            "smollm2-135m-instruct", max_tokens=16) for ex in examples]
     for ex, response in zip(examples, client.complete_many(requests)):
         assert response.text.strip() and response.completion_tokens > 0
         verdict = bench.score_text(response.text, ex)
