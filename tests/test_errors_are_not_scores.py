@@ -344,3 +344,23 @@ def test_held_out_scoring_reports_its_progress_and_the_failures_it_retries(tmp_p
     # (which held-out answer is the one let through depends on the threads' order; retries add failures)
     assert re.search(r"held-out test 24/24 scored, [1-9]\d* infrastructure failure\(s\)", err), err
     assert "INCOMPLETE" in err and "resume with: the same command plus --resume" in err
+
+
+def test_a_study_whose_endpoint_dies_starts_no_further_cell_and_resumes(tmp_path, capsys):
+    """A cell lost the endpoint: one probe, and the cells after it are incomplete without starting
+    (each would have retried the dead endpoint to the same end, minutes each in the field)."""
+    cells = [Cell(TASK, Method("seed"), seed, 24, PROFILE) for seed in (0, 1, 2)]
+    with TestServer() as server:
+        conf = config(tmp_path, server)
+        open_study(cells, conf)
+        run_study(cells[:1], conf, progress=False)
+        break_after(server, server.stats.calls, FaultPlan(error_rate=1.0))
+        results = run_study(cells, conf, progress=True)
+    assert [r["status"] for r in results] == ["ok", "incomplete", "incomplete"]
+    assert "not started:" in results[2]["error"] and "does not answer" in results[2]["error"]
+    assert server.base_url in results[2]["error"] and "no further cell was started" in results[2]["error"]
+    assert (cells[1].run_dir(tmp_path) / LEDGER_FILE).exists() and not cells[2].run_dir(tmp_path).exists()
+    assert "2 of 3 cell(s) INCOMPLETE" in capsys.readouterr().err
+    with TestServer() as back:  # the endpoint is back, on another address: only what is missing runs
+        again = run_study(cells, config(tmp_path, back), progress=False)
+    assert [r["status"] for r in again] == ["ok", "ok", "ok"] and again[0]["skipped"]

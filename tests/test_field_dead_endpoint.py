@@ -13,6 +13,7 @@ twice on a silent server (two minutes of silence)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,11 +24,15 @@ import pytest
 
 import heldout
 from heldout.data_manifests import MANIFEST_PATH_ENV
+from heldout.contracts import InfrastructureFailure
+from heldout.evaluators.ledger import Ledger, verify_ledger
 from heldout.evaluators.session import Budget, Session
 from heldout.evaluators.scoring import SessionModels
 from heldout.models import ModelClient
+from heldout.models.server import FaultPlan
 from heldout.models.testserver import TestServer
-from heldout.protocols.folders import LEAK_ABLATION_DIR
+from heldout.protocols.folders import LEAK_ABLATION_DIR, LEAK_RESULT_FILE
+from heldout.protocols.leakage import ablate
 from heldout.protocols.splits import SplitSizes, build_split
 
 import synthetic_code_words as synthetic
@@ -142,3 +147,23 @@ def test_eval_probes_the_endpoint_once(endpoint, tmp_path):
     done, _ = _heldout(["eval", "--task", "bbh/boolean_expressions", "--worker-model", "test-model",
                         "--base-url", url], tmp_path)
     _one_line_naming(done, name, url)
+
+
+def test_an_ablation_whose_endpoint_dies_ends_incomplete_and_a_rerun_is_a_session_of_its_own(finished_study, tmp_path):
+    """The endpoint answered the probe, then fails every request: the ablation's session in the
+    ledger ends ``incomplete`` (no result file, nothing scored), and a re-run is a finished session
+    beside it, never mistaken for the stopped one's scorings."""
+    study = tmp_path / "study"
+    shutil.copytree(finished_study[0], study)
+    with TestServer(seed=0) as server:
+        server.faults = FaultPlan(error_rate=1.0)
+        with pytest.raises(InfrastructureFailure):
+            ablate(study, worker=ModelClient("test-model", base_url=server.base_url, max_retries=0), n_boot=200)
+        server.faults = FaultPlan()
+        again = ablate(study, worker=ModelClient("test-model", base_url=server.base_url), n_boot=200)
+    ledger = study / LEAK_ABLATION_DIR
+    assert verify_ledger(ledger).ok and (ledger / LEAK_RESULT_FILE).is_file()
+    ends = [e["data"] for e in Ledger.open(ledger).entries("ablation_end")]
+    assert [e["status"] for e in ends] == ["incomplete", "ok"] and ends[1]["metric_calls"] == again.metric_calls
+    scorings = list(Ledger.open(ledger).entries("ablation_scoring"))
+    assert len(scorings) == again.metric_calls  # the failed session booked no verdict

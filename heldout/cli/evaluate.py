@@ -39,7 +39,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from heldout.evaluators.policy import Usage
     from heldout.evaluators.scoring import Scorer
     from heldout.models import DEPLOYMENT, ModelClient
-    from heldout.protocols.preflight import check_endpoint
+    from heldout.models.probe import check_endpoint
     from heldout.sandbox import wall_backstop
     task = load_task(args.task, profile=args.profile, data_dir=args.data_dir, allow_drift=args.allow_drift)
     bench = task.benchmark

@@ -52,7 +52,7 @@ def leak_ablate_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_leak_ablate(args: argparse.Namespace) -> int:
     from heldout.models import ModelClient, ResponseCache
     from heldout.protocols.leakage import ablate
-    from heldout.protocols.preflight import check_endpoint
+    from heldout.models.probe import check_endpoint
     from heldout.protocols.reviewer_evidence import study_evidence
     from heldout.reports.evidence_tables import evidence_tables, tables_text
     study = Path(args.run_dir) / "study.json"

@@ -25,7 +25,9 @@ a profile not proven topic-disjoint is said loudly (NOT PROVEN, in the notes, ev
 reading then calls a held-out gain a rule. The scoring runs through the session's
 :class:`Scorer` and every verdict is appended to the hash-chained ledger ``RUN_DIR/ablation/``;
 a re-run scores afresh and appends (results are never read back from a ledger, as for the
-harness's held-out scoring)."""
+harness's held-out scoring). Each run of it is one session of the chain, ``ablation_start`` to
+``ablation_end``; one stopped mid-way (a stop, a dead endpoint) ends ``status: incomplete``, so its
+scorings are never read as a finished ablation's beside the re-run's."""
 
 from __future__ import annotations
 
@@ -170,6 +172,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
     notes: list[str] = []
     methods: list[MethodAblation] = []
     family_size = 0
+    finished = False
     try:
         for (task_name, profile), task in tasks.items():
             proven, verdict = split_verdict(check_profile(task))
@@ -190,8 +193,12 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
                 m.topic_disjoint, m.split_check = proven, verdict
                 methods.append(m)
         family_size = decide_rows(methods)
+        finished = True
     finally:
-        ledger.append_entry("ablation_end", {"metric_calls": scoring.usage.metric_calls})
+        # a stop or a dead endpoint mid-way: the session's scorings stay in the chain, marked as an
+        # ablation that did not finish (a re-run scores afresh in a session of its own)
+        ledger.append_entry("ablation_end", {"metric_calls": scoring.usage.metric_calls,
+                                             "status": "ok" if finished else "incomplete"})
         ledger.close()
     result = Ablation(run_dir=str(run_dir), baseline=baseline, methods=methods,
                       metric_calls=scoring.usage.metric_calls, notes=notes, family=family_size)

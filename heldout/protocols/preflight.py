@@ -4,21 +4,13 @@ within seconds, not a study of zeros."""
 
 from __future__ import annotations
 
-import os
-
 from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, InfrastructureFailure
 from heldout.evaluators.signing import KEY_ENV, KEY_FILE_ENV, load_signing_key, signing_key_path
 from heldout.files import check_folder
-from heldout.models import ModelClient, ModelError, model_failure_kind
+from heldout.models.probe import check_endpoint
 from heldout.protocols.run import Cell, StudyConfig, cell_is_isolated
 from heldout.sandbox import SandboxError, require_sandbox
-
-#: seconds the probe (:func:`check_endpoint`) waits for its one-token answer: a local CPU model
-#: answers in well under this, and a server that accepted the connection and says nothing is
-#: found in this long (it waited 60 s twice, two minutes of silence, before); a study's own
-#: timeout (--model-timeout) is for its long answers, not this one
-PREFLIGHT_TIMEOUT = 10.0
 
 
 def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
@@ -49,31 +41,6 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
                                         "written") from None
 
 
-def check_endpoint(role: str, model: str, base_url: str | None, timeout: float = PREFLIGHT_TIMEOUT) -> None:
-    """The probe every command that talks to a model endpoint runs before it writes anything (a
-    study's commands through :func:`check_infrastructure`, ``eval``, ``leak ablate``): one short
-    request to ``model``, sent once, answered within ``timeout`` seconds. A refused port, a server
-    that accepts and never answers, one that answers 503, or 200 with something that is not a chat
-    completion, a mistyped URL or a wrong model name is one :class:`InfrastructureFailure` naming
-    the URL and what went wrong, within ``timeout``, where the work's own requests would each be
-    retried with backoff for minutes (a refusal of the request itself, a 400, is no such failure)."""
-    where = base_url or os.environ.get("OPENAI_BASE_URL") or "no --base-url / $OPENAI_BASE_URL"
-    try:
-        client = ModelClient(model, base_url=base_url, concurrency=1, max_retries=0, timeout=timeout)
-    except ModelError as exc:
-        raise InfrastructureFailure(f"the {role} model {model!r}: {exc}; nothing was run or written") from None
-    try:
-        client.complete(client.request([{"role": "user", "content": "Reply with OK."}], max_tokens=1,
-                                       temperature=0.0, channel="worker-deployment" if role == "worker" else role))
-    except ModelError as exc:
-        if model_failure_kind(exc) == "model_error":
-            raise InfrastructureFailure(
-                f"the {role} model {model!r} at {where} does not answer ({' '.join(str(exc).split())[:300]}); "
-                "nothing was run or written: start the endpoint or fix --base-url / --worker-model") from None
-    finally:
-        client.close()
-
-
 def check_signing_key() -> None:
     """The key every session signs with, before any file: a corrupt key or CI secret, or no place
     for a key (no $HOME and a user without a home: :func:`~heldout.evaluators.signing.config_dir`),
@@ -89,4 +56,4 @@ def check_signing_key() -> None:
                            f"file, or pass the key in ${KEY_ENV}; nothing was written") from None
 
 
-__all__ = ["PREFLIGHT_TIMEOUT", "check_endpoint", "check_infrastructure", "check_signing_key"]
+__all__ = ["check_infrastructure", "check_signing_key"]

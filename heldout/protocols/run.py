@@ -53,6 +53,7 @@ from heldout.evaluators.policy import POLICIES, Budget
 from heldout.evaluators.scoring import Decoding, SessionModels, refuse_decoding_among
 from heldout.evaluators.session import Outcome, Session
 from heldout.models import ModelClient, ResponseCache
+from heldout.models.probe import check_endpoint
 from heldout.optimizers import resolve_optimizer
 from heldout.optimizers.resolved import ResolvedMethod, resolve_method
 from heldout.protocols.progress import Progress
@@ -494,6 +495,7 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
     in_process = isinstance(executor, LocalExecutor) and executor.jobs == 1
     results: list[dict[str, Any]] = []
     caught: list[str] = []
+    lost: str | None = None  # what the probe said once a cell lost the study's endpoint
 
     def on_signal(signum, frame):
         caught.append(signal.Signals(signum).name)
@@ -516,6 +518,9 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
         for cell, summary in executor.map(runner, cells):
             results.append({"task": cell.task, "method": cell.method.name, "seed": cell.seed, **summary})
             report.finished(cell.label, summary)
+            if summary["status"] == "incomplete" and lost is None and (lost := endpoint_lost(config)):
+                # no further cell: each would retry the dead endpoint for minutes to the same end
+                executor.stopping = True  # (a local pool's running cells end as they will)
     except StudyInterrupted:
         pass  # in-process: raised by the signal handler; the summary below says what happened
     finally:
@@ -532,9 +537,26 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
                                 "skipped": False, "test_score": None, "error": None,
                                 "run_dir": str(cell.run_dir(config.run_root))})
         print(interrupt_summary(results, caught[0], config.run_root, resume_hint), file=sys.stderr, flush=True)
-    elif progress and any(r["status"] == "incomplete" for r in results):
+    elif lost is not None:  # resumable: no record, and no cell's score
+        done = {(r["task"], r["method"], r["seed"]) for r in results}
+        results += [{"task": c.task, "method": c.method.name, "seed": c.seed, "status": "incomplete", "skipped": False,
+                     "test_score": None, "error": f"not started: {lost}", "run_dir": str(c.run_dir(config.run_root))}
+                    for c in cells if (c.task, c.method.name, c.seed) not in done]
+    if not caught and progress and any(r["status"] == "incomplete" for r in results):
         print(incomplete_summary(results, config.run_root, resume_hint), file=sys.stderr, flush=True)
     return results
+
+
+def endpoint_lost(config: StudyConfig) -> str | None:
+    """After a cell ended incomplete: what one probe of the study's model endpoint says, or None
+    when it answers (the cell lost something else, or the endpoint is back)."""
+    for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
+        try:
+            if model and (role == "worker" or model != config.worker_model):
+                check_endpoint(role, model, config.base_url, then="no further cell was started")
+        except InfrastructureFailure as exc:
+            return str(exc)
+    return None
 
 
 def incomplete_summary(results: list[dict[str, Any]], run_root: str, resume_hint: str | None) -> str:
