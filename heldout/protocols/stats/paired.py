@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import special
 from scipy import stats as scipy_stats
 
 from ._checks import StatsInputError, as_paired, check_level
@@ -86,7 +85,8 @@ def wilcoxon_test(diff: np.ndarray) -> tuple[float, str]:
     if nonzero == 0:
         return 1.0, "none"
     if nonzero > WILCOXON_EXACT_MAX:
-        return _wilcoxon_normal_p(diff), "normal approximation"
+        res = scipy_stats.wilcoxon(diff, zero_method=WILCOXON_ZERO_METHOD, correction=False, method="approx")
+        return float(res.pvalue), "normal approximation"
     ranks = scipy_stats.rankdata(np.abs(diff))
     kept = diff != 0
     # Mid-ranks are multiples of 1/2: on doubled ranks the null law of the positive-rank sum is
@@ -115,57 +115,7 @@ def paired_t_p(a: np.ndarray, b: np.ndarray) -> float:
         return float("nan")
     if np.ptp(diff) == 0.0:
         return 1.0 if diff[0] == 0.0 else 0.0
-    return _ttest_rel_p(b, a)
-
-
-# scipy.stats' own steps for one 1-d float sample, without its array-API and NaN-policy wrapper
-# (0.33 ms a call, a third of a paired comparison's time): the same operations in the same order,
-# so the same floats (tests/test_stats_scipy_steps.py compares them bit for bit on seeded data).
-def _ttest_rel_p(b: np.ndarray, a: np.ndarray) -> float:
-    """``scipy.stats.ttest_rel(b, a).pvalue`` (two-sided): ttest_1samp of ``b - a`` against 0."""
-    d = b - a
-    n = d.shape[0]
-    variance = np.mean((d - np.mean(d, keepdims=True)) ** 2) * (np.float64(n) / (np.float64(n) - 1))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.divide(np.mean(d) - 0.0, np.sqrt(variance / n))
-    return float(2 * special.stdtr(np.float64(n - 1), -np.abs(t)))
-
-
-def _wilcoxon_normal_p(d: np.ndarray) -> float:
-    """``scipy.stats.wilcoxon(d, zero_method="pratt", correction=False, method="approx").pvalue``:
-    mid-ranks of |d| (zeros ranked, then left out of the sums and of the tie correction; every rank
-    sum here is of half-integers, exact in any order), then scipy's normal approximation."""
-    n = d.shape[0]
-    order = np.argsort(np.abs(d), kind="stable")
-    sorted_abs = np.abs(d)[order]
-    starts = np.flatnonzero(np.concatenate([[True], sorted_abs[:-1] != sorted_abs[1:]]))
-    counts = np.diff(starts, append=n)
-    ranks = np.empty(n)
-    ranks[order] = np.repeat((starts + 1) + (counts.astype(np.float64) - 1) / 2, counts)
-    ties = np.zeros(n)
-    ties[starts] = counts
-    r_plus = np.sum((d > 0).astype(np.float64) * ranks)
-    count, zeros = np.float64(n), np.float64(np.count_nonzero(d == 0))
-    mean = count * (count + 1.) * 0.25 - zeros * (zeros + 1.) * 0.25
-    spread = count * (count + 1.) * (2. * count + 1.) - zeros * (zeros + 1.) * (2. * zeros + 1.)
-    if zeros > 0:
-        ties[0] = 0.  # the zeros' group, first by |d|
-    z = (r_plus - mean) / np.sqrt((spread - np.sum(ties ** 3 - ties) / 2) / 24)
-    return float(2 * special.ndtr(-np.abs(z)))
-
-
-def _sample_skewness(x: np.ndarray) -> float:
-    """``scipy.stats.skew(x)`` (biased g1; NaN when the spread vanishes against the mean)."""
-    mean = np.mean(x, keepdims=True)
-    deviation = x - mean
-    m2 = np.mean(deviation ** 2)
-    cubed = deviation ** 2
-    cubed *= deviation
-    m3 = np.mean(cubed)
-    with np.errstate(all="ignore"):
-        if m2 <= (np.finfo(np.float64).eps * mean[0]) ** 2:
-            return float("nan")
-        return float(m3 / m2 ** 1.5)
+    return float(scipy_stats.ttest_rel(b, a).pvalue)
 
 
 def effect_size_dz(diff: np.ndarray) -> float:
@@ -270,7 +220,7 @@ def skew_note(diff: np.ndarray) -> str:
     n = int(diff.shape[0])
     if n < 3 or np.ptp(diff) == 0.0:
         return ""
-    g1 = _sample_skewness(diff)
+    g1 = float(scipy_stats.skew(diff))
     if not math.isfinite(g1) or n > 25 * g1 * g1:
         return ""
     return (f"the differences are skewed (g1 = {g1:+.2f}) for n = {n} (Cochran's rule wants n > 25 g1^2 = "
