@@ -426,15 +426,13 @@ class RunRecord:
             probe.unlink(missing_ok=True)
 
     def save(self, run_dir: str | Path, sealed: str | None = None) -> Path:
-        """Write the record (owner-only, like the ledger). ``sealed``: its :meth:`sealed_content`,
-        taken once it became final (only the anchor fields set since): the file is then that text
-        with the anchors, one line, not a second encoding of the whole record."""
+        """Write the record (owner-only, like the ledger): its :meth:`sealed_content` with the anchor
+        fields, one line. ``sealed``: that content, taken once the record became final (only the
+        anchors set since), so the whole record is not encoded a second time."""
         path = Path(run_dir) / RECORD_FILE
-        if sealed is None:
-            text = json.dumps(self._fields(), indent=1, default=_json_value)
-        else:
-            anchors = canonical_json({k: getattr(self, k) for k in ANCHOR_FIELDS})
-            text = anchors[:-1] + ("," if sealed != "{}" else "") + sealed[1:]
+        sealed = self.sealed_content() if sealed is None else sealed  # one line, as a session writes it
+        anchors = canonical_json({k: getattr(self, k) for k in ANCHOR_FIELDS})
+        text = anchors[:-1] + ("," if sealed != "{}" else "") + sealed[1:]
         write_text_atomically(path, text, mode=0o600)
         return path
 
