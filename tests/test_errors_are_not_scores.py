@@ -30,6 +30,8 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.models import BatchError, ModelError, model_failure_kind
 from heldout.models.server import FaultPlan
 from heldout.models.testserver import TestServer
+from heldout.protocols.arms import ArmsError, run_arms
+from heldout.protocols.arms_plan import ArmsSpec, Headroom
 from heldout.protocols.run import Cell, Method, StudyConfig, run_study
 from heldout.protocols.study_dir import open_study
 from heldout.reports.check import GateInputError, check_runs
@@ -364,3 +366,17 @@ def test_a_study_whose_endpoint_dies_starts_no_further_cell_and_resumes(tmp_path
     with TestServer() as back:  # the endpoint is back, on another address: only what is missing runs
         again = run_study(cells, config(tmp_path, back), progress=False)
     assert [r["status"] for r in again] == ["ok", "ok", "ok"] and again[0]["skipped"]
+
+
+def test_compare_arms_whose_endpoint_dies_compares_nothing_and_says_how_to_continue(tmp_path):
+    """The endpoint dies in the first arm: the later arms do not start (each would lose a run's
+    retries), no comparison is written (a broken one would blame the arms), the command says how
+    to continue."""
+    spec = ArmsSpec(TASK, "reflective", 48, 2, (0, 1, 2), profile=PROFILE)
+    headroom = Headroom("train", 0.5, 1.0, spec.min_headroom)  # as measured before the endpoint died
+    with TestServer() as server:
+        break_after(server, 1, FaultPlan(error_rate=1.0))  # the probe before anything, then nothing
+        lost = r"3 run\(s\) of arm serial incomplete .*infrastructure failed.*re-run the same command"
+        with pytest.raises(ArmsError, match=lost):
+            run_arms(spec, tmp_path, config(tmp_path, server), progress=False, headroom=headroom)
+    assert not (tmp_path / "arms_result.json").exists() and len(list(tmp_path.rglob(LEDGER_FILE))) == 1

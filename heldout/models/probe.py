@@ -11,11 +11,12 @@ from heldout.contracts import InfrastructureFailure
 from heldout.models.client import ModelClient
 from heldout.models.types import ModelError, model_failure_kind
 
-#: seconds the probe waits for its one-token answer: a local CPU model answers in well under this,
-#: and a server that accepted the connection and says nothing is found in this long (the probe
-#: waited 60 s twice, two minutes of silence, before); a study's own timeout (--model-timeout) is
-#: for its long answers, not this one
-PROBE_TIMEOUT = 10.0
+#: seconds the probe waits for its one-token answer: a server that accepted the connection and
+#: says nothing is found in this long (the probe waited 60 s twice, two minutes of silence, before);
+#: not less, because a live one-slot local model busy with another client's answer (a second
+#: study on the same endpoint) answers the probe only after it, and a refusal of a live endpoint
+#: is worse than the wait (tests: a loopback model answering in 15 s is an endpoint)
+PROBE_TIMEOUT = 30.0
 
 
 def check_endpoint(role: str, model: str, base_url: str | None, timeout: float = PROBE_TIMEOUT,

@@ -144,6 +144,10 @@ def run_arms(spec: ArmsSpec, run_dir: str | Path, config: StudyConfig, executor:
                                   + (f", and before arms {', '.join(later)}" if later else "")
                                   + "; every ledger is consistent: re-run the same command to continue"
                                   + (f" ({resume_hint})" if resume_hint else ""))
+        lost = [r for r in results if r["status"] == "incomplete"]
+        if lost:  # the infrastructure's failure: no comparison of it (a "broken" one would blame the arms)
+            raise ArmsError(f"{len(lost)} run(s) of arm {arm} incomplete (the infrastructure failed, not the optimizer: "
+                            f"{lost[0].get('error')}); nothing was compared: re-run the same command to continue")
     comparison = compare_arms(run_dir)
     write_text_atomically(root / RESULT_FILE, json.dumps(json_safe(comparison.to_dict()), indent=1, default=str))
     return comparison
