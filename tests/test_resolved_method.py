@@ -9,6 +9,7 @@ import hashlib
 
 import pytest
 
+from heldout.optimizers import registry
 from heldout.optimizers.resolved import ISOLATED, TRUSTED, resolve_method
 from heldout.protocols.executors import shipped_modules
 from heldout.protocols.run import StudyConfig, cell_is_isolated, cell_method, cell_settings
@@ -86,3 +87,13 @@ def test_a_cell_whose_code_changed_after_the_study_was_made_does_not_run_under_t
     assert summary["status"] == "failed" and "code changed after the study was made" in summary["error"]
     record = RunRecord.load(cell.run_dir(made.run_dir))
     assert record.experiment["optimizer"]["code_sha256"] == hashlib.sha256(OPTIMIZER.encode()).hexdigest()
+
+
+def test_a_name_that_names_other_code_than_when_the_study_was_made_does_not_run(monkeypatch):
+    """An in-process cell loads what its name names when it runs: a plugin upgraded after the
+    study was made may map the same name to another function, whose file hashes alike or not."""
+    decided = resolve_method("seed")
+    assert decided.code_changed() is None
+    monkeypatch.setitem(registry.REFERENCE_OPTIMIZERS, "seed", "heldout.optimizers.placebo:optimize")
+    why = decided.code_changed()
+    assert why and "heldout.optimizers.placebo:optimize" in why and "start a new study" in why

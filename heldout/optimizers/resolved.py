@@ -60,8 +60,14 @@ class ResolvedMethod:
         """Why the code on disk is no longer the code decided (hashed) when the study was made, or
         None when it is the same: a cell about to run says so instead of recording a hash of code
         that is not the code it runs."""
-        now = command_sha256(self.command) if self.command else target_code_sha256(
-            self.spec, self.target, user_code(self.spec, self.method_options))
+        if self.command:
+            now = command_sha256(self.command)
+        else:
+            named = optimizer_target(self.spec)  # an in-process run loads what the name names now
+            if named != self.target:
+                return (f"the optimizer {self.name!r} now names {named}, not {self.target} as when the study was "
+                        "made: this cell did not run; start a new study for the new code")
+            now = target_code_sha256(self.spec, named, user_code(self.spec, self.method_options))
         if now == self.code_sha256:
             return None
         return (f"the optimizer's code changed after the study was made (sha256 {str(self.code_sha256)[:12]} "
