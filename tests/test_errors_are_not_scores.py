@@ -33,6 +33,7 @@ from heldout.models.testserver import TestServer
 from heldout.protocols.arms import ArmsError, run_arms
 from heldout.protocols.arms_plan import ArmsSpec, Headroom
 from heldout.protocols.run import Cell, Method, StudyConfig, run_study
+from heldout.protocols.verifier_ablation import AblationError, plan_ablation, run_ablation
 from heldout.protocols.study_dir import open_study
 from heldout.reports.check import GateInputError, check_runs
 from heldout.reports.render import build_report
@@ -380,3 +381,17 @@ def test_compare_arms_whose_endpoint_dies_compares_nothing_and_says_how_to_conti
         with pytest.raises(ArmsError, match=lost):
             run_arms(spec, tmp_path, config(tmp_path, server), progress=False, headroom=headroom)
     assert not (tmp_path / "arms_result.json").exists() and len(list(tmp_path.rglob(LEDGER_FILE))) == 1
+
+
+def test_a_verifier_ablation_whose_endpoint_dies_names_the_infrastructure_not_failed_sessions(tmp_path):
+    """``compare verifiers`` said "N session(s) failed" of sessions its endpoint left incomplete:
+    the leading word blamed the sessions for the infrastructure's failure."""
+    plan = plan_ablation(TASK, Method(name="reflective"), ["decomposed"], [0], 16, profile=PROFILE,
+                         data_dir=os.environ["HELDOUT_DATA_DIR"])
+    with TestServer() as server:
+        break_after(server, 1, FaultPlan(error_rate=1.0))  # the check before anything, then nothing
+        with pytest.raises(AblationError) as refused:
+            run_ablation(plan, config(tmp_path, server))
+    said = str(refused.value)
+    assert "incomplete, the infrastructure failed" in said and "re-run the same command" in said
+    assert "session(s) failed" not in said

@@ -553,6 +553,12 @@ def run_ablation(plan: AblationPlan, config: StudyConfig, executor: Executor | N
         raise AblationInterrupted(f"stopped before {len(stopped)} of {len(results)} session(s) finished; every "
                                   "ledger is consistent: re-run the same command to continue"
                                   + (f" ({resume_hint})" if resume_hint else ""))
+    incomplete = [r for r in results if r["status"] == "incomplete"]
+    if incomplete:  # the infrastructure's failure (an endpoint, a sandbox, the disk), not the sessions'
+        first = incomplete[0]
+        raise AblationError(f"{len(incomplete)} session(s) incomplete, the infrastructure failed; first: "
+                            f"{first['method']} seed {first['seed']} ({first['run_dir']}): {first.get('error')}; "
+                            "re-run the same command to continue")
     failed = [r for r in results if r["status"] != "ok"]
     if failed:
         first = failed[0]
