@@ -30,7 +30,7 @@ from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.models import BatchError, ModelError, model_failure_kind
 from heldout.models.server import FaultPlan
 from heldout.models.testserver import TestServer
-from heldout.protocols.arms import ArmsError, run_arms
+from heldout.protocols.arms import ArmsError, check_headroom, run_arms
 from heldout.protocols.arms_plan import ArmsSpec, Headroom
 from heldout.protocols.run import Cell, Method, StudyConfig, run_study
 from heldout.protocols.verifier_ablation import AblationError, plan_ablation, run_ablation
@@ -395,3 +395,18 @@ def test_a_verifier_ablation_whose_endpoint_dies_names_the_infrastructure_not_fa
     said = str(refused.value)
     assert "incomplete, the infrastructure failed" in said and "re-run the same command" in said
     assert "session(s) failed" not in said
+
+
+def test_the_arms_headroom_check_asks_a_failing_endpoint_as_often_as_the_study_allows(tmp_path):
+    """compare arms measures the seed's headroom before its arms, with a client of its own that
+    took the client's default six retries, not the study's ``model_retries``: 56 s of retries
+    against an endpoint that failed after the probe, where the study's cells give up after one."""
+    spec = ArmsSpec(TASK, "reflective", 48, 2, (0, 1, 2), profile=PROFILE)
+    with TestServer() as server:
+        server.faults = FaultPlan(error_rate=1.0)
+        with pytest.raises(Exception, match="infrastructure|failed"):
+            check_headroom(spec, config(tmp_path, server))
+        examples = 16  # the profile's train split (it has no val)
+        # an infrastructure failure is scored once more, each time with model_retries=1: 2 x 2 requests an
+        # example (the client's default, 6 retries, made it 2 x 7)
+        assert server.stats.calls <= 4 * examples, server.stats.calls

@@ -53,7 +53,7 @@ from heldout.files import read_user_json, write_text_atomically
 from heldout.data_manifests import manifest_holding
 from heldout.evaluators.policy import Usage
 from heldout.evaluators.scoring import Scorer
-from heldout.models import DEPLOYMENT, ModelClient, ResponseCache
+from heldout.models import DEPLOYMENT
 from heldout.optimizers import check_optimizer, is_reference_optimizer, resolve_optimizer
 from heldout.protocols import decide
 from heldout.protocols.arms_comparison import ArmsComparison, compare_arms
@@ -61,15 +61,8 @@ from heldout.protocols.arms_plan import (ARMS_FILE, MIN_SEEDS, RESULT_FILE, Arms
                                          plan_arms)
 from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.preflight import check_infrastructure
-from heldout.protocols.run import Executor, LocalExecutor, StudyConfig, run_study
+from heldout.protocols.run import Executor, LocalExecutor, StudyConfig, run_study, study_client
 from heldout.protocols.study_dir import claim_study_dir
-
-
-def _client(model: str | None, config: StudyConfig) -> ModelClient | None:
-    if not model:
-        return None
-    cache = ResponseCache(config.cache_dir) if config.cache_dir else None
-    return ModelClient(model, base_url=config.base_url, cache=cache, concurrency=config.model_concurrency)
 
 
 def check_headroom(spec: ArmsSpec, config: StudyConfig) -> Headroom:
@@ -78,9 +71,13 @@ def check_headroom(spec: ArmsSpec, config: StudyConfig) -> Headroom:
     task = load_task(spec.task, spec.profile, config.data_dir, config.allow_drift)
     split = "val" if task.splits.get("val") else "train"
     bench = task.benchmark
-    scorer = Scorer(bench, _client(config.worker_model, config), options=spec.options)
-    verdicts = scorer.score_all(bench.seed_candidate(), task.splits.get(split, []), DEPLOYMENT, Usage(),
-                                f"the seed's {split} headroom")
+    worker = study_client(config.worker_model, config)  # the study's timeout and retries, as its cells'
+    try:
+        verdicts = Scorer(bench, worker, options=spec.options).score_all(
+            bench.seed_candidate(), task.splits.get(split, []), DEPLOYMENT, Usage(), f"the seed's {split} headroom")
+    finally:
+        if worker is not None:
+            worker.close()
     return Headroom(split, bench.aggregate(verdicts) if verdicts else 0.0, bench.score_ceiling, spec.min_headroom,
                     bench.metric_spec.higher_is_better)
 

@@ -57,7 +57,8 @@ from heldout.protocols.leak_readings import HELD_OUT_ROW, reading_signs
 from heldout.protocols.leak_statistics import MethodAblation
 from heldout.protocols.leakage import SUBSETS, Ablation, ablate, find_records, split_verdict
 from heldout.protocols.preflight import check_infrastructure
-from heldout.protocols.run import Cell, Executor, LocalExecutor, Method, StudyConfig, _client, build_cells, run_study
+from heldout.protocols.run import (Cell, Executor, LocalExecutor, Method, StudyConfig, build_cells, run_study,
+                                  study_client)
 from heldout.protocols.study_dir import open_study
 from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, draws_for, floor_values, placebo_seeds
 from heldout.protocols.prompt_autopsy import CAVEAT, Autopsy, accepted_candidates, autopsy, ledger_components
@@ -521,7 +522,8 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
                                       .rstrip())
         records = [r for r in find_records(root / RUNS_DIR) if r.status == "ok"]
         comparison = compare_heldout(records, spec.optimizer.name, plan.sizes)
-        ablation = ablate(root / RUNS_DIR, baseline=SEED_METHOD, worker=_client(config.worker_model, study_config),
+        worker = study_client(config.worker_model, study_config)
+        ablation = ablate(root / RUNS_DIR, baseline=SEED_METHOD, worker=worker,
                           data_dir=config.data_dir, jobs=jobs)
         task = load_task(spec.task, spec.profile, config.data_dir, config.allow_drift)
         mine = {c.seed: c.run_dir(root / RUNS_DIR) for c in plan.cells if c.method.name == spec.optimizer.name}
@@ -537,7 +539,7 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
         pairs = pair_by_seed(records, SEED_METHOD, spec.optimizer.name)
         evidence = gather(pairs, task, accepted={r.seed: accepted_candidates(r) for _, r in pairs},
                           texts={s: ledger_components(d) for s, d in mine.items()},
-                          worker=_client(config.worker_model, study_config), run_dir=root, jobs=jobs)
+                          worker=study_client(config.worker_model, study_config), run_dir=root, jobs=jobs)
         result = GeneralisationResult(spec=spec, split=plan.split, comparison=comparison, ablation=ablation,
                                       autopsy=post, verifier=verifier, study_results=results, evidence=evidence)
         result.reading, result.answer = read_protocol(result)

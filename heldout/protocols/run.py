@@ -313,7 +313,8 @@ def shortened(text: str, limit: int = 100) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _client(model: str | None, config: StudyConfig):
+def study_client(model: str | None, config: StudyConfig) -> ModelClient | None:
+    """``model``'s client as the study says (endpoint, cache, concurrency, timeout, retries): a cell's, a protocol's."""
     if not model:
         return None
     cache = ResponseCache(config.cache_dir) if config.cache_dir else None
@@ -405,8 +406,8 @@ def run_cell(cell: Cell, config: StudyConfig, progress: Callable[[int, int, floa
 
     _INTERRUPTED = False
     # the cell made these clients, so the cell closes them: their connections and loop threads end with it
-    models = SessionModels(worker=_client(config.worker_model, config),
-                           architect=_client(config.architect_model, config))
+    models = SessionModels(worker=study_client(config.worker_model, config),
+                           architect=study_client(config.architect_model, config))
     try:
         # the cell's protected session: new, or resumed from the ledger in its run dir
         session = Session(cell.task, profile=cell.profile,

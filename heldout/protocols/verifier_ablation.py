@@ -60,13 +60,13 @@ from heldout.evaluators.ledger import Ledger
 from heldout.evaluators.records import RECORD_FILE, RunRecord
 from heldout.evaluators.policy import Usage
 from heldout.evaluators.scoring import Decoding, Scorer
-from heldout.models import OPTIMISATION, ModelClient, ResponseCache
+from heldout.models import OPTIMISATION
 from heldout.protocols.decide import DEFAULT_ALPHA, Contrast, beyond_placebo, contrast, describe_detectable, holm
 from heldout.protocols.folders import VERIFIER_ABLATION_DIR, VERIFIER_RESULT_FILE
 from heldout.protocols.minimum_budgets import check_minimum_budgets
 from heldout.protocols.placebo import PLACEBO_METHOD, SEED_METHOD, STRIDE, draws_for, placebo_seeds, stratum
 from heldout.protocols.preflight import check_infrastructure
-from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study
+from heldout.protocols.run import Cell, Executor, Method, StudyConfig, run_study, study_client
 from heldout.protocols.study_dir import claim_study_dir
 from heldout.protocols.stats import compare_runs, summarize_seeds
 
@@ -396,7 +396,7 @@ class _SelectionScorer:
             self.ledger = Ledger.open(self.run_root / VERIFIER_ABLATION_DIR)
         bench = task.benchmark
         parsed = parse_verifier(variant, bench.verifier_options, bench.score_ceiling)
-        worker = _worker(self.config)
+        worker = study_client(self.config.worker_model, self.config)
         scorer = Scorer(bench, worker, None, options, 2, self.ledger)
         examples = task.splits.get("train", [])
         cid = candidate_id(candidate)
@@ -413,14 +413,6 @@ class _SelectionScorer:
     def close(self) -> None:
         if self.ledger is not None:
             self.ledger.close()
-
-
-def _worker(config: StudyConfig):
-    if not config.worker_model:
-        return None
-    cache = ResponseCache(config.cache_dir) if config.cache_dir else None
-    return ModelClient(config.worker_model, base_url=config.base_url, cache=cache,
-                       concurrency=config.model_concurrency)
 
 
 def _own_score(rec: RunRecord, variant: str) -> float | None:
