@@ -397,17 +397,22 @@ class _SelectionScorer:
         bench = task.benchmark
         parsed = parse_verifier(variant, bench.verifier_options, bench.score_ceiling)
         worker = study_client(self.config.worker_model, self.config)
-        scorer = Scorer(bench, worker, None, options, 2, self.ledger)
         examples = task.splits.get("train", [])
         cid = candidate_id(candidate)
-        scorings = [scorer.score_all(candidate, examples, OPTIMISATION, self.usage, f"selection scoring ({variant})",
-                                     parsed.options, r)
-                    for r in range(parsed.repeats)]
+        try:
+            scorer = Scorer(bench, worker, None, options, 2, self.ledger)
+            scorings = [scorer.score_all(candidate, examples, OPTIMISATION, self.usage,
+                                         f"selection scoring ({variant})", parsed.options, r)
+                        for r in range(parsed.repeats)]
+        finally:  # its connections and loop thread end with this scoring
+            if worker is not None:
+                worker.close()
         shown = [parsed.show([s[k] for s in scorings], ex, seed=seed, candidate_id=cid)
                  for k, ex in enumerate(examples)]
         for ex, verdict in zip(examples, shown):
             self.ledger.append_entry("selection_scoring", {"candidate_id": cid, "split": "train", "example_id": ex.id,
-                                                     "verifier": variant, "seed": seed, "verdict": verdict.to_dict()})
+                                                           "verifier": variant, "seed": seed,
+                                                           "verdict": verdict.to_dict()})
         return bench.aggregate(shown)
 
     def close(self) -> None:
