@@ -23,6 +23,7 @@ import pytest
 from heldout.cli.commands import COMMANDS
 from heldout.contracts import HeldoutError
 from heldout.files import MAX_TOML_DEPTH, check_folder, read_user_toml
+from small_disk import mounted_tmpfs
 
 PROMPT_TASK = "bbh/boolean_expressions"
 LONG_NAME = "n" * 300  # over every Linux file system's 255-byte name
@@ -51,15 +52,8 @@ def read_only_folder(where: Path) -> Iterator[Path]:
         finally:
             where.chmod(0o755)
         return
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(where)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only tmpfs here: {mounted.stderr.strip()}")
-    try:
+    with mounted_tmpfs(where, "ro,size=64k", "a read-only tmpfs"):
         yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 class Place:
