@@ -81,7 +81,7 @@ def serve_helper(run_dir: Path, data_dir: str | None) -> int:
     def record(example_id: str, text: str, cid: str, calls: int) -> None:
         verdict = task.benchmark.score_text(text, examples[example_id])
         ledger.append_entry("evaluation", {"candidate_id": cid, "split": "train", "example_id": example_id, "cached": False,
-                                     "metric_calls": calls, "verdict": verdict.to_dict(), "cost": 1})
+                                           "metric_calls": calls, "verdict": verdict.to_dict(), "cost": 1})
         scores.append(verdict.score)
 
     while True:

@@ -162,8 +162,8 @@ def run_floor(base_url: str, task, batches: list[list[ChatRequest]], run_dir: Pa
 
             def record(k, verdict, exs=exs, calls=calls):
                 ledger.append_entry("evaluation", {"candidate_id": cid, "split": "train", "example_id": exs[k].id,
-                                             "cached": False, "metric_calls": calls, "verdict": verdict.to_dict(),
-                                             "cost": 1})
+                                                   "cached": False, "metric_calls": calls, "verdict": verdict.to_dict(),
+                                                   "cost": 1})
             in_order = InOrder(len(batch), record)
             with ledger.batch():
                 for i, answer in client.complete_each(batch):
@@ -279,8 +279,8 @@ def work_per_output(data_dir: str | None) -> dict[str, float]:
                     with ledger.batch():
                         for i, (example_id, v) in enumerate(verdicts):
                             ledger.append_entry("evaluation", {"candidate_id": "c" * 64, "split": "train", "cached": False,
-                                                         "example_id": example_id, "metric_calls": start + i,
-                                                         "verdict": v.to_dict(), "cost": 1})
+                                                               "example_id": example_id, "metric_calls": start + i,
+                                                               "verdict": v.to_dict(), "cost": 1})
             cpu = time.process_time() - cpu
             ledger.close()
             return cpu / len(outputs)

@@ -55,8 +55,8 @@ def write_run(root: Path, task: str, method: str, seed: int, *, n_test: int = 3,
     ledger.append_entry("candidate", {"candidate_id": cid, "components": candidate, "parent": None})
     calls = rng.randint(1, budget)
     ledger.append_entry("evaluation", {"candidate_id": cid, "example_id": "train-0", "split": "train", "cost": 1,
-                                 "metric_calls": calls, "cached": False,
-                                 "verdict": {"example_id": "train-0", "score": rng.random(), "valid": True}})
+                                       "metric_calls": calls, "cached": False,
+                                       "verdict": {"example_id": "train-0", "score": rng.random(), "valid": True}})
     test_verdicts: list[dict] = []
     if not failed:
         ledger.append_entry("final_candidate", {"candidate_id": cid, "components": candidate})
@@ -64,7 +64,7 @@ def write_run(root: Path, task: str, method: str, seed: int, *, n_test: int = 3,
             verdict = {"example_id": f"test-{k}", "score": round(rng.random(), 6), "valid": True,
                        "dimensions": {}, "feedback": "", "error": None, "error_kind": None}
             ledger.append_entry("test_scoring", {"candidate_id": cid, "example_id": verdict["example_id"],
-                                           "verdict": verdict, "verifier": "decomposed"})
+                                                 "verdict": verdict, "verifier": "decomposed"})
             test_verdicts.append(verdict)
     scores = {v["example_id"]: v["score"] for v in test_verdicts}
     status = "failed" if failed else "ok"
@@ -77,7 +77,7 @@ def write_run(root: Path, task: str, method: str, seed: int, *, n_test: int = 3,
                        format_version=FORMAT_VERSION, experiment=dict(header))
     # anchored as a session anchors it: the record's digest in session_end, then the head
     ledger.append_entry("session_end", {"status": status, "metric_calls": calls, "test_score": truth.test_score,
-                                  "record_sha256": record.digest()})
+                                        "record_sha256": record.digest()})
     record.ledger_head, record.ledger_entries = ledger.head, len(ledger)
     record.sign(ledger.signing_key)
     ledger.close()

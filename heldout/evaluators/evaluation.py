@@ -161,8 +161,8 @@ class EvaluationService:
             cost = len(fresh) * self.variant.repeats
             if cost > self.remaining:
                 self._ledger.append_entry("budget_refused", {"candidate_id": cid, "split": split,
-                                                       "requested": len(wanted), "new": len(fresh),
-                                                       "remaining": self.remaining})
+                                                             "requested": len(wanted), "new": len(fresh),
+                                                             "remaining": self.remaining})
                 raise BudgetExceeded(
                     f"evaluating {len(fresh)} new example(s) ({cost} metric call(s)) would exceed the budget: "
                     f"{self.remaining} of {self.budget.metric_calls} metric calls left; nothing was run")
@@ -254,7 +254,7 @@ class EvaluationService:
                 self._recorded_candidates.add(cid)
                 # no result yet: the evaluation entry's fsync, before any result is returned, covers it
                 self._ledger.append_entry("candidate", {"candidate_id": cid, "parent": parent,
-                                                  "components": dict(candidate)}, sync=False)
+                                                        "components": dict(candidate)}, sync=False)
 
     def _update_trajectory(self, cid: str, split: str, verdicts: Iterable[Verdict], stamp: int) -> None:
         sums = self.candidates[cid]["sums"].setdefault(split, [0.0, 0])
@@ -297,4 +297,4 @@ class EvaluationService:
         if len(encoded) > MAX_EVENT_BYTES:
             raise HeldoutError(f"event data is {len(encoded)} bytes; the limit is {MAX_EVENT_BYTES}")
         self._ledger.append_entry("optimizer_event", {"kind": kind, "metric_calls": self.usage.metric_calls,
-                                                "data": json.loads(encoded)})
+                                                      "data": json.loads(encoded)})

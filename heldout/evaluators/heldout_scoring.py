@@ -111,7 +111,7 @@ class HeldoutScoring:
 
             def record(k: int, verdict: Verdict, chunk: list[Example] = chunk, scored: dict = scored) -> None:
                 self.ledger.append_entry(f"{split}_scoring", {"candidate_id": cid, "example_id": chunk[k].id,
-                                                       "verifier": CANONICAL, "verdict": verdict.to_dict()})
+                                                             "verifier": CANONICAL, "verdict": verdict.to_dict()})
                 scored[chunk[k].id] = verdict
             # the chunk's entries, each added as it is scored (in order, outside the interruptible waits),
             # in one write, fsync and head made durable behind the next chunk's requests: nothing is

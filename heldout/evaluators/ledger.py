@@ -400,7 +400,7 @@ class Ledger:
                 ledger.append_entry("torn_tail_repaired", {"bytes_dropped": len(torn)})
             if unclaimed:
                 ledger.append_entry("unclaimed_tail_dropped", {"entries": len(unclaimed), "bytes_dropped": cut,
-                                                         "kinds": sorted({e["kind"] for e in unclaimed})})
+                                                               "kinds": sorted({e["kind"] for e in unclaimed})})
         return ledger
 
     @property

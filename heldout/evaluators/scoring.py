@@ -128,9 +128,9 @@ class MeteredWorker:
         self._usage.record(self._channel, response)
         if self._ledger is not None:
             self._ledger.append_entry("worker_call", {"channel": self._channel, "request_key": response.request_key,
-                                                "prompt_tokens": response.prompt_tokens,
-                                                "completion_tokens": response.completion_tokens,
-                                                "cached": response.cached})
+                                                      "prompt_tokens": response.prompt_tokens,
+                                                      "completion_tokens": response.completion_tokens,
+                                                      "cached": response.cached})
         return Completion(text=response.text, prompt_tokens=response.prompt_tokens,
                           completion_tokens=response.completion_tokens, seconds=response.seconds,
                           cached=response.cached)

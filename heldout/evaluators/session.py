@@ -224,8 +224,8 @@ class Session:
                 for kind, data in failed + scores.end_entries:
                     self.ledger.append_entry(kind, data)
                 self.ledger.append_entry("session_end", {"status": outcome.status, "test_score": record.test_score,
-                                                   "metric_calls": self.service.usage.metric_calls,
-                                                   "record_sha256": record_sha256})
+                                                         "metric_calls": self.service.usage.metric_calls,
+                                                         "record_sha256": record_sha256})
             record.ledger_head, record.ledger_entries = self.ledger.head, len(self.ledger)
             if self.ledger.signing_key is not None:
                 record.sign(self.ledger.signing_key, record_sha256)

@@ -544,7 +544,7 @@ def run_generalisation(plan: GeneralisationPlan, run_dir: str | Path, config: St
                                       autopsy=post, verifier=verifier, study_results=results, evidence=evidence)
         result.reading, result.answer = read_protocol(result)
         ledger.append_entry("generalisation_end", {"answer": result.answer,
-                                             "reading": [asdict(s) for s in result.reading]})
+                                                   "reading": [asdict(s) for s in result.reading]})
     finally:
         ledger.close()
     return result

@@ -139,8 +139,8 @@ class _AblationScorer:
         self.usage.charge(len(todo))
         for ex, verdict in zip(todo, verdicts):
             self.ledger.append_entry("ablation_scoring", {"task": task.name, "profile": task.profile, "pool": pool,
-                                                    "candidate_id": cid, "example_id": ex.id,
-                                                    "verdict": verdict.to_dict()})
+                                                          "candidate_id": cid, "example_id": ex.id,
+                                                          "verdict": verdict.to_dict()})
             self.done[(task.name, cid, ex.id)] = verdict.score
         return {ex.id: self.done[(task.name, cid, ex.id)] for ex in examples}
 
@@ -177,7 +177,7 @@ def ablate(run_dir: str | Path, *, baseline: str = "seed", worker=None, data_dir
         for (task_name, profile), task in tasks.items():
             proven, verdict = split_verdict(check_profile(task))
             ledger.append_entry("ablation_split_check", {"task": task_name, "profile": profile, "topic_disjoint": proven,
-                                                   "verdict": verdict})
+                                                         "verdict": verdict})
             if not proven:
                 notes.append(f"{task_name} [{profile}] is NOT PROVEN topic-disjoint ({verdict}): held-out gains "
                              "cannot be told from topic-level keys, and no reading calls them a rule")

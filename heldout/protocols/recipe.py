@@ -250,10 +250,10 @@ def recipe_baseline(pairs: Sequence[tuple[RunRecord, RunRecord]], task: Task, *,
                 usage.charge(len(examples_of))
                 for ex, v in zip(examples_of, verdicts):
                     ledger.append_entry("recipe_scoring", {"seed": final.seed, "split": split, "candidate_id": rid,
-                                                     "example_id": ex.id, "verdict": v.to_dict()})
+                                                           "example_id": ex.id, "verdict": v.to_dict()})
                 scores[split] = {ex.id: v.score for ex, v in zip(examples_of, verdicts)}
             ledger.append_entry("recipe", {"seed": final.seed, "final_id": final.final_candidate_id, "recipe_id": rid,
-                                     "components": recipe, "removed_words": removed, "scored": scored})
+                                           "components": recipe, "removed_words": removed, "scored": scored})
             mean = lambda d: sum(d.values()) / len(d) if d else None  # noqa: E731
             for split in ("test", "val"):
                 b, f, r = base.verdict_scores(split), final.verdict_scores(split), scores[split]
