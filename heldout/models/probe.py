@@ -44,4 +44,13 @@ def check_endpoint(role: str, model: str, base_url: str | None, timeout: float =
         client.close()
 
 
-__all__ = ["PROBE_TIMEOUT", "check_endpoint"]
+def check_endpoints(worker: str | None, architect: str | None, base_url: str | None,
+                    then: str = "nothing was run or written") -> None:
+    """:func:`check_endpoint` of each model a study talks to: its worker, and its architect unless
+    that is the worker model."""
+    for role, model in (("worker", worker), ("architect", architect)):
+        if model and (role == "worker" or model != worker):
+            check_endpoint(role, model, base_url, then=then)
+
+
+__all__ = ["PROBE_TIMEOUT", "check_endpoint", "check_endpoints"]

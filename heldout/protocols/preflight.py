@@ -8,7 +8,7 @@ from heldout.benchmarks.registry import get_benchmark
 from heldout.contracts import HeldoutError, InfrastructureFailure
 from heldout.evaluators.signing import KEY_ENV, KEY_FILE_ENV, load_signing_key, signing_key_path
 from heldout.files import check_folder
-from heldout.models.probe import check_endpoint
+from heldout.models.probe import check_endpoints
 from heldout.protocols.run import Cell, StudyConfig, cell_is_isolated
 from heldout.sandbox import SandboxError, require_sandbox
 
@@ -28,10 +28,7 @@ def check_infrastructure(cells: list[Cell], config: StudyConfig) -> None:
         # command then meets as "another study"
         raise HeldoutError(f"{prompt[0]} is a prompt task: the study needs a worker model (--worker-model and "
                            "--base-url, or worker and base_url under [models] in a study file); nothing was written")
-    for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
-        if not model or (role == "architect" and model == config.worker_model):
-            continue
-        check_endpoint(role, model, config.base_url)
+    check_endpoints(config.worker_model, config.architect_model, config.base_url)
     untrusted = [c for c in cells if c.method.command or cell_is_isolated(c, config) or kinds[c.task] == "program"]
     if untrusted:
         try:

@@ -53,7 +53,7 @@ from heldout.evaluators.policy import POLICIES, Budget
 from heldout.evaluators.scoring import Decoding, SessionModels, refuse_decoding_among
 from heldout.evaluators.session import Outcome, Session
 from heldout.models import ModelClient, ResponseCache
-from heldout.models.probe import check_endpoint
+from heldout.models.probe import check_endpoints
 from heldout.optimizers import resolve_optimizer
 from heldout.optimizers.resolved import ResolvedMethod, resolve_method
 from heldout.protocols.progress import Progress
@@ -551,12 +551,11 @@ def run_study(cells: list[Cell], config: StudyConfig, executor: Executor | None 
 def endpoint_lost(config: StudyConfig) -> str | None:
     """After a cell ended incomplete: what one probe of the study's model endpoint says, or None
     when it answers (the cell lost something else, or the endpoint is back)."""
-    for role, model in (("worker", config.worker_model), ("architect", config.architect_model)):
-        try:
-            if model and (role == "worker" or model != config.worker_model):
-                check_endpoint(role, model, config.base_url, then="no further cell was started")
-        except InfrastructureFailure as exc:
-            return str(exc)
+    try:
+        check_endpoints(config.worker_model, config.architect_model, config.base_url,
+                        then="no further cell was started")
+    except InfrastructureFailure as exc:
+        return str(exc)
     return None
 
 
